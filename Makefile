@@ -1,0 +1,32 @@
+# Set-up and entry points. `make demo` and `make test` do all set-up on a fresh machine.
+VENV      := .venv
+PY        := $(VENV)/bin/python
+STAMP     := $(VENV)/.installed
+PYTHON    ?= python3
+
+.PHONY: setup demo test test-unit lint bench nightly clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# A real test on the default cluster: queue workload, kill and pause faults, 60 s.
+demo: setup
+	$(VENV)/bin/kafkaesque run --workload queue --nemesis kill,pause --time-limit 60
+
+# The whole test suite (unit, property and integration), as CI runs it.
+test: setup
+	$(VENV)/bin/pytest -q tests
+
+test-unit: setup
+	$(VENV)/bin/pytest -q tests/unit
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

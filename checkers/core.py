@@ -1,0 +1,98 @@
+"""What every checker returns, and how checkers compose (DESIGN.md, "Checker").
+
+Verdicts are three-valued everywhere: True, False or "unknown" (Porcupine's ok / illegal /
+unknown). A checker that runs out of its budget says "unknown", never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from harness.history import Op
+
+Valid = bool | Literal["unknown"]
+UNKNOWN: Literal["unknown"] = "unknown"
+MAX_EXAMPLES = 8
+
+
+def merge_valid(values: Iterable[Valid]) -> Valid:
+    """False if any is false; else "unknown" if any is unknown; else True."""
+    saw_unknown = False
+    for v in values:
+        if v is False:
+            return False
+        if v == UNKNOWN:
+            saw_unknown = True
+    return UNKNOWN if saw_unknown else True
+
+
+@dataclass
+class Anomaly:
+    """One anomaly type with its count and up to MAX_EXAMPLES concrete examples.
+
+    `examples` are JSON-ready dicts, each carrying the ops (as Op.to_dict()) that prove it.
+    """
+
+    name: str
+    count: int
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    explanation: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "count": self.count,
+            "explanation": self.explanation,
+            "examples": self.examples[:MAX_EXAMPLES],
+        }
+
+
+@dataclass
+class Result:
+    checker: str
+    valid: Valid
+    anomalies: list[Anomaly] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # counterexamples, cycles, ...
+    error: str | None = None  # set when the checker itself could not finish
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "checker": self.checker,
+            "valid": self.valid,
+            "anomaly_types": [a.name for a in self.anomalies],
+            "anomalies": [a.to_dict() for a in self.anomalies],
+            "stats": self.stats,
+        }
+        if self.details:
+            d["details"] = self.details
+        if self.error:
+            d["error"] = self.error
+        return d
+
+
+class Checker(Protocol):
+    name: str
+
+    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result: ...
+
+
+def compose(results: Sequence[Result]) -> dict[str, Any]:
+    """The composite verdict: false if any part is false, unknown if any is unknown."""
+    return {
+        "valid": merge_valid(r.valid for r in results),
+        "checkers": {r.checker: r.to_dict() for r in results},
+    }
+
+
+def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op]) -> dict[str, Any]:
+    """Run each checker; a checker that raises is reported as unknown with its error, not lost."""
+    results = []
+    for c in checkers:
+        try:
+            results.append(c.check(test, history))
+        except Exception as e:  # noqa: BLE001 - a crashing checker must not hide the others
+            results.append(Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}"))
+    return compose(results)

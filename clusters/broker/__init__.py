@@ -1,0 +1,1 @@
+"""The reference broker: implements ../shared/seeds/ (see DESIGN.md). Imports nothing from the harness."""

@@ -1,0 +1,92 @@
+"""`python -m clusters.broker controller|broker|cluster|create-topic|admin ...`
+
+One program, two roles (DESIGN.md, "The reference broker"). Flags here are the contract
+the harness's cluster backends rely on; change them only together with clusters/local.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-id", type=int, required=True)
+    p.add_argument("--listen", required=True, help="HOST:PORT for this node (Kafka + internal RPC)")
+    p.add_argument("--advertise", default=None, help="HOST:PORT given to others (default: --listen)")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--log-file", default=None, help="JSON state-change log (default: stderr)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m clusters.broker", description=__doc__)
+    sub = ap.add_subparsers(dest="role", required=True)
+
+    c = sub.add_parser("controller", help="run the (single, active) controller")
+    _add_common(c)
+    c.add_argument("--session-timeout-ms", type=int, default=6000, help="broker.session.timeout.ms")
+    c.add_argument("--unclean-leader-election", action="store_true", help="unclean.leader.election.enable")
+    c.add_argument("--unclean-recovery-strategy", default="balanced", choices=["proactive", "balanced", "manual"])
+    c.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
+
+    b = sub.add_parser("broker", help="run a broker")
+    _add_common(b)
+    b.add_argument("--controller", required=True, help="HOST:PORT of the controller")
+    b.add_argument("--flush-policy", default="never",
+                   help="every-write | every-N-records:N | every-ms:N | never (OS decides)")
+    b.add_argument("--heartbeat-interval-ms", type=int, default=500)
+    b.add_argument("--replica-lag-time-max-ms", type=int, default=10000)
+    b.add_argument("--replica-fetch-wait-max-ms", type=int, default=100)
+    b.add_argument("--segment-bytes", type=int, default=16 * 1024 * 1024)
+    b.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
+
+    cl = sub.add_parser("cluster", help="run a controller and N brokers on this machine, in the foreground")
+    cl.add_argument("--brokers", type=int, default=3)
+    cl.add_argument("--data-dir", required=True)
+    cl.add_argument("--host", default="127.0.0.1")
+    cl.add_argument("--base-port", type=int, default=19092,
+                    help="controller on P, broker i (1..N) on P+i")
+    cl.add_argument("--flush-policy", default="never")
+    cl.add_argument("--variant", action="append", default=[])
+
+    t = sub.add_parser("create-topic", help="create a topic through the Kafka CreateTopics API")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--topic", required=True)
+    t.add_argument("--partitions", type=int, default=1)
+    t.add_argument("--replication-factor", type=int, default=3)
+    t.add_argument("--min-isr", type=int, default=2)
+
+    a = sub.add_parser("admin", help="admin requests over the internal RPC")
+    a.add_argument("what", choices=["dump"], help="dump: print the node's state as JSON")
+    a.add_argument("--node", required=True, help="HOST:PORT of a broker or controller")
+    a.add_argument("--no-log", action="store_true", help="leave the physical log out of the dump")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.role == "controller":
+        from clusters.broker.controller_server import run_controller
+
+        return run_controller(args)
+    if args.role == "broker":
+        from clusters.broker.server import run_broker
+
+        return run_broker(args)
+    if args.role == "cluster":
+        from clusters.broker.local_cluster import run_local_cluster
+
+        return run_local_cluster(args)
+    if args.role == "create-topic":
+        from clusters.broker.admin import create_topic_cli
+
+        return create_topic_cli(args)
+    if args.role == "admin":
+        from clusters.broker.admin import admin_cli
+
+        return admin_cli(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Segmented on-disk log: record batches, CRCs, leader-epoch cache, checkpoints, recovery."""

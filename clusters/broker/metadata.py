@@ -1,0 +1,190 @@
+"""The metadata log's records and their materialized view (002 1.2.1, 2.3, 2.3.2).
+
+The controller appends records to its durable metadata log (fsynced before it acts on
+them); brokers pull the log, keep a persistent copy, and act on the materialized state.
+Both sides materialize with the same `MetadataImage.apply`, so they cannot disagree on
+what a record means.
+
+Records are plain JSON dicts with a "type":
+
+  register_broker  {broker_id, broker_epoch, incarnation_id, host, port, fenced: true,
+                    clean: bool}   broker_epoch is this record's own offset (PROTOCOL.md 5.1);
+                    clean is false when previous_broker_epoch did not match (unclean restart)
+  broker_change    {broker_id, fenced?: bool, in_controlled_shutdown?: bool}
+  topic            {topic, partitions, replication_factor, configs: {...}}
+  partition        full partition state (every change writes the whole state, so
+                   materialization is "newest partition_epoch wins"): {topic, partition,
+                   replicas, isr, elr, last_known_elr, leader (-1 = none), leader_epoch,
+                   partition_epoch, adding, removing}
+  broker_unregistered {broker_id}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+NO_LEADER = -1
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    clean: bool = True
+
+
+@dataclass
+class PartitionState:
+    topic: str
+    partition: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int = NO_LEADER
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"type": "partition", **asdict(self)}
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> PartitionState:
+        fields = {k: v for k, v in r.items() if k != "type"}
+        return cls(**fields)
+
+
+@dataclass
+class TopicInfo:
+    topic: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def min_isr(self) -> int:
+        return int(self.configs.get("min.insync.replicas", 1))
+
+
+class MetadataImage:
+    """The materialized view of the metadata log up to `offset` (the last applied record)."""
+
+    def __init__(self) -> None:
+        self.offset = -1
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
+
+    def apply(self, offset: int, record: dict[str, Any]) -> None:
+        kind = record["type"]
+        if kind == "register_broker":
+            self.brokers[record["broker_id"]] = BrokerInfo(
+                broker_id=record["broker_id"],
+                broker_epoch=record["broker_epoch"],
+                incarnation_id=record["incarnation_id"],
+                host=record["host"],
+                port=record["port"],
+                fenced=record.get("fenced", True),
+                clean=record.get("clean", True),
+            )
+        elif kind == "broker_change":
+            b = self.brokers.get(record["broker_id"])
+            if b is not None:
+                if record.get("fenced") is not None:
+                    b.fenced = record["fenced"]
+                if record.get("in_controlled_shutdown") is not None:
+                    b.in_controlled_shutdown = record["in_controlled_shutdown"]
+        elif kind == "broker_unregistered":
+            self.brokers.pop(record["broker_id"], None)
+        elif kind == "topic":
+            self.topics[record["topic"]] = TopicInfo(
+                topic=record["topic"],
+                partitions=record["partitions"],
+                replication_factor=record["replication_factor"],
+                configs=dict(record.get("configs", {})),
+            )
+        elif kind == "partition":
+            p = PartitionState.from_record(record)
+            old = self.partitions.get((p.topic, p.partition))
+            # 002 2.3.2 / PROTOCOL.md 1: apply only if the partition epoch is newer.
+            if old is None or p.partition_epoch > old.partition_epoch:
+                self.partitions[(p.topic, p.partition)] = p
+        else:
+            raise ValueError(f"unknown metadata record type {kind!r} at offset {offset}")
+        self.offset = offset
+
+    def partitions_of(self, topic: str) -> list[PartitionState]:
+        return sorted((p for (t, _), p in self.partitions.items() if t == topic), key=lambda p: p.partition)
+
+
+class MetadataLogFile:
+    """A durable JSON-lines metadata log: one {"offset", "record"} per line, fsynced on append.
+
+    Used by the controller (the log of record) and by brokers (their persistent copy).
+    A torn final line (a crash mid-append) is dropped at open.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.records: list[dict[str, Any]] = []
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                data = fh.read()
+            good = 0
+            for line in data.split(b"\n"):
+                if not line:
+                    good += 1
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    break
+                if entry.get("offset") != len(self.records):
+                    break
+                self.records.append(entry["record"])
+                good += len(line) + 1
+            if good < len(data):
+                with open(path, "r+b") as fh:
+                    fh.truncate(min(good, len(data)))
+        self._fh = open(path, "ab")
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.records)
+
+    def append(self, records: list[dict[str, Any]], fsync: bool = True) -> int:
+        """Append records and fsync; returns the offset of the first one."""
+        first = len(self.records)
+        lines = []
+        for i, r in enumerate(records):
+            lines.append(json.dumps({"offset": first + i, "record": r}, separators=(",", ":")))
+        self._fh.write(("\n".join(lines) + "\n").encode())
+        self._fh.flush()
+        if fsync:
+            os.fsync(self._fh.fileno())
+        self.records.extend(records)
+        return first
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop records at and after `offset` (a broker whose copy diverged from the controller's)."""
+        self.records = self.records[:offset]
+        self._fh.close()
+        with open(self.path, "wb") as fh:
+            for i, r in enumerate(self.records):
+                fh.write((json.dumps({"offset": i, "record": r}, separators=(",", ":")) + "\n").encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._fh = open(self.path, "ab")
+
+    def close(self) -> None:
+        self._fh.close()

@@ -1,0 +1,191 @@
+"""The one op schema and the one history writer/reader (see DESIGN.md, "Operations and histories").
+
+A history is JSON Lines, one op per line, appended and flushed as it happens so that a
+harness killed with SIGKILL still leaves a readable file. Checkers read histories through
+`read_history` and pair invocations with completions through `pair_ops`; nothing else in
+the project parses history files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+INVOKE = "invoke"
+OK = "ok"
+FAIL = "fail"
+INFO = "info"
+OP_TYPES = (INVOKE, OK, FAIL, INFO)
+NEMESIS = "nemesis"
+
+
+class HistoryFormatError(ValueError):
+    """A history file line that is not a valid op; the message names the line and the problem."""
+
+
+@dataclass(slots=True)
+class Op:
+    """One event of a history.
+
+    `process` is an int for client processes and "nemesis" for the fault injector.
+    `time` is nanoseconds since the test started (monotonic clock).
+    Queue ops (Jepsen's Kafka workload): send value [key, value], completed
+    [key, [offset, value]]; poll completes with {key: [[offset, value], ...]} where the
+    JSON object keys are the decimal string of the int key.
+    """
+
+    type: str
+    f: str
+    process: int | str
+    value: Any = None
+    time: int = 0
+    index: int = -1
+    node: str | None = None
+    error: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "index": self.index,
+            "time": self.time,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "value": self.value,
+        }
+        if self.node is not None:
+            d["node"] = self.node
+        if self.error is not None:
+            d["error"] = self.error
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Op:
+        return cls(
+            type=d["type"],
+            f=d["f"],
+            process=d["process"],
+            value=d.get("value"),
+            time=d.get("time", 0),
+            index=d.get("index", -1),
+            node=d.get("node"),
+            error=d.get("error"),
+        )
+
+    @property
+    def is_client(self) -> bool:
+        return self.process != NEMESIS
+
+
+def _validate(d: Any, lineno: int, path: str) -> Op:
+    if not isinstance(d, dict):
+        raise HistoryFormatError(f"{path} line {lineno}: expected a JSON object, got {type(d).__name__}.")
+    for field in ("type", "f", "process"):
+        if field not in d:
+            raise HistoryFormatError(f"{path} line {lineno}: the op has no '{field}' field.")
+    if d["type"] not in OP_TYPES:
+        raise HistoryFormatError(
+            f"{path} line {lineno}: type {d['type']!r} is not one of {', '.join(OP_TYPES)}."
+        )
+    p = d["process"]
+    if not (isinstance(p, int) or p == NEMESIS):
+        raise HistoryFormatError(f"{path} line {lineno}: process {p!r} must be an integer or \"nemesis\".")
+    return Op.from_dict(d)
+
+
+def iter_history(path: str | os.PathLike) -> Iterator[Op]:
+    """Yield the ops of a JSONL history file.
+
+    A final line without a newline is the trace of a writer killed mid-write: it is
+    dropped if it does not parse. Any other bad line raises HistoryFormatError naming it.
+    """
+    path = str(path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    lines = data.split(b"\n")
+    last = len(lines) - 1
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            d = json.loads(raw)
+        except ValueError as e:
+            if i == last:  # torn final line: the writer died while writing it
+                return
+            raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({e.msg}).") from None
+        op = _validate(d, i + 1, path)
+        if op.index < 0:
+            op.index = i
+        yield op
+
+
+def read_history(path: str | os.PathLike) -> list[Op]:
+    return list(iter_history(path))
+
+
+def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
+    """Pair every invocation with its completion, in invocation order.
+
+    An invocation without a completion (the harness died, or the history was cut) pairs
+    with None; checkers treat it as indeterminate (info). Completions without an
+    invocation are ignored.
+    """
+    open_by_process: dict[Any, int] = {}
+    pairs: list[list[Any]] = []
+    for op in history:
+        if op.type == INVOKE:
+            open_by_process[op.process] = len(pairs)
+            pairs.append([op, None])
+        else:
+            i = open_by_process.pop(op.process, None)
+            if i is not None:
+                pairs[i][1] = op
+    return [(a, b) for a, b in pairs]
+
+
+class HistoryWriter:
+    """Appends ops to history.jsonl as they happen; thread-safe; every line flushed.
+
+    Assigns `index` and `time` (ns since `start_ns`, monotonic). Each op is written with one
+    os.write call so a line is either whole or, at worst, the torn last line.
+    """
+
+    def __init__(self, path: str | os.PathLike, start_ns: int | None = None):
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+        self._next_index = 0
+        self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
+        self.ops: list[Op] = []  # kept in memory too, for the live panel and the checkers
+
+    def now(self) -> int:
+        return time.monotonic_ns() - self.start_ns
+
+    def append(self, op: Op) -> Op:
+        with self._lock:
+            op.index = self._next_index
+            self._next_index += 1
+            if op.time <= 0:
+                op.time = self.now()
+            line = (json.dumps(op.to_dict(), separators=(",", ":"), default=str) + "\n").encode()
+            os.write(self._fd, line)
+            self.ops.append(op)
+        return op
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
