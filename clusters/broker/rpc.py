@@ -35,7 +35,8 @@ API: dict[str, str] = {
     "clean-shutdown file)} -> {error, broker_epoch}",
     "broker_heartbeat": "req {broker_id, broker_epoch, want_fence, want_shutdown, metadata_offset} -> "
     "{error, is_fenced, should_shutdown}",
-    "fetch_metadata": "req {broker_id, offset (next offset wanted), max_records} -> "
+    "fetch_metadata": "req {broker_id, offset (next offset wanted), max_records, max_wait_ms (long poll: "
+    "answer at once when records exist, else when one arrives or the wait ends)} -> "
     "{error, records: [[offset, record], ...], end_offset}",
     "alter_partition": "req {broker_id, broker_epoch, topic, partition, leader_epoch, partition_epoch, "
     "new_isr: [{broker_id, broker_epoch}] (broker_epoch -1 for existing members)} -> "
