@@ -1,0 +1,284 @@
+"""The node image, built without a registry (issue 6 item 1).
+
+No image can be pulled on these machines, so the image is made from Debian's packages:
+
+1. base: `debootstrap --variant=minbase` of the host's Debian suite into a folder, from the
+   mirror the host's own apt sources name (read at run time, never written into the
+   project), then `docker import`. Tagged by a hash of its inputs (suite, packages,
+   mirror) and reused while they do not change.
+2. node: the base plus the broker's code and the Python wheels it needs, downloaded on
+   the host with `pip download` for the image's Python (cp311) and installed offline
+   inside. Tagged by a hash of the base tag, the wheels' requirements and every file of
+   the code that goes in.
+
+Both steps print how long they took; a rebuild happens only when an input changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BASE_REPO = "kafkaesque-base"
+NODE_REPO = "kafkaesque-node"
+LABEL = "kafkaesque"
+
+# What the broker and the faults need inside a node.
+BASE_PACKAGES = (
+    "python3",
+    "python3-pip",
+    "iproute2",
+    "iptables",
+    "procps",
+    "faketime",
+    "fuse3",
+    "openssh-server",
+    "util-linux",
+    "kmod",
+)
+# Python packages the broker imports (kafka-python's protocol classes and record codec).
+NODE_REQUIREMENTS = ("kafka-python==3.0.12",)
+# The code that runs inside a node: the broker imports nothing from the harness.
+NODE_CODE = ("clusters/__init__.py", "clusters/broker")
+
+
+class ImageError(RuntimeError):
+    """The image could not be built; the message says why and what to do."""
+
+
+@dataclass
+class AptSource:
+    uri: str
+    suite: str
+
+
+def host_apt_source(paths: tuple[str, ...] = ("/etc/apt/sources.list.d", "/etc/apt/sources.list")) -> AptSource:
+    """The host's main Debian mirror and suite, from its apt sources (deb822 or one-line format)."""
+    candidates: list[AptSource] = []
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files += sorted(path.glob("*.sources")) + sorted(path.glob("*.list"))
+        elif path.is_file():
+            files.append(path)
+    for f in files:
+        text = f.read_text(errors="replace")
+        if f.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(
+                    (k.strip().lower(), v.strip())
+                    for k, v in (line.split(":", 1) for line in stanza.splitlines()
+                                 if ":" in line and not line.lstrip().startswith("#"))
+                )
+                if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes") == "no":
+                    continue
+                for uri in fields.get("uris", "").split():
+                    for suite in fields.get("suites", "").split():
+                        candidates.append(AptSource(uri, suite))
+        else:
+            for line in text.splitlines():
+                m = re.match(r"\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
+                if m:
+                    candidates.append(AptSource(m.group(1), m.group(2)))
+    # The plain release suite of the main archive (not -updates, not -security).
+    for c in candidates:
+        if "-" not in c.suite and "security" not in c.uri:
+            return c
+    raise ImageError(
+        "No Debian mirror found in the host's apt sources (/etc/apt/sources.list[.d]); "
+        "add a 'deb' source for the release suite and try again."
+    )
+
+
+def _hash(parts: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "big"))
+        h.update(p)
+    return h.hexdigest()[:12]
+
+
+def _code_files() -> list[Path]:
+    files: list[Path] = []
+    for entry in NODE_CODE:
+        p = REPO_ROOT / entry
+        if p.is_dir():
+            files += sorted(q for q in p.rglob("*.py") if "__pycache__" not in q.parts)
+        else:
+            files.append(p)
+    return files
+
+
+@dataclass
+class ImagePlan:
+    source: AptSource
+    base_tag: str
+    node_tag: str
+    code_files: list[Path] = field(default_factory=list)
+
+
+def plan(source: AptSource | None = None) -> ImagePlan:
+    """Compute both tags from the inputs, without building anything."""
+    source = source or host_apt_source()
+    base_hash = _hash([source.uri.encode(), source.suite.encode(), " ".join(BASE_PACKAGES).encode()])
+    base_tag = f"{BASE_REPO}:{base_hash}"
+    code = _code_files()
+    node_hash = _hash(
+        [base_tag.encode(), " ".join(NODE_REQUIREMENTS).encode(), _dockerfile(base_tag).encode()]
+        + [str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes() for f in code]
+    )
+    return ImagePlan(source, base_tag, f"{NODE_REPO}:{node_hash}", code)
+
+
+def _dockerfile(base_tag: str) -> str:
+    return (
+        f"FROM {base_tag}\n"
+        "COPY wheels /tmp/wheels\n"
+        "RUN python3 -m pip install --no-index --find-links /tmp/wheels --break-system-packages "
+        + " ".join(NODE_REQUIREMENTS)
+        + " && rm -rf /tmp/wheels\n"
+        "COPY code /opt/kafkaesque\n"
+        "ENV PYTHONPATH=/opt/kafkaesque PYTHONUNBUFFERED=1\n"
+        "WORKDIR /opt/kafkaesque\n"
+        'CMD ["sleep", "infinity"]\n'
+    )
+
+
+def _docker_client():
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+        return client
+    except Exception as e:  # noqa: BLE001 - any failure here means "no engine"
+        raise ImageError(
+            f"The Docker engine does not answer ({type(e).__name__}); start dockerd or use --cluster local."
+        ) from None
+
+
+def _image_exists(client, tag: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def build_base(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
+    """Debootstrap and import the base image unless it exists; True if it was built."""
+    if _image_exists(client, p.base_tag):
+        return False
+    if shutil.which("debootstrap") is None:
+        raise ImageError("debootstrap is not installed; run `apt-get install -y debootstrap` (make setup does).")
+    if os.geteuid() != 0:
+        raise ImageError("Building the base image needs root (debootstrap); run as root or build once with sudo.")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kafkaesque-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        cmd = [
+            "debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+            p.source.suite, str(rootfs), p.source.uri,
+        ]
+        log(f"debootstrap {p.source.suite} from the host's mirror ({len(BASE_PACKAGES)} packages) ...")
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+            raise ImageError(f"debootstrap failed ({' | '.join(tail)}); check the host's apt mirror and disk space.")
+        # Trim what a node never needs.
+        for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(rootfs / sub, ignore_errors=True)
+        log("docker import ...")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        imp = subprocess.run(
+            ["docker", "import", "--change", f"LABEL {LABEL}=base", "-", p.base_tag],
+            stdin=tar.stdout, capture_output=True, text=True,
+        )
+        tar.wait()
+        if imp.returncode != 0:
+            raise ImageError(f"docker import failed: {imp.stderr.strip()}; is the Docker engine running?")
+    log(f"base image {p.base_tag} built in {time.monotonic() - t0:.1f} s")
+    return True
+
+
+def _download_wheels(dest: Path) -> None:
+    cmd = [
+        sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+        "--python-version", "3.11", "--platform", "manylinux2014_x86_64", "--platform", "any",
+        "-d", str(dest), *NODE_REQUIREMENTS,
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ImageError(f"pip download of {', '.join(NODE_REQUIREMENTS)} failed: {r.stderr.strip()[-300:]}")
+
+
+def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
+    """Build the node image (base + wheels + broker code) unless it exists; True if it was built."""
+    if _image_exists(client, p.node_tag):
+        return False
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kafkaesque-wheels-") as tmp:
+        wheels = Path(tmp)
+        _download_wheels(wheels)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            df = _dockerfile(p.base_tag).encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(df)
+            tar.addfile(info, io.BytesIO(df))
+            for w in sorted(wheels.iterdir()):
+                tar.add(w, arcname=f"wheels/{w.name}")
+            for f in p.code_files:
+                tar.add(f, arcname=f"code/{f.relative_to(REPO_ROOT)}")
+        buf.seek(0)
+        log("docker build of the node image ...")
+        try:
+            client.images.build(fileobj=buf, custom_context=True, tag=p.node_tag, rm=True,
+                                labels={LABEL: "node"})
+        except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and API errors
+            raise ImageError(f"building {p.node_tag} failed: {e}") from None
+    log(f"node image {p.node_tag} built in {time.monotonic() - t0:.1f} s")
+    return True
+
+
+def ensure_image(log: Callable[[str], None] = print) -> str:
+    """Build what is missing and return the node image tag (the one containers run)."""
+    client = _docker_client()
+    p = plan()
+    t0 = time.monotonic()
+    built = build_base(client, p, log)
+    built = build_node(client, p, log) or built
+    if built:
+        log(f"image set-up took {time.monotonic() - t0:.1f} s")
+    else:
+        log(f"image {p.node_tag} is up to date")
+    return p.node_tag
+
+
+def main() -> int:
+    try:
+        tag = ensure_image()
+    except ImageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    print(tag)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
