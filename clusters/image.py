@@ -52,6 +52,9 @@ BASE_PACKAGES = (
 NODE_REQUIREMENTS = ("kafka-python==3.0.12",)
 # The code that runs inside a node: the broker imports nothing from the harness.
 NODE_CODE = ("clusters/__init__.py", "clusters/broker")
+# Native helpers built on the host at image time and installed under /opt/kafkaesque/lib.
+NODE_NATIVE = ("nemesis/native/clock_offset.c",)
+NODE_LIB_DIR = "/opt/kafkaesque/lib"
 
 
 class ImageError(RuntimeError):
@@ -139,6 +142,7 @@ def plan(source: AptSource | None = None) -> ImagePlan:
     node_hash = _hash(
         [base_tag.encode(), " ".join(NODE_REQUIREMENTS).encode(), _dockerfile(base_tag).encode()]
         + [str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes() for f in code]
+        + [(REPO_ROOT / f).read_bytes() for f in NODE_NATIVE]
     )
     return ImagePlan(source, base_tag, f"{NODE_REPO}:{node_hash}", code)
 
@@ -151,6 +155,7 @@ def _dockerfile(base_tag: str) -> str:
         + " ".join(NODE_REQUIREMENTS)
         + " && rm -rf /tmp/wheels\n"
         "COPY code /opt/kafkaesque\n"
+        f"COPY lib {NODE_LIB_DIR}\n"
         "ENV PYTHONPATH=/opt/kafkaesque PYTHONUNBUFFERED=1\n"
         "WORKDIR /opt/kafkaesque\n"
         'CMD ["sleep", "infinity"]\n'
@@ -245,6 +250,11 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
                 tar.add(w, arcname=f"wheels/{w.name}")
             for f in p.code_files:
                 tar.add(f, arcname=f"code/{f.relative_to(REPO_ROOT)}")
+            # The clock preload is compiled with the host's compiler: the image's Debian
+            # release matches the host's, and the image then needs no compiler at all.
+            from nemesis.clock_preload import LIBRARY_NAME, build_preload
+
+            tar.add(build_preload(), arcname=f"lib/{LIBRARY_NAME}")
         buf.seek(0)
         log("docker build of the node image ...")
         try:
