@@ -49,9 +49,9 @@ BASE_PACKAGES = (
     "kmod",
 )
 # Python packages the broker imports (kafka-python's protocol classes and record codec).
-NODE_REQUIREMENTS = ("kafka-python==3.0.12",)
+NODE_REQUIREMENTS = ("kafka-python==3.0.12", "pyfuse3==3.5.0")
 # The code that runs inside a node: the broker imports nothing from the harness.
-NODE_CODE = ("clusters/__init__.py", "clusters/broker")
+NODE_CODE = ("clusters/__init__.py", "clusters/broker", "clusters/lossyfs.py")
 # Native helpers built on the host at image time and installed under /opt/kafkaesque/lib.
 NODE_NATIVE = ("nemesis/native/clock_offset.c",)
 NODE_LIB_DIR = "/opt/kafkaesque/lib"
@@ -222,14 +222,13 @@ def build_base(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
 
 
 def _download_wheels(dest: Path) -> None:
-    cmd = [
-        sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-        "--python-version", "3.11", "--platform", "manylinux2014_x86_64", "--platform", "any",
-        "-d", str(dest), *NODE_REQUIREMENTS,
-    ]
+    # `pip wheel` with the host's CPython 3.11: pure wheels are downloaded, and pyfuse3 (source
+    # only on PyPI) is compiled here against the host's libfuse3, which matches the image's
+    # Debian release; the image itself then needs no compiler.
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), *NODE_REQUIREMENTS]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise ImageError(f"pip download of {', '.join(NODE_REQUIREMENTS)} failed: {r.stderr.strip()[-300:]}")
+        raise ImageError(f"building wheels for {', '.join(NODE_REQUIREMENTS)} failed: {r.stderr.strip()[-300:]}")
 
 
 def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
@@ -237,31 +236,35 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
     if _image_exists(client, p.node_tag):
         return False
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kafkaesque-wheels-") as tmp:
-        wheels = Path(tmp)
-        _download_wheels(wheels)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            df = _dockerfile(p.base_tag).encode()
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(df)
-            tar.addfile(info, io.BytesIO(df))
-            for w in sorted(wheels.iterdir()):
-                tar.add(w, arcname=f"wheels/{w.name}")
-            for f in p.code_files:
-                tar.add(f, arcname=f"code/{f.relative_to(REPO_ROOT)}")
-            # The clock preload is compiled with the host's compiler: the image's Debian
-            # release matches the host's, and the image then needs no compiler at all.
-            from nemesis.clock_preload import LIBRARY_NAME, build_preload
+    # Wheels are cached per requirement set: pyfuse3 takes half a minute to compile.
+    wheels = Path(tempfile.gettempdir()) / "kafkaesque-wheels" / _hash([" ".join(NODE_REQUIREMENTS).encode()])
+    if not wheels.exists():
+        partial = wheels.with_name(wheels.name + f".partial{os.getpid()}")
+        partial.mkdir(parents=True, exist_ok=True)
+        _download_wheels(partial)
+        os.replace(partial, wheels)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        df = _dockerfile(p.base_tag).encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(df)
+        tar.addfile(info, io.BytesIO(df))
+        for w in sorted(wheels.iterdir()):
+            tar.add(w, arcname=f"wheels/{w.name}")
+        for f in p.code_files:
+            tar.add(f, arcname=f"code/{f.relative_to(REPO_ROOT)}")
+        # The clock preload is compiled with the host's compiler: the image's Debian
+        # release matches the host's, and the image then needs no compiler at all.
+        from nemesis.clock_preload import LIBRARY_NAME, build_preload
 
-            tar.add(build_preload(), arcname=f"lib/{LIBRARY_NAME}")
-        buf.seek(0)
-        log("docker build of the node image ...")
-        try:
-            client.images.build(fileobj=buf, custom_context=True, tag=p.node_tag, rm=True,
-                                labels={LABEL: "node"})
-        except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and API errors
-            raise ImageError(f"building {p.node_tag} failed: {e}") from None
+        tar.add(build_preload(), arcname=f"lib/{LIBRARY_NAME}")
+    buf.seek(0)
+    log("docker build of the node image ...")
+    try:
+        client.images.build(fileobj=buf, custom_context=True, tag=p.node_tag, rm=True,
+                            labels={LABEL: "node"})
+    except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and API errors
+        raise ImageError(f"building {p.node_tag} failed: {e}") from None
     log(f"node image {p.node_tag} built in {time.monotonic() - t0:.1f} s")
     return True
 
