@@ -111,6 +111,15 @@ def parse_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0, check_
     return BatchHeader(base, size, ple, magic, crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count, crc_ok)
 
 
+def unpack_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header at `buf[pos:]` without looking at the body (for batches already validated)."""
+    (base, length, ple, magic, crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count) = HEADER.unpack_from(
+        buf, pos
+    )
+    size = length + LENGTH_FIELD_END
+    return BatchHeader(base, size, ple, magic, crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count, True)
+
+
 def iter_batch_headers(buf: bytes | bytearray | memoryview, check_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) for each batch in `buf`; raise InvalidBatchError at the first bad one."""
     pos = 0

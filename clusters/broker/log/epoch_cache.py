@@ -68,10 +68,12 @@ class LeaderEpochCache:
     @classmethod
     def from_entries(cls, entries: list[tuple[int, int]]) -> LeaderEpochCache:
         """An in-memory cache holding `[(epoch, start_offset), ...]` (tests and pure decisions)."""
+        for (e1, s1), (e2, s2) in zip(entries, entries[1:], strict=False):
+            if not (e1 < e2 and s1 < s2):
+                raise ValueError(f"entries must be strictly increasing in epoch and offset, got {entries}")
         cache = cls(None)
         for epoch, start in entries:
-            if not cache.assign(epoch, start):
-                raise ValueError(f"entries must be strictly increasing in epoch and offset, got {entries}")
+            cache.assign(epoch, start)
         return cache
 
     @property

@@ -31,6 +31,7 @@ from clusters.broker.log.batch import (
     iter_all_records,
     parse_batch_header,
     stamp_batch,
+    unpack_header,
     validate_batches,
     value_digest,
 )
@@ -142,6 +143,10 @@ class PartitionLog:
         self.directory = os.path.abspath(directory)
         self.segment_bytes = segment_bytes
         self.flush_policy = flush_policy or FlushPolicy(FlushMode.NEVER)
+        created = not os.path.isdir(self.directory)
+        os.makedirs(self.directory, exist_ok=True)
+        if created:
+            fsync_dir(os.path.dirname(self.directory))
         self._owns_flush_log = flush_log is None
         self._flush_log = flush_log or FlushLog(os.path.dirname(self.directory))
         self._log = logger or stderr_event_logger
@@ -155,10 +160,6 @@ class PartitionLog:
         self._last_flush_ms: int | None = None
         self._closed = False
 
-        created = not os.path.isdir(self.directory)
-        os.makedirs(self.directory, exist_ok=True)
-        if created:
-            fsync_dir(os.path.dirname(self.directory))
         remove_stale_tmp_files(self.directory)
         self.epoch_cache = LeaderEpochCache(self.directory)
         self._recover()
@@ -336,13 +337,13 @@ class PartitionLog:
             return b"".join(chunks)
 
     def batch_headers(self) -> list[BatchHeader]:
-        """Headers of every batch in the log, oldest first (crc_ok not computed: always True)."""
+        """Headers of every batch in the log, oldest first (CRCs were checked at append/recovery)."""
         with self._lock:
             self._check_open()
             out = []
             for seg in self._segments:
                 for pos in seg.positions:
-                    out.append(parse_batch_header(os.pread(seg.fd, HEADER_SIZE, pos), 0, check_crc=False))
+                    out.append(unpack_header(os.pread(seg.fd, HEADER_SIZE, pos)))
             return out
 
     def physical_log(self) -> list[PhysicalRecord]:
