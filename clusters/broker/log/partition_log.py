@@ -29,6 +29,7 @@ from clusters.broker.log.batch import (
     BatchHeader,
     InvalidBatchError,
     iter_all_records,
+    iter_records,
     parse_batch_header,
     stamp_batch,
     unpack_header,
@@ -190,14 +191,22 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ appends
 
-    def append_as_leader(self, raw_batches: bytes | bytearray | memoryview, leader_epoch: int) -> tuple[int, int]:
+    def append_as_leader(
+        self,
+        raw_batches: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        headers: list[BatchHeader] | None = None,
+    ) -> tuple[int, int]:
         """Validate client batches, assign offsets from the LEO, stamp `leader_epoch`, append.
 
         Returns (first offset, last offset). Raises InvalidBatchError (Kafka CORRUPT_MESSAGE)
-        without writing anything if any batch is malformed or fails its CRC.
+        without writing anything if any batch is malformed or fails its CRC. Pass `headers`
+        (from validate_batches on these same bytes, e.g. after a producer-sequence check) to
+        skip validating twice. Batch i gets offsets first + sum of earlier batches' counts.
         """
         buf = bytearray(raw_batches)
-        headers = validate_batches(buf)
+        if headers is None:
+            headers = validate_batches(buf)
         with self._lock:
             self._check_open()
             first = next_offset = self.log_end_offset
@@ -359,6 +368,25 @@ class PartitionLog:
                     out.append(PhysicalRecord(rec.offset, h.partition_leader_epoch, value_digest(rec.value)))
             return out
 
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, or None.
+
+        For ListOffsets with a timestamp (KIP-79); batches are skipped by their max timestamp,
+        so only one batch's records are decoded.
+        """
+        with self._lock:
+            self._check_open()
+            for seg in self._segments:
+                for i, pos in enumerate(seg.positions):
+                    h = unpack_header(os.pread(seg.fd, HEADER_SIZE, pos))
+                    if h.max_timestamp < timestamp_ms:
+                        continue
+                    raw = os.pread(seg.fd, seg.batch_end(i)[1] - pos, pos)
+                    for rec in iter_records(raw):
+                        if rec.timestamp >= timestamp_ms:
+                            return rec.offset, rec.timestamp
+            return None
+
     def end_offset_for_epoch(self, epoch: int, is_leader_current_epoch: bool = False) -> tuple[int, int]:
         """EndOffsetForEpoch(epoch) on this log (PROTOCOL.md 2 item 2)."""
         with self._lock:
@@ -392,8 +420,7 @@ class PartitionLog:
                 self._segment_bases.pop()
             leo = self.log_end_offset
             self.epoch_cache.truncate_from_end(leo)
-            self.flushed_offset = min(self.flushed_offset, leo)
-            self._fsync_segment(self._segments[-1], force=True)
+            self._flush_locked()  # earlier segments were synced at roll: all of [start, leo) is now
             return leo
 
     def _delete_segment(self, seg: _Segment) -> None:
