@@ -273,3 +273,24 @@ def test_flush_policy_every_write_is_applied(tmp_path):
     log = open_log(tmp_path, flush_policy=parse_flush_policy("every-write"))
     log.append_as_leader(batch(b"a"), 1)
     assert log.flushed_offset == 1
+
+
+def test_malformed_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(b"a"), 2)
+    log.append_as_leader(batch(b"b"), 5)
+    log.close()
+    (tmp_path / "orders-0" / "leader-epoch-checkpoint").write_text("0\n7\nnonsense\n")
+    events = Events()
+    again = open_log(tmp_path, events)
+    assert [(e.epoch, e.start_offset) for e in again.epoch_cache.entries] == [(2, 0), (5, 1)]
+    assert len(events.of("log-recovery-epoch-checkpoint-rebuilt")) == 1
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(build_batch([b"a", b"b"], timestamp_ms=1000), 1)
+    log.append_as_leader(build_batch([b"c"], timestamp_ms=2000), 1)
+    assert log.offset_for_timestamp(500) == (0, 1000)
+    assert log.offset_for_timestamp(1500) == (2, 2000)
+    assert log.offset_for_timestamp(2500) is None

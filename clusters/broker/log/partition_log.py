@@ -36,7 +36,8 @@ from clusters.broker.log.batch import (
     validate_batches,
     value_digest,
 )
-from clusters.broker.log.checkpoints import fsync_dir, remove_stale_tmp_files
+from clusters.broker.log.checkpoints import CheckpointError, fsync_dir, remove_stale_tmp_files
+from clusters.broker.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
 from clusters.broker.log.epoch_cache import NO_EPOCH, LeaderEpochCache
 from clusters.broker.log.flush import FlushLog, FlushMode, FlushPolicy
 
@@ -162,7 +163,14 @@ class PartitionLog:
         self._closed = False
 
         remove_stale_tmp_files(self.directory)
-        self.epoch_cache = LeaderEpochCache(self.directory)
+        try:
+            self.epoch_cache = LeaderEpochCache(self.directory)
+        except CheckpointError as exc:
+            # The epochs are also in the batches: rebuild the cache from the recovery scan.
+            self._log({"event": "log-recovery-epoch-checkpoint-rebuilt", "partition": self._name(),
+                       "reason": str(exc)})
+            os.unlink(os.path.join(self.directory, EPOCH_CHECKPOINT_NAME))
+            self.epoch_cache = LeaderEpochCache(self.directory)
         self._recover()
         self.flushed_offset = 0
         self._flush_locked(all_segments=True)  # a durable baseline for this run (see flush.py)
