@@ -14,6 +14,7 @@ from clusters.broker.log import (
     build_batch,
     iter_all_records,
     iter_batch_headers,
+    last_synced_lengths,
     parse_flush_policy,
     value_digest,
 )
@@ -294,3 +295,18 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path):
     assert log.offset_for_timestamp(500) == (0, 1000)
     assert log.offset_for_timestamp(1500) == (2, 2000)
     assert log.offset_for_timestamp(2500) is None
+
+
+def test_recovery_drops_segments_after_a_gap_and_records_the_deletion(tmp_path):
+    log = open_log(tmp_path, segment_bytes=150)
+    for i in range(6):
+        log.append_as_leader(batch(b"v%d" % i), 1)
+    paths = log.segment_paths()
+    log.close()
+    os.unlink(paths[1])
+    events = Events()
+    again = open_log(tmp_path, events, segment_bytes=150)
+    assert again.log_end_offset == int(os.path.basename(paths[1])[:20])
+    reasons = {c["file"]: c["reason"] for c in events.of("log-recovery-truncated")}
+    assert reasons[paths[2]].startswith("gap")
+    assert last_synced_lengths(str(tmp_path))[os.path.relpath(paths[2], tmp_path)] is None

@@ -497,27 +497,27 @@ class PartitionLog:
     # ------------------------------------------------------------------ recovery
 
     def _recover(self) -> None:
-        """Scan every segment, rebuild the index, cut a torn or corrupt tail (issue 2 item 4)."""
-        names = sorted(n for n in os.listdir(self.directory) if n.endswith(SEGMENT_SUFFIX))
-        bases = []
-        for n in names:
-            try:
-                bases.append(int(n[: -len(SEGMENT_SUFFIX)]))
-            except ValueError:
-                continue  # not ours
-        bases.sort()
+        """Scan every segment, rebuild the index, cut a torn or corrupt tail (issue 2 item 4).
+
+        After the first damaged segment, or a gap between segments, later segments cannot be
+        trusted to follow on: they are deleted (each with its own log line).
+        """
+        found = []
+        for n in os.listdir(self.directory):
+            if n.endswith(SEGMENT_SUFFIX) and n[: -len(SEGMENT_SUFFIX)].isdigit():
+                found.append((int(n[: -len(SEGMENT_SUFFIX)]), os.path.join(self.directory, n)))
+        found.sort()
         expected: int | None = None
         broken = False
         # Epoch changes seen while scanning (epoch, first offset): they complete a checkpoint
         # that missed an epoch (the checkpoint is written before data, so normally a no-op).
         self._scan_epochs: list[tuple[int, int]] = []
         self._scan_last_epoch = NO_EPOCH
-        for base in bases:
-            path = os.path.join(self.directory, segment_file_name(base))
+        for base, path in found:
             if broken or (expected is not None and base != expected):
-                self._log_recovery(path, base, 0, "segment after a gap or a corrupt segment" if not broken else
-                                   "segment after a corrupt tail")
-                os.unlink(path)
+                reason = "segment after a corrupt tail" if broken else f"gap: segment starts at {base}, log ends at {expected}"
+                self._log_recovery(path, base, 0, reason)
+                self._unlink_recovered(path, base)
                 broken = True
                 continue
             seg = _Segment(path, base)
@@ -530,13 +530,17 @@ class PartitionLog:
             self._segments.append(seg)
             self._segment_bases.append(0)
         elif len(self._segments) > 1 and self._segments[-1].size == 0:
-            # An empty trailing segment (e.g. cut to nothing) adds nothing: drop it.
+            # An empty trailing segment (e.g. cut to nothing by a lossy crash) adds nothing.
             seg = self._segments.pop()
             self._segment_bases.pop()
             seg.close()
-            os.unlink(seg.path)
+            self._unlink_recovered(seg.path, seg.base_offset)
         fsync_dir(self.directory)
         self._rebuild_epoch_cache()
+
+    def _unlink_recovered(self, path: str, base_offset: int) -> None:
+        os.unlink(path)
+        self._flush_log.record(path, 0, base_offset, deleted=True)
 
     def _scan_segment(self, seg: _Segment) -> bool:
         """Index seg's batches; truncate at the first bad one. True if the file was cut."""
