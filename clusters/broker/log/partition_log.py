@@ -225,11 +225,13 @@ class PartitionLog:
                 bases.append(next_offset)
                 next_offset += h.last_offset_delta + 1
                 pos += h.size
-            # 002 2.2.2 / KAFKA-7415: the cache learns the epoch at its first offset.
             if leader_epoch < self.epoch_cache.last_epoch:
+                # Stamping an older epoch after a newer one would break the cache's order.
                 raise ValueError(
                     f"{self._name()}: append in leader epoch {leader_epoch} after epoch {self.epoch_cache.last_epoch}"
                 )
+            # 004 "Epoch concept": the cache learns a new epoch at its first offset (a no-op when
+            # the leader already called assign_epoch on election, KAFKA-7415).
             self.epoch_cache.assign(leader_epoch, first)
             self._write(buf, headers, bases)
             return first, next_offset - 1
