@@ -143,7 +143,7 @@ class RpcClient:
                 self._reader, self._writer = await asyncio.wait_for(
                     asyncio.open_connection(self.host, self.port), self.connect_timeout
                 )
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 raise RpcError(f"cannot connect to {self.host}:{self.port}: {e}") from None
             self._reader_task = asyncio.create_task(self._read_loop(self._reader))
 
@@ -184,7 +184,7 @@ class RpcClient:
             raise RpcError(f"send to {self.host}:{self.port} failed: {e}") from None
         try:
             return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._pending.pop(cid, None)
             self._fail_pending(RpcError("timeout"))
             raise RpcError(f"{api} to {self.host}:{self.port} timed out after {timeout}s") from None

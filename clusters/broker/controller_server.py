@@ -1,0 +1,166 @@
+"""The controller's asyncio shell: the RPC listener, the durable metadata log, the fencing timer.
+
+All protocol decisions are in controller.py; this module only moves bytes, keeps time and
+makes records durable: records the state machine emits are appended and fsynced to
+<data-dir>/metadata.log before the request is answered and before any broker can fetch
+them (002 1.2.1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from clusters.broker import rpc
+from clusters.broker.controller import Controller, ControllerConfig
+from clusters.broker.metadata import MetadataImage, MetadataLogFile
+
+TICK_S = 0.1
+
+
+class JsonLog:
+    """One JSON object per line: the state-change log (000 point 7a in spirit)."""
+
+    def __init__(self, path: str | None, node: int, role: str):
+        self.node, self.role = node, role
+        self._fh = open(path, "a", buffering=1) if path else sys.stderr
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        line = {"ts": round(time.time(), 6), "node": self.node, "role": self.role, **event}
+        self._fh.write(json.dumps(line, default=str) + "\n")
+        self._fh.flush()
+
+
+def now_ms() -> int:
+    # Monotonic: session timeouts must not jump with a skewed wall clock (the clock nemesis).
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerServer:
+    def __init__(self, args: Any):
+        self.host, port = args.listen.rsplit(":", 1)
+        self.port = int(port)
+        os.makedirs(args.data_dir, exist_ok=True)
+        self.log = JsonLog(args.log_file, args.node_id, "controller")
+        self.metadata = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
+        image = MetadataImage()
+        for offset, record in enumerate(self.metadata.records):
+            image.apply(offset, record)
+        config = ControllerConfig(
+            node_id=args.node_id,
+            session_timeout_ms=args.session_timeout_ms,
+            unclean_leader_election=args.unclean_leader_election,
+            variants=frozenset(args.variant),
+        )
+        self.controller = Controller(config, image, log=self.log)
+        self.controller.start(now_ms())
+        self._new_records = asyncio.Event()
+        self.log({"event": "controller_started", "metadata_end_offset": self.metadata.end_offset,
+                  "listen": args.listen})
+
+    def persist(self) -> None:
+        records = self.controller.take_pending()
+        if not records:
+            return
+        first = self.metadata.append(records, fsync=True)
+        assert first + len(records) == self.controller.end_offset, "metadata log and image diverged"
+        self._new_records.set()
+        self._new_records = asyncio.Event()
+
+    async def ticker(self) -> None:
+        while True:
+            self.controller.tick(now_ms())
+            self.persist()
+            await asyncio.sleep(TICK_S)
+
+    async def fetch_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        offset = int(body.get("offset", 0))
+        max_records = int(body.get("max_records", 1000))
+        if offset > self.metadata.end_offset:
+            # The broker holds records this log does not: its copy must be cut back.
+            return {"error": rpc.OFFSET_OUT_OF_RANGE, "records": [], "end_offset": self.metadata.end_offset}
+        if offset == self.metadata.end_offset:
+            wait_s = min(int(body.get("max_wait_ms", 0)), 10_000) / 1000
+            if wait_s > 0:
+                try:
+                    await asyncio.wait_for(self._new_records.wait(), wait_s)
+                except TimeoutError:
+                    pass
+        records = self.controller.records_since(self.metadata.records, offset, max_records)
+        return {"error": rpc.NONE, "records": records, "end_offset": self.metadata.end_offset}
+
+    async def dispatch(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        if api == "fetch_metadata":
+            return await self.fetch_metadata(body)
+        if api == "dump_state":
+            state = self.controller.dump()
+            state["time_ms"] = int(time.time() * 1000)
+            return {"error": rpc.NONE, "state": state}
+        response = self.controller.handle(api, body, now_ms())
+        self.persist()
+        return response
+
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        write_lock = asyncio.Lock()
+        tasks: set[asyncio.Task] = set()
+
+        async def answer(cid: Any, api: str, body: dict[str, Any]) -> None:
+            try:
+                response = await self.dispatch(api, body)
+            except (KeyError, TypeError, ValueError) as e:
+                self.log({"event": "bad_request", "peer": str(peer), "api": api, "error": repr(e)})
+                response = {"error": rpc.INVALID_REQUEST, "message": f"malformed {api}: {e!r}"}
+            async with write_lock:
+                writer.write(rpc.encode_frame({"id": cid, "body": response}))
+                await writer.drain()
+
+        try:
+            while True:
+                frame = await rpc.read_frame(reader)
+                if not rpc.is_rpc_frame(frame):
+                    self.log({"event": "bad_frame", "peer": str(peer), "reason": "not an RPC frame"})
+                    break
+                msg = json.loads(frame)
+                if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict):
+                    self.log({"event": "bad_frame", "peer": str(peer), "reason": "no body object"})
+                    break
+                t = asyncio.create_task(answer(msg.get("id"), str(msg.get("api")), msg["body"]))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ValueError as e:
+            self.log({"event": "bad_frame", "peer": str(peer), "reason": str(e)})
+        finally:
+            for t in tasks:
+                t.cancel()
+            writer.close()
+
+    async def run(self) -> int:
+        server = await asyncio.start_server(self.serve_connection, self.host, self.port, reuse_address=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ticker = asyncio.create_task(self.ticker())
+        await stop.wait()
+        ticker.cancel()
+        server.close()
+        self.persist()
+        self.metadata.close()
+        self.log({"event": "controller_stopped"})
+        return 0
+
+
+def run_controller(args: Any) -> int:
+    try:
+        return asyncio.run(ControllerServer(args).run())
+    except OSError as e:
+        print(f"error: controller cannot listen on {args.listen} ({e.strerror}); pick a free port.", file=sys.stderr)
+        return 3
