@@ -1,0 +1,62 @@
+"""Operator commands: `create-topic` (through the Kafka CreateTopics API) and `admin dump` (internal RPC).
+
+Also importable by the harness: `dump_state(host, port)` and `create_topic(bootstrap, ...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from clusters.broker import rpc
+
+
+def dump_state(host: str, port: int, include_log: bool = True, timeout: float = 5.0) -> dict[str, Any]:
+    """The node's own state (a broker's partitions and physical log, or the controller's view)."""
+    resp = rpc.call_sync(host, port, "dump_state", {"include_log": include_log}, timeout=timeout)
+    if resp.get("error") != rpc.NONE:
+        raise rpc.RpcError(f"dump_state on {host}:{port} failed with error {resp.get('error')}")
+    return resp["state"]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int, min_isr: int,
+                 timeout_s: float = 30.0) -> None:
+    """Create a topic with a real Kafka client's admin API (kafka-python's KafkaAdminClient)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=int(timeout_s * 1000),
+                             client_id="kafkaesque-admin")
+    try:
+        admin.create_topics([NewTopic(topic, partitions, replication_factor,
+                                      topic_configs={"min.insync.replicas": str(min_isr)})],
+                            timeout_ms=int(timeout_s * 1000))
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+
+
+def create_topic_cli(args: Any) -> int:
+    try:
+        create_topic(args.bootstrap, args.topic, args.partitions, args.replication_factor, args.min_isr)
+    except Exception as e:  # noqa: BLE001 - one sentence for the operator
+        print(f"error: creating topic {args.topic!r} through {args.bootstrap} failed ({e}); "
+              "check that the brokers are up and the replication factor fits.", file=sys.stderr)
+        return 1
+    print(f"created topic {args.topic} ({args.partitions} partitions, RF {args.replication_factor}, "
+          f"min ISR {args.min_isr})")
+    return 0
+
+
+def admin_cli(args: Any) -> int:
+    host, port = args.node.rsplit(":", 1)
+    try:
+        state = dump_state(host, int(port), include_log=not args.no_log)
+    except rpc.RpcError as e:
+        print(f"error: {e}; is the node up at {args.node}?", file=sys.stderr)
+        return 1
+    json.dump(state, sys.stdout, indent=2)
+    print()
+    return 0

@@ -1,0 +1,223 @@
+"""Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics,
+InitProducerId.
+
+Codecs are kafka-python's generated protocol classes used server-side (PROTOCOL.md 10):
+requests decode with `Req[version].decode(payload, header=True)`, responses are built with
+the version in the constructor and encoded with `.with_header(correlation_id=...)` and
+`.encode(header=True, framed=True)`. Handlers ask the broker shell (server.py) for state;
+they never touch sockets or logs directly.
+
+Versions are capped where the clients' choices would need more than we implement: Fetch at
+12 (v13+ names topics by id), Produce at 10 (v13 by id), Metadata at 12.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+from clusters.broker import rpc
+from clusters.broker.log import InvalidBatchError, validate_batches
+from clusters.broker.metadata import NO_LEADER
+
+if TYPE_CHECKING:
+    from clusters.broker.server import Broker
+
+UNSUPPORTED_VERSION = 35
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+# api_key -> (request class, response class, min version, max version)
+SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
+    0: (ProduceRequest, ProduceResponse, 3, 10),
+    1: (FetchRequest, FetchResponse, 4, 12),
+    2: (ListOffsetsRequest, ListOffsetsResponse, 1, 7),
+    3: (MetadataRequest, MetadataResponse, 0, 12),
+    18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+    19: (CreateTopicsRequest, CreateTopicsResponse, 2, 7),
+    22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
+}
+
+
+class BadRequest(Exception):
+    """A request we cannot decode: the connection is closed (it never crashes the broker)."""
+
+
+def topic_id(topic: str) -> uuid.UUID:
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kafkaesque/{topic}")
+
+
+def peek_header(payload: bytes) -> tuple[int, int, int]:
+    if len(payload) < 8:
+        raise BadRequest("request shorter than a request header")
+    return struct.unpack_from(">hhi", payload, 0)
+
+
+async def handle_kafka_request(broker: Broker, payload: bytes) -> bytes | None:
+    """Decode one framed request body, run its handler, return the framed response (None: no reply)."""
+    api_key, version, correlation_id = peek_header(payload)
+    if api_key == 18 and version > SUPPORTED[18][3]:
+        # KIP-511: answer an unknown ApiVersions version in a v0 body with the error, so the
+        # client retries with a version we know.
+        resp = _api_versions(0, error=UNSUPPORTED_VERSION)
+        resp.with_header(correlation_id=correlation_id)
+        return bytes(resp.encode(header=True, framed=True))
+    spec = SUPPORTED.get(api_key)
+    if spec is None or not spec[2] <= version <= spec[3]:
+        raise BadRequest(f"unsupported api {api_key} v{version}")
+    req_cls, _, _, _ = spec
+    try:
+        req = req_cls[version].decode(payload, header=True)
+    except Exception as e:  # noqa: BLE001 - any decoding failure is a malformed request
+        raise BadRequest(f"cannot decode api {api_key} v{version}: {e!r}") from None
+    handler = HANDLERS[api_key]
+    resp = await handler(broker, req, version)
+    if resp is None:
+        return None
+    resp.with_header(correlation_id=correlation_id)
+    return bytes(resp.encode(header=True, framed=True))
+
+
+def _api_versions(version: int, error: int = 0) -> Any:
+    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=v[2], max_version=v[3])
+            for k, v in sorted(SUPPORTED.items())]
+    return ApiVersionsResponse(version=version, error_code=error, api_keys=keys, throttle_time_ms=0)
+
+
+async def api_versions(broker: Broker, req: Any, version: int) -> Any:
+    return _api_versions(version)
+
+
+async def metadata(broker: Broker, req: Any, version: int) -> Any:
+    image = broker.image
+    R = MetadataResponse
+    live = [b for b in sorted(image.brokers.values(), key=lambda b: b.broker_id) if not b.fenced]
+    brokers = [R.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=None) for b in live]
+    names = [t.name for t in req.topics] if req.topics is not None else sorted(image.topics)
+    topics = []
+    for name in names:
+        info = image.topics.get(name)
+        if info is None:
+            topics.append(R.MetadataResponseTopic(error_code=rpc.UNKNOWN_TOPIC_OR_PARTITION, name=name,
+                                                  topic_id=topic_id(name), is_internal=False, partitions=[],
+                                                  authorized_operations={31}))
+            continue
+        parts = []
+        for p in image.partitions_of(name):
+            offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced]
+            parts.append(R.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=rpc.LEADER_NOT_AVAILABLE if p.leader == NO_LEADER else 0,
+                partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=offline))
+        topics.append(R.MetadataResponseTopic(error_code=0, name=name, topic_id=topic_id(name), is_internal=False,
+                                              partitions=parts, authorized_operations={31}))
+    # Clients send admin requests to the controller id: a live broker, which forwards
+    # CreateTopics to the real controller (as KRaft brokers do).
+    controller = broker.node_id
+    return R(version=version, throttle_time_ms=0, brokers=brokers, cluster_id="kafkaesque",
+             controller_id=controller, topics=topics, authorized_operations={31}, error_code=0)
+
+
+async def produce(broker: Broker, req: Any, version: int) -> Any:
+    acks = req.acks
+    timeout_s = max(req.timeout_ms, 1) / 1000
+    jobs = []
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            jobs.append((t.name, pd.index, pd.records))
+    results = await asyncio.gather(*(_produce_partition(broker, name, index, records, acks, timeout_s)
+                                     for name, index, records in jobs))
+    if acks == 0:
+        return None
+    R = ProduceResponse
+    by_topic: dict[str, list] = {}
+    for (name, index, _), (err, base_offset, log_start) in zip(jobs, results, strict=True):
+        by_topic.setdefault(name, []).append(R.TopicProduceResponse.PartitionProduceResponse(
+            index=index, error_code=err, base_offset=base_offset, log_append_time_ms=-1,
+            log_start_offset=log_start, record_errors=[], error_message=None))
+    return R(version=version, responses=[R.TopicProduceResponse(name=n, partition_responses=ps)
+                                         for n, ps in by_topic.items()], throttle_time_ms=0)
+
+
+async def _produce_partition(broker: Broker, topic: str, partition: int, records: Any, acks: int,
+                             timeout_s: float) -> tuple[int, int, int]:
+    raw = bytes(records) if records is not None else b""
+    try:
+        headers = validate_batches(raw)
+    except InvalidBatchError:
+        return rpc.CORRUPT_MESSAGE, -1, -1
+    if not headers:
+        return rpc.INVALID_REQUEST, -1, -1
+    return await broker.produce(topic, partition, raw, headers, acks, timeout_s)
+
+
+async def fetch(broker: Broker, req: Any, version: int) -> Any:
+    wanted = [(t.topic, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1), p.partition_max_bytes)
+              for t in req.topics for p in t.partitions]
+    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    while True:
+        waiters = [broker.change_event(t, p) for t, p, *_ in wanted]
+        parts = [broker.consumer_read(t, p, off, cle, max_bytes) for t, p, off, cle, max_bytes in wanted]
+        total = sum(len(x["records"]) for x in parts)
+        remaining = deadline - time.monotonic()
+        if total >= max(req.min_bytes, 1) or remaining <= 0 or any(x["error"] for x in parts) or not wanted:
+            break
+        await broker.wait_any(waiters, remaining)
+    R = FetchResponse
+    by_topic: dict[str, list] = {}
+    for (topic, partition, *_), x in zip(wanted, parts, strict=True):
+        by_topic.setdefault(topic, []).append(R.FetchableTopicResponse.PartitionData(
+            partition_index=partition, error_code=x["error"], high_watermark=x["hwm"], last_stable_offset=x["hwm"],
+            log_start_offset=x["log_start"], aborted_transactions=None, preferred_read_replica=-1,
+            records=x["records"]))
+    return R(version=version, throttle_time_ms=0, error_code=0, session_id=0,
+             responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+async def list_offsets(broker: Broker, req: Any, version: int) -> Any:
+    R = ListOffsetsResponse
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            err, offset, epoch = broker.list_offset(t.name, p.partition_index, p.timestamp,
+                                                    getattr(p, "current_leader_epoch", -1))
+            parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                partition_index=p.partition_index, error_code=err, timestamp=-1, offset=offset, leader_epoch=epoch))
+        topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return R(version=version, throttle_time_ms=0, topics=topics)
+
+
+async def create_topics(broker: Broker, req: Any, version: int) -> Any:
+    R = CreateTopicsResponse
+    results = []
+    for t in req.topics:
+        configs = {c.name: c.value for c in (t.configs or [])}
+        err, message = await broker.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                                 max(req.timeout_ms, 1000) / 1000)
+        results.append(R.CreatableTopicResult(name=t.name, error_code=err, error_message=message,
+                                              num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                                              configs=[]))
+    return R(version=version, throttle_time_ms=0, topics=results)
+
+
+async def init_producer_id(broker: Broker, req: Any, version: int) -> Any:
+    return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
+                                  producer_id=broker.next_producer_id(), producer_epoch=0)
+
+
+HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 18: api_versions, 19: create_topics,
+            22: init_producer_id}

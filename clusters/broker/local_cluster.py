@@ -1,0 +1,97 @@
+"""`python -m clusters.broker cluster`: a controller and N brokers as processes on this machine.
+
+For people trying the broker by hand and for the harness's local backend: prints exactly
+one line `bootstrap=HOST:PORT,...` once every broker is registered and unfenced, and on
+SIGTERM or SIGINT shuts everything down cleanly (brokers first, by controlled shutdown,
+then the controller).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from clusters.broker import rpc
+from clusters.broker.admin import dump_state
+
+CONTROLLER_ID = 1000
+
+
+def broker_argv(node_id: int, host: str, port: int, controller: str, data_dir: str, flush_policy: str,
+                variants: list[str], extra: list[str] | None = None) -> list[str]:
+    argv = [sys.executable, "-m", "clusters.broker", "broker", "--node-id", str(node_id),
+            "--listen", f"{host}:{port}", "--controller", controller, "--data-dir", data_dir,
+            "--log-file", os.path.join(data_dir, "broker.log"), "--flush-policy", flush_policy]
+    for v in variants:
+        argv += ["--variant", v]
+    return argv + (extra or [])
+
+
+def controller_argv(host: str, port: int, data_dir: str, extra: list[str] | None = None) -> list[str]:
+    return [sys.executable, "-m", "clusters.broker", "controller", "--node-id", str(CONTROLLER_ID),
+            "--listen", f"{host}:{port}", "--data-dir", data_dir,
+            "--log-file", os.path.join(data_dir, "controller.log")] + (extra or [])
+
+
+def wait_until_unfenced(host: str, port: int, broker_ids: list[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = dump_state(host, port, include_log=False, timeout=1.0)
+            live = {b["broker_id"] for b in state["brokers"] if not b["fenced"]}
+            if set(broker_ids) <= live:
+                return True
+        except rpc.RpcError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def run_local_cluster(args: Any) -> int:
+    host, base = args.host, args.base_port
+    os.makedirs(args.data_dir, exist_ok=True)
+    procs: list[subprocess.Popen] = []
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        cdir = os.path.join(args.data_dir, "controller")
+        os.makedirs(cdir, exist_ok=True)
+        procs.append(subprocess.Popen(controller_argv(host, base, cdir)))
+        ids = list(range(1, args.brokers + 1))
+        for i in ids:
+            bdir = os.path.join(args.data_dir, f"broker-{i}")
+            os.makedirs(bdir, exist_ok=True)
+            procs.append(subprocess.Popen(broker_argv(i, host, base + i, f"{host}:{base}", bdir,
+                                                      args.flush_policy, args.variant)))
+        if not wait_until_unfenced(host, base, ids, 60):
+            print("error: the brokers did not register and unfence within 60 s; see the logs under "
+                  f"{args.data_dir}.", file=sys.stderr)
+            return 1
+        print("bootstrap=" + ",".join(f"{host}:{base + i}" for i in ids), flush=True)
+        while not stop.is_set():
+            if any(p.poll() is not None for p in procs):
+                print("error: a node exited unexpectedly; see the logs under " f"{args.data_dir}.", file=sys.stderr)
+                return 1
+            stop.wait(0.5)
+        return 0
+    finally:
+        for p in reversed(procs[1:]):  # brokers first: controlled shutdown needs the controller
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs[1:]:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if procs and procs[0].poll() is None:
+            procs[0].send_signal(signal.SIGTERM)
+            try:
+                procs[0].wait(10)
+            except subprocess.TimeoutExpired:
+                procs[0].kill()

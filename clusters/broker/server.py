@@ -1,0 +1,551 @@
+"""The broker's asyncio shell: sockets, timers, the controller session, replica fetchers, purgatory.
+
+The protocol lives in replica.py (per partition) and controller.py; the storage in log/.
+This module wires them to the world: one listener per broker speaks both the Kafka
+protocol and the internal RPC (rpc.is_rpc_frame tells them apart); a session with the
+controller registers, heartbeats and pulls the metadata log (002 1.2, 2.3.2); one fetcher
+task per followed partition pulls from its leader (002 2.2); acks=all produce requests wait
+in a purgatory until the HWM passes them (002 2.5); SIGTERM is a controlled shutdown that
+ends with the clean-shutdown marker (001 5.1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+from clusters.broker import kafka_api, rpc
+from clusters.broker.controller_server import JsonLog
+from clusters.broker.log import BatchHeader, LogManager, NonContiguousAppendError, parse_flush_policy
+from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
+from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
+
+HOUSEKEEPING_S = 0.1
+HWM_CHECKPOINT_S = 1.0
+MAX_FETCH_BYTES = 4 * 1024 * 1024
+
+
+def now_ms() -> int:
+    # Monotonic: lag and session timers must not jump when the clock nemesis skews the wall clock.
+    return time.monotonic_ns() // 1_000_000
+
+
+def _hostport(s: str) -> tuple[str, int]:
+    host, port = s.rsplit(":", 1)
+    return host, int(port)
+
+
+class PendingProduce:
+    __slots__ = ("last_offset", "future")
+
+    def __init__(self, last_offset: int, future: asyncio.Future):
+        self.last_offset, self.future = last_offset, future
+
+
+class Broker:
+    def __init__(self, args: Any):
+        self.args = args
+        self.node_id = args.node_id
+        self.listen_host, self.listen_port = _hostport(args.listen)
+        self.adv_host, self.adv_port = _hostport(args.advertise or args.listen)
+        self.controller_addr = _hostport(args.controller)
+        self.variants = frozenset(args.variant)
+        os.makedirs(args.data_dir, exist_ok=True)
+        self.log = JsonLog(args.log_file, self.node_id, "broker")
+        self.logs = LogManager(os.path.join(args.data_dir, "logs"), parse_flush_policy(args.flush_policy),
+                               args.segment_bytes, logger=self._log_event)
+        self.previous_broker_epoch = self.logs.take_clean_shutdown()
+        self.logs.load_all()
+        self.checkpointed_hwm = self.logs.read_hwm_checkpoint()
+        self.metadata_file = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
+        self.image = MetadataImage()
+        for offset, record in enumerate(self.metadata_file.records):
+            self.image.apply(offset, record)
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self.replica_config = ReplicaConfig(replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+                                            variants=self.variants)
+        self.incarnation_id = uuid.uuid4().hex
+        self.broker_epoch = -1
+        self.fenced = True
+        self.caught_up = False
+        self.want_shutdown = False
+        self.should_shutdown = asyncio.Event()
+        self.controller = rpc.RpcClient(*self.controller_addr)
+        self.peers: dict[int, rpc.RpcClient] = {}
+        self.purgatory: dict[tuple[str, int], deque[PendingProduce]] = {}
+        self.changed: dict[tuple[str, int], asyncio.Event] = {}
+        self.fetchers: dict[tuple[str, int], asyncio.Task] = {}
+        self.alter_tasks: dict[tuple[str, int], asyncio.Task] = {}
+        self._producer_ids = int(time.time() * 1000) % (1 << 40)
+        self.metadata_changed = asyncio.Event()
+
+    def _log_event(self, event: dict[str, Any]) -> None:
+        self.log(event)
+
+    # --- change notification (long polls) --------------------------------------------------
+    def change_event(self, topic: str, partition: int) -> asyncio.Event:
+        ev = self.changed.get((topic, partition))
+        if ev is None:
+            ev = self.changed[(topic, partition)] = asyncio.Event()
+        return ev
+
+    def signal_change(self, key: tuple[str, int]) -> None:
+        ev = self.changed.pop(key, None)
+        if ev is not None:
+            ev.set()
+
+    async def wait_any(self, events: list[asyncio.Event], timeout: float) -> None:
+        if not events:
+            await asyncio.sleep(timeout)
+            return
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+
+    # --- produce and the acks=all purgatory (002 2.5, 2.6) ----------------------------------
+    async def produce(self, topic: str, partition: int, raw: bytes, headers: list[BatchHeader], acks: int,
+                      timeout_s: float) -> tuple[int, int, int]:
+        r = self.replicas.get((topic, partition))
+        if r is None:
+            return (rpc.UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) not in self.image.partitions
+                    else rpc.NOT_LEADER_OR_FOLLOWER), -1, -1
+        err = r.check_produce(acks)
+        if err != rpc.NONE:
+            return err, -1, -1
+        # Idempotent producer (KIP-98): check every batch before appending any.
+        for h in headers:
+            seq_err, dup = r.producers.check(h)
+            if seq_err != rpc.NONE:
+                return seq_err, -1, -1
+            if dup is not None:
+                if len(headers) == 1:
+                    return await self._await_commit(r, dup[0], dup[1], acks, timeout_s)
+                return rpc.INVALID_REQUEST, -1, -1
+        first, last = r.append(raw, headers)
+        self.signal_change(r.key)
+        self._complete_produces(r)
+        return await self._await_commit(r, first, last, acks, timeout_s)
+
+    async def _await_commit(self, r: Replica, first: int, last: int, acks: int, timeout_s: float) -> tuple[int, int, int]:
+        if acks != -1 or r.hwm > last:
+            return rpc.NONE, first, r.log.log_start_offset
+        fut = asyncio.get_running_loop().create_future()
+        self.purgatory.setdefault(r.key, deque()).append(PendingProduce(last, fut))
+        try:
+            err = await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return rpc.REQUEST_TIMED_OUT, -1, -1
+        return err, (first if err == rpc.NONE else -1), r.log.log_start_offset
+
+    def _complete_produces(self, r: Replica) -> None:
+        q = self.purgatory.get(r.key)
+        while q and q[0].last_offset < r.hwm:
+            p = q.popleft()
+            if not p.future.done():
+                p.future.set_result(rpc.NONE)
+
+    def _fail_produces(self, key: tuple[str, int], error: int) -> None:
+        q = self.purgatory.pop(key, None)
+        while q:
+            p = q.popleft()
+            if not p.future.done():
+                p.future.set_result(error)
+
+    def _hwm_may_have_moved(self, r: Replica) -> None:
+        self._complete_produces(r)
+        self.signal_change(r.key)
+
+    # --- consumer reads ---------------------------------------------------------------------
+    def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
+                      max_bytes: int) -> dict[str, Any]:
+        r = self.replicas.get((topic, partition))
+        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b""}
+        if r is None:
+            out["error"] = (rpc.UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) not in self.image.partitions
+                            else rpc.NOT_LEADER_OR_FOLLOWER)
+            return out
+        err = r.check_fetch_epoch(current_leader_epoch)
+        if err != rpc.NONE:
+            out["error"] = err
+            return out
+        out["hwm"], out["log_start"] = r.hwm, r.log.log_start_offset
+        if offset < r.log.log_start_offset or offset > r.leo:
+            out["error"] = rpc.OFFSET_OUT_OF_RANGE
+        elif offset < r.hwm:
+            # 002 2.7: consumers see only records below the HWM.
+            out["records"] = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
+        return out
+
+    def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int) -> tuple[int, int, int]:
+        r = self.replicas.get((topic, partition))
+        if r is None:
+            return rpc.NOT_LEADER_OR_FOLLOWER, -1, -1
+        err = r.check_fetch_epoch(current_leader_epoch)
+        if err != rpc.NONE:
+            return err, -1, -1
+        if timestamp == kafka_api.EARLIEST_TIMESTAMP:
+            return rpc.NONE, r.log.log_start_offset, r.leader_epoch
+        if timestamp == kafka_api.LATEST_TIMESTAMP:
+            err, off = r.list_offset_latest()
+            return err, off, r.leader_epoch
+        found = r.log.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= r.hwm:
+            return rpc.NONE, -1, r.leader_epoch
+        return rpc.NONE, found[0], r.leader_epoch
+
+    async def create_topic(self, topic: str, partitions: int, rf: int, configs: dict[str, Any],
+                           timeout_s: float) -> tuple[int, str | None]:
+        try:
+            resp = await self.controller.call("create_topic", {"topic": topic, "partitions": partitions,
+                                                               "replication_factor": rf, "configs": configs})
+        except rpc.RpcError as e:
+            return rpc.REQUEST_TIMED_OUT, f"controller unreachable: {e}"
+        if resp.get("error") != rpc.NONE:
+            return resp["error"], resp.get("message")
+        # Answer once this broker's metadata shows every partition with a leader.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            parts = self.image.partitions_of(topic)
+            if len(parts) == partitions and all(p.leader != NO_LEADER for p in parts):
+                return rpc.NONE, None
+            await asyncio.sleep(0.02)
+        return rpc.NONE, None
+
+    def next_producer_id(self) -> int:
+        # Unique across brokers and restarts without a coordinator: node id in the high bits.
+        self._producer_ids += 1
+        return (self.node_id << 44) | (self._producer_ids & ((1 << 44) - 1))
+
+    # --- the controller session (PROTOCOL.md 5) ---------------------------------------------
+    async def register(self) -> None:
+        body = {"broker_id": self.node_id, "incarnation_id": self.incarnation_id, "host": self.adv_host,
+                "port": self.adv_port, "previous_broker_epoch": self.previous_broker_epoch}
+        while True:
+            try:
+                resp = await self.controller.call("broker_registration", body, timeout=2.0)
+                if resp.get("error") == rpc.NONE:
+                    self.broker_epoch = int(resp["broker_epoch"])
+                    self.log({"event": "registered", "broker_epoch": self.broker_epoch,
+                              "previous_broker_epoch": self.previous_broker_epoch})
+                    return
+                self.log({"event": "registration_refused", "error": resp.get("error"), "message": resp.get("message")})
+            except rpc.RpcError as e:
+                self.log({"event": "controller_unreachable", "error": str(e)})
+            await asyncio.sleep(0.5)
+
+    async def heartbeat_loop(self) -> None:
+        interval = self.args.heartbeat_interval_ms / 1000
+        while True:
+            body = {"broker_id": self.node_id, "broker_epoch": self.broker_epoch,
+                    "want_fence": not self.caught_up, "want_shutdown": self.want_shutdown,
+                    "metadata_offset": self.image.offset}
+            try:
+                resp = await self.controller.call("broker_heartbeat", body, timeout=2.0)
+                err = resp.get("error")
+                if err == rpc.STALE_BROKER_EPOCH or err == rpc.BROKER_ID_NOT_REGISTERED:
+                    # Our registration is gone (controller lost it): register again.
+                    self.log({"event": "heartbeat_rejected", "error": err})
+                    await self.register()
+                elif err == rpc.NONE:
+                    if self.fenced != resp["is_fenced"]:
+                        self.log({"event": "fenced" if resp["is_fenced"] else "unfenced",
+                                  "broker_epoch": self.broker_epoch})
+                    self.fenced = resp["is_fenced"]
+                    if resp.get("should_shutdown"):
+                        self.should_shutdown.set()
+            except rpc.RpcError:
+                pass
+            await asyncio.sleep(interval)
+
+    async def metadata_loop(self) -> None:
+        while True:
+            body = {"broker_id": self.node_id, "offset": self.image.offset + 1, "max_records": 2000,
+                    "max_wait_ms": 500}
+            try:
+                resp = await self.controller.call("fetch_metadata", body, timeout=5.0)
+            except rpc.RpcError:
+                await asyncio.sleep(0.2)
+                continue
+            if resp.get("error") == rpc.OFFSET_OUT_OF_RANGE:
+                # Our copy is ahead of the controller's log: replay what the controller has.
+                self.log({"event": "metadata_copy_truncated", "to": resp["end_offset"]})
+                self.metadata_file.truncate_to(int(resp["end_offset"]))
+                self.image = MetadataImage()
+                for offset, record in enumerate(self.metadata_file.records):
+                    self.image.apply(offset, record)
+                continue
+            records = resp.get("records") or []
+            if records:
+                self.metadata_file.append([r for _, r in records], fsync=True)
+                touched = set()
+                for offset, record in records:
+                    self.image.apply(offset, record)
+                    if record["type"] == "partition":
+                        touched.add((record["topic"], record["partition"]))
+                    elif record["type"] in ("topic", "broker_change", "register_broker"):
+                        touched.update(self.image.partitions)  # min ISR or eligibility may change
+                if self.broker_epoch >= 0 and self.image.offset >= self.broker_epoch:
+                    if not self.caught_up:
+                        self.caught_up = True
+                        touched.update(self.image.partitions)
+                    self.apply_metadata(touched)
+            elif self.broker_epoch >= 0 and self.image.offset >= self.broker_epoch and not self.caught_up:
+                self.caught_up = True
+                self.apply_metadata(set(self.image.partitions))
+
+    def apply_metadata(self, keys: set[tuple[str, int]]) -> None:
+        """Act on materialized partition state (002 2.3.2): create replicas, change roles."""
+        now = now_ms()
+        for key in sorted(keys):
+            p = self.image.partitions.get(key)
+            if p is None or self.node_id not in p.replicas:
+                continue
+            topic = self.image.topics.get(p.topic)
+            min_isr = topic.min_isr if topic else 1
+            r = self.replicas.get(key)
+            if r is None:
+                log = self.logs.get_or_create(*key)
+                r = self.replicas[key] = Replica(self.node_id, key[0], key[1], log,
+                                                 self.checkpointed_hwm.get(key, 0), min_isr,
+                                                 self.replica_config, event_log=self.log)
+            r.min_isr = min_isr
+            old_role, old_epoch = r.role, r.leader_epoch
+            r.apply_partition_state(p, now)
+            if r.role != LEADER or r.leader_epoch != old_epoch:
+                if old_role == LEADER:
+                    self._fail_produces(key, rpc.NOT_LEADER_OR_FOLLOWER)
+            if r.role == FOLLOWER and key not in self.fetchers:
+                self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
+            self._hwm_may_have_moved(r)
+
+    # --- replication: followers pull (002 2.2) ------------------------------------------------
+    def peer(self, broker_id: int) -> rpc.RpcClient | None:
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return None
+        c = self.peers.get(broker_id)
+        if c is None or (c.host, c.port) != (b.host, b.port):
+            c = self.peers[broker_id] = rpc.RpcClient(b.host, b.port)
+        return c
+
+    async def follower_loop(self, key: tuple[str, int]) -> None:
+        wait_ms = self.args.replica_fetch_wait_max_ms
+        while True:
+            r = self.replicas[key]
+            if r.role != FOLLOWER or r.leader == NO_LEADER or self.broker_epoch < 0:
+                self.fetchers.pop(key, None)
+                return
+            client = self.peer(r.leader)
+            if client is None:
+                await asyncio.sleep(0.1)
+                continue
+            req = r.fetch_request(self.broker_epoch, MAX_FETCH_BYTES)
+            req["max_wait_ms"] = wait_ms
+            try:
+                resp = await client.call("replica_fetch", req, timeout=wait_ms / 1000 + 3.0)
+            except rpc.RpcError:
+                await asyncio.sleep(0.2)
+                continue
+            try:
+                err = r.on_fetch_response(req, resp)
+            except NonContiguousAppendError as e:
+                self.log({"event": "fetch_append_rejected", "topic": key[0], "partition": key[1], "error": str(e)})
+                err = rpc.UNKNOWN_SERVER_ERROR
+            if err != rpc.NONE:
+                await asyncio.sleep(0.1)
+
+    async def replica_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = (body["topic"], int(body["partition"]))
+        r = self.replicas.get(key)
+        if r is None:
+            return {"error": rpc.NOT_LEADER_OR_FOLLOWER}
+        immediate = r.record_follower_fetch(body, now_ms())
+        if immediate is not None:
+            return immediate
+        self._hwm_may_have_moved(r)
+        self._maybe_alter_isr(r)
+        offset = int(body["fetch_offset"])
+        if offset >= r.leo:  # long poll: wait for new data or a new HWM to pass on
+            ev = self.change_event(*key)
+            wait_s = min(int(body.get("max_wait_ms", 100)), 5000) / 1000
+            try:
+                await asyncio.wait_for(ev.wait(), wait_s)
+            except TimeoutError:
+                pass
+            r = self.replicas.get(key)
+            if r is None or r.role != LEADER:
+                return {"error": rpc.NOT_LEADER_OR_FOLLOWER}
+        return r.read_for_follower(offset, int(body.get("max_bytes", MAX_FETCH_BYTES)))
+
+    # --- ISR changes (002 2.9.2) ----------------------------------------------------------------
+    def _maybe_alter_isr(self, r: Replica) -> None:
+        if self.broker_epoch < 0 or r.key in self.alter_tasks:
+            return
+        body = r.wanted_isr_change(now_ms(), self.image.brokers)
+        if body is None:
+            return
+        body.update({"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
+        self.alter_tasks[r.key] = asyncio.create_task(self._send_alter(r, body))
+
+    async def _send_alter(self, r: Replica, body: dict[str, Any]) -> None:
+        try:
+            resp = await self.controller.call("alter_partition", body, timeout=3.0)
+        except rpc.RpcError as e:
+            resp = {"error": rpc.REQUEST_TIMED_OUT, "message": str(e)}
+        finally:
+            self.alter_tasks.pop(r.key, None)
+        if self.replicas.get(r.key) is r:
+            r.on_alter_partition_response(resp)
+            self._hwm_may_have_moved(r)
+
+    async def housekeeping(self) -> None:
+        last_checkpoint = 0.0
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_S)
+            for r in list(self.replicas.values()):
+                if r.role == LEADER:
+                    self._maybe_alter_isr(r)
+                    if r.maybe_advance_hwm():
+                        self._hwm_may_have_moved(r)
+            self.logs.maybe_flush_all(now_ms())
+            if time.monotonic() - last_checkpoint >= HWM_CHECKPOINT_S:
+                last_checkpoint = time.monotonic()
+                self.write_hwm_checkpoint()
+
+    def write_hwm_checkpoint(self) -> None:
+        if self.replicas:
+            self.logs.write_hwm_checkpoint({k: r.hwm for k, r in self.replicas.items()})
+
+    # --- internal RPC and admin ------------------------------------------------------------------
+    async def dispatch_rpc(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        if api == "replica_fetch":
+            return await self.replica_fetch(body)
+        if api == "dump_state":
+            return {"error": rpc.NONE, "state": self.dump(bool(body.get("include_log", True)))}
+        if api == "get_replica_log_info":
+            r = self.replicas.get((body["topic"], int(body["partition"])))
+            if r is None:
+                return {"error": rpc.UNKNOWN_TOPIC_OR_PARTITION}
+            return {"error": rpc.NONE, "last_epoch": r.log.last_epoch, "log_end_offset": r.leo,
+                    "broker_epoch": self.broker_epoch}
+        return {"error": rpc.INVALID_REQUEST, "message": f"unknown api {api!r}"}
+
+    def dump(self, include_log: bool) -> dict[str, Any]:
+        return {"node_id": self.node_id, "role": "broker", "broker_epoch": self.broker_epoch, "fenced": self.fenced,
+                "metadata_offset": self.image.offset, "time_ms": int(time.time() * 1000),
+                "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
+                "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())]}
+
+    # --- connections ------------------------------------------------------------------------------
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        # Kafka requires responses in request order on a connection; requests still run
+        # concurrently (an acks=all produce must not block the fetches behind it).
+        order: asyncio.Queue = asyncio.Queue()
+        rpc_lock = asyncio.Lock()
+        tasks: set[asyncio.Task] = set()
+
+        async def write_in_order() -> None:
+            while True:
+                fut = await order.get()
+                data = await fut
+                if data:
+                    writer.write(data)
+                    await writer.drain()
+
+        async def answer_rpc(cid: Any, api: str, body: dict[str, Any]) -> None:
+            try:
+                response = await self.dispatch_rpc(api, body)
+            except (KeyError, TypeError, ValueError) as e:
+                self.log({"event": "bad_request", "peer": str(peer), "api": api, "error": repr(e)})
+                response = {"error": rpc.INVALID_REQUEST, "message": repr(e)}
+            async with rpc_lock:
+                writer.write(rpc.encode_frame({"id": cid, "body": response}))
+                await writer.drain()
+
+        writer_task = asyncio.create_task(write_in_order())
+        try:
+            while True:
+                frame = await rpc.read_frame(reader)
+                if rpc.is_rpc_frame(frame):
+                    msg = json.loads(frame)
+                    if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict):
+                        raise kafka_api.BadRequest("RPC frame without a body object")
+                    t = asyncio.create_task(answer_rpc(msg.get("id"), str(msg.get("api")), msg["body"]))
+                else:
+                    kafka_api.peek_header(frame)
+                    t = asyncio.create_task(kafka_api.handle_kafka_request(self, frame))
+                    await order.put(t)
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except (kafka_api.BadRequest, ValueError) as e:
+            self.log({"event": "bad_request", "peer": str(peer), "error": str(e), "action": "connection closed"})
+        finally:
+            # Let answers already computed go out before closing (a client that sent its last
+            # request and half-closed still gets it).
+            try:
+                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 0.5)
+            except TimeoutError:
+                pass
+            for t in tasks:
+                t.cancel()
+            writer_task.cancel()
+            writer.close()
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    async def run(self) -> int:
+        server = await asyncio.start_server(self.serve_connection, self.listen_host, self.listen_port,
+                                            reuse_address=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self.log({"event": "broker_started", "listen": self.args.listen, "variants": sorted(self.variants),
+                  "flush_policy": self.args.flush_policy, "previous_broker_epoch": self.previous_broker_epoch})
+        await self.register()
+        tasks = [asyncio.create_task(c) for c in (self.heartbeat_loop(), self.metadata_loop(), self.housekeeping())]
+        await stop.wait()
+        await self.controlled_shutdown()
+        for t in tasks + list(self.fetchers.values()):
+            t.cancel()
+        server.close()
+        return 0
+
+    async def controlled_shutdown(self) -> None:
+        """002 / PROTOCOL.md 5.5: move leaderships away, then flush, then write the marker."""
+        self.want_shutdown = True
+        self.log({"event": "controlled_shutdown_started"})
+        try:
+            await asyncio.wait_for(self.should_shutdown.wait(), 10.0)
+        except TimeoutError:
+            self.log({"event": "controlled_shutdown_timeout", "note": "controller did not confirm; shutting down"})
+        for t in list(self.fetchers.values()):
+            t.cancel()
+        self.logs.flush_all()
+        self.write_hwm_checkpoint()
+        if self.broker_epoch >= 0:
+            self.logs.write_clean_shutdown(self.broker_epoch)
+        self.logs.close_all()
+        self.metadata_file.close()
+        self.log({"event": "controlled_shutdown_done", "broker_epoch": self.broker_epoch})
+
+
+def run_broker(args: Any) -> int:
+    try:
+        return asyncio.run(Broker(args).run())
+    except OSError as e:
+        print(f"error: broker {args.node_id} cannot listen on {args.listen} ({e.strerror}); pick a free port.",
+              file=sys.stderr)
+        return 3
