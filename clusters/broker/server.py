@@ -458,7 +458,13 @@ class Broker:
         async def write_in_order() -> None:
             while True:
                 fut = await order.get()
-                data = await fut
+                try:
+                    data = await fut
+                except Exception as e:  # noqa: BLE001 - a request we cannot serve ends this connection only
+                    self.log({"event": "bad_request", "peer": str(peer), "error": repr(e),
+                              "action": "connection closed"})
+                    writer.close()
+                    return
                 if data:
                     writer.write(data)
                     await writer.drain()

@@ -1,0 +1,163 @@
+"""A real local cluster of the reference broker for integration tests: processes on loopback, free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from clusters.broker import rpc
+from clusters.broker.admin import create_topic, dump_state
+from clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class TestCluster:
+    root: Path
+    brokers: int
+    broker_flags: list[str]
+    controller_flags: list[str]
+    flush_policy: str = "never"
+    variants: list[str] = field(default_factory=list)
+    controller_port: int = 0
+    broker_ports: dict[int, int] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.root / f"{name}.out", "ab")
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def start_controller(self) -> None:
+        d = self.root / "controller"
+        d.mkdir(exist_ok=True)
+        self._spawn("controller", controller_argv("127.0.0.1", self.controller_port, str(d), self.controller_flags))
+
+    def start_broker(self, i: int) -> None:
+        d = self.root / f"broker-{i}"
+        d.mkdir(exist_ok=True)
+        self._spawn(f"broker-{i}", broker_argv(i, "127.0.0.1", self.broker_ports[i],
+                                               f"127.0.0.1:{self.controller_port}", str(d), self.flush_policy,
+                                               self.variants, self.broker_flags))
+
+    def up(self) -> TestCluster:
+        self.controller_port = free_port()
+        self.broker_ports = {i: free_port() for i in range(1, self.brokers + 1)}
+        self.start_controller()
+        for i in self.broker_ports:
+            self.start_broker(i)
+        assert wait_until_unfenced("127.0.0.1", self.controller_port, list(self.broker_ports), 30), self.logs()
+        return self
+
+    def wait_unfenced(self, ids: list[int], timeout: float = 30) -> None:
+        assert wait_until_unfenced("127.0.0.1", self.controller_port, ids, timeout), self.logs()
+
+    def kill(self, i: int) -> None:
+        p = self.procs.pop(f"broker-{i}")
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+
+    def stop(self, i: int) -> int:
+        p = self.procs.pop(f"broker-{i}")
+        p.send_signal(signal.SIGTERM)
+        return p.wait(30)
+
+    def create_topic(self, topic: str, partitions: int = 1, rf: int = 3, min_isr: int = 2) -> None:
+        create_topic(self.bootstrap, topic, partitions, rf, min_isr)
+
+    def controller_state(self) -> dict:
+        return dump_state("127.0.0.1", self.controller_port, include_log=False)
+
+    def partition(self, topic: str, partition: int = 0) -> dict:
+        for p in self.controller_state()["partitions"]:
+            if p["topic"] == topic and p["partition"] == partition:
+                return p
+        raise KeyError((topic, partition))
+
+    def broker_state(self, i: int, include_log: bool = True) -> dict | None:
+        try:
+            return dump_state("127.0.0.1", self.broker_ports[i], include_log=include_log)
+        except rpc.RpcError:
+            return None
+
+    def wait_for(self, predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except (rpc.RpcError, KeyError):
+                pass
+            time.sleep(interval)
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{self.logs()}")
+
+    def logs(self, lines: int = 15) -> str:
+        out = []
+        for f in sorted(self.root.rglob("*.log")) + sorted(self.root.glob("*.out")):
+            text = f.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {f.relative_to(self.root)}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def down(self) -> None:
+        for p in list(self.procs.values()):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        self.procs.clear()
+
+
+def start_local_cluster(tmp_path: Path, brokers: int = 3, flush_policy: str = "never",
+                        variants: list[str] | None = None, broker_flags: list[str] | None = None,
+                        controller_flags: list[str] | None = None) -> TestCluster:
+    """Start a controller and `brokers` brokers; the caller must call down() (the fixture does)."""
+    flags = broker_flags if broker_flags is not None else [
+        "--replica-lag-time-max-ms", "3000", "--heartbeat-interval-ms", "250"]
+    cflags = controller_flags if controller_flags is not None else ["--session-timeout-ms", "2000"]
+    return TestCluster(tmp_path, brokers, flags, cflags, flush_policy, variants or []).up()
+
+
+@pytest.fixture
+def local_cluster(tmp_path):
+    c = start_local_cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    started: list[TestCluster] = []
+
+    def make(**kw) -> TestCluster:
+        sub = tmp_path / f"cluster{len(started)}"
+        sub.mkdir()
+        c = start_local_cluster(sub, **kw)
+        started.append(c)
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in started:
+            c.down()
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -1,0 +1,165 @@
+"""The reference broker with real processes on loopback and unmodified Kafka clients (issue 2's must-show)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import KafkaError as CKError
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka import TopicPartition as CKTopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import NotEnoughReplicasError
+
+pytestmark = pytest.mark.integration
+
+N = 10_000
+
+
+def consume_all(bootstrap: str, topic: str, partition: int, expected: int, timeout: float = 30) -> list[tuple[int, bytes]]:
+    c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None,
+                      consumer_timeout_ms=2000, request_timeout_ms=5000)
+    tp = TopicPartition(topic, partition)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expected and time.monotonic() < deadline:
+        for records in c.poll(timeout_ms=500).values():
+            out += [(r.offset, r.value) for r in records]
+    c.close()
+    return out
+
+
+def assert_logs_identical_below_hwm(cluster, topic: str, partition: int = 0) -> None:
+    """Log Matching (PROTOCOL.md 8): every replica holds the same records below the HWM."""
+    views = []
+    for i in cluster.broker_ports:
+        st = cluster.broker_state(i)
+        assert st is not None
+        for p in st["partitions"]:
+            if p["topic"] == topic and p["partition"] == partition:
+                views.append((i, p))
+    hwm = min(p["hwm"] for _, p in views)
+    assert hwm > 0
+    reference = [tuple(r) for r in views[0][1]["log"] if r[0] < hwm]
+    for i, p in views[1:]:
+        assert [tuple(r) for r in p["log"] if r[0] < hwm] == reference, f"broker {i} diverges below HWM {hwm}"
+
+
+def test_kafka_python_produces_and_consumes_10k_acks_all(local_cluster):
+    local_cluster.create_topic("kp", partitions=1, rf=3, min_isr=2)
+    p = KafkaProducer(bootstrap_servers=local_cluster.bootstrap.split(","), acks="all", linger_ms=5)
+    futures = [p.send("kp", value=str(i).encode(), partition=0) for i in range(N)]
+    p.flush(60)
+    offsets = [f.get(timeout=30).offset for f in futures]
+    p.close()
+    assert offsets == list(range(N))
+    got = consume_all(local_cluster.bootstrap, "kp", 0, N)
+    assert [v for _, v in got] == [str(i).encode() for i in range(N)]
+    local_cluster.wait_for(lambda: all(
+        p["hwm"] == N for i in local_cluster.broker_ports for p in local_cluster.broker_state(i, False)["partitions"]),
+        what="every replica's HWM at the end")
+    assert_logs_identical_below_hwm(local_cluster, "kp")
+
+
+def test_confluent_kafka_produces_and_consumes_10k_acks_all(local_cluster):
+    local_cluster.create_topic("ck", partitions=1, rf=3, min_isr=2)
+    p = CKProducer({"bootstrap.servers": local_cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    acked, errors = [], []
+
+    def on_delivery(err, msg):
+        (errors if err else acked).append(err or msg.offset())
+
+    for i in range(N):
+        p.produce("ck", value=str(i).encode(), partition=0, on_delivery=on_delivery)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    assert not errors and sorted(acked) == list(range(N))
+    c = CKConsumer({"bootstrap.servers": local_cluster.bootstrap, "group.id": "unused",
+                    "enable.auto.commit": False})
+    c.assign([CKTopicPartition("ck", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < N and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            values.append(m.value())
+        elif m is not None and m.error().code() != CKError._PARTITION_EOF:
+            raise AssertionError(m.error())
+    c.close()
+    assert values == [str(i).encode() for i in range(N)]
+    assert_logs_identical_below_hwm(local_cluster, "ck")
+
+
+def test_leader_kill_elects_from_isr_keeps_acked_records_and_the_old_leader_rejoins(local_cluster):
+    local_cluster.create_topic("fo", partitions=1, rf=3, min_isr=2)
+    before = local_cluster.partition("fo")
+    leader = before["leader"]
+    p = KafkaProducer(bootstrap_servers=local_cluster.bootstrap.split(","), acks="all", linger_ms=1,
+                      request_timeout_ms=4000, retries=10, retry_backoff_ms=200)
+    acked: dict[int, bytes] = {}
+    for i in range(600):
+        if i == 200:
+            local_cluster.kill(leader)
+        f = p.send("fo", value=f"v{i}".encode(), partition=0)
+        try:
+            acked[f.get(timeout=30).offset] = f"v{i}".encode()
+        except Exception:  # noqa: BLE001 - an unacknowledged send may or may not be there
+            pass
+    p.close()
+    after = local_cluster.partition("fo")
+    assert after["leader"] != leader and after["leader"] in before["isr"]
+    assert after["leader_epoch"] > before["leader_epoch"]
+    assert len(acked) >= 500
+    got = dict(consume_all(local_cluster.bootstrap, "fo", 0, max(acked) + 1))
+    assert all(got.get(o) == v for o, v in acked.items()), "an acknowledged record was lost"
+    # The killed leader comes back, truncates what it alone had, catches up and rejoins the ISR.
+    local_cluster.start_broker(leader)
+    local_cluster.wait_for(lambda: leader in local_cluster.partition("fo")["isr"], timeout=40,
+                           what=f"broker {leader} back in the ISR")
+    assert_logs_identical_below_hwm(local_cluster, "fo")
+
+
+def test_min_isr_rejects_acks_all_but_not_acks_1_when_two_replicas_are_down(local_cluster):
+    local_cluster.create_topic("mi", partitions=1, rf=3, min_isr=2)
+    leader = local_cluster.partition("mi")["leader"]
+    for i in local_cluster.broker_ports:
+        if i != leader:
+            local_cluster.kill(i)
+    local_cluster.wait_for(lambda: local_cluster.partition("mi")["isr"] == [leader], timeout=20,
+                           what="the ISR to shrink to the leader")
+    p_all = KafkaProducer(bootstrap_servers=[f"127.0.0.1:{local_cluster.broker_ports[leader]}"], acks="all",
+                          retries=0, request_timeout_ms=5000)
+    with pytest.raises(NotEnoughReplicasError):
+        p_all.send("mi", value=b"x", partition=0).get(timeout=20)
+    p_all.close()
+    p_one = KafkaProducer(bootstrap_servers=[f"127.0.0.1:{local_cluster.broker_ports[leader]}"], acks=1,
+                          retries=0, request_timeout_ms=5000)
+    assert p_one.send("mi", value=b"y", partition=0).get(timeout=20).offset >= 0
+    p_one.close()
+
+
+def test_malformed_request_closes_the_connection_and_the_broker_keeps_serving(local_cluster):
+    port = local_cluster.broker_ports[1]
+    # A truncated request (the client dies mid-frame) must not hurt the broker either.
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(struct.pack(">i", 100) + b"\x00\x03")
+    for junk in (struct.pack(">i", 5) + b"\x00\x03\x00\x01\x00",                  # shorter than a header
+                 struct.pack(">i", 12) + b"\x00\x00\x00\x63" + b"\xff" * 8,       # Produce v99
+                 struct.pack(">i", 16) + b"\x00\x03\x00\x0c" + b"\x00" * 4 + b"\xff" * 8,  # Metadata v12, garbage
+                 struct.pack(">i", 9) + b"{not json"):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(junk)
+            s.settimeout(5)
+            assert s.recv(100) == b""  # closed by the broker
+    local_cluster.create_topic("alive", partitions=1, rf=3, min_isr=2)
+    p = KafkaProducer(bootstrap_servers=local_cluster.bootstrap.split(","), acks="all")
+    assert p.send("alive", value=b"ok", partition=0).get(timeout=20).offset == 0
+    p.close()
+    log = (local_cluster.root / "broker-1" / "broker.log").read_text()
+    assert '"event": "bad_request"' in log
