@@ -1,0 +1,193 @@
+"""The queue checker: did acknowledged sends survive, and do all reads agree? (issue 3; Jepsen's Kafka checker).
+
+History schema (workloads/queue.py writes it):
+  send        invoke [key, value]           ok [key, [offset, value]]
+  poll        invoke null                   ok {"<key>": [[offset, value], ...], ...}
+  final-poll  invoke [key]                  ok [key, hwm, [[offset, value], ...]]  (drained [start, hwm))
+
+One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
+  lost-write            an acknowledged send whose value is missing from the final reads of its
+                        key, or that sits below the final HWM but no read ever saw at its offset
+  unexpected            a value read that no send ever carried
+  duplicate             one value at two offsets of a key
+  inconsistent-offsets  two reads disagree on the value at one offset (divergent logs)
+  nonmonotonic-poll     a consumer's reads of a key went backwards
+  poll-skip             a consumer's reads of a key jumped over offsets (the log has no gaps)
+Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
+read (nothing can be concluded about its losses); else true.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from harness.history import INFO, NEMESIS, OK, Op, pair_ops
+
+ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip")
+
+EXPLANATIONS = {
+    "lost-write": "The broker acknowledged these sends, but after the faults healed the final reads of "
+                  "their partition did not contain them.",
+    "unexpected": "A read returned a value that no send ever carried.",
+    "duplicate": "One sent value appears at more than one offset of its partition.",
+    "inconsistent-offsets": "Two reads returned different values at the same offset: the replicas' logs diverged.",
+    "nonmonotonic-poll": "A consumer's successive reads of a partition went backwards in offset.",
+    "poll-skip": "A consumer's successive reads of a partition skipped offsets that exist.",
+}
+
+
+def poll_items(f: str, value: Any) -> Iterator[tuple[int, list]]:
+    """(key, [[offset, value], ...]) for each key a poll or final-poll completion returned."""
+    if f == "final-poll":
+        if isinstance(value, list) and len(value) == 3:
+            yield int(value[0]), value[2] or []
+    elif isinstance(value, dict):
+        for k, recs in value.items():
+            yield int(k), recs or []
+
+
+@dataclass
+class _Examples:
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    examples: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, name: str, example: dict[str, Any]) -> None:
+        self.counts[name] += 1
+        if len(self.examples[name]) < MAX_EXAMPLES:
+            self.examples[name].append(example)
+
+
+class QueueChecker:
+    name = "queue"
+
+    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
+        return check_queue(history)
+
+
+def check_queue(history: Sequence[Op]) -> Result:
+    pairs = pair_ops(history)
+    found = _Examples()
+    sent_values: dict[int, dict[Any, Op]] = defaultdict(dict)    # key -> value -> invoke
+    acked: list[tuple[Op, Op]] = []                               # (invoke, ok completion)
+    info_sends: list[tuple[int, Any]] = []
+    stats = defaultdict(int)
+    # key -> offset -> value -> first completion that read it
+    seen: dict[int, dict[int, dict[Any, Op]]] = defaultdict(lambda: defaultdict(dict))
+    value_offsets: dict[int, dict[Any, set[int]]] = defaultdict(lambda: defaultdict(set))
+    final_hwm: dict[int, int] = {}
+    final_values: dict[int, dict[Any, int]] = defaultdict(dict)
+    last_offset: dict[tuple[Any, int], tuple[int, Op]] = {}       # (process, key) -> last offset read
+
+    for inv, comp in pairs:
+        if inv.process == NEMESIS:
+            continue
+        if inv.f == "send":
+            key, value = int(inv.value[0]), inv.value[1]
+            sent_values[key][value] = inv
+            t = comp.type if comp is not None else INFO
+            stats[f"send-{t}"] += 1
+            if t == OK:
+                acked.append((inv, comp))
+            elif t == INFO:
+                info_sends.append((key, value))
+        elif inv.f in ("poll", "final-poll"):
+            t = comp.type if comp is not None else INFO
+            stats[f"{inv.f}-{t}"] += 1
+            if t != OK:
+                continue
+            for key, recs in poll_items(inv.f, comp.value):
+                prev = last_offset.get((inv.process, key))
+                for off, val in recs:
+                    off = int(off)
+                    readers = seen[key][off]
+                    if val not in readers:
+                        if readers:
+                            other_val, other_op = next(iter(readers.items()))
+                            found.add("inconsistent-offsets", {
+                                "key": key, "offset": off, "values": [other_val, val],
+                                "summary": f"partition {key} offset {off}: one read saw {other_val!r}, "
+                                           f"another {val!r}",
+                                "reads": [other_op.to_dict(), comp.to_dict()]})
+                        readers[val] = comp
+                    value_offsets[key][val].add(off)
+                    if prev is not None:
+                        if off <= prev[0]:
+                            found.add("nonmonotonic-poll", {
+                                "key": key, "process": inv.process, "from": prev[0], "to": off,
+                                "summary": f"process {inv.process} read partition {key} at offset {off} after "
+                                           f"having read offset {prev[0]}",
+                                "reads": [prev[1].to_dict(), comp.to_dict()]})
+                        elif off > prev[0] + 1:
+                            found.add("poll-skip", {
+                                "key": key, "process": inv.process, "from": prev[0], "to": off,
+                                "summary": f"process {inv.process} read partition {key} offset {prev[0]}, then "
+                                           f"offset {off}, skipping {off - prev[0] - 1} offset(s)",
+                                "reads": [prev[1].to_dict(), comp.to_dict()]})
+                    prev = (off, comp)
+                if prev is not None and inv.f == "poll":
+                    last_offset[(inv.process, key)] = prev
+                if inv.f == "final-poll":
+                    hwm = int(comp.value[1])
+                    final_hwm[key] = max(final_hwm.get(key, -1), hwm)
+                    for off, val in recs:
+                        final_values[key][val] = int(off)
+
+    # Values read but never sent; values at two offsets.
+    for key, by_value in value_offsets.items():
+        for val, offsets in by_value.items():
+            if val not in sent_values[key]:
+                off = min(offsets)
+                found.add("unexpected", {"key": key, "value": val, "offsets": sorted(offsets),
+                                         "summary": f"partition {key} offset {off} holds {val!r}, which was never sent",
+                                         "reads": [next(iter(seen[key][off].values())).to_dict()]})
+            if len(offsets) > 1:
+                found.add("duplicate", {"key": key, "value": val, "offsets": sorted(offsets),
+                                        "summary": f"value {val!r} appears at offsets {sorted(offsets)} of partition {key}",
+                                        "reads": [next(iter(seen[key][o].values())).to_dict() for o in sorted(offsets)[:2]]})
+
+    # Acknowledged sends that did not survive.
+    uncovered = set()
+    for inv, comp in acked:
+        key, (off, val) = int(comp.value[0]), comp.value[1]
+        off = int(off)
+        if key not in final_hwm:
+            uncovered.add(key)
+            continue
+        hwm = final_hwm[key]
+        in_final = val in final_values[key]
+        seen_at_offset = val in seen[key].get(off, {})
+        if not in_final or (off < hwm and not seen_at_offset):
+            at_offset = sorted(map(repr, seen[key].get(off, {})))
+            found.add("lost-write", {
+                "key": key, "offset": off, "value": val, "final_hwm": hwm,
+                "summary": (f"send of {val!r} to partition {key} was acknowledged at offset {off}; the final read "
+                            f"covered offsets below {hwm} and "
+                            + (f"held {', '.join(at_offset)} at {off}" if at_offset else f"nothing at {off}")),
+                "send": comp.to_dict(), "invoke": inv.to_dict()})
+        if off >= hwm:
+            stats["acked-beyond-final-hwm"] += 1
+
+    stats["info-sends-later-read"] = sum(1 for k, v in info_sends if v in value_offsets[k])
+    stats["acked-sends"] = len(acked)
+    stats["keys-with-final-reads"] = len(final_hwm)
+    anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in ANOMALY_TYPES
+                 if found.counts[n]]
+    if anomalies:
+        valid: Any = False
+    elif uncovered:
+        valid = UNKNOWN
+        stats["keys-without-final-read"] = sorted(uncovered)
+    else:
+        valid = True
+    stats = dict(stats)
+    stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
+    return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats,
+                  details={"unknown_reason": f"no final read of partitions {sorted(uncovered)}"} if valid == UNKNOWN
+                  else {})
+
+
+__all__ = ["ANOMALY_TYPES", "QueueChecker", "check_queue", "poll_items"]

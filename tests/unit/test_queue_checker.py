@@ -1,0 +1,113 @@
+"""The queue checker on hand-built histories: one per anomaly type, each failing as it should."""
+
+from checkers.queue import check_queue
+from harness.history import Op
+
+
+class H:
+    """A tiny history builder: ops get increasing times and indexes."""
+
+    def __init__(self):
+        self.ops: list[Op] = []
+
+    def _add(self, type_, f, process, value):
+        self.ops.append(Op(type_, f, process, value, time=len(self.ops) * 1000, index=len(self.ops)))
+
+    def send(self, p, key, value, offset=None, outcome="ok"):
+        self._add("invoke", "send", p, [key, value])
+        self._add(outcome, "send", p, [key, [offset, value]] if outcome == "ok" else [key, value])
+        return self
+
+    def poll(self, p, records_by_key):
+        self._add("invoke", "poll", p, None)
+        self._add("ok", "poll", p, {str(k): v for k, v in records_by_key.items()})
+        return self
+
+    def final(self, p, key, hwm, records):
+        self._add("invoke", "final-poll", p, [key])
+        self._add("ok", "final-poll", p, [key, hwm, records])
+        return self
+
+
+def names(result):
+    return {a.name for a in result.anomalies}
+
+
+def clean() -> H:
+    return (H().send(0, 0, 10, 0).send(1, 0, 11, 1).send(0, 1, 20, 0)
+            .poll(2, {0: [[0, 10], [1, 11]], 1: [[0, 20]]})
+            .final(3, 0, 2, [[0, 10], [1, 11]]).final(3, 1, 1, [[0, 20]]))
+
+
+def test_clean_history_is_valid():
+    r = check_queue(clean().ops)
+    assert r.valid is True and not r.anomalies
+    assert r.stats["acked-sends"] == 3
+
+
+def test_lost_write_acked_but_missing_from_final_reads():
+    h = H().send(0, 0, 10, 0).send(1, 0, 11, 1).final(3, 0, 1, [[0, 10]])
+    r = check_queue(h.ops)
+    assert r.valid is False and names(r) == {"lost-write"}
+    (a,) = r.anomalies
+    assert a.count == 1 and a.examples[0]["value"] == 11 and a.examples[0]["offset"] == 1
+
+
+def test_lost_write_overwritten_at_its_offset_is_lost_and_inconsistent():
+    h = H().send(0, 0, 10, 0).poll(1, {0: [[0, 10]]}).send(2, 0, 99, 1).final(3, 0, 1, [[0, 12]])
+    r = check_queue(h.ops)
+    assert {"lost-write", "inconsistent-offsets", "unexpected"} <= names(r)
+
+
+def test_unexpected_value_never_sent():
+    h = clean().poll(4, {0: [[2, 777]]})
+    r = check_queue(h.ops)
+    assert r.valid is False and "unexpected" in names(r)
+
+
+def test_duplicate_value_at_two_offsets():
+    h = H().send(0, 0, 10, 0).final(1, 0, 2, [[0, 10], [1, 10]])
+    r = check_queue(h.ops)
+    assert "duplicate" in names(r)
+    dup = next(a for a in r.anomalies if a.name == "duplicate")
+    assert dup.examples[0]["offsets"] == [0, 1]
+
+
+def test_inconsistent_offsets_two_reads_disagree():
+    h = H().send(0, 0, 10, 0).send(0, 0, 11, outcome="info").poll(1, {0: [[0, 10]]}).final(2, 0, 1, [[0, 11]])
+    r = check_queue(h.ops)
+    assert "inconsistent-offsets" in names(r)
+
+
+def test_nonmonotonic_poll_within_a_consumer():
+    h = clean().poll(2, {0: [[0, 10]]})  # process 2 had read offset 1 already
+    r = check_queue(h.ops)
+    assert names(r) == {"nonmonotonic-poll"}
+
+
+def test_poll_skip_within_a_consumer():
+    h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2)
+         .poll(5, {0: [[0, 10]]}).poll(5, {0: [[2, 12]]}).final(6, 0, 3, [[0, 10], [1, 11], [2, 12]]))
+    r = check_queue(h.ops)
+    assert names(r) == {"poll-skip"}
+
+
+def test_missing_final_read_makes_the_verdict_unknown():
+    h = H().send(0, 0, 10, 0).send(0, 1, 20, 0).final(1, 0, 1, [[0, 10]])
+    r = check_queue(h.ops)
+    assert r.valid == "unknown" and r.stats["keys-without-final-read"] == [1]
+
+
+def test_info_sends_later_read_are_counted_and_failed_sends_are_not_lost():
+    h = (H().send(0, 0, 10, outcome="info").send(1, 0, 11, outcome="fail").send(2, 0, 12, 1)
+         .final(3, 0, 2, [[0, 10], [1, 12]]))
+    r = check_queue(h.ops)
+    assert r.valid is True
+    assert r.stats["info-sends-later-read"] == 1 and r.stats["send-fail"] == 1
+
+
+def test_unmatched_invocation_counts_as_info():
+    h = H()
+    h._add("invoke", "send", 0, [0, 10])
+    h.final(1, 0, 0, [])
+    assert check_queue(h.ops).valid is True
