@@ -1,0 +1,185 @@
+"""`kafkaesque`: run a test, re-check a stored one, list runs, clean up after crashes, check any history."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 3) -> None:
+    err.print(f"[red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def run(
+    workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
+    nemesis: Annotated[str, typer.Option(help="comma list of faults: kill,pause")] = "",
+    nemesis_interval: Annotated[float, typer.Option(help="seconds between fault start and stop")] = 10.0,
+    nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all")] = "random-node",
+    time_limit: Annotated[float, typer.Option(help="seconds of the main phase")] = 60.0,
+    concurrency: Annotated[int, typer.Option(help="client processes")] = 10,
+    rate: Annotated[float, typer.Option(help="target ops/s over all clients (0: unlimited)")] = 100.0,
+    brokers: Annotated[int, typer.Option()] = 3,
+    replication_factor: Annotated[int, typer.Option()] = 3,
+    min_isr: Annotated[int, typer.Option()] = 2,
+    partitions: Annotated[int, typer.Option(help="partitions of the test topic (the queue's keys)")] = 4,
+    acks: Annotated[str, typer.Option(help="all, 1 or 0")] = "all",
+    client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
+    cluster: Annotated[str, typer.Option(help="local")] = "local",
+    flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
+    broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw to switch on")] = "default",
+    seed: Annotated[int, typer.Option()] = 0,
+    store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
+    name: Annotated[str, typer.Option(help="test name (store folder); default: the workload")] = "",
+    leave_running: Annotated[bool, typer.Option(help="keep the cluster up after the run")] = False,
+    recovery_wait: Annotated[float, typer.Option(help="seconds to let the cluster recover after healing")] = 10.0,
+    no_panel: Annotated[bool, typer.Option(help="no live panel (the default when not on a terminal)")] = False,
+) -> None:
+    """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
+    from harness.runner import CLUSTER_NAMES, HarnessError, run_test
+    from harness.spec import TestSpec
+    from nemesis.registry import NEMESIS_NAMES
+    from results.store import StoreError
+    from workloads.registry import WORKLOAD_NAMES
+
+    if workload not in WORKLOAD_NAMES:
+        _fail(f"unknown workload {workload!r}; valid: {', '.join(WORKLOAD_NAMES)}.")
+    faults = [n.strip() for n in nemesis.split(",") if n.strip()]
+    bad = [n for n in faults if n not in NEMESIS_NAMES]
+    if bad:
+        _fail(f"unknown nemesis {', '.join(map(repr, bad))}; valid: {', '.join(NEMESIS_NAMES)}.")
+    if cluster not in CLUSTER_NAMES:
+        _fail(f"unknown cluster {cluster!r}; valid: {', '.join(CLUSTER_NAMES)}.")
+    if acks not in ("all", "1", "0", "-1"):
+        _fail(f"--acks {acks!r} is not one of all, 1, 0.")
+    if client not in ("kafka-python", "confluent-kafka"):
+        _fail(f"--client {client!r} is not one of kafka-python, confluent-kafka.")
+    if not 1 <= min_isr <= replication_factor <= brokers:
+        _fail(f"need 1 <= --min-isr ({min_isr}) <= --replication-factor ({replication_factor}) <= --brokers ({brokers}).")
+    spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
+                    nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
+                    brokers=brokers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
+                    acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
+                    broker_variant=broker_variant, seed=seed, store=store, leave_running=leave_running,
+                    recovery_wait=recovery_wait)
+    try:
+        code, run_dir = run_test(spec, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())
+    except StoreError as e:
+        _fail(str(e))
+    except HarnessError as e:
+        _fail(str(e))
+    _print_verdict(run_dir)
+    print(run_dir)
+    raise typer.Exit(code)
+
+
+def _print_verdict(run_dir: Path) -> None:
+    try:
+        res = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        err.print("[red]no results were written[/]")
+        return
+    v = res.get("valid")
+    colour = {True: "green", False: "red"}.get(v, "yellow")
+    err.print(f"[bold {colour}]valid: {v}[/]")
+    for reason in ("error", "interrupted"):
+        if res.get(reason):
+            err.print(f"  {reason}: {res[reason]}")
+    for cname, c in (res.get("checkers") or {}).items():
+        for a in c.get("anomalies", []):
+            err.print(f"  [red]{cname}: {a['name']} x{a['count']}[/]")
+            for ex in a.get("examples", [])[:3]:
+                if ex.get("summary"):
+                    err.print(f"    - {ex['summary']}")
+    err.print(f"  report: {run_dir / 'report.html'}")
+
+
+@app.command()
+def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
+    """Re-check a stored run's history offline; rewrites results.json (identically) and prints the verdict."""
+    from harness.history import HistoryFormatError, read_history
+    from harness.runner import analyze_history, exit_code
+    from results.store import write_json
+
+    if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
+        _fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
+    test = json.loads((run_dir / "test.json").read_text())
+    try:
+        history = read_history(run_dir / "history.jsonl")
+    except HistoryFormatError as e:
+        _fail(str(e))
+    results = analyze_history(test, history)
+    old = run_dir / "results.json"
+    if old.exists():
+        previous = json.loads(old.read_text())
+        for key in ("error", "interrupted", "harness_warnings"):
+            if key in previous:
+                results[key] = previous[key]
+                if key in ("error", "interrupted") and results["valid"] is True:
+                    results["valid"] = "unknown"
+    write_json(old, results)
+    _print_verdict(run_dir)
+    print(run_dir)
+    raise typer.Exit(exit_code(results["valid"]))
+
+
+@app.command("ls")
+def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] = "store") -> None:
+    """Runs in the store with their verdicts, newest first."""
+    from results.store import list_runs as runs_in
+
+    runs = runs_in(store)
+    if not runs:
+        err.print(f"no runs in {store}")
+        return
+    t = Table("started", "test", "valid", "anomalies", "workload", "nemesis", "path")
+    for r in runs:
+        colour = {True: "green", False: "red"}.get(r.valid, "yellow")
+        t.add_row(r.started, r.test, f"[{colour}]{r.valid}[/]", ", ".join(r.anomalies), r.workload, r.nemesis,
+                  str(r.path))
+    Console().print(t)
+
+
+@app.command()
+def cleanup() -> None:
+    """Heal and remove everything a crashed run may have left: broker processes (paused ones too)."""
+    from clusters.local import cleanup_leftovers
+
+    killed = cleanup_leftovers()
+    for k in killed:
+        err.print(f"killed {k}")
+    err.print(f"cleanup: {len(killed)} leftover process(es) removed" if killed else "cleanup: nothing left behind")
+
+
+@app.command()
+def check(
+    file: Annotated[Path, typer.Argument(help="a history file")],
+    format: Annotated[str, typer.Option(help="jsonl, edn, porcupine-etcd, porcupine-kv")] = "jsonl",
+    model: Annotated[str, typer.Option(help="register, cas-register, kv, log, list-append, queue")] = "queue",
+    time_limit: Annotated[float, typer.Option(help="checker budget in seconds")] = 60.0,
+) -> None:
+    """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown."""
+    try:
+        from harness.check_cli import check_command
+    except ImportError:
+        _fail("the history checker command is not available in this build.")
+    raise typer.Exit(check_command(str(file), format, model, time_limit))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

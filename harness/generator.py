@@ -1,0 +1,132 @@
+"""Pure schedules of operations (Jepsen's generators, in Python): testable without a cluster.
+
+Asking a schedule for the next op never performs it: the workers and the nemesis thread
+ask, then do. Every piece is deterministic given its seed and the times it is asked at,
+so the unit tests drive them with a simulated clock.
+
+- ProcessTable: logical processes with Jepsen's info rule (a process whose op ended
+  "info" never issues another op; its worker continues under process id + concurrency).
+- RateLimiter: an overall ops/s budget shared by all workers, with seeded jitter.
+- ClientSchedule: the main phase (op mix, rate, time limit) for every worker.
+- NemesisSchedule: start fault, wait, stop fault, wait, cycling through the faults.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+OpMix = Callable[[random.Random, int], tuple[str, Any]]
+
+
+class ProcessTable:
+    """Which logical process each worker currently is (thread-safe)."""
+
+    def __init__(self, concurrency: int, first_id: int = 0):
+        self.concurrency = concurrency
+        self._process = {w: first_id + w for w in range(concurrency)}
+        self._lock = threading.Lock()
+
+    def process_of(self, worker: int) -> int:
+        with self._lock:
+            return self._process[worker]
+
+    def retire(self, worker: int) -> int:
+        """Jepsen's info rule: the worker's process is done; it continues as a fresh process."""
+        with self._lock:
+            self._process[worker] += self.concurrency
+            return self._process[worker]
+
+    def max_process(self) -> int:
+        with self._lock:
+            return max(self._process.values())
+
+
+class RateLimiter:
+    """Hands out start times so that all workers together stay near `rate` ops/s (0: unlimited)."""
+
+    def __init__(self, rate: float, rng: random.Random):
+        self.rate = rate
+        self.rng = rng
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, now: float) -> float:
+        if self.rate <= 0:
+            return now
+        with self._lock:
+            start = max(now, self._next)
+            # Exponential gaps (a Poisson process): no lock-step bursts, same mean rate.
+            self._next = start + self.rng.expovariate(self.rate)
+            return start
+
+
+@dataclass(frozen=True)
+class Invocation:
+    at: float          # seconds since the test started
+    f: str
+    value: Any
+
+
+class ClientSchedule:
+    """The main phase: each call hands a worker its next invocation, or None when time is up."""
+
+    def __init__(self, op_mix: OpMix, rate: float, time_limit_s: float, seed: int):
+        self.op_mix = op_mix
+        self.time_limit_s = time_limit_s
+        self._rng = random.Random(seed)
+        self._limiter = RateLimiter(rate, random.Random(seed + 1))
+        self._lock = threading.Lock()
+
+    def next(self, process: int, now: float) -> Invocation | None:
+        if now >= self.time_limit_s:
+            return None
+        at = self._limiter.reserve(now)
+        if at >= self.time_limit_s:
+            return None
+        with self._lock:
+            f, value = self.op_mix(self._rng, process)
+        return Invocation(at, f, value)
+
+
+@dataclass(frozen=True)
+class NemesisEvent:
+    at: float
+    f: str
+
+
+class NemesisSchedule:
+    """Start a fault, wait `interval`, stop it, wait `interval`, next fault; until the time limit.
+
+    The stop of the last fault started is always scheduled (even past the limit is not
+    allowed: a fault that would end after the limit is not started), and the runner's
+    final heal (nemesis teardown) covers everything regardless.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], interval_s: float, time_limit_s: float, rng_seed: int = 0):
+        self.pairs = list(pairs)
+        self.interval_s = interval_s
+        self.time_limit_s = time_limit_s
+        self._rng = random.Random(rng_seed)
+
+    def events(self) -> list[NemesisEvent]:
+        out: list[NemesisEvent] = []
+        if not self.pairs or self.interval_s <= 0:
+            return out
+        t = self.interval_s
+        i = 0
+        while t + self.interval_s <= self.time_limit_s:
+            start, stop = self.pairs[i % len(self.pairs)]
+            out.append(NemesisEvent(t, start))
+            out.append(NemesisEvent(t + self.interval_s, stop))
+            t += 2 * self.interval_s
+            i += 1
+        return out
+
+
+def final_assignments(final_ops: Sequence[tuple[str, Any]], first_process: int) -> list[tuple[int, str, Any]]:
+    """The final-read phase: each final op gets a fresh process of its own."""
+    return [(first_process + i, f, v) for i, (f, v) in enumerate(final_ops)]

@@ -1,0 +1,156 @@
+"""The Remote shape (DESIGN.md): how a command, a file or a signal reaches a node.
+
+`run(argv)` -> RemoteResult(exit, out, err); `put(path, data)`; `get(path)`; daemons
+started with a pid file and signalled by it. Arguments are argv lists; a remote that has
+to go through a shell (docker exec sh -c, SSH) joins them with shlex.quote, never raw.
+Implementations: LocalRemote here (this machine; nodes that are processes), and the Docker
+and SSH remotes beside the backends that use them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass
+class RemoteResult:
+    exit: int
+    out: str
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit == 0
+
+
+class RemoteError(RuntimeError):
+    """A command that had to succeed on a node did not; the message names node, command and output."""
+
+
+class Remote(Protocol):
+    name: str
+
+    def run(self, argv: list[str], timeout: float = 30.0, check: bool = False) -> RemoteResult: ...
+
+    def put(self, path: str, data: bytes) -> None: ...
+
+    def get(self, path: str) -> bytes: ...
+
+    def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int: ...
+
+    def signal_daemon(self, pidfile: str, sig: int) -> bool: ...
+
+    def daemon_alive(self, pidfile: str) -> bool: ...
+
+
+def shell_join(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+class LocalRemote:
+    """Commands on this machine (the local backend's nodes are processes here)."""
+
+    def __init__(self, name: str = "local", env: dict[str, str] | None = None):
+        self.name = name
+        self.env = env or {}
+        self._children: dict[int, subprocess.Popen] = {}  # kept so exits are reaped (no zombies after kill -9)
+
+    def run(self, argv: list[str], timeout: float = 30.0, check: bool = False) -> RemoteResult:
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+            r = RemoteResult(p.returncode, p.stdout, p.stderr)
+        except subprocess.TimeoutExpired:
+            r = RemoteResult(124, "", f"timed out after {timeout}s")
+        except FileNotFoundError as e:
+            r = RemoteResult(127, "", str(e))
+        if check and not r.ok:
+            raise RemoteError(f"{self.name}: `{shell_join(argv)}` exited {r.exit}: {r.err.strip()[-300:]}")
+        return r
+
+    def put(self, path: str, data: bytes) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def get(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int:
+        Path(logfile).parent.mkdir(parents=True, exist_ok=True)
+        with open(logfile, "ab") as log:
+            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env={**os.environ, **self.env, **(env or {})}, start_new_session=True)
+        self.put(pidfile, f"{p.pid}\n".encode())
+        self._children[p.pid] = p
+        return p.pid
+
+    def _pid(self, pidfile: str) -> int | None:
+        try:
+            return int(Path(pidfile).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def signal_daemon(self, pidfile: str, sig: int) -> bool:
+        pid = self._pid(pidfile)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        if sig == signal.SIGKILL:
+            self._reap(pid)
+        return True
+
+    def _reap(self, pid: int, timeout: float = 10.0) -> None:
+        child = self._children.pop(pid, None)
+        if child is not None:
+            try:
+                child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def wait_daemon(self, pidfile: str, timeout: float) -> bool:
+        """Wait for the daemon to exit; True if it did."""
+        pid = self._pid(pidfile)
+        if pid is None:
+            return True
+        child = self._children.get(pid)
+        if child is not None:
+            try:
+                child.wait(timeout)
+                self._children.pop(pid, None)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        return not self.daemon_alive(pidfile)
+
+    def daemon_alive(self, pidfile: str) -> bool:
+        pid = self._pid(pidfile)
+        if pid is None:
+            return False
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return _state(pid) != "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "?"

@@ -1,0 +1,308 @@
+"""The run lifecycle (DESIGN.md "Run lifecycle"): prepare, topics, main phase, heal, recover, final reads,
+collect, teardown, check, store.
+
+Teardown is always in a `finally`; Ctrl-C (KeyboardInterrupt) stops the main phase, heals,
+tears down, and writes results with valid "unknown"; the history is written as it
+happens, so nothing is lost on any exit. Exit status: 0 valid, 1 invalid, 2 unknown,
+3 the harness itself failed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checkers.core import UNKNOWN, run_checkers
+from clusters.base import ClusterError, ClusterSpec
+from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
+from harness.history import INFO, INVOKE, NEMESIS, HistoryWriter, Op, read_history
+from harness.spec import TestSpec
+from nemesis.base import NemesisRefused
+from results.store import create_run_dir, write_json
+
+EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
+CLUSTER_NAMES = ("local",)
+
+
+class HarnessError(RuntimeError):
+    """A failure of the harness or its set-up; the message is one sentence naming the fix."""
+
+
+def exit_code(valid: Any) -> int:
+    return EXIT_VALID if valid is True else EXIT_INVALID if valid is False else EXIT_UNKNOWN
+
+
+def make_cluster(spec: TestSpec, run_dir: Path):
+    cspec = ClusterSpec(brokers=spec.brokers, flush_policy=spec.flush_policy, broker_variant=spec.broker_variant)
+    if spec.cluster == "local":
+        from clusters.local import LocalCluster
+
+        return LocalCluster(cspec, str(run_dir))
+    raise HarnessError(f"unknown cluster {spec.cluster!r}; valid: {', '.join(CLUSTER_NAMES)}")
+
+
+@dataclass
+class LiveStats:
+    """What the live panel shows; updated by workers and the nemesis thread."""
+
+    start: float = field(default_factory=time.monotonic)
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "fail": 0, "info": 0})
+    recent: list[float] = field(default_factory=list)
+    fault: str = "none"
+    leaders: str = "?"
+    phase: str = "starting"
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def completed(self, type_: str) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.counts[type_] = self.counts.get(type_, 0) + 1
+            self.recent.append(now)
+            if len(self.recent) > 20000:
+                del self.recent[:10000]
+
+    def rate(self, window: float = 5.0) -> float:
+        now = time.monotonic()
+        with self.lock:
+            n = sum(1 for t in self.recent[-20000:] if t >= now - window)
+        return n / window
+
+
+class Run:
+    def __init__(self, spec: TestSpec, log=print):
+        self.spec = spec
+        self.log = log
+        self.stop = threading.Event()
+        self.stats = LiveStats()
+        self.errors: list[str] = []
+
+    # --- the main phase ---------------------------------------------------------------------------
+    def _worker(self, worker: int, workload, test: dict, bootstrap: str, schedule: ClientSchedule,
+                processes: ProcessTable, writer: HistoryWriter) -> None:
+        client = None
+        try:
+            while not self.stop.is_set():
+                process = processes.process_of(worker)
+                now = writer.now() / 1e9
+                inv = schedule.next(process, now)
+                if inv is None:
+                    return
+                if inv.at > now and self.stop.wait(inv.at - now):
+                    return
+                if client is None:
+                    client = workload.new_client(test)
+                    try:
+                        client.open(bootstrap)
+                    except Exception as e:  # noqa: BLE001 - a client that cannot open is retried later
+                        self.errors.append(f"worker {worker}: client open failed: {e}")
+                        client = None
+                        self.stop.wait(0.5)
+                        continue
+                op = writer.append(Op(INVOKE, inv.f, process, inv.value))
+                comp = self._invoke(client, op)
+                writer.append(comp)
+                self.stats.completed(comp.type)
+                if comp.type == INFO:
+                    # Jepsen's info rule: this process may have an op in flight forever.
+                    processes.retire(worker)
+                    _close_quietly(client)
+                    client = None
+        finally:
+            if client is not None:
+                _close_quietly(client)
+
+    @staticmethod
+    def _invoke(client, op: Op) -> Op:
+        try:
+            comp = client.invoke(op)
+        except Exception as e:  # noqa: BLE001 - a client bug must not lose the op: it is indeterminate
+            comp = Op(INFO, op.f, op.process, None, error=f"{type(e).__name__}: {e}"[:300])
+        comp.process, comp.f = op.process, op.f
+        return comp
+
+    def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
+        for ev in schedule.events():
+            delay = ev.at - writer.now() / 1e9
+            if delay > 0 and self.stop.wait(delay):
+                return
+            if self.stop.is_set():
+                return
+            inv = writer.append(Op(INVOKE, ev.f, NEMESIS, None))
+            try:
+                comp = nemesis.invoke(cluster, inv)
+            except Exception as e:  # noqa: BLE001 - recorded, and healed at the end regardless
+                comp = Op(INFO, ev.f, NEMESIS, None, error=f"{type(e).__name__}: {e}"[:300])
+            comp.process = NEMESIS
+            writer.append(comp)
+            self.stats.fault = "none" if ev.f.startswith("stop-") else f"{ev.f[6:]} {json.dumps(comp.value)}"
+
+    def _leader_poller(self, cluster, topic: str) -> None:
+        while not self.stop.wait(2.0):
+            try:
+                parts = cluster.partitions(topic)
+                self.stats.leaders = " ".join(f"p{p.partition}:{p.leader}" for p in parts) or "?"
+            except Exception:  # noqa: BLE001 - the panel is best effort
+                self.stats.leaders = "?"
+
+    # --- the whole run -------------------------------------------------------------------------------
+    def execute(self, panel: bool = False) -> tuple[int, Path]:
+        spec = self.spec
+        from nemesis.registry import make_nemesis
+        from workloads.registry import make_workload
+
+        workload = make_workload(spec.workload, spec.workload_opts())
+        nemesis = make_nemesis(spec.nemesis, {"target": spec.nemesis_target, "seed": spec.seed,
+                                              "topic": spec.workload_opts()["topic"]})
+        run_dir = create_run_dir(spec.store, spec.name)
+        test = spec.to_dict()
+        test["run_dir"] = str(run_dir)
+        write_json(run_dir / "test.json", test)
+        writer = HistoryWriter(run_dir / "history.jsonl")
+        cluster = make_cluster(spec, run_dir)
+        self.log(f"run {run_dir} · cluster {cluster.name} · workload {spec.workload} · nemesis "
+                 f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
+        outcome: dict[str, Any] = {}
+        live = None
+        try:
+            try:
+                self.stats.phase = "cluster up"
+                bootstrap = cluster.up()
+                for topic, parts in workload.topics(test):
+                    cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)
+                nemesis.setup(cluster)
+                if panel:
+                    from harness.panel import start_panel
+
+                    live = start_panel(self.stats, spec)
+                self._main_phase(workload, nemesis, cluster, test, bootstrap, writer)
+            except KeyboardInterrupt:
+                outcome["interrupted"] = "interrupted by the user (Ctrl-C)"
+            except (ClusterError, NemesisRefused, HarnessError) as e:
+                outcome["error"] = str(e)
+            except Exception as e:  # noqa: BLE001 - a harness bug: kept in results, exit 3
+                outcome["error"] = f"{type(e).__name__}: {e}"
+                outcome["traceback"] = traceback.format_exc()
+            finally:
+                self.stop.set()
+                self.stats.phase = "healing"
+                heal_errors = nemesis.teardown(cluster)
+                writer.append(Op(INVOKE, "heal", NEMESIS, None))
+                writer.append(Op(INFO, "heal", NEMESIS, {"errors": heal_errors}))
+                self.stats.fault = "none"
+            if not outcome:
+                try:
+                    self._recover_and_read(workload, cluster, test, writer)
+                except KeyboardInterrupt:
+                    outcome["interrupted"] = "interrupted by the user (Ctrl-C) during the final reads"
+        finally:
+            if live is not None:
+                live.stop()
+            self.stats.phase = "collecting"
+            try:
+                cluster.collect(str(run_dir / "nodes"))
+            except Exception as e:  # noqa: BLE001
+                self.errors.append(f"collecting node logs failed: {e}")
+            if not spec.leave_running:
+                cluster.down()
+            writer.close()
+        return self._check_and_store(run_dir, test, workload, outcome)
+
+    def _main_phase(self, workload, nemesis, cluster, test: dict, bootstrap: str, writer: HistoryWriter) -> None:
+        spec = self.spec
+        self.stats.phase = "main"
+        self.stats.start = time.monotonic()
+        writer.start_ns = time.monotonic_ns()
+        schedule = ClientSchedule(workload.op_mix(test), spec.rate, spec.time_limit, spec.seed)
+        processes = ProcessTable(spec.concurrency)
+        threads = [threading.Thread(target=self._worker, name=f"worker-{w}", daemon=True,
+                                    args=(w, workload, test, bootstrap, schedule, processes, writer))
+                   for w in range(spec.concurrency)]
+        nem_sched = NemesisSchedule(nemesis.schedule(), spec.nemesis_interval, spec.time_limit, spec.seed)
+        threads.append(threading.Thread(target=self._nemesis_loop, name="nemesis", daemon=True,
+                                        args=(nemesis, cluster, writer, nem_sched)))
+        threads.append(threading.Thread(target=self._leader_poller, name="leaders", daemon=True,
+                                        args=(cluster, spec.workload_opts()["topic"])))
+        for t in threads:
+            t.start()
+        self._final_process = spec.concurrency * 1000
+        self._processes = processes
+        # Join with a timeout so Ctrl-C reaches this thread.
+        deadline = time.monotonic() + spec.time_limit + 30
+        for t in threads[:-1]:
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(0.2)
+        self.stop.set()
+
+    def _recover_and_read(self, workload, cluster, test: dict, writer: HistoryWriter) -> None:
+        self.stats.phase = "recovering"
+        if self.spec.recovery_wait > 0:
+            time.sleep(self.spec.recovery_wait)
+        try:
+            cluster.wait_ready(cluster.broker_nodes(), timeout_s=60)
+        except ClusterError as e:
+            self.errors.append(f"not every broker recovered: {e}")
+        self.stats.phase = "final reads"
+        first = self._processes.max_process() + 1
+        bootstrap = cluster.bootstrap()
+        for process, f, value in final_assignments(workload.final_ops(test), first):
+            client = workload.new_client(test)
+            try:
+                client.open(bootstrap)
+                op = writer.append(Op(INVOKE, f, process, value))
+                writer.append(self._invoke(client, op))
+            finally:
+                _close_quietly(client)
+
+    def _check_and_store(self, run_dir: Path, test: dict, workload, outcome: dict[str, Any]) -> tuple[int, Path]:
+        self.stats.phase = "checking"
+        results = analyze_history(test, read_history(run_dir / "history.jsonl"), workload)
+        if outcome:
+            results["valid"] = UNKNOWN if results["valid"] is not False else False
+            results.update({k: v for k, v in outcome.items() if k != "traceback"})
+            if "traceback" in outcome:
+                (run_dir / "harness-error.txt").write_text(outcome["traceback"])
+        if self.errors:
+            results["harness_warnings"] = self.errors[:50]
+        write_json(run_dir / "results.json", results)
+        try:
+            from results.report import render_report
+
+            render_report(run_dir)
+        except Exception as e:  # noqa: BLE001 - a report failure never hides the verdict
+            self.errors.append(f"report failed: {e}")
+        code = EXIT_HARNESS if "error" in outcome else exit_code(results["valid"])
+        return code, run_dir
+
+
+def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, Any]:
+    """Check a history with the workload's checkers: what run and `kafkaesque analyze` both call."""
+    if workload is None:
+        from workloads.registry import make_workload
+
+        spec = TestSpec.from_dict(test)
+        workload = make_workload(spec.workload, spec.workload_opts())
+    return run_checkers(workload.checkers(test), test, history)
+
+
+def _close_quietly(client) -> None:
+    t = threading.Thread(target=_close, args=(client,), daemon=True)
+    t.start()
+    t.join(3.0)  # a client stuck on a paused broker must not hold up the run
+
+
+def _close(client) -> None:
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def run_test(spec: TestSpec, log=print, panel: bool = False) -> tuple[int, Path]:
+    random.seed(spec.seed)
+    return Run(spec, log).execute(panel=panel)

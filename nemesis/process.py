@@ -1,0 +1,100 @@
+"""Process faults: kill (SIGKILL, later restart) and pause (SIGSTOP, later SIGCONT).
+
+Each acts only through the Cluster interface (kill/start, pause/resume), so the same code
+works on every backend; targets come from nemesis/targets.py with the cluster's own view
+of who leads. Teardown restarts or resumes everything it ever hit, even after errors.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from clusters.base import Pausable
+from harness.history import INFO, Op
+from nemesis.base import NemesisRefused
+from nemesis.targets import choose
+
+
+class _ProcessFault:
+    name = ""
+    start_f = stop_f = ""
+
+    def __init__(self, options: dict[str, Any]):
+        self.target = options.get("target", "random-node")
+        self.topic = options.get("topic", "queue")
+        self.rng = random.Random(options.get("seed", 0))
+        self.active: set[str] = set()
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(self.start_f, self.stop_f)]
+
+    def fs(self) -> set[str]:
+        return {self.start_f, self.stop_f}
+
+    def setup(self, cluster) -> None:
+        pass
+
+    def _targets(self, cluster) -> list[str]:
+        leaders = []
+        if self.target == "leader":
+            leaders = sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
+        return choose(self.target, cluster.broker_nodes(), self.rng, leaders=leaders,
+                      controllers=cluster.controller_nodes())
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            nodes = [n for n in self._targets(cluster) if n not in self.active]
+            for n in nodes:
+                self._hit(cluster, n)
+                self.active.add(n)
+            return Op(INFO, op.f, op.process, {self.name: nodes})
+        if op.f == self.stop_f:
+            healed = self._heal_all(cluster)
+            return Op(INFO, op.f, op.process, {"healed": healed})
+        raise ValueError(f"{self.name} nemesis cannot do {op.f!r}")
+
+    def _heal_all(self, cluster) -> list[str]:
+        healed = []
+        for n in sorted(self.active):
+            self._heal(cluster, n)
+            healed.append(n)
+        self.active.clear()
+        return healed
+
+    def teardown(self, cluster) -> None:
+        self._heal_all(cluster)
+
+    def _hit(self, cluster, node: str) -> None:
+        raise NotImplementedError
+
+    def _heal(self, cluster, node: str) -> None:
+        raise NotImplementedError
+
+
+class KillNemesis(_ProcessFault):
+    """SIGKILL the targets; `stop-kill` restarts them (kill -9, as a crash)."""
+
+    name, start_f, stop_f = "kill", "start-kill", "stop-kill"
+
+    def _hit(self, cluster, node: str) -> None:
+        cluster.kill(node)
+
+    def _heal(self, cluster, node: str) -> None:
+        cluster.start(node)
+
+
+class PauseNemesis(_ProcessFault):
+    """SIGSTOP the targets; `stop-pause` resumes them (a GC pause or a frozen VM)."""
+
+    name, start_f, stop_f = "pause", "start-pause", "stop-pause"
+
+    def setup(self, cluster) -> None:
+        if not isinstance(cluster, Pausable):
+            raise NemesisRefused(f"the pause fault needs a cluster that can pause processes; {cluster.name} cannot")
+
+    def _hit(self, cluster, node: str) -> None:
+        cluster.pause(node)
+
+    def _heal(self, cluster, node: str) -> None:
+        cluster.resume(node)

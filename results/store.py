@@ -1,0 +1,90 @@
+"""The store (DESIGN.md "Store"): <store>/<test-name>/<YYYYmmddTHHMMSS>/ with a `latest` link per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class StoreError(RuntimeError):
+    """The store cannot be written or read; the message says which path and what to do."""
+
+
+def create_run_dir(store: str | os.PathLike, test_name: str) -> Path:
+    root = Path(store)
+    try:
+        (root / test_name).mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        run = root / test_name / stamp
+        n = 1
+        while run.exists():  # two runs in one second
+            run = root / test_name / f"{stamp}-{n}"
+            n += 1
+        run.mkdir()
+        probe = run / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise StoreError(f"Cannot write to the store {root} ({e.strerror}); pass a writable --store directory.") from None
+    latest = root / test_name / "latest"
+    tmp = root / test_name / f".latest-{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(run.name)
+        os.replace(tmp, latest)
+    except OSError:
+        pass  # a store on a file system without symlinks still works; `latest` is a convenience
+    return run
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+@dataclass
+class RunSummary:
+    path: Path
+    test: str
+    started: str
+    valid: Any
+    anomalies: list[str]
+    workload: str
+    nemesis: str
+
+
+def list_runs(store: str | os.PathLike) -> list[RunSummary]:
+    """Every run in the store, newest first."""
+    root = Path(store)
+    if not root.is_dir():
+        return []
+    runs = []
+    for test_dir in root.iterdir():
+        if not test_dir.is_dir():
+            continue
+        for run in test_dir.iterdir():
+            if run.is_symlink() or not run.is_dir() or not (run / "test.json").exists():
+                continue
+            try:
+                test = json.loads((run / "test.json").read_text())
+            except ValueError:
+                continue
+            valid: Any = "incomplete"
+            anomalies: list[str] = []
+            if (run / "results.json").exists():
+                try:
+                    res = json.loads((run / "results.json").read_text())
+                    valid = res.get("valid", "unknown")
+                    for c in (res.get("checkers") or {}).values():
+                        anomalies += c.get("anomaly_types", [])
+                except ValueError:
+                    valid = "unreadable"
+            runs.append(RunSummary(run, test_dir.name, run.name, valid, sorted(set(anomalies)),
+                                   test.get("workload", "?"), ",".join(test.get("nemesis") or []) or "none"))
+    return sorted(runs, key=lambda r: (r.started, r.test), reverse=True)

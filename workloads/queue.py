@@ -1,0 +1,258 @@
+"""The queue workload: Jepsen's Kafka queue test in our schema, driven by real Kafka clients.
+
+Clients send unique integer values to a few keys (the partitions of one topic) and poll
+them back; at the end, a final read drains every partition from its start to its HWM.
+The history (the schema checkers/queue.py reads):
+
+  send        invoke [key, value]     ok [key, [offset, value]]
+  poll        invoke null             ok {"<key>": [[offset, value], ...], ...}
+  final-poll  invoke [key]            ok [key, hwm, [[offset, value], ...]]   (drained [start, hwm))
+
+Outcomes are exact (DESIGN.md): a send is ok only when the broker acknowledged it; fail
+only when the request definitely was not applied; info otherwise. Each send is one attempt
+(producer retries off, so a broker's "rejected before append" answer stays definite): a
+retried attempt could have been appended before the error the client finally reports.
+Definite rejections: NOT_ENOUGH_REPLICAS (002 2.6: checked before the append),
+NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, and client-side
+errors raised before anything was sent. Everything else (timeouts, disconnects,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, which means "appended, not yet replicated") is info.
+Reads change nothing, so a failed poll is "fail".
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from typing import Any
+
+from harness.history import FAIL, INFO, OK, Op
+
+DEFINITE_SEND_ERRORS = {
+    "NotEnoughReplicasError", "NotLeaderForPartitionError", "UnknownTopicOrPartitionError",
+    "LeaderNotAvailableError", "NOT_ENOUGH_REPLICAS", "NOT_LEADER_OR_FOLLOWER", "NOT_LEADER_FOR_PARTITION",
+    "UNKNOWN_TOPIC_OR_PART", "LEADER_NOT_AVAILABLE",
+}
+SEND_TIMEOUT_S = 5.0
+POLL_TIMEOUT_MS = 300
+
+
+def send_outcome(error_name: str) -> str:
+    """fail only for errors that mean the broker certainly did not append; info otherwise."""
+    return FAIL if error_name in DEFINITE_SEND_ERRORS else INFO
+
+
+class KafkaPythonQueueClient:
+    """One logical process's producer and consumer, with kafka-python."""
+
+    def __init__(self, topic: str, partitions: int, acks: int):
+        self.topic, self.partitions, self.acks = topic, partitions, acks
+        self.producer = None
+        self.consumer = None
+        self.bootstrap = ""
+
+    def open(self, bootstrap: str) -> None:
+        from kafka import KafkaProducer
+
+        self.bootstrap = bootstrap
+        self.producer = KafkaProducer(
+            bootstrap_servers=bootstrap.split(","), acks="all" if self.acks == -1 else self.acks,
+            retries=0, enable_idempotence=False, linger_ms=0, request_timeout_ms=3000, max_block_ms=3000,
+            delivery_timeout_ms=4000, reconnect_backoff_max_ms=500, metadata_max_age_ms=2000)
+
+    def _consumer(self):
+        if self.consumer is None:
+            from kafka import KafkaConsumer, TopicPartition
+
+            self.consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap.split(","), enable_auto_commit=False, group_id=None,
+                auto_offset_reset="earliest", request_timeout_ms=3000, fetch_max_wait_ms=100,
+                reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500)
+            tps = [TopicPartition(self.topic, k) for k in range(self.partitions)]
+            self.consumer.assign(tps)
+            self.consumer.seek_to_beginning(*tps)
+        return self.consumer
+
+    def invoke(self, op: Op) -> Op:
+        if op.f == "send":
+            return self._send(op)
+        if op.f == "poll":
+            return self._poll(op)
+        if op.f == "final-poll":
+            return final_poll_kafka_python(self.bootstrap, self.topic, op)
+        raise ValueError(f"unknown queue op {op.f!r}")
+
+    def _send(self, op: Op) -> Op:
+        key, value = op.value
+        try:
+            fut = self.producer.send(self.topic, value=str(value).encode(), partition=key)
+            md = fut.get(timeout=SEND_TIMEOUT_S)
+            return _completion(op, OK, [key, [md.offset, value]])
+        except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
+            name = type(e).__name__
+            return _completion(op, send_outcome(name), [key, value], error=f"{name}: {e}"[:300])
+
+    def _poll(self, op: Op) -> Op:
+        try:
+            batches = self._consumer().poll(timeout_ms=POLL_TIMEOUT_MS)
+        except Exception as e:  # noqa: BLE001
+            return _completion(op, FAIL, None, error=f"{type(e).__name__}: {e}"[:300])
+        out: dict[str, list] = {}
+        for tp, records in batches.items():
+            out.setdefault(str(tp.partition), []).extend([r.offset, int(r.value)] for r in records)
+        return _completion(op, OK, out)
+
+    def close(self) -> None:
+        for c in (self.producer, self.consumer):
+            if c is not None:
+                try:
+                    c.close(timeout=1) if c is self.producer else c.close()
+                except Exception:  # noqa: BLE001 - closing a client to a dead broker must not hang the run
+                    pass
+
+
+def final_poll_kafka_python(bootstrap: str, topic: str, op: Op, timeout_s: float = 30.0) -> Op:
+    """Drain one partition from its start to the HWM seen now; info when it cannot finish."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    (key,) = op.value
+    tp = TopicPartition(topic, key)
+    c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None,
+                      auto_offset_reset="earliest", request_timeout_ms=5000, fetch_max_wait_ms=100,
+                      max_poll_records=5000)
+    try:
+        c.assign([tp])
+        hwm = c.end_offsets([tp])[tp]
+        c.seek_to_beginning(tp)
+        records: list[list[int]] = []
+        deadline = time.monotonic() + timeout_s
+        while c.position(tp) < hwm:
+            if time.monotonic() > deadline:
+                return _completion(op, INFO, None, error=f"final read reached offset {c.position(tp)} of {hwm}")
+            for recs in c.poll(timeout_ms=500).values():
+                records.extend([r.offset, int(r.value)] for r in recs if r.offset < hwm)
+        return _completion(op, OK, [key, hwm, records])
+    except Exception as e:  # noqa: BLE001
+        return _completion(op, INFO, None, error=f"{type(e).__name__}: {e}"[:300])
+    finally:
+        c.close()
+
+
+class ConfluentQueueClient:
+    """The same client with confluent-kafka (librdkafka)."""
+
+    def __init__(self, topic: str, partitions: int, acks: int):
+        self.topic, self.partitions, self.acks = topic, partitions, acks
+        self.producer = None
+        self.consumer = None
+        self.bootstrap = ""
+
+    def open(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+
+        self.bootstrap = bootstrap
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all" if self.acks == -1 else self.acks,
+                                  "enable.idempotence": False, "retries": 0, "linger.ms": 0,
+                                  "message.timeout.ms": 4000, "request.timeout.ms": 3000,
+                                  "topic.metadata.refresh.interval.ms": 2000, "log_level": 0})
+
+    def invoke(self, op: Op) -> Op:
+        if op.f == "send":
+            return self._send(op)
+        if op.f == "poll":
+            return self._poll(op)
+        if op.f == "final-poll":
+            return final_poll_kafka_python(self.bootstrap, self.topic, op)
+        raise ValueError(f"unknown queue op {op.f!r}")
+
+    def _send(self, op: Op) -> Op:
+        key, value = op.value
+        result: dict[str, Any] = {}
+        done = threading.Event()
+
+        def on_delivery(err, msg):
+            result["err"], result["offset"] = err, (msg.offset() if msg is not None else None)
+            done.set()
+
+        try:
+            self.producer.produce(self.topic, value=str(value).encode(), partition=key, on_delivery=on_delivery)
+        except Exception as e:  # noqa: BLE001 - raised before anything was sent (a full queue, a bad arg)
+            return _completion(op, FAIL, [key, value], error=f"{type(e).__name__}: {e}"[:300])
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        while not done.is_set() and time.monotonic() < deadline:
+            self.producer.poll(0.05)
+        if not done.is_set():
+            return _completion(op, INFO, [key, value], error="no delivery report in time")
+        err = result["err"]
+        if err is None:
+            return _completion(op, OK, [key, [result["offset"], value]])
+        return _completion(op, send_outcome(err.name()), [key, value], error=f"{err.name()}: {err.str()}"[:300])
+
+    def _poll(self, op: Op) -> Op:
+        from confluent_kafka import Consumer, TopicPartition
+
+        try:
+            if self.consumer is None:
+                self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kafkaesque-unused",
+                                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                          "log_level": 0})
+                self.consumer.assign([TopicPartition(self.topic, k, 0) for k in range(self.partitions)])
+            msgs = self.consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
+        except Exception as e:  # noqa: BLE001
+            return _completion(op, FAIL, None, error=f"{type(e).__name__}: {e}"[:300])
+        out: dict[str, list] = {}
+        for m in msgs:
+            if m.error() is None:
+                out.setdefault(str(m.partition()), []).append([m.offset(), int(m.value())])
+        return _completion(op, OK, out)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.flush(0.5)
+        if self.consumer is not None:
+            try:
+                self.consumer.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _completion(op: Op, type_: str, value: Any, error: Any = None) -> Op:
+    return Op(type=type_, f=op.f, process=op.process, value=value, node=op.node, error=error)
+
+
+class QueueWorkload:
+    name = "queue"
+
+    def __init__(self, options: dict[str, Any]):
+        self.topic = options.get("topic", "queue")
+        self.partitions = int(options.get("partitions", 4))
+        self.client = options.get("client", "kafka-python")
+        self.send_ratio = float(options.get("send_ratio", 0.7))
+        self._values = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
+        return [(self.topic, self.partitions)]
+
+    def new_client(self, test: dict[str, Any]):
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[str(test.get("acks", "all"))]
+        cls = ConfluentQueueClient if self.client == "confluent-kafka" else KafkaPythonQueueClient
+        return cls(self.topic, self.partitions, acks)
+
+    def op_mix(self, test: dict[str, Any]):
+        def next_op(rng: random.Random, process: int) -> tuple[str, Any]:
+            if rng.random() < self.send_ratio:
+                with self._lock:
+                    value = next(self._values)
+                return "send", [rng.randrange(self.partitions), value]
+            return "poll", None
+        return next_op
+
+    def final_ops(self, test: dict[str, Any]) -> list[tuple[str, Any]]:
+        return [("final-poll", [k]) for k in range(self.partitions)]
+
+    def checkers(self, test: dict[str, Any]):
+        from checkers.queue import QueueChecker
+
+        return [QueueChecker()]
