@@ -13,7 +13,7 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one message, one line: easy to grep in CI logs
 
 
 def _fail(message: str, code: int = 3) -> None:
@@ -148,7 +148,10 @@ def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] 
         colour = {True: "green", False: "red"}.get(r.valid, "yellow")
         t.add_row(r.started, r.test, f"[{colour}]{r.valid}[/]", ", ".join(r.anomalies), r.workload, r.nemesis,
                   str(r.path))
-    Console().print(t)
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=240)  # piped into a file or CI log: do not squeeze the columns
+    out.print(t)
 
 
 @app.command()

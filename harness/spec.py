@@ -12,6 +12,8 @@ from typing import Any
 
 @dataclass
 class TestSpec:
+    __test__ = False  # not a pytest test class, despite the name
+
     name: str = "queue"
     workload: str = "queue"
     nemesis: list[str] = field(default_factory=list)

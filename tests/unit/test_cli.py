@@ -1,0 +1,47 @@
+"""User errors at the CLI: one sentence naming the cause and the fix, exit 3, nothing started."""
+
+import json
+
+from typer.testing import CliRunner
+
+from harness.cli import app
+
+runner = CliRunner()
+
+
+def test_unknown_workload_lists_the_valid_ones():
+    r = runner.invoke(app, ["run", "--workload", "bank"])
+    assert r.exit_code == 3
+    assert "unknown workload 'bank'; valid: queue" in r.output
+
+
+def test_unknown_nemesis_lists_the_valid_ones():
+    r = runner.invoke(app, ["run", "--nemesis", "kill,meteor"])
+    assert r.exit_code == 3 and "unknown nemesis 'meteor'; valid: kill, pause" in r.output
+
+
+def test_impossible_replication_settings_are_refused():
+    r = runner.invoke(app, ["run", "--min-isr", "4"])
+    assert r.exit_code == 3 and "--min-isr" in r.output
+
+
+def test_unwritable_store_is_one_sentence_and_exit_3(tmp_path):
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    r = runner.invoke(app, ["run", "--store", str(blocker), "--time-limit", "1"])
+    assert r.exit_code == 3 and "pass a writable --store directory" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_analyze_refuses_a_directory_that_is_not_a_run(tmp_path):
+    r = runner.invoke(app, ["analyze", str(tmp_path)])
+    assert r.exit_code == 3 and "is not a run directory" in r.output
+
+
+def test_ls_shows_runs(tmp_path):
+    run = tmp_path / "queue" / "20260101T000000"
+    run.mkdir(parents=True)
+    (run / "test.json").write_text(json.dumps({"workload": "queue", "nemesis": []}))
+    (run / "results.json").write_text(json.dumps({"valid": False, "checkers": {}}))
+    r = runner.invoke(app, ["ls", "--store", str(tmp_path)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0 and "20260101T000000" in r.output and "False" in r.output

@@ -1,0 +1,163 @@
+"""The run lifecycle around a fake cluster (the real one is in the integration tests): heal and
+teardown always happen, the history is kept, and the verdict says why it is not "valid"."""
+
+import json
+
+import pytest
+
+from checkers.core import Result
+from clusters.base import ClusterError, PartitionView
+from harness import runner
+from harness.history import OK, Op, read_history
+from harness.spec import TestSpec
+
+
+class FakeCluster:
+    name = "fake"
+
+    def __init__(self, fail_up=False):
+        self.fail_up = fail_up
+        self.calls = []
+
+    def up(self):
+        self.calls.append("up")
+        if self.fail_up:
+            raise ClusterError("Port 1 is already in use; pick another --base-port.")
+        return "127.0.0.1:1"
+
+    def create_topic(self, *a):
+        self.calls.append("create_topic")
+
+    def broker_nodes(self):
+        return ["broker-1"]
+
+    def controller_nodes(self):
+        return []
+
+    def node_name(self, i):
+        return f"broker-{i}"
+
+    def partitions(self, topic):
+        return [PartitionView(topic, 0, 1, [1], [1])]
+
+    def bootstrap(self):
+        return "127.0.0.1:1"
+
+    def wait_ready(self, *a, **k):
+        pass
+
+    def kill(self, node):
+        self.calls.append(f"kill {node}")
+
+    def start(self, node):
+        self.calls.append(f"start {node}")
+
+    def collect(self, dest):
+        self.calls.append("collect")
+
+    def down(self):
+        self.calls.append("down")
+
+
+class EchoClient:
+    def __init__(self, explode=False):
+        self.explode = explode
+
+    def open(self, bootstrap):
+        pass
+
+    def invoke(self, op):
+        if self.explode and op.f == "send":
+            raise RuntimeError("client bug")
+        if op.f == "final-poll":
+            return Op(OK, op.f, op.process, [0, 0, []])
+        return Op(OK, op.f, op.process, {} if op.f == "poll" else [0, [0, op.value[1]]])
+
+    def close(self):
+        pass
+
+
+class FakeWorkload:
+    name = "queue"
+
+    def __init__(self, explode=False, verdict=True):
+        self.explode, self.verdict = explode, verdict
+
+    def topics(self, test):
+        return [("queue", 1)]
+
+    def new_client(self, test):
+        return EchoClient(self.explode)
+
+    def op_mix(self, test):
+        return lambda rng, p: ("send", [0, rng.random()])
+
+    def final_ops(self, test):
+        return [("final-poll", [0])]
+
+    def checkers(self, test):
+        verdict = self.verdict
+
+        class C:
+            name = "fake"
+
+            def check(self, test, history):
+                return Result("fake", verdict)
+        return [C()]
+
+
+@pytest.fixture
+def patched(monkeypatch):
+    state = {"cluster": FakeCluster(), "workload": FakeWorkload()}
+    monkeypatch.setattr(runner, "make_cluster", lambda spec, run_dir: state["cluster"])
+    monkeypatch.setattr("workloads.registry.make_workload", lambda name, opts: state["workload"])
+    return state
+
+
+def spec(tmp_path, **kw):
+    return TestSpec(store=str(tmp_path), time_limit=0.5, rate=50, concurrency=2, recovery_wait=0,
+                    nemesis=["kill"], nemesis_interval=0.1, **kw)
+
+
+def test_clean_run_heals_collects_tears_down_and_is_valid(tmp_path, patched):
+    code, run_dir = runner.run_test(spec(tmp_path))
+    c = patched["cluster"].calls
+    assert code == 0
+    assert c[0] == "up" and c[-2:] == ["collect", "down"]
+    assert any(x.startswith("kill") for x in c) and any(x.startswith("start") for x in c)
+    ops = read_history(run_dir / "history.jsonl")
+    assert any(o.f == "heal" for o in ops) and any(o.f == "final-poll" for o in ops)
+    assert json.loads((run_dir / "results.json").read_text())["valid"] is True
+
+
+def test_client_exceptions_become_info_ops_not_lost(tmp_path, patched):
+    patched["workload"] = FakeWorkload(explode=True)
+    code, run_dir = runner.run_test(spec(tmp_path))
+    sends = [o for o in read_history(run_dir / "history.jsonl") if o.f == "send" and o.type != "invoke"]
+    assert sends and all(o.type == "info" and "client bug" in o.error for o in sends)
+    # every info retired its process: no process id is reused after an info
+    assert len({o.process for o in sends}) == len(sends)
+
+
+def test_cluster_failure_is_exit_3_with_history_and_teardown(tmp_path, patched):
+    patched["cluster"] = FakeCluster(fail_up=True)
+    code, run_dir = runner.run_test(spec(tmp_path))
+    res = json.loads((run_dir / "results.json").read_text())
+    assert code == 3 and res["valid"] == "unknown" and "already in use" in res["error"]
+    assert patched["cluster"].calls[-1] == "down"
+
+
+def test_ctrl_c_heals_tears_down_and_writes_unknown(tmp_path, patched, monkeypatch):
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner.Run, "_main_phase", interrupted)
+    code, run_dir = runner.run_test(spec(tmp_path))
+    res = json.loads((run_dir / "results.json").read_text())
+    assert code == 2 and res["valid"] == "unknown" and "Ctrl-C" in res["interrupted"]
+    assert patched["cluster"].calls[-2:] == ["collect", "down"]
+
+
+def test_invalid_verdict_is_exit_1(tmp_path, patched):
+    patched["workload"] = FakeWorkload(verdict=False)
+    code, _ = runner.run_test(spec(tmp_path))
+    assert code == 1

@@ -1,0 +1,34 @@
+"""The store layout: run dirs, the latest link, ls ordering, and an unwritable store."""
+
+import json
+import os
+
+import pytest
+
+from results.store import StoreError, create_run_dir, list_runs
+
+
+def test_run_dirs_and_latest_link(tmp_path):
+    a = create_run_dir(tmp_path, "queue")
+    b = create_run_dir(tmp_path, "queue")
+    assert a != b and a.parent == b.parent == tmp_path / "queue"
+    assert os.readlink(tmp_path / "queue" / "latest") == b.name
+
+
+def test_ls_lists_newest_first_with_verdicts(tmp_path):
+    runs = [create_run_dir(tmp_path, "queue") for _ in range(3)]
+    for i, r in enumerate(runs):
+        (r / "test.json").write_text(json.dumps({"workload": "queue", "nemesis": ["kill"]}))
+        (r / "results.json").write_text(json.dumps({"valid": i != 1, "checkers": {
+            "queue": {"anomaly_types": ["lost-write"] if i == 1 else []}}}))
+    listed = list_runs(tmp_path)
+    assert [r.path for r in listed] == list(reversed(runs))
+    assert [r.valid for r in listed] == [True, False, True]
+    assert listed[1].anomalies == ["lost-write"]
+
+
+def test_unwritable_store_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match="pass a writable --store directory"):
+        create_run_dir(blocker, "queue")
