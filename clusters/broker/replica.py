@@ -166,13 +166,19 @@ class Replica:
         return first, last
 
     # --- leader: the HWM (002 2.7, KIP-966) ---------------------------------------------
+    def below_min_isr(self) -> bool:
+        """True when the HWM cannot advance because the committed ISR is below min ISR (KIP-966):
+        pending acks=all requests then end with NOT_ENOUGH_REPLICAS_AFTER_APPEND (002 2.6)."""
+        return (self.role == LEADER and len(self.isr) < self.min_isr
+                and "no-elr" not in self.config.variants)
+
     def maybe_advance_hwm(self) -> bool:
         """HWM = the largest offset every Maximal ISR member has reached, applied only when the
         committed ISR meets min ISR (KIP-966; the `no-elr` variant restores the old rule, under
         which a lone leader advances it: the last replica standing of 002 2.4.2)."""
         if self.role != LEADER:
             return False
-        if len(self.isr) < self.min_isr and "no-elr" not in self.config.variants:
+        if self.below_min_isr():
             return False
         reached = [self.leo if r == self.node_id else self.followers.get(r, FollowerState()).leo
                    for r in self.maximal_isr]

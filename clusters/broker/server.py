@@ -163,6 +163,10 @@ class Broker:
 
     def _hwm_may_have_moved(self, r: Replica) -> None:
         self._complete_produces(r)
+        if r.below_min_isr():
+            # 002 2.6: appended but the ISR shrank below min ISR, so these cannot commit now.
+            # The error is indefinite (the records stay in the log and may commit later).
+            self._fail_produces(r.key, rpc.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         self.signal_change(r.key)
 
     # --- consumer reads ---------------------------------------------------------------------

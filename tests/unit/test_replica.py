@@ -1,0 +1,311 @@
+"""Replica state machine (replica.py) with a controllable clock and real on-disk PartitionLogs.
+
+Covers 002 2.2/2.6/2.7/2.9/2.10 and PROTOCOL.md 2-4: the HWM from the Maximal ISR gated on
+min ISR, ISR shrink/expand conditions, fetch epoch errors without state change, divergence
+truncation before the HWM (KAFKA-14704), role transitions and the epoch cache (KAFKA-7415).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusters.broker import rpc
+from clusters.broker.log import PartitionLog, build_batch, validate_batches
+from clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
+from clusters.broker.replica import FOLLOWER, LEADER, OFFSET_NOT_AVAILABLE, Replica, ReplicaConfig
+
+LAG = 1000
+
+
+def make_replica(tmp_path: Path, node: int, min_isr: int = 2, variants: frozenset[str] = frozenset(),
+                 hwm: int = 0) -> Replica:
+    d = tmp_path / f"n{node}" / "t-0"
+    d.parent.mkdir(parents=True, exist_ok=True)
+    log = PartitionLog(str(d), logger=lambda e: None, topic="t", partition=0)
+    return Replica(node, "t", 0, log, hwm, min_isr, ReplicaConfig(replica_lag_time_max_ms=LAG, variants=variants))
+
+
+def state(leader: int, epoch: int, isr: list[int], pepoch: int | None = None,
+          replicas: list[int] | None = None) -> PartitionState:
+    return PartitionState("t", 0, replicas or [1, 2, 3], isr, leader, epoch, epoch if pepoch is None else pepoch)
+
+
+def produce(r: Replica, n: int, start: int = 0) -> tuple[int, int]:
+    raw = build_batch([f"v{start + i}".encode() for i in range(n)])
+    return r.append(raw, validate_batches(raw))
+
+
+def fetch(leader: Replica, rid: int, fetch_offset: int, now: int, last_epoch: int | None = None,
+          epoch: int | None = None, broker_epoch: int = 10) -> dict | None:
+    return leader.record_follower_fetch({
+        "replica_id": rid, "broker_epoch": broker_epoch, "topic": "t", "partition": 0, "fetch_offset": fetch_offset,
+        "last_fetched_epoch": leader.leader_epoch if last_epoch is None else last_epoch,
+        "current_leader_epoch": leader.leader_epoch if epoch is None else epoch}, now)
+
+
+def replicate(leader: Replica, follower: Replica, now: int, broker_epoch: int = 10) -> None:
+    """One pull round trip over the replica_fetch message shapes."""
+    req = follower.fetch_request(broker_epoch, 1 << 20)
+    resp = leader.record_follower_fetch(req, now) or leader.read_for_follower(req["fetch_offset"], 1 << 20)
+    assert follower.on_fetch_response(req, resp) == rpc.NONE
+
+
+def brokers(fenced: set[int] = frozenset(), epochs: dict[int, int] | None = None) -> dict[int, BrokerInfo]:
+    epochs = epochs or {}
+    return {b: BrokerInfo(b, epochs.get(b, 10), "inc", "127.0.0.1", 9000 + b, fenced=b in fenced) for b in (1, 2, 3)}
+
+
+@pytest.fixture
+def leader(tmp_path):
+    r = make_replica(tmp_path, 1)
+    assert r.apply_partition_state(state(1, 1, [1, 2, 3]), now_ms=0) == "become-leader"
+    return r
+
+
+# --- HWM (002 2.7, KIP-966) -----------------------------------------------------------------
+
+def test_hwm_is_the_smallest_offset_reached_by_every_isr_member(leader):
+    produce(leader, 10)
+    assert leader.hwm == 0  # no follower has fetched: nothing is committed
+    assert fetch(leader, 2, 10, now=1) is None
+    assert leader.hwm == 0  # follower 3 has reached nothing yet
+    fetch(leader, 3, 5, now=2)
+    assert leader.hwm == 5
+    fetch(leader, 3, 10, now=3)
+    assert leader.hwm == 10
+
+
+def test_hwm_does_not_advance_below_min_isr_unless_no_elr(tmp_path):
+    for variants, expected in ((frozenset(), 0), (frozenset({"no-elr"}), 4)):
+        r = make_replica(tmp_path / "-".join(variants or ["std"]), 1, min_isr=2, variants=variants)
+        r.apply_partition_state(state(1, 1, [1]), now_ms=0)
+        produce(r, 4)
+        assert r.hwm == expected, variants
+        assert r.below_min_isr() == (expected == 0)  # the shell then fails pending acks=all requests
+
+
+def test_pending_shrink_keeps_the_removed_member_in_the_maximal_isr_until_committed(leader):
+    produce(leader, 4)
+    fetch(leader, 2, 4, now=1)
+    fetch(leader, 3, 4, now=1)
+    assert leader.hwm == 4
+    produce(leader, 4, start=4)
+    fetch(leader, 2, 8, now=LAG + 10)  # 3 stays silent past the lag time
+    body = leader.wanted_isr_change(LAG + 10, brokers())
+    assert body is not None and [m["broker_id"] for m in body["new_isr"]] == [1, 2]
+    assert leader.maximal_isr == [1, 2, 3]  # 002 2.9.2: the union until the controller answers
+    assert leader.maybe_advance_hwm() is False and leader.hwm == 4
+    assert leader.wanted_isr_change(LAG + 11, brokers()) is None  # at most one in flight
+    leader.on_alter_partition_response({"error": rpc.NONE, "partition": {
+        "leader_epoch": 1, "partition_epoch": 2, "isr": [1, 2]}})
+    assert leader.isr == [1, 2] and leader.maximal_isr == [1, 2]
+    assert leader.hwm == 8
+
+
+def test_pending_expand_counts_the_joining_member_before_commit(tmp_path):
+    r = make_replica(tmp_path, 1)
+    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(r, 4)
+    fetch(r, 2, 4, now=1)
+    fetch(r, 3, 4, now=1)
+    assert r.hwm == 4
+    body = r.wanted_isr_change(2, brokers())
+    assert [m["broker_id"] for m in body["new_isr"]] == [1, 2, 3]
+    assert r.maximal_isr == [1, 2, 3]
+    produce(r, 2, start=4)
+    fetch(r, 2, 6, now=3)
+    assert r.hwm == 4  # 3 is in the Maximal ISR and has not reached 6
+    # A rejected expand rolls back: the Maximal ISR returns to the ISR and the HWM moves.
+    r.on_alter_partition_response({"error": rpc.INVALID_UPDATE_VERSION})
+    assert r.maximal_isr == [1, 2] and r.hwm == 6
+
+
+# --- ISR shrink and expand (002 2.9, PROTOCOL.md 4) ------------------------------------------
+
+def test_shrink_only_after_the_lag_time(leader):
+    produce(leader, 3)
+    fetch(leader, 2, 3, now=100)
+    fetch(leader, 3, 3, now=100)
+    assert leader.wanted_isr_change(LAG, brokers()) is None  # everyone within the lag time
+    fetch(leader, 2, 3, now=LAG + 50)
+    body = leader.wanted_isr_change(LAG + 101, brokers())
+    assert [m["broker_id"] for m in body["new_isr"]] == [1, 2]
+
+
+def test_a_follower_that_fetches_but_never_catches_up_is_shrunk(leader):
+    # Fetching is not enough: it must reach the leader's LEO of its previous fetch.
+    for t in range(0, 3 * LAG, 100):
+        produce(leader, 5, start=t)
+        fetch(leader, 2, leader.leo, now=t)
+        fetch(leader, 3, 0, now=t)
+    body = leader.wanted_isr_change(3 * LAG, brokers())
+    assert [m["broker_id"] for m in body["new_isr"]] == [1, 2]
+
+
+@pytest.mark.parametrize("why,setup,expand", [
+    ("all conditions hold", lambda r: fetch(r, 3, 4, now=5), True),
+    ("behind the HWM", lambda r: fetch(r, 3, 2, now=5), False),
+    ("not fetched in this leader epoch", lambda r: None, False),
+    ("broker fenced", lambda r: fetch(r, 3, 4, now=5), "fenced"),
+    ("broker epoch is not the registered one", lambda r: fetch(r, 3, 4, now=5, broker_epoch=7), False),
+])
+def test_expand_conditions(tmp_path, why, setup, expand):
+    r = make_replica(tmp_path, 1)
+    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(r, 4)
+    fetch(r, 2, 4, now=1)
+    assert r.hwm == 4
+    setup(r)
+    body = r.wanted_isr_change(6, brokers(fenced={3} if expand == "fenced" else set()))
+    if expand is True:
+        assert body is not None and [m["broker_id"] for m in body["new_isr"]] == [1, 2, 3], why
+        assert body["new_isr"][2]["broker_epoch"] == 10
+    else:
+        assert body is None, why
+
+
+def test_expand_needs_the_leader_epoch_start_offset(tmp_path):
+    # A new leader whose HWM lags its LESO: a follower at the HWM but below the LESO stays out.
+    r = make_replica(tmp_path, 1)
+    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(r, 6)
+    r.apply_partition_state(state(1, 2, [1, 2]), now_ms=10)  # re-elected: LESO = 6, HWM = 0
+    assert r.leso == 6 and r.hwm == 0
+    fetch(r, 3, 3, now=11)
+    assert r.wanted_isr_change(12, brokers()) is None
+    fetch(r, 3, 6, now=13, last_epoch=1)
+    assert [m["broker_id"] for m in r.wanted_isr_change(14, brokers())["new_isr"]] == [1, 2, 3]
+
+
+# --- fetch errors (PROTOCOL.md 2, KIP-320) --------------------------------------------------
+
+@pytest.mark.parametrize("epoch,error", [(0, rpc.FENCED_LEADER_EPOCH), (2, rpc.UNKNOWN_LEADER_EPOCH)])
+def test_fetch_epoch_errors_change_no_state(leader, epoch, error):
+    produce(leader, 3)
+    fetch(leader, 2, 3, now=1)
+    before = (leader.followers[3].leo, leader.followers[3].fetched_this_epoch, leader.hwm)
+    assert fetch(leader, 3, 3, now=2, epoch=epoch)["error"] == error
+    assert (leader.followers[3].leo, leader.followers[3].fetched_this_epoch, leader.hwm) == before
+
+
+def test_a_follower_answers_fetches_with_not_leader(tmp_path):
+    r = make_replica(tmp_path, 2)
+    r.apply_partition_state(state(1, 1, [1, 2, 3]), now_ms=0)
+    assert r.role == FOLLOWER
+    assert r.check_fetch_epoch(1) == rpc.NOT_LEADER_OR_FOLLOWER
+    assert r.check_produce(-1) == rpc.NOT_LEADER_OR_FOLLOWER
+
+
+# --- replication and divergence (PROTOCOL.md 2, 004) ----------------------------------------
+
+def test_follower_copies_the_leader_and_takes_min_of_leader_hwm_and_its_leo(tmp_path):
+    lead, f2, f3 = (make_replica(tmp_path, n) for n in (1, 2, 3))
+    for r in (lead, f2, f3):
+        r.apply_partition_state(state(1, 1, [1, 2, 3]), now_ms=0)
+    produce(lead, 5)
+    replicate(lead, f2, now=1)
+    assert f2.leo == 5 and f2.hwm == 0
+    replicate(lead, f3, now=1)
+    assert lead.hwm == 0  # the leader learns a follower's position from its next fetch
+    replicate(lead, f2, now=2)
+    assert lead.hwm == 0 and f2.hwm == 0  # 3 has not been heard at 5 yet
+    replicate(lead, f3, now=3)
+    assert lead.hwm == 5 and f3.hwm == 5
+    replicate(lead, f2, now=4)
+    assert f2.hwm == 5
+    assert [tuple(x) for x in f2.log.physical_log()] == [tuple(x) for x in lead.log.physical_log()]
+
+
+def test_divergent_suffix_is_truncated_before_any_hwm_is_applied(tmp_path):
+    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
+    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(a, 3)
+    replicate(a, b, now=1)
+    replicate(a, b, now=2)
+    assert a.hwm == 3 and b.hwm == 3
+    produce(a, 2, start=3)  # offsets 3-4 in epoch 1 only on broker 1 (it then dies)
+    # Broker 2 becomes leader in epoch 2 and appends its own 3-5.
+    b.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=10)
+    assert b.log.epoch_cache.entries[-1].epoch == 2 and b.log.epoch_cache.entries[-1].start_offset == 3  # KAFKA-7415
+    produce(b, 3, start=100)
+    # Broker 1 returns as a follower: its fetch (offset 5, epoch 1) gets a diverging epoch.
+    a.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=20)
+    a.hwm = 5  # as if it had checkpointed a higher HWM: the divergence reply must not apply any
+    req = a.fetch_request(10, 1 << 20)
+    resp = b.record_follower_fetch(req, 21)
+    assert resp["diverging_epoch"] == {"epoch": 1, "end_offset": 3}
+    assert a.on_fetch_response(req, resp) == rpc.NONE
+    assert a.leo == 3 and a.hwm == 3
+    replicate(b, a, now=22)
+    assert [tuple(x) for x in a.log.physical_log()] == [tuple(x) for x in b.log.physical_log()]
+    assert [x.leader_epoch for x in a.log.physical_log()] == [1, 1, 1, 2, 2, 2]
+
+
+def test_a_reply_for_an_older_epoch_is_dropped(tmp_path):
+    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
+    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(a, 3)
+    req = b.fetch_request(10, 1 << 20)
+    resp = a.record_follower_fetch(req, 1) or a.read_for_follower(0, 1 << 20)
+    b.apply_partition_state(state(3, 2, [1, 2, 3]), now_ms=2)  # new leader before the reply lands
+    assert b.on_fetch_response(req, resp) == rpc.NONE and b.leo == 0
+
+
+# --- role transitions (002 2.10) ----------------------------------------------------------
+
+def test_role_transitions_and_stale_states(tmp_path):
+    r = make_replica(tmp_path, 2)
+    assert r.apply_partition_state(state(1, 2, [1, 2, 3]), now_ms=0) == "become-follower"
+    assert r.apply_partition_state(state(2, 1, [2]), now_ms=1) is None  # older leader epoch: ignored
+    assert r.role == FOLLOWER and r.leader == 1
+    assert r.apply_partition_state(state(1, 2, [1, 2], pepoch=3), now_ms=2) is None  # ISR change only
+    assert r.isr == [1, 2] and r.partition_epoch == 3
+    assert r.apply_partition_state(state(2, 3, [1, 2], pepoch=4), now_ms=3) == "become-leader"
+    assert r.role == LEADER and set(r.followers) == {1, 3}
+    assert r.log.epoch_cache.entries[-1].epoch == 3
+    assert r.apply_partition_state(state(NO_LEADER, 4, [2], pepoch=5), now_ms=4) == "become-follower"
+    assert r.role == "none" and r.followers == {}
+
+
+def test_losing_leadership_clears_follower_state_and_a_new_epoch_resets_it(leader):
+    produce(leader, 3)
+    fetch(leader, 2, 3, now=1)
+    assert leader.followers[2].fetched_this_epoch
+    leader.apply_partition_state(state(1, 2, [1, 2, 3]), now_ms=5)
+    assert not leader.followers[2].fetched_this_epoch and leader.followers[2].leo == -1
+
+
+# --- produce admission and ListOffsets (002 2.6, PROTOCOL.md 3) ------------------------------
+
+def test_acks_all_rejected_below_min_isr_acks_1_accepted(tmp_path):
+    r = make_replica(tmp_path, 1, min_isr=2)
+    r.apply_partition_state(state(1, 1, [1]), now_ms=0)
+    assert r.check_produce(-1) == rpc.NOT_ENOUGH_REPLICAS
+    assert r.check_produce(1) == rpc.NONE
+    assert r.check_produce(0) == rpc.NONE
+    r.apply_partition_state(state(1, 1, [1, 2], pepoch=2), now_ms=1)
+    assert r.check_produce(-1) == rpc.NONE
+
+
+def test_list_offsets_latest_is_unknown_until_the_hwm_reaches_the_leso(tmp_path):
+    r = make_replica(tmp_path, 1)
+    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(r, 4)
+    r.apply_partition_state(state(1, 2, [1, 2], pepoch=2), now_ms=1)
+    assert r.list_offset_latest() == (OFFSET_NOT_AVAILABLE, -1)
+    fetch(r, 2, 4, now=2, last_epoch=1)
+    assert r.hwm == 4 and r.list_offset_latest() == (rpc.NONE, 4)
+
+
+def test_producer_state_is_rebuilt_from_the_log_on_becoming_leader(tmp_path):
+    a = make_replica(tmp_path, 1)
+    a.apply_partition_state(state(2, 1, [1, 2]), now_ms=0)
+    raw = build_batch([b"x", b"y"], producer_id=77, producer_epoch=0, base_sequence=0)
+    a.log.append_as_follower(build_batch([b"x", b"y"], producer_id=77, producer_epoch=0, base_sequence=0,
+                                         leader_epoch=1))
+    a.apply_partition_state(state(1, 2, [1, 2]), now_ms=1)
+    assert a.producers.check(validate_batches(raw)[0]) == (rpc.NONE, (0, 1))  # a retry: original offsets
