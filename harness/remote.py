@@ -154,3 +154,82 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "?"
+
+
+class DockerRemote:
+    """Commands in a container through the Docker Engine API (`docker exec`), files by tar archives.
+
+    Daemons run under the container's init (docker run --init), which reaps them, so a
+    process killed with SIGKILL does not linger as a zombie.
+    """
+
+    def __init__(self, container, name: str | None = None):
+        self.container = container
+        self.name = name or container.name
+
+    def run(self, argv: list[str], timeout: float = 30.0, check: bool = False) -> RemoteResult:
+        # exec_run has no timeout of its own: `timeout` inside the container bounds the command.
+        full = ["timeout", "-s", "KILL", str(int(max(timeout, 1)))] + argv
+        try:
+            code, (out, err) = self.container.exec_run(full, demux=True)
+        except Exception as e:  # noqa: BLE001 - docker.errors.APIError and connection errors
+            r = RemoteResult(125, "", f"docker exec failed: {e}")
+        else:
+            r = RemoteResult(code if code is not None else 125, (out or b"").decode(errors="replace"),
+                             (err or b"").decode(errors="replace"))
+        if check and not r.ok:
+            raise RemoteError(f"{self.name}: `{shell_join(argv)}` exited {r.exit}: {r.err.strip()[-300:]}")
+        return r
+
+    def put(self, path: str, data: bytes) -> None:
+        import io
+        import tarfile
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(os.path.basename(path))
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+        self.run(["mkdir", "-p", os.path.dirname(path) or "/"], check=True)
+        self.container.put_archive(os.path.dirname(path) or "/", buf.getvalue())
+
+    def get(self, path: str) -> bytes:
+        import io
+        import tarfile
+
+        stream, _ = self.container.get_archive(path)
+        buf = io.BytesIO(b"".join(stream))
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.getmembers()[0]
+            f = tar.extractfile(member)
+            return f.read() if f is not None else b""
+
+    def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int:
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+        script = (f"mkdir -p {shlex.quote(os.path.dirname(pidfile))} {shlex.quote(os.path.dirname(logfile))}; "
+                  f"nohup env {envs} {shell_join(argv)} >> {shlex.quote(logfile)} 2>&1 < /dev/null & "
+                  f"echo $! > {shlex.quote(pidfile)}; cat {shlex.quote(pidfile)}")
+        r = self.run(["sh", "-c", script], check=True)
+        return int(r.out.strip() or -1)
+
+    def signal_daemon(self, pidfile: str, sig: int) -> bool:
+        q = shlex.quote(pidfile)
+        r = self.run(["sh", "-c", f"test -s {q} && kill -{int(sig)} $(cat {q})"], timeout=10)
+        return r.ok
+
+    def daemon_alive(self, pidfile: str) -> bool:
+        q = shlex.quote(pidfile)
+        r = self.run(["sh", "-c", f"test -s {q} && p=$(cat {q}) && kill -0 $p 2>/dev/null && "
+                                  f"! grep -q '^State:.*Z' /proc/$p/status"], timeout=10)
+        return r.ok
+
+    def wait_daemon(self, pidfile: str, timeout: float) -> bool:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.daemon_alive(pidfile):
+                return True
+            time.sleep(0.1)
+        return False

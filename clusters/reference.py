@@ -1,0 +1,203 @@
+"""What every backend running the reference broker shares: node names, command lines, process control
+through each node's Remote, and role lookups that ask the cluster itself.
+
+A backend (local processes, Docker containers, SSH hosts) says only where a node lives:
+its Remote, the address the harness reaches it on, the address it listens on, and its
+paths. Everything else (start, kill -9, pause, role lookups, collecting logs and state
+dumps) is written once, here.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from clusters.base import ClusterError, ClusterSpec, PartitionView
+from clusters.broker import rpc
+from clusters.broker.admin import create_topic, dump_state
+
+CONTROLLER_ID = 1000
+CONTROLLER = "controller-0"
+OWNER_ENV = "KAFKAESQUE_OWNER"
+FLAW_VARIANTS = ("truncate-to-hw", "no-elr", "no-epoch-fencing")  # broker flags; unclean-election is the controller's
+BROKER_VARIANTS = ("default", "unclean-election") + FLAW_VARIANTS
+
+
+class ReferenceCluster:
+    """Base of the backends that run our broker. Subclasses set `python`, paths and addresses."""
+
+    name = "reference"
+    python = "python3"
+
+    def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None):
+        if spec.broker_variant not in BROKER_VARIANTS:
+            raise ClusterError(f"unknown broker variant {spec.broker_variant!r}; valid: {', '.join(BROKER_VARIANTS)}.")
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.owner = owner or self.run_dir.name
+
+    # --- what a backend provides -------------------------------------------------------------
+    def remote(self, node: str):
+        raise NotImplementedError
+
+    def address(self, node: str) -> tuple[str, int]:
+        """Where the harness reaches the node (Kafka and RPC share the port)."""
+        raise NotImplementedError
+
+    def listen(self, node: str) -> str:
+        raise NotImplementedError
+
+    def node_dir(self, node: str) -> str:
+        raise NotImplementedError
+
+    def node_env(self, node: str) -> dict[str, str]:
+        return {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
+
+    # --- naming --------------------------------------------------------------------------------
+    def broker_nodes(self) -> list[str]:
+        return [f"broker-{i}" for i in range(1, self.spec.brokers + 1)]
+
+    def controller_nodes(self) -> list[str]:
+        return [CONTROLLER]
+
+    def nodes(self) -> list[str]:
+        return self.controller_nodes() + self.broker_nodes()
+
+    def node_id(self, node: str) -> int:
+        return CONTROLLER_ID if node == CONTROLLER else int(node.split("-")[1])
+
+    def node_name(self, node_id: int) -> str:
+        return CONTROLLER if node_id == CONTROLLER_ID else f"broker-{node_id}"
+
+    def bootstrap(self) -> str:
+        return ",".join(_hostport(self.address(n)) for n in self.broker_nodes())
+
+    def log_path(self, node: str) -> str:
+        return f"{self.node_dir(node)}/{'controller' if node == CONTROLLER else 'broker'}.log"
+
+    def pidfile(self, node: str) -> str:
+        return f"{self.node_dir(node)}/node.pid"
+
+    def data_dir(self, node: str) -> str:
+        return f"{self.node_dir(node)}/data"
+
+    # --- command lines (the flags of clusters/broker/__main__.py) -------------------------------
+    def node_argv(self, node: str) -> list[str]:
+        cfg = self.spec.broker_config
+        common = ["--node-id", str(self.node_id(node)), "--listen", self.listen(node),
+                  "--advertise", _hostport(self.address(node)), "--data-dir", self.data_dir(node),
+                  "--log-file", self.log_path(node)]
+        if node == CONTROLLER:
+            argv = [self.python, "-m", "clusters.broker", "controller", *common,
+                    "--session-timeout-ms", str(cfg.get("session_timeout_ms", 3000))]
+            if self.spec.broker_variant == "unclean-election":
+                argv.append("--unclean-leader-election")
+            return argv
+        argv = [self.python, "-m", "clusters.broker", "broker", *common,
+                "--controller", _hostport(self.address(CONTROLLER)), "--flush-policy", self.spec.flush_policy,
+                "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),
+                "--heartbeat-interval-ms", str(cfg.get("heartbeat_interval_ms", 300))]
+        if self.spec.broker_variant in FLAW_VARIANTS:
+            argv += ["--variant", self.spec.broker_variant]
+        return argv
+
+    # --- process control through the node's Remote ---------------------------------------------
+    def start(self, node: str) -> None:
+        if self.is_running(node):
+            return
+        self.remote(node).start_daemon(self.node_argv(node), self.pidfile(node),
+                                       f"{self.node_dir(node)}/stdout.log", env=self.node_env(node))
+
+    def kill(self, node: str) -> None:
+        # SIGKILL works on a stopped (paused) process too.
+        self.remote(node).signal_daemon(self.pidfile(node), signal.SIGKILL)
+        self.remote(node).wait_daemon(self.pidfile(node), 10)
+
+    def stop(self, node: str, timeout_s: float = 20.0) -> None:
+        r = self.remote(node)
+        r.signal_daemon(self.pidfile(node), signal.SIGCONT)
+        if r.signal_daemon(self.pidfile(node), signal.SIGTERM) and not r.wait_daemon(self.pidfile(node), timeout_s):
+            self.kill(node)
+
+    def pause(self, node: str) -> None:
+        self.remote(node).signal_daemon(self.pidfile(node), signal.SIGSTOP)
+
+    def resume(self, node: str) -> None:
+        self.remote(node).signal_daemon(self.pidfile(node), signal.SIGCONT)
+
+    def is_running(self, node: str) -> bool:
+        return self.remote(node).daemon_alive(self.pidfile(node))
+
+    # --- roles, asked of the cluster itself ------------------------------------------------------
+    def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
+        try:
+            host, port = self.address(node)
+            return dump_state(host, port, include_log=include_log, timeout=3.0)
+        except (rpc.RpcError, KeyError):
+            return None
+
+    def partitions(self, topic: str) -> list[PartitionView]:
+        state = self.dump_state(CONTROLLER, include_log=False)
+        if state is None:
+            return metadata_partitions(self.bootstrap(), topic)
+        return [PartitionView(p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"], p["leader_epoch"])
+                for p in state["partitions"] if p["topic"] == topic]
+
+    def active_controller(self) -> str | None:
+        return CONTROLLER if self.dump_state(CONTROLLER, include_log=False) is not None else None
+
+    def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
+        """Until every named broker is registered and unfenced at the controller."""
+        want = {self.node_id(b) for b in brokers}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.dump_state(CONTROLLER, include_log=False)
+            if state and want <= {b["broker_id"] for b in state["brokers"] if not b["fenced"]}:
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"The brokers did not register with the controller within {timeout_s:.0f} s; see the "
+                           f"node logs ({self.name} cluster, {self.log_path(CONTROLLER)}).")
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
+        try:
+            create_topic(self.bootstrap(), topic, partitions, replication_factor, min_isr)
+        except Exception as e:  # noqa: BLE001 - one sentence for the user
+            raise ClusterError(f"Creating topic {topic!r} failed ({e}); check the broker logs.") from None
+
+    def collect(self, dest_dir: str) -> None:
+        """Node logs and state dumps into dest_dir/<node>/; an unreachable node is noted, not fatal."""
+        for node in self.nodes():
+            out = Path(dest_dir) / node
+            out.mkdir(parents=True, exist_ok=True)
+            for path in (self.log_path(node), f"{self.node_dir(node)}/stdout.log",
+                         f"{self.data_dir(node)}/metadata.log"):
+                try:
+                    (out / Path(path).name).write_bytes(self.remote(node).get(path))
+                except Exception:  # noqa: BLE001 - a file that is not there (yet) is simply absent
+                    pass
+            state = self.dump_state(node)
+            (out / "state.json").write_text(json.dumps(state, indent=1) if state is not None
+                                            else json.dumps({"unreachable": True}))
+
+
+def _hostport(addr: tuple[str, int]) -> str:
+    return f"{addr[0]}:{addr[1]}"
+
+
+def metadata_partitions(bootstrap: str, topic: str) -> list[PartitionView]:
+    """Leaders and ISRs through the Kafka Metadata API (any Kafka-protocol cluster answers it)."""
+    from kafka import KafkaAdminClient
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=3000)
+        try:
+            (t,) = admin.describe_topics([topic])
+        finally:
+            admin.close()
+    except Exception:  # noqa: BLE001 - no answer: nothing known
+        return []
+    return [PartitionView(topic, p["partition"], p["leader"], p["replicas"], p["isr"], p.get("leader_epoch", -1))
+            for p in t.get("partitions", [])]
