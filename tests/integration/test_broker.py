@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -163,3 +164,31 @@ def test_malformed_request_closes_the_connection_and_the_broker_keeps_serving(lo
     p.close()
     log = (local_cluster.root / "broker-1" / "broker.log").read_text()
     assert '"event": "bad_request"' in log
+
+
+def test_sigterm_is_a_controlled_shutdown_that_hands_off_leadership_and_restarts_clean(local_cluster):
+    local_cluster.create_topic("cs", partitions=1, rf=3, min_isr=2)
+    before = local_cluster.partition("cs")
+    leader = before["leader"]
+    p = KafkaProducer(bootstrap_servers=local_cluster.bootstrap.split(","), acks="all")
+    for i in range(50):
+        p.send("cs", value=f"c{i}".encode(), partition=0)
+    p.flush(30)
+    epoch = local_cluster.broker_state(leader, include_log=False)["broker_epoch"]
+    assert local_cluster.stop(leader) == 0
+    after = local_cluster.partition("cs")
+    assert after["leader"] not in (leader, -1) and after["leader_epoch"] > before["leader_epoch"]
+    # Still writable with acks=all while it is away (two replicas left, min ISR 2).
+    assert p.send("cs", value=b"after", partition=0).get(timeout=20).offset == 50
+    p.close()
+    local_cluster.start_broker(leader)
+    local_cluster.wait_for(lambda: leader in local_cluster.partition("cs")["isr"], timeout=30,
+                           what=f"broker {leader} back in the ISR")
+    events = [json.loads(line) for line in (local_cluster.root / f"broker-{leader}" / "broker.log").read_text()
+              .splitlines() if line.startswith("{")]
+    starts = [e for e in events if e.get("event") == "broker_started"]
+    assert starts[0]["previous_broker_epoch"] == -1 and starts[-1]["previous_broker_epoch"] == epoch
+    assert any(e.get("event") == "controlled_shutdown_done" for e in events)
+    got = consume_all(local_cluster.bootstrap, "cs", 0, 51)
+    assert [v for _, v in got] == [f"c{i}".encode() for i in range(50)] + [b"after"]
+    assert_logs_identical_below_hwm(local_cluster, "cs")
