@@ -72,6 +72,13 @@ class TestCluster:
         p.send_signal(signal.SIGKILL)
         p.wait(10)
 
+    def restart(self, i: int) -> None:
+        """Start broker i again on its port and data dir (after kill or stop)."""
+        self.start_broker(i)
+
+    def shutdown(self) -> None:
+        self.down()
+
     def stop(self, i: int) -> int:
         p = self.procs.pop(f"broker-{i}")
         p.send_signal(signal.SIGTERM)
@@ -125,10 +132,20 @@ class TestCluster:
 
 def start_local_cluster(tmp_path: Path, brokers: int = 3, flush_policy: str = "never",
                         variants: list[str] | None = None, broker_flags: list[str] | None = None,
-                        controller_flags: list[str] | None = None) -> TestCluster:
-    """Start a controller and `brokers` brokers; the caller must call down() (the fixture does)."""
+                        controller_flags: list[str] | None = None, **flag_values: object) -> TestCluster:
+    """Start a controller and `brokers` brokers; the caller must call down() (the fixture does).
+
+    Broker flags can also be given by name: `replica_lag_time_max_ms=5000` adds
+    `--replica-lag-time-max-ms 5000` (overriding the quick-failover defaults).
+    """
     flags = broker_flags if broker_flags is not None else [
         "--replica-lag-time-max-ms", "3000", "--heartbeat-interval-ms", "250"]
+    for name, value in flag_values.items():
+        flag = "--" + name.replace("_", "-")
+        if flag in flags:
+            i = flags.index(flag)
+            flags = flags[:i] + flags[i + 2:]
+        flags = flags + [flag, str(value)]
     cflags = controller_flags if controller_flags is not None else ["--session-timeout-ms", "2000"]
     return TestCluster(tmp_path, brokers, flags, cflags, flush_policy, variants or []).up()
 
