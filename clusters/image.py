@@ -20,6 +20,7 @@ import hashlib
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -152,7 +153,7 @@ def _dockerfile(base_tag: str) -> str:
         f"FROM {base_tag}\n"
         "COPY wheels /tmp/wheels\n"
         "RUN python3 -m pip install --no-index --find-links /tmp/wheels --break-system-packages "
-        + " ".join(NODE_REQUIREMENTS)
+        + " ".join(shlex.quote(r) for r in NODE_REQUIREMENTS)
         + " && rm -rf /tmp/wheels\n"
         "COPY code /opt/kafkaesque\n"
         f"COPY lib {NODE_LIB_DIR}\n"
@@ -261,7 +262,7 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
     buf.seek(0)
     log("docker build of the node image ...")
     try:
-        client.images.build(fileobj=buf, custom_context=True, tag=p.node_tag, rm=True,
+        client.images.build(fileobj=buf, custom_context=True, tag=p.node_tag, rm=True, forcerm=True,
                             labels={LABEL: "node"})
     except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and API errors
         raise ImageError(f"building {p.node_tag} failed: {e}") from None

@@ -36,7 +36,7 @@ def run(
     partitions: Annotated[int, typer.Option(help="partitions of the test topic (the queue's keys)")] = 4,
     acks: Annotated[str, typer.Option(help="all, 1 or 0")] = "all",
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
-    cluster: Annotated[str, typer.Option(help="local")] = "local",
+    cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local")] = "auto",
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
     broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw to switch on")] = "default",
     seed: Annotated[int, typer.Option()] = 0,
@@ -156,13 +156,14 @@ def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] 
 
 @app.command()
 def cleanup() -> None:
-    """Heal and remove everything a crashed run may have left: broker processes (paused ones too)."""
+    """Heal and remove everything a crashed run may have left: processes (paused ones too), containers, networks."""
+    from clusters.docker import cleanup_docker
     from clusters.local import cleanup_leftovers
 
-    killed = cleanup_leftovers()
+    killed = cleanup_leftovers() + cleanup_docker()
     for k in killed:
-        err.print(f"killed {k}")
-    err.print(f"cleanup: {len(killed)} leftover process(es) removed" if killed else "cleanup: nothing left behind")
+        err.print(f"removed {k}")
+    err.print(f"cleanup: {len(killed)} leftover(s) removed" if killed else "cleanup: nothing left behind")
 
 
 @app.command()

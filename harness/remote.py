@@ -195,15 +195,12 @@ class DockerRemote:
         self.container.put_archive(os.path.dirname(path) or "/", buf.getvalue())
 
     def get(self, path: str) -> bytes:
-        import io
-        import tarfile
-
-        stream, _ = self.container.get_archive(path)
-        buf = io.BytesIO(b"".join(stream))
-        with tarfile.open(fileobj=buf) as tar:
-            member = tar.getmembers()[0]
-            f = tar.extractfile(member)
-            return f.read() if f is not None else b""
+        # `cat` through exec, not the archive API: the engine's archive reads the container's
+        # root file system and cannot see inside a FUSE mount (the lossy data dir).
+        code, out = self.container.exec_run(["cat", path])
+        if code != 0:
+            raise RemoteError(f"{self.name}: cannot read {path}: {out.decode(errors='replace').strip()}")
+        return out
 
     def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int:
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())

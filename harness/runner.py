@@ -27,7 +27,7 @@ from nemesis.base import NemesisRefused
 from results.store import create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
-CLUSTER_NAMES = ("local",)
+CLUSTER_NAMES = ("auto", "docker", "local")
 
 
 class HarnessError(RuntimeError):
@@ -40,6 +40,10 @@ def exit_code(valid: Any) -> int:
 
 def make_cluster(spec: TestSpec, run_dir: Path):
     cspec = ClusterSpec(brokers=spec.brokers, flush_policy=spec.flush_policy, broker_variant=spec.broker_variant)
+    if spec.cluster == "docker":
+        from clusters.docker import DockerCluster
+
+        return DockerCluster(cspec, str(run_dir))
     if spec.cluster == "local":
         from clusters.local import LocalCluster
 
@@ -159,6 +163,11 @@ class Run:
         workload = make_workload(spec.workload, spec.workload_opts())
         nemesis = make_nemesis(spec.nemesis, {"target": spec.nemesis_target, "seed": spec.seed,
                                               "topic": spec.workload_opts()["topic"]})
+        if spec.cluster == "auto":
+            from clusters.docker import docker_available
+
+            # DESIGN: containers are the default whenever a Docker engine answers.
+            spec.cluster = "docker" if docker_available() else "local"
         run_dir = create_run_dir(spec.store, spec.name)
         test = spec.to_dict()
         test["run_dir"] = str(run_dir)

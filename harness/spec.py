@@ -28,7 +28,7 @@ class TestSpec:
     partitions: int = 4
     acks: str = "all"
     client: str = "kafka-python"
-    cluster: str = "local"
+    cluster: str = "auto"
     flush_policy: str = "never"
     broker_variant: str = "default"
     seed: int = 0

@@ -1,0 +1,181 @@
+"""The Docker cluster backend: one container per node on a network of its own (issue 6).
+
+Every node is a container of the node image (clusters/image.py) with its own hostname,
+address, clock view, disk and firewall: a partition is an iptables rule in one container,
+a lossy crash drops one container's unsynced bytes, clock skew shows in one container
+only. The broker runs inside as a daemon (pid file, under the container's init), so kill
+-9 and SIGSTOP hit the broker process, not the container.
+
+Containers get NET_ADMIN (iptables, tc) and, for the lossy file system, /dev/fuse with
+SYS_ADMIN (a FUSE mount needs it); nothing broader. Containers and networks carry the
+label `kafkaesque=<run id>` so `kafkaesque cleanup` finds what a crashed run left.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from clusters.base import ClusterError, ClusterSpec
+from clusters.reference import OWNER_ENV, ReferenceCluster
+from harness.remote import DockerRemote
+
+LABEL = "kafkaesque"
+PORT = 9092
+NODE_ROOT = "/var/lib/kafkaesque"
+CLOCK_FILE = "/run/kafkaesque/clock-offset"
+CLOCK_LIB = "/opt/kafkaesque/lib/libclockoffset.so"
+
+
+def docker_client():
+    """The Docker Engine client, or a ClusterError saying how to get one."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        client.ping()
+        return client
+    except Exception as e:  # noqa: BLE001 - any failure means: no engine here
+        raise ClusterError(f"The Docker engine does not answer ({type(e).__name__}); start dockerd, or run with "
+                           "--cluster local.") from None
+
+
+def docker_available() -> bool:
+    try:
+        docker_client()
+        return True
+    except ClusterError:
+        return False
+
+
+class DockerCluster(ReferenceCluster):
+    name = "docker"
+    python = "python3"
+
+    def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None, lossy: bool = True):
+        super().__init__(spec, run_dir, owner)
+        self.lossy = lossy
+        self.client = None
+        self.network = None
+        self.containers: dict[str, Any] = {}
+        self.ips: dict[str, str] = {}
+        self.remotes: dict[str, DockerRemote] = {}
+        self.image = ""
+
+    # --- where nodes live ------------------------------------------------------------------------
+    def remote(self, node: str) -> DockerRemote:
+        return self.remotes[node]
+
+    def address(self, node: str) -> tuple[str, int]:
+        return self.ips[node], PORT
+
+    def listen(self, node: str) -> str:
+        return f"0.0.0.0:{PORT}"
+
+    def node_dir(self, node: str) -> str:
+        return NODE_ROOT
+
+    def data_dir(self, node: str) -> str:
+        # With the lossy file system the broker writes through the FUSE mount (clusters/lossyfs.py).
+        return f"{NODE_ROOT}/data"
+
+    def node_env(self, node: str) -> dict[str, str]:
+        return {**super().node_env(node), "LD_PRELOAD": CLOCK_LIB, "KAFKAESQUE_CLOCK_FILE": CLOCK_FILE}
+
+    def container_name(self, node: str) -> str:
+        return f"kq-{self.owner}-{node}"
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+    def up(self) -> str:
+        from clusters.image import ImageError, ensure_image
+
+        self.client = docker_client()
+        try:
+            self.image = ensure_image(log=lambda m: None)
+        except ImageError as e:
+            raise ClusterError(str(e)) from None
+        try:
+            self.network = self.client.networks.create(f"kafkaesque-{self.owner}", driver="bridge",
+                                                       labels={LABEL: self.owner})
+            for node in self.nodes():
+                self._create_container(node)
+            for node in self.nodes():
+                c = self.containers[node]
+                c.reload()
+                self.ips[node] = c.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+                self.remotes[node] = DockerRemote(c, node)
+                self._prepare_node(node)
+            for node in self.nodes():
+                self.start(node)
+            self.wait_ready(self.broker_nodes(), timeout_s=90)
+            return self.bootstrap()
+        except BaseException:
+            self.down()
+            raise
+
+    def _create_container(self, node: str) -> None:
+        kwargs: dict[str, Any] = {
+            "name": self.container_name(node), "hostname": node, "network": self.network.name,
+            "detach": True, "init": True, "labels": {LABEL: self.owner, f"{LABEL}.node": node},
+            "cap_add": ["NET_ADMIN"], "command": ["sleep", "infinity"],
+            "environment": {OWNER_ENV: self.owner},
+        }
+        if self.lossy and node != "controller-0":
+            kwargs["cap_add"] = ["NET_ADMIN", "SYS_ADMIN"]
+            kwargs["devices"] = ["/dev/fuse:/dev/fuse:rwm"]
+            kwargs["security_opt"] = ["apparmor:unconfined"]
+        self.containers[node] = self.client.containers.run(self.image, **kwargs)
+
+    def _prepare_node(self, node: str) -> None:
+        r = self.remotes[node]
+        r.run(["mkdir", "-p", f"{NODE_ROOT}/data", f"{NODE_ROOT}/backing", "/run/kafkaesque"], check=True)
+        r.put(CLOCK_FILE, b"0\n")
+        if self.lossy and node != "controller-0":
+            # The broker's data dir is a FUSE mount that keeps unsynced bytes in memory.
+            r.start_daemon(["python3", "-m", "clusters.lossyfs", f"{NODE_ROOT}/backing", f"{NODE_ROOT}/data",
+                            "--status-file", "/run/kafkaesque/lossyfs.status"],
+                           "/run/kafkaesque/lossyfs.pid", "/run/kafkaesque/lossyfs.log",
+                           env={"PYTHONPATH": "/opt/kafkaesque"})
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                if r.run(["grep", "-q", "mounted", "/run/kafkaesque/lossyfs.status"]).ok:
+                    return
+                time.sleep(0.1)
+            raise ClusterError(f"The lossy file system did not mount in {node}; see /run/kafkaesque/lossyfs.log "
+                               "there (does the host allow FUSE in containers?).")
+
+    def down(self) -> None:
+        for c in self.containers.values():
+            try:
+                c.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.containers.clear()
+        if self.network is not None:
+            try:
+                self.network.remove()
+            except Exception:  # noqa: BLE001
+                pass
+            self.network = None
+
+
+def cleanup_docker() -> list[str]:
+    """Remove every container and network any Kafkaesque run left behind (by label)."""
+    try:
+        client = docker_client()
+    except ClusterError:
+        return []
+    removed = []
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        try:
+            c.remove(force=True)
+            removed.append(f"container {c.name}")
+        except Exception:  # noqa: BLE001
+            pass
+    for n in client.networks.list(filters={"label": LABEL}):
+        try:
+            n.remove()
+            removed.append(f"network {n.name}")
+        except Exception:  # noqa: BLE001
+            pass
+    return removed
