@@ -72,6 +72,13 @@ class TestCluster:
         p.send_signal(signal.SIGKILL)
         p.wait(10)
 
+    def pause(self, i: int) -> None:
+        """SIGSTOP broker i (a process pause: sockets stay open, nothing is answered)."""
+        self.procs[f"broker-{i}"].send_signal(signal.SIGSTOP)
+
+    def resume(self, i: int) -> None:
+        self.procs[f"broker-{i}"].send_signal(signal.SIGCONT)
+
     def restart(self, i: int) -> None:
         """Start broker i again on its port and data dir (after kill or stop)."""
         self.start_broker(i)
@@ -125,6 +132,7 @@ class TestCluster:
     def down(self) -> None:
         for p in list(self.procs.values()):
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # a paused process must not outlive the test
                 p.kill()
                 p.wait(10)
         self.procs.clear()

@@ -192,3 +192,44 @@ def test_sigterm_is_a_controlled_shutdown_that_hands_off_leadership_and_restarts
     got = consume_all(local_cluster.bootstrap, "cs", 0, 51)
     assert [v for _, v in got] == [f"c{i}".encode() for i in range(50)] + [b"after"]
     assert_logs_identical_below_hwm(local_cluster, "cs")
+
+
+def test_an_old_leader_truncates_its_unreplicated_acks_1_suffix_on_rejoin(local_cluster):
+    """004 / PROTOCOL.md 2: the divergent suffix (never replicated, acks=1) is cut by leader-epoch
+    truncation when the old leader comes back as a follower."""
+    local_cluster.create_topic("dv", partitions=1, rf=3, min_isr=2)
+    leader = local_cluster.partition("dv")["leader"]
+    followers = [i for i in local_cluster.broker_ports if i != leader]
+    p1 = KafkaProducer(bootstrap_servers=[f"127.0.0.1:{local_cluster.broker_ports[leader]}"], acks=1, retries=0)
+    for i in range(5):
+        p1.send("dv", value=f"base{i}".encode(), partition=0).get(timeout=20)
+    local_cluster.wait_for(lambda: all(local_cluster.broker_state(i, False)["partitions"][0]["leo"] == 5
+                                       for i in followers), what="followers at offset 5")
+    for i in followers:
+        local_cluster.pause(i)
+    time.sleep(0.4)  # pending long polls (100 ms) are answered empty before the next appends
+    for i in range(3):
+        assert p1.send("dv", value=f"lost{i}".encode(), partition=0).get(timeout=5).offset == 5 + i
+    local_cluster.kill(leader)
+    for i in followers:
+        local_cluster.resume(i)
+    p1.close()
+    local_cluster.wait_for(lambda: local_cluster.partition("dv")["leader"] in followers, timeout=20,
+                           what="a new leader among the followers")
+    p = KafkaProducer(bootstrap_servers=[f"127.0.0.1:{local_cluster.broker_ports[i]}" for i in followers],
+                      acks="all", retries=5)
+    for i in range(4):
+        p.send("dv", value=f"new{i}".encode(), partition=0).get(timeout=20)
+    p.close()
+    local_cluster.start_broker(leader)
+    local_cluster.wait_for(lambda: leader in local_cluster.partition("dv")["isr"], timeout=30,
+                           what=f"broker {leader} back in the ISR")
+    events = [json.loads(line) for line in (local_cluster.root / f"broker-{leader}" / "broker.log").read_text()
+              .splitlines() if line.startswith("{")]
+    cuts = [e for e in events if e.get("event") == "truncated_on_divergence"]
+    assert cuts and cuts[0]["from"] == 8 and cuts[0]["to"] == 5, cuts
+    got = consume_all(local_cluster.bootstrap, "dv", 0, 9)
+    assert [v for _, v in got] == [f"base{i}".encode() for i in range(5)] + [f"new{i}".encode() for i in range(4)]
+    local_cluster.wait_for(lambda: local_cluster.broker_state(leader, False)["partitions"][0]["hwm"] == 9,
+                           what="the rejoined broker's HWM")
+    assert_logs_identical_below_hwm(local_cluster, "dv")
