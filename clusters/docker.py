@@ -82,6 +82,9 @@ class DockerCluster(ReferenceCluster):
     def node_env(self, node: str) -> dict[str, str]:
         return {**super().node_env(node), "LD_PRELOAD": CLOCK_LIB, "KAFKAESQUE_CLOCK_FILE": CLOCK_FILE}
 
+    def clock_file(self, node: str) -> str:
+        return CLOCK_FILE
+
     def container_name(self, node: str) -> str:
         return f"kq-{self.owner}-{node}"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.history import Op
 
-NEMESIS_NAMES = ("kill", "pause")
+NEMESIS_NAMES = ("kill", "pause", "partition", "lossy-crash", "clock")
 
 
 def _make_one(name: str, options: dict[str, Any]):
@@ -18,6 +18,18 @@ def _make_one(name: str, options: dict[str, Any]):
         from nemesis.process import PauseNemesis
 
         return PauseNemesis(options)
+    if name == "partition":
+        from nemesis.faults import PartitionNemesis
+
+        return PartitionNemesis(options)
+    if name == "lossy-crash":
+        from nemesis.faults import LossyCrashNemesis
+
+        return LossyCrashNemesis(options)
+    if name == "clock":
+        from nemesis.faults import ClockNemesis
+
+        return ClockNemesis(options)
     raise ValueError(f"unknown nemesis {name!r}; valid: {', '.join(NEMESIS_NAMES)}")
 
 

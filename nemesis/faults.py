@@ -1,0 +1,232 @@
+"""Faults that act on a node through its Remote: network partitions, lossy crashes, clock skew.
+
+Each works on any backend whose nodes have a Remote and an address of their own (the
+docker backend; SSH nodes later); a backend that cannot do a fault makes `setup` refuse it
+by name with the reason, before the test starts, never in the middle.
+
+- partition: iptables DROP rules from nemesis/netrules.py in each node's own chain, in the
+  shapes of nemesis/grudge.py (isolate a random node, halves, majorities ring, bridge,
+  isolate the leader of a partition, isolate the controller, one-way).
+- lossy-crash: SIGKILL the broker, then make its lossy file system drop every unsynced
+  byte (clusters/lossyfs.py), as a power cut would; the broker stays down until the stop.
+  By default it respects the protocol's fault budget (001: at most min ISR - 1 lossy
+  crashes until the crashed brokers are back), so a correct broker must lose nothing.
+- clock: shift a node's wall clock (the preload reads the offset file live); never the
+  host's or the kernel's clock.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from harness.history import INFO, Op
+from nemesis import grudge, netrules
+from nemesis.base import NemesisRefused
+
+PARTITION_TARGETS = ("random-node", "halves", "majorities-ring", "bridge", "leader", "controller", "one-way")
+
+
+class _Fault:
+    name = ""
+    start_f = stop_f = ""
+
+    def __init__(self, options: dict[str, Any]):
+        self.options = options
+        self.rng = random.Random(options.get("seed", 0) + hash(self.name) % 1000)
+        self.topic = options.get("topic", "queue")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(self.start_f, self.stop_f)]
+
+    def fs(self) -> set[str]:
+        return {self.start_f, self.stop_f}
+
+    def _needs_remotes(self, cluster) -> None:
+        if cluster.name == "local":
+            raise NemesisRefused(f"the {self.name} fault needs nodes with their own network, disk and clock "
+                                 "(--cluster docker); the local cluster runs every node as a process on this "
+                                 "host's loopback")
+
+    def _leader_nodes(self, cluster) -> list[str]:
+        return sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
+
+
+class PartitionNemesis(_Fault):
+    name, start_f, stop_f = "partition", "start-partition", "stop-partition"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        target = options.get("partition_target") or options.get("target", "random-node")
+        self.target = target if target in PARTITION_TARGETS else "random-node"
+        self.cut: dict[str, set[str]] = {}
+
+    def setup(self, cluster) -> None:
+        self._needs_remotes(cluster)
+        for node in cluster.nodes():
+            for argv in netrules.chain_setup():
+                cluster.remote(node).run(argv, check=True)
+
+    def grudge(self, cluster) -> grudge.Grudge:
+        nodes = cluster.nodes()
+        if self.target == "halves":
+            return grudge.halves(nodes, self.rng)
+        if self.target == "majorities-ring":
+            return grudge.majorities_ring(nodes, self.rng)
+        if self.target == "bridge":
+            return grudge.bridge(nodes, self.rng)
+        if self.target == "one-way":
+            return grudge.one_way(nodes, self.rng.choice(cluster.broker_nodes()))
+        if self.target == "leader":
+            leaders = self._leader_nodes(cluster)
+            return grudge.isolate(nodes, self.rng.choice(leaders) if leaders else self.rng.choice(nodes))
+        if self.target == "controller":
+            return grudge.isolate(nodes, cluster.active_controller() or cluster.controller_nodes()[0])
+        return grudge.isolate(nodes, self.rng.choice(cluster.broker_nodes()))
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            self._heal(cluster)
+            g = self.grudge(cluster)
+            for node, drops in g.items():
+                if drops:
+                    for argv in netrules.drop_from(cluster.address(n)[0] for n in drops):
+                        cluster.remote(node).run(argv, check=True)
+            self.cut = g
+            return Op(INFO, op.f, op.process, {"partition": {n: sorted(d) for n, d in g.items() if d},
+                                               "shape": self.target, "description": grudge.describe(g)})
+        if op.f == self.stop_f:
+            healed = self._heal(cluster)
+            return Op(INFO, op.f, op.process, {"healed": healed})
+        raise ValueError(f"partition nemesis cannot do {op.f!r}")
+
+    def _heal(self, cluster) -> list[str]:
+        healed = sorted(n for n, d in self.cut.items() if d)
+        for node in cluster.nodes():
+            for argv in netrules.heal():
+                cluster.remote(node).run(argv)
+        self.cut = {}
+        return healed
+
+    def teardown(self, cluster) -> None:
+        if cluster.name == "local":
+            return
+        for node in cluster.nodes():
+            for argv in netrules.remove_chain():
+                cluster.remote(node).run(argv)
+        self.cut = {}
+
+
+class LossyCrashNemesis(_Fault):
+    """kill -9 plus the loss of every byte not yet fsynced: a power cut of one broker (001 5)."""
+
+    name, start_f, stop_f = "lossy-crash", "start-lossy-crash", "stop-lossy-crash"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.min_isr = int(options.get("min_isr", 2))
+        self.exceed_budget = bool(options.get("exceed_fault_budget", False))
+        self.crashed: list[str] = []
+
+    def setup(self, cluster) -> None:
+        self._needs_remotes(cluster)
+        if not getattr(cluster, "lossy", False):
+            raise NemesisRefused("the lossy-crash fault needs brokers writing through the lossy file system; "
+                                 "this cluster was started without it")
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            budget = len(cluster.broker_nodes()) if self.exceed_budget else max(self.min_isr - 1, 0)
+            candidates = [n for n in cluster.broker_nodes() if n not in self.crashed]
+            if self.options.get("target") == "leader":
+                leaders = [n for n in self._leader_nodes(cluster) if n in candidates]
+                candidates = leaders or candidates
+            if len(self.crashed) >= budget or not candidates:
+                return Op(INFO, op.f, op.process, {"lossy-crash": [], "skipped": f"fault budget {budget} reached"})
+            node = self.rng.choice(candidates)
+            dropped = self.crash(cluster, node)
+            self.crashed.append(node)
+            return Op(INFO, op.f, op.process, {"lossy-crash": [node], "dropped": dropped})
+        if op.f == self.stop_f:
+            restarted = self._restart_all(cluster)
+            return Op(INFO, op.f, op.process, {"restarted": restarted})
+        raise ValueError(f"lossy-crash nemesis cannot do {op.f!r}")
+
+    @staticmethod
+    def crash(cluster, node: str) -> dict[str, Any]:
+        """SIGKILL the broker, then drop its unsynced bytes; returns what lossyfs reported."""
+        import signal
+
+        r = cluster.remote(node)
+        before = r.run(["sh", "-c", "wc -l < /run/kafkaesque/lossyfs.status"]).out.strip() or "0"
+        cluster.kill(node)
+        r.signal_daemon("/run/kafkaesque/lossyfs.pid", signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lines = r.run(["cat", "/run/kafkaesque/lossyfs.status"]).out.strip().splitlines()
+            if len(lines) > int(before):
+                import json
+
+                return json.loads(lines[-1])
+            time.sleep(0.05)
+        return {"event": "no report from lossyfs"}
+
+    def _restart_all(self, cluster) -> list[str]:
+        restarted = []
+        for node in self.crashed:
+            cluster.start(node)
+            restarted.append(node)
+        self.crashed = []
+        return restarted
+
+    def teardown(self, cluster) -> None:
+        self._restart_all(cluster)
+
+
+class ClockNemesis(_Fault):
+    """Skew the wall clock of random nodes by up to `clock_max_skew_s` either way."""
+
+    name, start_f, stop_f = "clock", "start-clock", "stop-clock"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.max_skew_s = float(options.get("clock_max_skew_s", 300))
+        self.skewed: set[str] = set()
+
+    def setup(self, cluster) -> None:
+        if not hasattr(cluster, "clock_file"):
+            raise NemesisRefused(f"the clock fault needs nodes started with the clock preload; {cluster.name} "
+                                 "nodes are not")
+        if cluster.name == "local" and getattr(cluster, "_clock_lib", None) is None:
+            raise NemesisRefused("the clock fault needs the clock preload library, which could not be built "
+                                 "here (install gcc)")
+
+    def set_offset(self, cluster, node: str, offset_s: float) -> None:
+        from nemesis.clock_preload import offset_file_text
+
+        cluster.remote(node).put(cluster.clock_file(node), offset_file_text(int(offset_s * 1e9)).encode())
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            nodes = self.rng.sample(cluster.nodes(), self.rng.randint(1, len(cluster.nodes())))
+            offsets = {}
+            for n in nodes:
+                off = round(self.rng.uniform(-self.max_skew_s, self.max_skew_s), 3)
+                self.set_offset(cluster, n, off)
+                self.skewed.add(n)
+                offsets[n] = off
+            return Op(INFO, op.f, op.process, {"clock-offset-s": offsets})
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
+        raise ValueError(f"clock nemesis cannot do {op.f!r}")
+
+    def _reset(self, cluster) -> list[str]:
+        reset = sorted(self.skewed)
+        for n in reset:
+            self.set_offset(cluster, n, 0)
+        self.skewed.clear()
+        return reset
+
+    def teardown(self, cluster) -> None:
+        self._reset(cluster)
