@@ -81,6 +81,7 @@ class Broker:
         self.peers: dict[int, rpc.RpcClient] = {}
         self.purgatory: dict[tuple[str, int], deque[PendingProduce]] = {}
         self.changed: dict[tuple[str, int], asyncio.Event] = {}
+        self.appended: dict[tuple[str, int], asyncio.Event] = {}
         self.fetchers: dict[tuple[str, int], asyncio.Task] = {}
         self.alter_tasks: dict[tuple[str, int], asyncio.Task] = {}
         self._producer_ids = int(time.time() * 1000) % (1 << 40)
@@ -96,10 +97,23 @@ class Broker:
             ev = self.changed[(topic, partition)] = asyncio.Event()
         return ev
 
-    def signal_change(self, key: tuple[str, int]) -> None:
+    def append_event(self, key: tuple[str, int]) -> asyncio.Event:
+        ev = self.appended.get(key)
+        if ev is None:
+            ev = self.appended[key] = asyncio.Event()
+        return ev
+
+    def signal_change(self, key: tuple[str, int], wake_followers: bool = False) -> None:
+        """Wake consumer long polls (new data or HWM); follower long polls only on an append or
+        a role change: followers learn a new HWM from their next fetch, as in Kafka, which
+        saves a round trip per acks=all produce on a syscall-bound machine."""
         ev = self.changed.pop(key, None)
         if ev is not None:
             ev.set()
+        if wake_followers:
+            ev = self.appended.pop(key, None)
+            if ev is not None:
+                ev.set()
 
     async def wait_any(self, events: list[asyncio.Event], timeout: float) -> None:
         if not events:
@@ -132,7 +146,7 @@ class Broker:
                     return await self._await_commit(r, dup[0], dup[1], acks, timeout_s)
                 return rpc.INVALID_REQUEST, -1, -1
         first, last = r.append(raw, headers)
-        self.signal_change(r.key)
+        self.signal_change(r.key, wake_followers=True)
         self._complete_produces(r)
         return await self._await_commit(r, first, last, acks, timeout_s)
 
@@ -331,6 +345,7 @@ class Broker:
             if r.role == FOLLOWER and key not in self.fetchers:
                 self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
             self._hwm_may_have_moved(r)
+            self.signal_change(key, wake_followers=True)  # waiting follower polls see the new role
 
     # --- replication: followers pull (002 2.2) ------------------------------------------------
     def peer(self, broker_id: int) -> rpc.RpcClient | None:
@@ -379,16 +394,19 @@ class Broker:
         self._hwm_may_have_moved(r)
         self._maybe_alter_isr(r)
         offset = int(body["fetch_offset"])
-        if offset >= r.leo:  # long poll: wait for new data or a new HWM to pass on
-            ev = self.change_event(*key)
+        if offset >= r.leo:  # long poll: wait for new data (002 2.2)
+            ev = self.append_event(key)
             wait_s = min(int(body.get("max_wait_ms", 100)), 5000) / 1000
             try:
                 await asyncio.wait_for(ev.wait(), wait_s)
             except TimeoutError:
                 pass
             r = self.replicas.get(key)
-            if r is None or r.role != LEADER:
+            if r is None:
                 return {"error": rpc.NOT_LEADER_OR_FOLLOWER}
+            err = r.check_fetch_epoch(int(body["current_leader_epoch"]))  # the epoch may have moved
+            if err != rpc.NONE:
+                return {"error": err, "high_watermark": -1}
         return r.read_for_follower(offset, int(body.get("max_bytes", MAX_FETCH_BYTES)))
 
     # --- ISR changes (002 2.9.2) ----------------------------------------------------------------
