@@ -206,6 +206,7 @@ class ClockNemesis(_Fault):
         from nemesis.clock_preload import offset_file_text
 
         cluster.remote(node).put(cluster.clock_file(node), offset_file_text(int(offset_s * 1e9)).encode())
+        (self.skewed.add if offset_s else self.skewed.discard)(node)  # teardown resets whatever is skewed
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
@@ -214,7 +215,6 @@ class ClockNemesis(_Fault):
             for n in nodes:
                 off = round(self.rng.uniform(-self.max_skew_s, self.max_skew_s), 3)
                 self.set_offset(cluster, n, off)
-                self.skewed.add(n)
                 offsets[n] = off
             return Op(INFO, op.f, op.process, {"clock-offset-s": offsets})
         if op.f == self.stop_f:
@@ -225,7 +225,6 @@ class ClockNemesis(_Fault):
         reset = sorted(self.skewed)
         for n in reset:
             self.set_offset(cluster, n, 0)
-        self.skewed.clear()
         return reset
 
     def teardown(self, cluster) -> None:
