@@ -106,7 +106,9 @@ async def metadata(broker: Broker, req: Any, version: int) -> Any:
     R = MetadataResponse
     live = [b for b in sorted(image.brokers.values(), key=lambda b: b.broker_id) if not b.fenced]
     brokers = [R.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=None) for b in live]
-    names = [t.name for t in req.topics] if req.topics is not None else sorted(image.topics)
+    # v1+: null = all topics, [] = none; v0 has no null, so [] means all.
+    all_topics = req.topics is None or (version == 0 and not req.topics)
+    names = sorted(image.topics) if all_topics else [t.name for t in req.topics]
     topics = []
     for name in names:
         info = image.topics.get(name)

@@ -38,7 +38,9 @@ def now_ms() -> int:
 
 
 def _hostport(s: str) -> tuple[str, int]:
-    host, port = s.rsplit(":", 1)
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address {s!r} is not HOST:PORT; give it as e.g. 127.0.0.1:9092")
     return host, int(port)
 
 
@@ -571,6 +573,16 @@ class Broker:
 
 
 def run_broker(args: Any) -> int:
+    try:
+        if args.replica_lag_time_max_ms <= 0 or args.heartbeat_interval_ms <= 0 or args.replica_fetch_wait_max_ms < 0:
+            raise ValueError("timeouts must be positive milliseconds; fix --replica-lag-time-max-ms, "
+                             "--heartbeat-interval-ms or --replica-fetch-wait-max-ms")
+        for a in (args.listen, args.controller, args.advertise or args.listen):
+            _hostport(a)
+        parse_flush_policy(args.flush_policy)
+    except ValueError as e:
+        print(f"error: broker {args.node_id}: {e}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(Broker(args).run())
     except OSError as e:
