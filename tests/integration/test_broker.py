@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError as CKError
 from confluent_kafka import Producer as CKProducer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import NotEnoughReplicasError
+from kafka.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 
 pytestmark = pytest.mark.integration
 
@@ -233,3 +233,28 @@ def test_an_old_leader_truncates_its_unreplicated_acks_1_suffix_on_rejoin(local_
     local_cluster.wait_for(lambda: local_cluster.broker_state(leader, False)["partitions"][0]["hwm"] == 9,
                            what="the rejoined broker's HWM")
     assert_logs_identical_below_hwm(local_cluster, "dv")
+
+
+def test_pending_acks_all_fails_after_append_when_the_isr_drops_below_min_isr(local_cluster):
+    """002 2.6: appended, then both followers stop (SIGSTOP); once the ISR is below min ISR the
+    waiting request ends with NOT_ENOUGH_REPLICAS_AFTER_APPEND instead of timing out."""
+    local_cluster.create_topic("aa", partitions=1, rf=3, min_isr=2)
+    leader = local_cluster.partition("aa")["leader"]
+    followers = [i for i in local_cluster.broker_ports if i != leader]
+    p = KafkaProducer(bootstrap_servers=[f"127.0.0.1:{local_cluster.broker_ports[leader]}"], acks="all",
+                      retries=0, request_timeout_ms=20000)
+    assert p.send("aa", value=b"ok", partition=0).get(timeout=20).offset == 0
+    for i in followers:
+        local_cluster.pause(i)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(NotEnoughReplicasAfterAppendError):
+            p.send("aa", value=b"pending", partition=0).get(timeout=20)
+        assert time.monotonic() - t0 < 15  # answered when the ISR shrank, not at the request timeout
+    finally:
+        for i in followers:
+            local_cluster.resume(i)
+    p.close()
+    # The record stayed in the leader's log: it commits once the followers are back.
+    local_cluster.wait_for(lambda: local_cluster.broker_state(leader, False)["partitions"][0]["hwm"] == 2,
+                           timeout=30, what="the HWM past the pending record once the ISR regrows")
