@@ -258,3 +258,38 @@ def test_pending_acks_all_fails_after_append_when_the_isr_drops_below_min_isr(lo
     # The record stayed in the leader's log: it commits once the followers are back.
     local_cluster.wait_for(lambda: local_cluster.broker_state(leader, False)["partitions"][0]["hwm"] == 2,
                            timeout=30, what="the HWM past the pending record once the ISR regrows")
+
+
+def _raw_produce(port: int, topic: str, records: bytes, cid: int) -> tuple[int, int]:
+    """One Produce v9 over a plain socket (to resend the very same batch, as a retry does)."""
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    R = ProduceRequest
+    req = R(version=9, transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[R.TopicProduceData(
+        name=topic, partition_data=[R.TopicProduceData.PartitionProduceData(index=0, records=records)])])
+    req.with_header(correlation_id=cid, client_id="raw")
+    payload = bytes(req.encode(header=True))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(payload)) + payload)
+        (size,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
+        data = s.recv(size, socket.MSG_WAITALL)
+    pr = ProduceResponse[9].decode(data, header=True).responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def test_idempotent_retry_is_acknowledged_once_and_a_sequence_gap_is_rejected(local_cluster):
+    from clusters.broker.log import build_batch
+
+    local_cluster.create_topic("idem", partitions=1, rf=3, min_isr=2)
+    port = local_cluster.broker_ports[local_cluster.partition("idem")["leader"]]
+    first = build_batch([b"a", b"b"], producer_id=4242, producer_epoch=0, base_sequence=0)
+    assert _raw_produce(port, "idem", first, 1) == (0, 0)
+    assert _raw_produce(port, "idem", first, 2) == (0, 0)  # the retry: original offset, no second append
+    assert _raw_produce(port, "idem", build_batch([b"c"], producer_id=4242, producer_epoch=0, base_sequence=2),
+                        3) == (0, 2)
+    gap = build_batch([b"z"], producer_id=4242, producer_epoch=0, base_sequence=9)
+    assert _raw_produce(port, "idem", gap, 4)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    leader = local_cluster.partition("idem")["leader"]
+    assert local_cluster.broker_state(leader, False)["partitions"][0]["leo"] == 3
+    got = consume_all(local_cluster.bootstrap, "idem", 0, 3, timeout=10)
+    assert [v for _, v in got] == [b"a", b"b", b"c"]
