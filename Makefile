@@ -4,7 +4,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 PYTHON    ?= python3
 
-.PHONY: setup demo test test-unit lint bench nightly clean
+.PHONY: setup image demo test test-unit lint bench nightly clean
 
 setup: $(STAMP)
 
@@ -15,12 +15,19 @@ $(STAMP): pyproject.toml scripts/install-system-packages.sh
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The node image for the docker cluster (debootstrap + docker import + offline wheels); reused
+# while its inputs are unchanged, rebuilt when they change.
+image: setup
+	$(PY) -m clusters.image
+
 # A real test on the default cluster: queue workload, kill and pause faults, 60 s.
 demo: setup
+	@if docker info >/dev/null 2>&1; then $(PY) -m clusters.image; fi
 	$(VENV)/bin/kafkaesque run --workload queue --nemesis kill,pause --time-limit 60
 
 # The whole test suite (unit, property and integration), as CI runs it.
 test: setup
+	$(PY) -m clusters.image
 	$(VENV)/bin/pytest -q tests
 
 test-unit: setup
