@@ -344,6 +344,10 @@ class Broker:
             if r.role != LEADER or r.leader_epoch != old_epoch:
                 if old_role == LEADER:
                     self._fail_produces(key, rpc.NOT_LEADER_OR_FOLLOWER)
+            if r.role == FOLLOWER and r.leader_epoch != old_epoch and key in self.fetchers:
+                # A fetch in flight to the old leader (perhaps paused or cut off) would hold
+                # this partition's replication for up to its timeout: start over at once.
+                self.fetchers.pop(key).cancel()
             if r.role == FOLLOWER and key not in self.fetchers:
                 self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
             self._hwm_may_have_moved(r)
