@@ -133,7 +133,8 @@ class ControllerServer:
                 t = asyncio.create_task(answer(msg.get("id"), str(msg.get("api")), msg["body"]))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            # EOF, a reset, or the server shutting down (asyncio.run cancels handlers): end quietly.
             pass
         except ValueError as e:
             self.log({"event": "bad_frame", "peer": str(peer), "reason": str(e)})

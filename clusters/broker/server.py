@@ -522,7 +522,8 @@ class Broker:
                     await order.put(t)
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            # EOF, a reset, or the server shutting down (asyncio.run cancels handlers): end quietly.
             pass
         except (kafka_api.BadRequest, ValueError) as e:
             self.log({"event": "bad_request", "peer": str(peer), "error": str(e), "action": "connection closed"})
