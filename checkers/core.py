@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from harness.history import Op
+from harness.history import Op, gc_paused
 
 Valid = bool | Literal["unknown"]
 UNKNOWN: Literal["unknown"] = "unknown"
@@ -92,7 +92,8 @@ def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Seq
     results = []
     for c in checkers:
         try:
-            results.append(c.check(test, history))
+            with gc_paused():
+                results.append(c.check(test, history))
         except Exception as e:  # noqa: BLE001 - a crashing checker must not hide the others
             results.append(Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}"))
     return compose(results)
