@@ -1,0 +1,160 @@
+"""Sequential models for the linearizability checker (Porcupine's shape: init, step, partition, describe).
+
+An operation reaches a model as (input, output): input is what was asked, output what was
+observed, or UNKNOWN_OUTPUT for an indeterminate op (it is then always legal and applies
+its effect). States are hashable (the search memoizes (linearized set, state)).
+
+Models: register, cas-register (and Porcupine's etcd register, which is a CAS register
+whose initial state is "absent"), kv (string registers per key, put/append/get), and log
+(one append-only log per key: sends append at the next offset, reads return a window of
+the log, the final read returns everything up to the end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+UNKNOWN_OUTPUT = object()  # the op's outcome was not observed (info / timeout)
+ABSENT = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One operation as the search sees it."""
+
+    id: int
+    key: Hashable
+    input: Any
+    output: Any
+    call: int       # position of the invocation (time order)
+    ret: int        # position of the completion; a large number for indeterminate ops
+    op_index: int   # index of the invocation in the original history (for counterexamples)
+
+
+class Model:
+    name = "model"
+
+    def init(self) -> Hashable:
+        raise NotImplementedError
+
+    def step(self, state: Hashable, input: Any, output: Any) -> tuple[bool, Hashable]:
+        raise NotImplementedError
+
+    def describe_state(self, state: Hashable) -> str:
+        return repr(state)
+
+    def describe_op(self, c: Call) -> str:
+        out = "?" if c.output is UNKNOWN_OUTPUT else c.output
+        return f"{c.input!r} -> {out!r}"
+
+
+class CasRegister(Model):
+    """read / write v / cas [a b]; inputs ("read",), ("write", v), ("cas", a, b);
+    outputs: the value read; for cas True (matched) or False (ran and did not match)."""
+
+    name = "cas-register"
+
+    def __init__(self, initial: Any = ABSENT):
+        self.initial = initial
+
+    def init(self) -> Hashable:
+        return self.initial
+
+    def step(self, state, input, output):
+        f = input[0]
+        if f == "read":
+            return (output is UNKNOWN_OUTPUT or output == state), state
+        if f == "write":
+            return True, input[1]
+        if f == "cas":
+            a, b = input[1], input[2]
+            if output is UNKNOWN_OUTPUT:
+                return True, (b if state == a else state)
+            return (state == a) == bool(output), (b if output else state)
+        raise ValueError(f"cas-register has no operation {f!r}")
+
+    def describe_state(self, state) -> str:
+        return "absent" if state is ABSENT else f"the register holds {state!r}"
+
+    def describe_op(self, c: Call) -> str:
+        f = c.input[0]
+        unknown = c.output is UNKNOWN_OUTPUT
+        if f == "read":
+            return "read (no answer)" if unknown else f"read {'absent' if c.output is ABSENT else repr(c.output)}"
+        if f == "write":
+            return f"write {c.input[1]!r}" + (" (outcome unknown)" if unknown else "")
+        res = "outcome unknown" if unknown else ("matched" if c.output else "did not match")
+        return f"cas {c.input[1]!r}->{c.input[2]!r} ({res})"
+
+
+class Register(CasRegister):
+    name = "register"
+
+    def step(self, state, input, output):
+        if input[0] == "cas":
+            raise ValueError("the register model has no cas; use --model cas-register")
+        return super().step(state, input, output)
+
+
+class KV(Model):
+    """String registers per key, initially "": ("get", k) -> s, ("put", k, s), ("append", k, s)."""
+
+    name = "kv"
+
+    def init(self) -> Hashable:
+        return ""
+
+    def step(self, state, input, output):
+        f = input[0]
+        if f == "get":
+            return (output is UNKNOWN_OUTPUT or output == state), state
+        if f == "put":
+            return True, input[2]
+        if f == "append":
+            return True, state + input[2]
+        raise ValueError(f"kv has no operation {f!r}")
+
+    def describe_state(self, state) -> str:
+        return f"the key holds {state!r}"
+
+
+class Log(Model):
+    """One append-only log (per key). Inputs: ("append", v) -> offset; ("read", ((o, v), ...), end)
+    where end is None for a window read (a poll) or the HWM the read claims is the log's end
+    (a final read). State: the tuple of committed values."""
+
+    name = "log"
+
+    def init(self) -> Hashable:
+        return ()
+
+    def step(self, state, input, output):
+        f = input[0]
+        if f == "append":
+            if output is UNKNOWN_OUTPUT or output == len(state):
+                return True, state + (input[1],)
+            return False, state
+        if f == "read":
+            records, end = input[1], input[2]
+            for o, v in records:
+                if o >= len(state) or state[o] != v:
+                    return False, state
+            return (end is None or end == len(state)), state
+        raise ValueError(f"log has no operation {f!r}")
+
+    def describe_state(self, state) -> str:
+        tail = ", ".join(map(repr, state[-6:]))
+        return f"the log has {len(state)} record(s)" + (f", ending ...{tail}" if state else "")
+
+    def describe_op(self, c: Call) -> str:
+        if c.input[0] == "append":
+            out = "outcome unknown" if c.output is UNKNOWN_OUTPUT else f"acknowledged at offset {c.output}"
+            return f"send {c.input[1]!r} ({out})"
+        records, end = c.input[1], c.input[2]
+        span = f"offsets {records[0][0]}..{records[-1][0]}" if records else "nothing"
+        return f"read {span}" + (f" and an end of {end}" if end is not None else "")
+
+
+MODELS = {"register": Register, "cas-register": CasRegister, "etcd": CasRegister, "kv": KV, "log": Log}
