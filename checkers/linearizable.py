@@ -262,9 +262,10 @@ def check_linearizable(history: Sequence[Op], model: str | Model, time_limit: fl
         ops_by_index = {op.index: op for op in history}
         examples = [{"summary": ce["text"], "ops": [ops_by_index[i].to_dict() for i in ce.get("ops", [])
                                                       if i in ops_by_index][:8]}]
+        where = "the history" if bad is None else f"key {bad}"
         anomalies.append(Anomaly("nonlinearizable", 1, examples,
-                                 f"No order of the operations on partition {bad} is consistent with both "
-                                 f"real time and the {m.name} model."))
+                                 f"No order of the operations on {where} is consistent with both real time "
+                                 f"and the {m.name} model."))
     return Result(checker=f"linearizable-{m.name}", valid=valid, anomalies=anomalies, stats=stats, details=details)
 
 

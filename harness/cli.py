@@ -170,7 +170,7 @@ def cleanup() -> None:
 def check(
     file: Annotated[Path, typer.Argument(help="a history file")],
     format: Annotated[str, typer.Option(help="jsonl, edn, porcupine-etcd, porcupine-kv")] = "jsonl",
-    model: Annotated[str, typer.Option(help="register, cas-register, kv, log, list-append, queue")] = "queue",
+    model: Annotated[str, typer.Option(help="queue, register, cas-register, etcd, kv, log (default: from the format)")] = "",
     time_limit: Annotated[float, typer.Option(help="checker budget in seconds")] = 60.0,
 ) -> None:
     """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown."""
@@ -178,7 +178,7 @@ def check(
         from harness.check_cli import check_command
     except ImportError:
         _fail("the history checker command is not available in this build.")
-    raise typer.Exit(check_command(str(file), format, model, time_limit))
+    raise typer.Exit(check_command(str(file), format, model or None, time_limit))
 
 
 def main() -> None:

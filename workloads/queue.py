@@ -253,6 +253,7 @@ class QueueWorkload:
         return [("final-poll", [k]) for k in range(self.partitions)]
 
     def checkers(self, test: dict[str, Any]):
+        from checkers.log_order import LogOrderChecker
         from checkers.queue import QueueChecker
 
-        return [QueueChecker()]
+        return [QueueChecker(), LogOrderChecker()]
