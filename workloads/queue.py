@@ -43,14 +43,33 @@ def send_outcome(error_name: str) -> str:
     return FAIL if error_name in DEFINITE_SEND_ERRORS else INFO
 
 
-class KafkaPythonQueueClient:
-    """One logical process's producer and consumer, with kafka-python."""
+class _QueueClient:
+    """What both client libraries share: the topic, and one op dispatch."""
 
     def __init__(self, topic: str, partitions: int, acks: int):
         self.topic, self.partitions, self.acks = topic, partitions, acks
         self.producer = None
         self.consumer = None
         self.bootstrap = ""
+
+    def invoke(self, op: Op) -> Op:
+        if op.f == "send":
+            return self._send(op)
+        if op.f == "poll":
+            return self._poll(op)
+        if op.f == "final-poll":
+            return final_poll_kafka_python(self.bootstrap, self.topic, op)
+        raise ValueError(f"unknown queue op {op.f!r}")
+
+    def _send(self, op: Op) -> Op:
+        raise NotImplementedError
+
+    def _poll(self, op: Op) -> Op:
+        raise NotImplementedError
+
+
+class KafkaPythonQueueClient(_QueueClient):
+    """One logical process's producer and consumer, with kafka-python."""
 
     def open(self, bootstrap: str) -> None:
         from kafka import KafkaProducer
@@ -73,15 +92,6 @@ class KafkaPythonQueueClient:
             self.consumer.assign(tps)
             self.consumer.seek_to_beginning(*tps)
         return self.consumer
-
-    def invoke(self, op: Op) -> Op:
-        if op.f == "send":
-            return self._send(op)
-        if op.f == "poll":
-            return self._poll(op)
-        if op.f == "final-poll":
-            return final_poll_kafka_python(self.bootstrap, self.topic, op)
-        raise ValueError(f"unknown queue op {op.f!r}")
 
     def _send(self, op: Op) -> Op:
         key, value = op.value
@@ -139,14 +149,8 @@ def final_poll_kafka_python(bootstrap: str, topic: str, op: Op, timeout_s: float
         c.close()
 
 
-class ConfluentQueueClient:
+class ConfluentQueueClient(_QueueClient):
     """The same client with confluent-kafka (librdkafka)."""
-
-    def __init__(self, topic: str, partitions: int, acks: int):
-        self.topic, self.partitions, self.acks = topic, partitions, acks
-        self.producer = None
-        self.consumer = None
-        self.bootstrap = ""
 
     def open(self, bootstrap: str) -> None:
         from confluent_kafka import Producer
@@ -156,15 +160,6 @@ class ConfluentQueueClient:
                                   "enable.idempotence": False, "retries": 0, "linger.ms": 0,
                                   "message.timeout.ms": 4000, "request.timeout.ms": 3000,
                                   "topic.metadata.refresh.interval.ms": 2000, "log_level": 0})
-
-    def invoke(self, op: Op) -> Op:
-        if op.f == "send":
-            return self._send(op)
-        if op.f == "poll":
-            return self._poll(op)
-        if op.f == "final-poll":
-            return final_poll_kafka_python(self.bootstrap, self.topic, op)
-        raise ValueError(f"unknown queue op {op.f!r}")
 
     def _send(self, op: Op) -> Op:
         key, value = op.value
