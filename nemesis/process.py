@@ -55,11 +55,17 @@ class _ProcessFault:
         raise ValueError(f"{self.name} nemesis cannot do {op.f!r}")
 
     def _heal_all(self, cluster) -> list[str]:
-        healed = []
+        """Heal every node hit; one node's failure does not stop the others being healed."""
+        healed, errors = [], []
         for n in sorted(self.active):
-            self._heal(cluster, n)
-            healed.append(n)
+            try:
+                self._heal(cluster, n)
+                healed.append(n)
+            except Exception as e:  # noqa: BLE001 - reported after the rest are healed
+                errors.append(f"{n}: {type(e).__name__}: {e}")
         self.active.clear()
+        if errors:
+            raise RuntimeError(f"{self.name}: could not heal " + "; ".join(errors))
         return healed
 
     def teardown(self, cluster) -> None:

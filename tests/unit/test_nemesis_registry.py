@@ -1,0 +1,97 @@
+"""Nemesis composition and role targets: dispatch by op name, heal everything, refuse by name."""
+
+import random
+
+import pytest
+
+from clusters.base import PartitionView
+from harness.history import Op
+from nemesis.base import NemesisRefused
+from nemesis.registry import make_nemesis
+from nemesis.targets import choose
+
+BROKERS = ["broker-1", "broker-2", "broker-3", "broker-4", "broker-5"]
+
+
+class FakeCluster:
+    name = "local"
+
+    def __init__(self):
+        self.events = []
+
+    def broker_nodes(self):
+        return BROKERS
+
+    def controller_nodes(self):
+        return ["controller-0"]
+
+    def nodes(self):
+        return ["controller-0"] + BROKERS
+
+    def node_name(self, i):
+        return f"broker-{i}"
+
+    def partitions(self, topic):
+        return [PartitionView(topic, 0, 4, [4, 5, 1], [4, 5, 1])]
+
+    def kill(self, n):
+        self.events.append(("kill", n))
+
+    def start(self, n):
+        self.events.append(("start", n))
+
+    def pause(self, n):
+        self.events.append(("pause", n))
+
+    def resume(self, n):
+        self.events.append(("resume", n))
+
+
+def test_targets():
+    rng = random.Random(1)
+    assert choose("leader", BROKERS, rng, leaders=["broker-4"]) == ["broker-4"]
+    assert choose("controller", BROKERS, rng, controllers=["controller-0"]) == ["controller-0"]
+    assert len(choose("minority", BROKERS, rng)) == 2 and len(choose("majority", BROKERS, rng)) == 3
+    assert choose("all", BROKERS, rng) == BROKERS
+    with pytest.raises(ValueError, match="valid: random-node"):
+        choose("someone", BROKERS, rng)
+
+
+def test_kill_of_the_leader_and_heal_by_restart():
+    c = FakeCluster()
+    n = make_nemesis(["kill"], {"target": "leader"})
+    done = n.invoke(c, Op("invoke", "start-kill", "nemesis", None))
+    assert done.value == {"kill": ["broker-4"]} and c.events == [("kill", "broker-4")]
+    n.invoke(c, Op("invoke", "stop-kill", "nemesis", None))
+    assert c.events[-1] == ("start", "broker-4")
+
+
+def test_teardown_heals_every_fault_even_when_one_part_fails():
+    c = FakeCluster()
+    n = make_nemesis(["pause", "kill"], {"target": "all"})
+    n.invoke(c, Op("invoke", "start-pause", "nemesis", None))
+    n.invoke(c, Op("invoke", "start-kill", "nemesis", None))
+    original_resume = c.resume
+
+    def broken_resume(node):
+        original_resume(node)
+        raise RuntimeError("resume failed")
+
+    c.resume = broken_resume
+    errors = n.teardown(c)
+    assert errors and "pause" in errors[0]
+    assert {n for e, n in c.events if e == "resume"} == set(BROKERS)  # every node resumed despite errors
+    assert {n for e, n in c.events if e == "start"} == set(BROKERS)  # and the kill healed too
+
+
+def test_schedule_and_unknown_names():
+    n = make_nemesis(["kill", "pause"], {})
+    assert n.schedule() == [("start-kill", "stop-kill"), ("start-pause", "stop-pause")]
+    with pytest.raises(ValueError, match="unknown nemesis 'meteor'; valid: kill, pause"):
+        make_nemesis(["meteor"], {})
+
+
+def test_network_faults_are_refused_by_name_on_the_local_backend():
+    n = make_nemesis(["partition"], {})
+    with pytest.raises(NemesisRefused, match="partition fault needs nodes with their own network"):
+        n.setup(FakeCluster())
