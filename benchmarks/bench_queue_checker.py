@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from checkers.core import run_checkers  # noqa: E402
+from checkers.log_order import LogOrderChecker  # noqa: E402
 from checkers.queue import QueueChecker  # noqa: E402
 from harness.history import read_history  # noqa: E402
 
@@ -92,6 +93,8 @@ def main() -> int:
         t2 = time.perf_counter()
         result = run_checkers([QueueChecker()], {}, history)  # as `kafkaesque run` and `analyze` do
         t3 = time.perf_counter()
+        fast = run_checkers([LogOrderChecker()], {}, history)
+        t4 = time.perf_counter()
         size_mb = os.path.getsize(path) / 1e6
     finally:
         os.unlink(path)
@@ -100,6 +103,7 @@ def main() -> int:
     print(f"parse (read_history): {t2 - t1:.2f} s")
     print(f"queue checker:        {t3 - t2:.2f} s   valid={result['valid']}")
     print(f"parse + check:        {t3 - t1:.2f} s   (target: under 10 s)")
+    print(f"log fast path:        {t4 - t3:.2f} s   valid={fast['valid']}   (target: under 10 s)")
     print(f"peak RSS: {peak_mb:.0f} MB")
     return 0
 
