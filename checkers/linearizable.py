@@ -210,10 +210,11 @@ def counterexample(part: Sequence[Call], model: Model, time_limit: float = 10.0)
     returns = sorted({c.ret for c in part if c.ret < NEVER})
 
     def prefix(t: int) -> list[Call]:
+        """The history cut just before position t: ops still open at t become indeterminate."""
         out = []
         for c in part:
             if c.call < t:
-                out.append(c if c.ret <= t else Call(c.id, c.key, c.input, UNKNOWN_OUTPUT, c.call,
+                out.append(c if c.ret < t else Call(c.id, c.key, c.input, UNKNOWN_OUTPUT, c.call,
                                                      NEVER + c.id, c.op_index))
         return out
 
