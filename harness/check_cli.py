@@ -1,8 +1,9 @@
 """`kafkaesque check FILE`: check any history file, ours or another tool's, with a chosen model.
 
-Formats: jsonl (our histories), porcupine-etcd and porcupine-kv (Porcupine's test data).
-Models: register, cas-register, etcd, kv, log (the general linearizability search), and
-queue (the queue checker plus the log fast path, as `kafkaesque run` uses). Exit 0 valid,
+Formats: jsonl (our histories), edn (Jepsen's), porcupine-etcd and porcupine-kv
+(Porcupine's test data). Models: register, cas-register, etcd, kv, log (the general
+linearizability search), list-append (the Elle-style cycle checker), and queue (the
+queue checker plus the log fast path, as `kafkaesque run` uses). Exit 0 valid,
 1 invalid, 2 unknown; bad input is one sentence naming the cause and the fix (exit 3).
 """
 
@@ -12,8 +13,8 @@ import json
 
 from rich.console import Console
 
-FORMATS = ("jsonl", "porcupine-etcd", "porcupine-kv")
-MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log")
+FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
+MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append")
 
 
 def check_command(file: str, format: str, model: str | None, time_limit: float) -> int:
@@ -24,13 +25,17 @@ def check_command(file: str, format: str, model: str | None, time_limit: float) 
     if format not in FORMATS:
         out.print(f"[red]error:[/] unknown format {format!r}; valid: {', '.join(FORMATS)}.")
         return 3
-    model = model or {"porcupine-etcd": "etcd", "porcupine-kv": "kv"}.get(format, "queue")
+    model = model or {"porcupine-etcd": "etcd", "porcupine-kv": "kv", "edn": "list-append"}.get(format, "queue")
     if model not in MODELS:
         out.print(f"[red]error:[/] unknown model {model!r}; valid: {', '.join(MODELS)}.")
         return 3
     try:
         if format == "jsonl":
             history = read_history(file)
+        elif format == "edn":
+            from checkers.formats.edn import parse_edn_history
+
+            history = parse_edn_history(file)
         else:
             from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
 
@@ -41,7 +46,11 @@ def check_command(file: str, format: str, model: str | None, time_limit: float) 
     except HistoryFormatError as e:
         out.print(f"[red]error:[/] {e}")
         return 3
-    if model == "queue":
+    if model == "list-append":
+        from checkers.elle import ElleListAppendChecker
+
+        checkers = [ElleListAppendChecker(cycle_budget_s=time_limit)]
+    elif model == "queue":
         from checkers.log_order import LogOrderChecker
         from checkers.queue import QueueChecker
 
