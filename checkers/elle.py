@@ -114,12 +114,15 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
             found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as {lst}: neither is a "
                                                            "prefix of the other", "ops": [t.comp.to_dict()]})
         orders[k] = cur
+    failed_appends: dict[Any, set] = defaultdict(set)
+    for (k, v), w in appender.items():
+        if w.type == FAIL:
+            failed_appends[k].add(v)
     for t, k, _, lst in reads:
-        for v in lst:
-            w = appender.get((k, v))
-            if w is not None and w.type == FAIL:
-                found["G1a"].append({"summary": f"{t.describe()} read {v} of key {k}, appended by the failed "
-                                                f"{w.describe()}", "ops": [t.comp.to_dict(), w.inv.to_dict()]})
+        for v in failed_appends.get(k, set()).intersection(lst):
+            w = appender[(k, v)]
+            found["G1a"].append({"summary": f"{t.describe()} read {v} of key {k}, appended by the failed "
+                                            f"{w.describe()}", "ops": [t.comp.to_dict(), w.inv.to_dict()]})
         if lst:
             w = appender.get((k, lst[-1]))
             if w is not None and w is not t:
@@ -130,41 +133,44 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
                                          "ops": [t.comp.to_dict(), w.inv.to_dict()]})
 
     # --- 2. the dependency graph ---------------------------------------------------------------
-    g = nx.DiGraph()
     committed = [t for t in txns if t.type in (OK, INFO)]
-    g.add_nodes_from(t.id for t in committed)
+    # (a, b) -> {kind: why}; "why" is a format string and its arguments, rendered only for the
+    # edges of a reported cycle (a history has millions of edges and a handful of cycles).
+    edges: dict[tuple[int, int], dict[str, tuple]] = {}
 
-    def edge(a: Txn | None, b: Txn | None, kind: str, why: str) -> None:
+    def edge(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
         if a is None or b is None or a is b or a.type == FAIL or b.type == FAIL:
             return
-        if g.has_edge(a.id, b.id):
-            g[a.id][b.id]["kinds"].setdefault(kind, why)
-        else:
-            g.add_edge(a.id, b.id, kinds={kind: why})
+        kinds = edges.get((a.id, b.id))
+        if kinds is None:
+            edges[(a.id, b.id)] = {kind: why}
+        elif kind not in kinds:
+            kinds[kind] = why
 
     for k, order in orders.items():
         for x, y in zip(order, order[1:], strict=False):
-            edge(appender.get((k, x)), appender.get((k, y)), WW, f"appended {x} to {k} before {y} was appended")
+            edge(appender.get((k, x)), appender.get((k, y)), WW, "appended {} to {} before {} was appended", x, k, y)
     # Appends no read ever saw came after everything any read saw (a read containing a later
     # element would contain them too): ww from the last observed appender, rw from full reads.
     unseen: dict[Any, list[Txn]] = defaultdict(list)
+    order_sets = {k: set(order) for k, order in orders.items()}
     for (k, v), w in appender.items():
-        if w.type == OK and v not in set(orders.get(k, [])):
+        if w.type == OK and v not in order_sets.get(k, ()):
             unseen[k].append(w)
             if orders.get(k):
                 edge(appender.get((k, orders[k][-1])), w, WW,
-                     f"appended {orders[k][-1]} to {k}; {v}, never read, came later")
+                     "appended {} to {}; {}, never read, came later", orders[k][-1], k, v)
     for t, k, lst, external in reads:
         if external:
-            edge(appender.get((k, external[-1])), t, WR,
-                 f"appended {external[-1]} to {k}, which the reader saw last")
+            edge(appender.get((k, external[-1])), t, WR, "appended {} to {}, which the reader saw last",
+                 external[-1], k)
         order = orders.get(k, [])
         if len(lst) == len(order):
             for w in unseen[k]:
-                edge(t, w, RW, f"read {k} = {lst}, which does not hold the later append by the other")
+                edge(t, w, RW, "read {} = {}, which does not hold the later append by the other", k, lst)
         elif len(lst) < len(order):
-            edge(t, appender.get((k, order[len(lst)])), RW,
-                 f"read {k} = {lst} without {order[len(lst)]}, which the other appended")
+            edge(t, appender.get((k, order[len(lst)])), RW, "read {} = {} without {}, which the other appended",
+                 k, lst, order[len(lst)])
     by_process: dict[Any, list[Txn]] = defaultdict(list)
     for t in committed:
         by_process[t.inv.process].append(t)
@@ -172,15 +178,18 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
         for a, b in zip(ts, ts[1:], strict=False):
             edge(a, b, PROCESS, "came first in the same process")
     _realtime_edges(committed, edge)
+    succ: dict[int, list[int]] = defaultdict(list)
+    for a, b in edges:
+        succ[a].append(b)
 
     # --- 3. cycles -------------------------------------------------------------------------------
     deadline = time.monotonic() + cycle_budget_s
     id_to_txn = {t.id: t for t in txns}
     timed_out = False
-    for scc in nx.strongly_connected_components(g):
-        if len(scc) < 2:
-            continue
-        sub = g.subgraph(scc)
+    for scc in _nontrivial_sccs(succ):
+        # networkx only for the (usually absent) cyclic parts: millions of edges stay plain dicts.
+        sub = nx.DiGraph()
+        sub.add_edges_from((a, b, {"kinds": edges[(a, b)]}) for a in scc for b in succ[a] if b in scc)
         try:
             for name, cycle in _classify_cycles(sub, deadline):
                 found[name].append(_explain(cycle, sub, id_to_txn))
@@ -200,9 +209,57 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
     anomalies = [Anomaly(a, len(found[a]), found[a][:MAX_EXAMPLES], _EXPLAIN.get(a, "")) for a in anomaly_types]
     not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
     return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
-                  stats={"transactions": len(txns), "edges": g.number_of_edges(), "models": models,
+                  stats={"transactions": len(txns), "edges": len(edges), "models": models,
                          "violated": violated, "not": not_models},
                   details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in found[a][:2]]})
+
+
+def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
+    """Strongly connected components with two or more nodes (iterative Tarjan: no recursion limit)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: list[set[int]] = []
+    counter = 0
+    for root in list(succ):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            children = succ.get(node, ())
+            recurse = False
+            while i < len(children):
+                child = children[i]
+                i += 1
+                if child not in index:
+                    work.append((node, i))
+                    work.append((child, 0))
+                    recurse = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if recurse:
+                continue
+            if work and low[node] < low[work[-1][0]]:
+                low[work[-1][0]] = low[node]
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.add(x)
+                    if x == node:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
 
 
 def _realtime_edges(txns: list[Txn], edge) -> None:
@@ -296,7 +353,8 @@ def _explain(cycle: list[int], sub, txns: dict[int, Txn]) -> dict[str, Any]:
     for a, b in zip(cycle, cycle[1:], strict=False):
         kinds = sub[a][b]["kinds"]
         kind = next(k for k in (WW, WR, RW, PROCESS, REALTIME) if k in kinds)
-        words.append(f"T{a} {kind} T{b}: T{a} {kinds[kind]}")
+        template, *args = kinds[kind]
+        words.append(f"T{a} {kind} T{b}: T{a} {template.format(*args)}")
     members = [txns[t] for t in cycle[:-1]]
     summary = ("; ".join(words) + f"; so T{cycle[0]} precedes itself. Transactions: "
                + " ".join(t.describe() for t in members))

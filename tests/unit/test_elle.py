@@ -168,3 +168,20 @@ def test_malformed_edn_line_is_named(tmp_path):
     p.write_text('{:type :invoke, :f :txn, :value []}\n{:type :ok, :f\n')
     with pytest.raises(Exception, match="line 2"):
         parse_edn_history(p)
+
+
+def test_own_tarjan_agrees_with_networkx_on_random_graphs():
+    from collections import defaultdict
+
+    import networkx as nx
+
+    from checkers.elle import _nontrivial_sccs
+
+    for seed in range(200):
+        rng = random.Random(seed)
+        g = nx.gnp_random_graph(rng.randint(1, 30), rng.random() * 0.2, seed=seed, directed=True)
+        succ = defaultdict(list)
+        for a, b in g.edges:
+            succ[a].append(b)
+        mine = sorted(sorted(c) for c in _nontrivial_sccs(succ))
+        assert mine == sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
