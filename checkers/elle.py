@@ -171,13 +171,18 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
         elif len(lst) < len(order):
             edge(t, appender.get((k, order[len(lst)])), RW, "read {} = {} without {}, which the other appended",
                  k, lst, order[len(lst)])
-    by_process: dict[Any, list[Txn]] = defaultdict(list)
-    for t in committed:
-        by_process[t.inv.process].append(t)
-    for ts in by_process.values():
-        for a, b in zip(ts, ts[1:], strict=False):
-            edge(a, b, PROCESS, "came first in the same process")
-    _realtime_edges(committed, edge)
+    # Process and real-time order only matter to the models that forbid their cycles (as in
+    # Elle): without them, cycles through them are no anomaly and would only cost search time.
+    forbidden = set().union(*(FORBIDDEN[m] for m in models))
+    if any(a.endswith("-process") for a in forbidden):
+        by_process: dict[Any, list[Txn]] = defaultdict(list)
+        for t in committed:
+            by_process[t.inv.process].append(t)
+        for ts in by_process.values():
+            for a, b in zip(ts, ts[1:], strict=False):
+                edge(a, b, PROCESS, "came first in the same process")
+    if any(a.endswith("-realtime") for a in forbidden):
+        _realtime_edges(committed, edge)
     succ: dict[int, list[int]] = defaultdict(list)
     for a, b in edges:
         succ[a].append(b)
@@ -390,3 +395,62 @@ class ElleListAppendChecker:
 
 
 __all__ = ["ElleListAppendChecker", "FORBIDDEN", "UNKNOWN", "check_list_append"]
+
+
+def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
+    """A queue history as list-append transactions, so Elle can judge it (issue 5).
+
+    Each partition log is one list: an acknowledged or indeterminate send appends its value
+    to its key; a consumer's reads are prefixes (its consumer starts at the log start and
+    moves forward), so each poll becomes a read of everything that process has read of the
+    key so far; a final read is a read of the whole prefix it drained. Sends that failed
+    append nothing.
+    """
+    out: list[Op] = []
+    seen: dict[tuple[Any, int], list] = defaultdict(list)
+    for inv, comp in pair_ops(history):
+        if inv.process == NEMESIS:
+            continue
+        t = comp.type if comp is not None else INFO
+        if inv.f == "send":
+            key, value = int(inv.value[0]), inv.value[1]
+            mops = [["append", key, value]]
+            out.append(Op("invoke", "txn", inv.process, mops, time=inv.time, index=inv.index))
+            if comp is not None:
+                out.append(Op(t, "txn", inv.process, mops, time=comp.time, index=comp.index))
+        elif inv.f in ("poll", "final-poll") and t == OK:
+            from checkers.queue import poll_items
+
+            # One read per key: a consumer's positions in different partitions move
+            # independently, so a multi-partition poll is no snapshot (that would be write skew).
+            for key, recs in poll_items(inv.f, comp.value):
+                if inv.f == "final-poll":
+                    mop = ["r", key, [v for _, v in recs]]
+                else:
+                    acc = seen[(inv.process, key)]
+                    if recs and int(recs[0][0]) != len(acc):
+                        acc.clear()  # not a continuation of this consumer's prefix: no prefix claim
+                        continue
+                    acc.extend(v for _, v in recs)
+                    mop = ["r", key, list(acc)]
+                out.append(Op("invoke", "txn", inv.process, [["r", key, None]], time=inv.time, index=inv.index))
+                out.append(Op(OK, "txn", inv.process, [mop], time=comp.time, index=comp.index))
+    return out
+
+
+class QueueElleChecker:
+    """Elle on a queue history (requested with `kafkaesque run --elle`), serializable by default.
+
+    It judges the order of each partition log (incompatible orders, duplicates, aborted and
+    intermediate reads, dependency cycles); acknowledged-write loss is the queue checker's
+    question, since without real time a lost append could always be serialized last."""
+
+    name = "elle-queue"
+
+    def __init__(self, consistency_models: Sequence[str] | None = None, cycle_budget_s: float = 60.0):
+        self.models, self.budget = list(consistency_models or ["serializable"]), cycle_budget_s
+
+    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
+        r = check_list_append(queue_to_list_append(history), self.models, self.budget)
+        r.checker = self.name
+        return r

@@ -45,6 +45,7 @@ def run(
     leave_running: Annotated[bool, typer.Option(help="keep the cluster up after the run")] = False,
     recovery_wait: Annotated[float, typer.Option(help="seconds to let the cluster recover after healing")] = 10.0,
     no_panel: Annotated[bool, typer.Option(help="no live panel (the default when not on a terminal)")] = False,
+    elle: Annotated[bool, typer.Option(help="also check the history with the Elle-style cycle checker")] = False,
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
     from harness.runner import CLUSTER_NAMES, HarnessError, run_test
@@ -72,7 +73,7 @@ def run(
                     brokers=brokers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, seed=seed, store=store, leave_running=leave_running,
-                    recovery_wait=recovery_wait)
+                    recovery_wait=recovery_wait, elle=elle)
     try:
         code, run_dir = run_test(spec, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())
     except StoreError as e:

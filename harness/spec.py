@@ -35,6 +35,7 @@ class TestSpec:
     store: str = "store"
     leave_running: bool = False
     recovery_wait: float = 10.0
+    elle: bool = False
     workload_options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

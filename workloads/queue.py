@@ -224,6 +224,7 @@ class QueueWorkload:
         self.partitions = int(options.get("partitions", 4))
         self.client = options.get("client", "kafka-python")
         self.send_ratio = float(options.get("send_ratio", 0.7))
+        self.elle = bool(options.get("elle", False))
         self._values = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -251,4 +252,9 @@ class QueueWorkload:
         from checkers.log_order import LogOrderChecker
         from checkers.queue import QueueChecker
 
-        return [QueueChecker(), LogOrderChecker()]
+        checkers = [QueueChecker(), LogOrderChecker()]
+        if test.get("elle") or self.elle:
+            from checkers.elle import QueueElleChecker
+
+            checkers.append(QueueElleChecker())
+        return checkers

@@ -185,3 +185,28 @@ def test_own_tarjan_agrees_with_networkx_on_random_graphs():
             succ[a].append(b)
         mine = sorted(sorted(c) for c in _nontrivial_sccs(succ))
         assert mine == sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
+
+
+def test_queue_history_through_elle():
+    from checkers.elle import queue_to_list_append
+    from checkers.queue import check_queue  # noqa: F401 - the same schema
+
+    def ops(*specs):
+        out = []
+        for i, (type_, f, p, v) in enumerate(specs):
+            out.append(Op(type_, f, p, v, index=i, time=i))
+        return out
+
+    good = ops(("invoke", "send", 0, [0, 1]), ("ok", "send", 0, [0, [0, 1]]),
+               ("invoke", "send", 0, [0, 2]), ("ok", "send", 0, [0, [1, 2]]),
+               ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[0, 1]]}),
+               ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[1, 2]]}))
+    txns = queue_to_list_append(good)
+    assert [o.value for o in txns if o.type == "ok"][-1] == [["r", 0, [1, 2]]]
+    assert check_list_append(txns, ["serializable"]).valid is True
+    # two consumers see the two sends in opposite orders: no single log explains both
+    bad = good + ops(("invoke", "poll", 2, None), ("ok", "poll", 2, {"0": [[0, 2], [1, 1]]}))
+    for i, o in enumerate(bad):
+        o.index = o.time = i
+    r = check_list_append(queue_to_list_append(bad), ["serializable"])
+    assert r.valid is False and "incompatible-order" in {a.name for a in r.anomalies}
