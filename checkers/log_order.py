@@ -47,6 +47,9 @@ EXPLANATIONS = {
 }
 
 
+_MISSING = object()
+
+
 class _Found:
     def __init__(self) -> None:
         self.counts: dict[str, int] = defaultdict(int)
@@ -62,7 +65,7 @@ def check_log_order(history: Sequence[Op]) -> Result:
     pos = {id(op): k for k, op in enumerate(history)}
     found = _Found()
     sends: dict[int, dict[Any, tuple[int, int, int | None, Op]]] = defaultdict(dict)  # key -> value -> (inv, ret, offset)
-    reads: dict[int, list[tuple[int, int, list, int | None, Op]]] = defaultdict(list)
+    reads: dict[int, list[tuple[int, int, list, int | None, Op, int]]] = defaultdict(list)
     for inv, comp in pair_ops(history):
         if inv.process == NEMESIS:
             continue
@@ -77,7 +80,12 @@ def check_log_order(history: Sequence[Op]) -> Result:
         elif inv.f in ("poll", "final-poll") and t == OK:
             end = int(comp.value[1]) if inv.f == "final-poll" else None
             for key, recs in poll_items(inv.f, comp.value):
-                reads[key].append((pos[id(inv)], ret, [(int(o), v) for o, v in recs], end, comp))
+                # reach: how far this read saw the log go (records come in offset order; a read
+                # that is not is the queue checker's nonmonotonic-poll)
+                reach = max(recs[0][0], recs[-1][0]) + 1 if recs else 0
+                if end is not None:
+                    reach = max(reach, end)
+                reads[key].append((pos[id(inv)], ret, recs, end, comp, reach))
     for key in set(sends) | set(reads):
         _check_key(key, sends[key], reads[key], found)
     anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in EXPLANATIONS
@@ -87,43 +95,55 @@ def check_log_order(history: Sequence[Op]) -> Result:
 
 
 def _check_key(key: int, sends: dict, reads: list, found: _Found) -> None:
-    value_at: dict[int, tuple[Any, Op]] = {}
-    offsets_of: dict[Any, set[int]] = defaultdict(set)
+    value_at: dict[int, Any] = {}       # offset -> the first value observed there
+    proof: dict[int, Op] = {}           # offset -> the op that observed it first
+    first_offset: dict[Any, int] = {}   # value -> the first offset it was observed at
+    extra_offsets: dict[Any, set[int]] = defaultdict(set)
 
-    def observe(off: int, val: Any, op: Op) -> None:
-        offsets_of[val].add(off)
-        seen = value_at.get(off)
-        if seen is None:
-            value_at[off] = (val, op)
-        elif seen[0] != val:
-            found.add("inconsistent-offsets", {"key": key, "offset": off, "values": [seen[0], val],
-                                               "summary": f"partition {key} offset {off}: {seen[0]!r} and {val!r}",
-                                               "reads": [seen[1].to_dict(), op.to_dict()]})
+    def conflict(off: int, val: Any, op: Op) -> None:
+        found.add("inconsistent-offsets", {"key": key, "offset": off, "values": [value_at[off], val],
+                                           "summary": f"partition {key} offset {off}: {value_at[off]!r} and {val!r}",
+                                           "reads": [proof[off].to_dict(), op.to_dict()]})
 
+    # The hot loop (every record of every read) stays inline: a 1M-op history has tens of
+    # millions of read records.
+    end = 0
     for val, (_, _, off, op) in sends.items():
         if off is not None:
-            observe(off, val, op)
-    end = 0
-    for _, _, recs, claimed_end, op in reads:
+            if first_offset.setdefault(val, off) != off:
+                extra_offsets[val].add(off)
+            if off in value_at:
+                if value_at[off] != val:
+                    conflict(off, val, op)
+            else:
+                value_at[off], proof[off] = val, op
+    for _, _, recs, claimed_end, op, _ in reads:
         for o, v in recs:
-            observe(o, v, op)
-            s = sends.get(v)
-            if s is None:
+            seen = value_at.get(o, _MISSING)
+            if seen is _MISSING:
+                value_at[o], proof[o] = v, op
+            elif seen != v:
+                conflict(o, v, op)
+            fo = first_offset.setdefault(v, o)
+            if fo != o:
+                extra_offsets[v].add(o)
+            if v not in sends:
                 found.add("unexpected", {"key": key, "offset": o, "value": v,
                                          "summary": f"partition {key} offset {o} holds {v!r}, which no send carried",
                                          "reads": [op.to_dict()]})
-            end = max(end, o + 1)
+            if o >= end:
+                end = o + 1
         if claimed_end is not None:
             end = max(end, claimed_end)
-    for val, offs in offsets_of.items():
-        if len(offs) > 1:
-            found.add("duplicate", {"key": key, "value": val, "offsets": sorted(offs),
-                                    "summary": f"{val!r} appears at offsets {sorted(offs)} of partition {key}"})
+    for val, offs in extra_offsets.items():
+        offs = sorted(offs | {first_offset[val]})
+        found.add("duplicate", {"key": key, "value": val, "offsets": offs,
+                                "summary": f"{val!r} appears at offsets {offs} of partition {key}"})
 
     acked = [(inv, ret, off, val, op) for val, (inv, ret, off, op) in sends.items() if off is not None]
     # Indeterminate sends whose value a read saw did happen, at the offset it was seen at.
-    placed = acked + [(inv, ret, min(offsets_of[val]), val, op) for val, (inv, ret, off, op) in sends.items()
-                      if off is None and offsets_of.get(val)]
+    placed = acked + [(inv, ret, min(extra_offsets.get(val, set()) | {first_offset[val]}), val, op)
+                      for val, (inv, ret, off, op) in sends.items() if off is None and val in first_offset]
     end = max([end] + [off + 1 for _, _, off, _, _ in placed])
     # realtime-order: sweep invocations; among sends acknowledged before, the highest offset
     # must stay below the invoked send's offset.
@@ -148,8 +168,7 @@ def _check_key(key: int, sends: dict, reads: list, found: _Found) -> None:
         cur = suffix_min[k + 1]
         suffix_min[k] = by_inv[k] if cur is None or by_inv[k][2] < cur[2] else cur
     inv_positions = [s[0] for s in by_inv]
-    for _, ret_pos, recs, claimed_end, op in reads:
-        reach = max([o + 1 for o, _ in recs] + ([claimed_end] if claimed_end is not None else []) + [0])
+    for _, ret_pos, _, _, op, reach in reads:
         k = bisect.bisect_right(inv_positions, ret_pos)
         s = suffix_min[k]
         if s is not None and s[2] < reach:
@@ -160,8 +179,7 @@ def _check_key(key: int, sends: dict, reads: list, found: _Found) -> None:
     # stale-read: whatever completed before a final read began (an acknowledged send at offset
     # o, a read that saw the log reach r) bounds the end that final read may claim from below.
     bounds = sorted([(ret, off + 1, op) for _, ret, off, _, op in acked] +
-                    [(ret, max([o + 1 for o, _ in recs] + [claimed or 0]), op)
-                     for _, ret, recs, claimed, op in reads])
+                    [(ret, reach, op) for _, ret, _, _, op, reach in reads])
     prefix_best: list[tuple[int, Op] | None] = []
     best_bound = None
     for _, need, op in bounds:
@@ -169,7 +187,7 @@ def _check_key(key: int, sends: dict, reads: list, found: _Found) -> None:
             best_bound = (need, op)
         prefix_best.append(best_bound)
     completions = [b[0] for b in bounds]
-    for inv_pos, _, _, claimed_end, op in reads:
+    for inv_pos, _, _, claimed_end, op, _ in reads:
         if claimed_end is None:
             continue
         k = bisect.bisect_left(completions, inv_pos)
@@ -182,7 +200,7 @@ def _check_key(key: int, sends: dict, reads: list, found: _Found) -> None:
     # offset-gap: offsets below the end that no observation fills need that many
     # indeterminate sends whose values were never observed.
     unfilled = sum(1 for o in range(end) if o not in value_at)
-    spare = sum(1 for val, (_, _, off, _) in sends.items() if off is None and val not in offsets_of)
+    spare = sum(1 for val, (_, _, off, _) in sends.items() if off is None and val not in first_offset)
     if unfilled > spare:
         found.add("offset-gap", {"key": key, "summary": f"partition {key}: {unfilled} offset(s) below {end} were "
                                                         f"never observed, but only {spare} indeterminate send(s) "
