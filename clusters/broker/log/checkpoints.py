@@ -52,12 +52,38 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def write_hwm_checkpoint(data_dir: str, hwms: dict[tuple[str, int], int]) -> None:
     """Write every partition's high watermark to `<data_dir>/replication-offset-checkpoint`."""
-    lines = ["0", str(len(hwms))]
+    rows = []
     for (topic, partition), hwm in sorted(hwms.items()):
         if not topic or any(c.isspace() for c in topic):
             raise ValueError(f"topic name {topic!r} cannot be checkpointed (empty or contains whitespace)")
-        lines.append(f"{topic} {partition} {hwm}")
-    atomic_write(os.path.join(data_dir, HWM_CHECKPOINT_NAME), ("\n".join(lines) + "\n").encode())
+        rows.append(f"{topic} {partition} {hwm}")
+    write_versioned(os.path.join(data_dir, HWM_CHECKPOINT_NAME), rows)
+
+
+def write_versioned(path: str, rows: list[str]) -> None:
+    """Kafka's checkpoint layout: a version line (0), a count line, then one row per entry."""
+    atomic_write(path, ("\n".join(["0", str(len(rows))] + rows) + "\n").encode())
+
+
+def read_versioned(path: str, fields: int) -> list[list[str]]:
+    """The rows of a checkpoint written by write_versioned, each split into `fields` fields.
+
+    Raises ValueError naming what is wrong (the callers turn it into a CheckpointError that
+    says which file and what to do)."""
+    with open(path, encoding="utf-8") as fh:
+        lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
+    try:
+        if not lines or lines[0] != "0":
+            raise ValueError("missing version 0")
+        count = int(lines[1])
+        rows = [ln.split() for ln in lines[2 : 2 + count]]
+    except IndexError as exc:
+        raise ValueError("truncated header") from exc
+    if len(rows) != count:
+        raise ValueError(f"{count} entries announced, {len(rows)} present")
+    if any(len(r) != fields for r in rows):
+        raise ValueError(f"an entry does not have {fields} fields")
+    return rows
 
 
 def read_hwm_checkpoint(data_dir: str) -> dict[tuple[str, int], int]:
@@ -65,21 +91,10 @@ def read_hwm_checkpoint(data_dir: str) -> dict[tuple[str, int], int]:
     path = os.path.join(data_dir, HWM_CHECKPOINT_NAME)
     if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as fh:
-        lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
     try:
-        if not lines or lines[0] != "0":
-            raise ValueError("missing version 0")
-        count = int(lines[1])
-        out: dict[tuple[str, int], int] = {}
-        for ln in lines[2 : 2 + count]:
-            topic, partition, hwm = ln.split()
-            out[(topic, int(partition))] = int(hwm)
-        if len(out) != count:
-            raise ValueError(f"{count} entries announced, {len(out)} present")
-    except (ValueError, IndexError) as exc:
+        return {(topic, int(partition)): int(hwm) for topic, partition, hwm in read_versioned(path, 3)}
+    except ValueError as exc:
         raise CheckpointError(f"HWM checkpoint {path} is malformed ({exc}); delete it to start from HWM 0") from exc
-    return out
 
 
 def write_clean_shutdown(data_dir: str, broker_epoch: int) -> None:

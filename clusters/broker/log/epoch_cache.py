@@ -19,7 +19,7 @@ import bisect
 import os
 from dataclasses import dataclass
 
-from clusters.broker.log.checkpoints import CheckpointError, atomic_write
+from clusters.broker.log.checkpoints import CheckpointError, read_versioned, write_versioned
 
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 NO_EPOCH = -1
@@ -137,24 +137,13 @@ class LeaderEpochCache:
     def _persist(self) -> None:
         if self._path is None:
             return
-        lines = ["0", str(len(self._entries))] + [f"{e.epoch} {e.start_offset}" for e in self._entries]
-        atomic_write(self._path, ("\n".join(lines) + "\n").encode())
+        write_versioned(self._path, [f"{e.epoch} {e.start_offset}" for e in self._entries])
 
 
 def _read_checkpoint(path: str) -> list[EpochEntry]:
-    with open(path, encoding="utf-8") as fh:
-        lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
     try:
-        if not lines or lines[0] != "0":
-            raise ValueError("missing version 0")
-        count = int(lines[1])
-        entries = []
-        for ln in lines[2 : 2 + count]:
-            epoch, start = ln.split()
-            entries.append(EpochEntry(int(epoch), int(start)))
-        if len(entries) != count:
-            raise ValueError(f"{count} entries announced, {len(entries)} present")
-    except (ValueError, IndexError) as exc:
+        entries = [EpochEntry(int(epoch), int(start)) for epoch, start in read_versioned(path, 2)]
+    except ValueError as exc:
         raise CheckpointError(
             f"leader-epoch checkpoint {path} is malformed ({exc}); delete it to rebuild it from the log"
         ) from exc
