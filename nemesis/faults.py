@@ -22,8 +22,21 @@ import time
 from typing import Any
 
 from harness.history import INFO, Op
+from harness.remote import shell_join
 from nemesis import grudge, netrules
 from nemesis.base import NemesisRefused
+
+
+def _on_nodes(cluster, commands: dict[str, list[str]], check: bool = False) -> None:
+    """Run one command per node, on all nodes in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not commands:
+        return
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        for f in [pool.submit(cluster.remote(n).run, argv, 30.0, check) for n, argv in commands.items()]:
+            f.result()
+
 
 PARTITION_TARGETS = ("random-node", "halves", "majorities-ring", "bridge", "leader", "controller", "one-way")
 
@@ -87,12 +100,14 @@ class PartitionNemesis(_Fault):
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
-            self._heal(cluster)
+            if self.cut:
+                self._heal(cluster)
             g = self.grudge(cluster)
-            for node, drops in g.items():
-                if drops:
-                    for argv in netrules.drop_from(cluster.address(n)[0] for n in drops):
-                        cluster.remote(node).run(argv, check=True)
+            # One exec per node with all its rules, all nodes at once: injection latency is
+            # one round trip, not one per rule and node.
+            _on_nodes(cluster, {node: ["sh", "-c", " && ".join(
+                shell_join(argv) for argv in netrules.drop_from(cluster.address(n)[0] for n in drops))]
+                for node, drops in g.items() if drops}, check=True)
             self.cut = g
             return Op(INFO, op.f, op.process, {"partition": {n: sorted(d) for n, d in g.items() if d},
                                                "shape": self.target, "description": grudge.describe(g)})
@@ -103,9 +118,8 @@ class PartitionNemesis(_Fault):
 
     def _heal(self, cluster) -> list[str]:
         healed = sorted(n for n, d in self.cut.items() if d)
-        for node in cluster.nodes():
-            for argv in netrules.heal():
-                cluster.remote(node).run(argv)
+        (heal,) = netrules.heal()
+        _on_nodes(cluster, {node: heal for node in cluster.nodes()})
         self.cut = {}
         return healed
 
@@ -229,3 +243,59 @@ class ClockNemesis(_Fault):
 
     def teardown(self, cluster) -> None:
         self._reset(cluster)
+
+
+class NetNemesis(_Fault):
+    """Degrade the network of random brokers: bandwidth limit (tbf) and random loss (iptables
+    statistic match). netem (delay, duplication, reordering) is used only where the kernel has
+    it; this kernel has not, so it is refused by name at setup and listed as not run."""
+
+    name, start_f, stop_f = "net", "start-net", "stop-net"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.rate = options.get("net_rate", "1mbit")
+        self.loss = float(options.get("net_loss", 0.2))
+        self.want_netem = bool(options.get("net_netem", False))
+        self.degraded: set[str] = set()
+        self.not_run: list[str] = []
+
+    def setup(self, cluster) -> None:
+        self._needs_remotes(cluster)
+        node = cluster.broker_nodes()[0]
+        probe = cluster.remote(node).run(netrules.netem_probe("eth0"))
+        if not probe.ok:
+            reason = (probe.out + probe.err).strip().splitlines()[-1:] or ["netem unavailable"]
+            self.not_run.append(f"netem (delay/duplicate/reorder): the kernel has no netem qdisc ({reason[0]})")
+            if self.want_netem:
+                raise NemesisRefused(f"the net fault cannot delay, duplicate or reorder packets here: {self.not_run[0]}")
+        for n in cluster.nodes():
+            for argv in netrules.chain_setup():
+                cluster.remote(n).run(argv, check=True)
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            node = self.rng.choice(cluster.broker_nodes())
+            peers = [cluster.address(n)[0] for n in cluster.nodes() if n != node]
+            script = " && ".join([shell_join(netrules.bandwidth_limit("eth0", self.rate))] +
+                                 [shell_join(a) for a in netrules.random_loss_from(peers, self.loss)])
+            cluster.remote(node).run(["sh", "-c", script], check=True)
+            self.degraded.add(node)
+            return Op(INFO, op.f, op.process, {"net": {node: {"rate": self.rate, "loss": self.loss}},
+                                               "not-run": self.not_run})
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"healed": self._heal(cluster)})
+        raise ValueError(f"net nemesis cannot do {op.f!r}")
+
+    def _heal(self, cluster) -> list[str]:
+        healed = sorted(self.degraded)
+        for n in healed:
+            cluster.remote(n).run(netrules.clear_qdisc("eth0"))
+            for argv in netrules.heal():
+                cluster.remote(n).run(argv)
+        self.degraded.clear()
+        return healed
+
+    def teardown(self, cluster) -> None:
+        if cluster.name != "local":
+            self._heal(cluster)

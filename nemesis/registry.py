@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.history import Op
 
-NEMESIS_NAMES = ("kill", "pause", "partition", "lossy-crash", "clock")
+NEMESIS_NAMES = ("kill", "pause", "partition", "lossy-crash", "clock", "net")
 
 
 def _make_one(name: str, options: dict[str, Any]):
@@ -26,6 +26,10 @@ def _make_one(name: str, options: dict[str, Any]):
         from nemesis.faults import LossyCrashNemesis
 
         return LossyCrashNemesis(options)
+    if name == "net":
+        from nemesis.faults import NetNemesis
+
+        return NetNemesis(options)
     if name == "clock":
         from nemesis.faults import ClockNemesis
 
