@@ -24,7 +24,7 @@ def _fail(message: str, code: int = 3) -> None:
 @app.command()
 def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
-    nemesis: Annotated[str, typer.Option(help="comma list of faults: kill,pause")] = "",
+    nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, net")] = "",
     nemesis_interval: Annotated[float, typer.Option(help="seconds between fault start and stop")] = 10.0,
     nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all")] = "random-node",
     time_limit: Annotated[float, typer.Option(help="seconds of the main phase")] = 60.0,
@@ -124,7 +124,7 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     old = run_dir / "results.json"
     if old.exists():
         previous = json.loads(old.read_text())
-        for key in ("error", "interrupted", "harness_warnings"):
+        for key in ("error", "interrupted", "harness_warnings", "faults_not_run"):
             if key in previous:
                 results[key] = previous[key]
                 if key in ("error", "interrupted") and results["valid"] is True:

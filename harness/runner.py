@@ -220,7 +220,12 @@ class Run:
             if not spec.leave_running:
                 cluster.down()
             writer.close()
-        return self._check_and_store(run_dir, test, workload, outcome)
+        not_run = [x for part in getattr(nemesis, "parts", []) for x in getattr(part, "not_run", [])]
+        if not_run:
+            outcome_notes = {"faults_not_run": not_run}
+        else:
+            outcome_notes = {}
+        return self._check_and_store(run_dir, test, workload, outcome, outcome_notes)
 
     def _main_phase(self, workload, nemesis, cluster, test: dict, bootstrap: str, writer: HistoryWriter) -> None:
         spec = self.spec
@@ -268,7 +273,8 @@ class Run:
             finally:
                 _close_quietly(client)
 
-    def _check_and_store(self, run_dir: Path, test: dict, workload, outcome: dict[str, Any]) -> tuple[int, Path]:
+    def _check_and_store(self, run_dir: Path, test: dict, workload, outcome: dict[str, Any],
+                         notes: dict[str, Any] | None = None) -> tuple[int, Path]:
         self.stats.phase = "checking"
         results = analyze_history(test, read_history(run_dir / "history.jsonl"), workload)
         if outcome:
@@ -278,6 +284,7 @@ class Run:
                 (run_dir / "harness-error.txt").write_text(outcome["traceback"])
         if self.errors:
             results["harness_warnings"] = self.errors[:50]
+        results.update(notes or {})  # e.g. faults the kernel cannot do, refused by name
         write_json(run_dir / "results.json", results)
         try:
             from results.report import render_report
