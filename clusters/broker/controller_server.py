@@ -116,9 +116,12 @@ class ControllerServer:
             except (KeyError, TypeError, ValueError) as e:
                 self.log({"event": "bad_request", "peer": str(peer), "api": api, "error": repr(e)})
                 response = {"error": rpc.INVALID_REQUEST, "message": f"malformed {api}: {e!r}"}
-            async with write_lock:
-                writer.write(rpc.encode_frame({"id": cid, "body": response}))
-                await writer.drain()
+            try:
+                async with write_lock:
+                    writer.write(rpc.encode_frame({"id": cid, "body": response}))
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass  # the peer went away (a killed broker): nobody to answer
 
         try:
             while True:

@@ -494,8 +494,11 @@ class Broker:
                     writer.close()
                     return
                 if data:
-                    writer.write(data)
-                    await writer.drain()
+                    try:
+                        writer.write(data)
+                        await writer.drain()
+                    except (ConnectionError, OSError):
+                        return  # the client went away
 
         async def answer_rpc(cid: Any, api: str, body: dict[str, Any]) -> None:
             try:
@@ -503,9 +506,12 @@ class Broker:
             except (KeyError, TypeError, ValueError) as e:
                 self.log({"event": "bad_request", "peer": str(peer), "api": api, "error": repr(e)})
                 response = {"error": rpc.INVALID_REQUEST, "message": repr(e)}
-            async with rpc_lock:
-                writer.write(rpc.encode_frame({"id": cid, "body": response}))
-                await writer.drain()
+            try:
+                async with rpc_lock:
+                    writer.write(rpc.encode_frame({"id": cid, "body": response}))
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass  # the peer went away (a killed or partitioned broker): nobody to answer
 
         writer_task = asyncio.create_task(write_in_order())
         try:
@@ -530,10 +536,11 @@ class Broker:
         finally:
             # Let answers already computed go out before closing (a client that sent its last
             # request and half-closed still gets it).
-            try:
-                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 0.5)
-            except TimeoutError:
-                pass
+            if tasks:
+                try:
+                    await asyncio.wait(list(tasks), timeout=0.5)
+                except asyncio.CancelledError:
+                    pass  # the server is shutting down: what is unanswered stays unanswered
             for t in tasks:
                 t.cancel()
             writer_task.cancel()
@@ -552,13 +559,11 @@ class Broker:
         await self.register()
         tasks = [asyncio.create_task(c) for c in (self.heartbeat_loop(), self.metadata_loop(), self.housekeeping())]
         await stop.wait()
-        await self.controlled_shutdown()
-        for t in tasks + list(self.fetchers.values()):
-            t.cancel()
+        await self.controlled_shutdown(tasks)
         server.close()
         return 0
 
-    async def controlled_shutdown(self) -> None:
+    async def controlled_shutdown(self, tasks: list[asyncio.Task]) -> None:
         """002 / PROTOCOL.md 5.5: move leaderships away, then flush, then write the marker."""
         self.want_shutdown = True
         self.log({"event": "controlled_shutdown_started"})
@@ -566,8 +571,11 @@ class Broker:
             await asyncio.wait_for(self.should_shutdown.wait(), 10.0)
         except TimeoutError:
             self.log({"event": "controlled_shutdown_timeout", "note": "controller did not confirm; shutting down"})
-        for t in list(self.fetchers.values()):
+        # Stop every loop before the files they write are closed.
+        running = tasks + list(self.fetchers.values()) + list(self.alter_tasks.values())
+        for t in running:
             t.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         self.logs.flush_all()
         self.write_hwm_checkpoint()
         if self.broker_epoch >= 0:
