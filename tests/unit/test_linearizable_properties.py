@@ -115,3 +115,90 @@ def test_budget_exhaustion_is_unknown_never_a_guess():
     for i, o in enumerate(big):
         o.index = o.time = i
     assert check_linearizable(big, "register", time_limit=0.05).valid == "unknown"
+
+
+def kv_history(seed: int, n: int, concurrent: bool):
+    """Ops on a few string keys; with `concurrent`, intervals overlap and some puts crash (info)."""
+    rng = random.Random(seed)
+    state = {k: "" for k in "abc"}
+    events, free, next_pid = [], [0.0] * 3, [0, 1, 2]
+    t = 0.0
+    gets = []
+    for _ in range(n):
+        p = rng.randrange(3)
+        start = max(t, free[p]) + (rng.random() if concurrent else 1.0)
+        effect = start + (rng.random() * 0.5 if concurrent else 0.1)
+        end = effect + (rng.random() if concurrent else 0.1)
+        t = effect if concurrent else end
+        pid, k = next_pid[p], rng.choice("abc")
+        r = rng.random()
+        if r < 0.3:
+            v = f"x{rng.randrange(100)}"
+            state[k] += v
+            crashed = concurrent and rng.random() < 0.1
+            events += [(start, Op("invoke", "append", pid, [k, v])),
+                       (end, Op("info" if crashed else "ok", "append", pid, [k, v]))]
+            if crashed:
+                next_pid[p] += 3
+        elif r < 0.5:
+            v = f"p{rng.randrange(100)}"
+            state[k] = v
+            events += [(start, Op("invoke", "put", pid, [k, v])), (end, Op("ok", "put", pid, [k, v]))]
+        else:
+            comp = Op("ok", "get", pid, [k, state[k]])
+            events += [(start, Op("invoke", "get", pid, [k, None])), (end, comp)]
+            gets.append(comp)
+        free[p] = end
+    events.sort(key=lambda e: e[0])
+    ops = [o for _, o in events]
+    for i, o in enumerate(ops):
+        o.index = o.time = i
+    return ops, gets
+
+
+def invocation_index(ops, completion):
+    return next(o.index for o in reversed(ops[: completion.index]) if o.process == completion.process)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 16))
+def test_concurrent_kv_histories_with_crashes_pass(seed, n):
+    ops, _ = kv_history(seed, n, concurrent=True)
+    assert check_linearizable(ops, "kv", time_limit=30).valid is True
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(3, 16), fault=st.sampled_from(["stale", "lost", "reorder"]))
+def test_injected_stale_read_lost_write_or_reordered_pair_fails_naming_the_op(seed, n, fault):
+    ops, gets = kv_history(seed, n, concurrent=False)
+    if fault in ("stale", "lost"):
+        # stale: a get returns an older value of its key; lost: it returns the value as if the
+        # latest write to it had not happened: in a sequential history both are the previous value.
+        candidates = [g for g in gets if g.value[1] != _previous(ops, g)]
+        if not candidates:
+            return
+        bad = candidates[len(candidates) // 2]
+        bad.value = [bad.value[0], _previous(ops, bad)]
+        culprits = {invocation_index(ops, bad)}
+    else:
+        pairs = [(a, b) for i, a in enumerate(gets) for b in gets[i + 1:]
+                 if a.value[0] == b.value[0] and a.value[1] != b.value[1]]
+        if not pairs:
+            return
+        a, b = pairs[0]
+        a.value, b.value = b.value, a.value
+        culprits = {invocation_index(ops, a), invocation_index(ops, b)}
+    r = check_linearizable(ops, "kv", time_limit=30)
+    assert r.valid is False
+    assert r.details["counterexample"]["culprit"]["op_index"] in culprits
+
+
+def _previous(ops, get_completion):
+    """The value the get's key held before the last write that completed before the get began."""
+    k = get_completion.value[0]
+    inv = invocation_index(ops, get_completion)
+    values = [""]
+    for o in ops[:inv]:
+        if o.type == "ok" and o.f in ("put", "append") and o.value[0] == k:
+            values.append(o.value[1] if o.f == "put" else values[-1] + o.value[1])
+    return values[-2] if len(values) >= 2 else values[-1]
