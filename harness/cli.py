@@ -135,6 +135,16 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     raise typer.Exit(exit_code(results["valid"]))
 
 
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
+    """(Re)write a run's self-contained HTML report and print its path."""
+    from results.report import render_report
+
+    if not (run_dir / "test.json").exists():
+        _fail(f"{run_dir} is not a run directory (it needs test.json); see `kafkaesque ls`.")
+    print(render_report(run_dir))
+
+
 @app.command("ls")
 def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] = "store") -> None:
     """Runs in the store with their verdicts, newest first."""

@@ -45,3 +45,13 @@ def test_ls_shows_runs(tmp_path):
     (run / "results.json").write_text(json.dumps({"valid": False, "checkers": {}}))
     r = runner.invoke(app, ["ls", "--store", str(tmp_path)], env={"COLUMNS": "300"})
     assert r.exit_code == 0 and "20260101T000000" in r.output and "False" in r.output
+
+
+def test_report_command_rewrites_the_report(tmp_path):
+    run = tmp_path / "queue" / "20260101T000000"
+    run.mkdir(parents=True)
+    (run / "test.json").write_text(json.dumps({"workload": "queue", "nemesis": []}))
+    (run / "history.jsonl").write_text("")
+    (run / "results.json").write_text(json.dumps({"valid": True, "checkers": {}}))
+    r = runner.invoke(app, ["report", str(run)])
+    assert r.exit_code == 0 and (run / "report.html").exists() and "VALID" in (run / "report.html").read_text()
