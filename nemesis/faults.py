@@ -299,3 +299,68 @@ class NetNemesis(_Fault):
     def teardown(self, cluster) -> None:
         if cluster.name != "local":
             self._heal(cluster)
+
+
+# Run inside the node: corrupt the largest segment of a stopped broker, in one of two ways.
+_CORRUPT = r"""
+import glob, os, random, sys, json
+rng = random.Random(int(sys.argv[2]))
+segs = sorted(glob.glob(os.path.join(sys.argv[1], "logs", "*", "*.log")), key=os.path.getsize)
+segs = [s for s in segs if os.path.getsize(s) > 64]
+if not segs:
+    print(json.dumps({"skipped": "no segment to corrupt"})); sys.exit(0)
+path = segs[-1]
+size = os.path.getsize(path)
+if sys.argv[3] == "truncate":
+    cut = max(1, min(size // 4, 4096))
+    with open(path, "r+b") as f:
+        f.truncate(size - cut)
+        os.fsync(f.fileno())
+    print(json.dumps({"file": path, "truncated_bytes": cut, "size": size}))
+else:
+    pos = rng.randrange(size // 2, size)
+    with open(path, "r+b") as f:
+        f.seek(pos); b = f.read(1); f.seek(pos); f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+        f.flush(); os.fsync(f.fileno())
+    print(json.dumps({"file": path, "flipped_byte_at": pos, "size": size}))
+"""
+
+
+class DiskNemesis(_Fault):
+    """Corrupt a stopped broker's segment on disk (a flipped bit, or a cut tail), then restart it:
+    the broker must detect it at start-up (CRC and length checks) and recover from the leader.
+    One broker at a time, within the same min ISR - 1 budget as lossy crashes."""
+
+    name, start_f, stop_f = "disk", "start-disk", "stop-disk"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.mode = options.get("disk_mode", "random")  # flip | truncate | random
+        self.hit: list[str] = []
+
+    def setup(self, cluster) -> None:
+        if not hasattr(cluster, "data_dir"):
+            raise NemesisRefused(f"the disk fault needs the broker's data dir; {cluster.name} does not say where")
+
+    def invoke(self, cluster, op: Op) -> Op:
+        import json
+
+        if op.f == self.start_f:
+            node = self.rng.choice(cluster.broker_nodes())
+            mode = self.mode if self.mode != "random" else self.rng.choice(["flip", "truncate"])
+            cluster.kill(node)
+            r = cluster.remote(node).run([cluster.python, "-c", _CORRUPT, cluster.data_dir(node),
+                                          str(self.rng.randrange(10**9)), mode], check=True)
+            cluster.start(node)  # it must find the damage itself at start-up
+            self.hit.append(node)
+            return Op(INFO, op.f, op.process, {"disk": {node: json.loads(r.out.strip().splitlines()[-1])},
+                                               "mode": mode})
+        if op.f == self.stop_f:
+            healed, self.hit = self.hit, []
+            return Op(INFO, op.f, op.process, {"healed": healed})
+        raise ValueError(f"disk nemesis cannot do {op.f!r}")
+
+    def teardown(self, cluster) -> None:
+        for node in self.hit:
+            cluster.start(node)
+        self.hit = []

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.history import Op
 
-NEMESIS_NAMES = ("kill", "pause", "partition", "lossy-crash", "clock", "net")
+NEMESIS_NAMES = ("kill", "pause", "partition", "lossy-crash", "clock", "net", "disk")
 
 
 def _make_one(name: str, options: dict[str, Any]):
@@ -26,6 +26,10 @@ def _make_one(name: str, options: dict[str, Any]):
         from nemesis.faults import LossyCrashNemesis
 
         return LossyCrashNemesis(options)
+    if name == "disk":
+        from nemesis.faults import DiskNemesis
+
+        return DiskNemesis(options)
     if name == "net":
         from nemesis.faults import NetNemesis
 

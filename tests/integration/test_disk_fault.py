@@ -1,0 +1,48 @@
+"""The disk fault: a stopped broker's segment gets a flipped bit or a cut tail; the broker finds the
+damage itself at start-up (CRC and length checks), says so in its log, and recovers from the leader."""
+
+import time
+
+import pytest
+from kafka import KafkaProducer
+
+from clusters.base import ClusterSpec
+from clusters.local import LocalCluster
+from harness.history import INVOKE, Op
+from nemesis.faults import DiskNemesis
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("mode", ["flip", "truncate"])
+def test_corrupt_segment_is_detected_at_start_up_and_repaired(tmp_path, mode):
+    c = LocalCluster(ClusterSpec(brokers=3), str(tmp_path))
+    c.up()
+    try:
+        c.create_topic("d", 1, 3, 2)
+        p = KafkaProducer(bootstrap_servers=c.bootstrap().split(","), acks="all")
+        for i in range(300):
+            p.send("d", value=b"v%d" % i, partition=0)
+        p.flush(30)
+        p.close()
+        nem = DiskNemesis({"disk_mode": mode, "seed": 4})
+        nem.setup(c)
+        done = nem.invoke(c, Op(INVOKE, "start-disk", "nemesis", None))
+        (node,) = done.value["disk"]
+        assert done.value["mode"] == mode
+
+        def repaired() -> bool:
+            st = c.dump_state(node)
+            parts = [x for x in (st or {}).get("partitions", []) if x["topic"] == "d"]
+            return bool(parts) and parts[0]["leo"] == 300 and node in [
+                c.node_name(r) for r in c.partitions("d")[0].isr]
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not repaired():
+            time.sleep(0.3)
+        assert repaired()
+        log = open(c.log_path(node)).read()
+        assert '"event": "log-recovery-truncated"' in log
+        nem.teardown(c)
+    finally:
+        c.down()
