@@ -78,6 +78,9 @@ class Broker:
         self.fenced = True
         self.caught_up = False
         self.want_shutdown = False
+        # Set once shutdown stops the loops: they also check it, because in Python 3.11
+        # asyncio.wait_for can swallow a cancellation that races with its result.
+        self.stopping = False
         self.should_shutdown = asyncio.Event()
         self.controller = rpc.RpcClient(*self.controller_addr)
         self.peers: dict[int, rpc.RpcClient] = {}
@@ -265,7 +268,7 @@ class Broker:
 
     async def heartbeat_loop(self) -> None:
         interval = self.args.heartbeat_interval_ms / 1000
-        while True:
+        while not self.stopping:
             body = {"broker_id": self.node_id, "broker_epoch": self.broker_epoch,
                     "want_fence": not self.caught_up, "want_shutdown": self.want_shutdown,
                     "metadata_offset": self.image.offset}
@@ -288,7 +291,7 @@ class Broker:
             await asyncio.sleep(interval)
 
     async def metadata_loop(self) -> None:
-        while True:
+        while not self.stopping:
             body = {"broker_id": self.node_id, "offset": self.image.offset + 1, "max_records": 2000,
                     "max_wait_ms": 500}
             try:
@@ -365,7 +368,7 @@ class Broker:
 
     async def follower_loop(self, key: tuple[str, int]) -> None:
         wait_ms = self.args.replica_fetch_wait_max_ms
-        while True:
+        while not self.stopping:
             r = self.replicas[key]
             if r.role != FOLLOWER or r.leader == NO_LEADER or self.broker_epoch < 0:
                 self.fetchers.pop(key, None)
@@ -438,7 +441,7 @@ class Broker:
 
     async def housekeeping(self) -> None:
         last_checkpoint = 0.0
-        while True:
+        while not self.stopping:
             await asyncio.sleep(HOUSEKEEPING_S)
             for r in list(self.replicas.values()):
                 if r.role == LEADER:
@@ -571,11 +574,15 @@ class Broker:
             await asyncio.wait_for(self.should_shutdown.wait(), 10.0)
         except TimeoutError:
             self.log({"event": "controlled_shutdown_timeout", "note": "controller did not confirm; shutting down"})
-        # Stop every loop before the files they write are closed.
+        # Stop every loop before the files they write are closed; never wait on one forever.
+        self.stopping = True
         running = tasks + list(self.fetchers.values()) + list(self.alter_tasks.values())
         for t in running:
             t.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        if running:
+            _, stuck = await asyncio.wait(running, timeout=3.0)
+            if stuck:
+                self.log({"event": "shutdown_tasks_stuck", "count": len(stuck)})
         self.logs.flush_all()
         self.write_hwm_checkpoint()
         if self.broker_epoch >= 0:
