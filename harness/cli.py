@@ -26,7 +26,8 @@ def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
     nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, net")] = "",
     nemesis_interval: Annotated[float, typer.Option(help="seconds between fault start and stop")] = 10.0,
-    nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all")] = "random-node",
+    nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all, "
+                                                     "isr-member, last-isr-member")] = "random-node",
     time_limit: Annotated[float, typer.Option(help="seconds of the main phase")] = 60.0,
     concurrency: Annotated[int, typer.Option(help="client processes")] = 10,
     rate: Annotated[float, typer.Option(help="target ops/s over all clients (0: unlimited)")] = 100.0,
@@ -60,6 +61,12 @@ def run(
     bad = [n for n in faults if n not in NEMESIS_NAMES]
     if bad:
         _fail(f"unknown nemesis {', '.join(map(repr, bad))}; valid: {', '.join(NEMESIS_NAMES)}.")
+    from nemesis.faults import PARTITION_TARGETS
+    from nemesis.targets import TARGETS
+
+    valid_targets = list(dict.fromkeys(TARGETS + PARTITION_TARGETS))
+    if nemesis_target not in valid_targets:
+        _fail(f"unknown --nemesis-target {nemesis_target!r}; valid: {', '.join(valid_targets)}.")
     if cluster not in CLUSTER_NAMES:
         _fail(f"unknown cluster {cluster!r}; valid: {', '.join(CLUSTER_NAMES)}.")
     if acks not in ("all", "1", "0", "-1"):

@@ -36,11 +36,13 @@ class _ProcessFault:
         pass
 
     def _targets(self, cluster) -> list[str]:
-        leaders = []
-        if self.target == "leader":
-            leaders = sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
+        leaders, isrs = [], []
+        if self.target in ("leader", "isr-member", "last-isr-member"):
+            parts = cluster.partitions(self.topic)
+            leaders = sorted({cluster.node_name(p.leader) for p in parts if p.leader >= 0})
+            isrs = [[cluster.node_name(r) for r in p.isr] for p in parts]
         return choose(self.target, cluster.broker_nodes(), self.rng, leaders=leaders,
-                      controllers=cluster.controller_nodes())
+                      controllers=cluster.controller_nodes(), isrs=isrs)
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:

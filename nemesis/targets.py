@@ -1,7 +1,8 @@
 """Which nodes a fault hits: pure functions of the cluster's current roles and a seeded rng.
 
 Targets (`--nemesis-target` / options["target"]): random-node, leader (of a random partition
-of the test's topic, as the cluster reports it), controller, minority, majority, all.
+of the test's topic, as the cluster reports it), controller, minority, majority, all,
+isr-member, last-isr-member (a broker that is alone in some partition's ISR; nothing when none is).
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-TARGETS = ("random-node", "leader", "controller", "minority", "majority", "all")
+TARGETS = ("random-node", "leader", "controller", "minority", "majority", "all", "isr-member", "last-isr-member")
 
 
 def choose(target: str, brokers: Sequence[str], rng: random.Random, leaders: Sequence[str] = (),
-           controllers: Sequence[str] = ()) -> list[str]:
-    """The nodes to hit. `leaders` are the current partition leaders (node names)."""
+           controllers: Sequence[str] = (), isrs: Sequence[Sequence[str]] = ()) -> list[str]:
+    """The nodes to hit. `leaders` are the current partition leaders and `isrs` the partitions'
+    ISRs (node names), as the cluster reports them."""
     brokers = sorted(brokers)
     if target == "random-node":
         return [rng.choice(brokers)]
@@ -28,4 +30,11 @@ def choose(target: str, brokers: Sequence[str], rng: random.Random, leaders: Seq
         return rng.sample(brokers, len(brokers) // 2 + 1)
     if target == "all":
         return list(brokers)
+    if target == "isr-member":
+        members = sorted({n for isr in isrs for n in isr})
+        return [rng.choice(members)] if members else []
+    if target == "last-isr-member":
+        # The sole remaining ISR member of some partition: the replica whose loss matters most.
+        last = sorted({isr[0] for isr in isrs if len(isr) == 1})
+        return [rng.choice(last)] if last else []
     raise ValueError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")

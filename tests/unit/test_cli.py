@@ -55,3 +55,8 @@ def test_report_command_rewrites_the_report(tmp_path):
     (run / "results.json").write_text(json.dumps({"valid": True, "checkers": {}}))
     r = runner.invoke(app, ["report", str(run)])
     assert r.exit_code == 0 and (run / "report.html").exists() and "VALID" in (run / "report.html").read_text()
+
+
+def test_unknown_nemesis_target_lists_the_valid_ones():
+    r = runner.invoke(app, ["run", "--nemesis", "kill", "--nemesis-target", "the-boss"])
+    assert r.exit_code == 3 and "unknown --nemesis-target 'the-boss'; valid: random-node" in r.output

@@ -53,6 +53,10 @@ def test_targets():
     assert choose("controller", BROKERS, rng, controllers=["controller-0"]) == ["controller-0"]
     assert len(choose("minority", BROKERS, rng)) == 2 and len(choose("majority", BROKERS, rng)) == 3
     assert choose("all", BROKERS, rng) == BROKERS
+    isrs = [["broker-1", "broker-2"], ["broker-3"]]
+    assert choose("last-isr-member", BROKERS, rng, isrs=isrs) == ["broker-3"]
+    assert choose("last-isr-member", BROKERS, rng, isrs=[["broker-1", "broker-2"]]) == []
+    assert choose("isr-member", BROKERS, rng, isrs=isrs)[0] in {"broker-1", "broker-2", "broker-3"}
     with pytest.raises(ValueError, match="valid: random-node"):
         choose("someone", BROKERS, rng)
 
