@@ -2,43 +2,29 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from harness.history import Op
 
-NEMESIS_NAMES = ("kill", "pause", "partition", "lossy-crash", "clock", "net", "disk")
+# name -> the class that does it (module, class), imported only when asked for.
+_NEMESES = {
+    "kill": ("nemesis.process", "KillNemesis"),
+    "pause": ("nemesis.process", "PauseNemesis"),
+    "partition": ("nemesis.faults", "PartitionNemesis"),
+    "lossy-crash": ("nemesis.faults", "LossyCrashNemesis"),
+    "clock": ("nemesis.faults", "ClockNemesis"),
+    "net": ("nemesis.faults", "NetNemesis"),
+    "disk": ("nemesis.faults", "DiskNemesis"),
+}
+NEMESIS_NAMES = tuple(_NEMESES)
 
 
 def _make_one(name: str, options: dict[str, Any]):
-    if name == "kill":
-        from nemesis.process import KillNemesis
-
-        return KillNemesis(options)
-    if name == "pause":
-        from nemesis.process import PauseNemesis
-
-        return PauseNemesis(options)
-    if name == "partition":
-        from nemesis.faults import PartitionNemesis
-
-        return PartitionNemesis(options)
-    if name == "lossy-crash":
-        from nemesis.faults import LossyCrashNemesis
-
-        return LossyCrashNemesis(options)
-    if name == "disk":
-        from nemesis.faults import DiskNemesis
-
-        return DiskNemesis(options)
-    if name == "net":
-        from nemesis.faults import NetNemesis
-
-        return NetNemesis(options)
-    if name == "clock":
-        from nemesis.faults import ClockNemesis
-
-        return ClockNemesis(options)
-    raise ValueError(f"unknown nemesis {name!r}; valid: {', '.join(NEMESIS_NAMES)}")
+    if name not in _NEMESES:
+        raise ValueError(f"unknown nemesis {name!r}; valid: {', '.join(NEMESIS_NAMES)}")
+    module, cls = _NEMESES[name]
+    return getattr(importlib.import_module(module), cls)(options)
 
 
 class CompositeNemesis:
