@@ -22,8 +22,10 @@ from clusters.broker.admin import create_topic, dump_state
 CONTROLLER_ID = 1000
 CONTROLLER = "controller-0"
 OWNER_ENV = "KAFKAESQUE_OWNER"
-FLAW_VARIANTS = ("truncate-to-hw", "no-elr", "no-epoch-fencing")  # broker flags; unclean-election is the controller's
-BROKER_VARIANTS = ("default", "unclean-election") + FLAW_VARIANTS
+# Historic flaws (issue 4), each a `--variant` of both node roles: the controller acts on no-elr and
+# unclean-election, brokers on truncate-to-hw, no-elr and no-epoch-fencing.
+FLAW_VARIANTS = ("truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing")
+BROKER_VARIANTS = ("default",) + FLAW_VARIANTS
 
 
 class ReferenceCluster:
@@ -92,14 +94,13 @@ class ReferenceCluster:
                   "--log-file", self.log_path(node)]
         if node == CONTROLLER:
             argv = [self.python, "-m", "clusters.broker", "controller", *common,
-                    "--session-timeout-ms", str(cfg.get("session_timeout_ms", 3000))]
-            if self.spec.broker_variant == "unclean-election":
-                argv.append("--unclean-leader-election")
-            return argv
-        argv = [self.python, "-m", "clusters.broker", "broker", *common,
-                "--controller", _hostport(self.address(CONTROLLER)), "--flush-policy", self.spec.flush_policy,
-                "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),
-                "--heartbeat-interval-ms", str(cfg.get("heartbeat_interval_ms", 300))]
+                    "--session-timeout-ms", str(cfg.get("session_timeout_ms", 3000)),
+                    "--unclean-recovery-strategy", str(cfg.get("unclean_recovery_strategy", "balanced"))]
+        else:
+            argv = [self.python, "-m", "clusters.broker", "broker", *common,
+                    "--controller", _hostport(self.address(CONTROLLER)), "--flush-policy", self.spec.flush_policy,
+                    "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),
+                    "--heartbeat-interval-ms", str(cfg.get("heartbeat_interval_ms", 300))]
         if self.spec.broker_variant in FLAW_VARIANTS:
             argv += ["--variant", self.spec.broker_variant]
         return argv

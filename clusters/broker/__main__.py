@@ -26,7 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(c)
     c.add_argument("--session-timeout-ms", type=int, default=6000, help="broker.session.timeout.ms")
     c.add_argument("--unclean-leader-election", action="store_true", help="unclean.leader.election.enable")
-    c.add_argument("--unclean-recovery-strategy", default="balanced", choices=["proactive", "balanced", "manual"])
+    c.add_argument("--unclean-recovery-strategy", default="balanced", choices=["proactive", "balanced", "manual"],
+                   help="unclean.recovery.strategy (001 5.3): what to do when ISR and ELR are both empty")
+    c.add_argument("--unclean-recovery-timeout-ms", type=int, default=2000,
+                   help="proactive recovery: how long to collect replicas' log info")
     c.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
 
     b = sub.add_parser("broker", help="run a broker")
@@ -38,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--replica-lag-time-max-ms", type=int, default=10000)
     b.add_argument("--replica-fetch-wait-max-ms", type=int, default=100)
     b.add_argument("--segment-bytes", type=int, default=16 * 1024 * 1024)
+    b.add_argument("--hwm-checkpoint-interval-ms", type=int, default=1000,
+                   help="replica.high.watermark.checkpoint.interval.ms")
     b.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
 
     cl = sub.add_parser("cluster", help="run a controller and N brokers on this machine, in the foreground")
@@ -48,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="controller on P, broker i (1..N) on P+i")
     cl.add_argument("--flush-policy", default="never")
     cl.add_argument("--variant", action="append", default=[])
+    cl.add_argument("--unclean-recovery-strategy", default="balanced", choices=["proactive", "balanced", "manual"])
 
     t = sub.add_parser("create-topic", help="create a topic through the Kafka CreateTopics API")
     t.add_argument("--bootstrap", required=True)
@@ -57,9 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-isr", type=int, default=2)
 
     a = sub.add_parser("admin", help="admin requests over the internal RPC")
-    a.add_argument("what", choices=["dump"], help="dump: print the node's state as JSON")
-    a.add_argument("--node", required=True, help="HOST:PORT of a broker or controller")
+    a.add_argument("what", choices=["dump", "elect"],
+                   help="dump: print the node's state as JSON; elect: make --broker the leader of a partition "
+                        "no clean election can serve (unclean recovery by hand, 001 5.3 'manual')")
+    a.add_argument("--node", required=True, help="HOST:PORT of a broker or controller (elect: the controller)")
     a.add_argument("--no-log", action="store_true", help="leave the physical log out of the dump")
+    a.add_argument("--topic")
+    a.add_argument("--partition", type=int, default=0)
+    a.add_argument("--broker", type=int, help="elect: the replica to make leader")
     return ap
 
 

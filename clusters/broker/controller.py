@@ -1,4 +1,5 @@
-"""The controller's metadata state machine, without I/O (002 sections 1.2, 2.3, 2.8, 2.9; PROTOCOL.md 4-5).
+"""The controller's metadata state machine, without I/O (002 sections 1.2, 2.3, 2.8, 2.9; 001 section 5;
+PROTOCOL.md 4-6).
 
 `Controller.handle(api, body, now_ms)` takes a request and returns the response; every
 state change it makes is a metadata record, emitted through `_emit`, which assigns the
@@ -8,8 +9,24 @@ request or serves the records to brokers (002 1.2.1: durable before acted on). A
 restarted controller replays its log into a fresh image, so broker epochs (the offset of
 the registration record, PROTOCOL.md 5.1) stay monotonic across restarts.
 
-Volatile state (last heartbeat times, brokers' metadata offsets) is not logged: after a
-restart every registered broker gets a fresh session timeout of grace.
+Volatile state (last heartbeat times, brokers' metadata offsets, unclean recoveries waiting
+for GetReplicaLogInfo replies) is not logged: after a restart every registered broker gets a
+fresh session timeout of grace, and a recovery still needed starts over.
+
+Recovery (001 section 5): the ISR may become empty; while it is below min ISR the replicas
+it loses move to the Eligible Leader Replicas (ELR), which stay leader candidates because
+the HWM cannot advance without them (KIP-966, cases A to G of 001 5.2.1). A broker that
+registers without the clean-shutdown epoch leaves every ELR (for the LastKnownELR while the
+ISR is below min ISR), so an uncleanly restarted replica leads again only after catching up
+(Unclean Exclusion). When ISR and ELR are both empty, `unclean.recovery.strategy` decides
+(001 5.3): `balanced` asks the LastKnownELR for their logs and elects the highest
+(last epoch, end offset); `proactive` does not wait for fenced ELR members and takes the best
+reply within a timeout; `manual` waits for an operator's `elect_leader`. Every unclean
+recovery or election is a metadata record and a log line flagged as possible data loss.
+
+Historic flaws as variants: `no-elr` restores 3.5's rules (the last ISR member stays in the
+ISR even when fenced or restarted uncleanly, no ELR: the Last Replica Standing of 002 2.4.2);
+`unclean-election` is `unclean.leader.election.enable` (004, any live replica may lead).
 """
 
 from __future__ import annotations
@@ -22,13 +39,25 @@ from typing import Any
 from clusters.broker import rpc
 from clusters.broker.metadata import NO_LEADER, MetadataImage, PartitionState
 
+UNCLEAN_RECOVERY_STRATEGIES = ("proactive", "balanced", "manual")
+
 
 @dataclass
 class ControllerConfig:
     node_id: int = 1000
     session_timeout_ms: int = 6000
     unclean_leader_election: bool = False
+    unclean_recovery_strategy: str = "balanced"
+    unclean_recovery_timeout_ms: int = 2000  # proactive: how long to collect log replies
     variants: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def elr_enabled(self) -> bool:
+        return "no-elr" not in self.variants
+
+    @property
+    def unclean_election(self) -> bool:
+        return self.unclean_leader_election or "unclean-election" in self.variants
 
 
 def place_replicas(brokers: list[int], partitions: int, replication_factor: int) -> list[list[int]]:
@@ -64,6 +93,16 @@ class BrokerSession:
     want_shutdown: bool = False
 
 
+@dataclass
+class UncleanRecovery:
+    """A leaderless partition whose logs are being inspected (001 5.3; volatile)."""
+
+    strategy: str
+    candidates: list[int]
+    started_ms: int
+    replies: dict[int, tuple[int, int]] = field(default_factory=dict)  # broker -> (last epoch, LEO)
+
+
 class Controller:
     def __init__(self, config: ControllerConfig, image: MetadataImage | None = None,
                  log: Callable[[dict[str, Any]], None] | None = None):
@@ -73,6 +112,8 @@ class Controller:
         self._pending: list[dict[str, Any]] = []
         self._log = log or (lambda event: None)
         self._started = False
+        self.recoveries: dict[tuple[str, int], UncleanRecovery] = {}
+        self._manual_noted: set[tuple[str, int]] = set()
 
     # --- records ---------------------------------------------------------------------
     @property
@@ -136,7 +177,30 @@ class Controller:
         self.sessions[bid] = BrokerSession(last_heartbeat_ms=now_ms)
         self._event("broker_registered", broker=bid, broker_epoch=epoch, clean=clean,
                     previous_broker_epoch=previous)
+        if not clean:
+            self._exclude_unclean(bid)
         return {"error": rpc.NONE, "broker_epoch": epoch}
+
+    def _exclude_unclean(self, bid: int) -> None:
+        """001 5.2: an unclean registration removes the broker's replicas from every ELR (into the
+        LastKnownELR while the ISR is below min ISR, 001 5.3.1); fencing already took them out of
+        the ISR. They come back only as caught-up followers the leader adds (Unclean Exclusion).
+        Under `no-elr` (3.5) nothing happens here: the last ISR member keeps its place."""
+        if not self.config.elr_enabled:
+            return
+        for key in sorted(self.image.partitions):
+            p = self.image.partitions[key]
+            if bid not in p.elr and bid not in p.isr:
+                continue
+            new = copy.deepcopy(p)
+            new.isr = [r for r in p.isr if r != bid]
+            new.elr = [r for r in p.elr if r != bid]
+            if len(new.isr) < self._min_isr(p) and bid not in new.last_known_elr:
+                new.last_known_elr = [r for r in p.replicas if r in set(p.last_known_elr) | {bid}]
+            if p.leader == bid:
+                new.leader, new.leader_epoch = NO_LEADER, p.leader_epoch + 1
+            new.partition_epoch += 1
+            self._write_partition(p, new, f"broker {bid} restarted uncleanly (unclean exclusion)")
 
     def _handle_broker_heartbeat(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
         bid = int(body["broker_id"])
@@ -172,6 +236,10 @@ class Controller:
         for bid, b in list(self.image.brokers.items()):
             if not b.fenced and self._session_expired(bid, now_ms):
                 self._fence(bid, "session timeout")
+        self._elect_leaderless("periodic check")
+        self._plan_recoveries(now_ms)
+        for key in list(self.recoveries):
+            self._maybe_finish_recovery(key, now_ms)
 
     def _fence(self, bid: int, reason: str) -> None:
         self._emit({"type": "broker_change", "broker_id": bid, "fenced": True})
@@ -181,60 +249,206 @@ class Controller:
     def _unfence(self, bid: int) -> None:
         self._emit({"type": "broker_change", "broker_id": bid, "fenced": False, "in_controlled_shutdown": False})
         self._event("broker_unfenced", broker=bid)
-        # A leaderless partition whose ISR holds this broker can now be served again (002 2.8).
-        for key in sorted(self.image.partitions):
-            p = self.image.partitions[key]
-            if p.leader == NO_LEADER and bid in p.isr:
-                self._elect(p, f"broker {bid} unfenced")
+        # A leaderless partition whose ISR or ELR holds this broker can be served again (002 2.8).
+        self._elect_leaderless(f"broker {bid} unfenced")
 
-    # --- partitions: elections and ISR changes (002 2.8, 2.9) --------------------------
+    # --- partitions: elections, ISR and ELR changes (002 2.8, 2.9; 001 5.2) ---------------
     def _eligible(self, bid: int) -> bool:
         b = self.image.brokers.get(bid)
         return b is not None and not b.fenced and not b.in_controlled_shutdown
 
+    def _min_isr(self, p: PartitionState) -> int:
+        topic = self.image.topics.get(p.topic)
+        return topic.min_isr if topic else 1
+
+    def _update_elr(self, old: PartitionState, new: PartitionState) -> None:
+        """After an ISR change (PROTOCOL.md 4): at or above min ISR the HWM can advance, so nobody
+        outside the ISR keeps a completeness guarantee and ELR and LastKnownELR are cleared
+        (cases D, E, F, G); below it, the replicas the ISR just lost join the ELR (cases A, C),
+        since the HWM cannot pass them. ISR, ELR and LastKnownELR stay disjoint."""
+        if not self.config.elr_enabled:
+            new.elr, new.last_known_elr = [], []
+            return
+        if len(new.isr) >= self._min_isr(new):
+            new.elr, new.last_known_elr = [], []
+            return
+        removed = set(old.isr) - set(new.isr)
+        elr = (set(old.elr) | removed) - set(new.isr)
+        new.elr = [r for r in new.replicas if r in elr]
+        new.last_known_elr = [r for r in new.replicas if r in set(old.last_known_elr) - elr - set(new.isr)]
+
     def _remove_broker_from_partitions(self, bid: int, reason: str) -> None:
         """The controller may only shrink ISRs (002 2.9.1): drop the broker from every ISR it is
-        in, electing a new leader where it led. The last ISR member stays (002 2.8)."""
+        in, electing a new leader where it led. With the ELR (KIP-966) the ISR may become
+        empty; under `no-elr` the last ISR member stays (3.5's Last Replica Standing)."""
         for key in sorted(self.image.partitions):
             p = self.image.partitions[key]
             if bid not in p.isr and p.leader != bid:
                 continue
             new = copy.deepcopy(p)
-            if bid in new.isr and len(new.isr) > 1:
+            if bid in new.isr and (len(new.isr) > 1 or self.config.elr_enabled):
                 new.isr = [r for r in new.isr if r != bid]
+            self._update_elr(p, new)
             if p.leader == bid:
-                new.leader = self._choose_leader(new, exclude=bid)
-                new.leader_epoch += 1
-            if new.isr == p.isr and new.leader == p.leader:
+                self._elect_into(new, exclude=bid)
+            if new.isr == p.isr and new.leader == p.leader and new.elr == p.elr:
                 continue
             new.partition_epoch += 1
             self._write_partition(p, new, reason)
 
-    def _choose_leader(self, p: PartitionState, exclude: int | None = None) -> int:
-        """An ISR member that is unfenced and not shutting down, preferring replica order; else
-        (only with unclean.leader.election.enable, 004) any live replica; else no leader."""
-        for r in p.replicas:
-            if r in p.isr and r != exclude and self._eligible(r):
-                return r
-        if self.config.unclean_leader_election:
+    def _choose_leader(self, p: PartitionState, exclude: int | None = None) -> tuple[int, str]:
+        """(leader, how): an eligible ISR member in replica order; else an eligible ELR member
+        (001 5.2); else, only with unclean.leader.election.enable (004), any live replica;
+        else no leader."""
+        for members, how in ((p.isr, "isr"), (p.elr, "elr")):
+            for r in p.replicas:
+                if r in members and r != exclude and self._eligible(r):
+                    return r, how
+        if self.config.unclean_election:
             for r in p.replicas:
                 if r != exclude and self._eligible(r):
-                    self._event("unclean_leader_election", topic=p.topic, partition=p.partition, leader=r,
-                                isr=p.isr, warning="possible data loss")
-                    return r
-        return NO_LEADER
+                    return r, "unclean"
+        return NO_LEADER, "none"
 
-    def _elect(self, p: PartitionState, reason: str) -> None:
-        leader = self._choose_leader(p)
-        if leader == NO_LEADER:
-            return
-        new = copy.deepcopy(p)
+    def _elect_into(self, new: PartitionState, exclude: int | None = None) -> None:
+        """Set a new leader on `new` (a copy being written) and bump its leader epoch."""
+        leader, how = self._choose_leader(new, exclude)
         new.leader = leader
-        if leader not in new.isr:  # an unclean election: the new leader's log is the truth now
-            new.isr = [leader]
+        new.leader_epoch += 1
+        if how == "elr":  # case B: the elected ELR member moves to the ISR
+            old = copy.deepcopy(new)
+            new.isr = [r for r in new.replicas if r in set(new.isr) | {leader}]
+            self._update_elr(old, new)
+        elif how == "unclean":
+            self._record_unclean_leader(new, leader, "unclean-leader-election", {})
+
+    def _elect_leaderless(self, reason: str) -> None:
+        for key in sorted(self.image.partitions):
+            p = self.image.partitions[key]
+            if p.leader != NO_LEADER or self._choose_leader(p)[0] == NO_LEADER:
+                continue
+            new = copy.deepcopy(p)
+            self._elect_into(new)
+            new.partition_epoch += 1
+            self._write_partition(p, new, reason)
+
+    def _record_unclean_leader(self, new: PartitionState, leader: int, strategy: str,
+                               candidates: dict[int, tuple[int, int]]) -> None:
+        """The new leader's log becomes the truth, committed records it lacks are gone: report it
+        as a potential data-loss event (001 5.3.2) in the metadata log and the controller's log."""
+        lost_isr, lost_elr = list(new.isr), list(new.elr)
+        new.leader, new.isr, new.elr, new.last_known_elr = leader, [leader], [], []
+        self._emit({"type": "unclean_recovery", "topic": new.topic, "partition": new.partition, "leader": leader,
+                    "leader_epoch": new.leader_epoch, "strategy": strategy,
+                    "candidates": {str(b): list(v) for b, v in sorted(candidates.items())}})
+        self._event("unclean_recovery", topic=new.topic, partition=new.partition, leader=leader, strategy=strategy,
+                    candidates={str(b): list(v) for b, v in sorted(candidates.items())},
+                    previous_isr=lost_isr, previous_elr=lost_elr, potential_data_loss=True)
+
+    # --- unclean recovery (001 5.3) ----------------------------------------------------------
+    def _recovery_candidates(self, p: PartitionState) -> list[int] | None:
+        """Whose logs to inspect for a leaderless partition no clean election can serve, or None."""
+        if p.leader != NO_LEADER or not self.config.elr_enabled:
+            return None
+        if self._choose_leader(p)[0] != NO_LEADER:
+            return None
+        strategy = self.config.unclean_recovery_strategy
+        if strategy == "balanced" and not p.isr and not p.elr:
+            # The LastKnownELR is the recovery quorum (001 5.3.2). It can only be empty if the
+            # partition was leaderless before any ELR existed (min ISR 1 at creation): ask all.
+            return list(p.last_known_elr) or list(p.replicas)
+        if strategy == "proactive":
+            return list(p.replicas)  # fenced ISR/ELR members are not waited for (001 5.3.1)
+        if strategy == "manual" and not p.isr and not p.elr and (p.topic, p.partition) not in self._manual_noted:
+            self._manual_noted.add((p.topic, p.partition))
+            self._event("unclean_recovery_needed", topic=p.topic, partition=p.partition,
+                        last_known_elr=p.last_known_elr,
+                        action="waiting for an operator: python -m clusters.broker admin elect")
+        return None
+
+    def _plan_recoveries(self, now_ms: int) -> None:
+        for key, p in sorted(self.image.partitions.items()):
+            candidates = self._recovery_candidates(p)
+            if candidates is None:
+                if self.recoveries.pop(key, None) is not None:
+                    self._event("unclean_recovery_abandoned", topic=key[0], partition=key[1],
+                                reason="a clean election became possible")
+                continue
+            rec = self.recoveries.get(key)
+            if rec is None or rec.candidates != candidates:
+                self.recoveries[key] = UncleanRecovery(self.config.unclean_recovery_strategy, candidates, now_ms)
+                self._event("unclean_recovery_started", topic=key[0], partition=key[1],
+                            strategy=self.config.unclean_recovery_strategy, candidates=candidates)
+
+    def log_info_requests(self) -> list[tuple[tuple[str, int], int, str, int]]:
+        """GetReplicaLogInfo requests the shell should send now: (partition, broker, host, port)."""
+        out = []
+        for key, rec in sorted(self.recoveries.items()):
+            for bid in rec.candidates:
+                b = self.image.brokers.get(bid)
+                if bid not in rec.replies and b is not None:
+                    out.append((key, bid, b.host, b.port))
+        return out
+
+    def on_replica_log_info(self, key: tuple[str, int], bid: int, reply: dict[str, Any], now_ms: int) -> None:
+        """A GetReplicaLogInfo reply; only one from the broker's current registration counts."""
+        rec = self.recoveries.get(key)
+        b = self.image.brokers.get(bid)
+        if rec is None or b is None or reply.get("error") != rpc.NONE:
+            return
+        if int(reply.get("broker_epoch", -1)) != b.broker_epoch:
+            return  # an answer from an earlier incarnation of the broker
+        rec.replies[bid] = (int(reply["last_epoch"]), int(reply["log_end_offset"]))
+        self._maybe_finish_recovery(key, now_ms)
+
+    def _maybe_finish_recovery(self, key: tuple[str, int], now_ms: int) -> None:
+        """Balanced: every candidate answered, elect the highest (last epoch, LEO), once it can
+        lead. Proactive: everyone answered or the timeout passed: the best live reply."""
+        rec, p = self.recoveries.get(key), self.image.partitions.get(key)
+        if rec is None or p is None or not rec.replies:
+            return
+        everyone = set(rec.replies) >= set(rec.candidates)
+        if rec.strategy == "balanced":
+            if not everyone:
+                return
+            best = max(rec.replies, key=lambda b: (rec.replies[b], -p.replicas.index(b)))
+            if not self._eligible(best):
+                return  # the best log's broker is not unfenced yet: wait for it, not for a worse log
+        else:
+            if not everyone and now_ms - rec.started_ms < self.config.unclean_recovery_timeout_ms:
+                return
+            live = [b for b in rec.replies if self._eligible(b)]
+            if not live:
+                return
+            best = max(live, key=lambda b: (rec.replies[b], -p.replicas.index(b)))
+        del self.recoveries[key]
+        self._elect_unclean(p, best, rec.strategy, rec.replies)
+
+    def _elect_unclean(self, p: PartitionState, leader: int, strategy: str,
+                       candidates: dict[int, tuple[int, int]]) -> None:
+        new = copy.deepcopy(p)
         new.leader_epoch += 1
         new.partition_epoch += 1
-        self._write_partition(p, new, reason)
+        self._record_unclean_leader(new, leader, strategy, candidates)
+        self._write_partition(p, new, f"unclean recovery ({strategy})")
+
+    def _handle_elect_leader(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+        """The operator's recourse under `manual` (001 5.3.1): make this replica the leader of a
+        partition no clean election can serve. Refused while a clean election is possible."""
+        key = (str(body["topic"]), int(body["partition"]))
+        p = self.image.partitions.get(key)
+        bid = int(body["broker_id"])
+        if p is None:
+            return {"error": rpc.UNKNOWN_TOPIC_OR_PARTITION}
+        if bid not in p.replicas or not self._eligible(bid):
+            return {"error": rpc.INELIGIBLE_REPLICA, "message": f"broker {bid} is not a live replica of {key}"}
+        if p.leader != NO_LEADER or self._choose_leader(p)[0] != NO_LEADER:
+            return {"error": rpc.INVALID_REQUEST,
+                    "message": "the partition has a leader or a clean election is possible; nothing to recover"}
+        self.recoveries.pop(key, None)
+        self._manual_noted.discard(key)
+        self._elect_unclean(p, bid, "manual", {})
+        return {"error": rpc.NONE, "partition": self.image.partitions[key].to_record()}
 
     def _handle_alter_partition(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
         """Accept a leader's ISR change only if every epoch matches (002 2.9.2, PROTOCOL.md 4)."""
@@ -269,6 +483,7 @@ class Controller:
                 return {"error": rpc.INELIGIBLE_REPLICA, "message": f"replica {r} is not eligible for the ISR"}
         new = copy.deepcopy(p)
         new.isr = [r for r in p.replicas if r in proposed]
+        self._update_elr(p, new)
         new.partition_epoch += 1
         self._write_partition(p, new, f"AlterPartition from leader {bid}")
         return {"error": rpc.NONE, "partition": new.to_record()}
@@ -317,8 +532,18 @@ class Controller:
             "topics": [{"topic": t.topic, "partitions": t.partitions, "replication_factor": t.replication_factor,
                         "configs": t.configs} for t in self.image.topics.values()],
             "partitions": [p.to_record() for _, p in sorted(self.image.partitions.items())],
+            "config": {"unclean_leader_election": self.config.unclean_election,
+                       "unclean_recovery_strategy": self.config.unclean_recovery_strategy,
+                       "variants": sorted(self.config.variants)},
+            # 001 5.3.2: every unclean recovery is reported as a potential data-loss event.
+            "unclean_recoveries": list(self.image.unclean_recoveries),
+            "recoveries_in_progress": [
+                {"topic": k[0], "partition": k[1], "strategy": r.strategy, "candidates": r.candidates,
+                 "replies": {str(b): list(v) for b, v in r.replies.items()}}
+                for k, r in sorted(self.recoveries.items())],
         }
 
 
 def _summary(p: PartitionState) -> dict[str, Any]:
-    return {"leader": p.leader, "isr": p.isr, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch}
+    return {"leader": p.leader, "isr": p.isr, "elr": p.elr, "last_known_elr": p.last_known_elr,
+            "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch}

@@ -55,11 +55,15 @@ class ControllerServer:
             node_id=args.node_id,
             session_timeout_ms=args.session_timeout_ms,
             unclean_leader_election=args.unclean_leader_election,
+            unclean_recovery_strategy=args.unclean_recovery_strategy,
+            unclean_recovery_timeout_ms=args.unclean_recovery_timeout_ms,
             variants=frozenset(args.variant),
         )
         self.controller = Controller(config, image, log=self.log)
         self.controller.start(now_ms())
         self._new_records = asyncio.Event()
+        self._log_info_in_flight: set[tuple[tuple[str, int], int]] = set()
+        self._broker_clients: dict[tuple[str, int], rpc.RpcClient] = {}
         self.log({"event": "controller_started", "metadata_end_offset": self.metadata.end_offset,
                   "listen": args.listen})
 
@@ -76,7 +80,30 @@ class ControllerServer:
         while True:
             self.controller.tick(now_ms())
             self.persist()
+            self.send_log_info_requests()
             await asyncio.sleep(TICK_S)
+
+    def send_log_info_requests(self) -> None:
+        """Unclean recovery (001 5.3): GetReplicaLogInfo to each candidate the state machine names,
+        one request in flight per (partition, broker), retried on the next tick when unanswered."""
+        for key, bid, host, port in self.controller.log_info_requests():
+            if (key, bid) in self._log_info_in_flight:
+                continue
+            self._log_info_in_flight.add((key, bid))
+            asyncio.create_task(self._ask_log_info(key, bid, host, port))
+
+    async def _ask_log_info(self, key: tuple[str, int], bid: int, host: str, port: int) -> None:
+        try:
+            client = self._broker_clients.get((host, port))
+            if client is None:
+                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port)
+            reply = await client.call("get_replica_log_info", {"topic": key[0], "partition": key[1]}, timeout=1.0)
+            self.controller.on_replica_log_info(key, bid, reply, now_ms())
+            self.persist()
+        except rpc.RpcError:
+            await asyncio.sleep(0.5)  # a broker that is down: ask again later, not in a tight loop
+        finally:
+            self._log_info_in_flight.discard((key, bid))
 
     async def fetch_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
         offset = int(body.get("offset", 0))

@@ -62,7 +62,10 @@ def run_local_cluster(args: Any) -> int:
     try:
         cdir = os.path.join(args.data_dir, "controller")
         os.makedirs(cdir, exist_ok=True)
-        procs.append(subprocess.Popen(controller_argv(host, base, cdir)))
+        cflags = ["--unclean-recovery-strategy", args.unclean_recovery_strategy]
+        for v in args.variant:
+            cflags += ["--variant", v]
+        procs.append(subprocess.Popen(controller_argv(host, base, cdir, cflags)))
         ids = list(range(1, args.brokers + 1))
         for i in ids:
             bdir = os.path.join(args.data_dir, f"broker-{i}")

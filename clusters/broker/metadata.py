@@ -17,6 +17,9 @@ Records are plain JSON dicts with a "type":
                    replicas, isr, elr, last_known_elr, leader (-1 = none), leader_epoch,
                    partition_epoch, adding, removing}
   broker_unregistered {broker_id}
+  unclean_recovery {topic, partition, leader, leader_epoch, strategy, candidates: {broker: [last
+                   epoch, LEO]}}  a leader elected without a completeness guarantee (001 5.3,
+                   004's unclean election): reported as a potential data-loss event
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class MetadataImage:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.unclean_recoveries: list[dict[str, Any]] = []
 
     def apply(self, offset: int, record: dict[str, Any]) -> None:
         kind = record["type"]
@@ -104,6 +108,8 @@ class MetadataImage:
                     b.fenced = record["fenced"]
                 if record.get("in_controlled_shutdown") is not None:
                     b.in_controlled_shutdown = record["in_controlled_shutdown"]
+        elif kind == "unclean_recovery":
+            self.unclean_recoveries.append({"offset": offset, **{k: v for k, v in record.items() if k != "type"}})
         elif kind == "broker_unregistered":
             self.brokers.pop(record["broker_id"], None)
         elif kind == "topic":

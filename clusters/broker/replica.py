@@ -215,7 +215,7 @@ class Replica:
             return {"error": rpc.NONE, "high_watermark": self.hwm, "log_start_offset": self.log.log_start_offset,
                     "diverging_epoch": {"epoch": div[0], "end_offset": div[1]}, "records": ""}
         if fetch_offset > self.leo:
-            return {"error": rpc.OFFSET_OUT_OF_RANGE, "high_watermark": self.hwm}
+            return {"error": rpc.OFFSET_OUT_OF_RANGE, "high_watermark": self.hwm, "log_end_offset": self.leo}
         f = self.followers[rid]
         # Caught up: it reached the LEO we had at its previous fetch (Kafka's lastCaughtUpTime).
         if fetch_offset >= self.leo:
@@ -287,17 +287,34 @@ class Replica:
 
     # --- follower: fetching from the leader ----------------------------------------------
     def fetch_request(self, broker_epoch: int, max_bytes: int) -> dict[str, Any]:
+        variants = self.config.variants
         return {"replica_id": self.node_id, "broker_epoch": broker_epoch, "topic": self.topic,
-                "partition": self.partition, "fetch_offset": self.leo, "last_fetched_epoch": self.log.last_epoch,
-                "current_leader_epoch": self.leader_epoch, "max_bytes": max_bytes}
+                "partition": self.partition, "fetch_offset": self.leo,
+                # `truncate-to-hw`: a pre-KIP-101 follower sends no epoch, so the leader never
+                # finds a divergence and the follower keeps whatever its HW left it.
+                "last_fetched_epoch": -1 if "truncate-to-hw" in variants else self.log.last_epoch,
+                # `no-epoch-fencing`: a pre-KIP-320 follower sends no current epoch, so a leader
+                # of an older (or newer) epoch serves it instead of fencing it.
+                "current_leader_epoch": -1 if "no-epoch-fencing" in variants else self.leader_epoch,
+                "sent_in_epoch": self.leader_epoch, "max_bytes": max_bytes}
 
     def on_fetch_response(self, req: dict[str, Any], resp: dict[str, Any]) -> int:
         """Apply a leader's reply; returns its error code (NONE when applied or ignored)."""
-        if self.role != FOLLOWER or req["current_leader_epoch"] != self.leader_epoch:
-            return rpc.NONE  # a reply to an older epoch: drop it
+        if self.role != FOLLOWER:
+            return rpc.NONE
+        if req["sent_in_epoch"] != self.leader_epoch and "no-epoch-fencing" not in self.config.variants:
+            return rpc.NONE  # a reply from the leader of an older epoch: drop it (the variant keeps it)
         if req["fetch_offset"] != self.leo:
             return rpc.NONE  # the log moved under this request (a truncation); fetch again
         err = int(resp.get("error", rpc.UNKNOWN_SERVER_ERROR))
+        if err == rpc.OFFSET_OUT_OF_RANGE and "truncate-to-hw" in self.config.variants and "log_end_offset" in resp:
+            # Pre-KIP-101 handleOffsetOutOfRange: a follower ahead of its leader cuts back to the
+            # leader's LEO, whatever its records there were.
+            before = self.leo
+            self.log.truncate_to(int(resp["log_end_offset"]))
+            self.hwm = min(self.hwm, self.leo)
+            self._event("truncated_to_leader_leo_variant", **{"from": before, "to": self.leo})
+            return rpc.NONE
         if err != rpc.NONE:
             return err
         div = resp.get("diverging_epoch")

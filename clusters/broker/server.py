@@ -28,7 +28,6 @@ from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
 
 HOUSEKEEPING_S = 0.1
-HWM_CHECKPOINT_S = 1.0
 MAX_FETCH_BYTES = 4 * 1024 * 1024
 
 
@@ -347,9 +346,11 @@ class Broker:
             if r.role != LEADER or r.leader_epoch != old_epoch:
                 if old_role == LEADER:
                     self._fail_produces(key, rpc.NOT_LEADER_OR_FOLLOWER)
-            if r.role == FOLLOWER and r.leader_epoch != old_epoch and key in self.fetchers:
+            if (r.role == FOLLOWER and r.leader_epoch != old_epoch and key in self.fetchers
+                    and "no-epoch-fencing" not in self.variants):
                 # A fetch in flight to the old leader (perhaps paused or cut off) would hold
-                # this partition's replication for up to its timeout: start over at once.
+                # this partition's replication for up to its timeout: start over at once. (The
+                # `no-epoch-fencing` variant lets it finish and applies what the old leader sends.)
                 self.fetchers.pop(key).cancel()
             if r.role == FOLLOWER and key not in self.fetchers:
                 self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
@@ -449,7 +450,7 @@ class Broker:
                     if r.maybe_advance_hwm():
                         self._hwm_may_have_moved(r)
             self.logs.maybe_flush_all(now_ms())
-            if time.monotonic() - last_checkpoint >= HWM_CHECKPOINT_S:
+            if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
                 last_checkpoint = time.monotonic()
                 self.write_hwm_checkpoint()
 

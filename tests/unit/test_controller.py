@@ -97,21 +97,29 @@ def test_silent_broker_is_fenced_and_its_leaderships_move_to_the_isr():
     assert p2.leader_epoch == p.leader_epoch + 1 and p2.partition_epoch > p.partition_epoch
 
 
-def test_last_isr_member_stays_in_the_isr_and_the_partition_goes_leaderless():
-    c, epochs = cluster()
+NO_ELR = frozenset({"no-elr"})
+
+
+def test_no_elr_variant_keeps_the_last_isr_member_and_the_partition_goes_leaderless():
+    """3.5's rule (the `no-elr` variant): the ISR never becomes empty (002 2.8)."""
+    c, epochs = cluster(variants=NO_ELR)
     create(c)
     c.tick(5000)  # everyone silent
     p = c.image.partitions[("t", 0)]
     assert p.leader == NO_LEADER and len(p.isr) == 1
 
 
-def test_leaderless_partition_gets_its_last_isr_member_back_as_leader_when_it_returns():
-    c, epochs = cluster()
+def test_no_elr_variant_gives_the_last_isr_member_back_its_leadership_even_after_an_unclean_restart():
+    """The Last Replica Standing (PROTOCOL.md 9.4): under 3.5's rules the last ISR member leads again
+    whatever it lost, since nothing else may."""
+    c, epochs = cluster(variants=NO_ELR)
     create(c)
     c.tick(5000)
     last = c.image.partitions[("t", 0)].isr[0]
-    assert heartbeat(c, last, epochs[last], 5100)["is_fenced"] is False
-    assert c.image.partitions[("t", 0)].leader == last
+    again = register(c, last, now=5100, previous=-1)  # kill -9: no clean-shutdown epoch on file
+    assert heartbeat(c, last, again, 5200)["is_fenced"] is False
+    p = c.image.partitions[("t", 0)]
+    assert p.leader == last and p.isr == [last] and p.elr == []
 
 
 def test_alter_partition_accepted_bumps_partition_epoch_only():

@@ -309,3 +309,89 @@ def test_producer_state_is_rebuilt_from_the_log_on_becoming_leader(tmp_path):
                                          leader_epoch=1))
     a.apply_partition_state(state(1, 2, [1, 2]), now_ms=1)
     assert a.producers.check(validate_batches(raw)[0]) == (rpc.NONE, (0, 1))  # a retry: original offsets
+
+
+# --- historic flaws as variants (issue 4; 004 scenarios) ------------------------------------
+
+def test_truncate_to_hw_variant_cuts_a_restarted_follower_to_its_checkpointed_hw(tmp_path):
+    """004 scenario 1: a restarting follower truncates to its HW checkpoint (the default keeps its log
+    and lets the leader's epochs say where it diverges)."""
+    for variants, kept in ((frozenset(), 5), (frozenset({"truncate-to-hw"}), 2)):
+        d = tmp_path / ("flawed" if variants else "default")
+        leader = make_replica(d, 1, variants=variants)
+        leader.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+        for i in range(5):
+            produce(leader, 1, start=i)  # one batch per record: truncation is per batch
+        follower = make_replica(d, 2, variants=variants)
+        follower.log.append_as_follower(leader.log.read(0, 1 << 20))
+        follower.hwm = 2  # as if restarted with HW 2 on file
+        follower.apply_partition_state(state(1, 1, [1, 2]), now_ms=1)
+        assert follower.leo == kept
+
+
+def test_truncate_to_hw_variant_sends_no_epoch_so_a_divergent_suffix_survives(tmp_path):
+    """004 scenario 2 without leader epochs: the follower's stale record at an offset the new leader
+    rewrote is never found (the default finds and truncates it)."""
+    outcomes = {}
+    for variants in (frozenset(), frozenset({"truncate-to-hw"})):
+        d = tmp_path / ("flawed" if variants else "default")
+        a, b = make_replica(d, 1, variants=variants), make_replica(d, 2, variants=variants)
+        a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+        produce(a, 1)                                   # m1, m2 in epoch 1 on A
+        produce(a, 1, start=1)
+        b.log.append_as_follower(a.log.read(0, 1 << 20))
+        b.log.truncate_to(1)                            # B lost m2 in the power cut
+        b.apply_partition_state(state(2, 2, [2], pepoch=2), now_ms=1)
+        produce(b, 1, start=100)                        # m3 at offset 1 in epoch 2
+        a.hwm = 2                                       # A's HW covered m2
+        a.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=2)
+        replicate(b, a, now=3)
+        replicate(b, a, now=4)
+        outcomes[bool(variants)] = ([x.value_digest for x in a.log.physical_log()],
+                                    [x.value_digest for x in b.log.physical_log()])
+    a_log, b_log = outcomes[False]
+    assert a_log == b_log                               # converged: m2 truncated
+    a_log, b_log = outcomes[True]
+    assert len(a_log) == len(b_log) == 2 and a_log[1] != b_log[1]  # diverged at offset 1 for good
+
+
+def test_truncate_to_hw_variant_cuts_back_to_the_leaders_leo_when_ahead(tmp_path):
+    a, b = make_replica(tmp_path, 1, variants=frozenset({"truncate-to-hw"})), make_replica(tmp_path, 2)
+    b.apply_partition_state(state(2, 2, [2]), now_ms=0)
+    produce(b, 1)
+    for i in range(3):
+        a.log.append_as_follower(build_batch_at(i, 1))
+    a.hwm = 3
+    a.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=1)
+    req = a.fetch_request(10, 1 << 20)
+    resp = b.record_follower_fetch(req, 2)
+    assert resp["error"] == rpc.OFFSET_OUT_OF_RANGE
+    assert a.on_fetch_response(req, resp) == rpc.NONE and a.leo == 1
+
+
+def build_batch_at(base: int, n: int) -> bytes:
+    return build_batch([f"x{i}".encode() for i in range(n)], base_offset=base)
+
+
+def test_no_epoch_fencing_variant_applies_a_reply_from_the_leader_of_an_older_epoch(tmp_path):
+    for variants, applied in ((frozenset(), 0), (frozenset({"no-epoch-fencing"}), 3)):
+        d = tmp_path / ("flawed" if variants else "default")
+        a, b = make_replica(d, 1), make_replica(d, 2, variants=variants)
+        a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+        b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+        produce(a, 3)
+        req = b.fetch_request(10, 1 << 20)
+        b.apply_partition_state(state(3, 2, [2, 3]), now_ms=1)  # deposed before its reply arrives
+        a_still_thinks_it_leads = a.record_follower_fetch(req, 2) or a.read_for_follower(0, 1 << 20)
+        assert b.on_fetch_response(req, a_still_thinks_it_leads) == rpc.NONE
+        assert b.leo == applied
+
+
+def test_no_epoch_fencing_variant_is_not_fenced_by_a_leader_of_another_epoch(tmp_path):
+    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2, variants=frozenset({"no-epoch-fencing"}))
+    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    b.apply_partition_state(state(1, 5, [1, 2]), now_ms=0)  # b already knows a newer epoch
+    assert a.record_follower_fetch(b.fetch_request(10, 1 << 20), 1) is None  # served, not fenced
+    plain = make_replica(tmp_path / "plain", 2)
+    plain.apply_partition_state(state(1, 5, [1, 2]), now_ms=0)
+    assert a.record_follower_fetch(plain.fetch_request(10, 1 << 20), 1)["error"] == rpc.UNKNOWN_LEADER_EPOCH
