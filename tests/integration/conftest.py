@@ -31,6 +31,7 @@ class TestCluster:
     controller_flags: list[str]
     flush_policy: str = "never"
     variants: list[str] = field(default_factory=list)
+    per_broker_flags: dict[int, list[str]] = field(default_factory=dict)  # e.g. one broker's flush policy
     controller_port: int = 0
     broker_ports: dict[int, int] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
@@ -46,14 +47,17 @@ class TestCluster:
     def start_controller(self) -> None:
         d = self.root / "controller"
         d.mkdir(exist_ok=True)
-        self._spawn("controller", controller_argv("127.0.0.1", self.controller_port, str(d), self.controller_flags))
+        variant_flags = [f for v in self.variants for f in ("--variant", v)]  # no-elr, unclean-election
+        self._spawn("controller", controller_argv("127.0.0.1", self.controller_port, str(d),
+                                                  self.controller_flags + variant_flags))
 
     def start_broker(self, i: int) -> None:
         d = self.root / f"broker-{i}"
         d.mkdir(exist_ok=True)
         self._spawn(f"broker-{i}", broker_argv(i, "127.0.0.1", self.broker_ports[i],
                                                f"127.0.0.1:{self.controller_port}", str(d), self.flush_policy,
-                                               self.variants, self.broker_flags))
+                                               self.variants,
+                                               self.broker_flags + self.per_broker_flags.get(i, [])))
 
     def up(self) -> TestCluster:
         self.controller_port = free_port()
@@ -140,7 +144,8 @@ class TestCluster:
 
 def start_local_cluster(tmp_path: Path, brokers: int = 3, flush_policy: str = "never",
                         variants: list[str] | None = None, broker_flags: list[str] | None = None,
-                        controller_flags: list[str] | None = None, **flag_values: object) -> TestCluster:
+                        controller_flags: list[str] | None = None,
+                        per_broker_flags: dict[int, list[str]] | None = None, **flag_values: object) -> TestCluster:
     """Start a controller and `brokers` brokers; the caller must call down() (the fixture does).
 
     Broker flags can also be given by name: `replica_lag_time_max_ms=5000` adds
@@ -155,7 +160,7 @@ def start_local_cluster(tmp_path: Path, brokers: int = 3, flush_policy: str = "n
             flags = flags[:i] + flags[i + 2:]
         flags = flags + [flag, str(value)]
     cflags = controller_flags if controller_flags is not None else ["--session-timeout-ms", "2000"]
-    return TestCluster(tmp_path, brokers, flags, cflags, flush_policy, variants or []).up()
+    return TestCluster(tmp_path, brokers, flags, cflags, flush_policy, variants or [], per_broker_flags or {}).up()
 
 
 @pytest.fixture
