@@ -39,7 +39,11 @@ def run(
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
     cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local")] = "auto",
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
-    broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw to switch on")] = "default",
+    broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to switch "
+                                                     "on: truncate-to-hw, no-elr, unclean-election, no-epoch-fencing")
+                              ] = "default",
+    unclean_recovery_strategy: Annotated[str, typer.Option(help="the controller's unclean.recovery.strategy: "
+                                                                "balanced, proactive or manual")] = "balanced",
     seed: Annotated[int, typer.Option()] = 0,
     store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
     name: Annotated[str, typer.Option(help="test name (store folder); default: the workload")] = "",
@@ -69,6 +73,14 @@ def run(
         _fail(f"unknown --nemesis-target {nemesis_target!r}; valid: {', '.join(valid_targets)}.")
     if cluster not in CLUSTER_NAMES:
         _fail(f"unknown cluster {cluster!r}; valid: {', '.join(CLUSTER_NAMES)}.")
+    from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
+    from clusters.reference import BROKER_VARIANTS
+
+    if broker_variant not in BROKER_VARIANTS:
+        _fail(f"unknown --broker-variant {broker_variant!r}; valid: {', '.join(BROKER_VARIANTS)}.")
+    if unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
+        _fail(f"unknown --unclean-recovery-strategy {unclean_recovery_strategy!r}; "
+              f"valid: {', '.join(UNCLEAN_RECOVERY_STRATEGIES)}.")
     if acks not in ("all", "1", "0", "-1"):
         _fail(f"--acks {acks!r} is not one of all, 1, 0.")
     if client not in ("kafka-python", "confluent-kafka"):
@@ -79,7 +91,8 @@ def run(
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
                     brokers=brokers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
-                    broker_variant=broker_variant, seed=seed, store=store, leave_running=leave_running,
+                    broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
+                    seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle)
     try:
         code, run_dir = run_test(spec, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())

@@ -31,6 +31,7 @@ class TestSpec:
     cluster: str = "auto"
     flush_policy: str = "never"
     broker_variant: str = "default"
+    unclean_recovery_strategy: str = "balanced"
     seed: int = 0
     store: str = "store"
     leave_running: bool = False

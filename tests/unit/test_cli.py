@@ -20,6 +20,18 @@ def test_unknown_nemesis_lists_the_valid_ones():
     assert r.exit_code == 3 and "unknown nemesis 'meteor'; valid: kill, pause" in r.output
 
 
+def test_unknown_broker_variant_lists_the_historic_flaws():
+    r = runner.invoke(app, ["run", "--broker-variant", "no-fsync"])
+    assert r.exit_code == 3
+    assert ("unknown --broker-variant 'no-fsync'; valid: default, truncate-to-hw, no-elr, unclean-election, "
+            "no-epoch-fencing") in r.output
+
+
+def test_unknown_unclean_recovery_strategy_is_refused():
+    r = runner.invoke(app, ["run", "--unclean-recovery-strategy", "yolo"])
+    assert r.exit_code == 3 and "valid: proactive, balanced, manual" in r.output
+
+
 def test_impossible_replication_settings_are_refused():
     r = runner.invoke(app, ["run", "--min-isr", "4"])
     assert r.exit_code == 3 and "--min-isr" in r.output

@@ -1,0 +1,46 @@
+"""Command lines of the reference broker's nodes: a broker variant reaches both roles (issue 4)."""
+
+import pytest
+
+from clusters.base import ClusterError, ClusterSpec
+from clusters.broker.__main__ import build_parser
+from clusters.reference import CONTROLLER, ReferenceCluster
+
+
+class PathsOnly(ReferenceCluster):
+    def address(self, node):
+        return ("10.0.0.1", 9000 + self.node_id(node) % 1000)
+
+    def listen(self, node):
+        return "0.0.0.0:9000"
+
+    def node_dir(self, node):
+        return f"/n/{node}"
+
+
+def parsed(cluster, node):
+    argv = cluster.node_argv(node)
+    return build_parser().parse_args(argv[argv.index("clusters.broker") + 1:])
+
+
+@pytest.mark.parametrize("variant", ["truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"])
+def test_a_variant_is_passed_to_the_controller_and_every_broker(tmp_path, variant):
+    c = PathsOnly(ClusterSpec(brokers=3, broker_variant=variant), str(tmp_path))
+    for node in c.nodes():
+        assert parsed(c, node).variant == [variant]
+
+
+def test_default_broker_has_no_variant_and_the_balanced_strategy(tmp_path):
+    c = PathsOnly(ClusterSpec(brokers=3), str(tmp_path))
+    assert all(parsed(c, n).variant == [] for n in c.nodes())
+    assert parsed(c, CONTROLLER).unclean_recovery_strategy == "balanced"
+
+
+def test_recovery_strategy_reaches_the_controller(tmp_path):
+    c = PathsOnly(ClusterSpec(brokers=3, broker_config={"unclean_recovery_strategy": "manual"}), str(tmp_path))
+    assert parsed(c, CONTROLLER).unclean_recovery_strategy == "manual"
+
+
+def test_unknown_variant_is_one_sentence(tmp_path):
+    with pytest.raises(ClusterError, match="unknown broker variant 'x'; valid: default, truncate-to-hw"):
+        PathsOnly(ClusterSpec(brokers=3, broker_variant="x"), str(tmp_path))
