@@ -114,7 +114,7 @@ def _print_verdict(run_dir: Path) -> None:
     v = res.get("valid")
     colour = {True: "green", False: "red"}.get(v, "yellow")
     err.print(f"[bold {colour}]valid: {v}[/]")
-    for reason in ("error", "interrupted"):
+    for reason in ("error", "interrupted", "final_reads"):
         if res.get(reason):
             err.print(f"  {reason}: {res[reason]}")
     for cname, c in (res.get("checkers") or {}).items():

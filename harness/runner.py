@@ -30,8 +30,15 @@ EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 CLUSTER_NAMES = ("auto", "docker", "local")
 
 
+FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
+
+
 class HarnessError(RuntimeError):
     """A failure of the harness or its set-up; the message is one sentence naming the fix."""
+
+
+class FinalReadsImpossible(RuntimeError):
+    """The healed cluster never answered a client: the run's verdict is unknown, its history kept."""
 
 
 def exit_code(valid: Any) -> int:
@@ -210,6 +217,10 @@ class Run:
                     self._recover_and_read(workload, cluster, test, writer)
                 except KeyboardInterrupt:
                     outcome["interrupted"] = "interrupted by the user (Ctrl-C) during the final reads"
+                except FinalReadsImpossible as e:
+                    # The cluster did not come back: a finding about the system, not a harness
+                    # failure; without final reads the verdict can only be unknown.
+                    outcome["final_reads"] = str(e)
         finally:
             if live is not None:
                 live.stop()
@@ -268,11 +279,27 @@ class Run:
         for process, f, value in final_assignments(workload.final_ops(test), first):
             client = workload.new_client(test)
             try:
-                client.open(bootstrap)
+                self._open_for_final_read(client, bootstrap)
                 op = writer.append(Op(INVOKE, f, process, value))
                 writer.append(self._invoke(client, op))
             finally:
                 _close_quietly(client)
+
+    def _open_for_final_read(self, client, bootstrap: str) -> None:
+        """A client for the final reads, retried while the healed cluster may still be recovering."""
+        timeout_s = FINAL_READ_CONNECT_S
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client.open(bootstrap)
+                return
+            except Exception as e:  # noqa: BLE001 - any client error: the cluster is not answering yet
+                if time.monotonic() >= deadline:
+                    raise FinalReadsImpossible(
+                        f"no final reads: the cluster did not answer a client within {timeout_s:.0f} s after the "
+                        f"heal ({type(e).__name__}: {e}); see the node logs under nodes/") from None
+                _close_quietly(client)
+                time.sleep(1.0)
 
     def _check_and_store(self, run_dir: Path, test: dict, workload, outcome: dict[str, Any],
                          notes: dict[str, Any] | None = None) -> tuple[int, Path]:

@@ -161,3 +161,36 @@ def test_invalid_verdict_is_exit_1(tmp_path, patched):
     patched["workload"] = FakeWorkload(verdict=False)
     code, _ = runner.run_test(spec(tmp_path))
     assert code == 1
+
+
+class UnreachableClient(EchoClient):
+    """The final reads' client cannot reach the healed cluster (kafka-python raises on bootstrap)."""
+
+    def open(self, bootstrap):
+        if getattr(self, "final", False):
+            raise TimeoutError("Unable to bootstrap from ['127.0.0.1:1']")
+
+
+def test_a_cluster_that_never_answers_the_final_reads_gives_unknown_not_a_crash(tmp_path, patched, monkeypatch):
+    class NoFinalReads(FakeWorkload):
+        def new_client(self, test):
+            c = UnreachableClient()
+            c.final = self.main_phase_over
+            return c
+
+    w = NoFinalReads()
+    w.main_phase_over = False
+    patched["workload"] = w
+    original = runner.Run._recover_and_read
+
+    def recover(self, *a, **k):
+        w.main_phase_over = True
+        return original(self, *a, **k)
+    monkeypatch.setattr(runner.Run, "_recover_and_read", recover)
+    monkeypatch.setattr(runner, "FINAL_READ_CONNECT_S", 0.5)
+    code, run_dir = runner.run_test(spec(tmp_path))
+    res = json.loads((run_dir / "results.json").read_text())
+    assert code == 2 and res["valid"] == "unknown"
+    assert "did not answer a client" in res["final_reads"] and "Unable to bootstrap" in res["final_reads"]
+    assert patched["cluster"].calls[-2:] == ["collect", "down"]
+    assert any(o.f == "send" for o in read_history(run_dir / "history.jsonl"))
