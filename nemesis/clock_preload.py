@@ -53,4 +53,13 @@ def preload_env(library: str | os.PathLike, clock_file: str | os.PathLike) -> di
 
 
 def offset_file_text(offset_ns: int) -> str:
+    """A fixed offset (a skew, or a jump when it replaces a smaller one); 0 is the real clock."""
     return f"{int(offset_ns)}\n"
+
+
+def strobe_file_text(delta_ns: int, period_ns: int) -> str:
+    """The wall clock flips between the real time and real + delta every period, computed inside
+    the library from the monotonic clock (so flips are exact however often the file is read)."""
+    if period_ns <= 0:
+        raise ValueError(f"a strobe period must be positive, not {period_ns} ns")
+    return f"strobe {int(delta_ns)} {int(period_ns)}\n"

@@ -6,24 +6,38 @@
  * gettimeofday, time) and never touches monotonic or boot time, so sleeps, timeouts and
  * timers keep working while the process believes it is another time.
  *
- * The offset (signed nanoseconds, decimal text) is read from the file named by
- * KAFKAESQUE_CLOCK_FILE, re-read at most every 10 ms of real monotonic time, so a nemesis
- * changes a running process's clock by rewriting that file. No file or no variable: no
- * offset.
+ * The control file named by KAFKAESQUE_CLOCK_FILE is re-read at most every 10 ms of real
+ * monotonic time, so a nemesis changes a running process's clock by rewriting it. It
+ * holds one line, in one of two forms:
+ *
+ *   <offset_ns>                         a fixed offset (signed decimal nanoseconds); a
+ *                                       jump is a rewrite of this number
+ *   strobe <delta_ns> <period_ns>       the offset flips between 0 and delta_ns every
+ *                                       period_ns of monotonic time
+ *
+ * The strobe is computed here, at every call, from the monotonic clock rather than by a
+ * nemesis rewriting the file: flips then land exactly on period boundaries, however
+ * slowly the control file is rewritten or re-read. No file or no variable: no offset.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef int (*clock_gettime_fn)(clockid_t, struct timespec *);
 
+/* The current setting, as last read from the control file. Readers copy the fields once
+ * per call; a torn read while the file changes mixes an old and a new setting for one
+ * call at most, which a clock fault can tolerate. */
 static clock_gettime_fn real_clock_gettime;
 static volatile int64_t offset_ns;
+static volatile int64_t strobe_delta_ns;
+static volatile int64_t strobe_period_ns; /* > 0: strobe mode */
 static volatile int64_t next_check_ns;
 
 static clock_gettime_fn real(void) {
@@ -32,31 +46,55 @@ static clock_gettime_fn real(void) {
     return real_clock_gettime;
 }
 
+static void no_offset(void) {
+    strobe_period_ns = 0;
+    offset_ns = 0;
+}
+
+static void read_control_file(void) {
+    const char *path = getenv("KAFKAESQUE_CLOCK_FILE");
+    if (!path) {
+        no_offset();
+        return;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        no_offset();
+        return;
+    }
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return; /* empty while being rewritten in place: keep the last setting */
+    buf[n] = 0;
+    if (strncmp(buf, "strobe", 6) == 0) {
+        char *end;
+        int64_t delta = strtoll(buf + 6, &end, 10);
+        int64_t period = strtoll(end, NULL, 10);
+        if (period > 0) {
+            strobe_delta_ns = delta;
+            strobe_period_ns = period;
+            offset_ns = 0;
+        }
+        return;
+    }
+    strobe_period_ns = 0;
+    offset_ns = strtoll(buf, NULL, 10);
+}
+
 static int64_t current_offset(void) {
     struct timespec m;
     if (real()(CLOCK_MONOTONIC, &m) != 0)
         return offset_ns;
     int64_t now = (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec;
-    if (now < next_check_ns)
-        return offset_ns;
-    next_check_ns = now + 10000000LL;
-    const char *path = getenv("KAFKAESQUE_CLOCK_FILE");
-    if (!path) {
-        offset_ns = 0;
-        return 0;
+    if (now >= next_check_ns) {
+        next_check_ns = now + 10000000LL;
+        read_control_file();
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        offset_ns = 0;
-        return 0;
-    }
-    char buf[32];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n > 0) {
-        buf[n] = 0;
-        offset_ns = strtoll(buf, NULL, 10);
-    }
+    int64_t period = strobe_period_ns;
+    if (period > 0)
+        return (now / period) % 2 ? strobe_delta_ns : 0;
     return offset_ns;
 }
 
