@@ -11,8 +11,10 @@ by name with the reason, before the test starts, never in the middle.
   byte (clusters/lossyfs.py), as a power cut would; the broker stays down until the stop.
   By default it respects the protocol's fault budget (001: at most min ISR - 1 lossy
   crashes until the crashed brokers are back), so a correct broker must lose nothing.
-- clock: shift a node's wall clock (the preload reads the offset file live); never the
-  host's or the kernel's clock.
+- clock, clock-jump, clock-strobe: skew a node's wall clock by a random offset, step it an hour
+  forward or back, or make it flip between two values every few ms (the preload reads its
+  control file live); never the host's or the kernel's clock.
+- drop-caches: evict the kernel's page cache on a node, where /proc/sys lets us.
 """
 
 from __future__ import annotations
@@ -198,7 +200,56 @@ class LossyCrashNemesis(_Fault):
         self._restart_all(cluster)
 
 
-class ClockNemesis(_Fault):
+class _ClockFault(_Fault):
+    """What the clock faults share: the node's clock control file (nemesis/clock_preload.py), written
+    through its Remote, and a reset of every node ever touched to the real clock (offset 0)."""
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.target = options.get("target", "random-node")
+        self.skewed: set[str] = set()
+
+    def setup(self, cluster) -> None:
+        if not hasattr(cluster, "clock_file"):
+            raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; "
+                                 f"{cluster.name} nodes are not")
+        if cluster.name == "local" and getattr(cluster, "_clock_lib", None) is None:
+            raise NemesisRefused(f"the {self.name} fault needs the clock preload library, which could not be "
+                                 "built here (install gcc)")
+
+    def write_control(self, cluster, node: str, text: str) -> None:
+        self.skewed.add(node)  # before the write: a write that fails half-way is still reset at teardown
+        cluster.remote(node).put(cluster.clock_file(node), text.encode())
+
+    def set_offset(self, cluster, node: str, offset_s: float) -> None:
+        from nemesis.clock_preload import offset_file_text
+
+        self.write_control(cluster, node, offset_file_text(int(offset_s * 1e9)))
+        if not offset_s:
+            self.skewed.discard(node)
+
+    def targets(self, cluster) -> list[str]:
+        """The nodes `--nemesis-target` names (a partition-only shape means one random node)."""
+        from nemesis.targets import TARGETS, choose
+
+        target = self.target if self.target in TARGETS else "random-node"
+        leaders = self._leader_nodes(cluster) if target == "leader" else []
+        isrs = ([[cluster.node_name(r) for r in p.isr] for p in cluster.partitions(self.topic)]
+                if target in ("isr-member", "last-isr-member") else [])
+        return choose(target, cluster.broker_nodes(), self.rng, leaders=leaders,
+                      controllers=cluster.controller_nodes(), isrs=isrs)
+
+    def _reset(self, cluster) -> list[str]:
+        reset = sorted(self.skewed)
+        for n in reset:
+            self.set_offset(cluster, n, 0)
+        return reset
+
+    def teardown(self, cluster) -> None:
+        self._reset(cluster)
+
+
+class ClockNemesis(_ClockFault):
     """Skew the wall clock of random nodes by up to `clock_max_skew_s` either way."""
 
     name, start_f, stop_f = "clock", "start-clock", "stop-clock"
@@ -206,21 +257,6 @@ class ClockNemesis(_Fault):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.max_skew_s = float(options.get("clock_max_skew_s", 300))
-        self.skewed: set[str] = set()
-
-    def setup(self, cluster) -> None:
-        if not hasattr(cluster, "clock_file"):
-            raise NemesisRefused(f"the clock fault needs nodes started with the clock preload; {cluster.name} "
-                                 "nodes are not")
-        if cluster.name == "local" and getattr(cluster, "_clock_lib", None) is None:
-            raise NemesisRefused("the clock fault needs the clock preload library, which could not be built "
-                                 "here (install gcc)")
-
-    def set_offset(self, cluster, node: str, offset_s: float) -> None:
-        from nemesis.clock_preload import offset_file_text
-
-        cluster.remote(node).put(cluster.clock_file(node), offset_file_text(int(offset_s * 1e9)).encode())
-        (self.skewed.add if offset_s else self.skewed.discard)(node)  # teardown resets whatever is skewed
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
@@ -235,14 +271,54 @@ class ClockNemesis(_Fault):
             return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
         raise ValueError(f"clock nemesis cannot do {op.f!r}")
 
-    def _reset(self, cluster) -> list[str]:
-        reset = sorted(self.skewed)
-        for n in reset:
-            self.set_offset(cluster, n, 0)
-        return reset
 
-    def teardown(self, cluster) -> None:
-        self._reset(cluster)
+class ClockJumpNemesis(_ClockFault):
+    """Step the wall clock of the target nodes by `clock_jump_s` (1 h by default), forward or back at
+    random, in one go; the stop steps it back to the real time."""
+
+    name, start_f, stop_f = "clock-jump", "start-clock-jump", "stop-clock-jump"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.jump_s = float(options.get("clock_jump_s", 3600))
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            jumps = {}
+            for n in self.targets(cluster):
+                jumps[n] = self.rng.choice((-1, 1)) * self.jump_s
+                self.set_offset(cluster, n, jumps[n])
+            return Op(INFO, op.f, op.process, {"clock-jump-s": jumps})
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
+        raise ValueError(f"clock-jump nemesis cannot do {op.f!r}")
+
+
+class ClockStrobeNemesis(_ClockFault):
+    """Make the wall clock of the target nodes flip between the real time and real + `clock_strobe_delta_s`
+    every `clock_strobe_period_ms`, from the start to the stop (the preload computes the flips, so they
+    are exact to the period)."""
+
+    name, start_f, stop_f = "clock-strobe", "start-clock-strobe", "stop-clock-strobe"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.delta_s = float(options.get("clock_strobe_delta_s", 60))
+        self.period_ms = float(options.get("clock_strobe_period_ms", 50))
+
+    def invoke(self, cluster, op: Op) -> Op:
+        from nemesis.clock_preload import strobe_file_text
+
+        if op.f == self.start_f:
+            nodes = self.targets(cluster)
+            text = strobe_file_text(int(self.delta_s * 1e9), int(self.period_ms * 1e6))
+            for n in nodes:
+                self.write_control(cluster, n, text)
+            return Op(INFO, op.f, op.process, {"clock-strobe": {"nodes": nodes, "delta-s": self.delta_s,
+                                                                "period-ms": self.period_ms}})
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
+        raise ValueError(f"clock-strobe nemesis cannot do {op.f!r}")
 
 
 class NetNemesis(_Fault):
@@ -299,6 +375,50 @@ class NetNemesis(_Fault):
     def teardown(self, cluster) -> None:
         if cluster.name != "local":
             self._heal(cluster)
+
+
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+class DropCachesNemesis(_Fault):
+    """Evict the kernel's page cache, dentries and inodes (`echo 3 > /proc/sys/vm/drop_caches`) on the
+    node of a random broker, so its next reads go to the disk.
+
+    The file is per kernel: containers share the host's, and mount /proc/sys read-only; local
+    nodes reach the host's only as root. Setup probes a node and, where it is not writable, lists
+    the fault as not run (results.json "faults_not_run") and the run goes on without it, as the net
+    fault does for netem. The cache refills by itself: the stop has nothing to heal."""
+
+    name, start_f, stop_f = "drop-caches", "start-drop-caches", "stop-drop-caches"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.not_run: list[str] = []
+
+    def setup(self, cluster) -> None:
+        node = cluster.broker_nodes()[0]
+        # `test -w` asks access(2), which answers EROFS for a read-only /proc/sys and EACCES for a
+        # non-root user, without dropping anything.
+        if not cluster.remote(node).run(["test", "-w", DROP_CACHES]).ok:
+            why = ("/proc/sys is read-only in the containers" if cluster.name == "docker"
+                   else "the nodes' user may not write it (run as root)")
+            self.not_run.append(f"drop-caches: {DROP_CACHES} is not writable on {node} ({why})")
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            if self.not_run:
+                return Op(INFO, op.f, op.process, {"drop-caches": [], "not-run": self.not_run})
+            node = self.rng.choice(cluster.broker_nodes())
+            # No `sync` first: it would make the broker's unsynced writes durable and so hide the
+            # very loss its flush policy risks. Dirty pages stay; every clean one is dropped.
+            cluster.remote(node).run(["sh", "-c", f"echo 3 > {DROP_CACHES}"], check=True)
+            return Op(INFO, op.f, op.process, {"drop-caches": [node]})
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"healed": []})  # nothing to undo: the cache refills
+        raise ValueError(f"drop-caches nemesis cannot do {op.f!r}")
+
+    def teardown(self, cluster) -> None:
+        pass
 
 
 # Run inside the node: corrupt the largest segment of a stopped broker, in one of two ways.

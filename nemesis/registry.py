@@ -14,8 +14,11 @@ _NEMESES = {
     "partition": ("nemesis.faults", "PartitionNemesis"),
     "lossy-crash": ("nemesis.faults", "LossyCrashNemesis"),
     "clock": ("nemesis.faults", "ClockNemesis"),
+    "clock-jump": ("nemesis.faults", "ClockJumpNemesis"),
+    "clock-strobe": ("nemesis.faults", "ClockStrobeNemesis"),
     "net": ("nemesis.faults", "NetNemesis"),
     "disk": ("nemesis.faults", "DiskNemesis"),
+    "drop-caches": ("nemesis.faults", "DropCachesNemesis"),
 }
 NEMESIS_NAMES = tuple(_NEMESES)
 

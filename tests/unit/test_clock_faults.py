@@ -1,0 +1,119 @@
+"""The clock faults (clock-jump, clock-strobe) write the real preload's control file through a node's Remote;
+processes under the preload see the jump or the strobe, and stop and teardown put the real clock back."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.history import INVOKE, Op
+from harness.remote import LocalRemote
+from nemesis import clock_preload
+from nemesis.base import NemesisRefused
+from nemesis.registry import make_nemesis
+
+NODES = ["controller-0", "broker-1", "broker-2", "broker-3"]
+
+
+class ClockFileCluster:
+    """Nodes whose only part here is a clock control file on this machine (what LocalCluster gives)."""
+
+    name = "local"
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        self._clock_lib = str(clock_preload.build_preload(tmp_path / "cache"))
+        self._remote = LocalRemote()
+        for n in NODES:
+            (tmp_path / n).write_text(clock_preload.offset_file_text(0))
+
+    def nodes(self):
+        return NODES
+
+    def broker_nodes(self):
+        return NODES[1:]
+
+    def controller_nodes(self):
+        return NODES[:1]
+
+    def remote(self, node):
+        return self._remote
+
+    def clock_file(self, node):
+        return str(self.dir / node)
+
+    def wall_clock_of(self, node) -> float:
+        env = {"PATH": "/usr/bin:/bin", **clock_preload.preload_env(self._clock_lib, self.clock_file(node))}
+        return int(subprocess.run(["date", "+%s"], env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def _op(f):
+    return Op(INVOKE, f, "nemesis", None)
+
+
+def test_clock_jump_steps_one_node_an_hour_and_the_stop_steps_it_back(tmp_path):
+    c = ClockFileCluster(tmp_path)
+    nem = make_nemesis(["clock-jump"], {"seed": 4, "target": "random-node"})
+    nem.setup(c)
+    done = nem.invoke(c, _op("start-clock-jump"))
+    ((node, jump),) = done.value["clock-jump-s"].items()
+    assert abs(jump) == 3600 and node in c.broker_nodes()
+    assert abs(c.wall_clock_of(node) - time.time() - jump) < 5
+    assert abs(c.wall_clock_of(NODES[0]) - time.time()) < 5  # only the target jumped
+    stopped = nem.invoke(c, _op("stop-clock-jump"))
+    assert stopped.value == {"reset": [node]}
+    assert abs(c.wall_clock_of(node) - time.time()) < 5
+
+
+def test_clock_strobe_makes_the_target_alternate_until_teardown(tmp_path):
+    c = ClockFileCluster(tmp_path)
+    nem = make_nemesis(["clock-strobe"], {"seed": 1, "target": "all"})
+    nem.setup(c)
+    done = nem.invoke(c, _op("start-clock-strobe"))
+    assert done.value["clock-strobe"]["nodes"] == c.broker_nodes()
+    node = c.broker_nodes()[0]
+    assert open(c.clock_file(node)).read().startswith("strobe 60000000000 50000000")
+    env = {"PATH": "/usr/bin:/bin", **clock_preload.preload_env(c._clock_lib, c.clock_file(node))}
+    probe = ("import json, time\nbase = time.time() - time.monotonic()\nseen = set()\n"
+             "deadline = time.monotonic() + 15\n"
+             "while len(seen) < 2 and time.monotonic() < deadline:\n"
+             "    seen.add(round(time.time() - time.monotonic() - base)); time.sleep(0.005)\n"
+             "print(json.dumps(sorted(seen)))\n")
+    seen = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                               check=True, timeout=30).stdout)
+    assert len(seen) == 2 and seen[1] - seen[0] == 60
+    assert nem.teardown(c) == []
+    for n in c.broker_nodes():
+        assert open(c.clock_file(n)).read() == "0\n"
+
+
+def test_teardown_resets_a_node_whose_clock_write_failed_half_way(tmp_path):
+    c = ClockFileCluster(tmp_path)
+    nem = make_nemesis(["clock-jump"], {"seed": 2, "target": "all"})
+    real_put = c._remote.put
+    calls = []
+
+    def put_failing_on_the_second_node(path, data):
+        calls.append(path)
+        real_put(path, data)
+        if len(calls) == 2:
+            raise OSError("disk full")
+
+    c._remote.put = put_failing_on_the_second_node
+    with pytest.raises(OSError):
+        nem.invoke(c, _op("start-clock-jump"))
+    c._remote.put = real_put
+    assert nem.teardown(c) == []
+    for n in NODES:
+        assert open(c.clock_file(n)).read() == "0\n"
+
+
+def test_clock_faults_refuse_nodes_without_the_preload(tmp_path):
+    class NoPreload:
+        name = "external"
+
+    for name in ("clock-jump", "clock-strobe"):
+        with pytest.raises(NemesisRefused, match=f"the {name} fault needs nodes started with the clock preload"):
+            make_nemesis([name], {}).setup(NoPreload())

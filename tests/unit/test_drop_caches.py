@@ -1,0 +1,87 @@
+"""The drop-caches fault: refused by name (listed as not run) where /proc/sys/vm/drop_caches is not
+writable, and a real eviction of the page cache where it is (the local backend as root)."""
+
+import os
+import subprocess
+
+import pytest
+
+from harness.history import INVOKE, Op
+from harness.remote import LocalRemote, RemoteResult
+from nemesis.faults import DROP_CACHES
+from nemesis.registry import make_nemesis
+
+BROKERS = ["broker-1", "broker-2"]
+
+
+class ReadOnlyProcSys:
+    """A node whose /proc/sys is read-only, as in a container: every `test -w` fails."""
+
+    name = "docker"
+
+    def __init__(self):
+        self.commands = []
+
+    def run(self, argv, timeout=30.0, check=False):
+        self.commands.append(argv)
+        return RemoteResult(1, "", "")
+
+
+class Nodes:
+    def __init__(self, name, remote):
+        self.name = name
+        self._remote = remote
+
+    def broker_nodes(self):
+        return BROKERS
+
+    def nodes(self):
+        return ["controller-0"] + BROKERS
+
+    def remote(self, node):
+        return self._remote
+
+
+def _op(f):
+    return Op(INVOKE, f, "nemesis", None)
+
+
+def test_a_read_only_proc_sys_lists_the_fault_as_not_run_and_writes_nothing():
+    remote = ReadOnlyProcSys()
+    cluster = Nodes("docker", remote)
+    nem = make_nemesis(["drop-caches"], {})
+    nem.setup(cluster)  # no exception: the run goes on without this fault
+    (part,) = nem.parts
+    assert part.not_run == [f"drop-caches: {DROP_CACHES} is not writable on broker-1 "
+                            "(/proc/sys is read-only in the containers)"]
+    done = nem.invoke(cluster, _op("start-drop-caches"))
+    assert done.value == {"drop-caches": [], "not-run": part.not_run}
+    assert remote.commands == [["test", "-w", DROP_CACHES]]  # the probe only, never a write
+    assert nem.invoke(cluster, _op("stop-drop-caches")).value == {"healed": []}
+    assert nem.teardown(cluster) == []
+
+
+def _resident_pages(path) -> int:
+    # fincore (util-linux) asks mincore(2) how many of the file's pages are in the page cache.
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "PAGES", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(DROP_CACHES, os.W_OK),
+                    reason="writing /proc/sys/vm/drop_caches needs root and a writable /proc/sys")
+def test_as_root_on_the_local_backend_the_page_cache_is_really_dropped(tmp_path):
+    f = tmp_path / "segment.log"
+    with open(f, "wb") as out:
+        out.write(os.urandom(4 << 20))
+        out.flush()
+        os.fsync(out.fileno())  # clean pages: the only kind drop_caches evicts
+    f.read_bytes()
+    assert _resident_pages(f) > 0
+    cluster = Nodes("local", LocalRemote())
+    nem = make_nemesis(["drop-caches"], {"seed": 3})
+    nem.setup(cluster)
+    assert nem.parts[0].not_run == []
+    done = nem.invoke(cluster, _op("start-drop-caches"))
+    assert done.value["drop-caches"][0] in BROKERS
+    assert _resident_pages(f) == 0
