@@ -118,6 +118,7 @@ def cleanup_leftovers() -> list[str]:
             continue
         owner = next((kv[len(marker):].decode(errors="replace") for kv in environ.split(b"\0")
                       if kv.startswith(marker)), "?")
+        _reset_clock_file(environ)
         pid = int(entry.name)
         try:
             os.kill(pid, signal.SIGCONT)
@@ -126,3 +127,18 @@ def cleanup_leftovers() -> list[str]:
         except ProcessLookupError:
             pass
     return killed
+
+
+def _reset_clock_file(environ: bytes) -> None:
+    """Put a leftover node's clock control file back to the real time (offset 0): a clock fault a
+    crashed run never healed must not greet whatever starts next on that data dir."""
+    from nemesis.clock_preload import CLOCK_FILE_ENV, offset_file_text
+
+    marker = f"{CLOCK_FILE_ENV}=".encode()
+    for kv in environ.split(b"\0"):
+        path = kv[len(marker):].decode(errors="replace")
+        if kv.startswith(marker) and os.path.exists(path):  # a removed run dir took its skew with it
+            try:
+                LocalRemote().put(path, offset_file_text(0).encode())
+            except OSError:
+                pass

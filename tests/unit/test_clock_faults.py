@@ -117,3 +117,16 @@ def test_clock_faults_refuse_nodes_without_the_preload(tmp_path):
     for name in ("clock-jump", "clock-strobe"):
         with pytest.raises(NemesisRefused, match=f"the {name} fault needs nodes started with the clock preload"):
             make_nemesis([name], {}).setup(NoPreload())
+
+
+def test_cleanup_of_a_leftover_node_puts_its_clock_file_back_to_the_real_time(tmp_path):
+    from clusters.local import _reset_clock_file
+
+    clock = tmp_path / "clock-offset"
+    clock.write_text(clock_preload.strobe_file_text(10**9, 10**7))
+    # what cleanup_leftovers reads from /proc/<pid>/environ of a node a crashed run left behind
+    environ = f"PATH=/bin\0KAFKAESQUE_OWNER=run1\0{clock_preload.CLOCK_FILE_ENV}={clock}\0".encode()
+    _reset_clock_file(environ)
+    assert clock.read_text() == "0\n"
+    _reset_clock_file(f"{clock_preload.CLOCK_FILE_ENV}={tmp_path}/gone/clock-offset\0".encode())
+    assert not (tmp_path / "gone").exists()  # a removed run dir is not recreated
