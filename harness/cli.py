@@ -212,6 +212,57 @@ def check(
     raise typer.Exit(check_command(str(file), format, model or None, time_limit))
 
 
+@app.command()
+def campaign(
+    file: Annotated[Path, typer.Argument(help="a campaign TOML file (see campaigns/nightly.toml)")],
+    dry_run: Annotated[bool, typer.Option(help="print the expanded matrix and run nothing")] = False,
+    cluster: Annotated[str, typer.Option(help="auto, docker or local (default: the file's, else auto)")] = "",
+    store: Annotated[str, typer.Option(help="where runs and campaign directories are stored")] = "store",
+    no_panel: Annotated[bool, typer.Option(help="no live panel (the default when not on a terminal)")] = False,
+) -> None:
+    """Run a matrix of tests one after another within a time budget; write campaign.json, junit.xml, index.html.
+
+    Exit 0 all valid, 1 any invalid, 2 any unknown and none invalid, 3 bad input. Prints the campaign dir last.
+    """
+    from harness.campaign import resolve_cluster, run_campaign
+    from harness.campaign_file import CampaignFileError, load_campaign
+    from results.store import StoreError
+
+    try:
+        plan = load_campaign(file, store=store, cluster=cluster or None)
+    except CampaignFileError as e:
+        _fail(f"{file}: {e}")
+    if dry_run:
+        _print_campaign_plan(plan)
+        return
+    resolve_cluster(plan)
+    err.print(f"campaign {plan.name}: {len(plan.runs)} runs on the {plan.cluster} cluster, "
+              f"budget {plan.budget:.0f} s")
+    try:
+        code, campaign_dir = run_campaign(plan, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())
+    except StoreError as e:
+        _fail(str(e))
+    doc = json.loads((campaign_dir / "campaign.json").read_text())
+    err.print(f"campaign {plan.name}: " + ", ".join(f"{n} {s}" for s, n in doc["counts"].items() if n)
+              + f"; index: {campaign_dir / 'index.html'}")
+    print(campaign_dir)
+    raise typer.Exit(code)
+
+
+def _print_campaign_plan(plan) -> None:
+    t = Table("#", "run", "workload", "nemesis", "variant", "acks", "flush", "rep", "seed",
+              title=f"campaign {plan.name}: {len(plan.runs)} runs of {plan.runs[0].spec.time_limit:g} s, "
+                    f"budget {plan.budget:g} s, cluster {plan.cluster}")
+    for p in plan.runs:
+        s = p.spec
+        t.add_row(str(p.index + 1), p.id, s.workload, ",".join(s.nemesis) or "none", s.broker_variant, s.acks,
+                  s.flush_policy, str(p.repetition), str(s.seed))
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=240)  # piped into a file or CI log: do not squeeze the columns
+    out.print(t)
+
+
 def main() -> None:
     app()
 

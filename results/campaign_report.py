@@ -1,0 +1,145 @@
+"""The views of a campaign, rendered from its campaign.json document: junit.xml for CI and index.html.
+
+junit.xml: one <testcase> per run (classname = the campaign, name = the run's cell id),
+<failure> with the anomalies for an invalid run, <error> for an unknown or crashed one,
+<skipped> for a run the budget (or a Ctrl-C) left out. Built with ElementTree, so every
+value is escaped; characters XML 1.0 cannot carry at all are dropped.
+
+index.html: self-contained (styles inline, no scripts, nothing fetched). The pass/fail
+matrix has a row per workload x nemesis and a column per broker variant x acks x flush
+policy; a cell is coloured by its worst run and links each repetition to that run's
+report.html by a relative path, so a copied or archived store keeps working. Every value
+goes through jinja2's autoescape.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+
+from results.store import write_json
+
+# Worst first: a cell takes the colour of its worst run.
+_SEVERITY = ("invalid", "unknown", "valid", "pending", "skipped")
+_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                          autoescape=True)
+
+
+def write_campaign(campaign_dir: str | os.PathLike, doc: dict[str, Any]) -> None:
+    """Write campaign.json, junit.xml and index.html into the campaign directory."""
+    out = Path(campaign_dir)
+    write_json(out / "campaign.json", doc)
+    _replace(out / "junit.xml", junit_xml(doc))
+    _replace(out / "index.html", render_index(doc, out))
+
+
+def _replace(path: Path, text: str) -> None:
+    # Readers (a CI step, a browser) never see half a file.
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# --- junit.xml ---------------------------------------------------------------------------------
+
+def junit_xml(doc: dict[str, Any]) -> str:
+    runs = doc["runs"]
+    totals = {"tests": str(len(runs)),
+              "failures": str(sum(r["status"] == "invalid" for r in runs)),
+              "errors": str(sum(r["status"] == "unknown" for r in runs)),
+              "skipped": str(sum(r["status"] in ("skipped", "pending") for r in runs)),
+              "time": f"{doc.get('duration_s', 0):.3f}"}
+    suites = ET.Element("testsuites", name=_x(doc["name"]), **totals)
+    suite = ET.SubElement(suites, "testsuite", name=_x(doc["name"]), timestamp=_x(doc.get("started", "")), **totals)
+    props = ET.SubElement(suite, "properties")
+    for key in ("source", "cluster", "store"):
+        ET.SubElement(props, "property", name=key, value=_x(doc.get(key, "")))
+    for r in runs:
+        case = ET.SubElement(suite, "testcase", classname=_x(doc["name"]), name=_x(r["id"]),
+                             time=f"{r.get('duration_s') or 0:.3f}")
+        status = r["status"]
+        if status == "invalid":
+            names = ", ".join(f"{a['name']} x{a['count']}" for a in r["anomalies"]) or "invalid history"
+            el = ET.SubElement(case, "failure", type="invalid", message=_x(f"invalid: {names}"))
+            el.text = _x(anomalies_text(r))
+        elif status == "unknown":
+            error = r.get("error") or "the verdict is unknown"
+            el = ET.SubElement(case, "error", type="unknown", message=_x(error.splitlines()[0][:500] if error else ""))
+            el.text = _x(error)
+        elif status == "skipped":
+            ET.SubElement(case, "skipped", message=_x(f"skipped: {r.get('skipped')}"))
+        elif status == "pending":
+            ET.SubElement(case, "skipped", message="pending: the campaign has not reached this run yet")
+        out = [f"seed: {r['spec'].get('seed')}"]
+        if r.get("run_dir"):
+            out += [f"run dir: {r['run_dir']}", f"report: {Path(r['run_dir']) / 'report.html'}"]
+        ET.SubElement(case, "system-out").text = _x("\n".join(out))
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def anomalies_text(record: dict[str, Any]) -> str:
+    """The anomalies of one run as plain text: name, count, checker, explanation, example summaries."""
+    lines = []
+    for a in record.get("anomalies", []):
+        lines.append(f"{a['name']} x{a['count']} ({a['checker']}){': ' + a['explanation'] if a.get('explanation') else ''}")
+        lines += [f"  - {ex}" for ex in a.get("examples", [])]
+    if record.get("error"):
+        lines.append(f"also: {record['error']}")
+    if not lines:
+        lines.append("the checkers found the history invalid; see the run's report")
+    if record.get("run_dir"):
+        lines.append(f"report: {Path(record['run_dir']) / 'report.html'}")
+    return "\n".join(lines)
+
+
+def _x(value: Any) -> str:
+    """A string XML 1.0 can hold (ElementTree escapes <, & and quotes; it does not drop control characters)."""
+    return _XML_ILLEGAL.sub("", str(value))
+
+
+# --- index.html ----------------------------------------------------------------------------------
+
+def render_index(doc: dict[str, Any], campaign_dir: str | os.PathLike) -> str:
+    """The campaign's index page; links are relative to campaign_dir, where the page is written."""
+    by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    runs = []
+    for r in doc["runs"]:
+        view = {**r, "href": report_link(r.get("run_dir"), campaign_dir),
+                "anomaly_names": ", ".join(f"{a['name']} x{a['count']}" for a in r["anomalies"]),
+                "title": f"{r['id']}: {r['status']}" + (f" ({r['skipped']})" if r.get("skipped") else "")}
+        runs.append(view)
+        by_cell.setdefault((r["row"], r["column"]), []).append(view)
+    matrix = [{"row": row, "cells": [_cell(by_cell.get((row, col), [])) for col in doc["columns"]]}
+              for row in doc["rows"]]
+    columns = [col.split("|") for col in doc["columns"]]
+    return _ENV.get_template("campaign_index.html.j2").render(doc=doc, matrix=matrix, columns=columns, runs=runs)
+
+
+def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    statuses = [r["status"] for r in runs]
+    worst = next((s for s in _SEVERITY if s in statuses), "skipped")
+    counts = [f"{statuses.count(s)} {s}" for s in ("valid", "invalid", "unknown", "skipped", "pending")
+              if s in statuses]
+    return {"status": worst, "counts": " · ".join(counts), "runs": runs}
+
+
+def report_link(run_dir: str | None, campaign_dir: str | os.PathLike) -> str | None:
+    """A relative, URL-quoted link from the campaign directory to a run's report (or its folder)."""
+    if not run_dir:
+        return None
+    target = Path(run_dir) / "report.html"
+    if not target.exists():
+        target = Path(run_dir)
+        if not target.exists():
+            return None
+    rel = os.path.relpath(os.path.abspath(target), os.path.abspath(campaign_dir))
+    return quote(Path(rel).as_posix())
