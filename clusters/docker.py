@@ -13,6 +13,7 @@ label `kafkaesque=<run id>` so `kafkaesque cleanup` finds what a crashed run lef
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -21,14 +22,15 @@ from clusters.reference import OWNER_ENV, ReferenceCluster
 from harness.remote import DockerRemote
 
 LABEL = "kafkaesque"
+SPEC_LABEL = f"{LABEL}.spec"  # the cluster's spec as JSON, on every container
 PORT = 9092
 NODE_ROOT = "/var/lib/kafkaesque"
 CLOCK_FILE = "/run/kafkaesque/clock-offset"
 CLOCK_LIB = "/opt/kafkaesque/lib/libclockoffset.so"
 
 
-def docker_client():
-    """The Docker Engine client, or a ClusterError saying how to get one."""
+def docker_client(fix: str = "start dockerd, or run with --cluster local"):
+    """The Docker Engine client, or a ClusterError whose sentence ends with `fix`."""
     try:
         import docker
 
@@ -36,8 +38,7 @@ def docker_client():
         client.ping()
         return client
     except Exception as e:  # noqa: BLE001 - any failure means: no engine here
-        raise ClusterError(f"The Docker engine does not answer ({type(e).__name__}); start dockerd, or run with "
-                           "--cluster local.") from None
+        raise ClusterError(f"The Docker engine does not answer ({type(e).__name__}); {fix}.") from None
 
 
 def docker_available() -> bool:
@@ -51,6 +52,7 @@ def docker_available() -> bool:
 class DockerCluster(ReferenceCluster):
     name = "docker"
     python = "python3"
+    isolated_nodes = True  # own network stack, disk and clock view per node
 
     def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None, lossy: bool = True):
         super().__init__(spec, run_dir, owner)
@@ -85,8 +87,52 @@ class DockerCluster(ReferenceCluster):
     def clock_file(self, node: str) -> str:
         return CLOCK_FILE
 
+    def lossyfs_files(self, node: str) -> tuple[str, str]:
+        """(pid file, status file) of the node's lossy file system daemon."""
+        return "/run/kafkaesque/lossyfs.pid", "/run/kafkaesque/lossyfs.status"
+
     def container_name(self, node: str) -> str:
         return f"kq-{self.owner}-{node}"
+
+    def _spec_label(self) -> str:
+        # What `attach` needs to rebuild this object from a fresh process (kafkaesque cluster status).
+        return json.dumps({"brokers": self.spec.brokers, "flush_policy": self.spec.flush_policy,
+                           "broker_variant": self.spec.broker_variant, "broker_config": self.spec.broker_config,
+                           "lossy": self.lossy, "image": self.image})
+
+    @classmethod
+    def attach(cls, client, owner: str) -> DockerCluster | None:
+        """The cluster whose containers carry `kafkaesque=<owner>`, as started by another process;
+        None when there is none. Containers must still exist; their broker processes need not run."""
+        found = client.containers.list(all=True, filters={"label": f"{LABEL}={owner}"})
+        if not found:
+            return None
+        saved = json.loads(found[0].labels.get(SPEC_LABEL) or "{}")
+        spec = ClusterSpec(brokers=int(saved.get("brokers", len(found) - 1)),
+                           flush_policy=saved.get("flush_policy", "never"),
+                           broker_variant=saved.get("broker_variant", "default"),
+                           broker_config=saved.get("broker_config", {}))
+        c = cls(spec, owner, owner=owner, lossy=bool(saved.get("lossy", True)))
+        c.client, c.image = client, saved.get("image", "")
+        c.network = next(iter(client.networks.list(filters={"label": f"{LABEL}={owner}"})), None)
+        for container in found:
+            node = container.labels.get(f"{LABEL}.node", container.name)
+            c.containers[node] = container
+            c.remotes[node] = DockerRemote(container, node)
+            networks = container.attrs["NetworkSettings"]["Networks"]
+            c.ips[node] = next((n["IPAddress"] for n in networks.values() if n.get("IPAddress")), "")
+        return c
+
+    def container_status(self, node: str) -> str:
+        """Docker's word for the container: running, paused, exited, ... ("missing" when gone)."""
+        c = self.containers.get(node)
+        if c is None:
+            return "missing"
+        try:
+            c.reload()
+        except Exception:  # noqa: BLE001 - removed behind our back
+            return "missing"
+        return c.status
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def up(self) -> str:
@@ -119,7 +165,8 @@ class DockerCluster(ReferenceCluster):
     def _create_container(self, node: str) -> None:
         kwargs: dict[str, Any] = {
             "name": self.container_name(node), "hostname": node, "network": self.network.name,
-            "detach": True, "init": True, "labels": {LABEL: self.owner, f"{LABEL}.node": node},
+            "detach": True, "init": True,
+            "labels": {LABEL: self.owner, f"{LABEL}.node": node, SPEC_LABEL: self._spec_label()},
             "cap_add": ["NET_ADMIN"], "command": ["sleep", "infinity"],
             "environment": {OWNER_ENV: self.owner},
         }

@@ -232,9 +232,9 @@ def _download_wheels(dest: Path) -> None:
         raise ImageError(f"building wheels for {', '.join(NODE_REQUIREMENTS)} failed: {r.stderr.strip()[-300:]}")
 
 
-def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
-    """Build the node image (base + wheels + broker code) unless it exists; True if it was built."""
-    if _image_exists(client, p.node_tag):
+def build_node(client, p: ImagePlan, log: Callable[[str], None], force: bool = False) -> bool:
+    """Build the node image (base + wheels + broker code) unless it exists (or `force`); True if built."""
+    if _image_exists(client, p.node_tag) and not force:
         return False
     t0 = time.monotonic()
     # Wheels are cached per requirement set: pyfuse3 takes half a minute to compile.
@@ -270,13 +270,14 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
     return True
 
 
-def ensure_image(log: Callable[[str], None] = print) -> str:
-    """Build what is missing and return the node image tag (the one containers run)."""
+def ensure_image(log: Callable[[str], None] = print, force: bool = False) -> str:
+    """Build what is missing and return the node image tag (the one containers run). `force` rebuilds
+    the node image even when its tag exists; the base is rebuilt only when its inputs change."""
     client = _docker_client()
     p = plan()
     t0 = time.monotonic()
     built = build_base(client, p, log)
-    built = build_node(client, p, log) or built
+    built = build_node(client, p, log, force=force) or built
     if built:
         log(f"image set-up took {time.monotonic() - t0:.1f} s")
     else:

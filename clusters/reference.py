@@ -10,6 +10,7 @@ dumps) is written once, here.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -131,6 +132,14 @@ class ReferenceCluster:
 
     def is_running(self, node: str) -> bool:
         return self.remote(node).daemon_alive(self.pidfile(node))
+
+    def process_state(self, node: str) -> str:
+        """"running", "paused" (SIGSTOP: state T) or "down" (no process, or a zombie), asked of the node."""
+        q = shlex.quote(self.pidfile(node))
+        r = self.remote(node).run(["sh", "-c", f"test -s {q} && p=$(cat {q}) && kill -0 $p 2>/dev/null && "
+                                               "grep '^State:' /proc/$p/status"], timeout=10)
+        state = r.out.split()[1:2] if r.ok else []
+        return {"T": "paused", "t": "paused", "Z": "down", "X": "down"}.get(state[0], "running") if state else "down"
 
     # --- roles, asked of the cluster itself ------------------------------------------------------
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:

@@ -11,9 +11,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness.cluster_cli import cluster_app, image_app
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
 err = Console(stderr=True, soft_wrap=True)  # one message, one line: easy to grep in CI logs
+app.add_typer(image_app, name="image")
+app.add_typer(cluster_app, name="cluster")
 
 
 def _fail(message: str, code: int = 3) -> None:
