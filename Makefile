@@ -36,5 +36,12 @@ test-unit: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# The nightly CI campaign (campaigns/nightly.toml): the default broker and each historic flaw under
+# kill, pause, partition and lossy-crash, within a 60-minute budget. Writes junit.xml and index.html
+# under store/campaigns/nightly/latest/; exit 0 all valid, 1 any invalid, 2 any unknown.
+nightly: setup
+	@if docker info >/dev/null 2>&1; then $(PY) -m clusters.image; fi
+	$(VENV)/bin/kafkaesque campaign campaigns/nightly.toml --no-panel
+
 clean:
 	rm -rf $(VENV) build *.egg-info
