@@ -78,6 +78,42 @@ def test_clock_offset_shows_in_date_and_in_the_brokers_own_time(cluster):
     cluster.wait_ready(cluster.broker_nodes(), 10)
 
 
+def test_clock_jump_and_strobe_show_in_the_brokers_own_time_and_are_reset(cluster):
+    from nemesis.registry import make_nemesis
+
+    def broker_offset_s(node: str) -> float:
+        return cluster.dump_state(node, include_log=False)["time_ms"] / 1000 - time.time()
+
+    nem = make_nemesis(["clock-jump", "clock-strobe"], {"seed": 5, "target": "random-node"})
+    nem.setup(cluster)
+    done = nem.invoke(cluster, Op(INVOKE, "start-clock-jump", "nemesis", None))
+    ((node, jump),) = done.value["clock-jump-s"].items()
+    time.sleep(0.1)  # past the preload's 10 ms re-read
+    assert abs(broker_offset_s(node) - jump) < 10
+    nem.invoke(cluster, Op(INVOKE, "stop-clock-jump", "nemesis", None))
+    time.sleep(0.1)
+    assert abs(broker_offset_s(node)) < 10
+    done = nem.invoke(cluster, Op(INVOKE, "start-clock-strobe", "nemesis", None))
+    (node,) = done.value["clock-strobe"]["nodes"]
+    seen: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(seen) < 2 and time.monotonic() < deadline:
+        seen.add(round(broker_offset_s(node) / 60))  # 0 or 1: the real time, or 60 s ahead
+    assert seen == {0, 1}
+    assert nem.teardown(cluster) == []
+    assert cluster.remote(node).run(["cat", cluster.clock_file(node)]).out == "0\n"
+    cluster.wait_ready(cluster.broker_nodes(), 10)
+
+
+def test_drop_caches_is_listed_as_not_run_in_containers(cluster):
+    from nemesis.faults import DropCachesNemesis
+
+    nem = DropCachesNemesis({})
+    nem.setup(cluster)  # /proc/sys is read-only in a container: refused by name, the run goes on
+    assert nem.not_run and "read-only in the containers" in nem.not_run[0]
+    assert not cluster.remote("broker-1").run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"]).ok
+
+
 def test_lossy_crash_drops_unsynced_bytes_and_the_broker_recovers(cluster):
     cluster.create_topic("lossy", 1, 3, 2)
     from kafka import KafkaProducer
