@@ -28,7 +28,8 @@ def _fail(message: str, code: int = 3) -> None:
 @app.command()
 def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
-    nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, net")] = "",
+    nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, "
+                                            "clock-jump, clock-strobe, net, disk, drop-caches")] = "",
     nemesis_interval: Annotated[float, typer.Option(help="seconds between fault start and stop")] = 10.0,
     nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all, "
                                                      "isr-member, last-isr-member")] = "random-node",
