@@ -195,8 +195,9 @@ def cleanup() -> None:
     """Heal and remove everything a crashed run may have left: processes (paused ones too), containers, networks."""
     from clusters.docker import cleanup_docker
     from clusters.local import cleanup_leftovers
+    from clusters.netns import cleanup_netns
 
-    killed = cleanup_leftovers() + cleanup_docker()
+    killed = cleanup_leftovers() + cleanup_netns() + cleanup_docker()
     for k in killed:
         err.print(f"removed {k}")
     err.print(f"cleanup: {len(killed)} leftover(s) removed" if killed else "cleanup: nothing left behind")

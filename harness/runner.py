@@ -54,8 +54,10 @@ def make_cluster(spec: TestSpec, run_dir: Path):
         return DockerCluster(cspec, str(run_dir))
     if spec.cluster == "local":
         from clusters.local import LocalCluster
+        from clusters.netns import NetnsCluster, netns_available
 
-        return LocalCluster(cspec, str(run_dir))
+        # As root, a network namespace per node, so partitions, tc and lossy crashes work here too.
+        return (NetnsCluster if netns_available() else LocalCluster)(cspec, str(run_dir))
     raise HarnessError(f"unknown cluster {spec.cluster!r}; valid: {', '.join(CLUSTER_NAMES)}")
 
 

@@ -59,10 +59,10 @@ class _Fault:
         return {self.start_f, self.stop_f}
 
     def _needs_remotes(self, cluster) -> None:
-        if cluster.name == "local":
+        if not getattr(cluster, "isolated_nodes", False):
             raise NemesisRefused(f"the {self.name} fault needs nodes with their own network, disk and clock "
-                                 "(--cluster docker); the local cluster runs every node as a process on this "
-                                 "host's loopback")
+                                 "(--cluster docker, or --cluster local as root for a namespace per node); "
+                                 f"the {cluster.name} cluster runs every node as a process on this host's loopback")
 
     def _leader_nodes(self, cluster) -> list[str]:
         return sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
@@ -126,8 +126,8 @@ class PartitionNemesis(_Fault):
         return healed
 
     def teardown(self, cluster) -> None:
-        if cluster.name == "local":
-            return
+        if not getattr(cluster, "isolated_nodes", False):
+            return  # setup refused it: nothing was ever cut
         for node in cluster.nodes():
             for argv in netrules.remove_chain():
                 cluster.remote(node).run(argv)
@@ -175,13 +175,14 @@ class LossyCrashNemesis(_Fault):
         import signal
 
         r = cluster.remote(node)
-        before = r.run(["sh", "-c", "wc -l < /run/kafkaesque/lossyfs.status"]).out.strip() or "0"
+        pidfile, status = cluster.lossyfs_files(node)
+        before = len(r.run(["cat", status]).out.strip().splitlines())
         cluster.kill(node)
-        r.signal_daemon("/run/kafkaesque/lossyfs.pid", signal.SIGUSR1)
+        r.signal_daemon(pidfile, signal.SIGUSR1)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            lines = r.run(["cat", "/run/kafkaesque/lossyfs.status"]).out.strip().splitlines()
-            if len(lines) > int(before):
+            lines = r.run(["cat", status]).out.strip().splitlines()
+            if len(lines) > before:
                 import json
 
                 return json.loads(lines[-1])
@@ -213,7 +214,7 @@ class _ClockFault(_Fault):
         if not hasattr(cluster, "clock_file"):
             raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; "
                                  f"{cluster.name} nodes are not")
-        if cluster.name == "local" and getattr(cluster, "_clock_lib", None) is None:
+        if hasattr(cluster, "_clock_lib") and cluster._clock_lib is None:  # a local backend without gcc
             raise NemesisRefused(f"the {self.name} fault needs the clock preload library, which could not be "
                                  "built here (install gcc)")
 
@@ -373,7 +374,7 @@ class NetNemesis(_Fault):
         return healed
 
     def teardown(self, cluster) -> None:
-        if cluster.name != "local":
+        if getattr(cluster, "isolated_nodes", False):
             self._heal(cluster)
 
 
