@@ -262,8 +262,9 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None], force: bool = F
     buf.seek(0)
     log("docker build of the node image ...")
     try:
+        # Forced: no layer cache either, or the "rebuild" would just re-tag the cached layers.
         client.images.build(fileobj=buf, custom_context=True, tag=p.node_tag, rm=True, forcerm=True,
-                            labels={LABEL: "node"})
+                            labels={LABEL: "node"}, nocache=force)
     except Exception as e:  # noqa: BLE001 - docker.errors.BuildError and API errors
         raise ImageError(f"building {p.node_tag} failed: {e}") from None
     log(f"node image {p.node_tag} built in {time.monotonic() - t0:.1f} s")

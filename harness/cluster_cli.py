@@ -52,7 +52,7 @@ def image_build(force: Annotated[bool, typer.Option(help="rebuild the node image
         tag = ensure_image(log=lambda m: _err().print(m), force=force)
     except ImageError as e:
         _fail(str(e))
-    _err().print(f"image set-up: {time.monotonic() - t0:.1f} s")
+    _err().print(f"image set-up: {time.monotonic() - t0:.1f} s in all (reused layers included)")
     print(tag)
 
 
