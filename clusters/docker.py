@@ -102,19 +102,21 @@ class DockerCluster(ReferenceCluster):
 
     @classmethod
     def attach(cls, client, owner: str) -> DockerCluster | None:
-        """The cluster whose containers carry `kafkaesque=<owner>`, as started by another process;
-        None when there is none. Containers must still exist; their broker processes need not run."""
+        """The cluster whose containers or network carry `kafkaesque=<owner>`, as started by another
+        process; None when there is none. Its broker processes need not run; a network left without
+        containers (a half-finished `down`) counts too, so that `down` can remove it."""
         found = client.containers.list(all=True, filters={"label": f"{LABEL}={owner}"})
-        if not found:
+        network = next(iter(client.networks.list(filters={"label": f"{LABEL}={owner}"})), None)
+        if not found and network is None:
             return None
-        saved = json.loads(found[0].labels.get(SPEC_LABEL) or "{}")
-        spec = ClusterSpec(brokers=int(saved.get("brokers", len(found) - 1)),
+        saved = json.loads(found[0].labels.get(SPEC_LABEL) or "{}") if found else {}
+        spec = ClusterSpec(brokers=int(saved.get("brokers", max(len(found) - 1, 0))),
                            flush_policy=saved.get("flush_policy", "never"),
                            broker_variant=saved.get("broker_variant", "default"),
                            broker_config=saved.get("broker_config", {}))
         c = cls(spec, owner, owner=owner, lossy=bool(saved.get("lossy", True)))
         c.client, c.image = client, saved.get("image", "")
-        c.network = next(iter(client.networks.list(filters={"label": f"{LABEL}={owner}"})), None)
+        c.network = network
         for container in found:
             node = container.labels.get(f"{LABEL}.node", container.name)
             c.containers[node] = container

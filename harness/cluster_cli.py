@@ -88,6 +88,8 @@ def cluster_up(
     unclean_recovery_strategy: Annotated[str, typer.Option(help="balanced, proactive or manual")] = "balanced",
 ) -> None:
     """Start a docker cluster (building the image if needed); print its status, then the bootstrap servers."""
+    from docker.errors import DockerException
+
     from clusters.base import ClusterError, ClusterSpec
     from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
     from clusters.broker.log.flush import parse_flush_policy
@@ -127,6 +129,9 @@ def cluster_up(
         bootstrap = cluster.up()  # tears down what it started if it fails
     except ClusterError as e:
         _fail(str(e))
+    except DockerException as e:  # e.g. no free address pool for one more network
+        _fail(f"Docker refused to start cluster {name!r} ({getattr(e, 'explanation', None) or e}); "
+              "`kafkaesque cleanup` removes what earlier runs left behind.")
     _err().print(f"cluster {name!r} up in {time.monotonic() - t0:.1f} s; `kafkaesque cluster down --name {name}` "
                  "removes it")
     _print_status(cluster, stderr=True)  # stdout is the bootstrap alone: `$(kafkaesque cluster up)` works

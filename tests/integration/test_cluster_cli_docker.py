@@ -51,3 +51,23 @@ def test_up_status_down_on_docker():
         leftover = DockerCluster.attach(client, name)
         if leftover is not None:
             leftover.down()
+
+
+def test_down_removes_a_network_left_without_containers():
+    client = docker_client()
+    from harness.cli import app
+
+    runner = CliRunner()
+    name = f"clitest{random.randrange(10**6)}"
+    network = client.networks.create(f"kafkaesque-{name}", driver="bridge", labels={LABEL: name})
+    try:
+        up = runner.invoke(app, ["cluster", "up", "--name", name, "--brokers", "1"])
+        assert up.exit_code == 3 and "is already up" in up.output  # not a Docker name conflict traceback
+        down = runner.invoke(app, ["cluster", "down", "--name", name])
+        assert down.exit_code == 0, down.output
+        assert not client.networks.list(filters={"label": f"{LABEL}={name}"})
+    finally:
+        try:
+            network.remove()
+        except Exception:  # noqa: BLE001 - removed by the test, as it should be
+            pass
