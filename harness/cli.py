@@ -141,6 +141,7 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
         _fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
     test = json.loads((run_dir / "test.json").read_text())
+    test["run_dir"] = str(run_dir)  # where the node state dumps are now, wherever the store moved
     try:
         history = read_history(run_dir / "history.jsonl")
     except HistoryFormatError as e:
@@ -149,10 +150,10 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     old = run_dir / "results.json"
     if old.exists():
         previous = json.loads(old.read_text())
-        for key in ("error", "interrupted", "harness_warnings", "faults_not_run"):
+        for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
             if key in previous:
                 results[key] = previous[key]
-                if key in ("error", "interrupted") and results["valid"] is True:
+                if key in ("error", "interrupted", "final_reads") and results["valid"] is True:
                     results["valid"] = "unknown"
     write_json(old, results)
     _print_verdict(run_dir)

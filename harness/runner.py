@@ -333,7 +333,10 @@ def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, A
 
         spec = TestSpec.from_dict(test)
         workload = make_workload(spec.workload, spec.workload_opts())
-    return run_checkers(workload.checkers(test), test, history)
+    from checkers.replicas import ReplicaStateChecker
+
+    # Every workload's client-side checks, plus the broker-side invariants from the nodes' dumps.
+    return run_checkers([*workload.checkers(test), ReplicaStateChecker()], test, history)
 
 
 def _close_quietly(client) -> None:

@@ -23,10 +23,14 @@ def no_docker_calls(monkeypatch):
 
 
 class NoContainers:
+    """A Docker client that knows no container and no network."""
+
     class containers:
         @staticmethod
         def list(**kw):
             return []
+
+    networks = containers
 
 
 def test_image_build_prints_the_set_up_time_and_then_the_tag(monkeypatch):

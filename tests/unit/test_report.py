@@ -63,3 +63,19 @@ def test_fault_windows_pair_start_and_stop():
             Op("info", "start-pause", "nemesis", {}, time=4_000_000_000)]
     ws = fault_windows(hist)
     assert [(w.name, w.start_s, w.end_s) for w in ws] == [("kill", 1.0, 3.0), ("pause", 4.0, None)]
+
+
+def test_unclean_recoveries_are_shown_as_potential_data_loss_before_the_anomalies(tmp_path):
+    run = _make_run(tmp_path, valid=True)
+    results = json.loads((run / "results.json").read_text())
+    results["checkers"]["replicas"] = {"checker": "replicas", "valid": True, "anomalies": [], "stats": {},
+                                       "details": {"unclean_recoveries": [
+                                           {"topic": "queue", "partition": 3, "leader": 2, "strategy": EVIL,
+                                            "leader_epoch": 7, "candidates": {"2": [4, 120]}}]}}
+    (run / "results.json").write_text(json.dumps(results))
+    html = render_report(run).read_text()
+    assert html.index('id="unclean-recoveries"') < html.index('id="anomalies"')
+    box = html[html.index('id="unclean-recoveries"'):html.index('id="anomalies"')]
+    assert "queue-3: broker 2" in box and "leader epoch 7" in box and "<script>alert" not in box
+    (tmp_path / "clean").mkdir()
+    assert 'id="unclean-recoveries"' not in render_report(_make_run(tmp_path / "clean")).read_text()

@@ -1,0 +1,115 @@
+"""Broker-side invariants from the nodes' own state dumps (PROTOCOL.md 8), beside the client-side checks.
+
+A client sees only what leaders serve; replicas can disagree underneath (two logs with
+different records at one offset below both HWMs: the divergence of 004's second scenario)
+without any client noticing until leadership moves. At the end of a run the harness
+collects every node's `admin dump` (nodes/<node>/state.json: a broker's partitions with
+their physical logs, the controller's partition states); this checker reads them:
+
+- log-divergence (Log Matching): two replicas of a partition hold different records (leader
+  epoch or value digest) at an offset below both their HWMs;
+- controller-structure: the controller's ISR and ELR within the replicas and disjoint, no
+  ELR while the ISR meets min ISR, no fenced broker in an ISR (001 5.2.1, PROTOCOL.md 8).
+
+Unclean recoveries the controller reported (001 5.3.2: each is a potential data-loss event)
+are listed in the result's stats and details, not counted as anomalies: they are the
+protocol doing what it was configured to do. A cluster without state dumps (one we did not
+build) is skipped with a note, never a guess.
+
+`check_states` is the pure function; `ReplicaStateChecker` reads the dumps a run stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from checkers.core import MAX_EXAMPLES, Anomaly, Result
+from harness.history import Op
+
+
+def check_states(states: dict[str, dict[str, Any]]) -> Result:
+    """`states`: node name -> its state dump (brokers and the controller), unreachable ones left out."""
+    brokers = {n: s for n, s in states.items() if s.get("role") == "broker"}
+    controllers = [s for s in states.values() if s.get("role") == "controller"]
+    anomalies = []
+    divergence = _log_divergence(brokers)
+    if divergence:
+        anomalies.append(Anomaly("log-divergence", len(divergence), divergence[:MAX_EXAMPLES],
+                                 "replicas hold different records at an offset below both their HWMs"))
+    structure = [v for c in controllers for v in _controller_structure(c)]
+    if structure:
+        anomalies.append(Anomaly("controller-structure", len(structure), structure[:MAX_EXAMPLES],
+                                 "the controller's ISR/ELR break the invariants of 001 5.2.1"))
+    recoveries = [r for c in controllers for r in c.get("unclean_recoveries", [])]
+    stats = {"brokers_dumped": len(brokers), "controllers_dumped": len(controllers),
+             "partitions_compared": len({(p["topic"], p["partition"]) for s in brokers.values()
+                                         for p in s.get("partitions", [])}),
+             "unclean_recoveries": len(recoveries)}
+    details = {"unclean_recoveries": recoveries} if recoveries else {}
+    return Result("replicas", not anomalies, anomalies, stats, details)
+
+
+def _log_divergence(brokers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    replicas: dict[tuple[str, int], list[tuple[str, dict[str, Any]]]] = {}
+    for node, state in sorted(brokers.items()):
+        for p in state.get("partitions", []):
+            if "log" in p:
+                replicas.setdefault((p["topic"], p["partition"]), []).append((node, p))
+    out = []
+    for (topic, partition), views in sorted(replicas.items()):
+        for i, (node_a, a) in enumerate(views):
+            log_a = {r[0]: r for r in a["log"]}
+            for node_b, b in views[i + 1:]:
+                below = min(a["hwm"], b["hwm"])
+                for r in b["log"]:
+                    if r[0] >= below:
+                        break
+                    mine = log_a.get(r[0])
+                    if mine is not None and tuple(mine) != tuple(r):
+                        out.append({"topic": topic, "partition": partition, "offset": r[0], "below_hwm": below,
+                                    node_a: {"leader_epoch": mine[1], "value_digest": mine[2]},
+                                    node_b: {"leader_epoch": r[1], "value_digest": r[2]}})
+                        break  # the first divergent offset of a pair says it; the rest follows
+    return out
+
+
+def _controller_structure(c: dict[str, Any]) -> list[dict[str, Any]]:
+    min_isr = {t["topic"]: int(t.get("configs", {}).get("min.insync.replicas", 1)) for t in c.get("topics", [])}
+    fenced = {b["broker_id"] for b in c.get("brokers", []) if b.get("fenced")}
+    out = []
+    for p in c.get("partitions", []):
+        isr, elr, replicas = set(p["isr"]), set(p.get("elr", [])), set(p["replicas"])
+        where = {"topic": p["topic"], "partition": p["partition"], "isr": p["isr"], "elr": p.get("elr", [])}
+        if not isr <= replicas or not elr <= replicas:
+            out.append({**where, "violation": "ISR or ELR holds a broker that is not a replica"})
+        if isr & elr:
+            out.append({**where, "violation": "a broker is in both the ISR and the ELR"})
+        if len(isr) >= min_isr.get(p["topic"], 1) and elr:
+            out.append({**where, "violation": "an ELR while the ISR meets min ISR"})
+        if isr & fenced:
+            out.append({**where, "violation": f"fenced broker(s) {sorted(isr & fenced)} in the ISR"})
+    return out
+
+
+class ReplicaStateChecker:
+    """The dumps a run collected into <run dir>/nodes/<node>/state.json, checked by `check_states`."""
+
+    name = "replicas"
+
+    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
+        nodes = Path(test.get("run_dir", "")) / "nodes"
+        states = {}
+        for f in sorted(nodes.glob("*/state.json")) if test.get("run_dir") else []:
+            try:
+                state = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if not state.get("unreachable"):
+                states[f.parent.name] = state
+        if not states:
+            return Result(self.name, True, stats={"skipped": "no node state dumps (a cluster we did not build, "
+                                                             "or collection failed)"})
+        return check_states(states)

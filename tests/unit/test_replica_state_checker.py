@@ -1,0 +1,74 @@
+"""Broker-side invariants from state dumps (checkers/replicas.py): clean dumps pass, each violation fails
+with the offending partition named."""
+
+import json
+
+from checkers.replicas import ReplicaStateChecker, check_states
+
+
+def broker(node_id, hwm, log, topic="q", partition=0):
+    return {"role": "broker", "node_id": node_id,
+            "partitions": [{"topic": topic, "partition": partition, "hwm": hwm, "leo": len(log),
+                            "log": [list(r) for r in log]}]}
+
+
+def controller(partitions, fenced=(), min_isr=2, recoveries=()):
+    return {"role": "controller", "topics": [{"topic": "q", "configs": {"min.insync.replicas": str(min_isr)}}],
+            "brokers": [{"broker_id": b, "fenced": b in fenced} for b in (1, 2, 3)],
+            "partitions": [{"topic": "q", "partition": 0, "replicas": [1, 2, 3], **p} for p in partitions],
+            "unclean_recoveries": list(recoveries)}
+
+
+LOG = [(0, 0, "a"), (1, 0, "b"), (2, 1, "c")]
+
+
+def test_identical_logs_and_a_sound_controller_pass():
+    r = check_states({"broker-1": broker(1, 3, LOG), "broker-2": broker(2, 3, LOG),
+                      "broker-3": broker(3, 2, LOG[:2]),
+                      "controller-0": controller([{"isr": [1, 2], "elr": []}])})
+    assert r.valid is True and r.stats["partitions_compared"] == 1
+
+
+def test_records_past_a_replicas_hwm_may_differ():
+    # an old leader's unreplicated suffix above the HWM is not yet divergence (it will be truncated)
+    r = check_states({"broker-1": broker(1, 2, LOG), "broker-2": broker(2, 2, LOG[:2] + [(2, 2, "z")])})
+    assert r.valid is True
+
+
+def test_divergence_below_both_hwms_is_found_with_both_records():
+    other = [(0, 0, "a"), (1, 2, "m3"), (2, 2, "x")]
+    r = check_states({"broker-1": broker(1, 3, LOG), "broker-2": broker(2, 3, other)})
+    assert r.valid is False
+    (a,) = r.anomalies
+    assert a.name == "log-divergence" and a.count == 1
+    ex = a.examples[0]
+    assert ex["offset"] == 1 and ex["broker-1"]["value_digest"] == "b" and ex["broker-2"]["value_digest"] == "m3"
+
+
+def test_controller_structure_violations_each_fail():
+    cases = [
+        {"isr": [1, 2], "elr": [3]},     # an ELR while the ISR meets min ISR
+        {"isr": [1], "elr": [1]},        # in both
+        {"isr": [1, 4], "elr": []},      # not a replica
+    ]
+    for p in cases:
+        r = check_states({"controller-0": controller([p])})
+        assert r.valid is False and r.anomalies[0].name == "controller-structure", p
+    r = check_states({"controller-0": controller([{"isr": [1, 2], "elr": []}], fenced={2})})
+    assert r.valid is False and "fenced" in r.anomalies[0].examples[0]["violation"]
+
+
+def test_unclean_recoveries_are_reported_not_counted_as_anomalies():
+    rec = {"topic": "q", "partition": 0, "leader": 2, "strategy": "balanced"}
+    r = check_states({"controller-0": controller([{"isr": [2], "elr": []}], min_isr=2, recoveries=[rec])})
+    assert r.valid is True and r.stats["unclean_recoveries"] == 1 and r.details["unclean_recoveries"] == [rec]
+
+
+def test_checker_reads_a_runs_dumps_and_skips_without_them(tmp_path):
+    assert ReplicaStateChecker().check({"run_dir": str(tmp_path)}, []).stats["skipped"]
+    for node, state in {"broker-1": broker(1, 3, LOG), "broker-2": broker(2, 3, [(0, 0, "a"), (1, 0, "B")]),
+                        "broker-3": {"unreachable": True}}.items():
+        (tmp_path / "nodes" / node).mkdir(parents=True)
+        (tmp_path / "nodes" / node / "state.json").write_text(json.dumps(state))
+    r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, [])
+    assert r.valid is False and r.stats["brokers_dumped"] == 2
