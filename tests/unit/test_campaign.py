@@ -370,3 +370,18 @@ def test_minimal_file_is_one_run(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(tmp_path / "store")])
     assert r.exit_code == 0, r.output
     assert len(fake.specs) == 1 and fake.specs[0].cluster == "local"
+
+
+def test_a_bad_cluster_on_the_command_line_names_the_flag(tmp_path):
+    r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--cluster", "cloud"])
+    assert r.exit_code == 3 and "--cluster is 'cloud', which is not one of auto, docker, local" in r.output
+
+
+def test_an_unwritable_store_is_one_sentence_and_exit_3(tmp_path, monkeypatch):
+    fake = FakeRunTest()
+    monkeypatch.setattr(harness.runner, "run_test", fake)
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(blocker)])
+    assert r.exit_code == 3 and "pass a writable --store directory" in r.output
+    assert "Traceback" not in r.output and fake.specs == []
