@@ -299,16 +299,15 @@ def _axis(table: dict[str, Any], key: str) -> list[str]:
 def _check_axis_value(key: str, value: str) -> None:
     from clusters.broker.log.flush import parse_flush_policy
     from clusters.reference import BROKER_VARIANTS
-    from nemesis.registry import NEMESIS_NAMES
+    from nemesis.registry import nemesis_problem
     from workloads.registry import WORKLOAD_NAMES
 
     if key == "workloads" and value not in WORKLOAD_NAMES:
         raise CampaignFileError(f"unknown workload {value!r} in 'workloads'; valid: {', '.join(WORKLOAD_NAMES)}.")
     if key == "nemeses":
-        bad = [n for n in _faults(value) if n not in NEMESIS_NAMES]
-        if bad:
-            raise CampaignFileError(f"unknown nemesis {bad[0]!r} in 'nemeses' entry {value!r}; valid: "
-                                    f"{', '.join(NEMESIS_NAMES)} (comma-separated, \"\" for none).")
+        problem = nemesis_problem(_faults(value), where=f" in 'nemeses' entry {value!r}")
+        if problem:
+            raise CampaignFileError(f"{problem} (comma-separated, \"\" for none).")
     if key == "broker_variants" and value not in BROKER_VARIANTS:
         raise CampaignFileError(f"unknown broker variant {value!r} in 'broker_variants'; valid: "
                                 f"{', '.join(BROKER_VARIANTS)}.")

@@ -60,16 +60,16 @@ def run(
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
     from harness.runner import CLUSTER_NAMES, HarnessError, run_test
     from harness.spec import TestSpec
-    from nemesis.registry import NEMESIS_NAMES
+    from nemesis.registry import nemesis_problem
     from results.store import StoreError
     from workloads.registry import WORKLOAD_NAMES
 
     if workload not in WORKLOAD_NAMES:
         _fail(f"unknown workload {workload!r}; valid: {', '.join(WORKLOAD_NAMES)}.")
     faults = [n.strip() for n in nemesis.split(",") if n.strip()]
-    bad = [n for n in faults if n not in NEMESIS_NAMES]
-    if bad:
-        _fail(f"unknown nemesis {', '.join(map(repr, bad))}; valid: {', '.join(NEMESIS_NAMES)}.")
+    problem = nemesis_problem(faults)
+    if problem:
+        _fail(problem + ".")
     from nemesis.faults import PARTITION_TARGETS
     from nemesis.targets import TARGETS
 

@@ -141,6 +141,12 @@ class Run:
         return comp
 
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
+        drivers = nemesis.drivers() if hasattr(nemesis, "drivers") else []
+        if drivers:
+            for d in drivers:  # a scenario: its steps, timed against the cluster's own state
+                d.drive(cluster, lambda f, value, thunk: self._record_nemesis_op(writer, f, value, thunk),
+                        self.stop.is_set)
+            return
         for ev in schedule.events():
             delay = ev.at - writer.now() / 1e9
             if delay > 0 and self.stop.wait(delay):
@@ -155,6 +161,18 @@ class Run:
             comp.process = NEMESIS
             writer.append(comp)
             self.stats.fault = "none" if ev.f.startswith("stop-") else f"{ev.f[6:]} {json.dumps(comp.value)}"
+
+    def _record_nemesis_op(self, writer: HistoryWriter, f: str, value: Any, thunk) -> Any:
+        """One scenario step as an invoke/info pair; its exception is recorded, then raised on."""
+        writer.append(Op(INVOKE, f, NEMESIS, value))
+        self.stats.fault = f"{f[len('scenario-'):]} {json.dumps(value)}"
+        try:
+            result = thunk()
+        except Exception as e:
+            writer.append(Op(INFO, f, NEMESIS, value, error=f"{type(e).__name__}: {e}"[:300]))
+            raise
+        writer.append(Op(INFO, f, NEMESIS, result))
+        return result
 
     def _leader_poller(self, cluster, topic: str) -> None:
         while not self.stop.wait(2.0):
@@ -172,7 +190,8 @@ class Run:
 
         workload = make_workload(spec.workload, spec.workload_opts())
         nemesis = make_nemesis(spec.nemesis, {"target": spec.nemesis_target, "seed": spec.seed,
-                                              "topic": spec.workload_opts()["topic"], "min_isr": spec.min_isr})
+                                              "topic": spec.workload_opts()["topic"], "min_isr": spec.min_isr,
+                                              "scenario_delay": spec.nemesis_interval})
         if spec.cluster == "auto":
             from clusters.docker import docker_available
 

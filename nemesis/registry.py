@@ -23,7 +23,32 @@ _NEMESES = {
 NEMESIS_NAMES = tuple(_NEMESES)
 
 
+SCENARIO_PREFIX = "scenario:"  # `--nemesis scenario:NAME` runs one protocol-aware scenario (nemesis/scenario.py)
+
+
+def scenario_names() -> tuple[str, ...]:
+    from nemesis.scenario import SCENARIOS
+
+    return tuple(SCENARIO_PREFIX + s for s in SCENARIOS)
+
+
+def nemesis_problem(names: list[str], where: str = "") -> str | None:
+    """Why this list of nemesis names cannot run, in one sentence, or None: the one check the CLI
+    and campaign files share (`where` says where the names came from)."""
+    bad = [n for n in names if n not in NEMESIS_NAMES and n not in scenario_names()]
+    if bad:
+        return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(NEMESIS_NAMES)}, "
+                f"or one of {', '.join(scenario_names())}")
+    if any(n.startswith(SCENARIO_PREFIX) for n in names) and len(names) > 1:
+        return f"a scenario times its own faults against the cluster's state: give it alone{where}"
+    return None
+
+
 def _make_one(name: str, options: dict[str, Any]):
+    if name.startswith(SCENARIO_PREFIX):
+        from nemesis.scenario import ScenarioNemesis
+
+        return ScenarioNemesis(name[len(SCENARIO_PREFIX):], options)
     if name not in _NEMESES:
         raise ValueError(f"unknown nemesis {name!r}; valid: {', '.join(NEMESIS_NAMES)}")
     module, cls = _NEMESES[name]
@@ -37,6 +62,10 @@ class CompositeNemesis:
 
     def __init__(self, parts: list):
         self.parts = parts
+
+    def drivers(self) -> list:
+        """Parts that time their own faults (scenarios) instead of following the schedule."""
+        return [p for p in self.parts if hasattr(p, "drive")]
 
     def schedule(self) -> list[tuple[str, str]]:
         return [pair for p in self.parts for pair in p.pairs()]

@@ -1,0 +1,361 @@
+"""Protocol-aware fault scenarios: faults timed against the cluster's own state, as data (issue 8).
+
+Random faults find shallow bugs; the protocol's deep flaws need a fault at the moment the
+protocol is weakest: kill the leader just after the ISR shrank to one, power-cut the last
+ISR member, restart a follower and kill the leader before it catches up. A scenario is a
+list of steps that bind roles to nodes from the cluster's own metadata ("L is partition
+0's leader"), act on them (kill, lossy-crash, pause, isolate, controlled stop, restart)
+and wait for the protocol to react ("until the ISR is [L]", "until L is fenced"), each
+wait with a timeout. It runs inside a normal test: the workload keeps going, every step
+is recorded in the history as a nemesis op (`scenario-<step>`, with the nodes and what
+was seen), and the run's final heal restarts, resumes and reconnects whatever the
+scenario left down.
+
+    kafkaesque run --nemesis scenario:last-replica-standing --cluster docker ...
+
+Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
+partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
+has-leader, fenced, unfenced), kill, lossy-crash, pause, resume, stop (controlled
+shutdown), start, isolate (cut one node off from every other), heal (one node's cuts, or
+all), sleep. A wait that times out ends the scenario there (recorded, not an error of the
+run): the protocol did not go where the scenario needed it, which the detection table
+counts separately from "no anomaly".
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.history import Op
+from nemesis import grudge
+from nemesis.base import NemesisRefused
+
+
+@dataclass(frozen=True)
+class Step:
+    do: str
+    node: str = ""            # a bound name ("L"), or a node name ("broker-2")
+    role: str = ""            # bind: leader | follower | broker
+    until: str = ""           # wait: the condition's name
+    nodes: tuple[str, ...] = ()  # wait isr-is: the bound names that must make up the ISR
+    seconds: float = 30.0     # wait: timeout; sleep: duration
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    doc: str
+    steps: tuple[Step, ...]
+    needs_isolated_nodes: bool = False   # partitions or lossy crashes: docker or local-netns
+    targets: tuple[str, ...] = ()        # the broker variants it exists to catch
+
+
+# --- the DSL -------------------------------------------------------------------------------------------
+def bind(name: str, role: str) -> Step:
+    return Step("bind", node=name, role=role)
+
+
+def wait(until: str, node: str = "", nodes: tuple[str, ...] = (), timeout: float = 30.0) -> Step:
+    return Step("wait", node=node, until=until, nodes=tuple(nodes), seconds=timeout)
+
+
+def act(do: str, node: str = "") -> Step:
+    return Step(do, node=node)
+
+
+def sleep(seconds: float) -> Step:
+    return Step("sleep", seconds=seconds)
+
+
+ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "heal")
+CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
+              "fenced", "unfenced")
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario(
+        "unclean-election",
+        "004, last section (and Jepsen 2013): a follower is cut off and falls out of the ISR while the "
+        "others keep acknowledging; then the whole ISR dies and only the stale follower is left. With "
+        "unclean.leader.election.enable it leads and the writes acknowledged in its absence are gone; "
+        "by default the partition waits for a complete replica.",
+        (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
+         act("isolate", "S"), wait("not-in-isr", "S"), sleep(3),
+         act("kill", "L"), act("kill", "F"), wait("fenced", "L"), wait("fenced", "F"),
+         act("heal", "S"), sleep(8), act("start", "L"), act("start", "F"), wait("has-leader")),
+        needs_isolated_nodes=True, targets=("unclean-election",)),
+    Scenario(
+        "last-replica-standing",
+        "002 2.4.2 / PROTOCOL.md 9.4: the ISR shrinks to the leader (two followers cut off one after "
+        "the other), then the leader loses power and its unsynced writes. Without the ELR it is the "
+        "only candidate and the others truncate to its shortened log; with the ELR the follower that "
+        "left last (complete up to the frozen HWM) leads.",
+        (bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
+         act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
+         act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2),
+         act("lossy-crash", "L"), wait("fenced", "L"), act("heal"), sleep(5),
+         act("start", "L"), wait("has-leader"), wait("in-isr", "L", timeout=60)),
+        needs_isolated_nodes=True, targets=("no-elr",)),
+    Scenario(
+        "elr-clean-recovery",
+        "001 5.2.2: the ISR shrinks to the leader, the leader and sole ISR member loses power, the "
+        "follower that left the ISR last (in the ELR) comes back and must lead; then the old leader "
+        "restarts without its unsynced data and catches up. Nothing acknowledged may be lost.",
+        (bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
+         act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
+         act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2),
+         act("lossy-crash", "L"), wait("fenced", "L"), act("heal", "F2"), wait("leader-is", "F2"),
+         act("start", "L"), act("heal"), wait("in-isr", "L", timeout=60)),
+        needs_isolated_nodes=True, targets=("no-elr", "unclean-election")),
+    Scenario(
+        "hw-truncation-then-election",
+        "004, 'HW truncation followed by immediate leader election': with a third replica cut off, "
+        "the leader L stops answering just after a write, the follower A restarts (a controlled "
+        "restart: it stays a leader candidate in the ELR) before learning the HW that covers it, and "
+        "L dies. A truncating to its checkpointed HW loses what L acknowledged last.",
+        (bind("L", "leader"), bind("A", "follower"), bind("C", "follower"),
+         act("isolate", "C"), wait("isr-is", nodes=("L", "A")), sleep(2),
+         act("pause", "L"), act("stop", "A"), wait("fenced", "L"), act("start", "A"), wait("leader-is", "A"),
+         act("kill", "L"), act("start", "L"), act("heal"), wait("in-isr", "L", timeout=60)),
+        needs_isolated_nodes=True, targets=("truncate-to-hw",)),
+    Scenario(
+        "zombie-leader",
+        "A leader paused past its session timeout while clients still talk to it: a new leader is "
+        "elected, then the old one resumes believing it leads. Its fetch epochs are stale, so no "
+        "follower may fetch from it and it may acknowledge nothing (KIP-320 fencing).",
+        (bind("L", "leader"), act("pause", "L"), wait("leader-is-not", "L"), sleep(2),
+         act("resume", "L"), sleep(5), wait("in-isr", "L", timeout=60)),
+        targets=("no-epoch-fencing",)),
+)}
+
+
+class ScenarioStalled(RuntimeError):
+    """A wait timed out: the cluster did not reach the state the next step needs."""
+
+
+@dataclass
+class _Faults:
+    """What a scenario has done and must undo."""
+
+    killed: set[str] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+    crashed: set[str] = field(default_factory=set)
+    isolated: set[str] = field(default_factory=set)
+
+
+class ScenarioNemesis:
+    """Runs one scenario once, `delay` seconds into the main phase, then lets the workload go on."""
+
+    name = "scenario"
+
+    def __init__(self, scenario: str | Scenario, options: dict[str, Any]):
+        if isinstance(scenario, str) and scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
+        self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+        self.topic = options.get("topic", "queue")
+        self.partition = int(options.get("scenario_partition", 0))
+        self.delay = float(options.get("scenario_delay", 10.0))
+        self.rng = random.Random(options.get("seed", 0))
+        self.bound: dict[str, str] = {}
+        self.done = _Faults()
+
+    # --- the Nemesis shape (the runner drives scenarios through drive()) --------------------------
+    def pairs(self) -> list[tuple[str, str]]:
+        return []
+
+    def fs(self) -> set[str]:
+        return {f"scenario-{s.do}" for s in self.scenario.steps}
+
+    def setup(self, cluster) -> None:
+        if self.scenario.needs_isolated_nodes and not getattr(cluster, "isolated_nodes", False):
+            raise NemesisRefused(f"scenario {self.scenario.name} cuts nodes off or power-cuts them, which needs "
+                                 f"nodes of their own (--cluster docker, or local as root); {cluster.name} has not")
+        if self.scenario.needs_isolated_nodes:
+            from nemesis import netrules
+
+            for node in cluster.nodes():
+                for argv in netrules.chain_setup():
+                    cluster.remote(node).run(argv, check=True)
+
+    def invoke(self, cluster, op: Op) -> Op:
+        raise ValueError("a scenario runs as a whole through drive(), not op by op")
+
+    def drive(self, cluster, record: Callable[[str, Any, Callable[[], Any]], Any], stopped: Callable[[], bool]
+              ) -> None:
+        """Run the steps in order; `record(f, value, thunk)` writes the invoke, runs the thunk and
+        writes its completion (or its error). Stops early when the run is over or a wait stalls."""
+        deadline = time.monotonic() + self.delay
+        while time.monotonic() < deadline:
+            if stopped():
+                return
+            time.sleep(0.1)
+        for step in self.scenario.steps:
+            if stopped():
+                return
+            f = f"scenario-{step.do}"
+            try:
+                record(f, self._describe(step), lambda step=step: self._perform(cluster, step, stopped))
+            except Exception:  # noqa: BLE001 - recorded as the step's error; the rest needs this step
+                return
+
+    # --- steps ------------------------------------------------------------------------------------------
+    def _describe(self, step: Step) -> dict[str, Any]:
+        d: dict[str, Any] = {"scenario": self.scenario.name}
+        for k in ("node", "role", "until"):
+            if getattr(step, k):
+                d[k] = getattr(step, k)
+        if step.nodes:
+            d["nodes"] = list(step.nodes)
+        if step.do in ("wait", "sleep"):
+            d["seconds"] = step.seconds
+        return d
+
+    def node(self, name: str) -> str:
+        return self.bound.get(name, name)
+
+    def _perform(self, cluster, step: Step, stopped: Callable[[], bool]) -> Any:
+        if step.do == "bind":
+            node = self._choose(cluster, step.role)
+            self.bound[step.node] = node
+            return {step.node: node}
+        if step.do == "wait":
+            return self._wait(cluster, step, stopped)
+        if step.do == "sleep":
+            end = time.monotonic() + step.seconds
+            while time.monotonic() < end and not stopped():
+                time.sleep(0.1)
+            return None
+        node = self.node(step.node) if step.node else ""
+        if step.do == "kill":
+            cluster.kill(node)
+            self.done.killed.add(node)
+        elif step.do == "lossy-crash":
+            from nemesis.faults import LossyCrashNemesis
+
+            report = LossyCrashNemesis.crash(cluster, node)
+            self.done.crashed.add(node)
+            return {"lossy-crash": node, "dropped": report}
+        elif step.do == "pause":
+            cluster.pause(node)
+            self.done.paused.add(node)
+        elif step.do == "resume":
+            cluster.resume(node)
+            self.done.paused.discard(node)
+        elif step.do == "stop":
+            cluster.stop(node)
+            self.done.killed.add(node)
+        elif step.do == "start":
+            cluster.start(node)
+            self.done.killed.discard(node)
+            self.done.crashed.discard(node)
+        elif step.do == "isolate":
+            self.done.isolated.add(node)
+            self._apply_cuts(cluster)
+        elif step.do == "heal":
+            healed = [node] if node else sorted(self.done.isolated)
+            self.done.isolated -= set(healed)
+            self._apply_cuts(cluster)
+            return {"healed": healed}
+        else:
+            raise ValueError(f"unknown scenario step {step.do!r}; valid: bind, wait, sleep, {', '.join(ACTIONS)}")
+        return {step.do: node}
+
+    def _choose(self, cluster, role: str) -> str:
+        p = self._partition(cluster)
+        taken = set(self.bound.values())
+        if role == "leader":
+            if p is None or p.leader < 0:
+                raise ScenarioStalled(f"partition {self.partition} has no leader to bind")
+            return cluster.node_name(p.leader)
+        if role == "follower":
+            followers = [cluster.node_name(r) for r in (p.replicas if p else []) if r != p.leader]
+            free = [n for n in followers if n not in taken]
+            if not free:
+                raise ScenarioStalled("no unbound follower left")
+            return self.rng.choice(sorted(free))
+        if role == "broker":
+            return self.rng.choice(sorted(n for n in cluster.broker_nodes() if n not in taken))
+        raise ValueError(f"unknown role {role!r}; valid: leader, follower, broker")
+
+    def _partition(self, cluster):
+        for p in cluster.partitions(self.topic):
+            if p.partition == self.partition:
+                return p
+        return None
+
+    def _holds(self, cluster, step: Step) -> tuple[bool, dict[str, Any]]:
+        if step.until in ("fenced", "unfenced"):
+            state = cluster.dump_state(cluster.controller_nodes()[0], include_log=False) or {}
+            bid = cluster.node_id(self.node(step.node))
+            fenced = any(b["broker_id"] == bid and b["fenced"] for b in state.get("brokers", []))
+            return fenced == (step.until == "fenced"), {"fenced": fenced}
+        p = self._partition(cluster)
+        if p is None:
+            return False, {}
+        isr = sorted(cluster.node_name(r) for r in p.isr)
+        leader = cluster.node_name(p.leader) if p.leader >= 0 else None
+        seen = {"leader": leader, "isr": isr}
+        node = self.node(step.node) if step.node else None
+        holds = {
+            "isr-is": lambda: isr == sorted(self.node(n) for n in step.nodes),
+            "in-isr": lambda: node in isr,
+            "not-in-isr": lambda: node not in isr,
+            "leader-is": lambda: leader == node,
+            "leader-is-not": lambda: leader is not None and leader != node,
+            "no-leader": lambda: leader is None,
+            "has-leader": lambda: leader is not None,
+        }.get(step.until)
+        if holds is None:
+            raise ValueError(f"unknown condition {step.until!r}; valid: {', '.join(CONDITIONS)}")
+        return holds(), seen
+
+    def _wait(self, cluster, step: Step, stopped: Callable[[], bool]) -> dict[str, Any]:
+        deadline = time.monotonic() + step.seconds
+        seen: dict[str, Any] = {}
+        while time.monotonic() < deadline and not stopped():
+            try:
+                ok, seen = self._holds(cluster, step)
+            except Exception:  # noqa: BLE001 - the controller may be unreachable for a moment
+                ok = False
+            if ok:
+                return {"reached": True, **seen}
+            time.sleep(0.2)
+        raise ScenarioStalled(f"{step.until} {step.node or list(step.nodes)} not reached in {step.seconds:.0f} s "
+                              f"(last seen: {seen})")
+
+    def _apply_cuts(self, cluster) -> None:
+        from harness.remote import shell_join
+        from nemesis import netrules
+        from nemesis.faults import _on_nodes
+
+        (flush,) = netrules.heal()
+        g: grudge.Grudge = {}
+        for node in self.done.isolated:
+            for a, drops in grudge.isolate(cluster.nodes(), node).items():
+                g.setdefault(a, set()).update(drops)
+        commands = {}
+        for node in cluster.nodes():
+            rules = [shell_join(flush)] + [shell_join(argv) for argv in
+                                           netrules.drop_from(cluster.address(n)[0] for n in g.get(node, ()))]
+            commands[node] = ["sh", "-c", " && ".join(rules)]
+        _on_nodes(cluster, commands, check=True)
+
+    def teardown(self, cluster) -> list[str]:
+        """Reconnect, resume and restart everything the scenario left down; every part is tried."""
+        errors = []
+        steps = [("heal", lambda: (self.done.isolated.clear(), self._apply_cuts(cluster))
+                  if self.scenario.needs_isolated_nodes else None)]
+        steps += [(f"resume {n}", lambda n=n: cluster.resume(n)) for n in sorted(self.done.paused)]
+        steps += [(f"start {n}", lambda n=n: cluster.start(n)) for n in sorted(self.done.killed | self.done.crashed)]
+        for what, fn in steps:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - heal the rest, then report
+                errors.append(f"{what}: {type(e).__name__}: {e}")
+        self.done = _Faults()
+        if errors:
+            raise RuntimeError("scenario teardown: " + "; ".join(errors))
+        return []

@@ -1,0 +1,178 @@
+"""Protocol-aware scenarios (nemesis/scenario.py) against a fake cluster whose "controller" reacts to
+faults at once: steps bind roles, act, wait for the protocol's reaction, stall when it does not
+come, and teardown undoes everything. The real thing runs in tests/integration/test_scenario_runs.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.base import PartitionView
+from harness.remote import RemoteResult
+from nemesis.base import NemesisRefused
+from nemesis.registry import make_nemesis, nemesis_problem
+from nemesis.scenario import SCENARIOS, Scenario, ScenarioNemesis, act, bind, wait
+
+
+class FakeRemote:
+    def __init__(self, log, node):
+        self.log, self.node = log, node
+
+    def run(self, argv, timeout=30.0, check=False):
+        self.log.append((self.node, " ".join(argv)))
+        return RemoteResult(0, "", "")
+
+
+class FakeCluster:
+    """Brokers 1-3, partition 0 led by 1; a killed, paused or isolated broker leaves the ISR and
+    is fenced at once; a start or heal brings it back in sync."""
+
+    name = "fake"
+    isolated_nodes = True
+
+    def __init__(self):
+        self.leader, self.isr, self.fenced = 1, [1, 2, 3], set()
+        self.calls, self.commands = [], []
+
+    def broker_nodes(self):
+        return ["broker-1", "broker-2", "broker-3"]
+
+    def controller_nodes(self):
+        return ["controller-0"]
+
+    def nodes(self):
+        return self.controller_nodes() + self.broker_nodes()
+
+    def node_name(self, i):
+        return f"broker-{i}"
+
+    def node_id(self, n):
+        return int(n.split("-")[1])
+
+    def address(self, n):
+        return (f"10.0.0.{self.node_id(n) % 100}", 9092)
+
+    def remote(self, n):
+        return FakeRemote(self.commands, n)
+
+    def partitions(self, topic):
+        return [PartitionView(topic, 0, self.leader, [1, 2, 3], list(self.isr))]
+
+    def dump_state(self, node, include_log=True):
+        return {"brokers": [{"broker_id": b, "fenced": b in self.fenced} for b in (1, 2, 3)]}
+
+    def _down(self, n):
+        b = self.node_id(n)
+        self.fenced.add(b)
+        self.isr = [r for r in self.isr if r != b]
+        if self.leader == b:
+            self.leader = self.isr[0] if self.isr else -1
+
+    def _up(self, n):
+        b = self.node_id(n)
+        self.fenced.discard(b)
+        self.isr = sorted(set(self.isr) | {b})
+        if self.leader == -1:
+            self.leader = b
+
+    def kill(self, n):
+        self.calls.append(f"kill {n}")
+        self._down(n)
+
+    def pause(self, n):
+        self.calls.append(f"pause {n}")
+        self._down(n)
+
+    def resume(self, n):
+        self.calls.append(f"resume {n}")
+        self._up(n)
+
+    def start(self, n):
+        self.calls.append(f"start {n}")
+        self._up(n)
+
+    def stop(self, n):
+        self.calls.append(f"stop {n}")
+        self._down(n)
+
+
+def run(nemesis, cluster):
+    ops = []
+
+    def record(f, value, thunk):
+        try:
+            result = thunk()
+        except Exception as e:
+            ops.append((f, value, "error: " + str(e)))
+            raise
+        ops.append((f, value, result))
+        return result
+    nemesis.drive(cluster, record, lambda: False)
+    return ops
+
+
+def scenario(*steps, isolated=False):
+    return ScenarioNemesis(Scenario("t", "test", tuple(steps), needs_isolated_nodes=isolated),
+                           {"scenario_delay": 0, "seed": 1})
+
+
+def test_steps_bind_roles_act_on_them_and_wait_for_the_reaction():
+    c = FakeCluster()
+    n = scenario(bind("L", "leader"), bind("F", "follower"), act("kill", "L"),
+                 wait("leader-is-not", "L", timeout=1), wait("not-in-isr", "L", timeout=1), act("pause", "F"))
+    ops = run(n, c)
+    assert [f for f, _, _ in ops] == ["scenario-bind", "scenario-bind", "scenario-kill", "scenario-wait",
+                                      "scenario-wait", "scenario-pause"]
+    assert ops[0][2] == {"L": "broker-1"} and ops[1][2]["F"] in ("broker-2", "broker-3")
+    assert c.calls == ["kill broker-1", f"pause {ops[1][2]['F']}"]
+    assert ops[3][2]["reached"] is True and ops[3][2]["leader"] != "broker-1"
+    n.teardown(c)
+    assert c.calls[-2:] == [f"resume {ops[1][2]['F']}", "start broker-1"]
+
+
+def test_a_wait_that_never_holds_stalls_the_scenario_and_later_steps_do_not_run():
+    c = FakeCluster()
+    n = scenario(bind("L", "leader"), act("kill", "L"), wait("leader-is", "L", timeout=0.3), act("kill", "broker-2"))
+    ops = run(n, c)
+    assert ops[-1][0] == "scenario-wait" and "not reached" in ops[-1][2]
+    assert c.calls == ["kill broker-1"]
+    n.teardown(c)
+    assert c.calls[-1] == "start broker-1"
+
+
+def test_isolate_cuts_one_node_off_and_heal_reconnects_it():
+    c = FakeCluster()
+    n = scenario(act("isolate", "broker-2"), act("heal", "broker-2"), isolated=True)
+    n.setup(c)
+    c.commands.clear()
+    run(n, c)
+    cut = [cmd for node, cmd in c.commands[:4]]
+    addr2 = c.address("broker-2")[0]
+    assert any(f"-s {addr2} -j DROP" in cmd for cmd in cut)          # the others drop broker-2
+    (own,) = [cmd for node, cmd in c.commands[:4] if node == "broker-2"]
+    assert own.count("-j DROP") == 3                                 # broker-2 drops everyone
+    assert all("DROP" not in cmd for node, cmd in c.commands[4:])   # healed: only the flush left
+
+
+def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster():
+    c = FakeCluster()
+    c.isolated_nodes = False
+    with pytest.raises(NemesisRefused, match="needs nodes of their own"):
+        ScenarioNemesis("last-replica-standing", {}).setup(c)
+
+
+def test_every_shipped_scenario_uses_known_steps_and_conditions():
+    from nemesis.scenario import ACTIONS, CONDITIONS
+
+    for s in SCENARIOS.values():
+        assert s.doc and s.targets
+        for step in s.steps:
+            assert step.do in (*ACTIONS, "bind", "wait", "sleep"), (s.name, step)
+            if step.do == "wait":
+                assert step.until in CONDITIONS, (s.name, step)
+
+
+def test_nemesis_names_for_scenarios():
+    assert nemesis_problem(["scenario:unclean-election"]) is None
+    assert "give it alone" in nemesis_problem(["scenario:unclean-election", "kill"])
+    assert "unknown nemesis 'scenario:nope'" in nemesis_problem(["scenario:nope"])
+    assert make_nemesis(["scenario:zombie-leader"], {}).drivers()
