@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import time
+import zlib
 from typing import Any
 
 from harness.history import INFO, Op
@@ -49,7 +50,8 @@ class _Fault:
 
     def __init__(self, options: dict[str, Any]):
         self.options = options
-        self.rng = random.Random(options.get("seed", 0) + hash(self.name) % 1000)
+        # crc32, not hash(): str hashes change from process to process, and --seed must replay a run
+        self.rng = random.Random(options.get("seed", 0) + zlib.crc32(self.name.encode()) % 1000)
         self.topic = options.get("topic", "queue")
 
     def pairs(self) -> list[tuple[str, str]]:

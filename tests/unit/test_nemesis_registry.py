@@ -99,3 +99,15 @@ def test_network_faults_are_refused_by_name_on_the_local_backend():
     n = make_nemesis(["partition"], {})
     with pytest.raises(NemesisRefused, match="partition fault needs nodes with their own network"):
         n.setup(FakeCluster())
+
+
+def test_fault_targets_replay_from_the_seed_in_a_fresh_process():
+    """The nodes a fault picks depend on --seed only, not on the process's string-hash salt."""
+    import subprocess
+    import sys
+
+    code = ("from nemesis.faults import PartitionNemesis as P;import random;"
+            "print([P({'seed': 7}).rng.random() for _ in range(1)])")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={"PYTHONHASHSEED": str(salt), "PATH": ""}).stdout for salt in (1, 2, 3)}
+    assert len(outs) == 1 and outs != {""}
