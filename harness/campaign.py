@@ -120,8 +120,8 @@ def _execute(planned: PlannedRun, record: RunRecord, run: RunTest, log, panel: b
     try:
         _, run_dir = run(planned.spec, log=log, panel=panel)
         record.run_dir = str(run_dir)
-        _read_results(Path(run_dir), record)
-        interrupted = record.error is not None and record.error.startswith("interrupted")
+        results = _read_results(Path(run_dir), record)
+        interrupted = bool(results.get("interrupted"))  # run_test caught a Ctrl-C in its main phase
     except KeyboardInterrupt:
         # Between phases run_test lets Ctrl-C through; it still means "stop the campaign".
         record.status, record.valid, record.error = UNKNOWN, UNKNOWN, "interrupted by the user (Ctrl-C)"
@@ -132,14 +132,14 @@ def _execute(planned: PlannedRun, record: RunRecord, run: RunTest, log, panel: b
     return interrupted
 
 
-def _read_results(run_dir: Path, record: RunRecord) -> None:
-    """The verdict, anomalies and any error of a finished run, from its results.json."""
+def _read_results(run_dir: Path, record: RunRecord) -> dict[str, Any]:
+    """Fill the record with the verdict, anomalies and any error from the run's results.json; return it."""
     try:
         results = json.loads((run_dir / "results.json").read_text())
     except (OSError, ValueError) as e:
         record.status, record.valid = UNKNOWN, UNKNOWN
         record.error = f"the run wrote no readable results.json ({e})"
-        return
+        return {}
     valid = results.get("valid", UNKNOWN)
     record.valid = valid
     record.status = VALID if valid is True else INVALID if valid is False else UNKNOWN
@@ -158,6 +158,7 @@ def _read_results(run_dir: Path, record: RunRecord) -> None:
                 "examples": [ex.get("summary") or ex.get("explanation") or json.dumps(ex, default=str)[:300]
                              for ex in a.get("examples", [])[:MAX_EXAMPLES_PER_ANOMALY]],
             })
+    return results
 
 
 def _document(campaign: Campaign, records: list[RunRecord], started_at: str, elapsed: float,

@@ -385,3 +385,26 @@ def test_an_unwritable_store_is_one_sentence_and_exit_3(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(blocker)])
     assert r.exit_code == 3 and "pass a writable --store directory" in r.output
     assert "Traceback" not in r.output and fake.specs == []
+
+
+def test_a_run_without_results_is_unknown_and_says_so(tmp_path):
+    plan = load_campaign(write(tmp_path, MINIMAL), store=str(tmp_path / "store"))
+
+    def no_results(spec, log=print, panel=False):
+        return 3, create_run_dir(spec.store, spec.name)
+
+    code, cdir = run_campaign(plan, run=no_results, log=lambda m: None)
+    run = json.loads((cdir / "campaign.json").read_text())["runs"][0]
+    assert run["status"] == "unknown" and "wrote no readable results.json" in run["error"] and code == 2
+
+
+def test_ctrl_c_between_phases_stops_the_campaign(tmp_path):
+    plan = load_campaign(write(tmp_path, TWO_BY_TWO), store=str(tmp_path / "store"))
+
+    def ctrl_c(spec, log=print, panel=False):
+        raise KeyboardInterrupt
+
+    code, cdir = run_campaign(plan, run=ctrl_c, log=lambda m: None)
+    runs = json.loads((cdir / "campaign.json").read_text())["runs"]
+    assert runs[0]["status"] == "unknown" and "Ctrl-C" in runs[0]["error"]
+    assert [r["skipped"] for r in runs[1:]] == ["interrupted"] * 7 and code == 2
