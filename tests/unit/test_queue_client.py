@@ -29,7 +29,7 @@ class FakeProducer:
 
 @pytest.mark.parametrize("exc,outcome", [
     (kerr.NotEnoughReplicasError(), "fail"),               # rejected before the append (002 2.6)
-    (kerr.NotLeaderForPartitionError(), "fail"),
+    (kerr.NotLeaderForPartitionError(), "info"),          # also sent to appended acks=all requests on failover
     (kerr.UnknownTopicOrPartitionError(), "fail"),
     (kerr.NotEnoughReplicasAfterAppendError(), "info"),    # appended, not yet replicated
     (kerr.KafkaTimeoutError(), "info"),
