@@ -135,24 +135,22 @@ def iter_history(path: str | os.PathLike) -> Iterator[Op]:
     dropped if it does not parse. Any other bad line raises HistoryFormatError naming it.
     """
     path = str(path)
+    # Line by line, not read whole: the Spark pipeline ingests histories of tens of millions of ops.
     with open(path, "rb") as fh:
-        data = fh.read()
-    lines = data.split(b"\n")
-    last = len(lines) - 1
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        try:
-            d = _loads(raw)
-        except ValueError as e:
-            if i == last:  # torn final line: the writer died while writing it
-                return
-            msg = getattr(e, "msg", str(e))
-            raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
-        op = _validate(d, i + 1, path)
-        if op.index < 0:
-            op.index = i
-        yield op
+        for i, raw in enumerate(fh):
+            if not raw.strip():
+                continue
+            try:
+                d = _loads(raw)
+            except ValueError as e:
+                if not raw.endswith(b"\n"):  # torn final line: the writer died while writing it
+                    return
+                msg = getattr(e, "msg", str(e))
+                raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
+            op = _validate(d, i + 1, path)
+            if op.index < 0:
+                op.index = i
+            yield op
 
 
 def read_history(path: str | os.PathLike) -> list[Op]:
