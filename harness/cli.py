@@ -12,12 +12,14 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.cluster_cli import cluster_app, image_app
+from results.pipeline.cli import pipeline_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
 err = Console(stderr=True, soft_wrap=True)  # one message, one line: easy to grep in CI logs
 app.add_typer(image_app, name="image")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(pipeline_app, name="pipeline")
 
 
 def _fail(message: str, code: int = 3) -> None:

@@ -1,0 +1,173 @@
+"""`kafkaesque pipeline ingest|check|summarize`: the typer commands, progress and tables (rich) and exit codes.
+
+Exit codes: ingest 0; check 0 every run valid, 1 any invalid, 2 any unknown and none invalid
+(as `kafkaesque run` and campaigns), 4 with --compare when Spark and the in-process checker
+disagree on a run; summarize 0. A user error (no Java, bad path, no runs) is one sentence, exit 3.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from results.pipeline import PipelineError
+
+pipeline_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                           help="The Spark pipeline over stored histories: ingest to Parquet, check, summarize.")
+err = Console(stderr=True, soft_wrap=True)
+EXIT_DISAGREE = 4
+
+Warehouse = Annotated[Path, typer.Option(help="where the Parquet tables are (written by ingest)")]
+Master = Annotated[str, typer.Option("--spark-master", help="local[*], local[2], or spark://host:7077")]
+SparkLogs = Annotated[bool, typer.Option("--spark-logs", help="show Spark's own logs (default: a file under "
+                                                              "<warehouse>/spark-logs/)")]
+Campaigns = Annotated[list[str] | None, typer.Option("--campaign", help="only this campaign (repeatable)")]
+SparkConf = Annotated[list[str] | None, typer.Option("--spark-conf", help="extra Spark setting KEY=VALUE (repeatable)")]
+DEFAULT_WAREHOUSE = Path("store/pipeline")
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/] {message}")
+    raise typer.Exit(3)
+
+
+def _spinner(text: str) -> Progress:
+    return Progress(SpinnerColumn(), TextColumn(text), TimeElapsedColumn(), console=err, transient=True)
+
+
+def _session(master: str, warehouse: Path, command: str, spark_logs: bool, conf: list[str] | None):
+    from results.pipeline.session import start_session
+
+    extra = {}
+    for kv in conf or []:
+        if "=" not in kv:
+            _fail(f"--spark-conf {kv!r} is not KEY=VALUE; write e.g. --spark-conf spark.driver.memory=2g.")
+        k, v = kv.split("=", 1)
+        extra[k] = v
+    with _spinner(f"starting Spark ({master})"):
+        spark, log_file = start_session(master, warehouse, command, spark_logs, extra)
+    if log_file:
+        err.print(f"[dim]Spark's log: {log_file}[/]")
+    return spark
+
+
+def _need_tables(warehouse: Path) -> None:
+    if not (warehouse / "runs").is_dir() or not any((warehouse / "runs").glob("campaign=*/run=*/part-0.parquet")):
+        raise PipelineError(f"no ingested runs in {warehouse}; run `kafkaesque pipeline ingest STORE "
+                            f"--warehouse {warehouse}` first.")
+
+
+@pipeline_app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="store, campaign or run directories")],
+    warehouse: Warehouse = DEFAULT_WAREHOUSE,
+    force: Annotated[bool, typer.Option(help="ingest again runs already ingested from the same history")] = False,
+    jobs: Annotated[int, typer.Option(help="runs ingested in parallel (processes)")] = 2,
+) -> None:
+    """Stored runs -> Parquet tables ops, reads and runs under the warehouse, partitioned by campaign and run."""
+    from results.pipeline.ingest import ingest as run_ingest
+
+    t0 = time.perf_counter()
+    try:
+        with Progress(SpinnerColumn(), TextColumn("ingesting {task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(), console=err,
+                      transient=True) as progress:
+            task = progress.add_task("runs", total=None)
+
+            def step(done, total, src, _what):
+                progress.update(task, total=total, completed=done, description=f"{src.campaign}/{src.run}")
+
+            summary = run_ingest(paths, warehouse, force=force, jobs=max(1, jobs), progress=step)
+    except PipelineError as e:
+        _fail(str(e))
+    err.print(f"ingested {summary['ingested']} run(s) ({summary['ops']:,} ops, {summary['reads']:,} records read), "
+              f"{summary['skipped']} already up to date, in {time.perf_counter() - t0:.1f} s -> {warehouse}")
+    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}))
+
+
+@pipeline_app.command()
+def check(
+    warehouse: Warehouse = DEFAULT_WAREHOUSE,
+    spark_master: Master = "local[*]",
+    spark_logs: SparkLogs = False,
+    campaign: Campaigns = None,
+    output: Annotated[Path | None, typer.Option(help="JSON output (default <warehouse>/check.json)")] = None,
+    compare: Annotated[bool, typer.Option(help="exit 4 if a verdict or count differs from the run's results.json")]
+    = False,
+    spark_conf: SparkConf = None,
+) -> None:
+    """The queue checks (lost, unexpected, duplicate, inconsistent offsets, nonmonotonic, skips) as Spark jobs."""
+    from results.pipeline.queue_checks import COUNT_COLUMNS, disagreements
+    from results.pipeline.queue_checks import check as run_check
+
+    try:
+        _need_tables(warehouse)
+        spark = _session(spark_master, warehouse, "check", spark_logs, spark_conf)
+    except PipelineError as e:
+        _fail(str(e))
+    t0 = time.perf_counter()
+    try:
+        with _spinner("checking runs on Spark"):
+            rows = run_check(spark, str(warehouse.resolve()), campaign)
+    finally:
+        spark.stop()
+    elapsed = time.perf_counter() - t0
+    diffs = disagreements(rows)
+    table = Table(title=f"queue checks on Spark ({len(rows)} runs, {elapsed:.1f} s)")
+    short = {"lost_write": "lost", "unexpected": "unexp", "duplicate": "dup", "inconsistent_offsets": "incons",
+             "nonmonotonic_poll": "nonmono", "poll_skip": "skip"}
+    for c in ("campaign", "run", "verdict", *COUNT_COLUMNS, "uncovered"):
+        table.add_column(short.get(c, c), overflow="fold")
+    colour = {"true": "green", "false": "red"}
+    for r in rows:
+        table.add_row(r["campaign"], r["run"], f"[{colour.get(r['verdict'], 'yellow')}]{r['verdict']}[/]",
+                      *[str(r[c]) for c in COUNT_COLUMNS], str(r["uncovered"]))
+    err.print(table)
+    out = output or warehouse / "check.json"
+    out.write_text(json.dumps({"master": spark_master, "seconds": round(elapsed, 3), "runs": rows,
+                               "disagreements": diffs}, indent=2, default=str) + "\n")
+    err.print(f"written: {out}")
+    for d in diffs:
+        err.print(f"[red]differs from the in-process checker:[/] {d}")
+    verdicts = [r["verdict"] for r in rows]
+    print(json.dumps({"runs": len(rows), "false": verdicts.count("false"), "unknown": verdicts.count("unknown"),
+                      "disagreements": len(diffs)}))
+    if compare and diffs:
+        raise typer.Exit(EXIT_DISAGREE)
+    raise typer.Exit(1 if "false" in verdicts else 2 if "unknown" in verdicts else 0)
+
+
+@pipeline_app.command()
+def summarize(
+    warehouse: Warehouse = DEFAULT_WAREHOUSE,
+    spark_master: Master = "local[*]",
+    spark_logs: SparkLogs = False,
+    campaign: Campaigns = None,
+    output: Annotated[Path | None, typer.Option(help="JSON output (default <warehouse>/summary.json)")] = None,
+    spark_conf: SparkConf = None,
+) -> None:
+    """Campaign aggregates: anomalies by nemesis x variant x acks x flush, latency in/out of faults, recovery."""
+    from results.pipeline.summarize import print_summary
+    from results.pipeline.summarize import summarize as run_summarize
+
+    try:
+        _need_tables(warehouse)
+        spark = _session(spark_master, warehouse, "summarize", spark_logs, spark_conf)
+    except PipelineError as e:
+        _fail(str(e))
+    try:
+        with _spinner("aggregating on Spark"):
+            summary = run_summarize(spark, str(warehouse.resolve()), campaign)
+    finally:
+        spark.stop()
+    out = output or warehouse / "summary.json"
+    out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print_summary(summary, err)
+    err.print(f"written: {out}")

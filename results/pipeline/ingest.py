@@ -1,0 +1,434 @@
+"""`pipeline ingest`: stored runs -> Parquet, once, so later Spark jobs never parse JSON again.
+
+Input: a store dir, a campaign dir (<store>/campaigns/<name>/<stamp>/ with campaign.json) or
+run dirs (test.json + history.jsonl [+ results.json], results/store.py). Each run's history
+is read with the project's one reader (harness.history.iter_history) and written with
+pyarrow, in row groups of a million rows so memory stays flat on 50M-op histories. Spark is
+not needed here (no JVM start-up); the checks and aggregates that read these tables are Spark.
+
+Tables under the warehouse (default store/pipeline), Hive-partitioned by campaign and run:
+
+  ops/campaign=C/run=R/part-0.parquet     one row per op, queue values flattened:
+      seq (line order, what pairing follows), index, time, process (null: nemesis), type, f,
+      key, value, offset (send: [key, value] / ok [key, [offset, value]]; final-poll: [key] /
+      ok [key, hwm, ...] gives key and hwm), node, error, value_json (nemesis and other payloads)
+  reads/campaign=C/run=R/part-0.parquet   one row per record a poll or final-poll returned:
+      seq (of the completion), pos (order inside it), kind ("poll" for a {key: recs} value,
+      "final-poll" for [key, hwm, recs]), key, offset, value
+  runs/campaign=C/run=R/part-0.parquet    one row per run: the spec fields, results.json's
+      verdicts and in-process queue anomaly counts, fault windows from the nemesis ops, and
+      the history's size and mtime (a run already ingested from the same file is skipped)
+
+With reads as (key, offset, value) rows the set-based checks are joins and group-bys
+(results/pipeline/queue_checks.py). Campaign is the campaign's "<name>-<stamp>" or "none".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from results.pipeline import PipelineError
+
+NO_CAMPAIGN = "none"
+ROW_GROUP = 1_000_000
+QUEUE_ANOMALIES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip")
+
+
+def _column(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def ops_schema():
+    import pyarrow as pa
+
+    return pa.schema([("seq", pa.int64()), ("index", pa.int64()), ("time", pa.int64()), ("process", pa.int64()),
+                      ("type", pa.string()), ("f", pa.string()), ("key", pa.int64()), ("value", pa.int64()),
+                      ("offset", pa.int64()), ("hwm", pa.int64()), ("node", pa.string()), ("error", pa.string()),
+                      ("value_json", pa.string())])
+
+
+def reads_schema():
+    import pyarrow as pa
+
+    return pa.schema([("seq", pa.int64()), ("pos", pa.int32()), ("kind", pa.string()), ("key", pa.int64()),
+                      ("offset", pa.int64()), ("value", pa.int64())])
+
+
+def runs_schema():
+    import pyarrow as pa
+
+    window = pa.struct([("fault", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64())])
+    return pa.schema([
+        ("run_dir", pa.string()), ("test_name", pa.string()), ("started", pa.string()), ("workload", pa.string()),
+        ("nemesis", pa.string()), ("nemesis_target", pa.string()), ("nemesis_interval", pa.float64()),
+        ("broker_variant", pa.string()), ("acks", pa.string()), ("flush_policy", pa.string()),
+        ("partitions", pa.int64()), ("concurrency", pa.int64()), ("time_limit", pa.float64()),
+        ("cluster", pa.string()), ("seed", pa.int64()),
+        ("verdict", pa.string()), ("queue_verdict", pa.string()),
+        *[(f"inproc_{_column(n)}", pa.int64()) for n in QUEUE_ANOMALIES],
+        ("ops", pa.int64()), ("reads", pa.int64()), ("first_ns", pa.int64()), ("last_ns", pa.int64()),
+        ("fault_windows", pa.list_(window)), ("history_bytes", pa.int64()), ("history_mtime_ns", pa.int64()),
+    ])
+
+
+@dataclass(frozen=True)
+class RunSource:
+    run_dir: Path
+    campaign: str
+    run: str
+
+
+def _safe(name: str) -> str:
+    """A partition value: no '/', '=' or spaces (Hive-style directory names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "_"
+
+
+def _is_run_dir(p: Path) -> bool:
+    return (p / "test.json").is_file() and (p / "history.jsonl").is_file()
+
+
+def _campaign_runs(campaign_dir: Path) -> tuple[str, list[Path]]:
+    """The campaign's partition name and its runs' directories, as campaign.json recorded them."""
+    try:
+        data = json.loads((campaign_dir / "campaign.json").read_text())
+    except (OSError, ValueError) as e:
+        raise PipelineError(f"{campaign_dir / 'campaign.json'} is unreadable ({e}); re-run the campaign "
+                            "or pass its run directories instead.") from None
+    store_root = campaign_dir.parent.parent.parent  # <store>/campaigns/<name>/<stamp>
+    runs = []
+    for rec in data.get("runs", []):
+        rd = rec.get("run_dir")
+        if not rd:
+            continue  # skipped or never reached
+        p = Path(rd)
+        if not p.is_absolute() and not _is_run_dir(p):  # recorded relative to the campaign's cwd
+            p = store_root / Path(rd).parts[-2] / Path(rd).parts[-1]
+        if _is_run_dir(p):
+            runs.append(p.resolve())
+    return _safe(f"{data.get('name', campaign_dir.parent.name)}-{campaign_dir.name}"), runs
+
+
+def discover_runs(paths: Iterable[Path]) -> list[RunSource]:
+    """Run dirs under the given store, campaign or run directories, each with its campaign."""
+    found: dict[Path, str] = {}
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            raise PipelineError(f"{path} does not exist; pass a store, campaign or run directory.")
+        if _is_run_dir(path):
+            found.setdefault(path.resolve(), NO_CAMPAIGN)
+        elif (path / "campaign.json").is_file():
+            name, runs = _campaign_runs(path)
+            for r in runs:
+                found[r] = name
+        elif path.is_dir():  # a store: <store>/<test>/<stamp>/ and <store>/campaigns/<name>/<stamp>/
+            campaign_of: dict[Path, str] = {}
+            for cj in sorted(path.glob("campaigns/*/*/campaign.json")):
+                if not cj.parent.is_symlink():
+                    name, runs = _campaign_runs(cj.parent)
+                    campaign_of.update({r: name for r in runs})
+            for test_dir in sorted(p for p in path.iterdir() if p.is_dir() and p.name != "campaigns"):
+                for run in sorted(test_dir.iterdir()):
+                    if not run.is_symlink() and _is_run_dir(run):
+                        r = run.resolve()
+                        found[r] = campaign_of.get(r, found.get(r, NO_CAMPAIGN))
+        else:
+            raise PipelineError(f"{path} is not a directory; pass a store, campaign or run directory.")
+    sources, used = [], set()
+    for run_dir, campaign in sorted(found.items(), key=lambda kv: (kv[1], str(kv[0]))):
+        run = _safe(f"{run_dir.parent.name}-{run_dir.name}")
+        n = 2
+        while (campaign, run) in used:  # the same test name and second in two stores
+            run = _safe(f"{run_dir.parent.name}-{run_dir.name}-{n}")
+            n += 1
+        used.add((campaign, run))
+        sources.append(RunSource(run_dir, campaign, run))
+    if not sources:
+        raise PipelineError(f"no stored runs under {', '.join(map(str, paths))} (a run directory has test.json and "
+                            "history.jsonl); pass a store, campaign or run directory.")
+    return sources
+
+
+def _int(x: Any, what: str, path: Path, line: int) -> int:
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, str) and re.fullmatch(r"-?\d+", x):  # poll keys are JSON object keys: strings
+        return int(x)
+    raise PipelineError(f"{path} line {line}: {what} {x!r} is not an integer; the pipeline's tables hold the "
+                        "queue workload's integer keys, offsets and values (check other workloads with "
+                        "`kafkaesque analyze`).")
+
+
+def _verdict(v: Any) -> str | None:
+    if v is None:
+        return None
+    return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+
+
+class _Windows:
+    """Fault windows from the nemesis ops: start-X invoked .. stop-X completed, or the final heal, or the end."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+        self.closed: list[dict[str, Any]] = []
+
+    def see(self, op) -> None:
+        f = op.f
+        if op.type == "invoke" and f.startswith("start-"):
+            self.open.setdefault(f[len("start-"):], op.time)
+        elif op.type != "invoke" and f.startswith("stop-"):
+            self._close(f[len("stop-"):], op.time)
+        elif op.type != "invoke" and f == "heal":
+            for fault in list(self.open):
+                self._close(fault, op.time)
+
+    def _close(self, fault: str, t: int) -> None:
+        start = self.open.pop(fault, None)
+        if start is not None:
+            self.closed.append({"fault": fault, "start_ns": start, "end_ns": t})
+
+    def finish(self, last_ns: int) -> list[dict[str, Any]]:
+        for fault in list(self.open):
+            self._close(fault, last_ns)
+        return sorted(self.closed, key=lambda w: w["start_ns"])
+
+
+class _TableWriter:
+    """Column lists flushed as row groups to `<dir>/part-0.parquet` (written as a dot-file, renamed at close)."""
+
+    def __init__(self, out_dir: Path, schema) -> None:
+        import pyarrow.parquet as pq
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.final = out_dir / "part-0.parquet"
+        self.tmp = out_dir / ".part-0.parquet.tmp"  # Spark skips dot-files: a crashed ingest leaves nothing read
+        self.schema = schema
+        self.cols: dict[str, list] = {n: [] for n in schema.names}
+        self.rows = 0
+        self.writer = pq.ParquetWriter(self.tmp, schema, compression="snappy")
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if self.cols[self.schema.names[0]]:
+            try:
+                table = pa.Table.from_pydict(self.cols, schema=self.schema)
+            except (OverflowError, pa.ArrowInvalid) as e:
+                raise PipelineError(f"a value does not fit the pipeline's 64-bit columns ({e}); "
+                                    "the queue workload's values are 64-bit integers.") from None
+            self.writer.write_table(table, row_group_size=ROW_GROUP)
+            for v in self.cols.values():
+                v.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+        os.replace(self.tmp, self.final)
+
+
+def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str, Any]:
+    """Write the ops and reads tables of one history; return counts, times and fault windows."""
+    from harness.history import NEMESIS, iter_history
+
+    ops_w, reads_w = _TableWriter(ops_dir, ops_schema()), _TableWriter(reads_dir, reads_schema())
+    o, r = ops_w.cols, reads_w.cols
+    o_seq, o_index, o_time, o_process, o_type, o_f = o["seq"], o["index"], o["time"], o["process"], o["type"], o["f"]
+    o_key, o_value, o_offset, o_hwm = o["key"], o["value"], o["offset"], o["hwm"]
+    o_node, o_error, o_json = o["node"], o["error"], o["value_json"]
+    r_seq, r_pos, r_kind, r_key, r_offset, r_value = r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]
+    windows = _Windows()
+    n_ops = n_reads = 0
+    first_ns = last_ns = None
+    for op in iter_history(history):
+        seq = n_ops  # pairing follows the file's order (harness.history.pair_ops), whatever `index` says
+        line = n_ops + 1
+        v = op.value
+        key = value = offset = hwm = vjson = None
+        if op.process == NEMESIS:
+            windows.see(op)
+            if v is not None:
+                vjson = json.dumps(v, separators=(",", ":"), default=str)
+        elif isinstance(v, dict):  # poll completion {"key": [[offset, value], ...]}
+            pos = 0
+            for k, recs in v.items():
+                ik = _int(k, "key", history, line)
+                for rec in recs or ():
+                    r_seq.append(seq)
+                    r_pos.append(pos)
+                    r_kind.append("poll")
+                    r_key.append(ik)
+                    r_offset.append(_int(rec[0], "offset", history, line))
+                    r_value.append(_int(rec[1], "value", history, line))
+                    pos += 1
+            n_reads += pos
+        elif isinstance(v, list):
+            if len(v) == 2:  # send [key, value] or ok [key, [offset, value]]
+                key = _int(v[0], "key", history, line)
+                if isinstance(v[1], list) and len(v[1]) == 2:
+                    offset = _int(v[1][0], "offset", history, line)
+                    value = _int(v[1][1], "value", history, line)
+                else:
+                    value = _int(v[1], "value", history, line)
+            elif len(v) == 1:  # final-poll invoke [key]
+                key = _int(v[0], "key", history, line)
+            elif len(v) == 3:  # final-poll ok [key, hwm, [[offset, value], ...]]
+                key = _int(v[0], "key", history, line)
+                hwm = _int(v[1], "hwm", history, line)
+                pos = 0
+                for rec in v[2] or ():
+                    r_seq.append(seq)
+                    r_pos.append(pos)
+                    r_kind.append("final-poll")
+                    r_key.append(key)
+                    r_offset.append(_int(rec[0], "offset", history, line))
+                    r_value.append(_int(rec[1], "value", history, line))
+                    pos += 1
+                n_reads += pos
+            else:
+                vjson = json.dumps(v, separators=(",", ":"), default=str)
+        elif v is not None:
+            vjson = json.dumps(v, separators=(",", ":"), default=str)
+        o_seq.append(seq)
+        o_index.append(op.index)
+        o_time.append(op.time)
+        o_process.append(None if op.process == NEMESIS else int(op.process))
+        o_type.append(op.type)
+        o_f.append(op.f)
+        o_key.append(key)
+        o_value.append(value)
+        o_offset.append(offset)
+        o_hwm.append(hwm)
+        o_node.append(op.node)
+        o_error.append(None if op.error is None else str(op.error))
+        o_json.append(vjson)
+        n_ops += 1
+        if first_ns is None:
+            first_ns = op.time
+        last_ns = op.time
+        if len(o_seq) >= ROW_GROUP:
+            ops_w.flush()
+        if len(r_seq) >= ROW_GROUP:
+            reads_w.flush()
+    ops_w.close()
+    reads_w.close()
+    return {"ops": n_ops, "reads": n_reads, "first_ns": first_ns, "last_ns": last_ns,
+            "fault_windows": windows.finish(last_ns or 0)}
+
+
+def _run_row(src: RunSource, flat: dict[str, Any], history: Path) -> dict[str, Any]:
+    test = json.loads((src.run_dir / "test.json").read_text())
+    results: dict[str, Any] = {}
+    if (src.run_dir / "results.json").is_file():
+        try:
+            results = json.loads((src.run_dir / "results.json").read_text())
+        except ValueError:
+            results = {}
+    queue = (results.get("checkers") or {}).get("queue") or {}
+    qstats = queue.get("stats") or {}
+    st = history.stat()
+    row = {
+        "run_dir": str(src.run_dir), "test_name": src.run_dir.parent.name, "started": src.run_dir.name,
+        "workload": test.get("workload"), "nemesis": ",".join(test.get("nemesis") or []) or "none",
+        "nemesis_target": test.get("nemesis_target"), "nemesis_interval": test.get("nemesis_interval"),
+        "broker_variant": test.get("broker_variant", "default"), "acks": str(test.get("acks", "all")),
+        "flush_policy": test.get("flush_policy"), "partitions": test.get("partitions"),
+        "concurrency": test.get("concurrency"), "time_limit": test.get("time_limit"),
+        "cluster": test.get("cluster"), "seed": test.get("seed"),
+        "verdict": _verdict(results.get("valid")) if results else "incomplete",
+        "queue_verdict": _verdict(queue.get("valid")),
+        **{f"inproc_{_column(n)}": qstats.get(f"{n}-count") for n in QUEUE_ANOMALIES},
+        **flat, "history_bytes": st.st_size, "history_mtime_ns": st.st_mtime_ns,
+    }
+    return row
+
+
+def _table_dirs(warehouse: Path, src: RunSource) -> dict[str, Path]:
+    part = Path(f"campaign={src.campaign}") / f"run={src.run}"
+    return {t: warehouse / t / part for t in ("ops", "reads", "runs")}
+
+
+def _up_to_date(warehouse: Path, src: RunSource) -> bool:
+    import pyarrow.parquet as pq
+
+    f = _table_dirs(warehouse, src)["runs"] / "part-0.parquet"
+    if not f.is_file():
+        return False
+    try:
+        row = pq.read_table(f, columns=["history_bytes", "history_mtime_ns"]).to_pylist()[0]
+    except Exception:  # noqa: BLE001 - an unreadable marker means: ingest again
+        return False
+    st = (src.run_dir / "history.jsonl").stat()
+    return row["history_bytes"] == st.st_size and row["history_mtime_ns"] == st.st_mtime_ns
+
+
+def ingest_run(src: RunSource, warehouse: Path) -> dict[str, Any]:
+    """Write one run's three tables (runs last: it marks the run as ingested). Returns its runs row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from harness.history import HistoryFormatError
+
+    dirs = _table_dirs(warehouse, src)
+    for d in dirs.values():
+        if d.exists():
+            shutil.rmtree(d)
+    history = src.run_dir / "history.jsonl"
+    try:
+        flat = _flatten_history(history, dirs["ops"], dirs["reads"])
+        row = _run_row(src, flat, history)
+    except HistoryFormatError as e:
+        raise PipelineError(f"{e} Fix or remove that run, then ingest again.") from None
+    except ValueError as e:  # test.json that is not JSON
+        raise PipelineError(f"{src.run_dir / 'test.json'} is not valid JSON ({e}); fix or remove that run.") from None
+    dirs["runs"].mkdir(parents=True, exist_ok=True)
+    tmp = dirs["runs"] / ".part-0.parquet.tmp"
+    pq.write_table(pa.Table.from_pylist([row], schema=runs_schema()), tmp)
+    os.replace(tmp, dirs["runs"] / "part-0.parquet")
+    return {"campaign": src.campaign, "run": src.run, **row}
+
+
+def _ingest_one(args: tuple[RunSource, Path]) -> dict[str, Any]:
+    src, warehouse = args
+    return ingest_run(src, warehouse)
+
+
+def ingest(paths: Iterable[Path], warehouse: Path, force: bool = False, jobs: int = 2,
+           progress: Callable[[int, int, RunSource, str], None] | None = None) -> dict[str, Any]:
+    """Ingest every run found under `paths` into `warehouse`; runs already ingested from the same file are skipped."""
+    sources = discover_runs(paths)
+    try:
+        warehouse.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PipelineError(f"cannot create the warehouse {warehouse} ({e.strerror}); pass a writable --warehouse.") \
+            from None
+    todo = [s for s in sources if force or not _up_to_date(warehouse, s)]
+    skipped = len(sources) - len(todo)
+    rows: list[dict[str, Any]] = []
+    done = 0
+    if jobs > 1 and len(todo) > 1:  # runs are independent: one process per core
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            for src, row in zip(todo, pool.map(_ingest_one, [(s, warehouse) for s in todo]), strict=True):
+                rows.append(row)
+                done += 1
+                if progress:
+                    progress(done, len(todo), src, "ingested")
+    else:
+        for src in todo:
+            rows.append(ingest_run(src, warehouse))
+            done += 1
+            if progress:
+                progress(done, len(todo), src, "ingested")
+    return {"warehouse": str(warehouse), "found": len(sources), "ingested": len(rows), "skipped": skipped,
+            "ops": sum(r["ops"] for r in rows), "reads": sum(r["reads"] for r in rows),
+            "runs": [{"campaign": r["campaign"], "run": r["run"], "run_dir": r["run_dir"], "ops": r["ops"]}
+                     for r in rows]}

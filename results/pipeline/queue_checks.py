@@ -1,0 +1,152 @@
+"""The queue checks as Spark DataFrame jobs over the ingested tables (results/pipeline/ingest.py).
+
+Same definitions as checkers/queue.py, which is the one definition of each anomaly; this
+module restates them as set operations so a campaign of runs is checked in one Spark job,
+and the differential test (tests/integration/test_pipeline.py) holds the two equal, run by run:
+
+  pairing     checkers pair an invoke with the next op of its process when that op is not an
+              invoke (harness.history.pair_ops); no such op: indeterminate (info). Here: lead()
+              over (run, process) ordered by file position.
+  reads       records of ok poll / final-poll pairs (a record's kind must match the invoke's f)
+  lost-write  an ok send (key, offset, value from its completion) whose key has a final read,
+              and whose value is in no final read of the key, or whose offset is below the
+              key's highest final HWM and no read saw the value at that offset
+  unexpected  a (key, value) read but never sent (any send invoke, whatever its outcome)
+  duplicate   a (key, value) read at two or more offsets
+  inconsistent-offsets  per (key, offset), distinct values read minus one
+  nonmonotonic-poll / poll-skip  per (process, key), each record read compared with the one
+              before it: the previous record of the same op, else the last record of an
+              earlier *poll* (final-polls do not move a consumer's position): offset <= prev is
+              nonmonotonic, offset > prev + 1 a skip
+  verdict     false on any anomaly; else unknown when an ok send's key has no final read; else true
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from results.pipeline.ingest import QUEUE_ANOMALIES, _column
+
+RUN = ["campaign", "run"]
+COUNT_COLUMNS = [_column(n) for n in QUEUE_ANOMALIES]  # lost_write, unexpected, ...
+
+
+def load_tables(spark, warehouse: str, campaigns: list[str] | None = None, runs: list[str] | None = None):
+    """(runs, ops, reads) DataFrames, restricted to the given campaigns / run ids (partition pruning)."""
+    from pyspark.sql import functions as F
+
+    def read(table: str):
+        df = spark.read.option("basePath", f"{warehouse}/{table}").parquet(f"{warehouse}/{table}")
+        if campaigns:
+            df = df.where(F.col("campaign").isin(campaigns))
+        if runs:
+            df = df.where(F.col("run").isin(runs))
+        return df
+
+    return read("runs"), read("ops"), read("reads")
+
+
+def pair_ops(ops):
+    """One row per client invoke with its completion's fields (c_*) and outcome (ok/fail/info)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("campaign", "run", "process").orderBy("seq")
+    nxt = {c: F.lead(c).over(w) for c in ("type", "seq", "time", "key", "value", "offset", "hwm")}
+    completed = nxt["type"].isNotNull() & (nxt["type"] != "invoke")
+    return (ops.where(F.col("process").isNotNull())
+            .select(*RUN, "process", "f", "type", F.col("seq").alias("inv_seq"), F.col("time").alias("inv_time"),
+                    F.col("key").alias("inv_key"), F.col("value").alias("inv_value"),
+                    *[F.when(completed, e).alias(f"c_{c}") for c, e in nxt.items() if c != "type"],
+                    F.when(completed, nxt["type"]).otherwise(F.lit("info")).alias("outcome"))
+            .where(F.col("type") == "invoke").drop("type"))
+
+
+def queue_anomaly_counts(runs, ops, reads):
+    """Per run: campaign, run, the six anomaly counts, uncovered (ok sends of keys without a final read), verdict."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    pairs = pair_ops(ops).cache()
+    sent = pairs.where(F.col("f") == "send").select(*RUN, F.col("inv_key").alias("key"),
+                                                    F.col("inv_value").alias("value")).distinct()
+    acked = pairs.where((F.col("f") == "send") & (F.col("outcome") == "ok")).select(
+        *RUN, F.col("c_key").alias("key"), F.col("c_offset").alias("offset"), F.col("c_value").alias("value"))
+    read_ops = pairs.where(F.col("f").isin("poll", "final-poll") & (F.col("outcome") == "ok"))
+    rd = reads.join(read_ops.select(*RUN, F.col("c_seq").alias("seq"), F.col("f").alias("kind"), "inv_seq",
+                                    "process"), [*RUN, "seq", "kind"]).cache()
+    final_hwm = (read_ops.where((F.col("f") == "final-poll") & F.col("c_hwm").isNotNull())
+                 .groupBy(*RUN, F.col("c_key").alias("key")).agg(F.max("c_hwm").alias("hwm")))
+    in_final = (rd.where(F.col("kind") == "final-poll").select(*RUN, "key", "value").distinct()
+                .withColumn("in_final", F.lit(True)))
+    seen = rd.select(*RUN, "key", "offset", "value").distinct().cache()
+
+    def per_run(df, name):
+        return df.groupBy(*RUN).agg(F.count(F.lit(1)).alias(name))
+
+    inconsistent = (seen.groupBy(*RUN, "key", "offset").agg(F.count(F.lit(1)).alias("n"))
+                    .groupBy(*RUN).agg(F.sum(F.col("n") - 1).cast("long").alias("inconsistent_offsets")))
+    by_value = seen.groupBy(*RUN, "key", "value").agg(F.count(F.lit(1)).alias("n_offsets"))
+    duplicate = per_run(by_value.where(F.col("n_offsets") > 1), "duplicate")
+    unexpected = per_run(by_value.join(sent, [*RUN, "key", "value"], "left_anti"), "unexpected")
+
+    seen_flag = seen.withColumn("seen_at_offset", F.lit(True))
+    judged = (acked.join(final_hwm, [*RUN, "key"], "left")
+              .join(in_final, [*RUN, "key", "value"], "left")
+              .join(seen_flag, [*RUN, "key", "offset", "value"], "left"))
+    lost_cond = F.col("hwm").isNotNull() & (F.col("in_final").isNull()
+                                            | ((F.col("offset") < F.col("hwm")) & F.col("seen_at_offset").isNull()))
+    acked_counts = judged.groupBy(*RUN).agg(
+        F.sum(F.when(lost_cond, 1).otherwise(0)).cast("long").alias("lost_write"),
+        F.sum(F.when(F.col("hwm").isNull(), 1).otherwise(0)).cast("long").alias("uncovered"),
+        F.count(F.lit(1)).alias("acked_sends"))
+
+    # A consumer's position: the previous record of the same op, else the last record of an earlier poll.
+    chain = Window.partitionBy(*RUN, "process", "key").orderBy("inv_seq", "pos")
+    before = chain.rowsBetween(Window.unboundedPreceding, -1)
+    prev = F.when(F.lag("inv_seq").over(chain) == F.col("inv_seq"), F.lag("offset").over(chain)) \
+        .otherwise(F.last(F.when(F.col("kind") == "poll", F.col("offset")), ignorenulls=True).over(before))
+    steps = rd.select(*RUN, "offset", prev.alias("prev"))
+    order = steps.where(F.col("prev").isNotNull()).groupBy(*RUN).agg(
+        F.sum(F.when(F.col("offset") <= F.col("prev"), 1).otherwise(0)).cast("long").alias("nonmonotonic_poll"),
+        F.sum(F.when(F.col("offset") > F.col("prev") + 1, 1).otherwise(0)).cast("long").alias("poll_skip"))
+
+    out = runs.select(*RUN)
+    for df in (acked_counts, unexpected, duplicate, inconsistent, order):
+        out = out.join(df, RUN, "left")
+    out = out.fillna(0, subset=[*COUNT_COLUMNS, "uncovered", "acked_sends"])
+    any_anomaly = sum((F.col(c) for c in COUNT_COLUMNS), F.lit(0)) > 0
+    verdict = (F.when(any_anomaly, F.lit("false")).when(F.col("uncovered") > 0, F.lit("unknown"))
+               .otherwise(F.lit("true")))
+    return out.withColumn("verdict", verdict).select(*RUN, "verdict", *COUNT_COLUMNS, "uncovered", "acked_sends")
+
+
+def check(spark, warehouse: str, campaigns: list[str] | None = None,
+          runs: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run the queue checks; per-run rows (with the in-process verdict and counts recorded at ingest beside)."""
+    from pyspark.sql import functions as F
+
+    runs_df, ops, reads = load_tables(spark, warehouse, campaigns, runs)
+    counts = queue_anomaly_counts(runs_df.where(F.col("workload") == "queue"), ops, reads)
+    inproc = runs_df.select(*RUN, "run_dir", "nemesis", "broker_variant", "acks", "flush_policy", "queue_verdict",
+                            *[f"inproc_{c}" for c in COUNT_COLUMNS])
+    rows = counts.join(inproc, RUN, "left").orderBy(*RUN).collect()
+    return [r.asDict() for r in rows]
+
+
+def disagreements(rows: list[dict[str, Any]]) -> list[str]:
+    """Runs where the Spark verdict or a count differs from the in-process checker's results.json."""
+    out = []
+    for r in rows:
+        if r.get("queue_verdict") is None:
+            continue  # no results.json: nothing to compare with
+        diffs = []
+        if r["verdict"] != r["queue_verdict"]:
+            diffs.append(f"verdict {r['verdict']} vs {r['queue_verdict']}")
+        for c in COUNT_COLUMNS:
+            mine, theirs = r[c], r.get(f"inproc_{c}")
+            if theirs is not None and mine != theirs:
+                diffs.append(f"{c} {mine} vs {theirs}")
+        if diffs:
+            out.append(f"{r['campaign']}/{r['run']}: " + ", ".join(diffs))
+    return out
