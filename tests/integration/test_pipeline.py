@@ -1,0 +1,333 @@
+"""The Spark pipeline against the in-process queue checker, run by run, on real Spark.
+
+24 stored runs are written in the store layout with the project's own HistoryWriter (no
+cluster needed): clean ones, and ones with each anomaly injected (lost, duplicate,
+unexpected, inconsistent offsets, nonmonotonic poll, poll skip, and a key without a final
+read: unknown), two of them in a campaign directory. Each gets results.json from
+harness.runner.analyze_history, exactly as `kafkaesque run` writes it. One real 5 s run on
+the local cluster joins them. Then `kafkaesque pipeline ingest` + `check` (Spark local[2],
+and a standalone master with two workers on loopback) must give every run the in-process
+checker's verdict and anomaly counts. `summarize` is checked for its shape and for sums
+that agree with the checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checkers.queue import ANOMALY_TYPES
+from harness.history import HistoryWriter, Op, read_history
+from harness.runner import analyze_history
+from harness.spec import TestSpec
+from results.store import write_json
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+COUNTS = [n.replace("-", "_") for n in ANOMALY_TYPES]
+INJECTIONS = ("lost-write", "duplicate", "unexpected", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
+              "no-final-read")
+
+
+def kafkaesque(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str]) -> None:
+    """A queue history shaped like a real one: concurrent sends (ok/fail/info), polls, nemesis windows, final reads."""
+    rng = random.Random(seed)
+    keys, n_pairs = 3, 300
+    logs: list[list[int]] = [[] for _ in range(keys)]
+    processes = list(range(4))
+    next_process = len(processes)
+    positions: dict[int, list[int]] = {p: [0] * keys for p in processes}
+    failed: dict[int, list[int]] = {k: [] for k in range(keys)}
+    value, t = 0, 0
+    injected_at = rng.randrange(n_pairs // 3, 2 * n_pairs // 3)
+    done = False
+    with HistoryWriter(path) as w:
+        def op(type_, f, process, v, **kw):
+            nonlocal t
+            t += rng.randrange(200_000, 3_000_000)
+            return w.append(Op(type_, f, process, v, time=t, **kw))
+
+        fault_on = False
+        for i in range(n_pairs):
+            if nemesis and i % 60 == 30:  # a fault window every 60 pairs, 25 pairs long
+                fault_on = True
+                op("invoke", f"start-{nemesis[0]}", "nemesis", None)
+                op("info", f"start-{nemesis[0]}", "nemesis", {nemesis[0]: ["broker-2"]})
+            if fault_on and i % 60 == 55:
+                fault_on = False
+                op("invoke", f"stop-{nemesis[0]}", "nemesis", None)
+                op("info", f"stop-{nemesis[0]}", "nemesis", {"healed": ["broker-2"]})
+            slot = rng.randrange(len(processes))
+            p = processes[slot]
+            here = inject is not None and not done and i >= injected_at  # the first op that can carry it
+            if rng.random() < 0.6:
+                k = rng.randrange(keys)
+                value += 1
+                op("invoke", "send", p, [k, value])
+                r = rng.random()
+                if here and inject == "lost-write":  # acknowledged at an offset, never in the log
+                    done = True
+                    op("ok", "send", p, [k, [len(logs[k]), value]])
+                elif here and inject == "duplicate":  # a retried send stored twice
+                    done = True
+                    logs[k] += [value, value]
+                    op("ok", "send", p, [k, [len(logs[k]) - 2, value]])
+                elif here and inject == "unexpected":  # a record nobody sent
+                    done = True
+                    logs[k] += [value, -value]
+                    op("ok", "send", p, [k, [len(logs[k]) - 2, value]])
+                elif r < 0.9:
+                    logs[k].append(value)
+                    op("ok", "send", p, [k, [len(logs[k]) - 1, value]])
+                elif r < 0.95:
+                    failed[k].append(value)
+                    op("fail", "send", p, [k, value], error="NotLeaderForPartitionError")
+                else:  # indeterminate: maybe stored; the process is done (Jepsen's rule)
+                    if rng.random() < 0.5:
+                        logs[k].append(value)
+                    op("info", "send", p, [k, value], error="KafkaTimeoutError")
+                    processes[slot] = next_process
+                    positions[next_process] = [0] * keys
+                    next_process += 1
+            else:
+                op("invoke", "poll", p, None)
+                if here and inject == "nonmonotonic-poll" and max(positions[p]) >= 2:
+                    done = True
+                    positions[p] = [max(0, x - 2) for x in positions[p]]
+                if here and inject == "poll-skip" and any(0 < x and x + 2 < len(logs[j])
+                                                          for j, x in enumerate(positions[p])):
+                    done = True
+                    positions[p] = [x + 2 if 0 < x and x + 2 < len(logs[j]) else x
+                                    for j, x in enumerate(positions[p])]
+                out = {}
+                for k in range(keys):
+                    start = positions[p][k]
+                    recs = [[o, logs[k][o]] for o in range(start, min(start + 5, len(logs[k])))]
+                    if here and inject == "inconsistent-offsets" and recs and failed[k]:
+                        done = True
+                        recs[0] = [recs[0][0], failed[k][0]]  # a divergent replica served a failed send's value
+                    if recs:
+                        out[str(k)] = recs
+                        positions[p][k] = recs[-1][0] + 1
+                op("ok", "poll", p, out)
+        if fault_on:
+            op("invoke", "heal", "nemesis", None)
+            op("info", "heal", "nemesis", {"errors": []})
+        for k in range(keys):
+            if inject == "no-final-read" and k == 0:
+                continue
+            p = next_process + k
+            op("invoke", "final-poll", p, [k])
+            op("ok", "final-poll", p, [k, len(logs[k]), [[o, v] for o, v in enumerate(logs[k])]])
+
+
+def write_run(store: Path, name: str, stamp: str, seed: int, inject: str | None, nemesis: list[str],
+              variant: str, acks: str) -> Path:
+    run = store / name / stamp
+    run.mkdir(parents=True)
+    spec = TestSpec(name=name, nemesis=nemesis, broker_variant=variant, acks=acks, partitions=3, seed=seed,
+                    store=str(store), cluster="local")
+    test = spec.to_dict()
+    write_json(run / "test.json", test)
+    write_history(run / "history.jsonl", seed, inject, nemesis)
+    results = analyze_history({**test, "run_dir": str(run)}, read_history(run / "history.jsonl"))
+    write_json(run / "results.json", results)
+    return run
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """24 synthetic runs (two in a campaign dir) and one real local-cluster run."""
+    store = tmp_path_factory.mktemp("pipeline") / "store"
+    nemeses, variants = (["kill"], ["pause"], ["partition"], []), ("default", "truncate-to-hw")
+    kinds = [None, None, None, *INJECTIONS, *INJECTIONS, None, None, None]  # 3 + 7 + 7 + 3 = 20
+    kinds += [None, "lost-write", "duplicate", None]  # 24
+    runs = []
+    for i, inject in enumerate(kinds):
+        runs.append(write_run(store, f"synthetic-{i % 3}", f"20260101T0000{i:02d}", seed=100 + i, inject=inject,
+                              nemesis=nemeses[i % 4], variant=variants[i % 2], acks="all" if i % 3 else "1"))
+    campaign = store / "campaigns" / "diff" / "20260101T000000"
+    campaign.mkdir(parents=True)
+    write_json(campaign / "campaign.json", {"name": "diff", "runs": [{"run_dir": str(r)} for r in runs[-2:]]})
+    r = kafkaesque("run", "--cluster", "local", "--time-limit", "5", "--nemesis", "kill", "--nemesis-interval", "2",
+                   "--recovery-wait", "2", "--store", str(store), "--name", "real", "--no-panel")
+    assert r.returncode in (0, 1, 2), r.stderr[-3000:]
+    return store
+
+
+@pytest.fixture(scope="module")
+def warehouse(store) -> Path:
+    wh = store.parent / "warehouse"
+    r = kafkaesque("pipeline", "ingest", str(store), "--warehouse", str(wh))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["ingested"] == 25
+    return wh
+
+
+def expected(store: Path) -> dict[str, dict]:
+    """run dir -> the in-process queue checker's verdict and counts, from results.json."""
+    out = {}
+    for res in store.glob("*/*/results.json"):
+        q = json.loads(res.read_text())["checkers"]["queue"]
+        v = {True: "true", False: "false"}.get(q["valid"], q["valid"])
+        out[str(res.parent.resolve())] = {"verdict": v, **{c: q["stats"][f"{n}-count"]
+                                                           for c, n in zip(COUNTS, ANOMALY_TYPES, strict=True)}}
+    return out
+
+
+def spark_rows(check_json: Path) -> dict[str, dict]:
+    rows = json.loads(check_json.read_text())["runs"]
+    return {r["run_dir"]: {"verdict": r["verdict"], **{c: r[c] for c in COUNTS}} for r in rows}
+
+
+def test_the_synthetic_runs_cover_every_anomaly_and_clean_runs(store):
+    exp = expected(store)
+    assert len(exp) == 25
+    verdicts = [e["verdict"] for e in exp.values()]
+    assert verdicts.count("true") >= 8 and verdicts.count("false") >= 12 and "unknown" in verdicts
+    for c in COUNTS:  # each anomaly kind is found in-process in at least two runs: the test compares something
+        assert sum(1 for e in exp.values() if e[c] > 0) >= 2, c
+
+
+def test_spark_check_equals_the_in_process_checker_on_every_run(store, warehouse, tmp_path):
+    out = tmp_path / "check.json"
+    r = kafkaesque("pipeline", "check", "--warehouse", str(warehouse), "--spark-master", "local[2]",
+                   "--output", str(out), "--compare")
+    assert r.returncode == 1, r.stderr[-3000:]  # some runs are invalid; 4 would mean a disagreement
+    assert spark_rows(out) == expected(store)
+    assert json.loads(out.read_text())["disagreements"] == []
+    assert "Traceback" not in r.stderr and "INFO" not in r.stderr  # Spark's logs went to the log file
+
+
+def test_campaign_runs_are_partitioned_under_their_campaign(warehouse):
+    runs = sorted(p.name for p in (warehouse / "runs" / "campaign=diff-20260101T000000").iterdir())
+    assert runs == ["run=synthetic-1-20260101T000022", "run=synthetic-2-20260101T000023"]
+    assert (warehouse / "reads" / "campaign=diff-20260101T000000" / runs[0] / "part-0.parquet").is_file()
+
+
+def test_ingest_again_skips_runs_already_ingested(store, warehouse):
+    r = kafkaesque("pipeline", "ingest", str(store), "--warehouse", str(warehouse))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["ingested"] == 0 and summary["skipped"] == 25
+
+
+def test_summarize_aggregates_by_cell_latency_and_recovery(store, warehouse, tmp_path):
+    out = tmp_path / "summary.json"
+    r = kafkaesque("pipeline", "summarize", "--warehouse", str(warehouse), "--spark-master", "local[2]",
+                   "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(out.read_text())
+    exp = expected(store)
+    assert s["runs"] == 25 and sum(c["runs"] for c in s["cells"]) == 25
+    for c in COUNTS:
+        assert sum(cell[c] for cell in s["cells"]) == sum(e[c] for e in exp.values()), c
+    phases = {(row["nemesis"], row["f"], row["phase"]) for row in s["latency"]}
+    assert ("kill", "send", "fault") in phases and ("kill", "send", "no-fault") in phases
+    assert ("none", "send", "fault") not in phases  # no windows without a nemesis
+    assert all(row["p50_ms"] <= row["p99_ms"] <= row["max_ms"] for row in s["latency"])
+    heals = s["recovery"]["heals"]
+    assert heals and all(h["recovery_s"] is None or h["recovery_s"] >= 0 for h in heals)
+    assert {c["fault"] for c in s["recovery"]["cells"]} >= {"kill", "pause", "partition"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def standalone_master(tmp_path):
+    """A Spark standalone master and two 1-core, 512 MB workers from pyspark's own distribution, on loopback."""
+    import pyspark
+
+    from results.pipeline.session import find_java
+
+    find_java()  # sets JAVA_HOME for spark-class
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+           "SPARK_WORKER_DIR": str(tmp_path / "work"), "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    procs = []
+
+    def spawn(name: str, *args: str) -> None:
+        log = open(tmp_path / f"{name}.log", "wb")
+        procs.append(subprocess.Popen([str(spark_class), *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True))
+
+    try:
+        spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(_free_port()))
+        for i in (1, 2):
+            spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+                  "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / f"work-{i}"),
+                  url)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if (tmp_path / "master.log").read_text(errors="replace").count("Registering worker") >= 2:
+                break
+            assert all(p.poll() is None for p in procs), (tmp_path / "master.log").read_text()[-2000:]
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the workers did not register: " + (tmp_path / "master.log").read_text()[-2000:])
+        yield url
+    finally:
+        for p in procs:  # ours only: each started in a session of its own
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+
+def test_spark_check_on_a_standalone_master_gives_the_same_verdicts(store, warehouse, standalone_master, tmp_path):
+    out = tmp_path / "check.json"
+    r = kafkaesque("pipeline", "check", "--warehouse", str(warehouse), "--spark-master", standalone_master,
+                   "--output", str(out), "--compare")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert json.loads(out.read_text())["master"] == standalone_master
+    assert spark_rows(out) == expected(store)
+
+
+def test_check_without_java_is_one_sentence_exit_3(warehouse, tmp_path):
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    r = kafkaesque("pipeline", "check", "--warehouse", str(warehouse), env=env)
+    assert r.returncode == 3
+    assert "Java 17" in r.stderr and "JAVA_HOME" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (["ingest", "/nonexistent/store"], "does not exist"),
+    (["check", "--warehouse", "/nonexistent/warehouse"], "no ingested runs"),
+])
+def test_user_errors_are_one_sentence_exit_3(args, words):
+    r = kafkaesque("pipeline", *args)
+    assert r.returncode == 3
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_ingest_of_a_directory_without_runs_names_the_fix(tmp_path):
+    r = kafkaesque("pipeline", "ingest", str(tmp_path), "--warehouse", str(tmp_path / "wh"))
+    assert r.returncode == 3
+    assert "no stored runs" in r.stderr and "test.json" in r.stderr and "Traceback" not in r.stderr
