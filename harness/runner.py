@@ -191,7 +191,8 @@ class Run:
         workload = make_workload(spec.workload, spec.workload_opts())
         nemesis = make_nemesis(spec.nemesis, {"target": spec.nemesis_target, "seed": spec.seed,
                                               "topic": spec.workload_opts()["topic"], "min_isr": spec.min_isr,
-                                              "scenario_delay": spec.nemesis_interval})
+                                              "scenario_delay": spec.nemesis_interval,
+                                              "interval": spec.nemesis_interval})
         if spec.cluster == "auto":
             from clusters.docker import docker_available
 

@@ -18,6 +18,7 @@ _NEMESES = {
     "clock-strobe": ("nemesis.faults", "ClockStrobeNemesis"),
     "net": ("nemesis.faults", "NetNemesis"),
     "disk": ("nemesis.faults", "DiskNemesis"),
+    "protocol": ("nemesis.protocol", "ProtocolNemesis"),
     "drop-caches": ("nemesis.faults", "DropCachesNemesis"),
 }
 NEMESIS_NAMES = tuple(_NEMESES)
@@ -39,8 +40,8 @@ def nemesis_problem(names: list[str], where: str = "") -> str | None:
     if bad:
         return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(NEMESIS_NAMES)}, "
                 f"or one of {', '.join(scenario_names())}")
-    if any(n.startswith(SCENARIO_PREFIX) for n in names) and len(names) > 1:
-        return f"a scenario times its own faults against the cluster's state: give it alone{where}"
+    if any(n.startswith(SCENARIO_PREFIX) or n == "protocol" for n in names) and len(names) > 1:
+        return f"a scenario or the protocol nemesis times its own faults against the cluster's state: give it alone{where}"
     return None
 
 

@@ -1,0 +1,147 @@
+"""The protocol-aware random nemesis (`--nemesis protocol`, issue 8 item 2).
+
+A plain random nemesis hits random nodes at random times; the protocol's deep flaws need a
+fault that lands on a role at the moment that role matters. This one is still random, but
+it draws from role-aware moves, each aimed by the cluster's own metadata for a random
+partition of the test topic:
+
+  kill-leader               SIGKILL the partition's leader
+  isolate-follower          cut an in-sync follower off (it falls out of the ISR; the others
+                            keep acknowledging without it)
+  lossy-crash-last-isr      power-cut a broker that is alone in some partition's ISR
+  kill-catching-up          SIGKILL a replica that is outside the ISR (restarting, lagging)
+  pause-leader              SIGSTOP the leader until another is elected, then SIGCONT it
+  bounce-follower-then-kill-leader
+                            restart a follower (controlled) and kill the leader before it
+                            has caught up
+  heal                      reconnect, resume and restart everything
+
+Faults accumulate between heals (a follower stays cut off while the leader is killed),
+which is what turns single faults into the sequences of 004 and 001. A move whose role
+is missing right now (no partition with a lone ISR member) is skipped for another. Every
+step is recorded like a scenario's (`scenario-<step>` ops, with the move's name), and the
+run's final heal undoes everything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nemesis.scenario import Scenario, ScenarioNemesis, ScenarioStalled, Step, act, bind, wait
+
+MOVES: dict[str, tuple[Step, ...]] = {
+    "kill-leader": (bind("L", "leader"), act("kill", "L")),
+    "isolate-follower": (bind("F", "in-sync-follower"), act("isolate", "F")),
+    "lossy-crash-last-isr": (bind("X", "last-isr"), act("lossy-crash", "X")),
+    "kill-catching-up": (bind("C", "out-of-sync"), act("kill", "C")),
+    "pause-leader": (bind("L", "leader"), act("pause", "L"), wait("leader-is-not", "L", timeout=15),
+                     act("resume", "L")),
+    "bounce-follower-then-kill-leader": (bind("L", "leader"), bind("F", "in-sync-follower"), act("stop", "F"),
+                                         act("start", "F"), act("kill", "L")),
+    "heal": (act("heal"), act("start-all"), act("resume-all")),
+}
+NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr"}
+MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
+
+
+class ProtocolNemesis(ScenarioNemesis):
+    name = "protocol"
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(Scenario("protocol", __doc__ or "", (), needs_isolated_nodes=False), options)
+        self.interval = float(options.get("interval", 10.0))
+        self.moves = dict(MOVES)
+
+    def setup(self, cluster) -> None:
+        if getattr(cluster, "isolated_nodes", False):
+            from nemesis import netrules
+
+            for node in cluster.nodes():
+                for argv in netrules.chain_setup():
+                    cluster.remote(node).run(argv, check=True)
+        else:  # a loopback cluster: the moves that need a node's own network or disk are left out
+            for m in NEEDS_ISOLATED_NODES:
+                self.moves.pop(m, None)
+
+    def fs(self) -> set[str]:
+        return {f"scenario-{s.do}" for steps in MOVES.values() for s in steps}
+
+    def drive(self, cluster, record: Callable[[str, Any, Callable[[], Any]], Any], stopped: Callable[[], bool]
+              ) -> None:
+        first = True
+        while not stopped():
+            pause = self.delay if first else self.rng.uniform(self.interval / 2, self.interval)
+            first = False
+            end = time.monotonic() + pause
+            while time.monotonic() < end and not stopped():
+                time.sleep(0.1)
+            if stopped():
+                return
+            self._one_move(cluster, record, stopped)
+
+    def _down(self) -> int:
+        return len(self.done.killed | self.done.crashed | self.done.paused)
+
+    def _one_move(self, cluster, record, stopped) -> None:
+        names = sorted(self.moves)
+        if self._down() >= MAX_DOWN or (self.done.isolated and self._down() >= 1 and self.rng.random() < 0.3):
+            names = ["heal"]
+        self.rng.shuffle(names)
+        for move in names:
+            partitions = cluster.partitions(self.topic)
+            if not partitions:
+                return
+            self.partition = self.rng.choice(partitions).partition
+            self.bound = {}
+            try:
+                for step in self.moves[move]:
+                    value = {**self._describe(step), "move": move, "partition": self.partition}
+                    record(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
+                return
+            except ScenarioStalled:
+                if self.bound:  # the move had begun: its recorded steps stand, try nothing else now
+                    return
+                continue  # its role is absent right now: another move
+            except Exception:  # noqa: BLE001 - recorded as the step's error; heal at the end regardless
+                return
+
+    def _perform(self, cluster, step: Step, stopped) -> Any:
+        if step.do == "start-all":
+            started = sorted(self.done.killed | self.done.crashed)
+            for n in started:
+                cluster.start(n)
+            self.done.killed.clear()
+            self.done.crashed.clear()
+            return {"started": started}
+        if step.do == "resume-all":
+            resumed = sorted(self.done.paused)
+            for n in resumed:
+                cluster.resume(n)
+            self.done.paused.clear()
+            return {"resumed": resumed}
+        if step.do == "heal" and not getattr(cluster, "isolated_nodes", False):
+            return {"healed": []}
+        return super()._perform(cluster, step, stopped)
+
+    def _choose(self, cluster, role: str) -> str:
+        p = self._partition(cluster)
+        if p is None:
+            raise ScenarioStalled("no such partition")
+        taken = set(self.bound.values()) | self.done.killed | self.done.crashed | self.done.paused
+        names = {r: cluster.node_name(r) for r in p.replicas}
+        if role == "in-sync-follower":
+            pool = [names[r] for r in p.isr if r != p.leader and names[r] not in self.done.isolated]
+        elif role == "out-of-sync":
+            pool = [names[r] for r in p.replicas if r not in p.isr]
+        elif role == "last-isr":
+            lone = [q.isr[0] for q in cluster.partitions(self.topic) if len(q.isr) == 1]
+            pool = [cluster.node_name(r) for r in lone]
+        else:
+            return super()._choose(cluster, role)
+        pool = sorted(n for n in set(pool) if n not in taken)
+        if not pool:
+            raise ScenarioStalled(f"no {role} right now")
+        return self.rng.choice(pool)
+

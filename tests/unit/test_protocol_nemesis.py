@@ -1,0 +1,81 @@
+"""The protocol-aware random nemesis (nemesis/protocol.py) on the fake cluster of test_scenario:
+moves aim at roles from the cluster's metadata, faults pile up until a heal, a heal is forced
+before too many brokers are down, absent roles are skipped, teardown undoes everything."""
+
+from __future__ import annotations
+
+from nemesis.protocol import MAX_DOWN, NEEDS_ISOLATED_NODES, ProtocolNemesis
+from nemesis.registry import nemesis_problem
+from tests.unit.test_scenario import FakeCluster
+
+
+def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[str, dict, object]]:
+    ops = []
+
+    def record(f, value, thunk):
+        try:
+            result = thunk()
+        except Exception as e:
+            ops.append((f, value, f"error: {e}"))
+            raise
+        ops.append((f, value, result))
+        return result
+    for _ in range(moves):
+        n._one_move(c, record, lambda: False)
+    return ops
+
+
+def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it():
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"})
+    n.setup(c)
+    ops, seen_moves = [], set()
+    for _ in range(40):
+        ops = drive_moves(n, c, 1)
+        seen_moves |= {v["move"] for _, v, _ in ops}
+        assert n._down() <= MAX_DOWN
+        # a kill aimed at a role hits the node the move bound to it just before
+        for (f1, _, bound), (f2, _, hit) in zip(ops, ops[1:]):
+            if f1 == "scenario-bind" and f2 == "scenario-kill" and isinstance(bound, dict) and len(bound) == 1:
+                assert hit == {"kill": next(iter(bound.values()))}
+    assert {"heal", "kill-leader", "isolate-follower"} <= seen_moves and len(seen_moves) >= 5
+    n.teardown(c)
+    assert n._down() == 0 and not n.done.isolated and not c.fenced
+
+
+def test_kill_leader_hits_the_partitions_leader():
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 1, "topic": "queue"})
+    n.moves = {"kill-leader": n.moves["kill-leader"]}
+    ops = drive_moves(n, c, 1)
+    assert ops[0][2] == {"L": "broker-1"} and ops[1][2] == {"kill": "broker-1"}
+
+
+def test_a_move_whose_role_is_absent_gives_way_to_another():
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 1, "topic": "queue"})
+    n.moves = {"kill-catching-up": n.moves["kill-catching-up"], "kill-leader": n.moves["kill-leader"]}
+    ops = drive_moves(n, c, 1)  # every replica is in sync: nobody is catching up
+    assert [v["move"] for _, v, _ in ops] == ["kill-leader", "kill-leader"]
+
+
+def test_a_heal_is_forced_once_the_limit_is_down():
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 2, "topic": "queue"})
+    n.done.killed |= {"broker-1", "broker-2"}
+    ops = drive_moves(n, c, 1)
+    assert {v["move"] for _, v, _ in ops} == {"heal"}
+    assert n._down() == 0 and c.calls.count("start broker-1") == 1
+
+
+def test_on_a_loopback_cluster_moves_needing_own_nodes_are_left_out():
+    c = FakeCluster()
+    c.isolated_nodes = False
+    n = ProtocolNemesis({"topic": "queue"})
+    n.setup(c)
+    assert not NEEDS_ISOLATED_NODES & set(n.moves)
+
+
+def test_protocol_nemesis_runs_alone():
+    assert nemesis_problem(["protocol"]) is None
+    assert "give it alone" in nemesis_problem(["protocol", "kill"])
