@@ -258,6 +258,46 @@ def campaign(
     raise typer.Exit(code)
 
 
+@app.command()
+def detect(
+    file: Annotated[Path, typer.Argument(help="the detection campaign")] = Path("campaigns/detection.toml"),
+    out: Annotated[Path, typer.Option(help="where the table goes")] = Path("docs/DETECTION.md"),
+    from_campaign: Annotated[Path | None, typer.Option(help="only re-render the table from this campaign dir")] = None,
+    cluster: Annotated[str, typer.Option(help="auto, docker or local (default: the file's, else auto)")] = "",
+    store: Annotated[str, typer.Option(help="where runs and campaign directories are stored")] = "store",
+) -> None:
+    """Run every fault plan against every broker variant (a campaign) and write the detection table.
+
+    The campaign file sets the plans (scenarios, the protocol nemesis, plain random faults), the
+    variants, acks and flush settings, repetitions and budget; the table (docs/DETECTION.md by
+    default) says per row how many runs found an anomaly, which, and how fast.
+    """
+    from results.detection import write_detection
+
+    command = "kafkaesque detect " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque detect"
+    if from_campaign is not None:
+        if not (from_campaign / "campaign.json").exists():
+            _fail(f"{from_campaign} holds no campaign.json; give a directory under <store>/campaigns/.")
+        err.print(f"wrote {write_detection(from_campaign, out, command)}")
+        return
+    from harness.campaign import resolve_cluster, run_campaign
+    from harness.campaign_file import CampaignFileError, load_campaign
+    from results.store import StoreError
+
+    try:
+        plan = load_campaign(file, store=store, cluster=cluster or None)
+    except CampaignFileError as e:
+        _fail(f"{file}: {e}")
+    resolve_cluster(plan)
+    err.print(f"detect: {len(plan.runs)} runs on the {plan.cluster} cluster, budget {plan.budget:.0f} s")
+    try:
+        code, campaign_dir = run_campaign(plan, log=lambda m: err.print(m))
+    except StoreError as e:
+        _fail(str(e))
+    err.print(f"wrote {write_detection(campaign_dir, out, command)} (campaign {campaign_dir})")
+    print(out)
+
+
 def _print_campaign_plan(plan) -> None:
     t = Table("#", "run", "workload", "nemesis", "variant", "acks", "flush", "rep", "seed",
               title=f"campaign {plan.name}: {len(plan.runs)} runs of {plan.runs[0].spec.time_limit:g} s, "
