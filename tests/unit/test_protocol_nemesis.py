@@ -35,7 +35,7 @@ def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it():
         seen_moves |= {v["move"] for _, v, _ in ops}
         assert n._down() <= MAX_DOWN
         # a kill aimed at a role hits the node the move bound to it just before
-        for (f1, _, bound), (f2, _, hit) in zip(ops, ops[1:]):
+        for (f1, _, bound), (f2, _, hit) in zip(ops, ops[1:], strict=False):
             if f1 == "scenario-bind" and f2 == "scenario-kill" and isinstance(bound, dict) and len(bound) == 1:
                 assert hit == {"kill": next(iter(bound.values()))}
     assert {"heal", "kill-leader", "isolate-follower"} <= seen_moves and len(seen_moves) >= 5
