@@ -80,13 +80,7 @@ class LocalCluster(ReferenceCluster):
                 self._clock_lib = str(build_preload())
             except PreloadBuildError:
                 self._clock_lib = None  # the clock fault will refuse, naming the reason
-            base = self.spec.base_port
-            for i, node in enumerate(self.nodes()):
-                self.ports[node] = base + i if base else free_port()
-                if base and not _port_free(self.ports[node]):
-                    raise ClusterError(f"Port {self.ports[node]} for {node} is already in use; pick another "
-                                       "--base-port or stop what listens there.")
-                os.makedirs(self.node_dir(node), exist_ok=True)
+            self._prepare_nodes()
             for node in self.nodes():
                 self.start(node)
             self.wait_ready(self.broker_nodes(), timeout_s=60)
@@ -94,6 +88,16 @@ class LocalCluster(ReferenceCluster):
         except BaseException:
             self.down()
             raise
+
+    def _prepare_nodes(self) -> None:
+        """Ports and data dirs; a subclass adds what its nodes need (namespaces, mounts)."""
+        base = self.spec.base_port
+        for i, node in enumerate(self.nodes()):
+            self.ports[node] = base + i if base else free_port()
+            if base and not _port_free(self.ports[node]):
+                raise ClusterError(f"Port {self.ports[node]} for {node} is already in use; pick another "
+                                   "--base-port or stop what listens there.")
+            os.makedirs(self.node_dir(node), exist_ok=True)
 
     def down(self) -> None:
         for node in reversed(self.nodes()):

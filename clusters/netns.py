@@ -103,28 +103,17 @@ class NetnsCluster(LocalCluster):
         if not netns_available():
             raise ClusterError("Network namespaces need root, iproute2 and iptables; run as root or use "
                                "--cluster docker.")
-        try:
-            from nemesis.clock_preload import PreloadBuildError, build_preload
+        return super().up()
 
-            try:
-                self._clock_lib = str(build_preload())
-            except PreloadBuildError:
-                self._clock_lib = None
-            self._network()
-            for node in self.nodes():
-                os.makedirs(self.node_dir(node), exist_ok=True)
-                self.ports[node] = PORT
-                if node in self.broker_nodes():
-                    self._mount_lossyfs(node)
-                else:
-                    os.makedirs(self.data_dir(node), exist_ok=True)
-            for node in self.nodes():
-                self.start(node)
-            self.wait_ready(self.broker_nodes(), timeout_s=60)
-            return self.bootstrap()
-        except BaseException:
-            self.down()
-            raise
+    def _prepare_nodes(self) -> None:
+        self._network()
+        for node in self.nodes():
+            os.makedirs(self.node_dir(node), exist_ok=True)
+            self.ports[node] = PORT
+            if node in self.broker_nodes():
+                self._mount_lossyfs(node)
+            else:
+                os.makedirs(self.data_dir(node), exist_ok=True)
 
     def _free_subnet(self) -> str:
         routes = _ip("route", "show").stdout
