@@ -244,7 +244,7 @@ def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
     """The checks `kafkaesque run` makes on its flags, worded for the file's keys."""
     from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from harness.runner import CLUSTER_NAMES
+    from harness.runner import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
     from nemesis.faults import PARTITION_TARGETS
     from nemesis.targets import TARGETS
 
@@ -253,7 +253,11 @@ def _check_settings(spec: TestSpec, from_file: bool) -> None:
             raise CampaignFileError(f"key {key!r} is {value!r}, which is not one of {', '.join(valid)}; "
                                     f"pick one of those.")
 
-    if spec.cluster not in CLUSTER_NAMES:
+    if spec.cluster.startswith(SSH_PREFIX):
+        problem = cluster_problem(spec.cluster)  # the node file itself, checked before anything runs
+        if problem:
+            raise CampaignFileError(problem + ".")
+    elif spec.cluster not in CLUSTER_NAMES:
         where = "key 'cluster'" if from_file else "--cluster"
         raise CampaignFileError(f"{where} is {spec.cluster!r}, which is not one of {', '.join(CLUSTER_NAMES)}; "
                                 f"pick one of those.")

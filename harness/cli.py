@@ -44,7 +44,8 @@ def run(
     partitions: Annotated[int, typer.Option(help="partitions of the test topic (the queue's keys)")] = 4,
     acks: Annotated[str, typer.Option(help="all, 1 or 0")] = "all",
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
-    cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local")] = "auto",
+    cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local, "
+                                             "or ssh:FILE.toml (nodes over SSH; format in clusters/ssh.py)")] = "auto",
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
     broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to switch "
                                                      "on: truncate-to-hw, no-elr, unclean-election, no-epoch-fencing")
@@ -60,7 +61,7 @@ def run(
     elle: Annotated[bool, typer.Option(help="also check the history with the Elle-style cycle checker")] = False,
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
-    from harness.runner import CLUSTER_NAMES, HarnessError, run_test
+    from harness.runner import HarnessError, cluster_problem, run_test
     from harness.spec import TestSpec
     from nemesis.registry import nemesis_problem
     from results.store import StoreError
@@ -78,8 +79,9 @@ def run(
     valid_targets = list(dict.fromkeys(TARGETS + PARTITION_TARGETS))
     if nemesis_target not in valid_targets:
         _fail(f"unknown --nemesis-target {nemesis_target!r}; valid: {', '.join(valid_targets)}.")
-    if cluster not in CLUSTER_NAMES:
-        _fail(f"unknown cluster {cluster!r}; valid: {', '.join(CLUSTER_NAMES)}.")
+    cluster_error = cluster_problem(cluster)
+    if cluster_error:
+        _fail(cluster_error + ".")
     from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
     from clusters.reference import BROKER_VARIANTS
 

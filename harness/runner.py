@@ -27,7 +27,23 @@ from nemesis.base import NemesisRefused
 from results.store import create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
-CLUSTER_NAMES = ("auto", "docker", "local")
+CLUSTER_NAMES = ("auto", "docker", "local", "ssh:FILE.toml")
+SSH_PREFIX = "ssh:"
+
+
+def cluster_problem(name: str) -> str | None:
+    """Why `name` is not a --cluster value (one sentence without the full stop), or None."""
+    if name in CLUSTER_NAMES[:-1]:
+        return None
+    if name.startswith(SSH_PREFIX):
+        from clusters.ssh import NodeFileError, load_node_file
+
+        try:
+            load_node_file(name[len(SSH_PREFIX):])
+        except NodeFileError as e:
+            return str(e).rstrip(".")
+        return None
+    return f"unknown cluster {name!r}; valid: {', '.join(CLUSTER_NAMES)}"
 
 
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
@@ -58,6 +74,13 @@ def make_cluster(spec: TestSpec, run_dir: Path):
 
         # As root, a network namespace per node, so partitions, tc and lossy crashes work here too.
         return (NetnsCluster if netns_available() else LocalCluster)(cspec, str(run_dir))
+    if spec.cluster.startswith(SSH_PREFIX):
+        from clusters.ssh import NodeFileError, SshCluster
+
+        try:
+            return SshCluster.from_file(spec.cluster[len(SSH_PREFIX):], cspec, str(run_dir))
+        except NodeFileError as e:
+            raise HarnessError(str(e)) from None
     raise HarnessError(f"unknown cluster {spec.cluster!r}; valid: {', '.join(CLUSTER_NAMES)}")
 
 

@@ -1,0 +1,320 @@
+"""The SSH cluster backend: the reference broker on machines reached over SSH (issue 6 item 3).
+
+`kafkaesque run --cluster ssh:nodes.toml` reads a node file, uploads the project's
+`clusters` package to every node over SFTP (a tarball, unpacked into the node's dir),
+starts the controller and the brokers there as daemons through the SSH Remote
+(harness/ssh_remote.py), and kills, pauses and collects logs through it, like the docker
+backend. The nodes must already have python3 and the broker's Python packages
+(kafka-python, crc32c; pyfuse3 for `lossy`), as the project's node image has.
+
+The node file (TOML; top-level keys are defaults for every node, a node's own keys win):
+
+    user = "root"                        # login user
+    key = "~/.ssh/id_ed25519"            # private key file (default: ssh agent / ~/.ssh keys)
+    port = 22                            # SSH port
+    sudo = false                         # run every command as `sudo -n ...`
+    dir = "/var/lib/kafkaesque"          # the node's dir: code, data, logs, pid files
+    kafka_port = 9092                    # the broker's Kafka + RPC port
+    python = "python3"
+    known_hosts = "~/.ssh/known_hosts"
+    host_key_policy = "strict"           # or "accept-new": trust and pin hosts seen the first time
+    lossy = false                        # brokers write through the lossy file system (needs FUSE)
+
+    [[nodes]]
+    name = "controller-0"                # exactly one controller-0, and broker-1 .. broker-N
+    host = "10.0.0.10"
+
+    [[nodes]]
+    name = "broker-1"
+    host = "10.0.0.11"
+
+The file decides the number of brokers. Faults: kill and pause always (signals through
+the pid files); partition and net when every node is a host of its own whose user may run
+iptables (probed at start-up, else refused by name); the clock faults when the clock
+preload (built here, uploaded) works on the nodes; lossy-crash with `lossy = true`.
+A bad file, an unreachable node or a wrong host key ends in one sentence naming the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shlex
+import signal
+import tarfile
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusters.base import ClusterError, ClusterSpec
+from clusters.reference import CONTROLLER, ReferenceCluster
+from harness.remote import RemoteError
+from harness.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
+
+PACKAGE_ROOT = Path(__file__).resolve().parent  # the `clusters` package that goes to the nodes
+CLOCK_PROBE_S = 1000  # the skew the clock probe asks for; any clock far from it means the preload failed
+
+# key: (type, default). Top-level keys are defaults; the same keys (plus name, host) per node.
+NODE_KEYS: dict[str, tuple[type, Any]] = {
+    "user": (str, "root"), "key": (str, ""), "port": (int, 22), "sudo": (bool, False),
+    "dir": (str, "/var/lib/kafkaesque"), "kafka_port": (int, 9092), "python": (str, "python3"),
+    "known_hosts": (str, "~/.ssh/known_hosts"), "host_key_policy": (str, "strict"), "lossy": (bool, False),
+}
+
+
+class NodeFileError(ClusterError):
+    """The node file cannot be used; the message names the file, the problem and the fix."""
+
+
+@dataclass
+class SshNode:
+    name: str
+    target: SshTarget
+    dir: str
+    kafka_port: int
+    python: str
+    lossy: bool
+
+
+def load_node_file(path: str) -> list[SshNode]:
+    """The nodes of a node file (format in the module docstring), or a NodeFileError sentence."""
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as e:
+        raise NodeFileError(f"cannot read the node file {path} ({e.strerror}); give the path of a TOML file "
+                            "as --cluster ssh:FILE.toml.") from None
+    except tomllib.TOMLDecodeError as e:
+        raise NodeFileError(f"the node file {path} is not valid TOML ({e}); fix that line.") from None
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes or not all(isinstance(n, dict) for n in raw_nodes):
+        raise NodeFileError(f"the node file {path} has no [[nodes]] tables; add one per node with name and host "
+                            "(see clusters/ssh.py).")
+    defaults = {k: v for k, v in data.items() if k != "nodes"}
+    unknown = sorted(set(defaults) - set(NODE_KEYS))
+    if unknown:
+        raise NodeFileError(f"the node file {path} has unknown top-level key(s) {', '.join(unknown)}; "
+                            f"valid: {', '.join(NODE_KEYS)}, [[nodes]].")
+    nodes = [_node(path, i, {**defaults, **raw}) for i, raw in enumerate(raw_nodes)]
+    _check_roles(path, [n.name for n in nodes])
+    seen: dict[tuple[str, str], str] = {}
+    for n in nodes:
+        for what, key in (("dir", (n.target.host, n.dir)), ("kafka_port", (n.target.host, str(n.kafka_port)))):
+            other = seen.setdefault((what, *key), n.name)
+            if other != n.name:
+                raise NodeFileError(f"the node file {path} gives {other} and {n.name} the same host and {what}; "
+                                    f"give each node on {n.target.host} its own {what}.")
+    return sorted(nodes, key=lambda n: (n.name != CONTROLLER, n.name))
+
+
+def _node(path: str, i: int, raw: dict[str, Any]) -> SshNode:
+    where = f"node {i + 1} ({raw.get('name', 'no name')}) of {path}"
+    unknown = sorted(set(raw) - set(NODE_KEYS) - {"name", "host"})
+    if unknown:
+        raise NodeFileError(f"{where} has unknown key(s) {', '.join(unknown)}; valid: name, host, "
+                            f"{', '.join(NODE_KEYS)}.")
+    for required in ("name", "host"):
+        if not isinstance(raw.get(required), str) or not raw[required]:
+            raise NodeFileError(f"{where} has no {required}; add `{required} = \"...\"` to it.")
+    values: dict[str, Any] = {}
+    for key, (typ, default) in NODE_KEYS.items():
+        v = raw.get(key, default)
+        if type(v) is not typ:  # not isinstance: TOML's true is not a port number
+            raise NodeFileError(f"{where}: {key} = {v!r} should be a{'n' if typ is int else ''} {typ.__name__}; "
+                                "fix its value.")
+        values[key] = v
+    if values["host_key_policy"] not in HOST_KEY_POLICIES:
+        raise NodeFileError(f"{where}: host_key_policy = {values['host_key_policy']!r}; use one of "
+                            f"{', '.join(HOST_KEY_POLICIES)}.")
+    if values["key"] and not Path(values["key"]).expanduser().is_file():
+        raise NodeFileError(f"{where}: the key file {values['key']} does not exist; fix the path.")
+    if not values["dir"].startswith("/") or values["dir"].rstrip("/") in ("", "/tmp", "/var", "/root", "/home"):
+        raise NodeFileError(f"{where}: dir = {values['dir']!r} must be an absolute dir of its own (its data is "
+                            "wiped at start-up), e.g. /var/lib/kafkaesque.")
+    target = SshTarget(host=raw["host"], port=values["port"], user=values["user"], key=values["key"],
+                       sudo=values["sudo"], known_hosts=values["known_hosts"],
+                       host_key_policy=values["host_key_policy"])
+    return SshNode(raw["name"], target, values["dir"].rstrip("/"), values["kafka_port"], values["python"],
+                   values["lossy"])
+
+
+def _check_roles(path: str, names: list[str]) -> None:
+    brokers = sorted(n for n in names if n != CONTROLLER)
+    want = [f"broker-{i}" for i in range(1, len(brokers) + 1)]
+    if names.count(CONTROLLER) != 1 or sorted(brokers, key=lambda b: (len(b), b)) != want:
+        raise NodeFileError(f"the node file {path} names its nodes {', '.join(names)}; it needs exactly one "
+                            f"{CONTROLLER} and brokers named broker-1 .. broker-N, each once.")
+
+
+def code_tarball() -> bytes:
+    """The `clusters` package as a gzipped tar (sources only): what a node runs."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for f in sorted(PACKAGE_ROOT.rglob("*.py")):
+            if "__pycache__" not in f.parts:
+                tar.add(f, arcname=f"clusters/{f.relative_to(PACKAGE_ROOT)}")
+    return buf.getvalue()
+
+
+class SshCluster(ReferenceCluster):
+    name = "ssh"
+
+    def __init__(self, spec: ClusterSpec, run_dir: str, nodes: list[SshNode], owner: str | None = None):
+        brokers = sum(1 for n in nodes if n.name != CONTROLLER)
+        super().__init__(dataclasses.replace(spec, brokers=brokers), run_dir, owner)
+        self.by_name = {n.name: n for n in nodes}
+        self.remotes = {n.name: SshRemote(n.target, n.name) for n in nodes}
+        self.python = nodes[0].python
+        self.lossy = any(n.lossy for n in nodes if n.name != CONTROLLER)
+        # Probed in up(): both depend on what the nodes allow.
+        self.isolated_nodes = False
+        self._clock_lib: str | None = None
+
+    @classmethod
+    def from_file(cls, path: str, spec: ClusterSpec, run_dir: str, owner: str | None = None) -> SshCluster:
+        return cls(spec, run_dir, load_node_file(path), owner)
+
+    # --- where nodes live ---------------------------------------------------------------------------
+    def remote(self, node: str) -> SshRemote:
+        return self.remotes[node]
+
+    def address(self, node: str) -> tuple[str, int]:
+        n = self.by_name[node]
+        return n.target.host, n.kafka_port
+
+    def listen(self, node: str) -> str:
+        return f"0.0.0.0:{self.by_name[node].kafka_port}"
+
+    def node_dir(self, node: str) -> str:
+        return self.by_name[node].dir
+
+    def clock_file(self, node: str) -> str:
+        return f"{self.node_dir(node)}/clock-offset"
+
+    def lossyfs_files(self, node: str) -> tuple[str, str]:
+        return f"{self.node_dir(node)}/lossyfs.pid", f"{self.node_dir(node)}/lossyfs.status"
+
+    def node_env(self, node: str) -> dict[str, str]:
+        env = {**super().node_env(node), "PYTHONPATH": f"{self.node_dir(node)}/code"}
+        if self._clock_lib:
+            from nemesis.clock_preload import preload_env
+
+            env.update(preload_env(f"{self.node_dir(node)}/lib/{Path(self._clock_lib).name}", self.clock_file(node)))
+        return env
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+    def up(self) -> str:
+        try:
+            self._each(self._connect)
+            tarball = code_tarball()
+            self._each(lambda node: self._install(node, tarball))
+            self._clock_lib = self._install_clock_preload()
+            # Partitions and tc need a network stack per node (distinct hosts) and iptables there.
+            hosts = [self.address(n)[0] for n in self.nodes()]
+            self.isolated_nodes = len(set(hosts)) == len(hosts) and all(
+                self._each(lambda node: self.remote(node).run(["iptables", "-w", "-S", "INPUT"], timeout=20).ok))
+            if self.lossy:
+                self._each(self._mount_lossyfs, self.broker_nodes())
+            for node in self.nodes():
+                self.start(node)
+            self.wait_ready(self.broker_nodes(), timeout_s=90)
+            return self.bootstrap()
+        except RemoteError as e:
+            self.down()
+            raise ClusterError(str(e)) from None
+        except BaseException:
+            self.down()
+            raise
+
+    def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
+        """fn(node) on every node in parallel (SSH round trips dominate set-up); the first error is raised."""
+        nodes = self.nodes() if nodes is None else nodes
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
+
+    def _connect(self, node: str) -> None:
+        self.remote(node).connect()
+
+    def _install(self, node: str, tarball: bytes) -> None:
+        """Stop what an earlier run left, wipe the node's data, and unpack this project's code there."""
+        r, d = self.remote(node), self.node_dir(node)
+        self._stop_processes(node)
+        r.run(["rm", "-rf", f"{d}/code", f"{d}/data", f"{d}/backing", f"{d}/lib", self.log_path(node),
+               f"{d}/stdout.log", f"{d}/lossyfs.log", f"{d}/lossyfs.status", self.pidfile(node)], check=True)
+        r.run(["mkdir", "-p", f"{d}/code", f"{d}/data", f"{d}/backing"], check=True)
+        r.put(f"{d}/clusters.tar.gz", tarball)
+        r.run(["tar", "-xzf", f"{d}/clusters.tar.gz", "-C", f"{d}/code"], check=True)
+        probe = r.run(["env", f"PYTHONPATH={d}/code", self.python, "-c", "import kafka, crc32c, clusters.broker"],
+                      timeout=60)
+        if not probe.ok:
+            last = (probe.err.strip().splitlines() or ["no output"])[-1]
+            raise ClusterError(f"{node} ({r.where()}) cannot run the broker ({last}); install python3 and its "
+                               "packages there: pip install kafka-python crc32c (the project's node image has them).")
+
+    def _install_clock_preload(self) -> str | None:
+        """Upload the clock preload (built here) and check on one node that it shifts the wall clock;
+        None (the clock faults then refuse) when it cannot be built or does not work there."""
+        from nemesis.clock_preload import PreloadBuildError, build_preload, offset_file_text, preload_env
+
+        try:
+            lib = build_preload()
+        except PreloadBuildError:
+            return None
+        data = lib.read_bytes()
+        for node in self.nodes():
+            self.remote(node).put(f"{self.node_dir(node)}/lib/{lib.name}", data)
+            self.remote(node).put(self.clock_file(node), offset_file_text(0).encode())
+        node = self.nodes()[0]
+        probe_file = f"{self.node_dir(node)}/clock-probe"
+        self.remote(node).put(probe_file, offset_file_text(CLOCK_PROBE_S * 10**9).encode())
+        env = preload_env(f"{self.node_dir(node)}/lib/{lib.name}", probe_file)
+        r = self.remote(node).run(["env", *(f"{k}={v}" for k, v in env.items()), self.python, "-c",
+                                   "import time; print(time.time())"], timeout=30)
+        now = self.remote(node).run([self.python, "-c", "import time; print(time.time())"], timeout=30)
+        try:
+            works = abs(float(r.out) - float(now.out) - CLOCK_PROBE_S) < CLOCK_PROBE_S / 2
+        except ValueError:
+            works = False
+        return str(lib) if works else None
+
+    def _mount_lossyfs(self, node: str) -> None:
+        r, d = self.remote(node), self.node_dir(node)
+        pidfile, status = self.lossyfs_files(node)
+        r.start_daemon([self.python, "-m", "clusters.lossyfs", f"{d}/backing", self.data_dir(node),
+                        "--status-file", status], pidfile, f"{d}/lossyfs.log", env={"PYTHONPATH": f"{d}/code"})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if r.run(["grep", "-q", "mounted", status]).ok:
+                return
+            time.sleep(0.2)
+        raise ClusterError(f"The lossy file system did not mount on {node} ({r.where()}); see {d}/lossyfs.log "
+                           "there (it needs /dev/fuse and pyfuse3), or set lossy = false in the node file.")
+
+    def _stop_processes(self, node: str) -> None:
+        """Kill the node's broker and unmount its lossy file system, whoever started them."""
+        r = self.remote(node)
+        r.signal_daemon(self.pidfile(node), signal.SIGCONT)
+        r.signal_daemon(self.pidfile(node), signal.SIGKILL)
+        r.wait_daemon(self.pidfile(node), 10)
+        pidfile, _ = self.lossyfs_files(node)
+        if r.signal_daemon(pidfile, signal.SIGTERM) and not r.wait_daemon(pidfile, 10):  # TERM unmounts
+            r.signal_daemon(pidfile, signal.SIGKILL)
+        if r.run(["grep", "-qs", f" {self.data_dir(node)} fuse", "/proc/mounts"]).ok:
+            q = shlex.quote(self.data_dir(node))
+            r.run(["sh", "-c", f"fusermount3 -u -z {q} || umount -l {q}"])
+
+    def down(self) -> None:
+        def stop(node: str) -> None:
+            try:
+                self._stop_processes(node)
+            except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
+                pass
+
+        try:
+            self._each(stop)
+        finally:
+            for r in self.remotes.values():
+                r.close()
