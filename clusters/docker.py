@@ -211,20 +211,22 @@ class DockerCluster(ReferenceCluster):
             self.network = None
 
 
-def cleanup_docker() -> list[str]:
-    """Remove every container and network any Kafkaesque run left behind (by label)."""
+def cleanup_docker(owner: str = "") -> list[str]:
+    """Remove every container and network any Kafkaesque run left behind (by label), or only those of
+    one run (`owner`): a test cleaning up after itself must not remove other runs' clusters."""
     try:
         client = docker_client()
     except ClusterError:
         return []
     removed = []
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    label = f"{LABEL}={owner}" if owner else LABEL
+    for c in client.containers.list(all=True, filters={"label": label}):
         try:
             c.remove(force=True)
             removed.append(f"container {c.name}")
         except Exception:  # noqa: BLE001
             pass
-    for n in client.networks.list(filters={"label": LABEL}):
+    for n in client.networks.list(filters={"label": label}):
         try:
             n.remove()
             removed.append(f"network {n.name}")

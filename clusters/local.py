@@ -106,8 +106,9 @@ class LocalCluster(ReferenceCluster):
                 self.kill(node)
 
 
-def cleanup_leftovers() -> list[str]:
-    """Kill every process a Kafkaesque run started and left behind (found by KAFKAESQUE_OWNER)."""
+def cleanup_leftovers(owner: str = "") -> list[str]:
+    """Kill every process a Kafkaesque run started and left behind (found by KAFKAESQUE_OWNER), or only
+    those of one run (`owner`): a test cleaning up after itself must not kill other runs' nodes."""
     killed = []
     me = os.getpid()
     for entry in Path("/proc").iterdir():
@@ -120,14 +121,16 @@ def cleanup_leftovers() -> list[str]:
         marker = f"{OWNER_ENV}=".encode()
         if marker not in environ:
             continue
-        owner = next((kv[len(marker):].decode(errors="replace") for kv in environ.split(b"\0")
-                      if kv.startswith(marker)), "?")
+        run = next((kv[len(marker):].decode(errors="replace") for kv in environ.split(b"\0")
+                    if kv.startswith(marker)), "?")
+        if owner and run != owner:
+            continue
         _reset_clock_file(environ)
         pid = int(entry.name)
         try:
             os.kill(pid, signal.SIGCONT)
             os.kill(pid, signal.SIGKILL)
-            killed.append(f"process {pid} (run {owner})")
+            killed.append(f"process {pid} (run {run})")
         except ProcessLookupError:
             pass
     return killed

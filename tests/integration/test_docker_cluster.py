@@ -152,4 +152,4 @@ def test_collect_and_cleanup_leave_nothing_behind(cluster, tmp_path):
     client = docker_client()
     assert not client.containers.list(all=True, filters={"label": f"{LABEL}={owner}"})
     assert not client.networks.list(filters={"label": f"{LABEL}={owner}"})
-    assert cleanup_docker() == []
+    assert cleanup_docker(owner) == []  # scoped: other clusters on this engine are left alone
