@@ -1,9 +1,13 @@
 """The per-run HTML report: one self-contained file (plotly.js and styles embedded; opens with no network).
 
-Order of the page, for a reader who has one screen: the verdict and the reasons first
-(each anomaly with the acknowledged writes it concerns, the fault that was active, and
-when), then the plots with the fault windows shaded (latency, throughput, per-partition
-offsets), the ops timeline per process, the test spec, and links to node logs.
+Order of the page, for a reader who has one screen: the verdict, one line per anomaly type
+(count and first example), and the lost acknowledged writes (partition, offset, value; when
+acknowledged and under which fault; between when and under which faults they disappeared),
+all in the first 900 pixels (first_screen_summary); then each anomaly with its example ops
+and the fault active at each, the plots with the fault windows shaded (latency, throughput,
+per-partition offsets), the ops timeline per process, the test spec, and links to node logs.
+Fault windows come from nemesis start-X/stop-X pairs and from scenario steps (kill, stop,
+pause, isolate ... until start, resume, heal).
 
 Every value that comes from a history or a broker is escaped: jinja2's autoescape for
 HTML, and JSON embedded in <script> with "<" escaped, since a broker can return anything.
@@ -34,20 +38,50 @@ class FaultWindow:
     detail: str
 
 
+# Scenario (and protocol-nemesis) steps that put a node into a fault, and the steps that end it.
+# Their completions name the node: {"kill": "broker-1"}, {"start": "broker-1"}, {"healed": [...]}.
+_SCENARIO_FAULTS = {"scenario-kill": "kill", "scenario-stop": "stop", "scenario-lossy-crash": "lossy-crash",
+                    "scenario-pause": "pause", "scenario-isolate": "isolate"}
+# A start ends a pause too: the scenario may kill a paused node, and the restarted process runs.
+_SCENARIO_ENDS = {"scenario-start": ("kill", "stop", "lossy-crash", "pause"), "scenario-resume": ("pause",)}
+
+
 def fault_windows(history: list[Op]) -> list[FaultWindow]:
-    """Pair each nemesis start-X with the next stop-X; the window is the fault's active time."""
+    """The faults' active times: each nemesis start-X paired with the next stop-X, and each scenario
+    step that downs, pauses or isolates a node paired with the step that undoes it (start, resume,
+    heal). The run's final "heal" ends whatever is still open."""
     open_faults: dict[str, tuple[float, str]] = {}
     windows: list[FaultWindow] = []
+
+    def close(name: str, t: float) -> None:
+        start, detail = open_faults.pop(name)
+        windows.append(FaultWindow(name, start, t, detail))
+
     for op in history:
         if op.process != NEMESIS or op.type == INVOKE:
             continue
         f = op.f
         t = op.time / 1e9
+        v = op.value if isinstance(op.value, dict) else {}
         if f.startswith("start-"):
             open_faults[f[6:]] = (t, json.dumps(op.value, default=str)[:200])
         elif f.startswith("stop-") and f[5:] in open_faults:
-            start, detail = open_faults.pop(f[5:])
-            windows.append(FaultWindow(f[5:], start, t, detail))
+            close(f[5:], t)
+        elif f in _SCENARIO_FAULTS and op.type != "fail" and _SCENARIO_FAULTS[f] in v:
+            action = _SCENARIO_FAULTS[f]
+            open_faults.setdefault(f"{action} {v[action]}", (t, json.dumps(op.value, default=str)[:200]))
+        elif f in _SCENARIO_ENDS:
+            node = v.get(f[len("scenario-"):])
+            for action in _SCENARIO_ENDS[f]:
+                if f"{action} {node}" in open_faults:
+                    close(f"{action} {node}", t)
+        elif f == "scenario-heal":
+            for node in v.get("healed") or []:
+                if f"isolate {node}" in open_faults:
+                    close(f"isolate {node}", t)
+        elif f == "heal":
+            for name in list(open_faults):
+                close(name, t)
     for name, (start, detail) in open_faults.items():
         windows.append(FaultWindow(name, start, None, detail))
     return sorted(windows, key=lambda w: w.start_s)
@@ -55,6 +89,15 @@ def fault_windows(history: list[Op]) -> list[FaultWindow]:
 
 def fault_at(windows: list[FaultWindow], t_s: float) -> str:
     active = [w.name for w in windows if w.start_s <= t_s and (w.end_s is None or t_s <= w.end_s)]
+    return ", ".join(active) or "none"
+
+
+def faults_during(windows: list[FaultWindow], t0_s: float, t1_s: float) -> str:
+    """The faults active at any moment of [t0_s, t1_s], in the order they began."""
+    active = []
+    for w in windows:
+        if w.start_s <= t1_s and (w.end_s is None or w.end_s >= t0_s) and w.name not in active:
+            active.append(w.name)
     return ", ".join(active) or "none"
 
 
@@ -186,7 +229,140 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                 sections.append({"checker": cname, "name": key, "count": "", "explanation":
                                  details.get(f"{key}_text") or "", "examples": [{"summary": "", "ops": [],
                                  "raw": json.dumps(details[key], default=str, indent=1)[:20000]}]})
+    sections.sort(key=lambda x: x["name"] != "lost-write")  # as on the first screen: lost writes first
     return sections
+
+
+MAX_SUMMARY_LOST = 8  # lost writes listed on the first screen (the checkers keep at most 8 examples each)
+
+
+def first_screen_summary(results: dict[str, Any], pairs, windows: list[FaultWindow]) -> dict[str, Any]:
+    """What a reader needs from the first screen: one line per anomaly type, and the lost writes.
+
+    Lines: {"name", "count", "checker", "text"}, the text being the checker's explanation and its
+    first example's summary. Lost writes: for each lost-write example (the checker records up to
+    8 of them), the partition, offset and value, when it was acknowledged and under which fault,
+    and when it disappeared: by the first op that saw another value at its offset (a read, or a
+    send acknowledged there after a new leader reused the offset), or else by the final read that
+    missed it, with the faults active between its last sighting and then.
+    """
+    lines: list[dict[str, Any]] = []
+    lost_examples: list[dict[str, Any]] = []
+    for cname, r in (results.get("checkers") or {}).items():
+        for a in r.get("anomalies", []):
+            examples = a.get("examples") or []
+            first = examples[0] if examples else {}
+            text = first.get("summary") or first.get("explanation") or a.get("explanation") or ""
+            lines.append({"name": a.get("name"), "count": a.get("count"), "checker": cname,
+                          "explanation": a.get("explanation", ""), "text": text})
+            if a.get("name") == "lost-write":
+                lost_examples += [ex for ex in examples if isinstance(ex, dict)]
+    lines.sort(key=lambda x: x["name"] != "lost-write")  # stable: lost writes first, then the checkers' order
+    lost = _lost_write_rows(lost_examples[:MAX_SUMMARY_LOST], pairs, windows)
+    return {"lines": lines, "lost": lost, "lost_groups": _lost_write_groups(lost),
+            "lost_total": sum(int(x["count"] or 0) for x in lines if x["name"] == "lost-write"
+                              and isinstance(x["count"], int))}
+
+
+def _lost_write_rows(examples: list[dict[str, Any]], pairs, windows: list[FaultWindow]) -> list[dict[str, Any]]:
+    """Rows for the first screen's lost-write table; times are seconds into the run.
+
+    Each row: partition, offset, value (as JSON text), acked_s, acked_fault, and when it
+    disappeared: gone_from_s (the last sighting: its acknowledgement or a later read of it),
+    gone_to_s (the first op that showed something else at its offset, or the final read that
+    missed it; None if neither exists), gone_fault (the faults active in between) and gone_by
+    (that op, in words).
+    """
+    wanted: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    rows = []
+    for ex in examples:
+        send = ex.get("send") if isinstance(ex.get("send"), dict) else {}
+        acked_s = (send.get("time") or 0) / 1e9
+        key, offset = ex.get("key"), ex.get("offset")
+        row = {"partition": key, "offset": offset, "value": _short(ex.get("value")), "raw_value": ex.get("value"),
+               "acked_s": acked_s, "acked_fault": fault_at(windows, acked_s),
+               "gone_from_s": acked_s, "gone_to_s": None, "gone_by": "", "gone_fault": ""}
+        rows.append(row)
+        wanted.setdefault((_norm(key), _norm(offset)), []).append(row)
+    if not rows:
+        return []
+    # One pass over the history: at each (partition, offset) of a lost write, which values did
+    # ops see, and when? Sightings of the lost value move "last seen" on; the first other value
+    # after that marks the latest moment the write can still have existed.
+    final_read_s: dict[str, float] = {}
+    for inv, comp in pairs:
+        if comp is None or comp.type != "ok" or inv.process == NEMESIS:
+            continue
+        t = comp.time / 1e9
+        if inv.f == "final-poll" and isinstance(comp.value, list) and comp.value:
+            final_read_s[_norm(comp.value[0])] = max(final_read_s.get(_norm(comp.value[0]), 0.0), t)
+        for key, off, val, what in _records(inv.f, comp.value):
+            for row in wanted.get((_norm(key), _norm(off)), []):
+                if row["gone_to_s"] is not None:
+                    continue
+                if val == row["raw_value"]:
+                    row["gone_from_s"] = max(row["gone_from_s"], t)
+                elif t >= row["gone_from_s"]:
+                    row["gone_to_s"], row["gone_by"] = t, what.format(v=_short(val))
+    for row in rows:
+        if row["gone_to_s"] is None and _norm(row["partition"]) in final_read_s:
+            row["gone_to_s"], row["gone_by"] = final_read_s[_norm(row["partition"])], "the final read missed it"
+        if row["gone_to_s"] is not None:
+            row["gone_fault"] = faults_during(windows, row["gone_from_s"], row["gone_to_s"])
+        del row["raw_value"]
+    return rows
+
+
+def _lost_write_groups(rows: list[dict[str, Any]]) -> list[str]:
+    """One sentence per (fault when acknowledged, faults while gone): usually one event lost them all."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["acked_fault"], row["gone_fault"]), []).append(row)
+    out = []
+    for (acked_fault, gone_fault), rs in groups.items():
+        acked = sorted(r["acked_s"] for r in rs)
+        when = _span(acked[0], acked[-1])
+        text = f"{len(rs)} acknowledged at {when} s " + (
+            f"while {acked_fault} was active" if acked_fault != "none" else "with no fault active")
+        gone_to = [r["gone_to_s"] for r in rs if r["gone_to_s"] is not None]
+        if gone_to:
+            text += f"; gone by {max(gone_to):.2f} s, " + (
+                f"under {gone_fault}" if gone_fault != "none" else "with no fault active")
+        else:
+            text += "; when they disappeared is not known (nothing read their offsets afterwards)"
+        where = ", ".join(f"partition {r['partition']} offset {r['offset']}" for r in rs[:4])
+        out.append(f"{text} ({where}{', ...' if len(rs) > 4 else ''})")
+    return out
+
+
+def _span(a: float, b: float) -> str:
+    return f"{a:.2f}" if f"{a:.2f}" == f"{b:.2f}" else f"{a:.2f}–{b:.2f}"
+
+
+def _records(f: str, value: Any):
+    """(partition, offset, value, what) for each record an ok queue op names (workloads/queue.py's schema);
+    `what` describes the sighting, with {v} for the value seen."""
+    if f == "send" and isinstance(value, list) and len(value) == 2 and isinstance(value[1], list) \
+            and len(value[1]) == 2:
+        yield value[0], value[1][0], value[1][1], "{v} was acked at that offset later"
+    elif f == "final-poll" and isinstance(value, list) and len(value) == 3 and isinstance(value[2], list):
+        for rec in value[2]:
+            if isinstance(rec, list) and len(rec) == 2:
+                yield value[0], rec[0], rec[1], "the final read had {v} there"
+    elif f == "poll" and isinstance(value, dict):
+        for key, recs in value.items():
+            for rec in recs if isinstance(recs, list) else []:
+                if isinstance(rec, list) and len(rec) == 2:
+                    yield key, rec[0], rec[1], "a poll read {v} there"
+
+
+def _norm(x: Any) -> str:
+    # Poll results key partitions by string ("0"), sends by number (0); compare them as text.
+    return str(x)
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, default=str)[:80]
 
 
 def _ops_in(example: dict[str, Any]):
@@ -233,6 +409,7 @@ def render_report(run_dir: str | os.PathLike) -> Path:
     html = _ENV.get_template("report.html.j2").render(
         test=test, results=results, valid=results.get("valid", "unknown"),
         anomalies=_anomaly_sections(results, windows), windows=windows, node_logs=node_logs,
+        summary=first_screen_summary(results, pairs, windows),
         counts=dict(counts), n_ops=len(history), duration=f"{end_s:.1f}",
         test_json=json.dumps(test, indent=2, default=str),
         plots_json=_script_json(plots), plotly_js=jinja2.utils.markupsafe.Markup(get_plotlyjs()),

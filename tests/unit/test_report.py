@@ -2,8 +2,8 @@
 
 import json
 
-from harness.history import HistoryWriter, Op
-from results.report import fault_windows, render_report
+from harness.history import HistoryWriter, Op, pair_ops, read_history
+from results.report import fault_at, fault_windows, faults_during, first_screen_summary, render_report
 
 EVIL = "</script><script>alert(1)</script>"
 
@@ -79,3 +79,107 @@ def test_unclean_recoveries_are_shown_as_potential_data_loss_before_the_anomalie
     assert "queue-3: broker 2" in box and "leader epoch 7" in box and "<script>alert" not in box
     (tmp_path / "clean").mkdir()
     assert 'id="unclean-recoveries"' not in render_report(_make_run(tmp_path / "clean")).read_text()
+
+
+# --- the first screen: one line per anomaly type, and the lost writes with their faults and times ---
+
+def _lost_write_run(tmp_path, valid=False):
+    """A partition fault during which 42 is acknowledged at offset 5 of partition 0; a poll still
+    sees it; after a kill a send of 99 is acknowledged at the same offset, and the final read has 99."""
+    run = tmp_path / "lost"
+    run.mkdir()
+    (run / "test.json").write_text(json.dumps({"name": "queue", "workload": "queue", "nemesis": "partition,kill"}))
+    s = 1_000_000_000
+    w = HistoryWriter(run / "history.jsonl")
+    w.append(Op("info", "start-partition", "nemesis", {"isolate": "broker-2"}, time=s // 2))
+    w.append(Op("invoke", "send", 0, [0, 42], time=s - 1000))
+    w.append(Op("ok", "send", 0, [0, [5, 42]], time=s))
+    w.append(Op("invoke", "send", 3, [1, EVIL], time=s + 1000))
+    w.append(Op("ok", "send", 3, [1, [2, EVIL]], time=s + 2000))
+    w.append(Op("invoke", "poll", 1, None, time=2 * s - 1000))
+    w.append(Op("ok", "poll", 1, {"0": [[5, 42]]}, time=2 * s))
+    w.append(Op("info", "stop-partition", "nemesis", {}, time=3 * s))
+    w.append(Op("info", "start-kill", "nemesis", {"kill": ["broker-1"]}, time=4 * s))
+    w.append(Op("invoke", "send", 2, [0, 99], time=5 * s - 1000))
+    w.append(Op("ok", "send", 2, [0, [5, 99]], time=5 * s))
+    w.append(Op("info", "stop-kill", "nemesis", {}, time=6 * s))
+    w.append(Op("invoke", "final-poll", 4, [0], time=8 * s - 1000))
+    w.append(Op("ok", "final-poll", 4, [0, 7, [[5, 99]]], time=8 * s))
+    w.close()
+    sends = {"f": "send", "type": "ok", "process": 0}
+    queue = {"checker": "queue", "valid": False, "anomaly_types": ["duplicate", "lost-write"], "stats": {},
+             "anomalies": [
+                 {"name": "duplicate", "count": 3, "explanation": "one value at two offsets",
+                  "examples": [{"summary": "value 7 appears at offsets [1, 2] of partition 0"}]},
+                 {"name": "lost-write", "count": 30, "explanation": "acked but never read",
+                  "examples": [{"key": 0, "offset": 5, "value": 42, "summary": "send of 42 was lost",
+                                "send": {**sends, "index": 2, "time": s, "value": [0, [5, 42]]}},
+                               {"key": 1, "offset": 2, "value": EVIL, "summary": "send of " + EVIL,
+                                "send": {**sends, "index": 4, "time": s + 2000, "value": [1, [2, EVIL]]}}]}]}
+    results = {"valid": False, "checkers": {"queue": queue}}
+    if valid:
+        results = {"valid": True, "checkers": {"queue": {"checker": "queue", "valid": True, "anomalies": [],
+                                                         "stats": {}}}}
+    (run / "results.json").write_text(json.dumps(results))
+    return run, results
+
+
+def test_first_screen_summary_names_the_lost_writes_their_faults_and_times(tmp_path):
+    run, results = _lost_write_run(tmp_path)
+    history = read_history(run / "history.jsonl")
+    summary = first_screen_summary(results, pair_ops(history), fault_windows(history))
+    assert [(x["name"], x["count"]) for x in summary["lines"]] == [("lost-write", 30), ("duplicate", 3)]
+    assert summary["lines"][1]["text"] == "value 7 appears at offsets [1, 2] of partition 0"
+    assert summary["lost_total"] == 30
+    first, second = summary["lost"]
+    # acknowledged under the partition; last seen by the poll at 2 s; gone by the send of 99 at
+    # offset 5 at 5 s, with the partition (until 3 s) and the kill (from 4 s) in between
+    assert (first["partition"], first["offset"], first["value"]) == (0, 5, "42")
+    assert (first["acked_s"], first["acked_fault"]) == (1.0, "partition")
+    assert (first["gone_from_s"], first["gone_to_s"]) == (2.0, 5.0)
+    assert first["gone_fault"] == "partition, kill" and first["gone_by"] == "99 was acked at that offset later"
+    # partition 1 has no final read and nothing else read offset 2: when it went is unknown
+    assert second["gone_to_s"] is None and second["gone_fault"] == ""
+    assert summary["lost_groups"][0].startswith("1 acknowledged at 1.00 s while partition was active; "
+                                                "gone by 5.00 s, under partition, kill")
+    assert "not known" in summary["lost_groups"][1]
+
+
+def test_report_first_screen_comes_before_the_details_and_is_escaped(tmp_path):
+    run, _ = _lost_write_run(tmp_path)
+    html = render_report(run).read_text()
+    assert html.index('id="verdict"') < html.index('id="summary-lines"') < html.index('id="lost-writes-table"') \
+        < html.index('id="anomalies"') < html.index('id="plot-latency"') < html.index("<h2>Test</h2>")
+    table = html[html.index('id="lost-writes-table"'):html.index("</table>", html.index('id="lost-writes-table"'))]
+    assert "<td>5</td>" in table and "1.00" in table and "2.00–5.00" in table and "partition, kill" in table
+    assert "30 acknowledged write(s) lost" in html
+    assert "<script>alert(1)" not in html and "&lt;/script&gt;&lt;script&gt;alert(1)" in table
+    # the detailed sections list lost writes first too
+    assert html.index("<h3>lost-write", html.index('id="anomalies"')) < \
+        html.index("<h3>duplicate", html.index('id="anomalies"'))
+
+
+def test_report_first_screen_of_a_valid_run_says_so_without_a_lost_write_table(tmp_path):
+    run, results = _lost_write_run(tmp_path, valid=True)
+    history = read_history(run / "history.jsonl")
+    summary = first_screen_summary(results, pair_ops(history), fault_windows(history))
+    assert summary == {"lines": [], "lost": [], "lost_groups": [], "lost_total": 0}
+    html = render_report(run).read_text()
+    assert 'id="summary-valid"' in html and "No anomalies: queue found none." in html
+    assert 'id="lost-writes-table"' not in html and "VALID" in html
+
+
+def test_scenario_steps_are_fault_windows_until_undone_or_the_final_heal():
+    s = 1_000_000_000
+    hist = [Op("info", "scenario-bind", "nemesis", {"L": "broker-1"}, time=1 * s),
+            Op("info", "scenario-isolate", "nemesis", {"isolate": "broker-2"}, time=2 * s),
+            Op("info", "scenario-kill", "nemesis", {"kill": "broker-1"}, time=3 * s),
+            Op("info", "scenario-pause", "nemesis", {"pause": "broker-3"}, time=4 * s),
+            Op("info", "scenario-heal", "nemesis", {"healed": ["broker-2"]}, time=5 * s),
+            Op("info", "scenario-start", "nemesis", {"start": "broker-1"}, time=6 * s),
+            Op("info", "heal", "nemesis", {"errors": []}, time=9 * s)]
+    ws = fault_windows(hist)
+    assert [(w.name, w.start_s, w.end_s) for w in ws] == [
+        ("isolate broker-2", 2.0, 5.0), ("kill broker-1", 3.0, 6.0), ("pause broker-3", 4.0, 9.0)]
+    assert fault_at(ws, 4.5) == "isolate broker-2, kill broker-1, pause broker-3"
+    assert faults_during(ws, 5.5, 7.0) == "kill broker-1, pause broker-3"
