@@ -82,6 +82,11 @@ def run(
     cluster_error = cluster_problem(cluster)
     if cluster_error:
         _fail(cluster_error + ".")
+    if cluster.startswith("ssh:"):
+        from clusters.ssh import load_node_file
+
+        # The node file decides how many brokers there are; --brokers would only contradict it.
+        brokers = sum(1 for n in load_node_file(cluster[len("ssh:"):]) if n.name.startswith("broker-"))
     from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
     from clusters.reference import BROKER_VARIANTS
 
@@ -95,7 +100,8 @@ def run(
     if client not in ("kafka-python", "confluent-kafka"):
         _fail(f"--client {client!r} is not one of kafka-python, confluent-kafka.")
     if not 1 <= min_isr <= replication_factor <= brokers:
-        _fail(f"need 1 <= --min-isr ({min_isr}) <= --replication-factor ({replication_factor}) <= --brokers ({brokers}).")
+        where = f"the brokers of {cluster[len('ssh:'):]}" if cluster.startswith("ssh:") else "--brokers"
+        _fail(f"need 1 <= --min-isr ({min_isr}) <= --replication-factor ({replication_factor}) <= {where} ({brokers}).")
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
                     brokers=brokers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,

@@ -172,6 +172,10 @@ class SshRemote:
                 # here and both buffers are empty, everything has been read.
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     code = chan.recv_exit_status()
+                    if code == -1:  # paramiko's word for "closed without an exit status"
+                        return RemoteResult(255, out.decode(errors="replace"),
+                                            f"{self.name}: the SSH connection to {self.where()} dropped before "
+                                            "the command finished")
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
