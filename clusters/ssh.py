@@ -212,10 +212,7 @@ class SshCluster(ReferenceCluster):
             tarball = code_tarball()
             self._each(lambda node: self._install(node, tarball))
             self._clock_lib = self._install_clock_preload()
-            # Partitions and tc need a network stack per node (distinct hosts) and iptables there.
-            hosts = [self.address(n)[0] for n in self.nodes()]
-            self.isolated_nodes = len(set(hosts)) == len(hosts) and all(
-                self._each(lambda node: self.remote(node).run(["iptables", "-w", "-S", "INPUT"], timeout=20).ok))
+            self._probe_isolation()
             if self.lossy:
                 self._each(self._mount_lossyfs, self.broker_nodes())
             for node in self.nodes():
@@ -228,6 +225,19 @@ class SshCluster(ReferenceCluster):
         except BaseException:
             self.down()
             raise
+
+    def _probe_isolation(self) -> None:
+        """Partitions and tc need a network stack per node (distinct hosts) and iptables there."""
+        hosts = [self.address(n)[0] for n in self.nodes()]
+        shared = sorted({h for h in hosts if hosts.count(h) > 1})
+        iptables = self._each(lambda node: self.remote(node).run(["iptables", "-w", "-S", "INPUT"], timeout=20).ok)
+        denied = [n for n, ok in zip(self.nodes(), iptables, strict=True) if not ok]
+        self.isolated_nodes = not shared and not denied
+        if shared:
+            self.not_isolated_reason = f"in the ssh node file, several nodes share {', '.join(shared)}"
+        elif denied:
+            self.not_isolated_reason = (f"iptables does not run for the SSH user on {', '.join(denied)} (install it, "
+                                        "and log in as root or set sudo = true)")
 
     def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
         """fn(node) on every node in parallel (SSH round trips dominate set-up); the first error is raised."""
@@ -262,7 +272,7 @@ class SshCluster(ReferenceCluster):
         try:
             lib = build_preload()
         except PreloadBuildError:
-            return None
+            return None  # the clock faults say: could not be built here (install gcc)
         data = lib.read_bytes()
         for node in self.nodes():
             self.remote(node).put(f"{self.node_dir(node)}/lib/{lib.name}", data)
@@ -278,6 +288,9 @@ class SshCluster(ReferenceCluster):
             works = abs(float(r.out) - float(now.out) - CLOCK_PROBE_S) < CLOCK_PROBE_S / 2
         except ValueError:
             works = False
+        if not works:
+            self.clock_unavailable_reason = (f"does not shift the wall clock on {node} ({self.remote(node).where()}; "
+                                             "a node whose libc or architecture differs from this host's)")
         return str(lib) if works else None
 
     def _mount_lossyfs(self, node: str) -> None:

@@ -63,8 +63,9 @@ class _Fault:
     def _needs_remotes(self, cluster) -> None:
         if not getattr(cluster, "isolated_nodes", False):
             raise NemesisRefused(f"the {self.name} fault needs nodes with their own network, disk and clock "
-                                 "(--cluster docker, or --cluster local as root for a namespace per node); "
-                                 f"the {cluster.name} cluster runs every node as a process on this host's loopback")
+                                 "(--cluster docker, or --cluster local as root for a namespace per node); " +
+                                 getattr(cluster, "not_isolated_reason", f"the {cluster.name} cluster runs every "
+                                         "node as a process on this host's loopback"))
 
     def _leader_nodes(self, cluster) -> list[str]:
         return sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
@@ -217,8 +218,8 @@ class _ClockFault(_Fault):
             raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; "
                                  f"{cluster.name} nodes are not")
         if hasattr(cluster, "_clock_lib") and cluster._clock_lib is None:  # a local backend without gcc
-            raise NemesisRefused(f"the {self.name} fault needs the clock preload library, which could not be "
-                                 "built here (install gcc)")
+            raise NemesisRefused(f"the {self.name} fault needs the clock preload library, which " +
+                                 getattr(cluster, "clock_unavailable_reason", "could not be built here (install gcc)"))
 
     def write_control(self, cluster, node: str, text: str) -> None:
         self.skewed.add(node)  # before the write: a write that fails half-way is still reset at teardown

@@ -29,6 +29,7 @@ from harness.history import INVOKE, Op
 from harness.remote import DockerRemote, RemoteError
 from harness.ssh_remote import SshRemote, SshTarget
 from nemesis import netrules
+from nemesis.base import NemesisRefused
 from nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
 
 pytestmark = pytest.mark.integration
@@ -292,3 +293,23 @@ def test_kafkaesque_run_over_ssh_is_valid_and_stored(nodes, tmp_path):
         assert json.loads((run_dir / "nodes" / node / "state.json").read_text())["node_id"] in (1000, 1, 2, 3)
     assert (run_dir / "nodes" / "broker-1" / "broker.log").stat().st_size > 0
     assert (run_dir / "nodes" / "controller-0" / "controller.log").stat().st_size > 0
+
+
+def test_nodes_sharing_a_host_run_but_partitions_are_refused_by_name(nodes, tmp_path):
+    # controller-0 and broker-1 on one machine (own dir and port each): the broker runs, a partition cannot.
+    text = nodes.node_file().read_text().replace(
+        f'name = "broker-1"\nhost = "{nodes.ips["broker-1"]}"',
+        f'name = "broker-1"\nhost = "{nodes.ips["controller-0"]}"\ndir = "/var/lib/kafkaesque-b1"\nkafka_port = 9093')
+    path = tmp_path / "shared.toml"
+    path.write_text(text)
+    c = SshCluster.from_file(str(path), ClusterSpec(), str(tmp_path))
+    c.up()
+    try:
+        assert c.address("broker-1") == (nodes.ips["controller-0"], 9093)
+        assert not c.isolated_nodes
+        with pytest.raises(NemesisRefused, match=f"several nodes share {nodes.ips['controller-0']}"):
+            PartitionNemesis({}).setup(c)
+        c.kill("broker-1")
+        assert c.is_running("controller-0") and not c.is_running("broker-1")
+    finally:
+        c.down()
