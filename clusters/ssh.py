@@ -246,7 +246,11 @@ class SshCluster(ReferenceCluster):
             return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
 
     def _connect(self, node: str) -> None:
-        self.remote(node).connect()
+        r = self.remote(node)
+        r.connect()
+        if r.target.sudo and not r.run(["true"], timeout=20).ok:
+            raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
+                               "sudo there, or set sudo = false and log in as a user who may run the broker.")
 
     def _install(self, node: str, tarball: bytes) -> None:
         """Stop what an earlier run left, wipe the node's data, and unpack this project's code there."""

@@ -50,11 +50,12 @@ class SshNodes:
         return SshTarget(host=self.ips[node], key=str(self.key), known_hosts=kw.pop("known_hosts", str(self.known_hosts)),
                          **kw)
 
-    def node_file(self, lossy: bool = False) -> Path:
-        lines = [f'user = "root"\nkey = "{self.key}"\nknown_hosts = "{self.known_hosts}"\n'
-                 f'dir = "/var/lib/kafkaesque"\nlossy = {str(lossy).lower()}\n']
+    def node_file(self, lossy: bool = False, user: str = "root", dir: str = "/var/lib/kafkaesque",
+                  sudo: bool = False) -> Path:
+        lines = [f'user = "{user}"\nkey = "{self.key}"\nknown_hosts = "{self.known_hosts}"\n'
+                 f'dir = "{dir}"\nlossy = {str(lossy).lower()}\nsudo = {str(sudo).lower()}\n']
         lines += [f'[[nodes]]\nname = "{n}"\nhost = "{self.ips[n]}"\n' for n in NODES]
-        path = self.root / f"nodes{'-lossy' if lossy else ''}.toml"
+        path = self.root / f"nodes-{user}{'-lossy' if lossy else ''}{'-sudo' if sudo else ''}.toml"
         path.write_text("\n".join(lines))
         return path
 
@@ -63,6 +64,10 @@ def start_sshd(remote: DockerRemote, public_key: str) -> None:
     remote.run(["sh", "-c", "ssh-keygen -A >/dev/null && mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh"],
                check=True)
     remote.put("/root/.ssh/authorized_keys", public_key.encode())
+    # An unprivileged login too (no sudo in the image): the broker runs as any user, iptables does not.
+    remote.run(["sh", "-c", "useradd -m -s /bin/sh kq && mkdir -p /home/kq/.ssh && "
+                            "cp /root/.ssh/authorized_keys /home/kq/.ssh/ && chown -R kq:kq /home/kq/.ssh && "
+                            "chmod 700 /home/kq/.ssh"], check=True)
     remote.run(["/usr/sbin/sshd"], check=True)
 
 
@@ -313,3 +318,27 @@ def test_nodes_sharing_a_host_run_but_partitions_are_refused_by_name(nodes, tmp_
         assert c.is_running("controller-0") and not c.is_running("broker-1")
     finally:
         c.down()
+
+
+def test_an_unprivileged_user_runs_the_broker_and_iptables_faults_are_refused_by_name(nodes, tmp_path):
+    c = SshCluster.from_file(str(nodes.node_file(user="kq", dir="/home/kq/kafkaesque")), ClusterSpec(), str(tmp_path))
+    c.up()
+    try:
+        assert not c.isolated_nodes and c._clock_lib  # the preload needs no privilege; iptables does
+        with pytest.raises(NemesisRefused, match="iptables does not run for the SSH user on controller-0, broker-1"):
+            PartitionNemesis({}).setup(c)
+        ClockNemesis({}).setup(c)  # accepted
+        c.pause("broker-2")
+        assert c.process_state("broker-2") == "paused"
+        c.resume("broker-2")
+        owner = nodes.docker["broker-2"].run(["stat", "-c", "%U", "/home/kq/kafkaesque/node.pid"]).out.strip()
+        assert owner == "kq"
+    finally:
+        c.down()
+
+
+def test_sudo_that_does_not_work_is_one_sentence(nodes, tmp_path):
+    # The image has no sudo at all: `sudo -n true` fails, and up() says so before touching anything.
+    c = SshCluster.from_file(str(nodes.node_file(user="kq", sudo=True)), ClusterSpec(), str(tmp_path))
+    with pytest.raises(ClusterError, match=r"`sudo -n` does not work for kq@.*passwordless sudo"):
+        c.up()
