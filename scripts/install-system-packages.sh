@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages the project needs on the host: debootstrap (node image), FUSE headers and
-# pkg-config (pyfuse3 builds from source), gcc (the clock preload library), chromium later
-# for the browser test. Installs only what is missing; needs root (as on these machines).
+# pkg-config (pyfuse3 builds from source), gcc (the clock preload library), chromium (headless,
+# for the browser test of the HTML reports: tests/integration/test_browser.py). Installs only
+# what is missing; needs root (as on these machines).
 set -euo pipefail
-PACKAGES=(debootstrap fuse3 libfuse3-dev pkg-config gcc iproute2 iptables procps)
+PACKAGES=(debootstrap fuse3 libfuse3-dev pkg-config gcc iproute2 iptables procps chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
