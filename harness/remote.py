@@ -3,8 +3,9 @@
 `run(argv)` -> RemoteResult(exit, out, err); `put(path, data)`; `get(path)`; daemons
 started with a pid file and signalled by it. Arguments are argv lists; a remote that has
 to go through a shell (docker exec sh -c, SSH) joins them with shlex.quote, never raw.
-Implementations: LocalRemote here (this machine; nodes that are processes), and the Docker
-and SSH remotes beside the backends that use them.
+Implementations: LocalRemote (this machine; nodes that are processes) and DockerRemote
+(`docker exec`) here, NetnsRemote in clusters/netns.py, and SshRemote (paramiko) in
+harness/ssh_remote.py.
 """
 
 from __future__ import annotations
