@@ -131,7 +131,8 @@ class SshRemote:
             raise RemoteError(f"{self.name}: the key file {key} does not exist; fix the node's key path.") from None
         except (TimeoutError, OSError) as e:
             client.close()
-            raise RemoteError(f"{self.name}: cannot reach {t.host}:{t.port} ({e}); check the address, the port "
+            why = getattr(e, "strerror", None) or e  # paramiko's NoValidConnectionsError prints "[Errno None] ..."
+            raise RemoteError(f"{self.name}: cannot reach {t.host}:{t.port} ({why}); check the address, the port "
                               "and that sshd runs there.") from None
         return client
 
