@@ -105,6 +105,9 @@ def start_session(master: str, warehouse: Path, command: str, spark_logs: bool =
                .config("spark.driver.memory", "1g")
                .config("spark.executor.memory", "512m")
                .config("spark.sql.shuffle.partitions", "8")
+               # Broadcast joins intermittently ran the 1 GB driver out of heap on a few thousand rows
+               # (Spark 4.3, local[2], the summarize plan); sort-merge joins are steady.
+               .config("spark.sql.autoBroadcastJoinThreshold", "-1")
                # partition values are run ids and campaign names: strings, even when they look numeric
                .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
                .config("spark.driver.extraJavaOptions", java_opts)

@@ -40,12 +40,18 @@ def summarize(spark, warehouse: str, campaigns: list[str] | None = None) -> dict
 
     windows = (runs.select(*RUN, F.explode("fault_windows").alias("w"))
                .select(*RUN, "w.fault", "w.start_ns", "w.end_ns").cache())
+    # Range joins name their sides' columns apart (w_*, h_*): conditions on df.column references of
+    # DataFrames derived from one another can resolve to the same side and join everything to everything.
+    wins = windows.select(F.col("campaign").alias("w_campaign"), F.col("run").alias("w_run"), "start_ns", "end_ns")
+
+    def in_window(time_col: str):
+        return ((F.col("campaign") == F.col("w_campaign")) & (F.col("run") == F.col("w_run"))
+                & (F.col(time_col) >= F.col("start_ns")) & (F.col(time_col) < F.col("end_ns")))
+
     pairs = pair_ops(ops).where((F.col("outcome") == "ok") & F.col("c_time").isNotNull()) \
         .select(*RUN, "f", "inv_time", "c_time", ((F.col("c_time") - F.col("inv_time")) / 1e6).alias("latency_ms"))
-    inside_cond = [pairs.campaign == windows.campaign, pairs.run == windows.run,
-                   pairs.inv_time >= windows.start_ns, pairs.inv_time < windows.end_ns]
-    inside = pairs.join(F.broadcast(windows), inside_cond, "left_semi").withColumn("phase", F.lit("fault"))
-    outside = pairs.join(F.broadcast(windows), inside_cond, "left_anti").withColumn("phase", F.lit("no-fault"))
+    inside = pairs.join(wins, in_window("inv_time"), "left_semi").withColumn("phase", F.lit("fault"))
+    outside = pairs.join(wins, in_window("inv_time"), "left_anti").withColumn("phase", F.lit("no-fault"))
     pct = F.percentile_approx("latency_ms", [0.5, 0.95, 0.99])
     latency = (inside.unionByName(outside).join(runs.select(*RUN, "nemesis"), RUN)
                .groupBy("nemesis", "f", "phase")
@@ -59,22 +65,21 @@ def summarize(spark, warehouse: str, campaigns: list[str] | None = None) -> dict
     span = main.groupBy(*RUN).agg(F.min("inv_time").alias("t0"), F.max("c_time").alias("t1"))
     fault_ns = windows.join(span, RUN).groupBy(*RUN).agg(F.sum(
         F.greatest(F.lit(0), F.least("end_ns", "t1") - F.greatest("start_ns", "t0"))).alias("fault_ns"))
-    calm_ops = main.join(F.broadcast(windows), [main.campaign == windows.campaign, main.run == windows.run,
-                                                main.c_time >= windows.start_ns, main.c_time < windows.end_ns],
-                         "left_anti").groupBy(*RUN).agg(F.count(F.lit(1)).alias("calm_ops"))
+    calm_ops = main.join(wins, in_window("c_time"), "left_anti").groupBy(*RUN).agg(F.count(F.lit(1)).alias("calm_ops"))
     baseline = (span.join(fault_ns, RUN, "left").join(calm_ops, RUN, "left").fillna(0, ["fault_ns", "calm_ops"])
                 .withColumn("ops_per_s", F.col("calm_ops") / ((F.col("t1") - F.col("t0") - F.col("fault_ns")) / 1e9)))
     # Each heal, and the time until the next fault starts (or the main phase ends).
-    heals = (windows.alias("a").join(windows.alias("b"), (F.col("a.campaign") == F.col("b.campaign"))
-                                     & (F.col("a.run") == F.col("b.run"))
-                                     & (F.col("b.start_ns") >= F.col("a.end_ns")), "left")
-             .groupBy("a.campaign", "a.run", "a.fault", "a.end_ns").agg(F.min("b.start_ns").alias("next_ns"))
+    starts = wins.select("w_campaign", "w_run", F.col("start_ns").alias("next_start_ns"))
+    heals = (windows.join(starts, (F.col("campaign") == F.col("w_campaign")) & (F.col("run") == F.col("w_run"))
+                          & (F.col("next_start_ns") >= F.col("end_ns")), "left")
+             .groupBy(*RUN, "fault", "end_ns").agg(F.min("next_start_ns").alias("next_ns"))
              .join(span, RUN).select(*RUN, "fault", F.col("end_ns").alias("heal_ns"),
                                      F.coalesce(F.least("next_ns", "t1"), F.col("t1")).alias("until_ns")))
-    buckets = (main.join(F.broadcast(heals), [main.campaign == heals.campaign, main.run == heals.run,
-                                              main.c_time >= heals.heal_ns, main.c_time < heals.until_ns])
-               .select(heals.campaign, heals.run, "fault", "heal_ns",
-                       F.floor((F.col("c_time") - F.col("heal_ns")) / 1e9).alias("second"))
+    h = heals.select(F.col("campaign").alias("h_campaign"), F.col("run").alias("h_run"), "fault", "heal_ns",
+                     "until_ns")
+    buckets = (main.join(h, (F.col("campaign") == F.col("h_campaign")) & (F.col("run") == F.col("h_run"))
+                         & (F.col("c_time") >= F.col("heal_ns")) & (F.col("c_time") < F.col("until_ns")))
+               .select(*RUN, "fault", "heal_ns", F.floor((F.col("c_time") - F.col("heal_ns")) / 1e9).alias("second"))
                .groupBy(*RUN, "fault", "heal_ns", "second").agg(F.count(F.lit(1)).alias("ops")))
     recovered = (buckets.join(baseline.select(*RUN, "ops_per_s"), RUN)
                  .where(F.col("ops") >= F.lit(RECOVERED_FRACTION) * F.col("ops_per_s"))
