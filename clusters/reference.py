@@ -10,6 +10,7 @@ dumps) is written once, here.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import time
@@ -40,7 +41,10 @@ class ReferenceCluster:
             raise ClusterError(f"unknown broker variant {spec.broker_variant!r}; valid: {', '.join(BROKER_VARIANTS)}.")
         self.spec = spec
         self.run_dir = Path(run_dir)
-        self.owner = owner or self.run_dir.name
+        # The run's id on every process, container, network and namespace it makes. The run dir's
+        # name is a timestamp: two runs starting in the same second (a campaign beside a test) would
+        # share it and tear down each other's networks, so this process's pid joins it.
+        self.owner = owner or f"{self.run_dir.name}-{os.getpid()}"
 
     # --- what a backend provides -------------------------------------------------------------
     def remote(self, node: str):

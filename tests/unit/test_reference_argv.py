@@ -44,3 +44,19 @@ def test_recovery_strategy_reaches_the_controller(tmp_path):
 def test_unknown_variant_is_one_sentence(tmp_path):
     with pytest.raises(ClusterError, match="unknown broker variant 'x'; valid: default, truncate-to-hw"):
         PathsOnly(ClusterSpec(brokers=3, broker_variant="x"), str(tmp_path))
+
+
+def test_two_runs_started_in_the_same_second_by_two_processes_get_different_owners(tmp_path):
+    """The owner names containers, networks and namespaces: a timestamp alone collides."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "20261122T200649"
+    mine = PathsOnly(ClusterSpec(brokers=1), str(run_dir)).owner
+    other = subprocess.run([sys.executable, "-c", "from clusters.base import ClusterSpec;"
+                            "from tests.unit.test_reference_argv import PathsOnly;"
+                            f"print(PathsOnly(ClusterSpec(brokers=1), {str(run_dir)!r}).owner)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert mine.startswith(run_dir.name) and other.startswith(run_dir.name) and mine != other
+    assert str(os.getpid()) in mine
