@@ -39,8 +39,9 @@ BRIDGE_PREFIX = "kqbr"
 def _ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     p = subprocess.run(["ip", *argv], capture_output=True, text=True)
     if check and p.returncode != 0:
-        raise ClusterError(f"`ip {' '.join(argv)}` failed ({p.stderr.strip()}); network namespaces need root and "
-                           "iproute2 (run as root, or use --cluster docker).")
+        fix = ("a leftover of an earlier run holds the name: run `kafkaesque cleanup`" if "File exists" in p.stderr
+               else "network namespaces need root and iproute2 (run as root, or use --cluster docker)")
+        raise ClusterError(f"`ip {' '.join(argv)}` failed ({p.stderr.strip()}); {fix}.")
     return p
 
 
