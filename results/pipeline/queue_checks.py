@@ -64,22 +64,25 @@ def pair_ops(ops):
 
 def queue_anomaly_counts(runs, ops, reads):
     """Per run: campaign, run, the six anomaly counts, uncovered (ok sends of keys without a final read), verdict."""
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    pairs = pair_ops(ops).cache()
+    # Reused by several jobs: kept on local disk, not on the heap (in local mode the executors share the
+    # driver's heap, and caching the reads of a 1M-op history in memory ran 1 GB out of it).
+    pairs = pair_ops(ops).persist(StorageLevel.DISK_ONLY)
     sent = pairs.where(F.col("f") == "send").select(*RUN, F.col("inv_key").alias("key"),
                                                     F.col("inv_value").alias("value")).distinct()
     acked = pairs.where((F.col("f") == "send") & (F.col("outcome") == "ok")).select(
         *RUN, F.col("c_key").alias("key"), F.col("c_offset").alias("offset"), F.col("c_value").alias("value"))
     read_ops = pairs.where(F.col("f").isin("poll", "final-poll") & (F.col("outcome") == "ok"))
     rd = reads.join(read_ops.select(*RUN, F.col("c_seq").alias("seq"), F.col("f").alias("kind"), "inv_seq",
-                                    "process"), [*RUN, "seq", "kind"]).cache()
+                                    "process"), [*RUN, "seq", "kind"]).persist(StorageLevel.DISK_ONLY)
     final_hwm = (read_ops.where((F.col("f") == "final-poll") & F.col("c_hwm").isNotNull())
                  .groupBy(*RUN, F.col("c_key").alias("key")).agg(F.max("c_hwm").alias("hwm")))
     in_final = (rd.where(F.col("kind") == "final-poll").select(*RUN, "key", "value").distinct()
                 .withColumn("in_final", F.lit(True)))
-    seen = rd.select(*RUN, "key", "offset", "value").distinct().cache()
+    seen = rd.select(*RUN, "key", "offset", "value").distinct().persist(StorageLevel.DISK_ONLY)
 
     def per_run(df, name):
         return df.groupBy(*RUN).agg(F.count(F.lit(1)).alias(name))

@@ -102,7 +102,7 @@ def start_session(master: str, warehouse: Path, command: str, spark_logs: bool =
     builder = (SparkSession.builder.master(master).appName(f"kafkaesque-pipeline-{command}")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "1g")
+               .config("spark.driver.memory", "2g")  # local mode: the executors live in this heap too
                .config("spark.executor.memory", "512m")
                .config("spark.sql.shuffle.partitions", "8")
                # Broadcast joins intermittently ran the 1 GB driver out of heap on a few thousand rows
