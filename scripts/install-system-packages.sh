@@ -4,7 +4,8 @@
 # for the browser test of the HTML reports: tests/integration/test_browser.py). Installs only
 # what is missing; needs root (as on these machines).
 set -euo pipefail
-PACKAGES=(debootstrap fuse3 libfuse3-dev pkg-config gcc iproute2 iptables procps chromium)
+PACKAGES=(debootstrap fuse3 libfuse3-dev pkg-config gcc iproute2 iptables procps chromium
+          openjdk-17-jre-headless)  # Java 17: the Spark pipeline (results/pipeline/)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
