@@ -1,0 +1,92 @@
+"""Pipeline ingest (no JVM): how a history's ops become rows of the ops, reads and runs tables."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness.history import HistoryWriter, Op
+from results.pipeline import PipelineError
+from results.pipeline.ingest import discover_runs, ingest
+from results.store import write_json
+
+
+def make_run(root, name="queue", stamp="20260101T000000", ops=None):
+    run = root / name / stamp
+    run.mkdir(parents=True)
+    write_json(run / "test.json", {"workload": "queue", "nemesis": ["kill"], "acks": "1",
+                                   "broker_variant": "truncate-to-hw", "flush_policy": "never"})
+    with HistoryWriter(run / "history.jsonl") as w:
+        for i, op in enumerate(ops or []):
+            op.time = (i + 1) * 1000
+            w.append(op)
+    return run
+
+
+HISTORY = [
+    Op("invoke", "send", 0, [1, 7]),
+    Op("ok", "send", 0, [1, [0, 7]]),
+    Op("invoke", "start-kill", "nemesis", None),
+    Op("info", "start-kill", "nemesis", {"kill": ["broker-2"]}),
+    Op("invoke", "poll", 0, None),
+    Op("ok", "poll", 0, {"1": [[0, 7], [1, 8]], "2": [[0, 9]]}),
+    Op("invoke", "stop-kill", "nemesis", None),
+    Op("info", "stop-kill", "nemesis", {"healed": ["broker-2"]}),
+    Op("invoke", "final-poll", 5, [1]),
+    Op("ok", "final-poll", 5, [1, 2, [[0, 7], [1, 8]]]),
+]
+
+
+def test_ops_reads_and_runs_rows(tmp_path):
+    make_run(tmp_path / "store", ops=[Op(o.type, o.f, o.process, o.value) for o in HISTORY])
+    wh = tmp_path / "wh"
+    summary = ingest([tmp_path / "store"], wh, jobs=1)
+    assert summary["ingested"] == 1 and summary["ops"] == 10 and summary["reads"] == 5
+    part = "campaign=none/run=queue-20260101T000000/part-0.parquet"
+    ops = pq.read_table(wh / "ops" / part).to_pylist()
+    assert (ops[1]["key"], ops[1]["offset"], ops[1]["value"], ops[1]["process"]) == (1, 0, 7, 0)
+    assert ops[3]["process"] is None and json.loads(ops[3]["value_json"]) == {"kill": ["broker-2"]}
+    assert (ops[9]["key"], ops[9]["hwm"]) == (1, 2)
+    reads = pq.read_table(wh / "reads" / part).to_pylist()
+    assert [(r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]) for r in reads] == [
+        (5, 0, "poll", 1, 0, 7), (5, 1, "poll", 1, 1, 8), (5, 2, "poll", 2, 0, 9),
+        (9, 0, "final-poll", 1, 0, 7), (9, 1, "final-poll", 1, 1, 8)]
+    run = pq.read_table(wh / "runs" / part).to_pylist()[0]
+    assert (run["nemesis"], run["acks"], run["broker_variant"], run["verdict"]) == \
+        ("kill", "1", "truncate-to-hw", "incomplete")
+    assert run["fault_windows"] == [{"fault": "kill", "start_ns": 3000, "end_ns": 8000}]
+
+
+def test_a_second_ingest_skips_the_unchanged_run(tmp_path):
+    make_run(tmp_path / "store", ops=[Op("invoke", "poll", 0, None)])
+    assert ingest([tmp_path / "store"], tmp_path / "wh", jobs=1)["ingested"] == 1
+    again = ingest([tmp_path / "store"], tmp_path / "wh", jobs=1)
+    assert (again["ingested"], again["skipped"]) == (0, 1)
+
+
+def test_a_campaign_dir_names_the_partition(tmp_path):
+    run = make_run(tmp_path / "store", ops=[Op("invoke", "poll", 0, None)])
+    camp = tmp_path / "store" / "campaigns" / "nightly" / "20260102T000000"
+    camp.mkdir(parents=True)
+    write_json(camp / "campaign.json", {"name": "nightly", "runs": [{"run_dir": str(run)}, {"run_dir": None}]})
+    [src] = discover_runs([camp])
+    assert (src.campaign, src.run) == ("nightly-20260102T000000", "queue-20260101T000000")
+    [src] = discover_runs([tmp_path / "store"])  # the store knows its campaigns too
+    assert src.campaign == "nightly-20260102T000000"
+
+
+def test_a_non_integer_value_is_one_sentence(tmp_path):
+    make_run(tmp_path / "store", ops=[Op("invoke", "send", 0, [1, "x"])])
+    with pytest.raises(PipelineError, match="is not an integer"):
+        ingest([tmp_path / "store"], tmp_path / "wh", jobs=1)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p / "missing", "does not exist"),
+    (lambda p: p, "no stored runs"),
+])
+def test_bad_inputs_name_the_fix(tmp_path, make, words):
+    with pytest.raises(PipelineError, match=words):
+        discover_runs([make(tmp_path)])
