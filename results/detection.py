@@ -3,8 +3,8 @@
 Rendered as Markdown (docs/DETECTION.md) from a campaign's campaign.json (harness/campaign.py)
 and each run's results.json: one row per broker variant x acks x flush x fault plan, with
 the runs made, the runs that found an anomaly, which anomalies, and the median time from
-the start of the run to the first anomalous op (the earliest op in any anomaly's examples:
-for a lost write, its acknowledgement). Runs the budget skipped are counted as not run,
+the start of the run to the op that first proved an anomaly (per example its latest op: for
+a lost write, the read that missed it; the earliest over the examples). Runs the budget skipped are counted as not run,
 never as "nothing found"; runs whose scenario stalled (the cluster never reached the state
 a step waited for) are counted apart, since they did not test what they meant to.
 """
@@ -19,23 +19,27 @@ from typing import Any
 
 
 def first_anomaly_s(results: dict[str, Any]) -> float | None:
-    """Seconds into the run of the earliest op any anomaly example carries, or None."""
-    times: list[int] = []
+    """Seconds into the run at which the first anomaly was proven: for each anomaly example, the
+    latest op it carries (a lost write is proven by the read that misses it, not by its
+    acknowledgement), and the earliest of those. None when no example carries ops (the
+    broker-side checks prove theirs from state dumps taken at the end)."""
+    proven: list[int] = []
 
-    def walk(x: Any) -> None:
+    def times(x: Any) -> list[int]:
         if isinstance(x, dict):
-            if "time" in x and "type" in x and "f" in x and isinstance(x["time"], int):
-                times.append(x["time"])
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
+            own = [x["time"]] if isinstance(x.get("time"), int) and "type" in x and "f" in x else []
+            return own + [t for v in x.values() for t in times(v)]
+        if isinstance(x, list):
+            return [t for v in x for t in times(v)]
+        return []
 
     for c in (results.get("checkers") or {}).values():
         for a in c.get("anomalies", []):
-            walk(a.get("examples", []))
-    return min(times) / 1e9 if times else None
+            for example in a.get("examples", []):
+                ts = times(example)
+                if ts:
+                    proven.append(max(ts))
+    return min(proven) / 1e9 if proven else None
 
 
 def _stalled(run_dir: Path) -> bool:
@@ -98,7 +102,8 @@ def render_markdown(doc: dict[str, Any], command: str) -> str:
         "A row counts runs that finished (`runs`), runs with an anomaly (`found`), runs whose verdict was "
         "unknown, runs whose scenario stalled (a wait timed out: the cluster never reached the state the "
         "next fault needed), and runs the budget left out (`not run`). `first anomaly` is the median, over "
-        "the runs that found one, of the seconds from the run's start to its earliest anomalous op.",
+        "the runs that found one, of the seconds from the run's start to the op that first proved an anomaly "
+        "(for a lost write, the read that missed it); `-` where only the end-of-run state dumps prove it.",
         "",
         "| variant | acks | flush | fault plan | runs | found | anomalies | first anomaly (s, median) "
         "| unknown | stalled | not run |",

@@ -37,9 +37,11 @@ def campaign(tmp_path):
             "matrix": {"repetitions": 3, "settings": {"time_limit": 60}}, "runs": runs}
 
 
-def test_first_anomaly_is_the_earliest_example_op():
+def test_first_anomaly_is_the_earliest_moment_an_example_is_proven():
+    # example 1 is proven by its read at 7 s (after the ack at 1 s); example 2 by its op at 2.5 s
     assert first_anomaly_s({"checkers": {"q": {"anomalies": [{"examples": [
-        {"reads": [{"time": 7_000_000_000, "type": "ok", "f": "poll"}]},
+        {"op": {"time": 1_000_000_000, "type": "ok", "f": "send"},
+         "reads": [{"time": 7_000_000_000, "type": "ok", "f": "final-poll"}]},
         {"op": {"time": 2_500_000_000, "type": "ok", "f": "send"}}]}]}}}) == 2.5
     assert first_anomaly_s({"checkers": {"q": {"anomalies": []}}}) is None
 
