@@ -244,6 +244,7 @@ def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
     """The checks `kafkaesque run` makes on its flags, worded for the file's keys."""
     from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
+    from harness.generator import NEMESIS_SCHEDULES
     from harness.runner import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
     from nemesis.faults import PARTITION_TARGETS
     from nemesis.targets import TARGETS
@@ -262,6 +263,7 @@ def _check_settings(spec: TestSpec, from_file: bool) -> None:
         raise CampaignFileError(f"{where} is {spec.cluster!r}, which is not one of {', '.join(CLUSTER_NAMES)}; "
                                 f"pick one of those.")
     one_of("nemesis_target", spec.nemesis_target, list(dict.fromkeys(TARGETS + PARTITION_TARGETS)))
+    one_of("nemesis_schedule", spec.nemesis_schedule, NEMESIS_SCHEDULES)
     one_of("unclean_recovery_strategy", spec.unclean_recovery_strategy, UNCLEAN_RECOVERY_STRATEGIES)
     one_of("client", spec.client, ("kafka-python", "confluent-kafka"))
     for key in ("time_limit", "nemesis_interval", "brokers", "partitions", "concurrency"):

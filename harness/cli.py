@@ -32,7 +32,9 @@ def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
     nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, "
                                             "clock-jump, clock-strobe, net, disk, drop-caches")] = "",
-    nemesis_interval: Annotated[float, typer.Option(help="seconds between fault start and stop")] = 10.0,
+    nemesis_interval: Annotated[float, typer.Option(help="mean seconds between fault starts and stops")] = 10.0,
+    nemesis_schedule: Annotated[str, typer.Option(help="mix: a random fault toggled each interval, so different "
+                                                       "faults overlap; sequential: one fault at a time")] = "mix",
     nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all, "
                                                      "isr-member, last-isr-member")] = "random-node",
     time_limit: Annotated[float, typer.Option(help="seconds of the main phase")] = 60.0,
@@ -79,6 +81,10 @@ def run(
     valid_targets = list(dict.fromkeys(TARGETS + PARTITION_TARGETS))
     if nemesis_target not in valid_targets:
         _fail(f"unknown --nemesis-target {nemesis_target!r}; valid: {', '.join(valid_targets)}.")
+    from harness.generator import NEMESIS_SCHEDULES
+
+    if nemesis_schedule not in NEMESIS_SCHEDULES:
+        _fail(f"unknown --nemesis-schedule {nemesis_schedule!r}; valid: {', '.join(NEMESIS_SCHEDULES)}.")
     cluster_error = cluster_problem(cluster)
     if cluster_error:
         _fail(cluster_error + ".")
@@ -103,6 +109,7 @@ def run(
         where = f"the brokers of {cluster[len('ssh:'):]}" if cluster.startswith("ssh:") else "--brokers"
         _fail(f"need 1 <= --min-isr ({min_isr}) <= --replication-factor ({replication_factor}) <= {where} ({brokers}).")
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
+                    nemesis_schedule=nemesis_schedule,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
                     brokers=brokers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,

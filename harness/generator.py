@@ -8,7 +8,7 @@ so the unit tests drive them with a simulated clock.
   "info" never issues another op; its worker continues under process id + concurrency).
 - RateLimiter: an overall ops/s budget shared by all workers, with seeded jitter.
 - ClientSchedule: the main phase (op mix, rate, time limit) for every worker.
-- NemesisSchedule: start fault, wait, stop fault, wait, cycling through the faults.
+- NemesisSchedule: when faults start and stop: a random overlapping mix, or one at a time.
 """
 
 from __future__ import annotations
@@ -98,24 +98,40 @@ class NemesisEvent:
     f: str
 
 
-class NemesisSchedule:
-    """Start a fault, wait `interval`, stop it, wait `interval`, next fault; until the time limit.
+NEMESIS_SCHEDULES = ("mix", "sequential")
 
-    The stop of the last fault started is always scheduled (even past the limit is not
-    allowed: a fault that would end after the limit is not started), and the runner's
-    final heal (nemesis teardown) covers everything regardless.
+
+class NemesisSchedule:
+    """When each fault starts and stops, for the faults of `--nemesis a,b,c`.
+
+    - mix (the default): every interval (jittered by +-50%) one of the faults is picked at random
+      and toggled: started if it is off, stopped if it is on. Faults of different kinds therefore
+      overlap (a kill while a partition holds, a power cut while another broker is down), as in
+      Jepsen's combined nemesis; the historic flaws need such pile-ups (004: a replica left behind
+      and then the ISR killed), which one fault at a time never makes.
+    - sequential: start a fault, wait `interval`, stop it, wait `interval`, next fault in turn.
+
+    Every fault started is stopped before the time limit, and the runner's final heal (nemesis
+    teardown) covers everything regardless.
     """
 
-    def __init__(self, pairs: Sequence[tuple[str, str]], interval_s: float, time_limit_s: float, rng_seed: int = 0):
+    def __init__(self, pairs: Sequence[tuple[str, str]], interval_s: float, time_limit_s: float, rng_seed: int = 0,
+                 mode: str = "mix"):
+        if mode not in NEMESIS_SCHEDULES:
+            raise ValueError(f"unknown nemesis schedule {mode!r}; valid: {', '.join(NEMESIS_SCHEDULES)}")
         self.pairs = list(pairs)
         self.interval_s = interval_s
         self.time_limit_s = time_limit_s
+        self.mode = mode
         self._rng = random.Random(rng_seed)
 
     def events(self) -> list[NemesisEvent]:
-        out: list[NemesisEvent] = []
         if not self.pairs or self.interval_s <= 0:
-            return out
+            return []
+        return self._mix() if self.mode == "mix" else self._sequential()
+
+    def _sequential(self) -> list[NemesisEvent]:
+        out: list[NemesisEvent] = []
         t = self.interval_s
         i = 0
         while t + self.interval_s <= self.time_limit_s:
@@ -124,6 +140,22 @@ class NemesisSchedule:
             out.append(NemesisEvent(t + self.interval_s, stop))
             t += 2 * self.interval_s
             i += 1
+        return out
+
+    def _mix(self) -> list[NemesisEvent]:
+        out: list[NemesisEvent] = []
+        on: set[int] = set()
+        half = self.interval_s / 2
+        t = self.interval_s
+        # The last toggle leaves half an interval for the final stops, so nothing outlives the limit.
+        while t + half <= self.time_limit_s:
+            i = self._rng.randrange(len(self.pairs))
+            start, stop = self.pairs[i]
+            out.append(NemesisEvent(t, stop if i in on else start))
+            on ^= {i}
+            last = t
+            t += self.interval_s * self._rng.uniform(0.5, 1.5)
+        out.extend(NemesisEvent(last + half, self.pairs[i][1]) for i in sorted(on))
         return out
 
 

@@ -294,7 +294,8 @@ class Run:
         threads = [threading.Thread(target=self._worker, name=f"worker-{w}", daemon=True,
                                     args=(w, workload, test, bootstrap, schedule, processes, writer))
                    for w in range(spec.concurrency)]
-        nem_sched = NemesisSchedule(nemesis.schedule(), spec.nemesis_interval, spec.time_limit, spec.seed)
+        nem_sched = NemesisSchedule(nemesis.schedule(), spec.nemesis_interval, spec.time_limit, spec.seed,
+                                    spec.nemesis_schedule)
         threads.append(threading.Thread(target=self._nemesis_loop, name="nemesis", daemon=True,
                                         args=(nemesis, cluster, writer, nem_sched)))
         threads.append(threading.Thread(target=self._leader_poller, name="leaders", daemon=True,

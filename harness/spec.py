@@ -18,6 +18,7 @@ class TestSpec:
     workload: str = "queue"
     nemesis: list[str] = field(default_factory=list)
     nemesis_interval: float = 10.0
+    nemesis_schedule: str = "mix"  # mix (faults overlap) or sequential (one at a time): harness/generator.py
     nemesis_target: str = "random-node"
     time_limit: float = 60.0
     concurrency: int = 10

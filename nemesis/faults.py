@@ -28,6 +28,7 @@ from harness.history import INFO, Op
 from harness.remote import shell_join
 from nemesis import grudge, netrules
 from nemesis.base import NemesisRefused
+from nemesis.targets import running_brokers
 
 
 def _on_nodes(cluster, commands: dict[str, list[str]], check: bool = False) -> None:
@@ -157,7 +158,8 @@ class LossyCrashNemesis(_Fault):
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
             budget = len(cluster.broker_nodes()) if self.exceed_budget else max(self.min_isr - 1, 0)
-            candidates = [n for n in cluster.broker_nodes() if n not in self.crashed]
+            up = running_brokers(cluster)  # not one another fault has down: its restart would undo ours
+            candidates = [n for n in cluster.broker_nodes() if n not in self.crashed and n in up]
             if self.options.get("target") == "leader":
                 leaders = [n for n in self._leader_nodes(cluster) if n in candidates]
                 candidates = leaders or candidates

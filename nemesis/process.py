@@ -13,7 +13,7 @@ from typing import Any
 from clusters.base import Pausable
 from harness.history import INFO, Op
 from nemesis.base import NemesisRefused
-from nemesis.targets import choose
+from nemesis.targets import choose, running_brokers
 
 
 class _ProcessFault:
@@ -41,7 +41,11 @@ class _ProcessFault:
             parts = cluster.partitions(self.topic)
             leaders = sorted({cluster.node_name(p.leader) for p in parts if p.leader >= 0})
             isrs = [[cluster.node_name(r) for r in p.isr] for p in parts]
-        return choose(self.target, cluster.broker_nodes(), self.rng, leaders=leaders,
+        brokers = running_brokers(cluster)
+        if not brokers:
+            return []
+        leaders = [n for n in leaders if n in brokers]
+        return choose(self.target, brokers, self.rng, leaders=leaders,
                       controllers=cluster.controller_nodes(), isrs=isrs)
 
     def invoke(self, cluster, op: Op) -> Op:

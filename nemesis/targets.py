@@ -10,6 +10,20 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+def running_brokers(cluster) -> list[str]:
+    """The brokers whose process is up (paused counts as up), asked of all nodes at once.
+
+    Faults overlap under the mix schedule: a kill must not pick a broker another fault already
+    has down (its restart would end that fault early), nor a power cut a killed one.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    nodes = cluster.broker_nodes()
+    with ThreadPoolExecutor(max_workers=max(len(nodes), 1)) as pool:
+        up = list(pool.map(cluster.is_running, nodes))
+    return [n for n, ok in zip(nodes, up, strict=True) if ok]
+
+
 TARGETS = ("random-node", "leader", "controller", "minority", "majority", "all", "isr-member", "last-isr-member")
 
 

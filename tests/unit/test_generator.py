@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, RateLimiter, final_assignments
 
 
@@ -64,16 +66,62 @@ def test_info_rule_retires_the_process_and_the_worker_continues_fresh():
 
 
 def test_nemesis_schedule_alternates_start_and_stop_and_cycles_faults():
-    evs = NemesisSchedule([("start-kill", "stop-kill"), ("start-pause", "stop-pause")], 5, 42).events()
+    evs = NemesisSchedule([("start-kill", "stop-kill"), ("start-pause", "stop-pause")], 5, 42,
+                          mode="sequential").events()
     assert [(e.at, e.f) for e in evs] == [
         (5, "start-kill"), (10, "stop-kill"), (15, "start-pause"), (20, "stop-pause"),
         (25, "start-kill"), (30, "stop-kill"), (35, "start-pause"), (40, "stop-pause")]
 
 
 def test_no_fault_is_started_that_would_end_after_the_time_limit():
-    evs = NemesisSchedule([("start-kill", "stop-kill")], 10, 25).events()
+    evs = NemesisSchedule([("start-kill", "stop-kill")], 10, 25, mode="sequential").events()
     assert [e.f for e in evs] == ["start-kill", "stop-kill"]
     assert NemesisSchedule([], 10, 100).events() == []
+
+
+PAIRS = [("start-kill", "stop-kill"), ("start-partition", "stop-partition"), ("start-lossy-crash", "stop-lossy-crash")]
+
+
+def _active_spans(evs):
+    """(start, stop, name) of every fault window; fails if a fault starts while on or stops while off."""
+    on, spans = {}, []
+    for e in evs:
+        name = e.f.split("-", 1)[1]
+        if e.f.startswith("start-"):
+            assert name not in on, f"{name} started twice at {e.at}"
+            on[name] = e.at
+        else:
+            assert name in on, f"{name} stopped while off at {e.at}"
+            spans.append((on.pop(name), e.at, name))
+    assert not on, f"left on at the end: {on}"
+    return spans
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mix_toggles_each_fault_stops_everything_before_the_limit_and_is_seeded(seed):
+    evs = NemesisSchedule(PAIRS, 10, 300, rng_seed=seed).events()
+    assert evs == NemesisSchedule(PAIRS, 10, 300, rng_seed=seed).events()
+    assert [e.at for e in evs] == sorted(e.at for e in evs)
+    assert all(0 < e.at <= 300 for e in evs)
+    _active_spans(evs)
+    gaps = [b.at - a.at for a, b in zip(evs, evs[1:], strict=False)][:-3]  # the final stops share one time
+    assert all(5 - 1e-9 <= g <= 15 + 1e-9 for g in gaps if g > 0)
+
+
+def test_mix_makes_different_faults_overlap_which_sequential_never_does():
+    def overlaps(evs):
+        spans = _active_spans(evs)
+        return sum(1 for a in spans for b in spans if a[2] < b[2] and a[0] < b[1] and b[0] < a[1])
+
+    assert sum(overlaps(NemesisSchedule(PAIRS, 10, 300, rng_seed=s).events()) for s in range(10)) > 10
+    assert all(overlaps(NemesisSchedule(PAIRS, 10, 300, rng_seed=s, mode="sequential").events()) == 0
+               for s in range(10))
+    assert NemesisSchedule(PAIRS, 10, 300, rng_seed=1).events() != NemesisSchedule(PAIRS, 10, 300, rng_seed=2).events()
+
+
+def test_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="valid: mix, sequential"):
+        NemesisSchedule(PAIRS, 10, 300, mode="random")
 
 
 def test_final_phase_gets_fresh_processes():

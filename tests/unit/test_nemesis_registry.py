@@ -18,6 +18,10 @@ class FakeCluster:
 
     def __init__(self):
         self.events = []
+        self.down = set()
+
+    def is_running(self, n):
+        return n not in self.down
 
     def broker_nodes(self):
         return BROKERS
@@ -36,9 +40,11 @@ class FakeCluster:
 
     def kill(self, n):
         self.events.append(("kill", n))
+        self.down.add(n)
 
     def start(self, n):
         self.events.append(("start", n))
+        self.down.discard(n)
 
     def pause(self, n):
         self.events.append(("pause", n))
@@ -68,6 +74,20 @@ def test_kill_of_the_leader_and_heal_by_restart():
     assert done.value == {"kill": ["broker-4"]} and c.events == [("kill", "broker-4")]
     n.invoke(c, Op("invoke", "stop-kill", "nemesis", None))
     assert c.events[-1] == ("start", "broker-4")
+
+
+def test_overlapping_faults_never_pick_a_broker_another_fault_has_down():
+    # Under the mix schedule a kill can start while a pause-free kill of another nemesis part
+    # holds: the second must choose among the brokers still up, or its restart would end the first.
+    c = FakeCluster()
+    c.down = {"broker-1", "broker-2", "broker-3", "broker-4"}  # e.g. killed or power-cut by other parts
+    n = make_nemesis(["kill"], {"target": "random-node", "seed": 3})
+    for _ in range(5):
+        done = n.invoke(c, Op("invoke", "start-kill", "nemesis", None))
+        assert done.value == {"kill": ["broker-5"]}
+        n.invoke(c, Op("invoke", "stop-kill", "nemesis", None))
+    c.down = set(BROKERS)
+    assert n.invoke(c, Op("invoke", "start-kill", "nemesis", None)).value == {"kill": []}
 
 
 def test_teardown_heals_every_fault_even_when_one_part_fails():

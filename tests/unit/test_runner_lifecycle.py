@@ -46,6 +46,9 @@ class FakeCluster:
     def wait_ready(self, *a, **k):
         pass
 
+    def is_running(self, node):
+        return True
+
     def kill(self, node):
         self.calls.append(f"kill {node}")
 
