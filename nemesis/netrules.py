@@ -28,8 +28,14 @@ def ensure_chain_script() -> str:
 
 
 def drop_from(addresses: Iterable[str]) -> list[Argv]:
-    """Drop every inbound packet from these addresses (one side of a partition)."""
-    return [["iptables", "-w", "-A", CHAIN, "-s", a, "-j", "DROP"] for a in sorted(set(addresses))]
+    """Drop every inbound packet from these addresses (one side of a partition).
+
+    One iptables call with a comma list (iptables adds one rule per address): one process and
+    one table commit instead of one per peer, which is most of a partition's latency after the
+    exec itself.
+    """
+    peers = sorted(set(addresses))
+    return [["iptables", "-w", "-A", CHAIN, "-s", ",".join(peers), "-j", "DROP"]] if peers else []
 
 
 def random_loss_from(addresses: Iterable[str], probability: float) -> list[Argv]:
