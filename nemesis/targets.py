@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+
 def running_brokers(cluster) -> list[str]:
     """The brokers whose process is up (paused counts as up), asked of all nodes at once.
 
