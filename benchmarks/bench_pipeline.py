@@ -51,18 +51,26 @@ print(json.dumps({"parse_s": t1 - t0, "check_s": t2 - t1, "valid": r.valid}))
 
 
 def tree_rss(pid: int) -> int:
-    import psutil
+    """Summed RSS of `pid` and all its descendants, from /proc (no psutil: not a dependency)."""
+    import os
 
-    try:
-        p = psutil.Process(pid)
-        procs = [p, *p.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for q in procs:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        stack += children.get(p, [])
         try:
-            total += q.memory_info().rss
-        except psutil.Error:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+        except OSError:
             pass
     return total
 
