@@ -93,11 +93,15 @@ def load_node_file(path: str) -> list[SshNode]:
     if not isinstance(raw_nodes, list) or not raw_nodes or not all(isinstance(n, dict) for n in raw_nodes):
         raise NodeFileError(f"the node file {path} has no [[nodes]] tables; add one per node with name and host "
                             "(see clusters/ssh.py).")
-    defaults = {k: v for k, v in data.items() if k != "nodes"}
+    if data.get("kind", "reference-ssh") != "reference-ssh":  # `--cluster FILE.toml` reads `kind` (clusters/external.py)
+        raise NodeFileError(f"the node file {path} has kind = {data['kind']!r}; an SSH node file for the reference "
+                            "broker is kind = \"reference-ssh\" (or has no kind); use --cluster FILE.toml for "
+                            "kind = \"external\".")
+    defaults = {k: v for k, v in data.items() if k not in ("nodes", "kind")}
     unknown = sorted(set(defaults) - set(NODE_KEYS))
     if unknown:
         raise NodeFileError(f"the node file {path} has unknown top-level key(s) {', '.join(unknown)}; "
-                            f"valid: {', '.join(NODE_KEYS)}, [[nodes]].")
+                            f"valid: kind, {', '.join(NODE_KEYS)}, [[nodes]].")
     nodes = [_node(path, i, {**defaults, **raw}) for i, raw in enumerate(raw_nodes)]
     _check_roles(path, [n.name for n in nodes])
     seen: dict[tuple[str, str], str] = {}

@@ -47,7 +47,9 @@ def run(
     acks: Annotated[str, typer.Option(help="all, 1 or 0")] = "all",
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
     cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local, "
-                                             "or ssh:FILE.toml (nodes over SSH; format in clusters/ssh.py)")] = "auto",
+                                             "FILE.toml (a cluster file: any Kafka-protocol cluster, format in "
+                                             "clusters/external.py), or ssh:FILE.toml (our broker over SSH, "
+                                             "clusters/ssh.py)")] = "auto",
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
     broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to switch "
                                                      "on: truncate-to-hw, no-elr, unclean-election, no-epoch-fencing")
@@ -93,6 +95,10 @@ def run(
 
         # The node file decides how many brokers there are; --brokers would only contradict it.
         brokers = sum(1 for n in load_node_file(cluster[len("ssh:"):]) if n.name.startswith("broker-"))
+    from clusters.external import cluster_file_brokers, is_cluster_file
+
+    if is_cluster_file(cluster):
+        brokers = cluster_file_brokers(cluster)  # the file decides, as a node file does
     from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
     from clusters.reference import BROKER_VARIANTS
 
@@ -106,7 +112,7 @@ def run(
     if client not in ("kafka-python", "confluent-kafka"):
         _fail(f"--client {client!r} is not one of kafka-python, confluent-kafka.")
     if not 1 <= min_isr <= replication_factor <= brokers:
-        where = f"the brokers of {cluster[len('ssh:'):]}" if cluster.startswith("ssh:") else "--brokers"
+        where = (f"the brokers of {cluster.removeprefix('ssh:')}" if cluster.endswith(".toml") else "--brokers")
         _fail(f"need 1 <= --min-isr ({min_isr}) <= --replication-factor ({replication_factor}) <= {where} ({brokers}).")
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_schedule=nemesis_schedule,

@@ -27,13 +27,21 @@ from nemesis.base import NemesisRefused
 from results.store import create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
-CLUSTER_NAMES = ("auto", "docker", "local", "ssh:FILE.toml")
+CLUSTER_NAMES = ("auto", "docker", "local", "FILE.toml", "ssh:FILE.toml")
 SSH_PREFIX = "ssh:"
 
 
 def cluster_problem(name: str) -> str | None:
     """Why `name` is not a --cluster value (one sentence without the full stop), or None."""
-    if name in CLUSTER_NAMES[:-1]:
+    if name in CLUSTER_NAMES[:3]:
+        return None
+    from clusters.external import cluster_file_brokers, is_cluster_file
+
+    if is_cluster_file(name):  # a cluster file of either kind (clusters/external.py)
+        try:
+            cluster_file_brokers(name)
+        except ClusterError as e:
+            return str(e).rstrip(".")
         return None
     if name.startswith(SSH_PREFIX):
         from clusters.ssh import NodeFileError, load_node_file
@@ -74,6 +82,13 @@ def make_cluster(spec: TestSpec, run_dir: Path):
 
         # As root, a network namespace per node, so partitions, tc and lossy crashes work here too.
         return (NetnsCluster if netns_available() else LocalCluster)(cspec, str(run_dir))
+    from clusters.external import cluster_from_file, is_cluster_file
+
+    if is_cluster_file(spec.cluster):
+        try:
+            return cluster_from_file(spec.cluster, cspec, str(run_dir))
+        except ClusterError as e:
+            raise HarnessError(str(e)) from None
     if spec.cluster.startswith(SSH_PREFIX):
         from clusters.ssh import NodeFileError, SshCluster
 
@@ -235,6 +250,12 @@ class Run:
             try:
                 self.stats.phase = "cluster up"
                 bootstrap = cluster.up()
+                # What each node allows, printed and kept in test.json; faults needing what a node
+                # lacks are refused by nemesis.setup below, before the main phase.
+                from clusters.capabilities import report_capabilities
+
+                test["capabilities"] = report_capabilities(cluster, self.log)
+                write_json(run_dir / "test.json", test)
                 for topic, parts in workload.topics(test):
                     cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)
                 nemesis.setup(cluster)

@@ -75,6 +75,17 @@ class CompositeNemesis:
         return set().union(*(p.fs() for p in self.parts)) if self.parts else set()
 
     def setup(self, cluster) -> None:
+        # What the nodes cannot do is refused for every part before any part is set up
+        # (nemesis/requirements.py), so a refusal never leaves a half-prepared fault behind.
+        caps = getattr(cluster, "capabilities", None)
+        if caps:
+            from nemesis.base import NemesisRefused
+            from nemesis.requirements import capability_refusal
+
+            for p in self.parts:
+                why = capability_refusal(p.name, cluster, caps, getattr(p, "target", ""))
+                if why:
+                    raise NemesisRefused(why)
         for p in self.parts:
             p.setup(cluster)
 

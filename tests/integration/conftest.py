@@ -191,3 +191,9 @@ def cluster_factory(tmp_path):
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+@pytest.fixture
+def kafkaesque_store(tmp_path) -> Path:
+    """The project's own tests keep the runs the pytest plugin makes in pytest's tmp dir, not ./store."""
+    return tmp_path / "store"

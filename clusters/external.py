@@ -1,0 +1,713 @@
+"""Any Kafka-protocol cluster, described by a cluster file (issue 10): `kafkaesque run --cluster FILE.toml`.
+
+The harness did not write the system under test, so the file says everything it needs:
+how to reach each node (SSH, or a container on a Docker engine), the shell commands that
+start it, stop it cleanly and print its pid, where its data dir and log files live, and
+optional install steps. Role lookups use only the Kafka protocol: Metadata for leaders and
+ISRs, DescribeQuorum (KRaft's metadata quorum leader) or else DescribeCluster / Metadata's
+controller id for the active controller. Faults act through the same Remotes as for our own
+brokers (harness/ssh_remote.py, harness/remote.py): kill -9, SIGSTOP/SIGCONT on the pid the
+pid command prints, iptables and tc through `remote.run`.
+
+`--cluster FILE.toml` reads the file's `kind`:
+
+- `kind = "external"` (also assumed when the file has a [commands] table): this module;
+- `kind = "reference-ssh"` (assumed otherwise): the node file of clusters/ssh.py, which
+  installs and runs OUR reference broker over SSH. `--cluster ssh:FILE.toml` is the older
+  spelling of the same and keeps working unchanged.
+
+The file (TOML). Commands, paths and install values are Jinja2 templates rendered per node
+with `{{ name }}`, `{{ id }}`, `{{ host }}`, `{{ kafka_port }}`, `{{ controller_port }}`,
+`{{ roles }}` (comma list), `{{ dir }}`, `{{ data_dir }}`, cluster-wide `{{ bootstrap }}`,
+`{{ controller }}` (the first controller's host:controller_port), `{{ voters }}`
+(id@host:controller_port of every controller, comma-separated: KRaft's
+controller.quorum.voters), and every key of [vars]. Node values that reach a shell must be
+plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
+
+    kind = "external"
+    transport = "ssh"                  # or "docker": nodes are containers on a Docker engine
+    bootstrap = ["10.0.0.11:9092"]     # optional; default: every broker's host:kafka_port
+
+    [ssh]                              # transport ssh: defaults for every node (a node may override)
+    user = "root"                      # also key, port, sudo, known_hosts, host_key_policy (clusters/ssh.py)
+
+    [docker]                           # transport docker
+    base_url = ""                      # default: DOCKER_HOST or the local socket
+
+    [vars]                             # your own placeholders
+    cluster_id = "MkU3OEVBNTcwNTJENDM2Qk"
+
+    [commands]                         # shell text, run as `sh -c` on the node; a node may override any
+    start = "..."                      # start the node in the background and return
+    stop = "..."                       # a clean stop (the harness then waits for the pid to go, else kill -9)
+    pid = "..."                        # print the pid of the node's process; nothing when it is down
+
+    [paths]
+    dir = "/opt/kafkaesque"            # the node's scratch dir (uploads land here)
+    data_dir = "/var/lib/kafka/data"
+    logs = ["/opt/kafka/logs/server.log"]   # copied to the run's nodes/<node>/ at teardown
+
+    [install]                          # optional, run on every node at set-up, in this order:
+    tarball = "kafka.tgz"              # a local file (relative to this file), uploaded to dir
+    unpack_to = "/opt"                 # and unpacked there (default: dir)
+    config_template = "server.properties.j2"   # a local Jinja2 file, rendered per node,
+    config_path = "/opt/kafka/config/server.properties"   # written here
+    commands = ["..."]                 # then these
+
+    [[nodes]]
+    name = "kafka-1"
+    id = 1                             # node.id / broker.id, as the Kafka protocol reports it
+    roles = ["broker", "controller"]   # default ["broker"]
+    host = "10.0.0.11"                 # ssh: the address; docker: optional (default: the container's IP)
+    container = "kafka-1"              # docker only
+    kafka_port = 9092                  # controller_port defaults to kafka_port
+    [nodes.commands]                   # optional per-node overrides of [commands]
+    start = "..."
+
+At set-up the harness stops whatever the pid command finds, installs, starts the
+controllers then the brokers, and waits until Metadata lists every broker; at teardown it
+stops them cleanly. Capabilities (iptables, tc, netem, FUSE, CAP_SYS_TIME, SIGSTOP) are
+probed per node (clusters/capabilities.py). Partitions and net need every node on an
+address of its own with iptables; lossy-crash, disk and the clock faults need hooks into
+the broker's storage and clock that a system we did not build does not give, so they are
+refused by name. Examples: clusters/examples/.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from clusters.base import ClusterError, ClusterSpec, PartitionView
+from harness.remote import RemoteError
+
+KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
+KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
+TRANSPORTS = ("ssh", "docker")
+ROLES = ("broker", "controller")
+COMMANDS = ("start", "stop", "pid")
+SSH_KEYS: dict[str, tuple[type, Any]] = {
+    "user": (str, "root"), "key": (str, ""), "port": (int, 22), "sudo": (bool, False),
+    "known_hosts": (str, "~/.ssh/known_hosts"), "host_key_policy": (str, "strict"),
+}
+TOP_KEYS = ("kind", "transport", "bootstrap", "ssh", "docker", "vars", "commands", "paths", "install", "nodes")
+NODE_KEYS = ("name", "id", "roles", "host", "container", "kafka_port", "controller_port", "commands", *SSH_KEYS)
+PATH_KEYS = ("dir", "data_dir", "logs")
+INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "commands")
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@,+=-]+$")
+STOP_TIMEOUT_S = 30.0
+COMMAND_TIMEOUT_S = 120.0
+
+
+class ClusterFileError(ClusterError):
+    """The cluster file cannot be used; the message names the file, the key and the fix."""
+
+
+@dataclass
+class ExternalNode:
+    name: str
+    id: int
+    roles: list[str]
+    host: str                      # ssh: where to connect; docker: "" until the container's IP is known
+    container: str
+    kafka_port: int
+    controller_port: int
+    commands: dict[str, str]       # unrendered templates
+    ssh: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterFile:
+    path: Path
+    transport: str
+    bootstrap: list[str]
+    ssh: dict[str, Any]
+    docker: dict[str, Any]
+    vars: dict[str, str]
+    paths: dict[str, Any]
+    install: dict[str, Any]
+    nodes: list[ExternalNode]
+
+
+# --- reading the file ------------------------------------------------------------------------------
+def read_toml(path: str, flag: str = "--cluster FILE.toml") -> dict[str, Any]:
+    p = Path(path).expanduser()
+    try:
+        return tomllib.loads(p.read_text())
+    except OSError as e:
+        raise ClusterFileError(f"cannot read the cluster file {path} ({e.strerror}); give the path of a TOML file "
+                               f"as {flag}.") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ClusterFileError(f"the cluster file {path} is not valid TOML ({e}); fix that line.") from None
+
+
+def cluster_file_kind(path: str) -> str:
+    """"external" or "reference-ssh" (module docstring), or a ClusterFileError sentence."""
+    data = read_toml(path)
+    kind = data.get("kind", KIND_EXTERNAL if "commands" in data else KIND_REFERENCE_SSH)
+    if kind not in KINDS:
+        raise ClusterFileError(f"the cluster file {path} has kind = {kind!r}; use \"external\" (a system described "
+                               "by its commands) or \"reference-ssh\" (our broker over SSH, clusters/ssh.py).")
+    return kind
+
+
+def _want(path: str, where: str, key: str, value: Any, typ: type) -> Any:
+    if typ is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = type(value) is typ  # not isinstance: TOML's true is not a port number
+    if not ok:
+        what = "a list of strings" if typ is list else f"a{'n' if typ is int else ''} {typ.__name__}"
+        raise ClusterFileError(f"{where} of the cluster file {path}: {key} = {value!r} should be {what}; fix its value.")
+    return value
+
+
+def _unknown(path: str, where: str, table: dict[str, Any], valid: tuple[str, ...]) -> None:
+    bad = sorted(set(table) - set(valid))
+    if bad:
+        raise ClusterFileError(f"{where} of the cluster file {path} has unknown key(s) {', '.join(bad)}; "
+                               f"valid: {', '.join(valid)}.")
+
+
+def _table(path: str, data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ClusterFileError(f"the cluster file {path}: `{key}` should be a table ([{key}]); fix it.")
+    return value
+
+
+def load_cluster_file(path: str) -> ClusterFile:
+    """The cluster file (format in the module docstring), checked whole, or a ClusterFileError sentence."""
+    data = read_toml(path)
+    if cluster_file_kind(path) != KIND_EXTERNAL:
+        raise ClusterFileError(f"the cluster file {path} is not kind = \"external\"; add that line, or use it as an "
+                               "SSH node file for the reference broker (--cluster ssh:FILE.toml).")
+    _unknown(path, "the top level", data, TOP_KEYS)
+    transport = data.get("transport", "ssh")
+    if transport not in TRANSPORTS:
+        raise ClusterFileError(f"the cluster file {path} has transport = {transport!r}; use \"ssh\" or \"docker\".")
+    ssh, docker, vars_ = _table(path, data, "ssh"), _table(path, data, "docker"), _table(path, data, "vars")
+    commands, paths, install = _table(path, data, "commands"), _table(path, data, "paths"), _table(path, data, "install")
+    _unknown(path, "[ssh]", ssh, tuple(SSH_KEYS))
+    _unknown(path, "[docker]", docker, ("base_url",))
+    _unknown(path, "[commands]", commands, COMMANDS)
+    _unknown(path, "[paths]", paths, PATH_KEYS)
+    _unknown(path, "[install]", install, INSTALL_KEYS)
+    for k, v in vars_.items():
+        _want(path, "[vars]", k, v, str)
+    for k, v in commands.items():
+        _want(path, "[commands]", k, v, str)
+    for k in ("dir", "data_dir"):
+        if k not in paths:
+            raise ClusterFileError(f"the cluster file {path} has no {k} in [paths]; add `{k} = \"/absolute/path\"`.")
+        _want(path, "[paths]", k, paths[k], str)
+    _want(path, "[paths]", "logs", paths.setdefault("logs", []), list)
+    for k in ("tarball", "unpack_to", "config_template", "config_path"):
+        if k in install:
+            _want(path, "[install]", k, install[k], str)
+    _want(path, "[install]", "commands", install.setdefault("commands", []), list)
+    if ("config_template" in install) != ("config_path" in install):
+        raise ClusterFileError(f"[install] of the cluster file {path} needs config_template and config_path "
+                               "together; add the missing one.")
+    base = Path(path).expanduser().resolve().parent
+    for k in ("tarball", "config_template"):
+        if k in install:
+            local = (base / Path(install[k]).expanduser()).resolve()
+            if not local.is_file():
+                raise ClusterFileError(f"[install] {k} = {install[k]!r} of the cluster file {path} is not a file "
+                                       f"({local}); fix the path (relative paths start at the cluster file's dir).")
+            install[k] = str(local)
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes or not all(isinstance(n, dict) for n in raw_nodes):
+        raise ClusterFileError(f"the cluster file {path} has no [[nodes]] tables; add one per node with name, id "
+                               "and host (or container).")
+    nodes = [_node(path, i, raw, transport, commands, ssh) for i, raw in enumerate(raw_nodes)]
+    _check_nodes(path, nodes)
+    bootstrap = data.get("bootstrap", [])
+    if isinstance(bootstrap, str):
+        bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
+    _want(path, "the top level", "bootstrap", bootstrap, list)
+    for b in bootstrap:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+:\d+", b):
+            raise ClusterFileError(f"the cluster file {path}: bootstrap server {b!r} is not host:port; fix it.")
+    cf = ClusterFile(Path(path), transport, bootstrap, ssh, docker, vars_, paths, install, nodes)
+    for node in nodes:  # every template renders for every node now, not half-way through a run
+        render_all(cf, node)
+    return cf
+
+
+def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict[str, str],
+          ssh: dict[str, Any]) -> ExternalNode:
+    where = f"node {i + 1} ({raw.get('name', 'no name')})"
+    _unknown(path, where, raw, NODE_KEYS)
+    name = _want(path, where, "name", raw.get("name", ""), str)
+    if not name or not SAFE_VALUE.match(name):
+        raise ClusterFileError(f"{where} of the cluster file {path} needs a name of letters, digits and ._- "
+                               "(name = \"kafka-1\").")
+    if "id" not in raw:
+        raise ClusterFileError(f"{where} of the cluster file {path} has no id; add its node.id (id = 1).")
+    node_id = _want(path, where, "id", raw["id"], int)
+    roles = _want(path, where, "roles", raw.get("roles", ["broker"]), list)
+    if not roles or set(roles) - set(ROLES):
+        raise ClusterFileError(f"{where} of the cluster file {path} has roles = {roles!r}; use one or both of "
+                               "\"broker\", \"controller\".")
+    host = _want(path, where, "host", raw.get("host", ""), str)
+    container = _want(path, where, "container", raw.get("container", ""), str)
+    if transport == "ssh" and not host:
+        raise ClusterFileError(f"{where} of the cluster file {path} has no host; add `host = \"10.0.0.11\"` "
+                               "(transport ssh connects there).")
+    if transport == "docker" and not container:
+        raise ClusterFileError(f"{where} of the cluster file {path} has no container; add `container = \"name\"` "
+                               "(transport docker runs commands in it).")
+    if transport == "ssh" and container:
+        raise ClusterFileError(f"{where} of the cluster file {path} names a container, but transport is ssh; drop "
+                               "it or set transport = \"docker\".")
+    if host and not SAFE_VALUE.match(host):
+        raise ClusterFileError(f"{where} of the cluster file {path}: host = {host!r} must be an address or a "
+                               "host name; fix it.")
+    kafka_port = _want(path, where, "kafka_port", raw.get("kafka_port", 9092), int)
+    controller_port = _want(path, where, "controller_port", raw.get("controller_port", kafka_port), int)
+    own = raw.get("commands", {})
+    if not isinstance(own, dict):
+        raise ClusterFileError(f"{where} of the cluster file {path}: commands should be a table ([nodes.commands]).")
+    _unknown(path, f"[nodes.commands] of {where}", own, COMMANDS)
+    merged = {**commands, **own}
+    for c in COMMANDS:
+        if not isinstance(merged.get(c), str) or not merged[c].strip():
+            raise ClusterFileError(f"{where} of the cluster file {path} has no {c} command; add `{c} = \"...\"` to "
+                                   "[commands] (or to the node's [nodes.commands]).")
+    node_ssh: dict[str, Any] = {}
+    if transport == "ssh":
+        for key, (typ, default) in SSH_KEYS.items():
+            node_ssh[key] = _want(path, where, key, raw.get(key, ssh.get(key, default)), typ)
+        from harness.ssh_remote import HOST_KEY_POLICIES
+
+        if node_ssh["host_key_policy"] not in HOST_KEY_POLICIES:
+            raise ClusterFileError(f"{where} of the cluster file {path}: host_key_policy = "
+                                   f"{node_ssh['host_key_policy']!r}; use one of {', '.join(HOST_KEY_POLICIES)}.")
+        if node_ssh["key"] and not Path(node_ssh["key"]).expanduser().is_file():
+            raise ClusterFileError(f"{where} of the cluster file {path}: the key file {node_ssh['key']} does not "
+                                   "exist; fix the path.")
+    elif any(k in raw for k in SSH_KEYS):
+        raise ClusterFileError(f"{where} of the cluster file {path} has SSH keys, but transport is docker; drop them.")
+    return ExternalNode(name, node_id, roles, host, container, kafka_port, controller_port, merged, node_ssh)
+
+
+def _check_nodes(path: str, nodes: list[ExternalNode]) -> None:
+    for attr in ("name", "id"):
+        values = [getattr(n, attr) for n in nodes]
+        dup = sorted({str(v) for v in values if values.count(v) > 1})
+        if dup:
+            raise ClusterFileError(f"the cluster file {path} gives {attr} {', '.join(dup)} to several nodes; give each "
+                                   f"node its own {attr}.")
+    if not any("broker" in n.roles for n in nodes):
+        raise ClusterFileError(f"the cluster file {path} has no node with the broker role; add roles = [\"broker\"] "
+                               "to the nodes clients should reach.")
+
+
+# --- templates --------------------------------------------------------------------------------------
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def template_vars(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
+    controllers = [n for n in cf.nodes if "controller" in n.roles]
+    brokers = [n for n in cf.nodes if "broker" in n.roles]
+    values: dict[str, Any] = {
+        **cf.vars, "name": node.name, "id": node.id, "host": node.host, "kafka_port": node.kafka_port,
+        "controller_port": node.controller_port, "roles": ",".join(node.roles),
+        "bootstrap": ",".join(cf.bootstrap or [f"{n.host}:{n.kafka_port}" for n in brokers]),
+        "controller": f"{controllers[0].host}:{controllers[0].controller_port}" if controllers else "",
+        "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers),
+    }
+    for key in ("dir", "data_dir"):
+        values[key] = _render(cf, node, f"[paths] {key}", cf.paths[key], values)
+    return values
+
+
+def _render(cf: ClusterFile, node: ExternalNode, what: str, text: str, values: dict[str, Any]) -> str:
+    try:
+        return _ENV.from_string(text).render(values)
+    except jinja2.TemplateError as e:
+        raise ClusterFileError(f"{what} of the cluster file {cf.path} does not render for {node.name} ({e}); "
+                               "valid placeholders: " + ", ".join(sorted(values)) + ".") from None
+
+
+def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
+    """The node's commands, paths and install steps with its placeholders filled in."""
+    values = template_vars(cf, node)
+    for key in ("name", "host", "dir", "data_dir", "bootstrap", "controller", "voters"):
+        v = str(values[key])
+        if v and not SAFE_VALUE.match(v):
+            raise ClusterFileError(f"{node.name} in the cluster file {cf.path}: {key} = {v!r} has characters a shell "
+                                   "would interpret; use letters, digits and ._:/@,+=- only.")
+    for key in ("dir", "data_dir"):
+        if not values[key].startswith("/") or values[key].rstrip("/") in ("", "/tmp", "/var", "/root", "/home", "/opt"):
+            raise ClusterFileError(f"[paths] {key} of the cluster file {cf.path} is {values[key]!r} for {node.name}; "
+                                   "give an absolute dir of its own, e.g. /var/lib/kafka/data.")
+    out: dict[str, Any] = {"vars": values}
+    out["commands"] = {c: _render(cf, node, f"the {c} command", t, values) for c, t in node.commands.items()}
+    out["logs"] = [_render(cf, node, "[paths] logs", t, values) for t in cf.paths["logs"]]
+    inst = cf.install
+    out["install_commands"] = [_render(cf, node, "[install] commands", t, values) for t in inst["commands"]]
+    out["unpack_to"] = _render(cf, node, "[install] unpack_to", inst.get("unpack_to", values["dir"]), values)
+    if "config_template" in inst:
+        out["config_path"] = _render(cf, node, "[install] config_path", inst["config_path"], values)
+        out["config"] = _render(cf, node, f"[install] config_template ({inst['config_template']})",
+                                Path(inst["config_template"]).read_text(), values)
+    return out
+
+
+# --- the cluster ------------------------------------------------------------------------------------
+class ExternalCluster:
+    """A Kafka-protocol cluster we did not build, driven by the commands of its cluster file."""
+
+    name = "external"
+
+    def __init__(self, cf: ClusterFile, run_dir: str):
+        self.cf = cf
+        self.run_dir = Path(run_dir)
+        self.spec = ClusterSpec(brokers=sum(1 for n in cf.nodes if "broker" in n.roles))
+        self.by_name = {n.name: n for n in cf.nodes}
+        self.remotes: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] | None = None  # probed in up() (clusters/capabilities.py)
+        self._rendered: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_file(cls, path: str, spec: ClusterSpec | None, run_dir: str) -> ExternalCluster:
+        return cls(load_cluster_file(path), run_dir)
+
+    # --- naming ---------------------------------------------------------------------------------------
+    def nodes(self) -> list[str]:
+        return [n.name for n in self.cf.nodes]
+
+    def broker_nodes(self) -> list[str]:
+        return [n.name for n in self.cf.nodes if "broker" in n.roles]
+
+    def controller_nodes(self) -> list[str]:
+        return [n.name for n in self.cf.nodes if "controller" in n.roles]
+
+    def node_id(self, node: str) -> int:
+        return self.by_name[node].id
+
+    def node_name(self, node_id: int) -> str:
+        for n in self.cf.nodes:
+            if n.id == node_id:
+                return n.name
+        return f"id-{node_id}"  # a node the file does not list: named, never guessed
+
+    def remote(self, node: str):
+        if node not in self.remotes:
+            self.remotes[node] = self._make_remote(self.by_name[node])
+        return self.remotes[node]
+
+    def _make_remote(self, n: ExternalNode):
+        if self.cf.transport == "ssh":
+            from harness.ssh_remote import SshRemote, SshTarget
+
+            return SshRemote(SshTarget(host=n.host, **n.ssh), n.name)
+        from harness.remote import DockerRemote
+
+        try:
+            container = self._docker().containers.get(n.container)
+        except Exception as e:  # noqa: BLE001 - docker.errors.NotFound and API errors
+            raise ClusterError(f"{n.name}: container {n.container!r} is not on the Docker engine ({type(e).__name__}); "
+                               "start it, or fix `container` in the cluster file.") from None
+        if not n.host:  # the address other nodes see it at: its first network's
+            nets = container.attrs.get("NetworkSettings", {}).get("Networks", {})
+            n.host = next((v.get("IPAddress") for v in nets.values() if v.get("IPAddress")), "")
+            if not n.host:
+                raise ClusterError(f"{n.name}: container {n.container!r} has no IP address; attach it to a network "
+                                   "or give the node a host.")
+        return DockerRemote(container, n.name)
+
+    def _docker(self):
+        if not hasattr(self, "_docker_client"):
+            if self.cf.docker.get("base_url"):
+                import docker
+
+                self._docker_client = docker.DockerClient(base_url=self.cf.docker["base_url"], timeout=60)
+            else:
+                from clusters.docker import docker_client
+
+                self._docker_client = docker_client("start dockerd, or fix [docker] base_url in the cluster file")
+        return self._docker_client
+
+    def rendered(self, node: str) -> dict[str, Any]:
+        if node not in self._rendered:
+            self.remote(node)  # docker: the container's IP is a placeholder value
+            self._rendered[node] = render_all(self.cf, self.by_name[node])
+        return self._rendered[node]
+
+    def address(self, node: str) -> tuple[str, int]:
+        self.remote(node)
+        n = self.by_name[node]
+        return n.host, n.kafka_port
+
+    def bootstrap(self) -> str:
+        return self.rendered(self.nodes()[0])["vars"]["bootstrap"]
+
+    def node_data_dir(self, node: str) -> str:
+        # Not `data_dir`: the disk fault corrupts the reference broker's segment layout, which this is not.
+        return self.rendered(node)["vars"]["data_dir"]
+
+    def log_paths(self, node: str) -> list[str]:
+        return self.rendered(node)["logs"]
+
+    # --- what the nodes allow -----------------------------------------------------------------------------
+    @property
+    def isolated_nodes(self) -> bool:
+        return self.not_isolated_reason == ""
+
+    @property
+    def not_isolated_reason(self) -> str:
+        hosts = [self.address(n)[0] for n in self.nodes()]
+        shared = sorted({h for h in hosts if hosts.count(h) > 1})
+        if shared:
+            return f"in the cluster file {self.cf.path}, several nodes share {', '.join(shared)}"
+        caps = self.capabilities or {}
+        denied = [n for n in self.nodes() if not (caps.get(n, {}).get("iptables") and caps[n]["iptables"].ok)]
+        if denied:
+            return f"iptables does not run for the node's user on {', '.join(denied)} (see the capability table)"
+        return ""
+
+    # --- commands ---------------------------------------------------------------------------------------
+    def pid_command(self, node: str) -> str:
+        return self.rendered(node)["commands"]["pid"]
+
+    def _sh(self, node: str, script: str, timeout: float = 30.0, check: bool = False):
+        return self.remote(node).run(["sh", "-c", script], timeout=timeout, check=check)
+
+    def _signal(self, node: str, sig: str) -> bool:
+        """Send a signal to the pid the pid command prints (one round trip)."""
+        script = (f"p=$({self.pid_command(node)}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
+                  f"test -n \"$p\" && kill -{sig} \"$p\"")
+        return self._sh(node, script, timeout=15).ok
+
+    def process_state(self, node: str) -> str:
+        """"running", "paused" or "down", asked of the node."""
+        script = (f"p=$({self.pid_command(node)}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
+                  "test -n \"$p\" && kill -0 \"$p\" 2>/dev/null && grep '^State:' /proc/$p/status")
+        r = self._sh(node, script, timeout=15)
+        state = r.out.split()[1:2] if r.ok else []
+        return {"T": "paused", "t": "paused", "Z": "down", "X": "down"}.get(state[0], "running") if state else "down"
+
+    def is_running(self, node: str) -> bool:
+        return self.process_state(node) != "down"
+
+    def _wait_down(self, node: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_running(node):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def start(self, node: str) -> None:
+        if self.is_running(node):
+            return
+        r = self._sh(node, self.rendered(node)["commands"]["start"], timeout=COMMAND_TIMEOUT_S)
+        if not r.ok:
+            raise ClusterError(f"the start command of {node} exited {r.exit} "
+                               f"({(r.err.strip() or r.out.strip() or 'no output').splitlines()[-1]}); "
+                               "run it by hand on the node and fix it in the cluster file.")
+
+    def kill(self, node: str) -> None:
+        self._signal(node, "KILL")  # SIGKILL works on a paused process too
+        self._wait_down(node, 10)
+
+    def stop(self, node: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        self._signal(node, "CONT")  # a paused process cannot shut down cleanly
+        self._sh(node, self.rendered(node)["commands"]["stop"], timeout=COMMAND_TIMEOUT_S)
+        if not self._wait_down(node, timeout_s):
+            self.kill(node)
+
+    def pause(self, node: str) -> None:
+        self._signal(node, "STOP")
+
+    def resume(self, node: str) -> None:
+        self._signal(node, "CONT")
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    def up(self) -> str:
+        try:
+            self._each(self._connect)
+            self._each(self._install)
+            controllers_first = self.controller_nodes() + [n for n in self.nodes() if n not in self.controller_nodes()]
+            for node in controllers_first:
+                self.start(node)
+            self.wait_ready(self.broker_nodes(), timeout_s=120)
+            from clusters.capabilities import probe_cluster
+
+            self.capabilities = probe_cluster(self)
+            return self.bootstrap()
+        except RemoteError as e:
+            self.down()
+            raise ClusterError(str(e)) from None
+        except BaseException:
+            self.down()
+            raise
+
+    def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
+        nodes = self.nodes() if nodes is None else nodes
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
+
+    def _connect(self, node: str) -> None:
+        r = self.remote(node)
+        if hasattr(r, "connect"):
+            r.connect()
+            if r.target.sudo and not r.run(["true"], timeout=20).ok:
+                raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
+                                   "sudo there, or set sudo = false.")
+
+    def _install(self, node: str) -> None:
+        """Stop what runs there, then the file's install steps: upload and unpack, config, commands."""
+        if self.is_running(node):
+            self.stop(node)
+        rd, r, inst = self.rendered(node), self.remote(node), self.cf.install
+        d = rd["vars"]["dir"]
+        r.run(["mkdir", "-p", d], check=True)
+        if "tarball" in inst:
+            remote_tar = f"{d}/{Path(inst['tarball']).name}"
+            r.put(remote_tar, Path(inst["tarball"]).read_bytes())
+            r.run(["mkdir", "-p", rd["unpack_to"]], check=True)
+            r.run(["tar", "-xzf", remote_tar, "-C", rd["unpack_to"]], timeout=COMMAND_TIMEOUT_S, check=True)
+        if "config" in rd:
+            r.put(rd["config_path"], rd["config"].encode())
+        for cmd in rd["install_commands"]:
+            res = self._sh(node, cmd, timeout=COMMAND_TIMEOUT_S)
+            if not res.ok:
+                last = (res.err.strip() or res.out.strip() or "no output").splitlines()[-1]
+                raise ClusterError(f"the install command `{cmd}` failed on {node} (exit {res.exit}: {last}); fix it "
+                                   "in [install] commands of the cluster file.")
+
+    def down(self) -> None:
+        def stop(node: str) -> None:
+            try:
+                self.stop(node)
+            except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
+                pass
+
+        try:
+            self._each(stop)
+        finally:
+            for r in self.remotes.values():
+                if hasattr(r, "close"):
+                    r.close()
+
+    # --- roles, through the Kafka protocol only ----------------------------------------------------------
+    def _admin(self):
+        from kafka import KafkaAdminClient
+
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap().split(","), request_timeout_ms=5000,
+                                client_id="kafkaesque-roles")
+
+    def partitions(self, topic: str) -> list[PartitionView]:
+        from clusters.reference import metadata_partitions
+
+        return metadata_partitions(self.bootstrap(), topic)
+
+    def active_controller(self) -> str | None:
+        """DescribeQuorum's leader (KRaft), else DescribeCluster's (or Metadata's) controller id when it
+        names a controller; else the only controller the file lists; else None."""
+        controllers = self.controller_nodes()
+        try:
+            admin = self._admin()
+        except Exception:  # noqa: BLE001 - no broker answers: nothing known
+            return controllers[0] if len(controllers) == 1 else None
+        try:
+            for ask in (self._quorum_leader, self._described_controller):
+                try:
+                    leader = ask(admin)
+                except Exception:  # noqa: BLE001 - not supported by this cluster, or no answer
+                    continue
+                if leader is not None and self.node_name(leader) in controllers:
+                    return self.node_name(leader)
+        finally:
+            admin.close()
+        return controllers[0] if len(controllers) == 1 else None
+
+    @staticmethod
+    def _quorum_leader(admin) -> int | None:
+        q = admin.describe_metadata_quorum()
+        return q["topics"][0]["partitions"][0]["leader_id"]
+
+    @staticmethod
+    def _described_controller(admin) -> int | None:
+        return admin.describe_cluster().get("controller_id")
+
+    def broker_ids(self) -> set[int]:
+        """The broker ids Metadata lists (the brokers that serve)."""
+        admin = self._admin()
+        try:
+            return {b["broker_id"] for b in admin.describe_cluster()["brokers"]}
+        finally:
+            admin.close()
+
+    def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
+        want = {self.node_id(b) for b in brokers}
+        deadline = time.monotonic() + timeout_s
+        seen: set[int] = set()
+        while time.monotonic() < deadline:
+            try:
+                seen = self.broker_ids()
+                if want <= seen:
+                    return
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.5)
+        missing = sorted(self.node_name(i) for i in want - seen)
+        raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s; check those nodes' "
+                           "start commands and logs (paths.logs in the cluster file).")
+
+    def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
+        return None  # a system we did not build has no state dump: the replica checks are skipped
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
+        from clusters.broker.admin import create_topic
+
+        try:
+            create_topic(self.bootstrap(), topic, partitions, replication_factor, min_isr)
+        except Exception as e:  # noqa: BLE001 - one sentence for the user
+            raise ClusterError(f"Creating topic {topic!r} failed ({e}); check the broker logs.") from None
+
+    def collect(self, dest_dir: str) -> None:
+        """The log files the cluster file names into dest_dir/<node>/; what is not there is skipped."""
+        for node in self.nodes():
+            out = Path(dest_dir) / node
+            out.mkdir(parents=True, exist_ok=True)
+            for path in self.log_paths(node):
+                try:
+                    (out / Path(path).name).write_bytes(self.remote(node).get(path))
+                except Exception:  # noqa: BLE001 - a file that is not there (yet) is simply absent
+                    pass
+
+
+# --- `--cluster FILE.toml`: either kind ----------------------------------------------------------------
+def is_cluster_file(name: str) -> bool:
+    return name.endswith(".toml") and not name.startswith("ssh:")
+
+
+def cluster_file_brokers(path: str) -> int:
+    """How many brokers the file describes (either kind), or a ClusterError sentence: the CLI's check."""
+    if cluster_file_kind(path) == KIND_EXTERNAL:
+        return sum(1 for n in load_cluster_file(path).nodes if "broker" in n.roles)
+    from clusters.ssh import load_node_file
+
+    return sum(1 for n in load_node_file(path) if n.name.startswith("broker-"))
+
+
+def cluster_from_file(path: str, spec: ClusterSpec, run_dir: str):
+    """The cluster a file describes: ExternalCluster, or the reference broker over SSH (clusters/ssh.py)."""
+    if cluster_file_kind(path) == KIND_EXTERNAL:
+        return ExternalCluster.from_file(path, spec, run_dir)
+    from clusters.ssh import SshCluster
+
+    return SshCluster.from_file(path, spec, run_dir)

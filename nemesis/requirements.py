@@ -1,0 +1,52 @@
+"""What each fault needs of the nodes, checked against the capability table before the test starts.
+
+The table comes from clusters/capabilities.py (probed at set-up, kept as
+`cluster.capabilities`). A fault whose need a node lacks is refused by name, with the node
+and the probed reason, before any fault or client op runs (CompositeNemesis.setup calls
+`capability_refusal` for every part before setting any of them up), never in the middle.
+
+Faults not listed need nothing the probe measures: the clock faults shift a process's clock
+through the preload (their own setup refuses where it does not work), drop-caches is skipped
+and noted where /proc/sys is read-only, and scenarios and the protocol nemesis check their
+moves themselves.
+"""
+
+from __future__ import annotations
+
+from clusters.capabilities import Capability
+
+# fault -> (capabilities it needs, on which nodes: "all" or "brokers")
+FAULT_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "kill": (("sigstop",), "brokers"),
+    "pause": (("sigstop",), "brokers"),
+    "disk": (("sigstop",), "brokers"),
+    "partition": (("iptables",), "all"),
+    "net": (("iptables", "tc"), "brokers"),
+    "lossy-crash": (("fuse", "sigstop"), "brokers"),
+}
+
+FIXES = {
+    "iptables": "install iptables there and run the node's commands as root (sudo = true, or NET_ADMIN for a container)",
+    "tc": "install iproute2 there and run the node's commands as root (sudo = true, or NET_ADMIN for a container)",
+    "fuse": "give the node /dev/fuse and fusermount3 (a container needs the device and SYS_ADMIN)",
+    "sigstop": "log in as the user that runs the node's process, or set sudo = true",
+    "netem": "load the sch_netem kernel module",
+    "cap_sys_time": "grant CAP_SYS_TIME",
+}
+
+
+def capability_refusal(fault: str, cluster, capabilities: dict[str, dict[str, Capability]],
+                       target: str = "") -> str | None:
+    """One sentence refusing `fault` because a node lacks what it needs, or None when every node has it."""
+    needs, where = FAULT_NEEDS.get(fault, ((), "all"))
+    if not needs:
+        return None
+    nodes = cluster.nodes() if where == "all" or target == "controller" else cluster.broker_nodes()
+    for node in nodes:
+        for cap in needs:
+            have = capabilities.get(node, {}).get(cap) or Capability(False, "not probed")
+            if not have.ok:
+                return (f"the {fault} fault cannot run on {node}: it needs {cap}, which the set-up probe found "
+                        f"unavailable there ({have.detail or 'no reason given'}); {FIXES[cap]}, or drop {fault} "
+                        "from --nemesis")
+    return None

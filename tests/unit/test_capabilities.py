@@ -1,0 +1,177 @@
+"""The capability probe (clusters/capabilities.py) and the refusals it drives (nemesis/requirements.py).
+
+The probe script runs for real on this machine through LocalRemote, once as root and once as
+`nobody` (setpriv), so every check is seen both passing and failing; the refusal tests use a
+small stand-in cluster (the code under test only reads names and the table)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from clusters.capabilities import (
+    CAPABILITIES,
+    Capability,
+    capability_table,
+    parse_probe,
+    probe_cluster,
+    report_capabilities,
+)
+from harness.remote import LocalRemote
+from nemesis.base import NemesisRefused
+from nemesis.registry import make_nemesis
+from nemesis.requirements import capability_refusal
+
+
+class AsUser(LocalRemote):
+    """Commands on this machine as another user (setpriv), to see the probe fail for real."""
+
+    def __init__(self, uid: int):
+        super().__init__(f"uid{uid}")
+        self.uid = uid
+
+    def run(self, argv, timeout=30.0, check=False):
+        return super().run(["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", *argv],
+                           timeout, check)
+
+
+class HostCluster:
+    """Two nodes on this host: n-root runs as root, n-nobody as nobody; both point at one root-owned pid."""
+
+    name = "local"  # nodes share this host's eth0: netem is not probed
+
+    def __init__(self, pidfile: str):
+        self.pidfile_path = pidfile
+        self.capabilities = None
+
+    def nodes(self):
+        return ["n-root", "n-nobody"]
+
+    def broker_nodes(self):
+        return self.nodes()
+
+    def remote(self, node):
+        return LocalRemote(node) if node == "n-root" else AsUser(65534)
+
+    def pidfile(self, node):
+        return self.pidfile_path
+
+
+@pytest.fixture
+def host_cluster(tmp_path):
+    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
+        pytest.fail("the capability probe test runs as root (CI does): it compares root with nobody")
+    sleeper = subprocess.Popen(["sleep", "300"])
+    # In /tmp itself, readable by nobody (pytest's tmp dirs are private to root).
+    fd, pidfile = tempfile.mkstemp(prefix="kq-capability-", suffix=".pid", dir="/tmp")
+    os.write(fd, f"{sleeper.pid}\n".encode())
+    os.close(fd)
+    os.chmod(pidfile, 0o644)
+    try:
+        yield HostCluster(pidfile)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        os.unlink(pidfile)
+
+
+def test_root_has_what_nobody_lacks_and_the_reasons_are_the_systems_own(host_cluster):
+    caps = probe_cluster(host_cluster)
+    root, nobody = caps["n-root"], caps["n-nobody"]
+    assert root["iptables"].ok and root["tc"].ok and root["cap_sys_time"].ok and root["sigstop"].ok
+    assert not nobody["iptables"].ok and "Permission denied" in nobody["iptables"].detail
+    assert not nobody["cap_sys_time"].ok and "lack CAP_SYS_TIME" in nobody["cap_sys_time"].detail
+    # nobody may not signal root's process: the kernel's answer is the reason
+    assert not nobody["sigstop"].ok and "not permitted" in nobody["sigstop"].detail
+    assert not root["netem"].ok and "not probed" in root["netem"].detail  # this host's own eth0 is left alone
+    has_fuse = subprocess.run(["sh", "-c", "test -c /dev/fuse && command -v fusermount3"]).returncode == 0
+    assert root["fuse"].ok is has_fuse
+
+
+def test_a_node_without_a_process_cannot_be_stopped(host_cluster):
+    with open(host_cluster.pidfile_path, "w") as f:
+        f.write("")
+    caps = probe_cluster(host_cluster)
+    assert not caps["n-root"]["sigstop"].ok and "no running process" in caps["n-root"]["sigstop"].detail
+
+
+def test_report_prints_the_table_keeps_it_and_returns_json(host_cluster):
+    printed = []
+    as_json = report_capabilities(host_cluster, printed.append)
+    assert host_cluster.capabilities["n-root"]["iptables"].ok
+    assert as_json["n-nobody"]["iptables"]["ok"] is False and as_json["n-root"]["sigstop"] == {"ok": True, "detail": ""}
+    (text,) = printed
+    header = text.splitlines()[1].split()
+    assert header == ["node", *CAPABILITIES]
+    assert "no iptables on n-nobody: " in text and "no netem on n-root, n-nobody: not probed" in text
+
+
+def test_parse_probe_marks_missing_lines_unavailable():
+    caps = parse_probe("iptables\tyes\t\ntc\tno\ttc: not found\ngarbage line\n")
+    assert caps["iptables"] == Capability(True, "") and caps["tc"] == Capability(False, "tc: not found")
+    assert caps["fuse"] == Capability(False, "the probe gave no answer")
+
+
+def test_table_rows_and_reasons():
+    yes, no = Capability(True), Capability(False, "Error: Specified qdisc kind is unknown.")
+    caps = {"broker-1": {c: (no if c == "netem" else yes) for c in CAPABILITIES},
+            "broker-2": {c: (no if c == "netem" else yes) for c in CAPABILITIES}}
+    lines = capability_table(caps).splitlines()
+    assert lines[1].split() == ["broker-1", "yes", "yes", "no", "yes", "yes", "yes"]
+    assert lines[-1] == "  no netem on broker-1, broker-2: Error: Specified qdisc kind is unknown."
+
+
+class TableCluster:
+    name = "external"
+
+    def __init__(self, caps):
+        self.capabilities = caps
+
+    def nodes(self):
+        return ["controller-0", "broker-1", "broker-2"]
+
+    def broker_nodes(self):
+        return ["broker-1", "broker-2"]
+
+    def controller_nodes(self):
+        return ["controller-0"]
+
+
+def table(missing: dict[str, dict[str, str]]) -> dict[str, dict[str, Capability]]:
+    nodes = ("controller-0", "broker-1", "broker-2")
+    return {n: {c: Capability(False, missing[n][c]) if c in missing.get(n, {}) else Capability(True)
+                for c in CAPABILITIES} for n in nodes}
+
+
+def test_a_fault_needing_what_a_node_lacks_is_refused_naming_fault_node_and_reason():
+    c = TableCluster(table({"broker-2": {"iptables": "Permission denied (you must be root)"}}))
+    why = capability_refusal("partition", c, c.capabilities)
+    assert why.startswith("the partition fault cannot run on broker-2: it needs iptables")
+    assert "(Permission denied (you must be root))" in why and "drop partition from --nemesis" in why
+    assert capability_refusal("kill", c, c.capabilities) is None
+    assert capability_refusal("clock", c, c.capabilities) is None  # the preload needs no capability
+
+
+def test_brokers_only_faults_ignore_the_controller_unless_it_is_the_target():
+    c = TableCluster(table({"controller-0": {"fuse": "no /dev/fuse device", "sigstop": "not permitted"}}))
+    assert capability_refusal("lossy-crash", c, c.capabilities) is None
+    assert capability_refusal("pause", c, c.capabilities) is None
+    assert "on controller-0: it needs sigstop" in capability_refusal("pause", c, c.capabilities, "controller")
+    assert "on controller-0: it needs iptables" not in (capability_refusal("partition", c, c.capabilities) or "")
+
+
+def test_the_composite_nemesis_refuses_before_setting_any_part_up():
+    c = TableCluster(table({"broker-1": {"tc": "tc: not found"}}))
+    nem = make_nemesis(["kill", "net"], {"seed": 1})
+    set_up = []
+    for p in nem.parts:
+        p.setup = lambda cluster, p=p: set_up.append(p.name)
+    with pytest.raises(NemesisRefused, match="the net fault cannot run on broker-1: it needs tc,.*\\(tc: not found\\)"):
+        nem.setup(c)
+    assert set_up == []  # kill was not set up either: nothing half-prepared
+    c.capabilities = table({})
+    nem.setup(c)
+    assert set_up == ["kill", "net"]

@@ -1,0 +1,221 @@
+"""The cluster file of clusters/external.py: what it accepts, how templates render per node, how
+`--cluster FILE.toml` picks a backend, and one sentence for each way a file can be wrong."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clusters.base import ClusterError, ClusterSpec
+from clusters.external import (
+    ClusterFileError,
+    ExternalCluster,
+    cluster_file_brokers,
+    cluster_file_kind,
+    cluster_from_file,
+    is_cluster_file,
+    load_cluster_file,
+    render_all,
+)
+from clusters.ssh import SshCluster
+from harness.runner import cluster_problem
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "clusters" / "examples"
+
+GOOD = """
+kind = "external"
+[ssh]
+user = "kafka"
+sudo = true
+[vars]
+cluster_id = "abc123"
+[commands]
+start = "start-it --id {{ id }} --voters {{ voters }} --cluster {{ cluster_id }}"
+stop = "stop-it {{ dir }}"
+pid = "cat {{ dir }}/pid"
+[paths]
+dir = "/opt/k/{{ name }}"
+data_dir = "{{ dir }}/data"
+logs = ["{{ dir }}/server.log"]
+[install]
+commands = ["format {{ data_dir }} {{ cluster_id }}"]
+[[nodes]]
+name = "k1"
+id = 1
+roles = ["broker", "controller"]
+host = "10.0.0.1"
+controller_port = 9093
+[[nodes]]
+name = "k2"
+id = 2
+host = "10.0.0.2"
+user = "root"
+sudo = false
+kafka_port = 19092
+[nodes.commands]
+stop = "special-stop"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "cluster.toml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_a_good_file_loads_with_defaults_and_node_overrides(tmp_path):
+    cf = load_cluster_file(write(tmp_path, GOOD))
+    k1, k2 = cf.nodes
+    assert (cf.transport, k1.roles, k2.roles) == ("ssh", ["broker", "controller"], ["broker"])
+    assert (k1.ssh["user"], k1.ssh["sudo"], k2.ssh["user"], k2.ssh["sudo"]) == ("kafka", True, "root", False)
+    assert (k1.kafka_port, k1.controller_port, k2.kafka_port, k2.controller_port) == (9092, 9093, 19092, 19092)
+    assert k2.commands["stop"] == "special-stop" and k1.commands["stop"] == "stop-it {{ dir }}"
+
+
+def test_templates_render_per_node_with_cluster_wide_values(tmp_path):
+    cf = load_cluster_file(write(tmp_path, GOOD))
+    r1, r2 = render_all(cf, cf.nodes[0]), render_all(cf, cf.nodes[1])
+    assert r1["commands"]["start"] == "start-it --id 1 --voters 1@10.0.0.1:9093 --cluster abc123"
+    assert r1["commands"]["pid"] == "cat /opt/k/k1/pid" and r2["commands"]["pid"] == "cat /opt/k/k2/pid"
+    assert r1["logs"] == ["/opt/k/k1/server.log"]
+    assert r2["install_commands"] == ["format /opt/k/k2/data abc123"]
+    assert r1["vars"]["bootstrap"] == "10.0.0.1:9092,10.0.0.2:19092"
+    assert r2["vars"]["controller"] == "10.0.0.1:9093"
+
+
+def test_the_cluster_names_roles_and_ids_from_the_file(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
+    assert (c.nodes(), c.broker_nodes(), c.controller_nodes()) == (["k1", "k2"], ["k1", "k2"], ["k1"])
+    assert (c.node_id("k2"), c.node_name(2), c.node_name(7)) == (2, "k2", "id-7")
+    assert c.spec.brokers == 2 and c.address("k2") == ("10.0.0.2", 19092)
+    assert c.pid_command("k1") == "cat /opt/k/k1/pid"
+
+
+def test_nodes_sharing_an_address_are_not_isolated_and_say_so(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, GOOD.replace('"10.0.0.2"', '"10.0.0.1"')), None, str(tmp_path))
+    assert not c.isolated_nodes and "several nodes share 10.0.0.1" in c.not_isolated_reason
+
+
+def test_install_files_resolve_relative_to_the_cluster_file(tmp_path):
+    (tmp_path / "server.properties.j2").write_text("node.id={{ id }}\ncontroller.quorum.voters={{ voters }}\n")
+    (tmp_path / "code.tgz").write_bytes(b"\x1f\x8b")
+    text = GOOD.replace("[install]\n", '[install]\ntarball = "code.tgz"\nconfig_template = "server.properties.j2"\n'
+                                       'config_path = "{{ dir }}/server.properties"\n')
+    cf = load_cluster_file(write(tmp_path, text))
+    r = render_all(cf, cf.nodes[1])
+    assert cf.install["tarball"] == str(tmp_path / "code.tgz")
+    assert r["config"] == "node.id=2\ncontroller.quorum.voters=1@10.0.0.1:9093\n"
+    assert r["config_path"] == "/opt/k/k2/server.properties" and r["unpack_to"] == "/opt/k/k2"
+
+
+@pytest.mark.parametrize("change, says", [
+    (("[[nodes]]\nname = \"k1\"", "[[nodez]]\nname = \"k1\""), r"unknown key\(s\) nodez"),
+    (('kind = "external"', 'kind = "kafka"'), 'kind = \'kafka\'; use "external"'),
+    (('kind = "external"', 'kind = "external"\ntransport = "telnet"'), 'transport = \'telnet\'; use "ssh" or "docker"'),
+    (('pid = "cat {{ dir }}/pid"\n', ""), "has no pid command"),
+    (('data_dir = "{{ dir }}/data"\n', ""), r"has no data_dir in \[paths\]"),
+    (('dir = "/opt/k/{{ name }}"', 'dir = "/tmp"'), "give an absolute dir of its own"),
+    (("{{ cluster_id }}\"\nstop", "{{ clusterid }}\"\nstop"), "the start command of the cluster file .* does not "
+                                                              "render for k1 .*clusterid"),
+    (('id = 2\n', 'id = 1\n'), "gives id 1 to several nodes"),
+    (('id = 2\n', ''), r"node 2 \(k2\) .* has no id"),
+    (('id = 2\n', 'id = "2"\n'), "id = '2' should be an int"),
+    (('host = "10.0.0.2"', 'host = "10.0.0.2; rm -rf /"'), "must be an address or a host name"),
+    (('roles = ["broker", "controller"]', 'roles = ["leader"]'), "use one or both of"),
+    (('host = "10.0.0.2"\n', ''), r"node 2 \(k2\) .* has no host"),
+    (('host = "10.0.0.2"\n', 'host = "10.0.0.2"\ncontainer = "k2"\n'), "names a container, but transport is ssh"),
+    (('sudo = false\n', 'sudo = "no"\n'), "sudo = 'no' should be a bool"),
+    (('user = "kafka"', 'user = "kafka"\nkey = "/no/such/key"'), "key file /no/such/key does not exist"),
+    (('logs = ["{{ dir }}/server.log"]', 'logs = "{{ dir }}/server.log"'), "logs = .* should be a list of strings"),
+    (('[install]\n', '[install]\ntarball = "missing.tgz"\n'), "tarball = 'missing.tgz' .* is not a file"),
+    (('[install]\n', '[install]\nconfig_path = "/x"\n'), "needs config_template and config_path together"),
+    (('roles = ["broker", "controller"]', 'roles = ["controller"]'), None),  # still has a broker (k2): fine
+    (('[[nodes]]\nname = "k2"', '[[nodes]]\nroles = ["controller"]\nname = "k2"'), None),
+    (('kind = "external"', 'kind = "external"\nbootstrap = "10.0.0.1"'), "bootstrap server '10.0.0.1' is not host:port"),
+])
+def test_a_bad_file_is_one_sentence_naming_the_cause_and_the_fix(tmp_path, change, says):
+    old, new = change
+    text = GOOD.replace(old, new, 1)
+    if says is None:
+        load_cluster_file(write(tmp_path, text))  # accepted
+        return
+    assert text != GOOD, f"the change {old!r} did not apply"
+    with pytest.raises(ClusterFileError, match=says) as e:
+        load_cluster_file(write(tmp_path, text))
+    message = str(e.value)
+    assert message.endswith(".") and "\n" not in message and str(tmp_path) in message
+
+
+def test_a_file_without_brokers_or_nodes_is_refused(tmp_path):
+    only_controllers = GOOD.replace('host = "10.0.0.2"', 'host = "10.0.0.2"\nroles = ["controller"]').replace(
+        'roles = ["broker", "controller"]', 'roles = ["controller"]')
+    with pytest.raises(ClusterFileError, match="no node with the broker role"):
+        load_cluster_file(write(tmp_path, only_controllers))
+    with pytest.raises(ClusterFileError, match=r"has no \[\[nodes\]\] tables"):
+        load_cluster_file(write(tmp_path, GOOD.split("[[nodes]]")[0]))
+    with pytest.raises(ClusterFileError, match="is not valid TOML"):
+        load_cluster_file(write(tmp_path, "[[nodes]\n"))
+    with pytest.raises(ClusterFileError, match="cannot read the cluster file"):
+        load_cluster_file(str(tmp_path / "missing.toml"))
+
+
+def test_the_docker_transport_needs_containers_and_no_ssh_keys(tmp_path):
+    docker = GOOD.replace('kind = "external"', 'kind = "external"\ntransport = "docker"').replace("[ssh]\nuser = \"kafka\"\nsudo = true\n", "")
+    with pytest.raises(ClusterFileError, match="has no container"):
+        load_cluster_file(write(tmp_path, docker))
+    fixed = docker.replace('host = "10.0.0.1"', 'container = "k1"').replace(
+        'host = "10.0.0.2"\nuser = "root"\nsudo = false\n', 'container = "k2"\n')
+    cf = load_cluster_file(write(tmp_path, fixed))
+    assert [n.container for n in cf.nodes] == ["k1", "k2"]
+    with pytest.raises(ClusterFileError, match="has SSH keys, but transport is docker"):
+        load_cluster_file(write(tmp_path, fixed.replace('container = "k2"\n', 'container = "k2"\nuser = "x"\n')))
+
+
+def test_kind_decides_the_backend_and_ssh_node_files_keep_working(tmp_path):
+    external = write(tmp_path, GOOD, "external.toml")
+    node_file = write(tmp_path, '[[nodes]]\nname = "controller-0"\nhost = "a"\n[[nodes]]\nname = "broker-1"\n'
+                                'host = "b"\n', "nodes.toml")
+    tagged = write(tmp_path, 'kind = "reference-ssh"\n' + Path(node_file).read_text(), "tagged.toml")
+    no_kind_commands = write(tmp_path, GOOD.replace('kind = "external"\n', ""), "implied.toml")
+    assert [cluster_file_kind(p) for p in (external, node_file, tagged, no_kind_commands)] == [
+        "external", "reference-ssh", "reference-ssh", "external"]
+    assert (cluster_file_brokers(external), cluster_file_brokers(node_file)) == (2, 1)
+    assert isinstance(cluster_from_file(external, ClusterSpec(), str(tmp_path)), ExternalCluster)
+    assert isinstance(cluster_from_file(tagged, ClusterSpec(), str(tmp_path)), SshCluster)
+    assert is_cluster_file(external) and not is_cluster_file(f"ssh:{node_file}") and not is_cluster_file("docker")
+    # --cluster accepts both forms; a broken file is one sentence without its full stop
+    assert cluster_problem(external) is None and cluster_problem(f"ssh:{tagged}") is None
+    assert "kind = 'kafka'" in cluster_problem(write(tmp_path, 'kind = "kafka"\n', "bad.toml"))
+    assert "cannot read the cluster file" in cluster_problem(str(tmp_path / "nope.toml"))
+    with pytest.raises(ClusterError, match='is kind = "reference-ssh"'):
+        from clusters.ssh import load_node_file
+
+        load_node_file(external)
+
+
+def test_the_documented_examples_load(tmp_path):
+    # The reference broker over SSH, with the placeholders the integration test fills in.
+    key, tarball = tmp_path / "id", tmp_path / "code.tgz"
+    key.write_text("k")
+    tarball.write_bytes(b"t")
+    text = (EXAMPLES / "reference-broker-over-ssh.toml").read_text().replace("@KEY@", str(key)).replace(
+        "@KNOWN_HOSTS@", str(tmp_path / "kh")).replace("@TARBALL@", str(tarball))
+    for i, node in enumerate(("controller-0", "broker-1", "broker-2", "broker-3")):
+        text = text.replace(f"@{node}@", f"10.1.0.{i + 1}")
+    cf = load_cluster_file(write(tmp_path, text))
+    c0, b1 = render_all(cf, cf.nodes[0]), render_all(cf, cf.nodes[1])
+    assert " controller --node-id 1000 " in c0["commands"]["start"]
+    assert "--controller 10.1.0.1:9092 " in b1["commands"]["start"]
+    # Apache Kafka KRaft on three hosts: documented, not runnable here (no Kafka build on these machines).
+    kraft = tmp_path / "kraft"
+    shutil.copytree(EXAMPLES, kraft)
+    (kraft / "kafka_2.13-3.9.0.tgz").write_bytes(b"not really kafka")
+    (kraft / "id_ed25519").write_text("k")
+    text = (kraft / "apache-kafka-kraft.toml").read_text().replace("~/.ssh/id_ed25519", str(kraft / "id_ed25519"))
+    cf = load_cluster_file(write(kraft, text, "apache-kafka-kraft.toml"))
+    r = render_all(cf, cf.nodes[2])
+    assert "controller.quorum.voters=1@10.0.0.11:9093,2@10.0.0.12:9093,3@10.0.0.13:9093" in r["config"]
+    assert "node.id=3" in r["config"] and "advertised.listeners=PLAINTEXT://10.0.0.13:9092" in r["config"]
+    assert cf.nodes[2].roles == ["broker", "controller"]
