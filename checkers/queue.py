@@ -15,6 +15,14 @@ One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
   poll-skip             a consumer's reads of a key jumped over offsets (the log has no gaps)
 Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
 read (nothing can be concluded about its losses); else true.
+
+The durability contract covers min ISR - 1 power cuts (001: Kafka guarantees durability
+for n-1 replicas). A fault that goes beyond it (a scenario or `exceed_fault_budget` power-
+cutting every ISR member) marks its nemesis op `beyond_fault_budget`; a send acknowledged
+before the last such op and missing afterwards is not a lost-write anomaly but is counted
+and listed as lost beyond the fault budget (`lost-beyond-fault-budget`). Whether the
+cluster owned up to that loss (001 5.3.2: an unclean recovery is reported as a potential
+data-loss event) is the replica checker's question (checkers/replicas.py).
 """
 
 from __future__ import annotations
@@ -68,7 +76,20 @@ class QueueChecker:
         return check_queue(history)
 
 
+BEYOND_BUDGET = "beyond_fault_budget"  # the mark a nemesis completion carries when it broke the contract
+
+
+def beyond_budget_time(history: Sequence[Op]) -> int | None:
+    """The time (ns) of the last nemesis completion marked beyond the fault budget, or None."""
+    last = None
+    for op in history:
+        if op.process == NEMESIS and op.type != "invoke" and isinstance(op.value, dict) and op.value.get(BEYOND_BUDGET):
+            last = op.time
+    return last
+
+
 def check_queue(history: Sequence[Op]) -> Result:
+    cutoff = beyond_budget_time(history)
     pairs = pair_ops(history)
     found = _Examples()
     sent_values: dict[int, dict[Any, Op]] = defaultdict(dict)    # key -> value -> invoke
@@ -151,6 +172,7 @@ def check_queue(history: Sequence[Op]) -> Result:
 
     # Acknowledged sends that did not survive.
     uncovered = set()
+    beyond_budget: list[dict[str, Any]] = []
     for inv, comp in acked:
         key, (off, val) = int(comp.value[0]), comp.value[1]
         off = int(off)
@@ -162,6 +184,9 @@ def check_queue(history: Sequence[Op]) -> Result:
         seen_at_offset = val in seen[key].get(off, {})
         if not in_final or (off < hwm and not seen_at_offset):
             at_offset = sorted(map(repr, seen[key].get(off, {})))
+            if cutoff is not None and comp.time is not None and comp.time < cutoff:
+                beyond_budget.append({"key": key, "offset": off, "value": val})
+                continue
             found.add("lost-write", {
                 "key": key, "offset": off, "value": val, "final_hwm": hwm,
                 "summary": (f"send of {val!r} to partition {key} was acknowledged at offset {off}; the final read "
@@ -174,6 +199,13 @@ def check_queue(history: Sequence[Op]) -> Result:
     stats["info-sends-later-read"] = sum(1 for k, v in info_sends if v in value_offsets[k])
     stats["acked-sends"] = len(acked)
     stats["keys-with-final-reads"] = len(final_hwm)
+    details: dict[str, Any] = {}
+    if cutoff is not None:
+        stats["lost-beyond-fault-budget"] = len(beyond_budget)
+        details["lost_beyond_fault_budget"] = {
+            "cutoff_ns": cutoff, "count": len(beyond_budget),
+            "by_key": {str(k): sum(1 for b in beyond_budget if b["key"] == k) for k in sorted({b["key"] for b in beyond_budget})},
+            "examples": beyond_budget[:MAX_EXAMPLES]}
     anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in ANOMALY_TYPES
                  if found.counts[n]]
     if anomalies:
@@ -185,9 +217,9 @@ def check_queue(history: Sequence[Op]) -> Result:
         valid = True
     stats = dict(stats)
     stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
-    return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats,
-                  details={"unknown_reason": f"no final read of partitions {sorted(uncovered)}"} if valid == UNKNOWN
-                  else {})
+    if valid == UNKNOWN:
+        details["unknown_reason"] = f"no final read of partitions {sorted(uncovered)}"
+    return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details)
 
 
-__all__ = ["ANOMALY_TYPES", "QueueChecker", "check_queue", "poll_items"]
+__all__ = ["ANOMALY_TYPES", "BEYOND_BUDGET", "QueueChecker", "beyond_budget_time", "check_queue", "poll_items"]

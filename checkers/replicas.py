@@ -13,7 +13,12 @@ their physical logs, the controller's partition states); this checker reads them
 
 Unclean recoveries the controller reported (001 5.3.2: each is a potential data-loss event)
 are listed in the result's stats and details, not counted as anomalies: they are the
-protocol doing what it was configured to do. A cluster without state dumps (one we did not
+protocol doing what it was configured to do. The other side of that promise is checked:
+
+- unreported-data-loss: acknowledged writes of a partition were lost after a fault beyond the
+  budget (the queue checker excuses those from lost-write), yet the controller reported no
+  unclean recovery of that partition: a replica that lost committed data led silently (the
+  last replica standing of 002 2.4.2, without the ELR). A cluster without state dumps (one we did not
 build) is skipped with a note, never a guess.
 
 `check_states` is the pure function; `ReplicaStateChecker` reads the dumps a run stored.
@@ -27,11 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, Anomaly, Result
+from checkers.queue import beyond_budget_time, check_queue
 from harness.history import Op
 
 
-def check_states(states: dict[str, dict[str, Any]]) -> Result:
-    """`states`: node name -> its state dump (brokers and the controller), unreachable ones left out."""
+def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str, int] | None = None,
+                 topic: str = "queue") -> Result:
+    """`states`: node name -> its state dump (brokers and the controller), unreachable ones left out.
+    `lost_beyond_budget`: partition -> writes of `topic` lost beyond the fault budget (the queue
+    checker's details), each of which must be covered by a reported unclean recovery."""
     brokers = {n: s for n, s in states.items() if s.get("role") == "broker"}
     controllers = [s for s in states.values() if s.get("role") == "controller"]
     anomalies = []
@@ -44,6 +53,16 @@ def check_states(states: dict[str, dict[str, Any]]) -> Result:
         anomalies.append(Anomaly("controller-structure", len(structure), structure[:MAX_EXAMPLES],
                                  "the controller's ISR/ELR break the invariants of 001 5.2.1"))
     recoveries = [r for c in controllers for r in c.get("unclean_recoveries", [])]
+    if controllers and lost_beyond_budget:
+        reported = {str(r.get("partition")) for r in recoveries if r.get("topic") == topic}
+        silent = [{"partition": int(p), "lost": n,
+                   "summary": f"{n} acknowledged write(s) of partition {p} were lost after a fault beyond the "
+                              f"budget, and the controller reported no unclean recovery of partition {p}"}
+                  for p, n in sorted(lost_beyond_budget.items(), key=lambda kv: int(kv[0])) if n and p not in reported]
+        if silent:
+            anomalies.append(Anomaly("unreported-data-loss", len(silent), silent[:MAX_EXAMPLES],
+                                     "committed data was lost without the potential data-loss event 001 5.3.2 "
+                                     "requires: a replica missing it led without an unclean recovery"))
     stats = {"brokers_dumped": len(brokers), "controllers_dumped": len(controllers),
              "partitions_compared": len({(p["topic"], p["partition"]) for s in brokers.values()
                                          for p in s.get("partitions", [])}),
@@ -112,4 +131,7 @@ class ReplicaStateChecker:
         if not states:
             return Result(self.name, True, stats={"skipped": "no node state dumps (a cluster we did not build, "
                                                              "or collection failed)"})
-        return check_states(states)
+        lost = None
+        if beyond_budget_time(history) is not None:  # rare: only then is the queue check run again here
+            lost = check_queue(history).details.get("lost_beyond_fault_budget", {}).get("by_key", {})
+        return check_states(states, lost)

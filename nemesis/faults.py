@@ -24,6 +24,7 @@ import time
 import zlib
 from typing import Any
 
+from checkers.queue import BEYOND_BUDGET
 from harness.history import INFO, Op
 from harness.remote import shell_join
 from nemesis import grudge, netrules
@@ -168,7 +169,10 @@ class LossyCrashNemesis(_Fault):
             node = self.rng.choice(candidates)
             dropped = self.crash(cluster, node)
             self.crashed.append(node)
-            return Op(INFO, op.f, op.process, {"lossy-crash": [node], "dropped": dropped})
+            value = {"lossy-crash": [node], "dropped": dropped}
+            if len(self.crashed) > max(self.min_isr - 1, 0):  # only with exceed_fault_budget
+                value[BEYOND_BUDGET] = True
+            return Op(INFO, op.f, op.process, value)
         if op.f == self.stop_f:
             restarted = self._restart_all(cluster)
             return Op(INFO, op.f, op.process, {"restarted": restarted})

@@ -76,6 +76,8 @@ def runs_schema():
         *[(f"inproc_{_column(n)}", pa.int64()) for n in QUEUE_ANOMALIES],
         ("ops", pa.int64()), ("reads", pa.int64()), ("first_ns", pa.int64()), ("last_ns", pa.int64()),
         ("fault_windows", pa.list_(window)), ("history_bytes", pa.int64()), ("history_mtime_ns", pa.int64()),
+        # the last fault beyond the durability contract (checkers/queue.py: losses acked before it are apart)
+        ("beyond_budget_ns", pa.int64()),
     ])
 
 
@@ -238,6 +240,7 @@ class _TableWriter:
 
 def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str, Any]:
     """Write the ops and reads tables of one history; return counts, times and fault windows."""
+    from checkers.queue import BEYOND_BUDGET
     from harness.history import NEMESIS, iter_history
 
     ops_w, reads_w = _TableWriter(ops_dir, ops_schema()), _TableWriter(reads_dir, reads_schema())
@@ -247,6 +250,7 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
     o_node, o_error, o_json = o["node"], o["error"], o["value_json"]
     r_seq, r_pos, r_kind, r_key, r_offset, r_value = r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]
     windows = _Windows()
+    beyond_budget_ns = None
     n_ops = n_reads = 0
     first_ns = last_ns = None
     for op in iter_history(history):
@@ -256,6 +260,8 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
         key = value = offset = hwm = vjson = None
         if op.process == NEMESIS:
             windows.see(op)
+            if op.type != "invoke" and isinstance(v, dict) and v.get(BEYOND_BUDGET):
+                beyond_budget_ns = op.time
             if v is not None:
                 vjson = json.dumps(v, separators=(",", ":"), default=str)
         elif isinstance(v, dict):  # poll completion {"key": [[offset, value], ...]}
@@ -322,7 +328,7 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
     ops_w.close()
     reads_w.close()
     return {"ops": n_ops, "reads": n_reads, "first_ns": first_ns, "last_ns": last_ns,
-            "fault_windows": windows.finish(last_ns or 0)}
+            "fault_windows": windows.finish(last_ns or 0), "beyond_budget_ns": beyond_budget_ns}
 
 
 def _run_row(src: RunSource, flat: dict[str, Any], history: Path) -> dict[str, Any]:

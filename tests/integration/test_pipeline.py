@@ -82,6 +82,17 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
                 if here and inject == "lost-write":  # acknowledged at an offset, never in the log
                     done = True
                     op("ok", "send", p, [k, [len(logs[k]), value]])
+                elif here and inject == "beyond-budget":
+                    # Lost, then every ISR member power-cut (beyond the contract: excused), then
+                    # lost again after it (not excused): both checkers must count exactly one.
+                    done = True
+                    op("ok", "send", p, [k, [len(logs[k]), value]])
+                    op("invoke", "scenario-lossy-crash", "nemesis", {"node": "broker-1"})
+                    op("info", "scenario-lossy-crash", "nemesis", {"lossy-crash": "broker-1",
+                                                                   "beyond_fault_budget": True})
+                    value += 1
+                    op("invoke", "send", p, [k, value])
+                    op("ok", "send", p, [k, [len(logs[k]) + 7, value]])
                 elif here and inject == "duplicate":  # a retried send stored twice
                     done = True
                     logs[k] += [value, value]
@@ -155,7 +166,7 @@ def store(tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("pipeline") / "store"
     nemeses, variants = (["kill"], ["pause"], ["partition"], []), ("default", "truncate-to-hw")
     kinds = [None, None, None, *INJECTIONS, *INJECTIONS, None, None, None]  # 3 + 7 + 7 + 3 = 20
-    kinds += [None, "lost-write", "duplicate", None]  # 24
+    kinds += ["beyond-budget", "lost-write", "duplicate", None]  # 24
     runs = []
     for i, inject in enumerate(kinds):
         runs.append(write_run(store, f"synthetic-{i % 3}", f"20260101T0000{i:02d}", seed=100 + i, inject=inject,
@@ -201,6 +212,9 @@ def test_the_synthetic_runs_cover_every_anomaly_and_clean_runs(store):
     assert verdicts.count("true") >= 8 and verdicts.count("false") >= 12 and "unknown" in verdicts
     for c in COUNTS:  # each anomaly kind is found in-process in at least two runs: the test compares something
         assert sum(1 for e in exp.values() if e[c] > 0) >= 2, c
+    (beyond,) = [json.loads(r.read_text())["checkers"]["queue"] for r in store.glob("*/*/results.json")
+                 if "lost-beyond-fault-budget" in json.loads(r.read_text())["checkers"]["queue"]["stats"]]
+    assert beyond["stats"]["lost-beyond-fault-budget"] == 1 and beyond["stats"]["lost-write-count"] == 1
 
 
 def test_spark_check_equals_the_in_process_checker_on_every_run(store, warehouse, tmp_path):

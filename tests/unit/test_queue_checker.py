@@ -111,3 +111,34 @@ def test_unmatched_invocation_counts_as_info():
     h._add("invoke", "send", 0, [0, 10])
     h.final(1, 0, 0, [])
     assert check_queue(h.ops).valid is True
+
+
+def power_cut(h: H, beyond: bool) -> H:
+    value = {"lossy-crash": "broker-2", "dropped": {}}
+    if beyond:
+        value["beyond_fault_budget"] = True
+    h._add("invoke", "scenario-lossy-crash", "nemesis", {"node": "broker-2"})
+    h._add("info", "scenario-lossy-crash", "nemesis", value)
+    return h
+
+
+def test_loss_of_writes_acked_before_a_power_cut_beyond_the_budget_is_counted_apart_not_an_anomaly():
+    h = power_cut(H().send(0, 0, 10, 0).send(1, 0, 11, 1), beyond=True).final(3, 0, 1, [[0, 10]])
+    r = check_queue(h.ops)
+    assert r.valid is True and not r.anomalies
+    assert r.stats["lost-beyond-fault-budget"] == 1
+    lost = r.details["lost_beyond_fault_budget"]
+    assert lost["by_key"] == {"0": 1} and lost["examples"] == [{"key": 0, "offset": 1, "value": 11}]
+
+
+def test_a_power_cut_within_the_budget_excuses_nothing():
+    h = power_cut(H().send(0, 0, 10, 0).send(1, 0, 11, 1), beyond=False).final(3, 0, 1, [[0, 10]])
+    r = check_queue(h.ops)
+    assert r.valid is False and names(r) == {"lost-write"} and "lost-beyond-fault-budget" not in r.stats
+
+
+def test_writes_acked_after_the_power_cut_beyond_the_budget_must_still_survive():
+    h = power_cut(H().send(0, 0, 10, 0), beyond=True).send(1, 0, 11, 1).final(3, 0, 1, [[0, 10]])
+    r = check_queue(h.ops)
+    assert r.valid is False and names(r) == {"lost-write"}
+    assert r.anomalies[0].examples[0]["value"] == 11 and r.stats["lost-beyond-fault-budget"] == 0

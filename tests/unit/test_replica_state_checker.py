@@ -72,3 +72,29 @@ def test_checker_reads_a_runs_dumps_and_skips_without_them(tmp_path):
         (tmp_path / "nodes" / node / "state.json").write_text(json.dumps(state))
     r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, [])
     assert r.valid is False and r.stats["brokers_dumped"] == 2
+
+
+def test_loss_beyond_the_budget_must_be_covered_by_a_reported_unclean_recovery_of_its_partition():
+    rec = {"topic": "queue", "partition": 0, "leader": 2, "strategy": "balanced"}
+    c = controller([{"isr": [2], "elr": []}], recoveries=[rec])
+    assert check_states({"controller-0": c}, {"0": 5}).valid is True
+    r = check_states({"controller-0": c}, {"0": 5, "1": 2, "3": 0})  # partition 1 lost 2 writes silently
+    assert r.valid is False
+    (a,) = r.anomalies
+    assert a.name == "unreported-data-loss" and [e["partition"] for e in a.examples] == [1]
+    silent = check_states({"controller-0": controller([{"isr": [2], "elr": []}])}, {"0": 5})
+    assert [a.name for a in silent.anomalies] == ["unreported-data-loss"]
+
+
+def test_checker_takes_the_losses_beyond_the_budget_from_the_history(tmp_path):
+    from harness.history import Op
+
+    (tmp_path / "nodes" / "controller-0").mkdir(parents=True)
+    (tmp_path / "nodes" / "controller-0" / "state.json").write_text(json.dumps(controller([{"isr": [2], "elr": []}])))
+    ops = [Op("invoke", "send", 0, [0, 10], time=1), Op("ok", "send", 0, [0, [0, 10]], time=2),
+           Op("invoke", "scenario-lossy-crash", "nemesis", {}, time=3),
+           Op("info", "scenario-lossy-crash", "nemesis", {"beyond_fault_budget": True}, time=4),
+           Op("invoke", "final-poll", 1, [0], time=5), Op("ok", "final-poll", 1, [0, 0, []], time=6)]
+    r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, ops)
+    assert [a.name for a in r.anomalies] == ["unreported-data-loss"]
+    assert ReplicaStateChecker().check({"run_dir": str(tmp_path)}, ops[:2] + ops[4:]).valid is True
