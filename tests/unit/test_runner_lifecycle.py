@@ -31,6 +31,9 @@ class FakeCluster:
     def broker_nodes(self):
         return ["broker-1"]
 
+    def nodes(self):
+        return []  # nothing for the capability probe to reach: an empty table
+
     def controller_nodes(self):
         return []
 
