@@ -213,5 +213,7 @@ def metadata_partitions(bootstrap: str, topic: str) -> list[PartitionView]:
             admin.close()
     except Exception:  # noqa: BLE001 - no answer: nothing known
         return []
-    return [PartitionView(topic, p["partition"], p["leader"], p["replicas"], p["isr"], p.get("leader_epoch", -1))
-            for p in t.get("partitions", [])]
+    # kafka-python 3 gives the MetadataResponse's own field names
+    return sorted((PartitionView(topic, p["partition_index"], p["leader_id"], list(p["replica_nodes"]),
+                                 list(p["isr_nodes"]), p.get("leader_epoch", -1))
+                   for p in t.get("partitions", [])), key=lambda v: v.partition)
