@@ -48,6 +48,8 @@ from typing import Any
 
 from clusters.broker.raft_store import Entry, RaftStore, Snapshot, entries_after_snapshot
 
+INFLIGHT_MESSAGES = 4  # AppendEntries a leader keeps unacknowledged per follower, beyond heartbeats
+
 FOLLOWER = "follower"
 PRE_CANDIDATE = "pre-candidate"
 CANDIDATE = "candidate"
@@ -438,12 +440,14 @@ class RaftNode:
         pr.sent_upto = max(pr.sent_upto, first - 1 + len(entries))
 
     def _send_new_entries(self, peer: int) -> None:
-        # Pipelining: send what has not been sent yet; lost messages are resent by the heartbeat
-        # (which starts from next_index) or after a refusal.
+        # Pipelining: send what has not been sent yet, up to a window of unacknowledged entries
+        # (each acknowledgement sends more, so a lagging follower catches up at network speed).
+        # Lost messages are resent by the heartbeat (from next_index) or after a refusal.
         pr = self._progress[peer]
         if pr.next_index <= self.snapshot.index:
             return  # waiting for the snapshot to land
-        while pr.sent_upto < self.last_index:
+        window = INFLIGHT_MESSAGES * self.config.max_entries_per_append
+        while pr.sent_upto < self.last_index and pr.sent_upto - pr.match_index < window:
             self._send_append(peer, max(pr.sent_upto + 1, pr.next_index))
 
     def _on_append_response(self, m: AppendResponse) -> None:
@@ -456,6 +460,7 @@ class RaftNode:
                 pr.match_index = m.match_index
                 self._maybe_commit()
             pr.next_index = max(pr.next_index, pr.match_index + 1)
+            self._send_new_entries(m.src)
             return
         pr.next_index = max(pr.match_index + 1, min(self._next_from_hint(m), m.rejected_prev))
         pr.sent_upto = pr.next_index - 1
@@ -483,8 +488,7 @@ class RaftNode:
             self._maybe_commit()
         pr.next_index = max(pr.next_index, pr.match_index + 1)
         pr.sent_upto = max(pr.sent_upto, pr.match_index)
-        if pr.next_index <= self.last_index:
-            self._send_append(m.src, pr.next_index)
+        self._send_new_entries(m.src)
 
     def _maybe_commit(self) -> None:
         matched = sorted([self.last_index] + [pr.match_index for pr in self._progress.values()], reverse=True)

@@ -234,6 +234,15 @@ class SimCluster:
             self.step()
         return until is not None and until()
 
+    def elect(self, node_id: int, attempts: int = 5, ticks: int = 10) -> bool:
+        """Stage an election: `node_id` campaigns (again, in a higher term, if it has not won
+        within `ticks`). Returns whether it became leader."""
+        for _ in range(attempts):
+            self.nodes[node_id].campaign()
+            if self.run(ticks, until=lambda: self.nodes[node_id].role == LEADER):
+                return True
+        return False
+
     def _process_ready(self, node: RaftNode) -> None:
         r = node.ready()
         for m in r.messages:
