@@ -18,7 +18,10 @@ protocol doing what it was configured to do. The other side of that promise is c
 - unreported-data-loss: acknowledged writes of a partition were lost after a fault beyond the
   budget (the queue checker excuses those from lost-write), yet the controller reported no
   unclean recovery of that partition: a replica that lost committed data led silently (the
-  last replica standing of 002 2.4.2, without the ELR). A cluster without state dumps (one we did not
+  last replica standing of 002 2.4.2, without the ELR).
+- recovery-choice: an unclean recovery elected a replica whose (last leader epoch, end offset)
+  is below another candidate's it had heard from (001 5.3: the highest is chosen, so the
+  least committed data is lost). A cluster without state dumps (one we did not
 build) is skipped with a note, never a guess.
 
 `check_states` is the pure function; `ReplicaStateChecker` reads the dumps a run stored.
@@ -53,6 +56,12 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
         anomalies.append(Anomaly("controller-structure", len(structure), structure[:MAX_EXAMPLES],
                                  "the controller's ISR/ELR break the invariants of 001 5.2.1"))
     recoveries = [r for c in controllers for r in c.get("unclean_recoveries", [])]
+    worse = [_worse_choice(r) for r in recoveries]
+    worse = [w for w in worse if w]
+    if worse:
+        anomalies.append(Anomaly("recovery-choice", len(worse), worse[:MAX_EXAMPLES],
+                                 "an unclean recovery did not elect the candidate with the highest (last "
+                                 "epoch, end offset), losing more than it had to (001 5.3)"))
     if controllers and lost_beyond_budget:
         reported = {str(r.get("partition")) for r in recoveries if r.get("topic") == topic}
         silent = [{"partition": int(p), "lost": n,
@@ -69,6 +78,20 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
              "unclean_recoveries": len(recoveries)}
     details = {"unclean_recoveries": recoveries} if recoveries else {}
     return Result("replicas", not anomalies, anomalies, stats, details)
+
+
+def _worse_choice(rec: dict[str, Any]) -> dict[str, Any] | None:
+    cands = {str(b): tuple(v) for b, v in (rec.get("candidates") or {}).items() if isinstance(v, list | tuple)}
+    chosen = cands.get(str(rec.get("leader")))
+    if chosen is None or not cands:
+        return None
+    best_broker, best = max(cands.items(), key=lambda kv: kv[1])
+    if chosen >= best:
+        return None
+    return {"topic": rec.get("topic"), "partition": rec.get("partition"), "leader": rec.get("leader"),
+            "candidates": {b: list(v) for b, v in cands.items()},
+            "summary": f"partition {rec.get('partition')}: broker {rec.get('leader')} (epoch, end offset "
+                       f"{list(chosen)}) was elected over broker {best_broker} ({list(best)})"}
 
 
 def _log_divergence(brokers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -123,6 +123,23 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
          act("kill", "L"), act("start", "L"), act("heal"), wait("in-isr", "L", timeout=60)),
         needs_isolated_nodes=True, targets=("truncate-to-hw",)),
     Scenario(
+        "balanced-recovery",
+        "001 5.3.3: both ISR members lose power (beyond the durability contract: acknowledged writes may "
+        "be lost, silently they may not). F restarted cleanly early (its log is synced up to then), L "
+        "later (synced further), so after the power cuts L holds more. F returns first: L, still in the "
+        "ELR, is waited for; when L returns too, both are in the LastKnownELR and the balanced unclean "
+        "recovery asks each for its log and elects the highest (last epoch, end offset), L, and reports "
+        "it as a potential data-loss event. Without the ELR, F is the last ISR member and leads from its "
+        "shorter log the moment it is back, reporting nothing.",
+        (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
+         act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
+         act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
+         act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2),
+         act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), wait("no-leader"),
+         act("start", "F"), sleep(5), act("start", "L"), wait("has-leader", timeout=60),
+         act("heal", "S"), wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60)),
+        needs_isolated_nodes=True, targets=("no-elr",)),
+    Scenario(
         "zombie-leader",
         "A leader paused past its session timeout while clients still talk to it: a new leader is "
         "elected, then the old one resumes believing it leads. Its fetch epochs are stale, so no "

@@ -78,7 +78,9 @@ def queue_anomaly_counts(runs, ops, reads):
                                                     F.col("inv_value").alias("value")).distinct()
     # An ok send acknowledged before the run's last fault beyond the durability contract is not a
     # lost write when missing (checkers/queue.py): it is counted apart, as there.
-    budget = runs.select(*RUN, F.col("beyond_budget_ns").cast("long").alias("cutoff"))
+    # A warehouse ingested before the column existed has none: no run there went beyond the budget.
+    cutoff = F.col("beyond_budget_ns") if "beyond_budget_ns" in runs.columns else F.lit(None)
+    budget = runs.select(*RUN, cutoff.cast("long").alias("cutoff"))
     acked = (pairs.where((F.col("f") == "send") & (F.col("outcome") == "ok"))
                  .join(budget, RUN, "left")
                  .select(*RUN, F.col("c_key").alias("key"), F.col("c_offset").alias("offset"),

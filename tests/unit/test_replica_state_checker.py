@@ -98,3 +98,12 @@ def test_checker_takes_the_losses_beyond_the_budget_from_the_history(tmp_path):
     r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, ops)
     assert [a.name for a in r.anomalies] == ["unreported-data-loss"]
     assert ReplicaStateChecker().check({"run_dir": str(tmp_path)}, ops[:2] + ops[4:]).valid is True
+
+
+def test_an_unclean_recovery_must_elect_the_candidate_with_the_highest_epoch_and_end_offset():
+    good = {"topic": "q", "partition": 0, "leader": 1, "candidates": {"1": [2, 264], "3": [1, 300]}}
+    bad = {"topic": "q", "partition": 1, "leader": 3, "candidates": {"1": [2, 264], "3": [2, 209]}}
+    assert check_states({"controller-0": controller([{"isr": [1], "elr": []}], recoveries=[good])}).valid is True
+    r = check_states({"controller-0": controller([{"isr": [1], "elr": []}], recoveries=[good, bad])})
+    (a,) = r.anomalies
+    assert a.name == "recovery-choice" and a.examples[0]["partition"] == 1 and "broker 1" in a.examples[0]["summary"]
