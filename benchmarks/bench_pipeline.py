@@ -126,7 +126,8 @@ def bench(n_ops: int, root: Path, master: str, in_process_max: int, keep: bool) 
         print(f"    ingest (pyarrow)        {s:7.1f} s   peak {peak / 2**20:6.0f} MiB   Parquet {pq_mb:,.0f} MB",
               flush=True)
         s, peak, r = timed([kafkaesque, "pipeline", "check", "--warehouse", str(wh), "--spark-master", master])
-        assert r.returncode in (0, 1, 2), r.stderr[-2000:]
+        assert r.returncode in (0, 1, 2) and (wh / "check.json").is_file(), \
+            f"check exited {r.returncode} without check.json: {r.stderr[-2000:]}"
         report = json.loads((wh / "check.json").read_text())
         spark_verdict = report["runs"][0]["verdict"]
         print(f"    check (Spark {master})  {s:7.1f} s   peak {peak / 2**20:6.0f} MiB   "
