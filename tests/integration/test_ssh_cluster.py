@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,21 +277,18 @@ def test_ssh_cluster_runs_the_broker_and_its_faults(nodes, tmp_path):
         assert " fuse" not in nodes.docker[node].run(["grep", "/var/lib/kafkaesque", "/proc/mounts"]).out
 
 
-def test_kafkaesque_run_over_ssh_is_valid_and_stored(nodes, tmp_path):
+def test_kafkaesque_run_over_ssh_is_valid_and_stored(nodes, kafkaesque_run, capsys):
     node_file = nodes.node_file()
     assert len(load_node_file(str(node_file))) == 4
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", f"ssh:{node_file}",
-                        "--workload", "queue", "--nemesis", "kill,pause", "--time-limit", "20",
-                        "--nemesis-interval", "4", "--recovery-wait", "3", "--no-panel", "--store", str(tmp_path)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "cluster ssh" in r.stderr
-    run_dir = Path(r.stdout.strip().splitlines()[-1])
-    res = json.loads((run_dir / "results.json").read_text())
-    assert res["valid"] is True
+    # through the pytest plugin (harness/pytest_plugin.py), which asserts the verdict: valid
+    run = kafkaesque_run(cluster=f"ssh:{node_file}", workload="queue", nemesis=["kill", "pause"],
+                         nemesis_schedule="sequential", time_limit=20, nemesis_interval=4, recovery_wait=3)
+    assert "cluster ssh" in capsys.readouterr().out
+    run_dir = run.run_dir
+    res = run.results
+    assert res["valid"] is True and run.code == 0
     assert res["checkers"]["queue"]["stats"]["acked-sends"] > 0
-    history = (run_dir / "history.jsonl").read_text()
-    assert '"start-kill"' in history and '"start-pause"' in history
+    assert run.ops(f="start-kill") and run.ops(f="start-pause")
     for node in NODES:
         assert json.loads((run_dir / "nodes" / node / "state.json").read_text())["node_id"] in (1000, 1, 2, 3)
     assert (run_dir / "nodes" / "broker-1" / "broker.log").stat().st_size > 0
