@@ -96,12 +96,19 @@ def check_queue(history: Sequence[Op]) -> Result:
     acked: list[tuple[Op, Op]] = []                               # (invoke, ok completion)
     info_sends: list[tuple[int, Any]] = []
     stats = defaultdict(int)
-    # key -> offset -> value -> first completion that read it
-    seen: dict[int, dict[int, dict[Any, Op]]] = defaultdict(lambda: defaultdict(dict))
-    value_offsets: dict[int, dict[Any, set[int]]] = defaultdict(lambda: defaultdict(set))
+    # Reads are compared within their era: before the last fault beyond the budget (0) or after (1).
+    # Such a fault may take back offsets that were read, so a read before it and one after may see
+    # different values there, and a consumer's position may point past the new end; neither breaks
+    # the contract. Without such a fault everything is era 0.
+    def era(op: Op) -> int:
+        return 1 if cutoff is not None and op.time >= cutoff else 0
+
+    # (key, era) -> offset -> value -> first completion that read it
+    seen: dict[tuple[int, int], dict[int, dict[Any, Op]]] = defaultdict(lambda: defaultdict(dict))
+    value_offsets: dict[tuple[int, int], dict[Any, set[int]]] = defaultdict(lambda: defaultdict(set))
     final_hwm: dict[int, int] = {}
     final_values: dict[int, dict[Any, int]] = defaultdict(dict)
-    last_offset: dict[tuple[Any, int], tuple[int, Op]] = {}       # (process, key) -> last offset read
+    last_offset: dict[tuple[Any, int, int], tuple[int, Op]] = {}  # (process, key, era) -> last offset read
 
     for inv, comp in pairs:
         if inv.process == NEMESIS:
@@ -120,11 +127,12 @@ def check_queue(history: Sequence[Op]) -> Result:
             stats[f"{inv.f}-{t}"] += 1
             if t != OK:
                 continue
+            e = era(comp)
             for key, recs in poll_items(inv.f, comp.value):
-                prev = last_offset.get((inv.process, key))
+                prev = last_offset.get((inv.process, key, e))
                 for off, val in recs:
                     off = int(off)
-                    readers = seen[key][off]
+                    readers = seen[(key, e)][off]
                     if val not in readers:
                         if readers:
                             other_val, other_op = next(iter(readers.items()))
@@ -134,7 +142,7 @@ def check_queue(history: Sequence[Op]) -> Result:
                                            f"another {val!r}",
                                 "reads": [other_op.to_dict(), comp.to_dict()]})
                         readers[val] = comp
-                    value_offsets[key][val].add(off)
+                    value_offsets[(key, e)][val].add(off)
                     if prev is not None:
                         if off <= prev[0]:
                             found.add("nonmonotonic-poll", {
@@ -150,25 +158,35 @@ def check_queue(history: Sequence[Op]) -> Result:
                                 "reads": [prev[1].to_dict(), comp.to_dict()]})
                     prev = (off, comp)
                 if prev is not None and inv.f == "poll":
-                    last_offset[(inv.process, key)] = prev
+                    last_offset[(inv.process, key, e)] = prev
                 if inv.f == "final-poll":
                     hwm = int(comp.value[1])
                     final_hwm[key] = max(final_hwm.get(key, -1), hwm)
                     for off, val in recs:
                         final_values[key][val] = int(off)
 
-    # Values read but never sent; values at two offsets.
-    for key, by_value in value_offsets.items():
+    # Values read but never sent (once per key and value, whatever the era); values at two offsets.
+    unexpected_seen: set[tuple[int, Any]] = set()
+    for (key, e), by_value in value_offsets.items():
         for val, offsets in by_value.items():
-            if val not in sent_values[key]:
+            if val not in sent_values[key] and (key, val) not in unexpected_seen:
+                unexpected_seen.add((key, val))
                 off = min(offsets)
                 found.add("unexpected", {"key": key, "value": val, "offsets": sorted(offsets),
                                          "summary": f"partition {key} offset {off} holds {val!r}, which was never sent",
-                                         "reads": [next(iter(seen[key][off].values())).to_dict()]})
+                                         "reads": [next(iter(seen[(key, e)][off].values())).to_dict()]})
             if len(offsets) > 1:
                 found.add("duplicate", {"key": key, "value": val, "offsets": sorted(offsets),
                                         "summary": f"value {val!r} appears at offsets {sorted(offsets)} of partition {key}",
-                                        "reads": [next(iter(seen[key][o].values())).to_dict() for o in sorted(offsets)[:2]]})
+                                        "reads": [next(iter(seen[(key, e)][o].values())).to_dict()
+                                                  for o in sorted(offsets)[:2]]})
+
+    def readers_at(key: int, off: int) -> dict[Any, Op]:
+        out: dict[Any, Op] = {}
+        for e in (0, 1):
+            if (key, e) in seen:
+                out.update(seen[(key, e)].get(off, {}))
+        return out
 
     # Acknowledged sends that did not survive.
     uncovered = set()
@@ -181,9 +199,10 @@ def check_queue(history: Sequence[Op]) -> Result:
             continue
         hwm = final_hwm[key]
         in_final = val in final_values[key]
-        seen_at_offset = val in seen[key].get(off, {})
+        at = readers_at(key, off)
+        seen_at_offset = val in at
         if not in_final or (off < hwm and not seen_at_offset):
-            at_offset = sorted(map(repr, seen[key].get(off, {})))
+            at_offset = sorted(map(repr, at))
             if cutoff is not None and comp.time is not None and comp.time < cutoff:
                 beyond_budget.append({"key": key, "offset": off, "value": val})
                 continue
@@ -196,7 +215,8 @@ def check_queue(history: Sequence[Op]) -> Result:
         if off >= hwm:
             stats["acked-beyond-final-hwm"] += 1
 
-    stats["info-sends-later-read"] = sum(1 for k, v in info_sends if v in value_offsets[k])
+    stats["info-sends-later-read"] = sum(1 for k, v in info_sends
+                                         if any(v in value_offsets.get((k, e), {}) for e in (0, 1)))
     stats["acked-sends"] = len(acked)
     stats["keys-with-final-reads"] = len(final_hwm)
     details: dict[str, Any] = {}

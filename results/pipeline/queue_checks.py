@@ -87,24 +87,29 @@ def queue_anomaly_counts(runs, ops, reads):
                          F.col("c_value").alias("value"),
                          (F.col("cutoff").isNotNull() & (F.col("c_time") < F.col("cutoff"))).alias("excused")))
     read_ops = pairs.where(F.col("f").isin("poll", "final-poll") & (F.col("outcome") == "ok"))
-    rd = reads.join(read_ops.select(*RUN, F.col("c_seq").alias("seq"), F.col("f").alias("kind"), "inv_seq",
-                                    "process"), [*RUN, "seq", "kind"]).persist(StorageLevel.DISK_ONLY)
+    # Each read's era: before the run's last fault beyond the budget (0) or after it (1); reads are
+    # compared within their era only (checkers/queue.py says why).
+    era = F.when(F.col("cutoff").isNotNull() & (F.col("c_time") >= F.col("cutoff")), 1).otherwise(0)
+    rd = reads.join(read_ops.join(budget, RUN, "left").select(
+        *RUN, F.col("c_seq").alias("seq"), F.col("f").alias("kind"), "inv_seq", "process", era.alias("era")),
+        [*RUN, "seq", "kind"]).persist(StorageLevel.DISK_ONLY)
     final_hwm = (read_ops.where((F.col("f") == "final-poll") & F.col("c_hwm").isNotNull())
                  .groupBy(*RUN, F.col("c_key").alias("key")).agg(F.max("c_hwm").alias("hwm")))
     in_final = (rd.where(F.col("kind") == "final-poll").select(*RUN, "key", "value").distinct()
                 .withColumn("in_final", F.lit(True)))
-    seen = rd.select(*RUN, "key", "offset", "value").distinct().persist(StorageLevel.DISK_ONLY)
+    seen = rd.select(*RUN, "era", "key", "offset", "value").distinct().persist(StorageLevel.DISK_ONLY)
 
     def per_run(df, name):
         return df.groupBy(*RUN).agg(F.count(F.lit(1)).alias(name))
 
-    inconsistent = (seen.groupBy(*RUN, "key", "offset").agg(F.count(F.lit(1)).alias("n"))
+    inconsistent = (seen.groupBy(*RUN, "era", "key", "offset").agg(F.count(F.lit(1)).alias("n"))
                     .groupBy(*RUN).agg(F.sum(F.col("n") - 1).cast("long").alias("inconsistent_offsets")))
-    by_value = seen.groupBy(*RUN, "key", "value").agg(F.count(F.lit(1)).alias("n_offsets"))
+    by_value = seen.groupBy(*RUN, "era", "key", "value").agg(F.count(F.lit(1)).alias("n_offsets"))
     duplicate = per_run(by_value.where(F.col("n_offsets") > 1), "duplicate")
-    unexpected = per_run(by_value.join(sent, [*RUN, "key", "value"], "left_anti"), "unexpected")
+    unexpected = per_run(seen.select(*RUN, "key", "value").distinct().join(sent, [*RUN, "key", "value"], "left_anti"),
+                         "unexpected")
 
-    seen_flag = seen.withColumn("seen_at_offset", F.lit(True))
+    seen_flag = seen.select(*RUN, "key", "offset", "value").distinct().withColumn("seen_at_offset", F.lit(True))
     judged = (acked.join(final_hwm, [*RUN, "key"], "left")
               .join(in_final, [*RUN, "key", "value"], "left")
               .join(seen_flag, [*RUN, "key", "offset", "value"], "left"))
@@ -116,7 +121,7 @@ def queue_anomaly_counts(runs, ops, reads):
         F.count(F.lit(1)).alias("acked_sends"))
 
     # A consumer's position: the previous record of the same op, else the last record of an earlier poll.
-    chain = Window.partitionBy(*RUN, "process", "key").orderBy("inv_seq", "pos")
+    chain = Window.partitionBy(*RUN, "process", "key", "era").orderBy("inv_seq", "pos")
     before = chain.rowsBetween(Window.unboundedPreceding, -1)
     prev = F.when(F.lag("inv_seq").over(chain) == F.col("inv_seq"), F.lag("offset").over(chain)) \
         .otherwise(F.last(F.when(F.col("kind") == "poll", F.col("offset")), ignorenulls=True).over(before))

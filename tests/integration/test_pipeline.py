@@ -87,6 +87,10 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
                     # lost again after it (not excused): both checkers must count exactly one.
                     done = True
                     op("ok", "send", p, [k, [len(logs[k]), value]])
+                    # read before the cut at an offset the cut takes back and later sends reuse: the
+                    # reads after it see another value there, which is no anomaly across the cut
+                    op("invoke", "poll", p, None)
+                    op("ok", "poll", p, {str(k): [[len(logs[k]), value]]})
                     op("invoke", "scenario-lossy-crash", "nemesis", {"node": "broker-1"})
                     op("info", "scenario-lossy-crash", "nemesis", {"lossy-crash": "broker-1",
                                                                    "beyond_fault_budget": True})
@@ -215,6 +219,7 @@ def test_the_synthetic_runs_cover_every_anomaly_and_clean_runs(store):
     (beyond,) = [json.loads(r.read_text())["checkers"]["queue"] for r in store.glob("*/*/results.json")
                  if "lost-beyond-fault-budget" in json.loads(r.read_text())["checkers"]["queue"]["stats"]]
     assert beyond["stats"]["lost-beyond-fault-budget"] == 1 and beyond["stats"]["lost-write-count"] == 1
+    assert beyond["stats"]["inconsistent-offsets-count"] == 0 and beyond["stats"]["nonmonotonic-poll-count"] == 0
 
 
 def test_spark_check_equals_the_in_process_checker_on_every_run(store, warehouse, tmp_path):
