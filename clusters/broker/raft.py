@@ -154,7 +154,7 @@ class Ready:
 
 class NotLeader(Exception):
     def __init__(self, leader_id: int | None):
-        super().__init__(f"not the leader; the leader is {leader_id}" if leader_id else "no leader known")
+        super().__init__("no leader known" if leader_id is None else f"not the leader; the leader is {leader_id}")
         self.leader_id = leader_id
 
 

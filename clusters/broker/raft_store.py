@@ -11,11 +11,13 @@ Two stores share one interface:
 - `MemoryRaftStore` keeps the state in memory; a test "crashes" a node by dropping the
   RaftNode object and "restarts" it from the same store, which models a disk where every
   returned write is durable.
-- `FileRaftStore` is one append-only file of frames `[u32 length][u32 crc32][json payload]`.
-  A crash mid-append leaves a torn tail: on load, a frame that runs past the end of the file
-  or fails its CRC as the *last* frame is dropped and the file truncated to the last good
-  frame (that append was never acknowledged, so nothing promised is lost). A bad frame with
-  good data after it is not a torn tail but corruption, and loading refuses with one sentence.
+- `FileRaftStore` is one append-only file of frames
+  `[u32 length][u32 crc32(payload)][u32 crc32(the 8 bytes before)][json payload]`.
+  A crash mid-append leaves a torn tail: on load, a partial header, a payload that runs past
+  the end of the file, a *last* frame failing its CRC, or zeros to the end are dropped and the
+  file truncated to the last good frame (that append was never acknowledged, so nothing
+  promised is lost). A bad frame with data after it is not a torn tail but corruption, and
+  loading refuses with one sentence.
   A snapshot rewrites the whole file (snapshot frame, term/vote frame, the entries after the
   snapshot) to a temporary file, fsyncs it and renames it over the old one, so a crash leaves
   either the old file or the new one.
@@ -119,36 +121,50 @@ class CorruptRaftStore(Exception):
     """The store file is damaged before its tail: not a crash artefact, so not repaired."""
 
 
-_HEADER = struct.Struct(">II")  # payload length, crc32 of the payload
+_HEADER = struct.Struct(">III")  # payload length, crc32 of the payload, crc32 of these 8 bytes
 
 
-def _frame(payload: dict[str, Any]) -> bytes:
+def encode_frame(payload: dict[str, Any]) -> bytes:
+    """One frame of the file format (public so tests can write torn and damaged tails)."""
     body = json.dumps(payload, separators=(",", ":")).encode()
-    return _HEADER.pack(len(body), zlib.crc32(body)) + body
+    head = struct.pack(">II", len(body), zlib.crc32(body))
+    return head + struct.pack(">I", zlib.crc32(head)) + body
 
 
 def _read_frames(data: bytes, path: str) -> tuple[list[dict[str, Any]], int]:
-    """The payloads of the good frames and the byte length they cover (torn tail excluded)."""
+    """The payloads of the good frames and the byte length they cover (torn tail excluded).
+
+    What a crash mid-append can leave after the last good frame: a partial header, a payload
+    cut short, a last frame whose payload fails its CRC, or zeros (a file extended but not
+    written). The header has its own CRC so a damaged length is never mistaken for a payload
+    cut short, which would silently drop the good frames after it.
+    """
     frames: list[dict[str, Any]] = []
     pos = 0
     while pos < len(data):
-        if pos + _HEADER.size > len(data):
-            break  # torn header at the end
-        length, crc = _HEADER.unpack_from(data, pos)
+        rest = data[pos:]
+        if len(rest) < _HEADER.size or not rest.strip(b"\0"):
+            break  # a partial header, or zeros to the end
+        length, crc, head_crc = _HEADER.unpack_from(data, pos)
         end = pos + _HEADER.size + length
+        if zlib.crc32(data[pos:pos + 8]) != head_crc:
+            _corrupt(path, pos, "header")
         if end > len(data):
-            break  # torn payload at the end
-        body = data[pos + _HEADER.size:end]
-        if zlib.crc32(body) != crc:
-            if end < len(data):
-                raise CorruptRaftStore(
-                    f"{path} has a damaged frame at byte {pos} with {len(data) - end} bytes after it; "
-                    "this is disk corruption, not a torn write: restore the node's state from a "
-                    "backup or remove it from the quorum before starting it again")
-            break  # the last frame was half-written: a torn tail
-        frames.append(json.loads(body))
+            break  # the payload was cut short
+        if zlib.crc32(data[pos + _HEADER.size:end]) != crc:
+            if data[end:].strip(b"\0"):
+                _corrupt(path, pos, "payload")
+            break  # the last frame was half-written
+        frames.append(json.loads(data[pos + _HEADER.size:end]))
         pos = end
     return frames, pos
+
+
+def _corrupt(path: str, pos: int, part: str) -> None:
+    raise CorruptRaftStore(
+        f"{path} has a damaged frame {part} at byte {pos} with data after it; this is disk "
+        "corruption, not a torn write: restore the node's state from a backup or remove it from "
+        "the quorum before starting it again")
 
 
 class FileRaftStore:
@@ -205,7 +221,7 @@ class FileRaftStore:
     def _write(self, frames: list[dict[str, Any]]) -> None:
         if self._fh is None:
             self._open_for_append()
-        self._fh.write(b"".join(_frame(f) for f in frames))
+        self._fh.write(b"".join(encode_frame(f) for f in frames))
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -227,7 +243,7 @@ class FileRaftStore:
         frames += [{"k": "entry", "i": e.index, "t": e.term, "r": e.record} for e in entries_after]
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as fh:
-            fh.write(b"".join(_frame(f) for f in frames))
+            fh.write(b"".join(encode_frame(f) for f in frames))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)

@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from clusters.broker.raft import LEADER, AppendEntries, AppendResponse, NotLeader, RaftConfig, RaftNode
 from clusters.broker.raft_sim import SimCluster
-from clusters.broker.raft_store import CorruptRaftStore, Entry, FileRaftStore, MemoryRaftStore, Snapshot
+from clusters.broker.raft_store import (
+    CorruptRaftStore,
+    Entry,
+    FileRaftStore,
+    MemoryRaftStore,
+    Snapshot,
+    encode_frame,
+)
 
 # Staged scenarios: elections happen only when a test calls sim.elect (timeouts of 1000+ ticks,
 # messages take exactly one tick), so each step of a scenario is under the test's control.
@@ -405,8 +412,11 @@ def test_file_store_round_trip(tmp_path):
     assert state.entries == [Entry(1, 1, {"type": "a"}), Entry(2, 1, None), Entry(3, 3, "d")]
 
 
-@pytest.mark.parametrize("tail", [b"\x00\x00", b"\x00\x00\x00\x40\x12\x34\x56\x78{\"k\":"],
-                         ids=["torn-header", "torn-payload"])
+NEXT_FRAME = encode_frame({"k": "entry", "i": 4, "t": 3, "r": "e"})
+
+
+@pytest.mark.parametrize("tail", [NEXT_FRAME[:5], NEXT_FRAME[:-3], b"\0" * 40, NEXT_FRAME[:-3] + b"\0" * 40],
+                         ids=["torn-header", "torn-payload", "zeros", "torn-payload-then-zeros"])
 def test_file_store_drops_a_torn_tail_and_appends_after_it(tmp_path, tail):
     path = tmp_path / "raft.log"
     write_some(path)
@@ -432,11 +442,13 @@ def test_file_store_drops_a_last_frame_with_a_bad_checksum(tmp_path):
     assert [e.index for e in state.entries] == [1, 2]
 
 
-def test_file_store_refuses_damage_before_the_tail(tmp_path):
+@pytest.mark.parametrize("offset", [2, 10, 14], ids=["length", "header-crc", "payload"])
+def test_file_store_refuses_damage_before_the_tail(tmp_path, offset):
+    # A damaged length must not pass for a payload cut short: that would drop good frames.
     path = tmp_path / "raft.log"
     write_some(path)
     data = bytearray(path.read_bytes())
-    data[10] ^= 0xFF  # inside the first frame, with good frames after it
+    data[offset] ^= 0xFF  # inside the first frame, with good frames after it
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptRaftStore, match="disk corruption, not a torn write"):
         FileRaftStore(str(path)).load()
@@ -455,7 +467,7 @@ def test_file_store_snapshot_rewrites_the_file_atomically(tmp_path):
     assert state.snapshot == Snapshot(2, 1, {"applied": 2})
     assert (state.term, state.voted_for) == (3, 2)
     assert state.entries == [Entry(3, 3, "d"), Entry(4, 3, "e")]
-    assert not os.path.exists(str(path) + ".tmp") and path.stat().st_size < size_before + 60
+    assert not os.path.exists(str(path) + ".tmp") and path.stat().st_size < size_before + 80
 
 
 def test_a_whole_cluster_restarts_from_its_files(tmp_path):
