@@ -441,7 +441,8 @@ class ExternalCluster:
 
     def rendered(self, node: str) -> dict[str, Any]:
         if node not in self._rendered:
-            self.remote(node)  # docker: the container's IP is a placeholder value
+            for n in self.nodes():  # docker: every container's IP is a placeholder value (controller, voters)
+                self.remote(n)
             self._rendered[node] = render_all(self.cf, self.by_name[node])
         return self._rendered[node]
 

@@ -10,6 +10,7 @@ tests need the Docker engine and fail, never skip, without it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,28 @@ def test_a_fault_the_nodes_cannot_do_is_refused_by_name_before_the_test_starts(s
     # refused before the main phase: no client op and no fault ran, only the final heal
     assert {op.f for op in run.history} <= {"heal"}
     assert run.code == 3
+
+
+def test_the_same_file_over_the_docker_transport_reaches_nodes_by_container_name(ssh_nodes, tmp_path):
+    text = cluster_file(ssh_nodes, tmp_path).read_text().replace('transport = "ssh"', 'transport = "docker"')
+    text = re.sub(r"\[ssh\]\n(\w+ = .*\n)+", "", text)
+    for node in NODES:
+        text = text.replace(f'host = "{ssh_nodes.ips[node]}"', f'container = "{ssh_nodes.docker[node].container.name}"')
+    path = tmp_path / "reference-broker-in-containers.toml"
+    path.write_text(text)
+    c = ExternalCluster.from_file(str(path), None, str(tmp_path))
+    c.up()
+    try:
+        # the address each node is reached at is its container's, from the engine
+        assert [c.address(n)[0] for n in NODES] == [ssh_nodes.ips[n] for n in NODES]
+        assert c.capabilities["broker-1"]["sigstop"].ok and c.isolated_nodes
+        c.create_topic("d", 1, 3, 2)
+        assert sorted(c.partitions("d")[0].isr) == [1, 2, 3]
+        c.pause("broker-3")
+        assert outside_state(ssh_nodes, "broker-3", "/var/lib/kafkaesque-external/node.pid") == "T"
+        c.resume("broker-3")
+        c.kill("broker-3")
+        assert c.process_state("broker-3") == "down"
+    finally:
+        c.down()
+    assert not any(c.is_running(n) for n in NODES)
