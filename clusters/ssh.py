@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
+import os
 import shlex
 import signal
 import tarfile
@@ -179,7 +181,11 @@ class SshCluster(ReferenceCluster):
 
     @classmethod
     def from_file(cls, path: str, spec: ClusterSpec, run_dir: str, owner: str | None = None) -> SshCluster:
-        return cls(spec, run_dir, load_node_file(path), owner)
+        c = cls(spec, run_dir, load_node_file(path), owner)
+        c.node_file = str(Path(path).resolve())
+        return c
+
+    node_file: str | None = None  # set by from_file: what a leftover marker needs to find the nodes again
 
     # --- where nodes live ---------------------------------------------------------------------------
     def remote(self, node: str) -> SshRemote:
@@ -213,6 +219,7 @@ class SshCluster(ReferenceCluster):
     def up(self) -> str:
         try:
             self._each(self._connect)
+            self._mark_leftover()
             tarball = code_tarball()
             self._each(lambda node: self._install(node, tarball))
             self._clock_lib = self._install_clock_preload()
@@ -339,3 +346,72 @@ class SshCluster(ReferenceCluster):
         finally:
             for r in self.remotes.values():
                 r.close()
+        self._unmark_leftover()
+
+    # --- leftovers: what `kafkaesque cleanup` finds when a harness died with nodes still faulted ------------
+    def _marker(self) -> Path | None:
+        return ssh_state_dir() / f"{self.owner}.json" if self.node_file and self.owner else None
+
+    def _mark_leftover(self) -> None:
+        marker = self._marker()
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(json.dumps({"node_file": self.node_file, "owner": self.owner,
+                                          "run_dir": str(self.run_dir)}))
+
+    def _unmark_leftover(self) -> None:
+        marker = self._marker()
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+
+    def heal_leftovers(self) -> list[str]:
+        """Undo every fault a dead harness may have left on the nodes (partition and loss rules, tc
+        qdiscs, clock offsets, paused or running brokers, lossy mounts); returns what was reached."""
+        from nemesis import netrules
+        from nemesis.clock_preload import offset_file_text
+
+        def heal(node: str) -> str | None:
+            try:
+                self._connect(node)
+                r = self.remote(node)
+                for argv in netrules.remove_chain():
+                    r.run(argv, timeout=20)
+                r.run(netrules.clear_qdisc("eth0"), timeout=20)
+                if r.run(["test", "-e", self.clock_file(node)], timeout=20).ok:
+                    r.put(self.clock_file(node), offset_file_text(0).encode())
+                self._stop_processes(node)
+                return node
+            except Exception:  # noqa: BLE001 - an unreachable node is reported by its absence
+                return None
+
+        try:
+            reached = [n for n in self._each(heal) if n]
+        finally:
+            for r in self.remotes.values():
+                r.close()
+        return reached
+
+
+def ssh_state_dir() -> Path:
+    """Where a running SSH cluster leaves its marker (node file, owner) until its `down`."""
+    base = os.environ.get("KAFKAESQUE_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "kafkaesque")
+    return Path(base) / "ssh-clusters"
+
+
+def cleanup_ssh(owner: str = "") -> list[str]:
+    """Heal and stop the nodes of every SSH cluster whose harness died before its `down` (or only
+    `owner`'s); returns "ssh:<node>" for each node reached. A marker whose node file is gone is
+    dropped with a line saying so, since nothing can reach those nodes any more."""
+    out = []
+    for marker in sorted(ssh_state_dir().glob(f"{owner or '*'}.json")):
+        try:
+            info = json.loads(marker.read_text())
+            cluster = SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
+        except (OSError, ValueError, KeyError, NodeFileError) as e:
+            out.append(f"ssh marker {marker.name} dropped ({type(e).__name__}: {e})")
+            marker.unlink(missing_ok=True)
+            continue
+        out += [f"ssh:{n}" for n in cluster.heal_leftovers()]
+        marker.unlink(missing_ok=True)
+    return out

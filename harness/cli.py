@@ -23,7 +23,9 @@ app.add_typer(pipeline_app, name="pipeline")
 
 
 def _fail(message: str, code: int = 3) -> None:
-    err.print(f"[red]error:[/] {message}")
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/] {escape(message)}")  # messages name TOML tables: [paths], [[nodes]]
     raise typer.Exit(code)
 
 
@@ -216,12 +218,14 @@ def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] 
 
 @app.command()
 def cleanup() -> None:
-    """Heal and remove everything a crashed run may have left: processes (paused ones too), containers, networks."""
+    """Heal and remove everything a crashed run may have left: processes (paused ones too), containers, networks,
+    and the faults and brokers on the nodes of SSH clusters whose harness died."""
     from clusters.docker import cleanup_docker
     from clusters.local import cleanup_leftovers
     from clusters.netns import cleanup_netns
+    from clusters.ssh import cleanup_ssh
 
-    killed = cleanup_leftovers() + cleanup_netns() + cleanup_docker()
+    killed = cleanup_leftovers() + cleanup_netns() + cleanup_docker() + cleanup_ssh()
     for k in killed:
         err.print(f"removed {k}")
     err.print(f"cleanup: {len(killed)} leftover(s) removed" if killed else "cleanup: nothing left behind")

@@ -337,3 +337,33 @@ def test_sudo_that_does_not_work_is_one_sentence(nodes, tmp_path):
     c = SshCluster.from_file(str(nodes.node_file(user="kq", sudo=True)), ClusterSpec(), str(tmp_path))
     with pytest.raises(ClusterError, match=r"`sudo -n` does not work for kq@.*passwordless sudo"):
         c.up()
+
+
+def test_cleanup_heals_and_stops_the_nodes_of_a_harness_that_died(nodes, tmp_path, monkeypatch):
+    """A harness killed mid-run leaves a partition, a paused broker and a skewed clock on SSH nodes;
+    `kafkaesque cleanup` finds the cluster by its marker and undoes all of it."""
+    from clusters.ssh import cleanup_ssh, ssh_state_dir
+
+    monkeypatch.setenv("KAFKAESQUE_STATE_DIR", str(tmp_path / "state"))
+    c = SshCluster.from_file(str(nodes.node_file()), ClusterSpec(), str(tmp_path))
+    c.up()
+    marker = ssh_state_dir() / f"{c.owner}.json"
+    assert json.loads(marker.read_text())["node_file"] == str(nodes.node_file().resolve())
+    part = PartitionNemesis({"target": "random-node", "seed": 3})
+    part.setup(c)
+    done = part.invoke(c, Op(INVOKE, "start-partition", "nemesis", None))
+    (isolated,) = [n for n, drops in done.value["partition"].items() if len(drops) == 3]
+    clock = ClockNemesis({"seed": 1})
+    clock.setup(c)
+    clock.set_offset(c, "broker-3", 3600)
+    c.pause("broker-1")
+    for r in c.remotes.values():  # the harness dies: no teardown, no down
+        r.close()
+
+    assert cleanup_ssh("someone-else") == [] and marker.exists()  # another run's cleanup leaves it alone
+    healed = cleanup_ssh(c.owner)
+    assert sorted(healed) == sorted(f"ssh:{n}" for n in NODES) and not marker.exists()
+    assert netrules.CHAIN not in nodes.docker[isolated].run(["iptables", "-S"]).out
+    assert nodes.docker["broker-3"].run(["cat", c.clock_file("broker-3")]).out.strip() == "0"
+    for node in NODES:
+        assert not nodes.docker[node].run(["sh", "-c", f"kill -0 $(cat {c.pidfile(node)})"]).ok, node
