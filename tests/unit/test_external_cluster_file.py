@@ -219,3 +219,14 @@ def test_the_documented_examples_load(tmp_path):
     assert "controller.quorum.voters=1@10.0.0.11:9093,2@10.0.0.12:9093,3@10.0.0.13:9093" in r["config"]
     assert "node.id=3" in r["config"] and "advertised.listeners=PLAINTEXT://10.0.0.13:9092" in r["config"]
     assert cf.nodes[2].roles == ["broker", "controller"]
+
+
+def test_the_command_line_prints_the_files_sentence_with_its_table_names(tmp_path):
+    import subprocess
+    import sys
+
+    bad = write(tmp_path, 'kind = "external"\n[commands]\nstart = "x"\n')
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", bad], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 3
+    assert f"error: the cluster file {bad} has no dir in [paths]; add `dir = \"/absolute/path\"`." in r.stderr
