@@ -230,3 +230,47 @@ def test_the_command_line_prints_the_files_sentence_with_its_table_names(tmp_pat
                        timeout=120)
     assert r.returncode == 3
     assert f"error: the cluster file {bad} has no dir in [paths]; add `dir = \"/absolute/path\"`." in r.stderr
+
+
+class StubAdmin:
+    """Answers as a Kafka cluster would: DescribeQuorum (KRaft) and DescribeCluster, or an error when unsupported."""
+
+    def __init__(self, quorum_leader=None, controller_id=None):
+        self.quorum_leader, self.controller_id = quorum_leader, controller_id
+
+    def describe_metadata_quorum(self):
+        if self.quorum_leader is None:
+            from kafka.errors import IncompatibleBrokerVersion
+
+            raise IncompatibleBrokerVersion("DescribeQuorumRequest")
+        return {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"leader_id": self.quorum_leader}]}]}
+
+    def describe_cluster(self):
+        return {"controller_id": self.controller_id, "brokers": []}
+
+    def close(self):
+        pass
+
+
+KRAFT_THREE = GOOD.replace('roles = ["broker", "controller"]', 'roles = ["controller"]').replace(
+    'host = "10.0.0.2"', 'host = "10.0.0.2"\nroles = ["broker", "controller"]') + \
+    '[[nodes]]\nname = "k3"\nid = 3\nroles = ["broker"]\nhost = "10.0.0.3"\n'
+
+
+@pytest.mark.parametrize("quorum, described, expect", [
+    (2, 3, "k2"),     # DescribeQuorum's leader wins
+    (None, 2, "k2"),  # no DescribeQuorum: DescribeCluster's controller, when it is a controller
+    (None, 3, None),  # ... a plain broker (what KRaft brokers answer to clients) is not; two controllers: unknown
+    (7, None, None),  # an id the file does not list is never guessed
+])
+def test_the_active_controller_comes_from_the_protocol(tmp_path, quorum, described, expect):
+    c = ExternalCluster.from_file(write(tmp_path, KRAFT_THREE), None, str(tmp_path))
+    assert c.controller_nodes() == ["k1", "k2"]
+    c._admin = lambda: StubAdmin(quorum, described)
+    assert c.active_controller() == expect
+
+
+def test_a_single_listed_controller_is_the_answer_when_the_protocol_has_none(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
+    c._admin = lambda: StubAdmin(None, 2)  # the reference broker: Metadata names the answering broker
+    assert c.active_controller() == "k1"
