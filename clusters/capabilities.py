@@ -109,7 +109,10 @@ def pid_command(cluster, node: str) -> str | None:
 
 
 def probe_node(cluster, node: str) -> dict[str, Capability]:
-    script = probe_script(pid_command(cluster, node), probe_netem=cluster.name != "local")
+    from nemesis.faults import net_device
+
+    script = probe_script(pid_command(cluster, node), probe_netem=cluster.name != "local",
+                          device=net_device(cluster, node))
     r = cluster.remote(node).run(["sh", "-c", script], timeout=60)
     if r.exit in (124, 125, 255) and not r.out.strip():  # the node did not answer at all
         why = (r.err.strip().splitlines() or [f"exit {r.exit}"])[-1]

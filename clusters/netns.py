@@ -86,6 +86,10 @@ class NetnsCluster(LocalCluster):
     def remote(self, node: str) -> NetnsRemote:
         return self.remotes[node]
 
+    def net_device(self, node: str) -> str:
+        """The node's own end of its veth pair, inside its namespace: what tc shapes (no eth0 there)."""
+        return f"kqn{self.tag}{list(self.namespaces).index(node)}"
+
     def address(self, node: str) -> tuple[str, int]:
         return self.ips[node], PORT
 

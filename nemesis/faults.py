@@ -43,6 +43,11 @@ def _on_nodes(cluster, commands: dict[str, list[str]], check: bool = False) -> N
             f.result()
 
 
+def net_device(cluster, node: str) -> str:
+    """The network device tc shapes on a node: the cluster's own answer (a namespace's veth end), else eth0."""
+    return cluster.net_device(node) if hasattr(cluster, "net_device") else "eth0"
+
+
 PARTITION_TARGETS = ("random-node", "halves", "majorities-ring", "bridge", "leader", "controller", "one-way")
 
 
@@ -349,7 +354,7 @@ class NetNemesis(_Fault):
     def setup(self, cluster) -> None:
         self._needs_remotes(cluster)
         node = cluster.broker_nodes()[0]
-        probe = cluster.remote(node).run(netrules.netem_probe("eth0"))
+        probe = cluster.remote(node).run(netrules.netem_probe(net_device(cluster, node)))
         if not probe.ok:
             reason = (probe.out + probe.err).strip().splitlines()[-1:] or ["netem unavailable"]
             self.not_run.append(f"netem (delay/duplicate/reorder): the kernel has no netem qdisc ({reason[0]})")
@@ -363,7 +368,7 @@ class NetNemesis(_Fault):
         if op.f == self.start_f:
             node = self.rng.choice(cluster.broker_nodes())
             peers = [cluster.address(n)[0] for n in cluster.nodes() if n != node]
-            script = " && ".join([shell_join(netrules.bandwidth_limit("eth0", self.rate))] +
+            script = " && ".join([shell_join(netrules.bandwidth_limit(net_device(cluster, node), self.rate))] +
                                  [shell_join(a) for a in netrules.random_loss_from(peers, self.loss)])
             cluster.remote(node).run(["sh", "-c", script], check=True)
             self.degraded.add(node)
@@ -376,7 +381,7 @@ class NetNemesis(_Fault):
     def _heal(self, cluster) -> list[str]:
         healed = sorted(self.degraded)
         for n in healed:
-            cluster.remote(n).run(netrules.clear_qdisc("eth0"))
+            cluster.remote(n).run(netrules.clear_qdisc(net_device(cluster, n)))
             for argv in netrules.heal():
                 cluster.remote(n).run(argv)
         self.degraded.clear()

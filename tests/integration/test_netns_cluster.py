@@ -60,6 +60,22 @@ def test_partition_cuts_tcp_between_namespaces_and_heal_restores_it(cluster):
     assert netrules.CHAIN not in subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
 
 
+def test_net_fault_shapes_the_nodes_own_veth_and_the_probe_sees_tc_there(cluster):
+    from clusters.capabilities import probe_node
+    from nemesis.faults import NetNemesis
+
+    assert probe_node(cluster, "broker-1")["tc"].ok  # tc on the node's own device, not the host's eth0
+    nem = NetNemesis({"seed": 2})
+    nem.setup(cluster)
+    done = nem.invoke(cluster, Op(INVOKE, "start-net", "nemesis", None))
+    (node,) = done.value["net"]
+    shown = cluster.remote(node).run(["tc", "qdisc", "show", "dev", cluster.net_device(node)]).out
+    assert "tbf" in shown and "statistic" in cluster.remote(node).run(["iptables", "-S"]).out
+    nem.invoke(cluster, Op(INVOKE, "stop-net", "nemesis", None))
+    assert "tbf" not in cluster.remote(node).run(["tc", "qdisc", "show", "dev", cluster.net_device(node)]).out
+    nem.teardown(cluster)
+
+
 def test_lossy_crash_in_a_namespace_drops_unsynced_bytes_and_the_broker_recovers(cluster):
     cluster.wait_ready(cluster.broker_nodes(), 30)  # the isolated broker of the partition test is back
     lossy_crash_recovers(cluster)
