@@ -37,8 +37,10 @@ def run(
     nemesis_interval: Annotated[float, typer.Option(help="mean seconds between fault starts and stops")] = 10.0,
     nemesis_schedule: Annotated[str, typer.Option(help="mix: a random fault toggled each interval, so different "
                                                        "faults overlap; sequential: one fault at a time")] = "mix",
-    nemesis_target: Annotated[str, typer.Option(help="random-node, leader, controller, minority, majority, all, "
-                                                     "isr-member, last-isr-member")] = "random-node",
+    nemesis_target: Annotated[str, typer.Option(help="mixed (each fault draws one of random-node, leader, "
+                                                     "minority, majority, all), random-node, leader, controller, "
+                                                     "minority, majority, all, isr-member, last-isr-member, or a "
+                                                     "partition shape")] = "mixed",
     time_limit: Annotated[float, typer.Option(help="seconds of the main phase")] = 60.0,
     concurrency: Annotated[int, typer.Option(help="client processes")] = 10,
     rate: Annotated[float, typer.Option(help="target ops/s over all clients (0: unlimited)")] = 100.0,

@@ -19,7 +19,7 @@ class TestSpec:
     nemesis: list[str] = field(default_factory=list)
     nemesis_interval: float = 10.0
     nemesis_schedule: str = "mix"  # mix (faults overlap) or sequential (one at a time): harness/generator.py
-    nemesis_target: str = "random-node"
+    nemesis_target: str = "mixed"
     time_limit: float = 60.0
     concurrency: int = 10
     rate: float = 100.0

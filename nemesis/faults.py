@@ -84,8 +84,9 @@ class PartitionNemesis(_Fault):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         target = options.get("partition_target") or options.get("target", "random-node")
-        self.target = target if target in PARTITION_TARGETS else "random-node"
+        self.target = target if target in PARTITION_TARGETS or target == "mixed" else "random-node"
         self.cut: dict[str, set[str]] = {}
+        self.shape = self.target
 
     def setup(self, cluster) -> None:
         self._needs_remotes(cluster)
@@ -95,18 +96,22 @@ class PartitionNemesis(_Fault):
 
     def grudge(self, cluster) -> grudge.Grudge:
         nodes = cluster.nodes()
-        if self.target == "halves":
+        self.shape = self.rng.choice(PARTITION_TARGETS) if self.target == "mixed" else self.target
+        return self._shape(cluster, nodes, self.shape)
+
+    def _shape(self, cluster, nodes: list[str], shape: str) -> grudge.Grudge:
+        if shape == "halves":
             return grudge.halves(nodes, self.rng)
-        if self.target == "majorities-ring":
+        if shape == "majorities-ring":
             return grudge.majorities_ring(nodes, self.rng)
-        if self.target == "bridge":
+        if shape == "bridge":
             return grudge.bridge(nodes, self.rng)
-        if self.target == "one-way":
+        if shape == "one-way":
             return grudge.one_way(nodes, self.rng.choice(cluster.broker_nodes()))
-        if self.target == "leader":
+        if shape == "leader":
             leaders = self._leader_nodes(cluster)
             return grudge.isolate(nodes, self.rng.choice(leaders) if leaders else self.rng.choice(nodes))
-        if self.target == "controller":
+        if shape == "controller":
             return grudge.isolate(nodes, cluster.active_controller() or cluster.controller_nodes()[0])
         return grudge.isolate(nodes, self.rng.choice(cluster.broker_nodes()))
 
@@ -122,7 +127,7 @@ class PartitionNemesis(_Fault):
                 for node, drops in g.items() if drops}, check=True)
             self.cut = g
             return Op(INFO, op.f, op.process, {"partition": {n: sorted(d) for n, d in g.items() if d},
-                                               "shape": self.target, "description": grudge.describe(g)})
+                                               "shape": self.shape, "description": grudge.describe(g)})
         if op.f == self.stop_f:
             healed = self._heal(cluster)
             return Op(INFO, op.f, op.process, {"healed": healed})
@@ -166,7 +171,8 @@ class LossyCrashNemesis(_Fault):
             budget = len(cluster.broker_nodes()) if self.exceed_budget else max(self.min_isr - 1, 0)
             up = running_brokers(cluster)  # not one another fault has down: its restart would undo ours
             candidates = [n for n in cluster.broker_nodes() if n not in self.crashed and n in up]
-            if self.options.get("target") == "leader":
+            target = self.options.get("target")
+            if target == "leader" or (target == "mixed" and self.rng.random() < 0.5):
                 leaders = [n for n in self._leader_nodes(cluster) if n in candidates]
                 candidates = leaders or candidates
             if len(self.crashed) >= budget or not candidates:
@@ -248,7 +254,7 @@ class _ClockFault(_Fault):
         from nemesis.targets import TARGETS, choose
 
         target = self.target if self.target in TARGETS else "random-node"
-        leaders = self._leader_nodes(cluster) if target == "leader" else []
+        leaders = self._leader_nodes(cluster) if target in ("leader", "mixed") else []
         isrs = ([[cluster.node_name(r) for r in p.isr] for p in cluster.partitions(self.topic)]
                 if target in ("isr-member", "last-isr-member") else [])
         return choose(target, cluster.broker_nodes(), self.rng, leaders=leaders,

@@ -37,7 +37,7 @@ class _ProcessFault:
 
     def _targets(self, cluster) -> list[str]:
         leaders, isrs = [], []
-        if self.target in ("leader", "isr-member", "last-isr-member"):
+        if self.target in ("leader", "isr-member", "last-isr-member", "mixed"):
             parts = cluster.partitions(self.topic)
             leaders = sorted({cluster.node_name(p.leader) for p in parts if p.leader >= 0})
             isrs = [[cluster.node_name(r) for r in p.isr] for p in parts]

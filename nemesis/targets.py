@@ -2,7 +2,8 @@
 
 Targets (`--nemesis-target` / options["target"]): random-node, leader (of a random partition
 of the test's topic, as the cluster reports it), controller, minority, majority, all,
-isr-member, last-isr-member (a broker that is alone in some partition's ISR; nothing when none is).
+isr-member, last-isr-member (a broker that is alone in some partition's ISR; nothing when none is),
+mixed (each fault draws one of random-node, leader, minority, majority, all; partitions draw a shape).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ def running_brokers(cluster) -> list[str]:
     return [n for n, ok in zip(nodes, up, strict=True) if ok]
 
 
-TARGETS = ("random-node", "leader", "controller", "minority", "majority", "all", "isr-member", "last-isr-member")
+TARGETS = ("random-node", "leader", "controller", "minority", "majority", "all", "isr-member", "last-isr-member",
+           "mixed")
+# `mixed` (the default, as in Jepsen's combined nemesis): each fault draws its own target from these,
+# so one run kills a lone follower, then the leader, then a majority or every broker at once.
+MIXED_TARGETS = ("random-node", "leader", "minority", "majority", "all")
 
 
 def choose(target: str, brokers: Sequence[str], rng: random.Random, leaders: Sequence[str] = (),
@@ -33,6 +38,8 @@ def choose(target: str, brokers: Sequence[str], rng: random.Random, leaders: Seq
     """The nodes to hit. `leaders` are the current partition leaders and `isrs` the partitions'
     ISRs (node names), as the cluster reports them."""
     brokers = sorted(brokers)
+    if target == "mixed":
+        target = rng.choice(MIXED_TARGETS)
     if target == "random-node":
         return [rng.choice(brokers)]
     if target == "leader":

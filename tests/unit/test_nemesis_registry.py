@@ -131,3 +131,37 @@ def test_fault_targets_replay_from_the_seed_in_a_fresh_process():
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={"PYTHONHASHSEED": str(salt), "PATH": ""}).stdout for salt in (1, 2, 3)}
     assert len(outs) == 1 and outs != {""}
+
+
+def test_mixed_target_draws_a_target_per_fault_lone_nodes_leaders_majorities_and_everyone():
+    rng = random.Random(4)
+    sizes = {len(choose("mixed", BROKERS, rng, leaders=["broker-4"])) for _ in range(200)}
+    assert sizes == {1, 2, 3, 5}  # one node or the leader, a minority, a majority, all five
+    c = FakeCluster()
+    n = make_nemesis(["kill"], {"target": "mixed", "seed": 2})
+    hit = []
+    for _ in range(30):
+        hit.append(len(n.invoke(c, Op("invoke", "start-kill", "nemesis", None)).value["kill"]))
+        n.invoke(c, Op("invoke", "stop-kill", "nemesis", None))
+    assert {1, 5} <= set(hit) and not c.down  # every kill was healed by its stop
+
+
+def test_mixed_partitions_draw_their_shape_per_fault():
+    from nemesis.faults import PartitionNemesis
+
+    class Net(FakeCluster):
+        isolated_nodes = True
+
+        def address(self, n):
+            return (f"10.0.0.{n[-1] if n[-1].isdigit() else 0}", 9092)
+
+        def active_controller(self):
+            return "controller-0"
+
+    p = PartitionNemesis({"target": "mixed", "seed": 1})
+    shapes = set()
+    for _ in range(40):
+        p.grudge(Net())
+        shapes.add(p.shape)
+    assert len(shapes) >= 5 and shapes <= {"random-node", "halves", "majorities-ring", "bridge", "leader",
+                                            "controller", "one-way"}
