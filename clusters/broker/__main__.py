@@ -31,10 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--unclean-recovery-timeout-ms", type=int, default=2000,
                    help="proactive recovery: how long to collect replicas' log info")
     c.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
+    c.add_argument("--quorum", default=None,
+                   help="ID@HOST:PORT,... of every controller, this one included: run as a member of a Raft "
+                        "controller quorum (controller_quorum.py); without it, the single controller")
 
     b = sub.add_parser("broker", help="run a broker")
     _add_common(b)
-    b.add_argument("--controller", required=True, help="HOST:PORT of the controller")
+    b.add_argument("--controller", required=True,
+                   help="HOST:PORT of the controller, or HOST:PORT,HOST:PORT,... of a controller quorum")
     b.add_argument("--flush-policy", default="never",
                    help="every-write | every-N-records:N | every-ms:N | never (OS decides)")
     b.add_argument("--heartbeat-interval-ms", type=int, default=500)
@@ -47,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cluster", help="run a controller and N brokers on this machine, in the foreground")
     cl.add_argument("--brokers", type=int, default=3)
+    cl.add_argument("--controllers", type=int, default=1, choices=[1, 3, 5],
+                    help="1: the single controller; 3 or 5: a Raft controller quorum on ports P, P-1, ...")
     cl.add_argument("--data-dir", required=True)
     cl.add_argument("--host", default="127.0.0.1")
     cl.add_argument("--base-port", type=int, default=19092,

@@ -190,8 +190,20 @@ class ControllerServer:
 
 
 def run_controller(args: Any) -> int:
+    if getattr(args, "quorum", None):
+        from clusters.broker.controller_quorum import QuorumControllerServer, parse_quorum
+
+        try:
+            if args.node_id not in parse_quorum(args.quorum):
+                raise ValueError(f"--node-id {args.node_id} is not a member of --quorum {args.quorum}")
+        except ValueError as e:
+            print(f"error: controller {args.node_id}: {e}", file=sys.stderr)
+            return 2
+        server_class: type[ControllerServer] = QuorumControllerServer
+    else:
+        server_class = ControllerServer
     try:
-        return asyncio.run(ControllerServer(args).run())
+        return asyncio.run(server_class(args).run())
     except OSError as e:
         print(f"error: controller cannot listen on {args.listen} ({e.strerror}); pick a free port.", file=sys.stderr)
         return 3

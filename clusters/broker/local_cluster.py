@@ -3,7 +3,8 @@
 For people trying the broker by hand and for the harness's local backend: prints exactly
 one line `bootstrap=HOST:PORT,...` once every broker is registered and unfenced, and on
 SIGTERM or SIGINT shuts everything down cleanly (brokers first, by controlled shutdown,
-then the controller).
+then the controller). `--controllers 3` runs a Raft controller quorum instead of the single
+controller (controller_quorum.py): controller j (0-based) has id 1000+j and port P-j.
 """
 
 from __future__ import annotations
@@ -32,22 +33,39 @@ def broker_argv(node_id: int, host: str, port: int, controller: str, data_dir: s
     return argv + (extra or [])
 
 
-def controller_argv(host: str, port: int, data_dir: str, extra: list[str] | None = None) -> list[str]:
-    return [sys.executable, "-m", "clusters.broker", "controller", "--node-id", str(CONTROLLER_ID),
+def controller_argv(host: str, port: int, data_dir: str, extra: list[str] | None = None,
+                    node_id: int = CONTROLLER_ID) -> list[str]:
+    return [sys.executable, "-m", "clusters.broker", "controller", "--node-id", str(node_id),
             "--listen", f"{host}:{port}", "--data-dir", data_dir,
             "--log-file", os.path.join(data_dir, "controller.log")] + (extra or [])
 
 
-def wait_until_unfenced(host: str, port: int, broker_ids: list[int], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def quorum_spec(host: str, ports: list[int]) -> str:
+    """The --quorum value for controllers 1000, 1001, ... on `ports`."""
+    return ",".join(f"{CONTROLLER_ID + j}@{host}:{p}" for j, p in enumerate(ports))
+
+
+def active_controller_state(host: str, ports: list[int]) -> dict[str, Any] | None:
+    """The state dump of the active controller among `ports` (the single one: always active), or None."""
+    for port in ports:
         try:
             state = dump_state(host, port, include_log=False, timeout=1.0)
+        except rpc.RpcError:
+            continue
+        if state.get("active", True):
+            return state
+    return None
+
+
+def wait_until_unfenced(host: str, port: int | list[int], broker_ids: list[int], timeout_s: float) -> bool:
+    ports = port if isinstance(port, list) else [port]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = active_controller_state(host, ports)
+        if state is not None:
             live = {b["broker_id"] for b in state["brokers"] if not b["fenced"]}
             if set(broker_ids) <= live:
                 return True
-        except rpc.RpcError:
-            pass
         time.sleep(0.1)
     return False
 
@@ -60,19 +78,30 @@ def run_local_cluster(args: Any) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        cdir = os.path.join(args.data_dir, "controller")
-        os.makedirs(cdir, exist_ok=True)
         cflags = ["--unclean-recovery-strategy", args.unclean_recovery_strategy]
         for v in args.variant:
             cflags += ["--variant", v]
-        procs.append(subprocess.Popen(controller_argv(host, base, cdir, cflags)))
+        controllers = getattr(args, "controllers", 1)
+        if controllers == 1:
+            cports = [base]
+            cdir = os.path.join(args.data_dir, "controller")
+            os.makedirs(cdir, exist_ok=True)
+            procs.append(subprocess.Popen(controller_argv(host, base, cdir, cflags)))
+        else:
+            cports = [base - j for j in range(controllers)]
+            quorum = ["--quorum", quorum_spec(host, cports)]
+            for j, port in enumerate(cports):
+                cdir = os.path.join(args.data_dir, f"controller-{j}")
+                os.makedirs(cdir, exist_ok=True)
+                procs.append(subprocess.Popen(controller_argv(host, port, cdir, cflags + quorum, CONTROLLER_ID + j)))
+        controller_list = ",".join(f"{host}:{p}" for p in cports)
         ids = list(range(1, args.brokers + 1))
         for i in ids:
             bdir = os.path.join(args.data_dir, f"broker-{i}")
             os.makedirs(bdir, exist_ok=True)
-            procs.append(subprocess.Popen(broker_argv(i, host, base + i, f"{host}:{base}", bdir,
+            procs.append(subprocess.Popen(broker_argv(i, host, base + i, controller_list, bdir,
                                                       args.flush_policy, args.variant)))
-        if not wait_until_unfenced(host, base, ids, 60):
+        if not wait_until_unfenced(host, cports, ids, 60):
             print("error: the brokers did not register and unfence within 60 s; see the logs under "
                   f"{args.data_dir}.", file=sys.stderr)
             return 1
@@ -84,17 +113,20 @@ def run_local_cluster(args: Any) -> int:
             stop.wait(0.5)
         return 0
     finally:
-        for p in reversed(procs[1:]):  # brokers first: controlled shutdown needs the controller
+        n = getattr(args, "controllers", 1)
+        for p in reversed(procs[n:]):  # brokers first: controlled shutdown needs the controller
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in procs[1:]:
+        for p in procs[n:]:
             try:
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
-        if procs and procs[0].poll() is None:
-            procs[0].send_signal(signal.SIGTERM)
+        for p in procs[:n]:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs[:n]:
             try:
-                procs[0].wait(10)
+                p.wait(10)
             except subprocess.TimeoutExpired:
-                procs[0].kill()
+                p.kill()

@@ -43,6 +43,58 @@ def _hostport(s: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class ControllerClient:
+    """The broker's way to the active controller: one address (the single controller) or a
+    controller quorum's. A quorum member that is not the active controller answers
+    NOT_CONTROLLER with the leader's address, which is tried at once; an unreachable one makes
+    the next call go to the next address. With one address this is a plain RpcClient."""
+
+    def __init__(self, addrs: list[tuple[str, int]], log: Any):
+        self.addrs = addrs
+        self.current = 0
+        self.clients = {a: rpc.RpcClient(*a) for a in addrs}
+        self.log = log
+        self.unreachable_at: dict[tuple[str, int], float] = {}
+
+    def _move_to(self, i: int, why: str) -> None:
+        if i != self.current:
+            self.current = i
+            self.log({"event": "controller_switch", "to": f"{self.addrs[i][0]}:{self.addrs[i][1]}", "reason": why})
+
+    async def call(self, api: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        for _ in range(len(self.addrs)):
+            addr = self.addrs[self.current]
+            try:
+                resp = await self.clients[addr].call(api, body, timeout=timeout)
+            except rpc.RpcError:
+                # Dead or cut off: the next call tries the next controller.
+                self.unreachable_at[addr] = time.monotonic()
+                self._move_to((self.current + 1) % len(self.addrs), f"{api}: {addr[0]}:{addr[1]} unreachable")
+                raise
+            if resp.get("error") != rpc.NOT_CONTROLLER:
+                return resp
+            hint = resp.get("leader")
+            hinted = _hostport(hint) if hint else None
+            # Followers name the old leader until their election timeout ends; one that just
+            # failed us is not worth a round trip (it would only bounce us back here).
+            recently_failed = hinted is not None and time.monotonic() - self.unreachable_at.get(hinted, -9.0) < 1.0
+            if hinted in self.clients and hinted != addr and not recently_failed:
+                self._move_to(self.addrs.index(hinted), f"{api}: redirected by {addr[0]}:{addr[1]}")
+                continue
+            if hinted != addr and not recently_failed:
+                # No leader known there (an election is on): try the next one.
+                self._move_to((self.current + 1) % len(self.addrs), f"{api}: no leader known at "
+                              f"{addr[0]}:{addr[1]}")
+            # Else it names itself (taking over) or a controller that just failed us: stay here;
+            # the caller retries after its own pause.
+            raise rpc.RpcError(f"{api}: {addr[0]}:{addr[1]} is not the active controller (yet)")
+        raise rpc.RpcError(f"{api}: no active controller among {len(self.addrs)} controllers")
+
+
+def controller_addresses(spec: str) -> list[tuple[str, int]]:
+    return [_hostport(a.strip()) for a in spec.split(",")]
+
+
 class PendingProduce:
     __slots__ = ("last_offset", "future")
 
@@ -56,7 +108,6 @@ class Broker:
         self.node_id = args.node_id
         self.listen_host, self.listen_port = _hostport(args.listen)
         self.adv_host, self.adv_port = _hostport(args.advertise or args.listen)
-        self.controller_addr = _hostport(args.controller)
         self.variants = frozenset(args.variant)
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, self.node_id, "broker")
@@ -81,7 +132,7 @@ class Broker:
         # asyncio.wait_for can swallow a cancellation that races with its result.
         self.stopping = False
         self.should_shutdown = asyncio.Event()
-        self.controller = rpc.RpcClient(*self.controller_addr)
+        self.controller = ControllerClient(controller_addresses(args.controller), self.log)
         self.peers: dict[int, rpc.RpcClient] = {}
         self.purgatory: dict[tuple[str, int], deque[PendingProduce]] = {}
         self.changed: dict[tuple[str, int], asyncio.Event] = {}
@@ -598,8 +649,9 @@ def run_broker(args: Any) -> int:
         if args.replica_lag_time_max_ms <= 0 or args.heartbeat_interval_ms <= 0 or args.replica_fetch_wait_max_ms < 0:
             raise ValueError("timeouts must be positive milliseconds; fix --replica-lag-time-max-ms, "
                              "--heartbeat-interval-ms or --replica-fetch-wait-max-ms")
-        for a in (args.listen, args.controller, args.advertise or args.listen):
+        for a in (args.listen, args.advertise or args.listen):
             _hostport(a)
+        controller_addresses(args.controller)
         parse_flush_policy(args.flush_policy)
     except ValueError as e:
         print(f"error: broker {args.node_id}: {e}", file=sys.stderr)

@@ -1,0 +1,342 @@
+"""The controller quorum (002 1.2.1, 1.2.2): three (or five) controller processes replicate the
+metadata log with Raft; the Raft leader is the active controller. Off unless the controller
+is started with `--quorum`; the single controller of controller_server.py is the default.
+
+How it fits together, per controller process:
+
+- one `RaftNode` (raft.py) with a `FileRaftStore` at <data-dir>/raft.log, ticked every 50 ms;
+  its messages travel over the internal RPC as the `raft` API, batched per peer;
+- committed entries (skipping the leaders' no-ops) are the metadata log. Every controller
+  applies them, in log order, to its committed `MetadataImage`; a record's metadata offset is
+  its position among them, so a broker epoch (the offset of the registration record) grows
+  across fail-overs as it does across restarts;
+- only the active controller runs `Controller.handle` and `Controller.tick`, on a working copy
+  of the committed image. The records they emit are proposed to Raft, and a request is
+  answered only once everything emitted so far is committed (durable on a majority, 002
+  1.2.1). A controller becomes active only after its first entry of the term (the no-op) is
+  committed, so its copy starts from the whole committed log; when it loses leadership the
+  copy is dropped (its uncommitted records may never commit) and waiting requests fail;
+- every other controller answers controller requests and `fetch_metadata` with NOT_CONTROLLER
+  and the leader's id and address, which brokers follow (server.ControllerClient). Only the
+  active controller serves the metadata log, and only committed records: a follower's copy
+  may be shorter than what a broker already has.
+
+Not yet here (issue #9): log compaction/snapshots, membership changes, partition
+reassignment, controller faults in the nemesis and metadata-log checks in the checker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import random
+import signal
+import time
+from typing import Any
+
+from clusters.broker import rpc
+from clusters.broker.controller import Controller, ControllerConfig
+from clusters.broker.controller_server import ControllerServer, JsonLog, now_ms
+from clusters.broker.metadata import MetadataImage
+from clusters.broker.raft import (
+    LEADER,
+    AppendEntries,
+    AppendResponse,
+    InstallSnapshot,
+    Message,
+    RaftConfig,
+    RaftNode,
+    RequestVote,
+    SnapshotResponse,
+    VoteResponse,
+)
+from clusters.broker.raft_store import Entry, FileRaftStore, Snapshot
+
+RAFT_TICK_S = 0.05
+# Python processes on a loaded machine stall for tens of milliseconds; Raft's default 0.5-1 s
+# election timeout made leaders flap there, so elections wait 1-2 s (still well inside the
+# brokers' 6 s session timeout, so a fail-over fences nobody).
+HEARTBEAT_MS = 100
+ELECTION_TIMEOUT_MS = (1000, 2000)
+COMMIT_WAIT_S = 5.0
+OUTBOX_LIMIT = 1000  # messages queued for an unreachable peer beyond this are dropped (Raft resends)
+
+_MESSAGE_TYPES: dict[str, type[Message]] = {cls.__name__: cls for cls in (
+    RequestVote, VoteResponse, AppendEntries, AppendResponse, InstallSnapshot, SnapshotResponse)}
+
+
+def parse_quorum(spec: str) -> dict[int, tuple[str, int]]:
+    """`1@host:port,2@host:port,3@host:port` -> {1: (host, port), ...}"""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in spec.split(","):
+        node, _, addr = item.strip().partition("@")
+        host, _, port = addr.rpartition(":")
+        if not node.isdigit() or not host or not port.isdigit():
+            raise ValueError(f"quorum member {item!r} is not ID@HOST:PORT (e.g. 1@127.0.0.1:19090)")
+        voters[int(node)] = (host, int(port))
+    return voters
+
+
+def encode_message(m: Message) -> dict[str, Any]:
+    fields = {k: getattr(m, k) for k in m.__dataclass_fields__}
+    if isinstance(m, AppendEntries):
+        fields["entries"] = [[e.index, e.term, e.record] for e in m.entries]
+    if isinstance(m, InstallSnapshot):
+        fields["snapshot"] = [m.snapshot.index, m.snapshot.term, m.snapshot.data]
+    return {"type": type(m).__name__, **fields}
+
+
+def decode_message(d: dict[str, Any]) -> Message:
+    fields = dict(d)
+    cls = _MESSAGE_TYPES[fields.pop("type")]
+    if cls is AppendEntries:
+        fields["entries"] = tuple(Entry(i, t, r) for i, t, r in fields["entries"])
+    if cls is InstallSnapshot:
+        fields["snapshot"] = Snapshot(*fields["snapshot"])
+    return cls(**fields)
+
+
+class QuorumControllerServer(ControllerServer):
+    # The base class's RPC listener (serve_connection) and GetReplicaLogInfo sender are reused;
+    # everything that touched the single controller's metadata.log is replaced.
+    def __init__(self, args: Any):
+        self.host, port = args.listen.rsplit(":", 1)
+        self.port = int(port)
+        self.node_id = args.node_id
+        self.voters = parse_quorum(args.quorum)
+        if self.node_id not in self.voters:
+            raise ValueError(f"--node-id {self.node_id} is not in --quorum {args.quorum}")
+        os.makedirs(args.data_dir, exist_ok=True)
+        self.log = JsonLog(args.log_file, args.node_id, "controller")
+        self.config = ControllerConfig(
+            node_id=args.node_id,
+            session_timeout_ms=args.session_timeout_ms,
+            unclean_leader_election=args.unclean_leader_election,
+            unclean_recovery_strategy=args.unclean_recovery_strategy,
+            unclean_recovery_timeout_ms=args.unclean_recovery_timeout_ms,
+            variants=frozenset(args.variant),
+        )
+        raft_config = RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.voters)),
+                                 heartbeat_interval=HEARTBEAT_MS, election_timeout_min=ELECTION_TIMEOUT_MS[0],
+                                 election_timeout_max=ELECTION_TIMEOUT_MS[1])
+        self.store = FileRaftStore(os.path.join(args.data_dir, "raft.log"))
+        self.raft = RaftNode(raft_config, self.store, random.Random(), now=now_ms(), logger=self.log)
+        # The metadata log: committed records in order; a record's offset is its index here.
+        self.records: list[dict[str, Any]] = []
+        self.image = MetadataImage()  # the committed records applied, on every controller
+        # The active controller's working copy (committed + proposed), None elsewhere.
+        self.controller: Controller | None = None
+        self.active_term = 0  # the term the working copy belongs to
+        self._noop: tuple[int, int] | None = None  # (term, index) of this leader's no-op
+        self._waiters: list[tuple[int, asyncio.Future]] = []  # (metadata end offset, answer)
+        self._new_records = asyncio.Event()
+        self._log_info_in_flight: set[tuple[tuple[str, int], int]] = set()
+        self._broker_clients: dict[tuple[str, int], rpc.RpcClient] = {}
+        self._outbox: dict[int, asyncio.Queue] = {}
+        self.log({"event": "controller_started", "quorum": args.quorum, "listen": args.listen,
+                  "raft_log_entries": self.raft.last_index})
+
+    # --- Raft I/O --------------------------------------------------------------------------
+    def process_ready(self) -> None:
+        """After every Raft event: send its messages, apply what committed, and notice a change
+        of leadership (the only place the working copy is created or dropped)."""
+        ready = self.raft.ready()
+        if ready.snapshot is not None:
+            raise RuntimeError("snapshots are not used by the controller quorum yet (no compaction)")
+        for m in ready.messages:
+            q = self._outbox.get(m.dst)
+            if q is not None and q.qsize() < OUTBOX_LIMIT:
+                q.put_nowait(encode_message(m))
+        if ready.committed:
+            self.apply_committed(ready.committed)
+        self.check_leadership()
+
+    def apply_committed(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.record is None:
+                continue  # a leader's no-op: not a metadata record
+            self.image.apply(len(self.records), e.record)
+            self.records.append(e.record)
+        end = len(self.records)
+        waiting = []
+        for target, fut in self._waiters:
+            if end >= target:
+                if not fut.done():
+                    fut.set_result(True)
+            else:
+                waiting.append((target, fut))
+        self._waiters = waiting
+        self._new_records.set()
+        self._new_records = asyncio.Event()
+
+    def check_leadership(self) -> None:
+        leads = self.raft.role == LEADER
+        if self.controller is not None and (not leads or self.raft.current_term != self.active_term):
+            self.log({"event": "controller_deactivated", "term": self.raft.current_term,
+                      "leader": self.raft.leader_id})
+            self.controller = None
+            for _, fut in self._waiters:
+                if not fut.done():
+                    fut.set_result(False)
+            self._waiters = []
+        if not leads or self.controller is not None:
+            return
+        term = self.raft.current_term
+        if self._noop is None or self._noop[0] != term:
+            # Just elected: the first entry of this term in the log is the leader's no-op.
+            first = next((i for i in range(self.raft.last_index, 0, -1) if self.raft.term_at(i) != term), 0) + 1
+            self._noop = (term, first)
+        if self.raft.commit_index >= self._noop[1]:
+            # Everything earlier terms left is committed and applied: take over from there.
+            # Volatile state (sessions, recoveries) starts afresh, as after a restart.
+            self.controller = Controller(self.config, copy.deepcopy(self.image), log=self.log)
+            self.controller.start(now_ms())
+            self.active_term = self.raft.current_term
+            self.log({"event": "controller_activated", "term": self.active_term,
+                      "metadata_end_offset": len(self.records)})
+
+    async def peer_sender(self, peer: int) -> None:
+        """One connection per peer; whatever queued up meanwhile goes in one call. An unreachable
+        peer's messages are dropped: Raft resends from its own state (heartbeats, refusals)."""
+        q = self._outbox[peer]
+        client = rpc.RpcClient(*self.voters[peer], connect_timeout=0.5)
+        while True:
+            batch = [await q.get()]
+            while not q.empty():
+                batch.append(q.get_nowait())
+            try:
+                await client.call("raft", {"messages": batch}, timeout=1.0)
+            except rpc.RpcError:
+                await asyncio.sleep(0.1)
+
+    def on_raft(self, body: dict[str, Any]) -> dict[str, Any]:
+        for d in body["messages"]:
+            m = decode_message(d)
+            if m.dst == self.node_id and m.src in self.voters:
+                self.raft.receive(m)
+        self.process_ready()
+        return {"error": rpc.NONE}
+
+    # --- the active controller ---------------------------------------------------------------
+    def persist(self) -> None:
+        """Propose what the state machine emitted (the single controller fsyncs it instead)."""
+        if self.controller is None:
+            return
+        records = self.controller.take_pending()
+        if records:
+            self.raft.propose_batch(records)
+            self.process_ready()
+
+    async def committed(self) -> bool:
+        """Wait until everything the working copy holds is committed; False if leadership went."""
+        if self.controller is None:
+            return False
+        target = self.controller.end_offset
+        if len(self.records) >= target:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, fut))
+        try:
+            return await asyncio.wait_for(fut, COMMIT_WAIT_S)
+        except TimeoutError:
+            return False
+
+    def not_controller(self) -> dict[str, Any]:
+        leader = self.raft.leader_id
+        addr = self.voters.get(leader) if leader is not None else None
+        return {"error": rpc.NOT_CONTROLLER, "leader_id": leader,
+                "leader": f"{addr[0]}:{addr[1]}" if addr else None,
+                "message": "not the active controller" if leader != self.node_id else "taking over; retry"}
+
+    async def ticker(self) -> None:
+        while True:
+            now = now_ms()
+            self.raft.tick(now)
+            self.process_ready()
+            if self.controller is not None:
+                self.controller.tick(now)
+                self.persist()
+                self.send_log_info_requests()
+            await asyncio.sleep(RAFT_TICK_S)
+
+    async def _ask_log_info(self, key: tuple[str, int], bid: int, host: str, port: int) -> None:
+        try:
+            client = self._broker_clients.get((host, port))
+            if client is None:
+                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port)
+            reply = await client.call("get_replica_log_info", {"topic": key[0], "partition": key[1]}, timeout=1.0)
+            if self.controller is not None:  # leadership may have moved while we waited
+                self.controller.on_replica_log_info(key, bid, reply, now_ms())
+                self.persist()
+        except rpc.RpcError:
+            await asyncio.sleep(0.5)
+        finally:
+            self._log_info_in_flight.discard((key, bid))
+
+    async def fetch_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.controller is None:
+            return self.not_controller()
+        offset = int(body.get("offset", 0))
+        max_records = int(body.get("max_records", 1000))
+        if offset > len(self.records):
+            # Cannot happen for a broker that fetched only committed records from active
+            # controllers (the active one holds all of them); kept for a broker's damaged copy.
+            return {"error": rpc.OFFSET_OUT_OF_RANGE, "records": [], "end_offset": len(self.records)}
+        if offset == len(self.records):
+            wait_s = min(int(body.get("max_wait_ms", 0)), 10_000) / 1000
+            if wait_s > 0:
+                try:
+                    await asyncio.wait_for(self._new_records.wait(), wait_s)
+                except TimeoutError:
+                    pass
+        records = [[o, self.records[o]] for o in range(offset, min(len(self.records), offset + max_records))]
+        return {"error": rpc.NONE, "records": records, "end_offset": len(self.records)}
+
+    def dump(self, include_log: bool) -> dict[str, Any]:
+        # The committed view, on every controller, so the dumps of a quorum can be compared.
+        state = Controller(self.config, self.image).dump()
+        state["active"] = self.controller is not None
+        if self.controller is not None:
+            state["recoveries_in_progress"] = self.controller.dump()["recoveries_in_progress"]
+        state["metadata_end_offset"] = len(self.records)
+        state["raft"] = {"role": self.raft.role, "term": self.raft.current_term, "leader": self.raft.leader_id,
+                         "commit_index": self.raft.commit_index, "log_length": self.raft.last_index,
+                         "voters": sorted(self.voters)}
+        if include_log:
+            state["metadata_log"] = list(self.records)
+        state["time_ms"] = int(time.time() * 1000)
+        return state
+
+    async def dispatch(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        if api == "raft":
+            return self.on_raft(body)
+        if api == "dump_state":
+            return {"error": rpc.NONE, "state": self.dump(bool(body.get("include_log", False)))}
+        if api == "fetch_metadata":
+            return await self.fetch_metadata(body)
+        if self.controller is None:
+            return self.not_controller()
+        response = self.controller.handle(api, body, now_ms())
+        self.persist()
+        if not await self.committed():
+            return self.not_controller() if self.controller is None else {
+                "error": rpc.REQUEST_TIMED_OUT, "message": "metadata records not committed in time"}
+        return response
+
+    async def run(self) -> int:
+        server = await asyncio.start_server(self.serve_connection, self.host, self.port, reuse_address=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self._outbox = {p: asyncio.Queue() for p in self.voters if p != self.node_id}
+        tasks = [asyncio.create_task(self.peer_sender(p)) for p in self._outbox]
+        tasks.append(asyncio.create_task(self.ticker()))
+        await stop.wait()
+        for t in tasks:
+            t.cancel()
+        server.close()
+        self.store.close()
+        self.log({"event": "controller_stopped"})
+        return 0

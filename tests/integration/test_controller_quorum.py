@@ -1,0 +1,150 @@
+"""The Raft controller quorum on real processes (issue #9 item 1; 002 1.2.1, 1.2.2): three
+controllers and three brokers; SIGKILL the active controller, the other two elect a new one, the
+brokers follow it, it still elects partition leaders, broker epochs keep growing, and the
+controllers' metadata logs are prefixes of one another (the restarted one included)."""
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from clusters.broker import rpc
+from clusters.broker.admin import create_topic, dump_state
+from clusters.broker.local_cluster import (
+    CONTROLLER_ID,
+    active_controller_state,
+    broker_argv,
+    controller_argv,
+    quorum_spec,
+    wait_until_unfenced,
+)
+from tests.integration.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+HOST = "127.0.0.1"
+
+
+class Quorum:
+    def __init__(self, root):
+        self.root = root
+        self.cports = {CONTROLLER_ID + j: free_port() for j in range(3)}
+        self.bports = {i: free_port() for i in (1, 2, 3)}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def spawn(self, name, argv):
+        self.procs[name] = subprocess.Popen(argv, stdout=open(self.root / f"{name}.out", "ab"),
+                                            stderr=subprocess.STDOUT)
+
+    def start_controller(self, cid):
+        d = self.root / f"controller-{cid}"
+        d.mkdir(exist_ok=True)
+        flags = ["--session-timeout-ms", "3000", "--quorum", quorum_spec(HOST, list(self.cports.values()))]
+        self.spawn(f"controller-{cid}", controller_argv(HOST, self.cports[cid], str(d), flags, cid))
+
+    def start_broker(self, i):
+        d = self.root / f"broker-{i}"
+        d.mkdir(exist_ok=True)
+        controllers = ",".join(f"{HOST}:{p}" for p in self.cports.values())
+        self.spawn(f"broker-{i}", broker_argv(i, HOST, self.bports[i], controllers, str(d), "never", [],
+                                              ["--replica-lag-time-max-ms", "3000", "--heartbeat-interval-ms",
+                                               "250"]))
+
+    def kill(self, name):
+        p = self.procs.pop(name)
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+
+    def live_cports(self):
+        return [p for cid, p in self.cports.items() if f"controller-{cid}" in self.procs]
+
+    def active(self):
+        return active_controller_state(HOST, self.live_cports())
+
+    def wait_for(self, predicate, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+            except (rpc.RpcError, KeyError):
+                last = None
+            if last:
+                return last
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{self.logs()}")
+
+    def logs(self, lines=12):
+        out = []
+        for f in sorted(self.root.rglob("*.log")) + sorted(self.root.glob("*.out")):
+            text = f.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {f.relative_to(self.root)}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def down(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
+def partition(state, topic):
+    return next(p for p in state["partitions"] if p["topic"] == topic and p["partition"] == 0)
+
+
+def epochs(state):
+    return {b["broker_id"]: b["broker_epoch"] for b in state["brokers"]}
+
+
+def test_quorum_survives_the_active_controller_sigkill_and_keeps_electing(tmp_path):
+    q = Quorum(tmp_path)
+    try:
+        for cid in q.cports:
+            q.start_controller(cid)
+        for i in q.bports:
+            q.start_broker(i)
+        assert wait_until_unfenced(HOST, list(q.cports.values()), [1, 2, 3], 30), q.logs()
+        create_topic(",".join(f"{HOST}:{p}" for p in q.bports.values()), "cq", 1, 3, 2)
+        before = q.wait_for(lambda: (s := q.active()) and partition(s, "cq")["leader"] > 0 and s, "topic created")
+        old_controller = before["node_id"]
+        old_epochs = epochs(before)
+
+        # SIGKILL the active controller: the other two elect a new leader in a later term.
+        q.kill(f"controller-{old_controller}")
+        after = q.wait_for(lambda: (s := q.active()) and s["node_id"] != old_controller and s, "a new controller")
+        assert after["raft"]["term"] > before["raft"]["term"]
+        assert after["raft"]["leader"] == after["node_id"] and after["raft"]["role"] == "leader"
+        assert wait_until_unfenced(HOST, q.live_cports(), [1, 2, 3], 20), q.logs()
+        assert epochs(after) == old_epochs  # nobody had to re-register
+
+        # The new controller still elects partition leaders: kill the partition's leader broker.
+        p0 = partition(after, "cq")
+        q.kill(f"broker-{p0['leader']}")
+        p1 = q.wait_for(lambda: (p := partition(q.active(), "cq"))["leader"] not in (-1, p0["leader"]) and p,
+                        "a new partition leader")
+        assert p1["leader_epoch"] > p0["leader_epoch"]
+
+        # The killed broker comes back with a new, larger broker epoch (the offset of its new
+        # registration record in the replicated log); it is live again.
+        q.start_broker(p0["leader"])
+        assert wait_until_unfenced(HOST, q.live_cports(), [1, 2, 3], 30), q.logs()
+        new_epochs = epochs(q.active())
+        assert new_epochs[p0["leader"]] > max(old_epochs.values())
+
+        # The killed controller restarts from its Raft log and catches up as a follower.
+        q.start_controller(old_controller)
+        states = q.wait_for(lambda: (ss := [dump_state(HOST, p, include_log=True, timeout=2) for p in q.cports.values()])
+                            and len({s["metadata_end_offset"] for s in ss}) == 1 and ss, "the restarted controller "
+                            "to catch up")
+        assert sum(s["active"] for s in states) == 1
+        assert next(s for s in states if s["node_id"] == old_controller)["raft"]["role"] == "follower"
+        logs = sorted((s["metadata_log"] for s in states), key=len)
+        for shorter, longer in zip(logs, logs[1:], strict=False):
+            assert longer[:len(shorter)] == shorter, "metadata logs diverge"
+        # Broker epochs are offsets of registration records and grow in the log.
+        registrations = [r["broker_epoch"] for r in logs[-1] if r["type"] == "register_broker"]
+        assert registrations == sorted(registrations) and len(registrations) == 4
+        assert all(logs[-1][e]["type"] == "register_broker" for e in registrations)
+    finally:
+        q.down()
