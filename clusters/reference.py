@@ -68,22 +68,24 @@ class ReferenceCluster:
         return [f"broker-{i}" for i in range(1, self.spec.brokers + 1)]
 
     def controller_nodes(self) -> list[str]:
-        return [CONTROLLER]
+        # spec.controllers > 1: a Raft controller quorum (controller_quorum.py), controller-0 .. -N-1.
+        return [f"controller-{j}" for j in range(self.spec.controllers)]
 
     def nodes(self) -> list[str]:
         return self.controller_nodes() + self.broker_nodes()
 
     def node_id(self, node: str) -> int:
-        return CONTROLLER_ID if node == CONTROLLER else int(node.split("-")[1])
+        role, _, n = node.partition("-")
+        return CONTROLLER_ID + int(n) if role == "controller" else int(n)
 
     def node_name(self, node_id: int) -> str:
-        return CONTROLLER if node_id == CONTROLLER_ID else f"broker-{node_id}"
+        return f"controller-{node_id - CONTROLLER_ID}" if node_id >= CONTROLLER_ID else f"broker-{node_id}"
 
     def bootstrap(self) -> str:
         return ",".join(_hostport(self.address(n)) for n in self.broker_nodes())
 
     def log_path(self, node: str) -> str:
-        return f"{self.node_dir(node)}/{'controller' if node == CONTROLLER else 'broker'}.log"
+        return f"{self.node_dir(node)}/{'controller' if node in self.controller_nodes() else 'broker'}.log"
 
     def pidfile(self, node: str) -> str:
         return f"{self.node_dir(node)}/node.pid"
@@ -97,13 +99,17 @@ class ReferenceCluster:
         common = ["--node-id", str(self.node_id(node)), "--listen", self.listen(node),
                   "--advertise", _hostport(self.address(node)), "--data-dir", self.data_dir(node),
                   "--log-file", self.log_path(node)]
-        if node == CONTROLLER:
+        controllers = self.controller_nodes()
+        if node in controllers:
             argv = [self.python, "-m", "clusters.broker", "controller", *common,
                     "--session-timeout-ms", str(cfg.get("session_timeout_ms", 3000)),
                     "--unclean-recovery-strategy", str(cfg.get("unclean_recovery_strategy", "balanced"))]
+            if len(controllers) > 1:
+                argv += ["--quorum", ",".join(f"{self.node_id(c)}@{_hostport(self.address(c))}" for c in controllers)]
         else:
             argv = [self.python, "-m", "clusters.broker", "broker", *common,
-                    "--controller", _hostport(self.address(CONTROLLER)), "--flush-policy", self.spec.flush_policy,
+                    "--controller", ",".join(_hostport(self.address(c)) for c in controllers),
+                    "--flush-policy", self.spec.flush_policy,
                     "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),
                     "--heartbeat-interval-ms", str(cfg.get("heartbeat_interval_ms", 300))]
         if self.spec.broker_variant in FLAW_VARIANTS:
@@ -153,22 +159,33 @@ class ReferenceCluster:
         except (rpc.RpcError, KeyError):
             return None
 
+    def active_controller_state(self) -> tuple[str, dict[str, Any]] | None:
+        """The active controller and its state dump (a single controller is always the active one)."""
+        for node in self.controller_nodes():
+            state = self.dump_state(node, include_log=False)
+            if state is not None and state.get("active", True):
+                return node, state
+        return None
+
     def partitions(self, topic: str) -> list[PartitionView]:
-        state = self.dump_state(CONTROLLER, include_log=False)
+        found = self.active_controller_state()
+        state = found[1] if found else None
         if state is None:
             return metadata_partitions(self.bootstrap(), topic)
         return [PartitionView(p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"], p["leader_epoch"])
                 for p in state["partitions"] if p["topic"] == topic]
 
     def active_controller(self) -> str | None:
-        return CONTROLLER if self.dump_state(CONTROLLER, include_log=False) is not None else None
+        found = self.active_controller_state()
+        return found[0] if found else None
 
     def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
         """Until every named broker is registered and unfenced at the controller."""
         want = {self.node_id(b) for b in brokers}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            state = self.dump_state(CONTROLLER, include_log=False)
+            found = self.active_controller_state()
+            state = found[1] if found else None
             if state and want <= {b["broker_id"] for b in state["brokers"] if not b["fenced"]}:
                 return
             time.sleep(0.1)

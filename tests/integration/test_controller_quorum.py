@@ -148,3 +148,24 @@ def test_quorum_survives_the_active_controller_sigkill_and_keeps_electing(tmp_pa
         assert all(logs[-1][e]["type"] == "register_broker" for e in registrations)
     finally:
         q.down()
+
+
+def test_the_local_backend_runs_a_quorum_and_finds_the_active_controller(tmp_path):
+    from clusters.base import ClusterSpec
+    from clusters.local import LocalCluster
+
+    c = LocalCluster(ClusterSpec(brokers=3, controllers=3), str(tmp_path), owner="test-controller-quorum")
+    try:
+        c.up()
+        c.create_topic("lq", 1, 3, 2)
+        first = c.active_controller()
+        assert first in c.controller_nodes()
+        c.kill(first)
+        deadline = time.monotonic() + 20
+        while c.active_controller() in (None, first) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert c.active_controller() not in (None, first)
+        c.wait_ready(c.broker_nodes(), 20)
+        assert [p.leader for p in c.partitions("lq")][0] in (1, 2, 3)
+    finally:
+        c.down()

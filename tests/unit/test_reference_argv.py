@@ -60,3 +60,19 @@ def test_two_runs_started_in_the_same_second_by_two_processes_get_different_owne
                            capture_output=True, text=True, check=True).stdout.strip()
     assert mine.startswith(run_dir.name) and other.startswith(run_dir.name) and mine != other
     assert str(os.getpid()) in mine
+
+
+def test_three_controllers_form_a_quorum_the_brokers_know_all_of(tmp_path):
+    c = PathsOnly(ClusterSpec(brokers=3, controllers=3), str(tmp_path))
+    assert c.controller_nodes() == ["controller-0", "controller-1", "controller-2"]
+    assert [c.node_name(c.node_id(n)) for n in c.nodes()] == c.nodes()
+    quorum = "1000@10.0.0.1:9000,1001@10.0.0.1:9001,1002@10.0.0.1:9002"
+    assert {parsed(c, n).quorum for n in c.controller_nodes()} == {quorum}
+    assert parsed(c, "controller-2").node_id == 1002
+    assert parsed(c, "broker-1").controller == "10.0.0.1:9000,10.0.0.1:9001,10.0.0.1:9002"
+
+
+def test_one_controller_has_no_quorum_flag(tmp_path):
+    c = PathsOnly(ClusterSpec(brokers=3), str(tmp_path))
+    assert parsed(c, CONTROLLER).quorum is None
+    assert parsed(c, "broker-1").controller == "10.0.0.1:9000"
