@@ -19,6 +19,9 @@ protocol doing what it was configured to do. The other side of that promise is c
   budget (the queue checker excuses those from lost-write), yet the controller reported no
   unclean recovery of that partition: a replica that lost committed data led silently (the
   last replica standing of 002 2.4.2, without the ELR).
+- metadata-log-divergence (a controller quorum): every controller's metadata log is a prefix of
+  the longest one (Raft's log matching, seen from the dumps);
+- controller-split-brain: two controllers claim to be active leaders in one Raft term;
 - recovery-choice: an unclean recovery elected a replica whose (last leader epoch, end offset)
   is below another candidate's it had heard from (001 5.3: the highest is chosen, so the
   least committed data is lost). A cluster without state dumps (one we did not
@@ -55,6 +58,9 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
     if structure:
         anomalies.append(Anomaly("controller-structure", len(structure), structure[:MAX_EXAMPLES],
                                  "the controller's ISR/ELR break the invariants of 001 5.2.1"))
+    quorum = _quorum_checks(controllers)
+    for name, found, why in quorum:
+        anomalies.append(Anomaly(name, len(found), found[:MAX_EXAMPLES], why))
     recoveries = [r for c in controllers for r in c.get("unclean_recoveries", [])]
     worse = [_worse_choice(r) for r in recoveries]
     worse = [w for w in worse if w]
@@ -78,6 +84,35 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
              "unclean_recoveries": len(recoveries)}
     details = {"unclean_recoveries": recoveries} if recoveries else {}
     return Result("replicas", not anomalies, anomalies, stats, details)
+
+
+def _quorum_checks(controllers: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]], str]]:
+    """Raft's promises between the controllers of a quorum, from their dumps (nothing for one controller)."""
+    out = []
+    logs = [(c.get("node_id"), c["metadata_log"]) for c in controllers if isinstance(c.get("metadata_log"), list)]
+    if len(logs) > 1:
+        longest_id, longest = max(logs, key=lambda kv: len(kv[1]))
+        bad = []
+        for node_id, log in logs:
+            at = next((i for i, (a, b) in enumerate(zip(log, longest, strict=False)) if a != b), None)
+            if at is not None:
+                bad.append({"controller": node_id, "longest": longest_id, "offset": at,
+                            "records": [log[at], longest[at]],
+                            "summary": f"controller {node_id}'s metadata log differs from controller {longest_id}'s "
+                                       f"at offset {at}"})
+        if bad:
+            out.append(("metadata-log-divergence", bad,
+                        "a controller's metadata log is not a prefix of the longest: committed metadata diverged"))
+    leaders: dict[Any, list[Any]] = {}
+    for c in controllers:
+        raft = c.get("raft") or {}
+        if raft.get("role") == "leader":
+            leaders.setdefault(raft.get("term"), []).append(c.get("node_id"))
+    split = [{"term": t, "leaders": ids, "summary": f"controllers {ids} all lead term {t}"}
+             for t, ids in leaders.items() if len(ids) > 1]
+    if split:
+        out.append(("controller-split-brain", split, "more than one Raft leader in one term"))
+    return out
 
 
 def _worse_choice(rec: dict[str, Any]) -> dict[str, Any] | None:

@@ -45,6 +45,8 @@ def run(
     concurrency: Annotated[int, typer.Option(help="client processes")] = 10,
     rate: Annotated[float, typer.Option(help="target ops/s over all clients (0: unlimited)")] = 100.0,
     brokers: Annotated[int, typer.Option()] = 3,
+    controllers: Annotated[int, typer.Option(help="controllers: 1, or an odd quorum (3, 5) replicating the "
+                                                  "metadata log with Raft (local and docker clusters)")] = 1,
     replication_factor: Annotated[int, typer.Option()] = 3,
     min_isr: Annotated[int, typer.Option()] = 2,
     partitions: Annotated[int, typer.Option(help="partitions of the test topic (the queue's keys)")] = 4,
@@ -91,6 +93,11 @@ def run(
 
     if nemesis_schedule not in NEMESIS_SCHEDULES:
         _fail(f"unknown --nemesis-schedule {nemesis_schedule!r}; valid: {', '.join(NEMESIS_SCHEDULES)}.")
+    if controllers < 1 or controllers % 2 == 0:
+        _fail(f"--controllers {controllers} is not an odd number of at least 1; a Raft quorum needs 1, 3 or 5.")
+    if controllers > 1 and cluster not in ("auto", "local", "docker"):
+        _fail(f"--controllers {controllers} needs our own cluster (--cluster local or docker); a cluster file "
+              "lists its controllers itself.")
     cluster_error = cluster_problem(cluster)
     if cluster_error:
         _fail(cluster_error + ".")
@@ -121,7 +128,7 @@ def run(
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_schedule=nemesis_schedule,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
-                    brokers=brokers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
+                    brokers=brokers, controllers=controllers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,

@@ -24,6 +24,7 @@ class TestSpec:
     concurrency: int = 10
     rate: float = 100.0
     brokers: int = 3
+    controllers: int = 1  # >1: a Raft quorum of controllers (clusters/broker/controller_quorum.py)
     replication_factor: int = 3
     min_isr: int = 2
     partitions: int = 4

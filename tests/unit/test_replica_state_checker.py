@@ -107,3 +107,18 @@ def test_an_unclean_recovery_must_elect_the_candidate_with_the_highest_epoch_and
     r = check_states({"controller-0": controller([{"isr": [1], "elr": []}], recoveries=[good, bad])})
     (a,) = r.anomalies
     assert a.name == "recovery-choice" and a.examples[0]["partition"] == 1 and "broker 1" in a.examples[0]["summary"]
+
+
+def test_a_controller_quorum_must_agree_on_its_metadata_log_and_have_one_leader_per_term():
+    def quorum(node_id, log, role="follower", term=2):
+        return {**controller([{"isr": [1, 2, 3], "elr": []}]), "node_id": node_id, "metadata_log": log,
+                "raft": {"role": role, "term": term}}
+
+    a, b, c = {"type": "register_broker", "broker_id": 1}, {"type": "topic"}, {"type": "partition"}
+    good = {"c0": quorum(1000, [a, b]), "c1": quorum(1001, [a, b, c], "leader"), "c2": quorum(1002, [a])}
+    assert check_states(good).valid is True
+    r = check_states({**good, "c2": quorum(1002, [a, c])})
+    assert [x.name for x in r.anomalies] == ["metadata-log-divergence"] and r.anomalies[0].examples[0]["offset"] == 1
+    r = check_states({**good, "c0": quorum(1000, [a, b], "leader")})
+    assert [x.name for x in r.anomalies] == ["controller-split-brain"]
+    assert check_states({**good, "c0": quorum(1000, [a, b], "leader", term=1)}).valid is True  # an old term's leader
