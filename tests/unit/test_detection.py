@@ -2,11 +2,12 @@
 median time to the first anomalous op, stalled scenarios and budget-skipped runs kept apart."""
 
 import json
+from pathlib import Path
 
 from results.detection import first_anomaly_s, render_markdown, summarize, write_detection
 
 
-def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False):
+def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protocol_wait=False):
     d = tmp_path / f"run{i}"
     d.mkdir()
     anomalies = []
@@ -19,6 +20,9 @@ def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False):
                                                                                else "unknown"),
                                                 "checkers": {"queue": {"anomalies": anomalies}}}))
     wait = '{"f":"scenario-wait","type":"info","error":"ScenarioStalled: in-isr not reached"}' if stalled else ""
+    if protocol_wait:  # a protocol-nemesis move that waited in vain: its random walk, not a stall
+        wait = ('{"f":"scenario-wait","type":"info","value":{"scenario": "protocol"},'
+                '"error":"ScenarioStalled: in-isr not reached"}')
     (d / "history.jsonl").write_text(wait + "\n")
     return {"spec": {"broker_variant": variant, "acks": "all", "flush_policy": "never", "nemesis": [plan]},
             "status": status, "run_dir": str(d),
@@ -69,3 +73,10 @@ def test_write_detection_from_a_campaign_dir(tmp_path):
     (tmp_path / "c" / "campaign.json").write_text(json.dumps(campaign(tmp_path)))
     out = write_detection(tmp_path / "c", tmp_path / "docs" / "DETECTION.md", "kafkaesque detect")
     assert out.read_text().startswith("# Detection table")
+
+
+def test_a_protocol_move_that_waits_in_vain_is_not_a_stalled_run(tmp_path):
+    from results.detection import _stalled
+
+    assert _stalled(Path(run(tmp_path, 0, "no-elr", "scenario:x", "valid", stalled=True)["run_dir"]))
+    assert not _stalled(Path(run(tmp_path, 1, "no-elr", "protocol", "valid", protocol_wait=True)["run_dir"]))
