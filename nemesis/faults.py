@@ -120,18 +120,22 @@ class PartitionNemesis(_Fault):
             if self.cut:
                 self._heal(cluster)
             g = self.grudge(cluster)
-            # One exec per node with all its rules, all nodes at once: injection latency is
-            # one round trip, not one per rule and node.
-            _on_nodes(cluster, {node: ["sh", "-c", " && ".join(
-                shell_join(argv) for argv in netrules.drop_from(cluster.address(n)[0] for n in drops))]
-                for node, drops in g.items() if drops}, check=True)
-            self.cut = g
+            self.apply(cluster, g)
             return Op(INFO, op.f, op.process, {"partition": {n: sorted(d) for n, d in g.items() if d},
                                                "shape": self.shape, "description": grudge.describe(g)})
         if op.f == self.stop_f:
             healed = self._heal(cluster)
             return Op(INFO, op.f, op.process, {"healed": healed})
         raise ValueError(f"partition nemesis cannot do {op.f!r}")
+
+    def apply(self, cluster, g: grudge.Grudge) -> None:
+        """Cut the network along a grudge (other faults, e.g. isolating the active controller, use it too)."""
+        # One exec per node with all its rules, all nodes at once: injection latency is
+        # one round trip, not one per rule and node.
+        self.cut = g  # before the rules: a half-applied cut is still healed
+        _on_nodes(cluster, {node: ["sh", "-c", " && ".join(
+            shell_join(argv) for argv in netrules.drop_from(cluster.address(n)[0] for n in drops))]
+            for node, drops in g.items() if drops}, check=True)
 
     def _heal(self, cluster) -> list[str]:
         healed = sorted(n for n, d in self.cut.items() if d)

@@ -20,6 +20,7 @@ _NEMESES = {
     "disk": ("nemesis.faults", "DiskNemesis"),
     "protocol": ("nemesis.protocol", "ProtocolNemesis"),
     "drop-caches": ("nemesis.faults", "DropCachesNemesis"),
+    "controller": ("nemesis.controller", "ControllerNemesis"),
 }
 NEMESIS_NAMES = tuple(_NEMESES)
 

@@ -165,3 +165,28 @@ def test_mixed_partitions_draw_their_shape_per_fault():
         shapes.add(p.shape)
     assert len(shapes) >= 5 and shapes <= {"random-node", "halves", "majorities-ring", "bridge", "leader",
                                             "controller", "one-way"}
+
+
+def test_controller_nemesis_hits_the_quorum_by_role_and_its_stop_heals_every_move():
+    class Quorum(FakeCluster):
+        def controller_nodes(self):
+            return ["controller-0", "controller-1", "controller-2"]
+
+        def active_controller(self):
+            return "controller-1"
+
+    c = Quorum()
+    n = make_nemesis(["controller"], {"seed": 5})
+    n.setup(c)  # not isolated: the isolating move is left out
+    seen = {}
+    for _ in range(40):
+        v = n.invoke(c, Op("invoke", "start-controller", "nemesis", None)).value
+        seen.setdefault(v["move"], set()).add(len(v["controllers"]))
+        if v["move"].endswith("-active"):
+            assert v["controllers"] == ["controller-1"]
+        n.invoke(c, Op("invoke", "stop-controller", "nemesis", None))
+        assert not c.down
+    assert set(seen) == {"kill-active", "pause-active", "kill-minority", "kill-majority"}
+    assert seen["kill-minority"] == {1} and seen["kill-majority"] == {2}
+    paused = {x for e, x in c.events if e == "pause"}
+    assert paused == {"controller-1"} and {x for e, x in c.events if e == "resume"} == paused
