@@ -11,9 +11,11 @@ harness/ssh_remote.py.
 from __future__ import annotations
 
 import os
+import posixpath
 import shlex
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -157,7 +159,40 @@ def _state(pid: int) -> str:
         return "?"
 
 
-class DockerRemote:
+class ShellDaemons:
+    """Daemons with pid files through a POSIX shell on the node: what DockerRemote and SshRemote share.
+
+    Needs only `run`. The daemon is started with nohup and no inherited pipes, so it outlives the
+    exec or SSH channel that started it; the node's init adopts and reaps it.
+    """
+
+    def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int:
+        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in (env or {}).items())
+        script = (f"mkdir -p {shlex.quote(posixpath.dirname(pidfile))} {shlex.quote(posixpath.dirname(logfile))}; "
+                  f"nohup env {envs} {shell_join(argv)} >> {shlex.quote(logfile)} 2>&1 < /dev/null & "
+                  f"echo $! > {shlex.quote(pidfile)}; cat {shlex.quote(pidfile)}")
+        r = self.run(["sh", "-c", script], check=True)
+        return int(r.out.strip() or -1)
+
+    def signal_daemon(self, pidfile: str, sig: int) -> bool:
+        q = shlex.quote(pidfile)
+        return self.run(["sh", "-c", f"test -s {q} && kill -{int(sig)} $(cat {q})"], timeout=10).ok
+
+    def daemon_alive(self, pidfile: str) -> bool:
+        q = shlex.quote(pidfile)
+        return self.run(["sh", "-c", f"test -s {q} && p=$(cat {q}) && kill -0 $p 2>/dev/null && "
+                                     f"! grep -q '^State:.*Z' /proc/$p/status"], timeout=10).ok
+
+    def wait_daemon(self, pidfile: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.daemon_alive(pidfile):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+class DockerRemote(ShellDaemons):
     """Commands in a container through the Docker Engine API (`docker exec`), files by tar archives.
 
     Daemons run under the container's init (docker run --init), which reaps them, so a
@@ -202,32 +237,3 @@ class DockerRemote:
         if code != 0:
             raise RemoteError(f"{self.name}: cannot read {path}: {out.decode(errors='replace').strip()}")
         return out
-
-    def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int:
-        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-        script = (f"mkdir -p {shlex.quote(os.path.dirname(pidfile))} {shlex.quote(os.path.dirname(logfile))}; "
-                  f"nohup env {envs} {shell_join(argv)} >> {shlex.quote(logfile)} 2>&1 < /dev/null & "
-                  f"echo $! > {shlex.quote(pidfile)}; cat {shlex.quote(pidfile)}")
-        r = self.run(["sh", "-c", script], check=True)
-        return int(r.out.strip() or -1)
-
-    def signal_daemon(self, pidfile: str, sig: int) -> bool:
-        q = shlex.quote(pidfile)
-        r = self.run(["sh", "-c", f"test -s {q} && kill -{int(sig)} $(cat {q})"], timeout=10)
-        return r.ok
-
-    def daemon_alive(self, pidfile: str) -> bool:
-        q = shlex.quote(pidfile)
-        r = self.run(["sh", "-c", f"test -s {q} && p=$(cat {q}) && kill -0 $p 2>/dev/null && "
-                                  f"! grep -q '^State:.*Z' /proc/$p/status"], timeout=10)
-        return r.ok
-
-    def wait_daemon(self, pidfile: str, timeout: float) -> bool:
-        import time
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.daemon_alive(pidfile):
-                return True
-            time.sleep(0.1)
-        return False

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import posixpath
 import select
-import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import paramiko
 
-from harness.remote import RemoteError, RemoteResult, shell_join
+from harness.remote import RemoteError, RemoteResult, ShellDaemons, shell_join
 
 HOST_KEY_POLICIES = ("strict", "accept-new")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -69,7 +68,7 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 _known_hosts_lock = threading.Lock()  # nodes connect in parallel and may append to the same file
 
 
-class SshRemote:
+class SshRemote(ShellDaemons):
     """One node over SSH. The connection is opened on first use and reopened if it dropped."""
 
     def __init__(self, target: SshTarget, name: str | None = None):
@@ -219,31 +218,3 @@ class SshRemote:
         if stdout.channel.recv_exit_status() != 0:
             raise RemoteError(f"{self.name}: `{command}` failed: {stderr.read().decode(errors='replace').strip()}")
         return data
-
-    # --- daemons (the same shell as DockerRemote's, so the semantics match) ----------------------------
-    def start_daemon(self, argv: list[str], pidfile: str, logfile: str, env: dict[str, str] | None = None) -> int:
-        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in (env or {}).items())
-        # nohup and </dev/null: the daemon outlives this SSH session and holds none of its pipes,
-        # so the channel closes at once; the node's init adopts (and later reaps) it.
-        script = (f"mkdir -p {shlex.quote(posixpath.dirname(pidfile))} {shlex.quote(posixpath.dirname(logfile))}; "
-                  f"nohup env {envs} {shell_join(argv)} >> {shlex.quote(logfile)} 2>&1 < /dev/null & "
-                  f"echo $! > {shlex.quote(pidfile)}; cat {shlex.quote(pidfile)}")
-        r = self.run(["sh", "-c", script], check=True)
-        return int(r.out.strip() or -1)
-
-    def signal_daemon(self, pidfile: str, sig: int) -> bool:
-        q = shlex.quote(pidfile)
-        return self.run(["sh", "-c", f"test -s {q} && kill -{int(sig)} $(cat {q})"], timeout=10).ok
-
-    def daemon_alive(self, pidfile: str) -> bool:
-        q = shlex.quote(pidfile)
-        return self.run(["sh", "-c", f"test -s {q} && p=$(cat {q}) && kill -0 $p 2>/dev/null && "
-                                     f"! grep -q '^State:.*Z' /proc/$p/status"], timeout=10).ok
-
-    def wait_daemon(self, pidfile: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.daemon_alive(pidfile):
-                return True
-            time.sleep(0.1)
-        return False
