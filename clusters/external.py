@@ -672,12 +672,9 @@ class ExternalCluster:
         return None  # a system we did not build has no state dump: the replica checks are skipped
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
-        from clusters.broker.admin import create_topic
+        from clusters.reference import create_topic_or_fail
 
-        try:
-            create_topic(self.bootstrap(), topic, partitions, replication_factor, min_isr)
-        except Exception as e:  # noqa: BLE001 - one sentence for the user
-            raise ClusterError(f"Creating topic {topic!r} failed ({e}); check the broker logs.") from None
+        create_topic_or_fail(self.bootstrap(), topic, partitions, replication_factor, min_isr)
 
     def collect(self, dest_dir: str) -> None:
         """The log files the cluster file names into dest_dir/<node>/; what is not there is skipped."""
