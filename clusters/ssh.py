@@ -369,6 +369,7 @@ class SshCluster(ReferenceCluster):
         qdiscs, clock offsets, paused or running brokers, lossy mounts); returns what was reached."""
         from nemesis import netrules
         from nemesis.clock_preload import offset_file_text
+        from nemesis.faults import net_device
 
         def heal(node: str) -> str | None:
             try:
@@ -376,7 +377,7 @@ class SshCluster(ReferenceCluster):
                 r = self.remote(node)
                 for argv in netrules.remove_chain():
                     r.run(argv, timeout=20)
-                r.run(netrules.clear_qdisc("eth0"), timeout=20)
+                r.run(netrules.clear_qdisc(net_device(self, node)), timeout=20)
                 if r.run(["test", "-e", self.clock_file(node)], timeout=20).ok:
                     r.put(self.clock_file(node), offset_file_text(0).encode())
                 self._stop_processes(node)

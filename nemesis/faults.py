@@ -43,6 +43,11 @@ def _on_nodes(cluster, commands: dict[str, list[str]], check: bool = False) -> N
             f.result()
 
 
+def beyond_fault_budget(power_cut: int, min_isr: int) -> bool:
+    """More brokers power-cut at once than the durability contract covers (001: min ISR - 1)."""
+    return power_cut > max(min_isr - 1, 0)
+
+
 def net_device(cluster, node: str) -> str:
     """The network device tc shapes on a node: the cluster's own answer (a namespace's veth end), else eth0."""
     return cluster.net_device(node) if hasattr(cluster, "net_device") else "eth0"
@@ -185,7 +190,7 @@ class LossyCrashNemesis(_Fault):
             dropped = self.crash(cluster, node)
             self.crashed.append(node)
             value = {"lossy-crash": [node], "dropped": dropped}
-            if len(self.crashed) > max(self.min_isr - 1, 0):  # only with exceed_fault_budget
+            if beyond_fault_budget(len(self.crashed), self.min_isr):  # only with exceed_fault_budget
                 value[BEYOND_BUDGET] = True
             return Op(INFO, op.f, op.process, value)
         if op.f == self.stop_f:

@@ -252,12 +252,12 @@ class ScenarioNemesis:
             cluster.kill(node)
             self.done.killed.add(node)
         elif step.do == "lossy-crash":
-            from nemesis.faults import LossyCrashNemesis
+            from nemesis.faults import LossyCrashNemesis, beyond_fault_budget
 
             report = LossyCrashNemesis.crash(cluster, node)
             self.done.crashed.add(node)
             out = {"lossy-crash": node, "dropped": report}
-            if len(self.done.crashed) > self.min_isr - 1:
+            if beyond_fault_budget(len(self.done.crashed), self.min_isr):
                 # More power cuts at once than the durability contract covers (001: n-1 replicas):
                 # what was acknowledged before may be gone (checkers/queue.py counts it apart).
                 out[BEYOND_BUDGET] = True
