@@ -72,3 +72,12 @@ def test_report_command_rewrites_the_report(tmp_path):
 def test_unknown_nemesis_target_lists_the_valid_ones():
     r = runner.invoke(app, ["run", "--nemesis", "kill", "--nemesis-target", "the-boss"])
     assert r.exit_code == 3 and "unknown --nemesis-target 'the-boss'; valid: random-node" in r.output
+
+
+def test_unknown_nemesis_schedule_and_an_even_or_foreign_controller_quorum_are_one_sentence():
+    r = runner.invoke(app, ["run", "--nemesis", "kill", "--nemesis-schedule", "chaos"])
+    assert r.exit_code == 3 and "unknown --nemesis-schedule 'chaos'; valid: mix, sequential" in r.output
+    r = runner.invoke(app, ["run", "--controllers", "2"])
+    assert r.exit_code == 3 and "--controllers 2 is not an odd number" in r.output
+    r = runner.invoke(app, ["run", "--controllers", "3", "--cluster", "ssh:nodes.toml"])
+    assert r.exit_code == 3 and "needs our own cluster" in r.output
