@@ -37,13 +37,19 @@ def consume_all(bootstrap: str, topic: str, partition: int, expected: int, timeo
 
 def assert_logs_identical_below_hwm(cluster, topic: str, partition: int = 0) -> None:
     """Log Matching (PROTOCOL.md 8): every replica holds the same records below the HWM."""
-    views = []
-    for i in cluster.broker_ports:
-        st = cluster.broker_state(i)
-        assert st is not None
-        for p in st["partitions"]:
-            if p["topic"] == topic and p["partition"] == partition:
-                views.append((i, p))
+
+    def views_once_every_replica_knows_a_hwm():
+        views = []
+        for i in cluster.broker_ports:
+            st = cluster.broker_state(i)
+            assert st is not None
+            views += [(i, p) for p in st["partitions"] if p["topic"] == topic and p["partition"] == partition]
+        return views if views and min(p["hwm"] for _, p in views) > 0 else None
+
+    # A follower learns the HWM on its next fetch, which may still be long-polling when the
+    # client is done: wait until every replica has heard of a positive HWM, then compare.
+    views = cluster.wait_for(views_once_every_replica_knows_a_hwm, timeout=15,
+                             what=f"every replica of {topic}-{partition} to learn a positive HWM")
     hwm = min(p["hwm"] for _, p in views)
     assert hwm > 0
     reference = [tuple(r) for r in views[0][1]["log"] if r[0] < hwm]
