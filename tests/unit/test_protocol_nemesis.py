@@ -4,7 +4,7 @@ before too many brokers are down, absent roles are skipped, teardown undoes ever
 
 from __future__ import annotations
 
-from nemesis.protocol import MAX_DOWN, NEEDS_ISOLATED_NODES, ProtocolNemesis
+from nemesis.protocol import MAX_DOWN, NEEDS_ISOLATED_NODES, SEQUENCE_PREFIX, SEQUENCES, ProtocolNemesis
 from nemesis.registry import nemesis_problem
 from tests.unit.test_scenario import FakeCluster
 
@@ -29,6 +29,7 @@ def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it():
     c = FakeCluster()
     n = ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"})
     n.setup(c)
+    n.moves = {m: steps for m, steps in n.moves.items() if not m.startswith(SEQUENCE_PREFIX)}  # see below
     ops, seen_moves = [], set()
     for _ in range(40):
         ops = drive_moves(n, c, 1)
@@ -56,7 +57,8 @@ def test_a_move_whose_role_is_absent_gives_way_to_another():
     n = ProtocolNemesis({"seed": 1, "topic": "queue"})
     n.moves = {"kill-catching-up": n.moves["kill-catching-up"], "kill-leader": n.moves["kill-leader"]}
     ops = drive_moves(n, c, 1)  # every replica is in sync: nobody is catching up
-    assert [v["move"] for _, v, _ in ops] == ["kill-leader", "kill-leader"]
+    done = [v["move"] for _, v, result in ops if not str(result).startswith("error")]
+    assert done == ["kill-leader", "kill-leader"]
 
 
 def test_a_heal_is_forced_once_the_limit_is_down():
@@ -79,3 +81,40 @@ def test_on_a_loopback_cluster_moves_needing_own_nodes_are_left_out():
 def test_protocol_nemesis_runs_alone():
     assert nemesis_problem(["protocol"]) is None
     assert "give it alone" in nemesis_problem(["protocol", "kill"])
+
+
+class FastClock:
+    """time for nemesis.scenario: sleeps and waits pass at once."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def monotonic(self):
+        return self.t
+
+    def sleep(self, seconds):
+        self.t += seconds
+
+
+def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(monkeypatch):
+    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 4, "topic": "queue"})
+    n.setup(c)
+    assert {SEQUENCE_PREFIX + s for s in SEQUENCES} <= set(n.moves)
+    started = {}
+    for _ in range(60):
+        healed_before = n._down() == 0 and not n.done.isolated
+        ops = drive_moves(n, c, 1)
+        move = ops[-1][1]["move"]
+        if move.startswith(SEQUENCE_PREFIX):
+            assert healed_before, f"{move} started on top of other faults"
+            done = [f for f, v, _ in ops if v["move"] == move]
+            started[move] = started.get(move, 0) + 1
+            # the sequence's own steps, in order, from its first bind
+            steps = [f"scenario-{st.do}" for st in n.moves[move]]
+            assert done == steps[:len(done)]
+        assert n._down() <= MAX_DOWN + 1  # a sequence's two kills may add to a paused broker of its own
+    assert len(started) >= 3, started
+    n.teardown(c)
+    assert n._down() == 0 and not n.done.isolated
