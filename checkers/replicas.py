@@ -43,10 +43,12 @@ from harness.history import Op
 
 
 def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str, int] | None = None,
-                 topic: str = "queue") -> Result:
+                 topic: str = "queue", metadata_logs: dict[str, list[dict[str, Any]]] | None = None) -> Result:
     """`states`: node name -> its state dump (brokers and the controller), unreachable ones left out.
     `lost_beyond_budget`: partition -> writes of `topic` lost beyond the fault budget (the queue
-    checker's details), each of which must be covered by a reported unclean recovery."""
+    checker's details), each of which must be covered by a reported unclean recovery.
+    `metadata_logs`: node name -> the metadata log it kept on disk (every broker's copy, and a
+    single controller's log of record), as collected into nodes/<node>/metadata.log."""
     brokers = {n: s for n, s in states.items() if s.get("role") == "broker"}
     controllers = [s for s in states.values() if s.get("role") == "controller"]
     anomalies = []
@@ -61,6 +63,25 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
     quorum = _quorum_checks(controllers)
     for name, found, why in quorum:
         anomalies.append(Anomaly(name, len(found), found[:MAX_EXAMPLES], why))
+    metadata_logs = metadata_logs or {}
+    # By node name: a broker that did not answer the dump still left its log behind.
+    controller_files = {n: log for n, log in metadata_logs.items() if n.startswith("controller")}
+    reference = _reference_metadata_log(controllers, controller_files)
+    if reference is not None:
+        behind = _broker_metadata_divergence(reference, {n: log for n, log in metadata_logs.items()
+                                                         if n not in controller_files})
+        if behind:
+            anomalies.append(Anomaly("broker-metadata-divergence", len(behind), behind[:MAX_EXAMPLES],
+                                     "a broker's metadata log is not a prefix of the controllers' (002 1.2.1: "
+                                     "brokers replay only committed metadata)"))
+        reused = _leader_epoch_reuse(reference[1])
+        if reused:
+            anomalies.append(Anomaly("leader-epoch-reuse", len(reused), reused[:MAX_EXAMPLES],
+                                     "two brokers were made leader of one partition in the same leader epoch"))
+    claimed = _claimed_leaders(brokers)
+    if claimed:
+        anomalies.append(Anomaly("two-leaders-one-epoch", len(claimed), claimed[:MAX_EXAMPLES],
+                                 "two brokers act as leader of one partition in the same leader epoch"))
     recoveries = [r for c in controllers for r in c.get("unclean_recoveries", [])]
     worse = [_worse_choice(r) for r in recoveries]
     worse = [w for w in worse if w]
@@ -113,6 +134,51 @@ def _quorum_checks(controllers: list[dict[str, Any]]) -> list[tuple[str, list[di
     if split:
         out.append(("controller-split-brain", split, "more than one Raft leader in one term"))
     return out
+
+
+def _reference_metadata_log(controllers: list[dict[str, Any]], files: dict[str, list[dict[str, Any]]]
+                            ) -> tuple[str, list[dict[str, Any]]] | None:
+    """The longest controller metadata log (a quorum's are in their dumps; a single controller's
+    is its file), as (where, records); None when the run collected none."""
+    logs = [(f"controller {c.get('node_id')}", c["metadata_log"]) for c in controllers
+            if isinstance(c.get("metadata_log"), list)]
+    logs += [(node, log) for node, log in files.items()]
+    return max(logs, key=lambda kv: len(kv[1])) if logs else None
+
+
+def _broker_metadata_divergence(reference: tuple[str, list[dict[str, Any]]],
+                                brokers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    where, log = reference
+    out = []
+    for node, mine in sorted(brokers.items()):
+        at = next((i for i, r in enumerate(mine) if i >= len(log) or r != log[i]), None)
+        if at is not None:
+            out.append({"broker": node, "offset": at, "records": [mine[at], log[at] if at < len(log) else None],
+                        "summary": f"{node}'s metadata log differs from {where}'s at offset {at}"
+                                   + (" (it is longer)" if at >= len(log) else "")})
+    return out
+
+
+def _leader_epoch_reuse(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    leaders: dict[tuple[str, int, int], set[int]] = {}
+    for r in log:
+        if r.get("type") == "partition" and r.get("leader", -1) >= 0:
+            leaders.setdefault((r["topic"], r["partition"], r["leader_epoch"]), set()).add(r["leader"])
+    return [{"topic": t, "partition": p, "leader_epoch": e, "leaders": sorted(ids),
+             "summary": f"{t}-{p}: brokers {sorted(ids)} were all made leader in leader epoch {e}"}
+            for (t, p, e), ids in sorted(leaders.items()) if len(ids) > 1]
+
+
+def _claimed_leaders(brokers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """From the brokers' own dumps at teardown: two that both lead one partition in one epoch."""
+    claims: dict[tuple[str, int, int], list[str]] = {}
+    for node, state in sorted(brokers.items()):
+        for p in state.get("partitions", []):
+            if p.get("role") == "leader":
+                claims.setdefault((p["topic"], p["partition"], p["leader_epoch"]), []).append(node)
+    return [{"topic": t, "partition": p, "leader_epoch": e, "brokers": nodes,
+             "summary": f"{t}-{p}: {', '.join(nodes)} all act as leader in leader epoch {e}"}
+            for (t, p, e), nodes in sorted(claims.items()) if len(nodes) > 1]
 
 
 def _worse_choice(rec: dict[str, Any]) -> dict[str, Any] | None:
@@ -192,4 +258,22 @@ class ReplicaStateChecker:
         lost = None
         if beyond_budget_time(history) is not None:  # rare: only then is the queue check run again here
             lost = check_queue(history).details.get("lost_beyond_fault_budget", {}).get("by_key", {})
-        return check_states(states, lost)
+        return check_states(states, lost, metadata_logs=_metadata_log_files(nodes))
+
+
+def _metadata_log_files(nodes: Path) -> dict[str, list[dict[str, Any]]]:
+    """nodes/<node>/metadata.log (JSON lines of {"offset", "record"}) as records; a torn last line
+    (a node killed mid-append) ends its log, as it does when the node replays it."""
+    out = {}
+    for f in sorted(nodes.glob("*/metadata.log")):
+        records = []
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                break
+            if entry.get("offset") != len(records):
+                break
+            records.append(entry["record"])
+        out[f.parent.name] = records
+    return out

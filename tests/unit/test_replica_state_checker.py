@@ -122,3 +122,42 @@ def test_a_controller_quorum_must_agree_on_its_metadata_log_and_have_one_leader_
     r = check_states({**good, "c0": quorum(1000, [a, b], "leader")})
     assert [x.name for x in r.anomalies] == ["controller-split-brain"]
     assert check_states({**good, "c0": quorum(1000, [a, b], "leader", term=1)}).valid is True  # an old term's leader
+
+
+def _record(offset_type, **kw):
+    return {"type": offset_type, **kw}
+
+
+def test_broker_metadata_logs_must_be_prefixes_of_the_controllers_and_epochs_have_one_leader():
+    from checkers.replicas import check_states
+
+    part = {"topic": "q", "partition": 0, "replicas": [1, 2, 3], "isr": [1, 2, 3]}
+    log = [_record("topic", topic="q", partitions=1, replication_factor=3, configs={}),
+           _record("partition", **part, leader=1, leader_epoch=0, partition_epoch=0),
+           _record("partition", **part, leader=2, leader_epoch=1, partition_epoch=1)]
+    ctrl = {"role": "controller", "node_id": 1000, "partitions": [], "brokers": [], "topics": []}
+    ok = check_states({"controller-0": ctrl}, metadata_logs={"controller-0": log, "broker-1": log[:2],
+                                                             "broker-2": log})
+    assert ok.valid, ok.anomalies
+
+    forked = log[:1] + [_record("partition", **part, leader=3, leader_epoch=0, partition_epoch=0)]
+    bad = check_states({"controller-0": ctrl}, metadata_logs={"controller-0": log, "broker-3": forked})
+    assert [a.name for a in bad.anomalies] == ["broker-metadata-divergence"]
+    assert bad.anomalies[0].examples[0]["offset"] == 1 and bad.anomalies[0].examples[0]["broker"] == "broker-3"
+
+    reuse = log + [_record("partition", **part, leader=3, leader_epoch=1, partition_epoch=2)]
+    bad = check_states({"controller-0": ctrl}, metadata_logs={"controller-0": reuse})
+    assert [a.name for a in bad.anomalies] == ["leader-epoch-reuse"]
+    assert bad.anomalies[0].examples[0]["leaders"] == [2, 3]
+
+
+def test_two_brokers_leading_one_partition_in_one_epoch_is_an_anomaly():
+    from checkers.replicas import check_states
+
+    def broker(role, epoch):
+        return {"role": "broker", "partitions": [{"topic": "q", "partition": 0, "role": role, "leader_epoch": epoch,
+                                                  "hwm": 0, "log": []}]}
+
+    assert check_states({"broker-1": broker("leader", 4), "broker-2": broker("leader", 5)}).valid  # a zombie: older epoch
+    bad = check_states({"broker-1": broker("leader", 5), "broker-2": broker("leader", 5)})
+    assert [a.name for a in bad.anomalies] == ["two-leaders-one-epoch"]
