@@ -140,6 +140,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
          act("heal", "S"), wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60)),
         needs_isolated_nodes=True, targets=("no-elr",)),
     Scenario(
+        "power-loss-all-replicas",
+        "004, 'divergence after power loss of all replicas': every replica loses power, each keeping a "
+        "different synced prefix (S cut off early and synced least, F restarted cleanly early, L later, "
+        "so L holds the most). They return in the worst order, S, then F, then L. With leader epochs "
+        "the replicas that come back truncate to the leader's log and converge; truncating to the "
+        "checkpointed HW instead, a replica keeps records past the new leader's log beside the new "
+        "leader's own writes at the same offsets, for good. Beyond the fault budget: acknowledged "
+        "writes may be lost, silently they may not (each unclean recovery must be reported).",
+        (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
+         act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
+         act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
+         act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2),
+         act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), act("lossy-crash", "S"),
+         wait("no-leader"), act("heal"),
+         act("start", "S"), sleep(3), act("start", "F"), sleep(5), act("start", "L"), wait("has-leader", timeout=60),
+         wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60), wait("in-isr", "S", timeout=60)),
+        needs_isolated_nodes=True, targets=("truncate-to-hw",)),
+    Scenario(
         "zombie-leader",
         "A leader paused past its session timeout while clients still talk to it: a new leader is "
         "elected, then the old one resumes believing it leads. Its fetch epochs are stale, so no "
