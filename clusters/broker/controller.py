@@ -237,6 +237,7 @@ class Controller:
             if not b.fenced and self._session_expired(bid, now_ms):
                 self._fence(bid, "session timeout")
         self._elect_leaderless("periodic check")
+        self._complete_reassignments()
         self._plan_recoveries(now_ms)
         for key in list(self.recoveries):
             self._maybe_finish_recovery(key, now_ms)
@@ -486,7 +487,182 @@ class Controller:
         self._update_elr(p, new)
         new.partition_epoch += 1
         self._write_partition(p, new, f"AlterPartition from leader {bid}")
-        return {"error": rpc.NONE, "partition": new.to_record()}
+        # PROTOCOL.md 7: the catch-up step and the completion may share one request.
+        self._maybe_complete_reassignment(key)
+        return {"error": rpc.NONE, "partition": self.image.partitions[key].to_record()}
+
+    # --- reassignment and preferred leaders (PROTOCOL.md 7) ---------------------------------
+    def _handle_alter_partition_reassignments(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+        """Start (replicas: [ids]) or cancel (replicas: null) reassignments, one result each.
+        A partition already being reassigned refuses a new target (REASSIGNMENT_IN_PROGRESS):
+        cancel it first. Kafka would replace the target; refusing keeps `adding` exact (a
+        replica still catching up for the old target is never counted as caught up)."""
+        items = body.get("reassignments")
+        if not isinstance(items, list):
+            return {"error": rpc.INVALID_REQUEST, "message": "reassignments must be a list", "results": []}
+        results = []
+        for item in items:
+            topic, partition = str(item["topic"]), int(item["partition"])
+            target = item.get("replicas")
+            if target is None:
+                err, msg = self._cancel_reassignment(topic, partition)
+            else:
+                err, msg = self._start_reassignment(topic, partition, [int(r) for r in target])
+            results.append({"topic": topic, "partition": partition, "error": err, "message": msg})
+        return {"error": rpc.NONE, "results": results}
+
+    def _start_reassignment(self, topic: str, partition: int, target: list[int]) -> tuple[int, str | None]:
+        p = self.image.partitions.get((topic, partition))
+        where = f"{topic}-{partition}"
+        if p is None:
+            return rpc.UNKNOWN_TOPIC_OR_PARTITION, f"partition {where} does not exist"
+        if not target:
+            return rpc.INVALID_REPLICA_ASSIGNMENT, f"the target replica list for {where} is empty"
+        if len(set(target)) != len(target):
+            return rpc.INVALID_REPLICA_ASSIGNMENT, f"the target replicas {target} for {where} contain duplicates"
+        unknown = [r for r in target if r not in self.image.brokers]
+        if unknown:
+            return rpc.INVALID_REPLICA_ASSIGNMENT, f"brokers {unknown} in the target for {where} are not registered"
+        if len(target) < self._min_isr(p):
+            return (rpc.INVALID_REPLICA_ASSIGNMENT, f"the target {target} for {where} has fewer replicas than "
+                    f"min.insync.replicas={self._min_isr(p)}, so it could never complete")
+        if p.adding or p.removing:
+            return (rpc.REASSIGNMENT_IN_PROGRESS, f"{where} is already being reassigned to "
+                    f"{_target(p)}; cancel that first")
+        adding = [r for r in target if r not in p.replicas]
+        removing = [r for r in p.replicas if r not in target]
+        new = copy.deepcopy(p)
+        # Grow: current ∪ target, target order first, so replicas[0] is the target's preferred leader.
+        new.replicas = target + removing
+        new.adding, new.removing = adding, removing
+        new.partition_epoch += 1
+        self._event("reassignment_started", topic=topic, partition=partition, **{"from": p.replicas},
+                    to=target, adding=adding, removing=removing)
+        self._write_partition(p, new, f"reassignment to {target} started")
+        self._maybe_complete_reassignment((topic, partition))  # removal-only (or reorder) at once
+        return rpc.NONE, None
+
+    def _maybe_complete_reassignment(self, key: tuple[str, int]) -> bool:
+        """PROTOCOL.md 7.3: once every adding replica is in the ISR and |ISR−removing| >= min ISR."""
+        p = self.image.partitions.get(key)
+        if p is None or not (p.adding or p.removing or p.replicas != _target(p)):
+            return False
+        if not set(p.adding) <= set(p.isr):
+            return False
+        remaining_isr = [r for r in p.isr if r not in p.removing]
+        if len(remaining_isr) < self._min_isr(p):
+            return False
+        removing = set(p.removing)
+        new = copy.deepcopy(p)
+        new.replicas = _target(p)
+        new.isr = [r for r in new.replicas if r in remaining_isr]
+        new.elr = [r for r in p.elr if r not in removing]
+        new.last_known_elr = [r for r in p.last_known_elr if r not in removing]
+        new.adding, new.removing = [], []
+        if p.leader in removing or p.leader == NO_LEADER:
+            self._elect_into(new)  # an eligible ISR member in target order; bumps the leader epoch
+        else:
+            new.leader_epoch += 1
+        new.partition_epoch += 1
+        self._event("reassignment_completed", topic=key[0], partition=key[1], replicas=new.replicas,
+                    removed=sorted(removing), leader=new.leader, leader_epoch=new.leader_epoch)
+        self._write_partition(p, new, f"reassignment to {new.replicas} completed")
+        return True
+
+    def _cancel_reassignment(self, topic: str, partition: int) -> tuple[int, str | None]:
+        """Revert to the original replicas (replicas − adding). Refused when no original replica is
+        left in the ISR or ELR (the revert would need an unclean election) unless unclean
+        election is enabled: Kafka's rule (PartitionReassignmentRevert.unclean)."""
+        p = self.image.partitions.get((topic, partition))
+        where = f"{topic}-{partition}"
+        if p is None:
+            return rpc.UNKNOWN_TOPIC_OR_PARTITION, f"partition {where} does not exist"
+        if not p.adding and not p.removing:
+            return rpc.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {where} is in progress"
+        adding = set(p.adding)
+        new = copy.deepcopy(p)
+        new.replicas = [r for r in p.replicas if r not in adding]
+        new.isr = [r for r in new.replicas if r in p.isr]
+        new.elr = [r for r in p.elr if r not in adding]
+        new.last_known_elr = [r for r in p.last_known_elr if r not in adding]
+        if not new.isr and not new.elr and not self.config.unclean_election:
+            return (rpc.INVALID_REPLICA_ASSIGNMENT, f"cannot cancel the reassignment of {where}: none of the "
+                    f"original replicas {new.replicas} is in the ISR {p.isr}, so reverting would need an "
+                    "unclean leader election")
+        new.adding, new.removing = [], []
+        if p.leader in adding or p.leader == NO_LEADER:
+            self._elect_into(new)
+        else:
+            new.leader_epoch += 1
+        new.partition_epoch += 1
+        self._event("reassignment_cancelled", topic=topic, partition=partition, replicas=new.replicas,
+                    dropped=sorted(adding), leader=new.leader)
+        self._write_partition(p, new, f"reassignment of {where} cancelled")
+        return rpc.NONE, None
+
+    def _complete_reassignments(self) -> None:
+        for key in sorted(self.image.partitions):
+            p = self.image.partitions[key]
+            if p.adding or p.removing:
+                self._maybe_complete_reassignment(key)
+
+    def reassignments(self) -> list[dict[str, Any]]:
+        return [{"topic": p.topic, "partition": p.partition, "replicas": list(p.replicas), "target": _target(p),
+                 "adding": list(p.adding), "removing": list(p.removing)}
+                for _, p in sorted(self.image.partitions.items()) if p.adding or p.removing]
+
+    def _handle_list_partition_reassignments(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+        return {"error": rpc.NONE, "reassignments": self.reassignments()}
+
+    def _handle_elect_preferred_leaders(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+        """Move leadership to replicas[0] where it is an eligible ISR member (checkLoadBalancing)."""
+        wanted = body.get("partitions")
+        keys = (sorted(self.image.partitions) if wanted is None
+                else [(str(w["topic"]), int(w["partition"])) for w in wanted])
+        results = []
+        for key in keys:
+            res: dict[str, Any] = {"topic": key[0], "partition": key[1], "error": rpc.NONE, "message": None}
+            p = self.image.partitions.get(key)
+            if p is None:
+                res.update(error=rpc.UNKNOWN_TOPIC_OR_PARTITION, message=f"partition {key[0]}-{key[1]} does not exist")
+            elif p.leader == p.replicas[0]:
+                res.update(error=rpc.ELECTION_NOT_NEEDED, message=f"already led by its preferred replica {p.leader}",
+                           leader=p.leader)
+            elif p.replicas[0] not in p.isr or not self._eligible(p.replicas[0]):
+                res.update(error=rpc.PREFERRED_LEADER_NOT_AVAILABLE, leader=p.leader,
+                           message=f"preferred replica {p.replicas[0]} is not a live ISR member (ISR {p.isr})")
+            else:
+                new = copy.deepcopy(p)
+                new.leader = p.replicas[0]
+                new.leader_epoch += 1
+                new.partition_epoch += 1
+                self._event("preferred_leader_elected", topic=key[0], partition=key[1], **{"from": p.leader},
+                            to=new.leader, leader_epoch=new.leader_epoch)
+                self._write_partition(p, new, "preferred leader election")
+                res["leader"] = new.leader
+            results.append(res)
+        return {"error": rpc.NONE, "results": results}
+
+    def _handle_unregister_broker(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+        """Forget a decommissioned broker. Refused while a partition still lists it as a replica
+        (reassign them away first) or while it is unfenced with a live session (stop it first)."""
+        bid = int(body["broker_id"])
+        b = self.image.brokers.get(bid)
+        if b is None:
+            return {"error": rpc.BROKER_ID_NOT_REGISTERED, "message": f"broker {bid} is not registered"}
+        hosted = [f"{p.topic}-{p.partition}" for _, p in sorted(self.image.partitions.items()) if bid in p.replicas]
+        if hosted:
+            shown = ", ".join(hosted[:5]) + (" ..." if len(hosted) > 5 else "")
+            return {"error": rpc.INVALID_REQUEST,
+                    "message": f"broker {bid} is still a replica of {len(hosted)} partitions ({shown}); "
+                               "reassign them away first"}
+        if not b.fenced and not self._session_expired(bid, now_ms):
+            return {"error": rpc.INVALID_REQUEST,
+                    "message": f"broker {bid} is unfenced and its session is live; stop it first"}
+        self._emit({"type": "broker_unregistered", "broker_id": bid})
+        self.sessions.pop(bid, None)
+        self._event("broker_unregistered", broker=bid, broker_epoch=b.broker_epoch)
+        return {"error": rpc.NONE, "message": None}
 
     # --- topics ------------------------------------------------------------------------
     def _handle_create_topic(self, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
@@ -532,6 +708,7 @@ class Controller:
             "topics": [{"topic": t.topic, "partitions": t.partitions, "replication_factor": t.replication_factor,
                         "configs": t.configs} for t in self.image.topics.values()],
             "partitions": [p.to_record() for _, p in sorted(self.image.partitions.items())],
+            "reassignments": self.reassignments(),
             "config": {"unclean_leader_election": self.config.unclean_election,
                        "unclean_recovery_strategy": self.config.unclean_recovery_strategy,
                        "variants": sorted(self.config.variants)},
@@ -545,5 +722,13 @@ class Controller:
 
 
 def _summary(p: PartitionState) -> dict[str, Any]:
-    return {"leader": p.leader, "isr": p.isr, "elr": p.elr, "last_known_elr": p.last_known_elr,
-            "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch}
+    out = {"leader": p.leader, "isr": p.isr, "elr": p.elr, "last_known_elr": p.last_known_elr,
+           "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch}
+    if p.adding or p.removing:
+        out.update(replicas=p.replicas, adding=p.adding, removing=p.removing)
+    return out
+
+
+def _target(p: PartitionState) -> list[int]:
+    """A reassigning partition's target: its replicas without the ones being removed (in order)."""
+    return [r for r in p.replicas if r not in p.removing]

@@ -111,6 +111,15 @@ class Replica:
         self.isr = list(p.isr)
         self.partition_epoch = p.partition_epoch
         self.maximal_isr = _union(self.isr, self.alter_in_flight or [], self.replicas)
+        if self.role == LEADER:
+            # A reassignment changes the replica set within a leader epoch (PROTOCOL.md 7): serve
+            # the replicas being added (they catch up and join the ISR like any follower) and
+            # refuse fetches from replicas no longer in the set.
+            for r in self.replicas:
+                if r != self.node_id and r not in self.followers:
+                    self.followers[r] = FollowerState()
+            for r in [r for r in self.followers if r not in self.replicas]:
+                del self.followers[r]
         if old != self.isr:
             self._event("isr_updated", **{"from": old, "to": self.isr})
 

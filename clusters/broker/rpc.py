@@ -43,6 +43,14 @@ API: dict[str, str] = {
     "{error, partition: partition record fields}",
     "create_topic": "req {topic, partitions, replication_factor, configs: {min.insync.replicas: N, ...}} -> "
     "{error, message}",
+    # operator -> controller (PROTOCOL.md 7; controller.py)
+    "alter_partition_reassignments": "req {reassignments: [{topic, partition, replicas: [ids] | null (cancel)}]} "
+    "-> {error, results: [{topic, partition, error, message}]}",
+    "list_partition_reassignments": "req {} -> {error, reassignments: [{topic, partition, replicas, target, "
+    "adding, removing}]}",
+    "elect_preferred_leaders": "req {partitions: [{topic, partition}] | null (all)} -> {error, results: "
+    "[{topic, partition, error, message, leader}]}",
+    "unregister_broker": "req {broker_id} -> {error, message}",
     "get_replica_log_info": "controller -> broker: req {topic, partition} -> {error, last_epoch, log_end_offset, "
     "broker_epoch}",
     # broker -> leader broker (002 2.2, PROTOCOL.md 2)
@@ -78,6 +86,12 @@ STALE_BROKER_EPOCH = 77
 INELIGIBLE_REPLICA = 107
 NEW_LEADER_ELECTED = 106
 INVALID_UPDATE_VERSION = 108  # stale partition epoch in AlterPartition
+# Reassignment and preferred-leader election (PROTOCOL.md 7; Kafka's codes)
+INVALID_REPLICA_ASSIGNMENT = 39
+REASSIGNMENT_IN_PROGRESS = 60
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELECTION_NOT_NEEDED = 84
+NO_REASSIGNMENT_IN_PROGRESS = 85
 UNKNOWN_SERVER_ERROR = -1
 BROKER_ID_NOT_REGISTERED = 102
 DUPLICATE_BROKER_REGISTRATION = 101

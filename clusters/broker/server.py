@@ -382,6 +382,8 @@ class Broker:
         for key in sorted(keys):
             p = self.image.partitions.get(key)
             if p is None or self.node_id not in p.replicas:
+                if key in self.replicas or self.logs.get(*key) is not None:
+                    self.delete_replica(key, "not a replica any more" if p is not None else "partition gone")
                 continue
             topic = self.image.topics.get(p.topic)
             min_isr = topic.min_isr if topic else 1
@@ -408,6 +410,26 @@ class Broker:
             self._hwm_may_have_moved(r)
             self.signal_change(key, wake_followers=True)  # waiting follower polls see the new role
 
+    def delete_replica(self, key: tuple[str, int], reason: str) -> None:
+        """This broker was removed from the partition (a completed or cancelled reassignment,
+        PROTOCOL.md 7): stop following, fail waiting produces, delete the log and forget its
+        HWM. A later re-add starts from a fresh empty log and catches up from the leader."""
+        r = self.replicas.pop(key, None)
+        fetcher = self.fetchers.pop(key, None)
+        if fetcher is not None:
+            fetcher.cancel()
+        self._fail_produces(key, rpc.NOT_LEADER_OR_FOLLOWER)
+        self.signal_change(key, wake_followers=True)  # long polls on it answer at once
+        leo = r.leo if r is not None else None
+        existed = self.logs.delete(*key)
+        self.checkpointed_hwm.pop(key, None)
+        if self.replicas:
+            self.write_hwm_checkpoint()
+        else:
+            self.logs.write_hwm_checkpoint({})
+        self.log({"event": "replica_deleted", "topic": key[0], "partition": key[1], "reason": reason,
+                  "leo": leo, "log_deleted": existed})
+
     # --- replication: followers pull (002 2.2) ------------------------------------------------
     def peer(self, broker_id: int) -> rpc.RpcClient | None:
         b = self.image.brokers.get(broker_id)
@@ -421,7 +443,9 @@ class Broker:
     async def follower_loop(self, key: tuple[str, int]) -> None:
         wait_ms = self.args.replica_fetch_wait_max_ms
         while not self.stopping:
-            r = self.replicas[key]
+            r = self.replicas.get(key)
+            if r is None:
+                return  # deleted (delete_replica also cancels this task)
             if r.role != FOLLOWER or r.leader == NO_LEADER or self.broker_epoch < 0:
                 self.fetchers.pop(key, None)
                 return
@@ -436,6 +460,8 @@ class Broker:
             except rpc.RpcError:
                 await asyncio.sleep(0.2)
                 continue
+            if self.replicas.get(key) is not r:
+                return  # deleted or re-created while the fetch was out: its log may be closed
             try:
                 err = r.on_fetch_response(req, resp)
             except NonContiguousAppendError as e:
