@@ -1,4 +1,4 @@
-"""`python -m clusters.broker controller|broker|cluster|create-topic|admin ...`
+"""`python -m clusters.broker controller|broker|cluster|create-topic|reassign|admin ...`
 
 One program, two roles (DESIGN.md, "The reference broker"). Flags here are the contract
 the harness's cluster backends rely on; change them only together with clusters/local.py.
@@ -69,14 +69,27 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-isr", type=int, default=2)
 
     a = sub.add_parser("admin", help="admin requests over the internal RPC")
-    a.add_argument("what", choices=["dump", "elect"],
+    a.add_argument("what", choices=["dump", "elect", "elect-preferred"],
                    help="dump: print the node's state as JSON; elect: make --broker the leader of a partition "
-                        "no clean election can serve (unclean recovery by hand, 001 5.3 'manual')")
-    a.add_argument("--node", required=True, help="HOST:PORT of a broker or controller (elect: the controller)")
+                        "no clean election can serve (unclean recovery by hand, 001 5.3 'manual'); "
+                        "elect-preferred: move leadership to each partition's first replica where it is in "
+                        "the ISR (all partitions unless --topic)")
+    a.add_argument("--node", required=True, help="HOST:PORT of a broker or controller (elect, elect-preferred: "
+                   "the controller, or HOST:PORT,... of a controller quorum)")
     a.add_argument("--no-log", action="store_true", help="leave the physical log out of the dump")
     a.add_argument("--topic")
     a.add_argument("--partition", type=int, default=0)
     a.add_argument("--broker", type=int, help="elect: the replica to make leader")
+
+    r = sub.add_parser("reassign", help="move a partition's replicas (PROTOCOL.md 7), cancel, or list moves")
+    r.add_argument("--controller", required=True, help="HOST:PORT of the controller, or HOST:PORT,... of a quorum")
+    r.add_argument("--topic")
+    r.add_argument("--partition", type=int)
+    r.add_argument("--replicas", help="the target broker ids, e.g. 2,3,4 (the first is the preferred leader)")
+    r.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to this long for the reassignment to complete")
+    r.add_argument("--cancel", action="store_true", help="cancel the partition's reassignment in progress")
+    r.add_argument("--list", action="store_true", help="list the reassignments in progress")
     return ap
 
 
@@ -98,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         from clusters.broker.admin import create_topic_cli
 
         return create_topic_cli(args)
+    if args.role == "reassign":
+        from clusters.broker.reassign import reassign_cli
+
+        return reassign_cli(args)
     if args.role == "admin":
         from clusters.broker.admin import admin_cli
 

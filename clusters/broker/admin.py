@@ -1,4 +1,5 @@
-"""Operator commands: `create-topic` (through the Kafka CreateTopics API) and `admin dump` (internal RPC).
+"""Operator commands: `create-topic` (through the Kafka CreateTopics API), `admin dump`, `admin elect` and
+`admin elect-preferred` (internal RPC; reassignment and preferred leaders are in reassign.py).
 
 Also importable by the harness: `dump_state(host, port)` and `create_topic(bootstrap, ...)`.
 """
@@ -51,6 +52,10 @@ def create_topic_cli(args: Any) -> int:
 
 
 def admin_cli(args: Any) -> int:
+    if args.what == "elect-preferred":
+        from clusters.broker.reassign import elect_preferred_cli
+
+        return elect_preferred_cli(args.node, args.topic, args.partition)
     host, port = args.node.rsplit(":", 1)
     if args.what == "elect":
         return elect_cli(host, int(port), args)

@@ -1,5 +1,6 @@
 """Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics,
-InitProducerId.
+InitProducerId, AlterPartitionReassignments and ListPartitionReassignments (the last three forwarded
+to the controller, as KRaft brokers do).
 
 Codecs are kafka-python's generated protocol classes used server-side (PROTOCOL.md 10):
 requests decode with `Req[version].decode(payload, header=True)`, responses are built with
@@ -19,7 +20,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import (
@@ -49,6 +57,8 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4),
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 7),
     22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
+    45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0),
+    46: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
 }
 
 
@@ -221,5 +231,47 @@ async def init_producer_id(broker: Broker, req: Any, version: int) -> Any:
                                   producer_id=broker.next_producer_id(), producer_epoch=0)
 
 
+async def alter_partition_reassignments(broker: Broker, req: Any, version: int) -> Any:
+    R = AlterPartitionReassignmentsResponse
+    items = [{"topic": t.name, "partition": p.partition_index,
+              "replicas": None if p.replicas is None else list(p.replicas)}
+             for t in req.topics for p in t.partitions]
+    try:
+        resp = await broker.controller.call("alter_partition_reassignments", {"reassignments": items})
+    except rpc.RpcError as e:
+        resp = {"error": rpc.REQUEST_TIMED_OUT, "message": f"controller unreachable: {e}", "results": []}
+    by_topic: dict[str, list] = {}
+    results = {(r["topic"], r["partition"]): r for r in resp.get("results") or []}
+    for it in items:
+        r = results.get((it["topic"], it["partition"]), {"error": resp.get("error", rpc.UNKNOWN_SERVER_ERROR),
+                                                         "message": resp.get("message")})
+        by_topic.setdefault(it["topic"], []).append(R.ReassignableTopicResponse.ReassignablePartitionResponse(
+            partition_index=it["partition"], error_code=r["error"], error_message=r.get("message")))
+    return R(version=version, throttle_time_ms=0, error_code=0, error_message=None,
+             responses=[R.ReassignableTopicResponse(name=n, partitions=ps) for n, ps in by_topic.items()])
+
+
+async def list_partition_reassignments(broker: Broker, req: Any, version: int) -> Any:
+    R = ListPartitionReassignmentsResponse
+    try:
+        resp = await broker.controller.call("list_partition_reassignments", {})
+    except rpc.RpcError as e:
+        return R(version=version, throttle_time_ms=0, error_code=rpc.REQUEST_TIMED_OUT,
+                 error_message=f"controller unreachable: {e}", topics=[])
+    if resp.get("error") != rpc.NONE:
+        return R(version=version, throttle_time_ms=0, error_code=resp["error"], error_message=resp.get("message"),
+                 topics=[])
+    wanted = None if req.topics is None else {(t.name, p) for t in req.topics for p in t.partition_indexes}
+    by_topic: dict[str, list] = {}
+    for r in resp.get("reassignments") or []:
+        if wanted is not None and (r["topic"], r["partition"]) not in wanted:
+            continue
+        by_topic.setdefault(r["topic"], []).append(R.OngoingTopicReassignment.OngoingPartitionReassignment(
+            partition_index=r["partition"], replicas=r["replicas"], adding_replicas=r["adding"],
+            removing_replicas=r["removing"]))
+    return R(version=version, throttle_time_ms=0, error_code=0, error_message=None,
+             topics=[R.OngoingTopicReassignment(name=n, partitions=ps) for n, ps in by_topic.items()])
+
+
 HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 18: api_versions, 19: create_topics,
-            22: init_producer_id}
+            22: init_producer_id, 45: alter_partition_reassignments, 46: list_partition_reassignments}
