@@ -24,6 +24,17 @@ ISR is below min ISR), so an uncleanly restarted replica leads again only after 
 reply within a timeout; `manual` waits for an operator's `elect_leader`. Every unclean
 recovery or election is a metadata record and a log line flagged as possible data loss.
 
+Reassignment (PROTOCOL.md 7): `alter_partition_reassignments` grows the replicas to
+current ∪ target (target first; `adding`/`removing` in the partition record), the leader
+adds the new replicas to the ISR with AlterPartition, and the reassignment completes (after
+an accepted AlterPartition, on tick, or at once when only removing) once every adding
+replica is in the ISR and |ISR − removing| ≥ min ISR: replicas = target, removed replicas
+leave ISR, ELR and LastKnownELR, a removed leader is replaced, both epochs are bumped. A
+cancel reverts to replicas − adding (refused when no original replica is left in ISR or ELR,
+unless unclean election is on); a new target while one is in progress is refused.
+`elect_preferred_leaders` moves leadership to replicas[0] where it is a live ISR member;
+`unregister_broker` forgets a broker that hosts no replica and is fenced or silent.
+
 Historic flaws as variants: `no-elr` restores 3.5's rules (the last ISR member stays in the
 ISR even when fenced or restarted uncleanly, no ELR: the Last Replica Standing of 002 2.4.2);
 `unclean-election` is `unclean.leader.election.enable` (004, any live replica may lead).

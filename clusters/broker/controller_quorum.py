@@ -21,8 +21,10 @@ How it fits together, per controller process:
   active controller serves the metadata log, and only committed records: a follower's copy
   may be shorter than what a broker already has.
 
-Not yet here (issue #9): log compaction/snapshots, membership changes, partition
-reassignment, controller faults in the nemesis and metadata-log checks in the checker.
+Partition reassignment, preferred-leader election and `unregister_broker` (PROTOCOL.md 7) are
+plain `Controller.handle` APIs, so they reach the active controller like any other request.
+
+Not yet here (issue #9): log compaction/snapshots and changes of the quorum's own membership.
 """
 
 from __future__ import annotations

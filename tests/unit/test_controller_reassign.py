@@ -285,3 +285,40 @@ def test_leaderless_partition_with_removed_leader_gets_a_target_leader_at_comple
     # The ISR-change record and completion: ISR [1, 4] − [1] = [4] >= 1.
     assert shape(s) == ([2, 3, 4], [4], 4, [], [])
     assert s.p.leader != NO_LEADER
+
+
+# --- the leader's side (replica.py): replicas added within a leader epoch -----------------------
+
+def test_leader_serves_a_replica_being_added_and_proposes_it_for_the_isr(tmp_path):
+    from clusters.broker.metadata import BrokerInfo, PartitionState
+    from tests.unit.test_replica import make_replica, produce, replicate
+
+    leader, new = make_replica(tmp_path, 1), make_replica(tmp_path, 4)
+    leader.apply_partition_state(PartitionState("t", 0, [1, 2, 3], [1, 2, 3], 1, 1, 1), 0)
+    produce(leader, 5)
+    # Grow within leader epoch 1: the partition epoch alone moves (PROTOCOL.md 7.1).
+    grown = PartitionState("t", 0, [2, 3, 4, 1], [1, 2, 3], 1, 1, 2, adding=[4], removing=[1])
+    assert leader.apply_partition_state(grown, 10) is None
+    assert leader.leader_epoch == 1 and 4 in leader.followers
+    new.apply_partition_state(grown, 10)
+    replicate(leader, new, 20, broker_epoch=40)
+    replicate(leader, new, 30, broker_epoch=40)
+    assert new.leo == 5
+    infos = {b: BrokerInfo(b, 40 if b == 4 else 10, "inc", "127.0.0.1", 9000 + b, fenced=False) for b in (1, 2, 3, 4)}
+    # 2 and 3 have not fetched in this epoch, but they are ISR members within the lag time.
+    body = leader.wanted_isr_change(40, infos)
+    assert body is not None
+    assert [m["broker_id"] for m in body["new_isr"]] == [2, 3, 4, 1]
+    assert {m["broker_id"]: m["broker_epoch"] for m in body["new_isr"]}[4] == 40
+    # Cancelled: 4 is no replica any more and its fetches are refused.
+    leader.on_alter_partition_response({"error": rpc.INVALID_UPDATE_VERSION})
+    reverted = PartitionState("t", 0, [2, 3, 1], [2, 3, 1], 1, 2, 3)
+    leader.apply_partition_state(reverted, 50)
+    req = new.fetch_request(40, 1 << 20)
+    req["current_leader_epoch"] = 2
+    assert leader.record_follower_fetch(req, 60)["error"] == rpc.NOT_LEADER_OR_FOLLOWER
+    # Removed within the same leader epoch too (no epoch bump): refused as well.
+    leader2 = make_replica(tmp_path / "b", 1)
+    leader2.apply_partition_state(PartitionState("t", 0, [1, 2, 4], [1, 2, 4], 1, 1, 1), 0)
+    leader2.apply_partition_state(PartitionState("t", 0, [1, 2], [1, 2], 1, 1, 2), 0)
+    assert 4 not in leader2.followers
