@@ -1,5 +1,5 @@
 """The controller's metadata state machine, without I/O (002 sections 1.2, 2.3, 2.8, 2.9; 001 section 5;
-PROTOCOL.md 4-6).
+PROTOCOL.md 4-7).
 
 `Controller.handle(api, body, now_ms)` takes a request and returns the response; every
 state change it makes is a metadata record, emitted through `_emit`, which assigns the
