@@ -423,10 +423,9 @@ class Broker:
         leo = r.leo if r is not None else None
         existed = self.logs.delete(*key)
         self.checkpointed_hwm.pop(key, None)
-        if self.replicas:
-            self.write_hwm_checkpoint()
-        else:
-            self.logs.write_hwm_checkpoint({})
+        # Rewrite the checkpoint without it; keep what was read at start-up for partitions whose
+        # replicas are not created yet (this may run while the first metadata is applied).
+        self.logs.write_hwm_checkpoint({**self.checkpointed_hwm, **{k: r.hwm for k, r in self.replicas.items()}})
         self.log({"event": "replica_deleted", "topic": key[0], "partition": key[1], "reason": reason,
                   "leo": leo, "log_deleted": existed})
 

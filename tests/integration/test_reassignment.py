@@ -1,6 +1,7 @@
 """Partition reassignment on a real local cluster of the reference broker (PROTOCOL.md 7): a Kafka
 client keeps producing with acks=all while the partition moves {1,2,3} -> {2,3,4} (the leader is
-removed) -> {4,1,2} (broker 1 comes back with a fresh log, broker 3 goes)."""
+removed) -> {4,1,2} (broker 1 comes back with a fresh log, broker 3 goes) -> {4,1,3} while broker
+2 is down (it deletes its stale copy when it returns)."""
 
 from __future__ import annotations
 
@@ -124,12 +125,25 @@ def test_reassignment_under_acks_all_load_keeps_every_acknowledged_record(cluste
     assert results[0]["error"] in (0, 84), results  # elected, or 4 already leads
     assert cluster.partition(TOPIC)["leader"] == 4
 
+    # 3. {4,1,2} -> {4,1,3} while broker 2 is down: the move completes without it, and broker 2,
+    # back later, finds itself no longer a replica and deletes its stale copy.
+    cluster.kill(2)
+    final = reassign(controller, TOPIC, 0, [4, 1, 3], wait_s=90)
+    assert final is not None and (final["replicas"], final["leader"]) == ([4, 1, 3], 4)
+    assert _partition_dir(cluster, 2).exists()
+    cluster.restart(2)
+    cluster.wait_unfenced([2])
+    cluster.wait_for(lambda: not _partition_dir(cluster, 2).exists(), timeout=30,
+                     what="broker 2 to delete its stale replica after its restart")
+    before = prod.acked_count()
+    cluster.wait_for(lambda: prod.acked_count() > before + 200, what="acknowledgements after the third move")
+
     acked = prod.finish()
     assert prod.failed == 0
     assert len(acked) > 700
 
     p = cluster.partition(TOPIC)
-    assert (p["replicas"], p["adding"], p["removing"]) == ([4, 1, 2], [], [])
+    assert (p["replicas"], p["adding"], p["removing"]) == ([4, 1, 3], [], [])
     assert list_reassignments(controller) == []
     state = cluster.controller_state()
     assert state["reassignments"] == []
@@ -153,7 +167,7 @@ def test_reassignment_under_acks_all_load_keeps_every_acknowledged_record(cluste
     assert_logs_identical_below_hwm(cluster, TOPIC)
     hosts = {i for i in cluster.broker_ports
              if any(x["topic"] == TOPIC for x in cluster.broker_state(i, False)["partitions"])}
-    assert hosts == {1, 2, 4}
+    assert hosts == {1, 3, 4}
 
     # The Kafka wire APIs (45, 46) through a broker: nothing in progress; a bad target is refused.
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","), request_timeout_ms=10000)
@@ -163,4 +177,4 @@ def test_reassignment_under_acks_all_load_keeps_every_acknowledged_record(cluste
         assert res[TopicPartition(TOPIC, 0)] is not None  # INVALID_REPLICA_ASSIGNMENT
     finally:
         admin.close()
-    assert cluster.partition(TOPIC)["replicas"] == [4, 1, 2]
+    assert cluster.partition(TOPIC)["replicas"] == [4, 1, 3]
