@@ -322,3 +322,59 @@ def test_leader_serves_a_replica_being_added_and_proposes_it_for_the_isr(tmp_pat
     leader2.apply_partition_state(PartitionState("t", 0, [1, 2, 4], [1, 2, 4], 1, 1, 1), 0)
     leader2.apply_partition_state(PartitionState("t", 0, [1, 2], [1, 2], 1, 1, 2), 0)
     assert 4 not in leader2.followers
+
+
+# --- the client (reassign.py): following NOT_CONTROLLER -----------------------------------------
+
+def test_controller_call_follows_the_not_controller_hint_and_skips_dead_addresses():
+    import json
+    import socket
+    import struct
+    import threading
+
+    from clusters.broker.reassign import ReassignError, controller_call
+
+    def serve(answer):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        seen = []
+
+        def loop():
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                with conn:
+                    n = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))[0]
+                    msg = json.loads(conn.recv(n, socket.MSG_WAITALL))
+                    seen.append(msg["api"])
+                    data = json.dumps({"id": msg["id"], "body": answer()}).encode()
+                    conn.sendall(struct.pack(">i", len(data)) + data)
+
+        threading.Thread(target=loop, daemon=True).start()
+        return srv, seen
+
+    active, active_seen = serve(lambda: {"error": rpc.NONE, "reassignments": []})
+    active_addr = f"127.0.0.1:{active.getsockname()[1]}"
+    follower, follower_seen = serve(lambda: {"error": rpc.NOT_CONTROLLER, "leader": active_addr})
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_addr = f"127.0.0.1:{dead.getsockname()[1]}"
+    dead.close()
+    try:
+        resp = controller_call(f"{dead_addr},127.0.0.1:{follower.getsockname()[1]}",
+                               "list_partition_reassignments", {})
+        assert resp == {"error": rpc.NONE, "reassignments": []}
+        assert follower_seen == ["list_partition_reassignments"]
+        assert active_seen == ["list_partition_reassignments"]
+        try:
+            controller_call(dead_addr, "list_partition_reassignments", {}, retry_s=0)
+        except ReassignError as e:
+            assert "no active controller" in str(e)
+        else:
+            raise AssertionError("a dead controller must raise ReassignError")
+    finally:
+        active.close()
+        follower.close()
