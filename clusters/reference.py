@@ -200,6 +200,19 @@ class ReferenceCluster:
         raise ClusterError(f"The brokers did not register with the controller within {timeout_s:.0f} s; see the "
                            f"node logs ({self.name} cluster, {self.log_path(CONTROLLER)}).")
 
+    def controller_call(self, api: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        """An internal-RPC request to the active controller (reassignments, membership: nemesis/membership.py)."""
+        from clusters.broker.membership import active_controller_call
+
+        return active_controller_call([self.address(c) for c in self.controller_nodes()], timeout)(api, body)
+
+    def wipe_data(self, node: str) -> None:
+        """Delete everything a (stopped) broker stored, as for a machine replaced after decommissioning.
+        The directory itself stays: it may be a mount point (lossy-crash)."""
+        r = self.remote(node).run(["find", self.data_dir(node), "-mindepth", "1", "-delete"], timeout=30)
+        if not r.ok:
+            raise ClusterError(f"Could not delete {node}'s data in {self.data_dir(node)} ({r.err.strip()}).")
+
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
         create_topic_or_fail(self.bootstrap(), topic, partitions, replication_factor, min_isr)
 

@@ -33,7 +33,8 @@ def _fail(message: str, code: int = 3) -> None:
 def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
     nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, "
-                                            "clock-jump, clock-strobe, net, disk, drop-caches")] = "",
+                                            "clock-jump, clock-strobe, net, disk, drop-caches, controller, membership; or protocol, "
+                                            "or scenario:NAME, alone")] = "",
     nemesis_interval: Annotated[float, typer.Option(help="mean seconds between fault starts and stops")] = 10.0,
     nemesis_schedule: Annotated[str, typer.Option(help="mix: a random fault toggled each interval, so different "
                                                        "faults overlap; sequential: one fault at a time")] = "mix",

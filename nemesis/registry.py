@@ -21,6 +21,7 @@ _NEMESES = {
     "protocol": ("nemesis.protocol", "ProtocolNemesis"),
     "drop-caches": ("nemesis.faults", "DropCachesNemesis"),
     "controller": ("nemesis.controller", "ControllerNemesis"),
+    "membership": ("nemesis.membership", "MembershipNemesis"),
 }
 NEMESIS_NAMES = tuple(_NEMESES)
 
@@ -98,7 +99,8 @@ class CompositeNemesis:
 
     def teardown(self, cluster) -> list[str]:
         errors = []
-        for p in self.parts:
+        # Parts marked heal_last (membership) wait for every broker, so the others heal first.
+        for p in sorted(self.parts, key=lambda p: getattr(p, "heal_last", False)):
             try:
                 p.teardown(cluster)
             except Exception as e:  # noqa: BLE001 - keep healing the others

@@ -23,6 +23,7 @@ FAULT_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "partition": (("iptables",), "all"),
     "net": (("iptables", "tc"), "brokers"),
     "lossy-crash": (("fuse", "sigstop"), "brokers"),
+    "membership": (("sigstop",), "brokers"),  # decommissioning stops a broker's process
 }
 
 FIXES = {
