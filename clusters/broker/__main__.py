@@ -1,4 +1,4 @@
-"""`python -m clusters.broker controller|broker|cluster|create-topic|reassign|admin ...`
+"""`python -m clusters.broker controller|broker|cluster|create-topic|reassign|alter-cluster|admin ...`
 
 One program, two roles (DESIGN.md, "The reference broker"). Flags here are the contract
 the harness's cluster backends rely on; change them only together with clusters/local.py.
@@ -90,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wait up to this long for the reassignment to complete")
     r.add_argument("--cancel", action="store_true", help="cancel the partition's reassignment in progress")
     r.add_argument("--list", action="store_true", help="list the reassignments in progress")
+
+    m = sub.add_parser("alter-cluster", help="add or remove brokers online and rebalance (003; membership.py)")
+    m.add_argument("action", choices=["add", "remove", "rebalance", "unregister"],
+                   help="add: give registered brokers their share; remove: move every replica off them; "
+                        "rebalance: restore replication factors and even out the load; unregister: forget "
+                        "stopped brokers that host nothing")
+    m.add_argument("--controller", required=True, help="HOST:PORT of the controller, or HOST:PORT,... of a quorum")
+    m.add_argument("--brokers", default="", help="broker ids, e.g. 4,5")
+    m.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                   help="how long to wait for the reassignments to complete")
     return ap
 
 
@@ -115,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         from clusters.broker.reassign import reassign_cli
 
         return reassign_cli(args)
+    if args.role == "alter-cluster":
+        from clusters.broker.membership import alter_cluster_cli
+
+        return alter_cluster_cli(args)
     if args.role == "admin":
         from clusters.broker.admin import admin_cli
 

@@ -132,21 +132,25 @@ def unregister(call: Call, broker_id: int, wait_s: float = 15.0) -> None:
 
 
 def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0) -> Call:
-    """A `call` that goes to whichever of `addrs` is the active controller at the time of the call."""
+    """A `call` that reaches whichever of `addrs` is the active controller at the time of the call:
+    requests follow NOT_CONTROLLER (reassign.controller_call); a state dump, which every
+    controller answers with its own view, is taken from the one that says it is active."""
+    from clusters.broker.reassign import ReassignError, controller_call
 
     def call(api: str, body: dict[str, Any]) -> dict[str, Any]:
-        last: Exception | None = None
+        if api != "dump_state" or len(addrs) == 1:
+            try:
+                return controller_call(addrs, api, body, timeout=timeout)
+            except ReassignError as e:
+                raise rpc.RpcError(str(e)) from None
         for host, port in addrs:
             try:
-                if len(addrs) > 1:
-                    state = rpc.call_sync(host, port, "dump_state", {"include_log": False}, timeout=timeout)
-                    if not state.get("state", {}).get("active", True):
-                        continue
-                return rpc.call_sync(host, port, api, body, timeout=timeout)
-            except rpc.RpcError as e:
-                last = e
-        raise rpc.RpcError(f"no active controller among {', '.join(f'{h}:{p}' for h, p in addrs)}"
-                           + (f" ({last})" if last else ""))
+                resp = rpc.call_sync(host, port, api, body, timeout=timeout)
+            except rpc.RpcError:
+                continue
+            if resp.get("state", {}).get("active", True):
+                return resp
+        raise rpc.RpcError(f"no active controller among {', '.join(f'{h}:{p}' for h, p in addrs)}")
 
     return call
 
