@@ -150,6 +150,7 @@ class MembershipNemesis:
             add = [cluster.node_id(node)]
             healed["added"] = node
             self.removed = None
+        self.unsettled = True  # until the rebalance below has completed (it may raise: no active controller)
         result = alter_cluster(self._call(cluster), add=add, wait_s=wait_s)
         self.unsettled = not result["completed"]
         return {**healed, "reassigned": len(result["reassigned"]), "moved_replicas": result["moved_replicas"],

@@ -131,7 +131,7 @@ def unregister(call: Call, broker_id: int, wait_s: float = 15.0) -> None:
         time.sleep(0.5)
 
 
-def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0) -> Call:
+def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, retry_s: float = 10.0) -> Call:
     """A `call` that reaches whichever of `addrs` is the active controller at the time of the call:
     requests follow NOT_CONTROLLER (reassign.controller_call); a state dump, which every
     controller answers with its own view, is taken from the one that says it is active."""
@@ -140,17 +140,22 @@ def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0) -
     def call(api: str, body: dict[str, Any]) -> dict[str, Any]:
         if api != "dump_state" or len(addrs) == 1:
             try:
-                return controller_call(addrs, api, body, timeout=timeout)
+                return controller_call(addrs, api, body, timeout=timeout, retry_s=retry_s)
             except ReassignError as e:
                 raise rpc.RpcError(str(e)) from None
-        for host, port in addrs:
-            try:
-                resp = rpc.call_sync(host, port, api, body, timeout=timeout)
-            except rpc.RpcError:
-                continue
-            if resp.get("state", {}).get("active", True):
-                return resp
-        raise rpc.RpcError(f"no active controller among {', '.join(f'{h}:{p}' for h, p in addrs)}")
+        deadline = time.monotonic() + retry_s  # a quorum may be electing a new active controller
+        while True:
+            for host, port in addrs:
+                try:
+                    resp = rpc.call_sync(host, port, api, body, timeout=timeout)
+                except rpc.RpcError:
+                    continue
+                if resp.get("state", {}).get("active", True):
+                    return resp
+            if time.monotonic() >= deadline:
+                raise rpc.RpcError(f"no active controller among {', '.join(f'{h}:{p}' for h, p in addrs)} "
+                                   f"for {retry_s:.0f} s")
+            time.sleep(0.3)
 
     return call
 
