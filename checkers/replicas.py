@@ -43,7 +43,7 @@ from harness.history import Op
 
 
 def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str, int] | None = None,
-                 topic: str = "queue", metadata_logs: dict[str, list[dict[str, Any]]] | None = None) -> Result:
+                 topic: str = "queue", metadata_logs: dict[str, MetadataLog] | None = None) -> Result:
     """`states`: node name -> its state dump (brokers and the controller), unreachable ones left out.
     `lost_beyond_budget`: partition -> writes of `topic` lost beyond the fault budget (the queue
     checker's details), each of which must be covered by a reported unclean recovery.
@@ -107,18 +107,58 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
     return Result("replicas", not anomalies, anomalies, stats, details)
 
 
+# A metadata log is either a list of records from offset 0, or {"base": B, "records": [...]}: the
+# records from offset B on (a controller's or broker's log after a snapshot, 002 1.2.x). Two logs
+# are compared only on the offsets both hold.
+MetadataLog = list[dict[str, Any]] | dict[str, Any]
+
+
+def _based(log: MetadataLog) -> tuple[int, list[dict[str, Any]]]:
+    if isinstance(log, dict):
+        return int(log.get("base", 0)), list(log.get("records", []))
+    return 0, log
+
+
+def _end(log: MetadataLog) -> int:
+    base, records = _based(log)
+    return base + len(records)
+
+
+def _first_difference(log: MetadataLog, other: MetadataLog) -> int | None:
+    """The first absolute offset both logs hold where they differ, or None."""
+    (b1, r1), (b2, r2) = _based(log), _based(other)
+    for o in range(max(b1, b2), min(b1 + len(r1), b2 + len(r2))):
+        if r1[o - b1] != r2[o - b2]:
+            return o
+    return None
+
+
+def _at(log: MetadataLog, offset: int) -> dict[str, Any] | None:
+    base, records = _based(log)
+    return records[offset - base] if base <= offset < base + len(records) else None
+
+
+def _controller_log(c: dict[str, Any]) -> MetadataLog | None:
+    log = c.get("metadata_log")
+    if not isinstance(log, list):
+        return None
+    base = int(c.get("metadata_snapshot_offset") or 0)
+    return {"base": base, "records": log} if base else log
+
+
 def _quorum_checks(controllers: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]], str]]:
     """Raft's promises between the controllers of a quorum, from their dumps (nothing for one controller)."""
     out = []
-    logs = [(c.get("node_id"), c["metadata_log"]) for c in controllers if isinstance(c.get("metadata_log"), list)]
+    logs = [(c.get("node_id"), _controller_log(c)) for c in controllers]
+    logs = [(n, log) for n, log in logs if log is not None]
     if len(logs) > 1:
-        longest_id, longest = max(logs, key=lambda kv: len(kv[1]))
+        longest_id, longest = max(logs, key=lambda kv: _end(kv[1]))
         bad = []
         for node_id, log in logs:
-            at = next((i for i, (a, b) in enumerate(zip(log, longest, strict=False)) if a != b), None)
+            at = _first_difference(log, longest)
             if at is not None:
                 bad.append({"controller": node_id, "longest": longest_id, "offset": at,
-                            "records": [log[at], longest[at]],
+                            "records": [_at(log, at), _at(longest, at)],
                             "summary": f"controller {node_id}'s metadata log differs from controller {longest_id}'s "
                                        f"at offset {at}"})
         if bad:
@@ -136,32 +176,39 @@ def _quorum_checks(controllers: list[dict[str, Any]]) -> list[tuple[str, list[di
     return out
 
 
-def _reference_metadata_log(controllers: list[dict[str, Any]], files: dict[str, list[dict[str, Any]]]
-                            ) -> tuple[str, list[dict[str, Any]]] | None:
-    """The longest controller metadata log (a quorum's are in their dumps; a single controller's
-    is its file), as (where, records); None when the run collected none."""
-    logs = [(f"controller {c.get('node_id')}", c["metadata_log"]) for c in controllers
-            if isinstance(c.get("metadata_log"), list)]
+def _reference_metadata_log(controllers: list[dict[str, Any]], files: dict[str, MetadataLog]
+                            ) -> tuple[str, MetadataLog] | None:
+    """The controller metadata log reaching furthest (a quorum's are in their dumps; a single
+    controller's is its file), as (where, log); None when the run collected none."""
+    logs: list[tuple[str, MetadataLog]] = []
+    for c in controllers:
+        log = _controller_log(c)
+        if log is not None:
+            logs.append((f"controller {c.get('node_id')}", log))
     logs += [(node, log) for node, log in files.items()]
-    return max(logs, key=lambda kv: len(kv[1])) if logs else None
+    return max(logs, key=lambda kv: _end(kv[1])) if logs else None
 
 
-def _broker_metadata_divergence(reference: tuple[str, list[dict[str, Any]]],
-                                brokers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _broker_metadata_divergence(reference: tuple[str, MetadataLog],
+                                brokers: dict[str, MetadataLog]) -> list[dict[str, Any]]:
+    """A broker's log must agree with the reference on the offsets both hold and end no later."""
     where, log = reference
     out = []
     for node, mine in sorted(brokers.items()):
-        at = next((i for i, r in enumerate(mine) if i >= len(log) or r != log[i]), None)
+        at = _first_difference(mine, log)
+        if at is None and _end(mine) > _end(log):
+            at = max(_end(log), _based(mine)[0])
         if at is not None:
-            out.append({"broker": node, "offset": at, "records": [mine[at], log[at] if at < len(log) else None],
+            out.append({"broker": node, "offset": at, "records": [_at(mine, at), _at(log, at)],
                         "summary": f"{node}'s metadata log differs from {where}'s at offset {at}"
-                                   + (" (it is longer)" if at >= len(log) else "")})
+                                   + (" (it is longer)" if at >= _end(log) else "")})
     return out
 
 
-def _leader_epoch_reuse(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _leader_epoch_reuse(log: MetadataLog) -> list[dict[str, Any]]:
+    """Over the records the log holds (a snapshot's compacted prefix is not seen)."""
     leaders: dict[tuple[str, int, int], set[int]] = {}
-    for r in log:
+    for r in _based(log)[1]:
         if r.get("type") == "partition" and r.get("leader", -1) >= 0:
             leaders.setdefault((r["topic"], r["partition"], r["leader_epoch"]), set()).add(r["leader"])
     return [{"topic": t, "partition": p, "leader_epoch": e, "leaders": sorted(ids),
@@ -261,19 +308,23 @@ class ReplicaStateChecker:
         return check_states(states, lost, metadata_logs=_metadata_log_files(nodes))
 
 
-def _metadata_log_files(nodes: Path) -> dict[str, list[dict[str, Any]]]:
+def _metadata_log_files(nodes: Path) -> dict[str, MetadataLog]:
     """nodes/<node>/metadata.log (JSON lines of {"offset", "record"}) as records; a torn last line
-    (a node killed mid-append) ends its log, as it does when the node replays it."""
-    out = {}
+    (a node killed mid-append) ends its log, as it does when the node replays it. A log that
+    starts after a snapshot (its first offset > 0) comes back as {"base", "records"}."""
+    out: dict[str, MetadataLog] = {}
     for f in sorted(nodes.glob("*/metadata.log")):
-        records = []
+        records: list[dict[str, Any]] = []
+        base = 0
         for line in f.read_text(errors="replace").splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
                 break
-            if entry.get("offset") != len(records):
+            if not records and isinstance(entry.get("offset"), int):
+                base = entry["offset"]
+            if entry.get("offset") != base + len(records):
                 break
             records.append(entry["record"])
-        out[f.parent.name] = records
+        out[f.parent.name] = {"base": base, "records": records} if base else records
     return out

@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quorum", default=None,
                    help="ID@HOST:PORT,... of every controller, this one included: run as a member of a Raft "
                         "controller quorum (controller_quorum.py); without it, the single controller")
+    c.add_argument("--snapshot-every", type=int, default=1000,
+                   help="quorum: snapshot the metadata image and compact raft.log after this many records (0: never)")
 
     b = sub.add_parser("broker", help="run a broker")
     _add_common(b)

@@ -24,7 +24,15 @@ How it fits together, per controller process:
 Partition reassignment, preferred-leader election and `unregister_broker` (PROTOCOL.md 7) are
 plain `Controller.handle` APIs, so they reach the active controller like any other request.
 
-Not yet here (issue #9): log compaction/snapshots and changes of the quorum's own membership.
+Compaction (002 1.2.x): once more than `--snapshot-every` records were applied since the last
+snapshot, a controller snapshots its committed image (`MetadataImage.to_snapshot`, with the
+metadata end offset) into the Raft core (`RaftNode.compact`), and raft.log is rewritten as that
+snapshot plus the entries after it. Metadata offsets stay continuous: `base_offset` is the first
+offset `records` still holds. A follower too far behind gets InstallSnapshot and restores the image;
+a restarted controller starts from its snapshot plus the tail; a broker fetching from before the
+snapshot gets the snapshot instead of records and replaces its own copy with it.
+
+Not yet here (issue #9): changes of the quorum's own membership.
 """
 
 from __future__ import annotations
@@ -124,8 +132,11 @@ class QuorumControllerServer(ControllerServer):
                                  election_timeout_max=ELECTION_TIMEOUT_MS[1])
         self.store = FileRaftStore(os.path.join(args.data_dir, "raft.log"))
         self.raft = RaftNode(raft_config, self.store, random.Random(), now=now_ms(), logger=self.log)
-        # The metadata log: committed records in order; a record's offset is its index here.
+        # The metadata log after the last snapshot: committed records in order; a record's
+        # offset is base_offset + its index here.
         self.records: list[dict[str, Any]] = []
+        self.base_offset = 0
+        self.snapshot_every = int(getattr(args, "snapshot_every", 0) or 0)  # 0: never compact
         self.image = MetadataImage()  # the committed records applied, on every controller
         # The active controller's working copy (committed + proposed), None elsewhere.
         self.controller: Controller | None = None
@@ -145,22 +156,44 @@ class QuorumControllerServer(ControllerServer):
         of leadership (the only place the working copy is created or dropped)."""
         ready = self.raft.ready()
         if ready.snapshot is not None:
-            raise RuntimeError("snapshots are not used by the controller quorum yet (no compaction)")
+            self.restore_snapshot(ready.snapshot.data)
         for m in ready.messages:
             q = self._outbox.get(m.dst)
             if q is not None and q.qsize() < OUTBOX_LIMIT:
                 q.put_nowait(encode_message(m))
         if ready.committed:
             self.apply_committed(ready.committed)
+            self.maybe_compact()
         self.check_leadership()
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+    def restore_snapshot(self, data: dict[str, Any]) -> None:
+        """A snapshot from the leader (InstallSnapshot) or our own at restart: it replaces the image
+        and every record before its end offset."""
+        self.image = MetadataImage.from_snapshot(data["image"])
+        self.base_offset = int(data["end_offset"])
+        self.records = []
+        self.log({"event": "metadata_snapshot_restored", "end_offset": self.base_offset})
+
+    def maybe_compact(self) -> None:
+        if self.snapshot_every <= 0 or len(self.records) <= self.snapshot_every:
+            return
+        # Everything Raft committed is applied (ready() handed it all over): snapshot there.
+        end = self.end_offset
+        self.raft.compact(self.raft.last_applied, {"end_offset": end, "image": self.image.to_snapshot()})
+        self.base_offset, self.records = end, []
+        self.log({"event": "metadata_compacted", "end_offset": end, "raft_index": self.raft.last_applied})
 
     def apply_committed(self, entries: list[Entry]) -> None:
         for e in entries:
             if e.record is None:
                 continue  # a leader's no-op: not a metadata record
-            self.image.apply(len(self.records), e.record)
+            self.image.apply(self.end_offset, e.record)
             self.records.append(e.record)
-        end = len(self.records)
+        end = self.end_offset
         waiting = []
         for target, fut in self._waiters:
             if end >= target:
@@ -196,7 +229,7 @@ class QuorumControllerServer(ControllerServer):
             self.controller.start(now_ms())
             self.active_term = self.raft.current_term
             self.log({"event": "controller_activated", "term": self.active_term,
-                      "metadata_end_offset": len(self.records)})
+                      "metadata_end_offset": self.end_offset})
 
     async def peer_sender(self, peer: int) -> None:
         """One connection per peer; whatever queued up meanwhile goes in one call. An unreachable
@@ -235,7 +268,7 @@ class QuorumControllerServer(ControllerServer):
         if self.controller is None:
             return False
         target = self.controller.end_offset
-        if len(self.records) >= target:
+        if self.end_offset >= target:
             return True
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append((target, fut))
@@ -281,19 +314,27 @@ class QuorumControllerServer(ControllerServer):
             return self.not_controller()
         offset = int(body.get("offset", 0))
         max_records = int(body.get("max_records", 1000))
-        if offset > len(self.records):
+        end = self.end_offset
+        if offset > end:
             # Cannot happen for a broker that fetched only committed records from active
             # controllers (the active one holds all of them); kept for a broker's damaged copy.
-            return {"error": rpc.OFFSET_OUT_OF_RANGE, "records": [], "end_offset": len(self.records)}
-        if offset == len(self.records):
+            return {"error": rpc.OFFSET_OUT_OF_RANGE, "records": [], "end_offset": end}
+        if offset == end:
             wait_s = min(int(body.get("max_wait_ms", 0)), 10_000) / 1000
             if wait_s > 0:
                 try:
                     await asyncio.wait_for(self._new_records.wait(), wait_s)
                 except TimeoutError:
                     pass
-        records = [[o, self.records[o]] for o in range(offset, min(len(self.records), offset + max_records))]
-        return {"error": rpc.NONE, "records": records, "end_offset": len(self.records)}
+        base = self.base_offset
+        if offset < base:
+            # Compacted away (perhaps while we waited): the broker replaces its image with our
+            # last snapshot.
+            data = self.raft.snapshot.data
+            return {"error": rpc.NONE, "records": [], "end_offset": self.end_offset,
+                    "snapshot": {"end_offset": data["end_offset"], "image": data["image"]}}
+        records = [[o, self.records[o - base]] for o in range(offset, min(self.end_offset, offset + max_records))]
+        return {"error": rpc.NONE, "records": records, "end_offset": self.end_offset}
 
     def dump(self, include_log: bool) -> dict[str, Any]:
         # The committed view, on every controller, so the dumps of a quorum can be compared.
@@ -301,9 +342,11 @@ class QuorumControllerServer(ControllerServer):
         state["active"] = self.controller is not None
         if self.controller is not None:
             state["recoveries_in_progress"] = self.controller.dump()["recoveries_in_progress"]
-        state["metadata_end_offset"] = len(self.records)
+        state["metadata_end_offset"] = self.end_offset
+        state["metadata_snapshot_offset"] = self.base_offset  # metadata_log starts at this offset
         state["raft"] = {"role": self.raft.role, "term": self.raft.current_term, "leader": self.raft.leader_id,
                          "commit_index": self.raft.commit_index, "log_length": self.raft.last_index,
+                         "snapshot_index": self.raft.snapshot.index,
                          "voters": sorted(self.voters)}
         if include_log:
             state["metadata_log"] = list(self.records)

@@ -129,6 +129,27 @@ class MetadataImage:
             raise ValueError(f"unknown metadata record type {kind!r} at offset {offset}")
         self.offset = offset
 
+    def to_snapshot(self) -> dict[str, Any]:
+        """The whole image as a JSON value (a metadata snapshot at `offset`)."""
+        return {"offset": self.offset,
+                "brokers": [asdict(b) for _, b in sorted(self.brokers.items())],
+                "topics": [asdict(t) for _, t in sorted(self.topics.items())],
+                "partitions": [asdict(p) for _, p in sorted(self.partitions.items())],
+                "unclean_recoveries": [dict(u) for u in self.unclean_recoveries]}
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any]) -> MetadataImage:
+        image = cls()
+        image.offset = int(data["offset"])
+        for b in data["brokers"]:
+            image.brokers[b["broker_id"]] = BrokerInfo(**b)
+        for t in data["topics"]:
+            image.topics[t["topic"]] = TopicInfo(**t)
+        for p in data["partitions"]:
+            image.partitions[(p["topic"], p["partition"])] = PartitionState(**p)
+        image.unclean_recoveries = [dict(u) for u in data["unclean_recoveries"]]
+        return image
+
     def partitions_of(self, topic: str) -> list[PartitionState]:
         return sorted((p for (t, _), p in self.partitions.items() if t == topic), key=lambda p: p.partition)
 
@@ -138,10 +159,23 @@ class MetadataLogFile:
 
     Used by the controller (the log of record) and by brokers (their persistent copy).
     A torn final line (a crash mid-append) is dropped at open.
+
+    The log may start after a snapshot (a broker that caught up from a controller's snapshot):
+    <path>.snapshot holds {"end_offset", "image"} (written to a temporary file, fsynced and
+    renamed), `base_offset` is its end offset, and `records` are the records from there on
+    (absolute offsets in the file). Without a snapshot file base_offset is 0.
     """
 
     def __init__(self, path: str):
         self.path = path
+        self.snapshot_path = path + ".snapshot"
+        self.base_offset = 0
+        self.snapshot: dict[str, Any] | None = None  # the image at base_offset - 1
+        if os.path.exists(self.snapshot_path):
+            with open(self.snapshot_path, "rb") as fh:
+                snap = json.loads(fh.read())
+            self.base_offset = int(snap["end_offset"])
+            self.snapshot = snap["image"]
         self.records: list[dict[str, Any]] = []
         if os.path.exists(path):
             with open(path, "rb") as fh:
@@ -155,7 +189,7 @@ class MetadataLogFile:
                     entry = json.loads(line)
                 except ValueError:
                     break
-                if entry.get("offset") != len(self.records):
+                if entry.get("offset") != self.base_offset + len(self.records):
                     break
                 self.records.append(entry["record"])
                 good += len(line) + 1
@@ -166,11 +200,18 @@ class MetadataLogFile:
 
     @property
     def end_offset(self) -> int:
-        return len(self.records)
+        return self.base_offset + len(self.records)
+
+    def image(self) -> MetadataImage:
+        """The snapshot (if any) with the records after it applied."""
+        image = MetadataImage.from_snapshot(self.snapshot) if self.snapshot is not None else MetadataImage()
+        for i, r in enumerate(self.records):
+            image.apply(self.base_offset + i, r)
+        return image
 
     def append(self, records: list[dict[str, Any]], fsync: bool = True) -> int:
         """Append records and fsync; returns the offset of the first one."""
-        first = len(self.records)
+        first = self.end_offset
         lines = []
         for i, r in enumerate(records):
             lines.append(json.dumps({"offset": first + i, "record": r}, separators=(",", ":")))
@@ -181,16 +222,57 @@ class MetadataLogFile:
         self.records.extend(records)
         return first
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop records at and after `offset` (a broker whose copy diverged from the controller's)."""
-        self.records = self.records[:offset]
+    def _rewrite(self) -> None:
         self._fh.close()
-        with open(self.path, "wb") as fh:
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as fh:
             for i, r in enumerate(self.records):
-                fh.write((json.dumps({"offset": i, "record": r}, separators=(",", ":")) + "\n").encode())
+                fh.write((json.dumps({"offset": self.base_offset + i, "record": r},
+                                     separators=(",", ":")) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path)
         self._fh = open(self.path, "ab")
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop records at and after `offset` (a broker whose copy diverged from the controller's).
+        Below the snapshot, the snapshot goes too (the copy starts again from empty)."""
+        if offset < self.base_offset:
+            if os.path.exists(self.snapshot_path):
+                os.remove(self.snapshot_path)
+                _fsync_dir(self.path)
+            self.base_offset, self.snapshot, self.records = 0, None, []
+        else:
+            self.records = self.records[:offset - self.base_offset]
+        self._rewrite()
+
+    def install_snapshot(self, image: dict[str, Any], end_offset: int) -> None:
+        """Replace the whole copy with a snapshot whose records end at `end_offset`. The snapshot
+        file is durable before the log is emptied; a crash in between leaves a log whose first
+        line does not follow the snapshot, which the next open drops (nothing wrong is kept)."""
+        tmp = self.snapshot_path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps({"end_offset": end_offset, "image": image}, separators=(",", ":")).encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.snapshot_path)
+        _fsync_dir(self.path)
+        self.base_offset, self.snapshot, self.records = end_offset, image, []
+        self._rewrite()
+
+    def compact(self) -> None:
+        """Fold every record into the snapshot (keeps a broker's copy bounded)."""
+        if self.records:
+            self.install_snapshot(self.image().to_snapshot(), self.end_offset)
 
     def close(self) -> None:
         self._fh.close()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

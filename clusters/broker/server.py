@@ -43,6 +43,8 @@ def _hostport(s: str) -> tuple[str, int]:
     return host, int(port)
 
 
+METADATA_COPY_MAX = 5000  # records in a broker's metadata copy beyond its snapshot before it folds them in
+
 class ControllerClient:
     """The broker's way to the active controller: one address (the single controller) or a
     controller quorum's. A quorum member that is not the active controller answers
@@ -117,9 +119,7 @@ class Broker:
         self.logs.load_all()
         self.checkpointed_hwm = self.logs.read_hwm_checkpoint()
         self.metadata_file = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
-        self.image = MetadataImage()
-        for offset, record in enumerate(self.metadata_file.records):
-            self.image.apply(offset, record)
+        self.image = self.metadata_file.image()
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.replica_config = ReplicaConfig(replica_lag_time_max_ms=args.replica_lag_time_max_ms,
                                             variants=self.variants)
@@ -353,11 +353,21 @@ class Broker:
                 # Our copy is ahead of the controller's log: replay what the controller has.
                 self.log({"event": "metadata_copy_truncated", "to": resp["end_offset"]})
                 self.metadata_file.truncate_to(int(resp["end_offset"]))
-                self.image = MetadataImage()
-                for offset, record in enumerate(self.metadata_file.records):
-                    self.image.apply(offset, record)
+                self.image = self.metadata_file.image()
+                continue
+            snapshot = resp.get("snapshot")
+            if snapshot is not None:
+                # We are behind the controller's snapshot: replace our image and copy with it.
+                self.log({"event": "metadata_snapshot_installed", "end_offset": snapshot["end_offset"]})
+                self.metadata_file.install_snapshot(snapshot["image"], int(snapshot["end_offset"]))
+                self.image = MetadataImage.from_snapshot(snapshot["image"])
+                if self.broker_epoch >= 0 and self.image.offset >= self.broker_epoch:
+                    self.caught_up = True
+                    self.apply_metadata(set(self.image.partitions))
                 continue
             records = resp.get("records") or []
+            if len(self.metadata_file.records) > METADATA_COPY_MAX:
+                self.metadata_file.compact()  # keep the durable copy bounded
             if records:
                 self.metadata_file.append([r for _, r in records], fsync=True)
                 touched = set()

@@ -161,3 +161,41 @@ def test_two_brokers_leading_one_partition_in_one_epoch_is_an_anomaly():
     assert check_states({"broker-1": broker("leader", 4), "broker-2": broker("leader", 5)}).valid  # a zombie: older epoch
     bad = check_states({"broker-1": broker("leader", 5), "broker-2": broker("leader", 5)})
     assert [a.name for a in bad.anomalies] == ["two-leaders-one-epoch"]
+
+
+def test_metadata_logs_with_base_offsets_are_compared_on_the_offsets_both_hold():
+    from checkers.replicas import check_states
+
+    def quorum(node_id, log, base, role="follower"):
+        return {**controller([{"isr": [1, 2, 3], "elr": []}]), "node_id": node_id, "metadata_log": log,
+                "metadata_snapshot_offset": base, "raft": {"role": role, "term": 2}}
+
+    recs = [{"type": "topic", "topic": f"t{i}"} for i in range(10)]
+    # c0 compacted up to 6, c1 up to 3, c2 never: all agree on what they share.
+    good = {"c0": quorum(1000, recs[6:], 6, "leader"), "c1": quorum(1001, recs[3:8], 3), "c2": quorum(1002, recs[:5], 0)}
+    brokers = {"broker-1": {"base": 8, "records": recs[8:]}, "broker-2": recs[:4], "broker-3": {"base": 9, "records": []}}
+    r = check_states(good, metadata_logs=brokers)
+    assert r.valid, r.anomalies
+
+    forked = recs[3:6] + [{"type": "topic", "topic": "other"}]  # differs at absolute offset 6
+    r = check_states({**good, "c1": quorum(1001, forked, 3)}, metadata_logs=brokers)
+    assert [a.name for a in r.anomalies] == ["metadata-log-divergence"]
+    assert r.anomalies[0].examples[0]["offset"] == 6
+    r = check_states(good, metadata_logs={"broker-4": {"base": 7, "records": [recs[7], {"type": "topic", "topic": "x"}]}})
+    assert [a.name for a in r.anomalies] == ["broker-metadata-divergence"]
+    assert r.anomalies[0].examples[0]["offset"] == 8
+    r = check_states(good, metadata_logs={"broker-5": {"base": 9, "records": [recs[9], recs[9]]}})  # longer
+    assert [a.name for a in r.anomalies] == ["broker-metadata-divergence"]
+    assert r.anomalies[0].examples[0]["offset"] == 10
+
+
+def test_metadata_log_files_after_a_snapshot_come_back_with_their_base(tmp_path):
+    import json as _json
+
+    from checkers.replicas import _metadata_log_files
+
+    (tmp_path / "broker-1").mkdir()
+    lines = [_json.dumps({"offset": o, "record": {"type": "topic", "topic": str(o)}}) for o in (5, 6)]
+    (tmp_path / "broker-1" / "metadata.log").write_text("\n".join(lines) + '\n{"offset":7,"rec')
+    assert _metadata_log_files(tmp_path) == {"broker-1": {"base": 5, "records": [
+        {"type": "topic", "topic": "5"}, {"type": "topic", "topic": "6"}]}}
