@@ -28,7 +28,8 @@ Compaction (002 1.2.x): once more than `--snapshot-every` records were applied s
 snapshot, a controller snapshots its committed image (`MetadataImage.to_snapshot`, with the
 metadata end offset) into the Raft core (`RaftNode.compact`), and raft.log is rewritten as that
 snapshot plus the entries after it. Metadata offsets stay continuous: `base_offset` is the first
-offset `records` still holds. A follower too far behind gets InstallSnapshot and restores the image;
+offset `records` still holds (in memory, the records since the previous snapshot are kept for
+brokers a little behind). A follower too far behind gets InstallSnapshot and restores the image;
 a restarted controller starts from its snapshot plus the tail; a broker fetching from before the
 snapshot gets the snapshot instead of records and replaces its own copy with it.
 
@@ -136,6 +137,7 @@ class QuorumControllerServer(ControllerServer):
         # offset is base_offset + its index here.
         self.records: list[dict[str, Any]] = []
         self.base_offset = 0
+        self.snapshot_end = 0  # the metadata end offset of the last snapshot (>= base_offset)
         self.snapshot_every = int(getattr(args, "snapshot_every", 0) or 0)  # 0: never compact
         self.image = MetadataImage()  # the committed records applied, on every controller
         # The active controller's working copy (committed + proposed), None elsewhere.
@@ -174,17 +176,21 @@ class QuorumControllerServer(ControllerServer):
         """A snapshot from the leader (InstallSnapshot) or our own at restart: it replaces the image
         and every record before its end offset."""
         self.image = MetadataImage.from_snapshot(data["image"])
-        self.base_offset = int(data["end_offset"])
+        self.base_offset = self.snapshot_end = int(data["end_offset"])
         self.records = []
         self.log({"event": "metadata_snapshot_restored", "end_offset": self.base_offset})
 
     def maybe_compact(self) -> None:
-        if self.snapshot_every <= 0 or len(self.records) <= self.snapshot_every:
+        end = self.end_offset
+        if self.snapshot_every <= 0 or end - self.snapshot_end <= self.snapshot_every:
             return
         # Everything Raft committed is applied (ready() handed it all over): snapshot there.
-        end = self.end_offset
         self.raft.compact(self.raft.last_applied, {"end_offset": end, "image": self.image.to_snapshot()})
-        self.base_offset, self.records = end, []
+        # In memory, the records since the previous snapshot stay, so a broker a little behind
+        # still gets records rather than the whole image.
+        keep_from = self.snapshot_end
+        self.records = self.records[keep_from - self.base_offset:]
+        self.base_offset, self.snapshot_end = keep_from, end
         self.log({"event": "metadata_compacted", "end_offset": end, "raft_index": self.raft.last_applied})
 
     def apply_committed(self, entries: list[Entry]) -> None:

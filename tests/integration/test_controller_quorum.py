@@ -1,8 +1,11 @@
 """The Raft controller quorum on real processes (issue #9 item 1; 002 1.2.1, 1.2.2): three
 controllers and three brokers; SIGKILL the active controller, the other two elect a new one, the
 brokers follow it, it still elects partition leaders, broker epochs keep growing, and the
-controllers' metadata logs are prefixes of one another (the restarted one included)."""
+controllers' metadata logs agree on every offset they share (the restarted one included). With
+--snapshot-every 20 the run crosses compactions: a broker restarted with a wiped disk and the
+restarted controller catch up through a snapshot."""
 
+import shutil
 import signal
 import subprocess
 import time
@@ -40,7 +43,7 @@ class Quorum:
     def start_controller(self, cid):
         d = self.root / f"controller-{cid}"
         d.mkdir(exist_ok=True)
-        flags = ["--session-timeout-ms", "3000", "--quorum", quorum_spec(HOST, list(self.cports.values()))]
+        flags = ["--session-timeout-ms", "3000", "--snapshot-every", "20", "--quorum", quorum_spec(HOST, list(self.cports.values()))]
         self.spawn(f"controller-{cid}", controller_argv(HOST, self.cports[cid], str(d), flags, cid))
 
     def start_broker(self, i):
@@ -107,6 +110,11 @@ def test_quorum_survives_the_active_controller_sigkill_and_keeps_electing(tmp_pa
         assert wait_until_unfenced(HOST, list(q.cports.values()), [1, 2, 3], 30), q.logs()
         create_topic(",".join(f"{HOST}:{p}" for p in q.bports.values()), "cq", 1, 3, 2)
         before = q.wait_for(lambda: (s := q.active()) and partition(s, "cq")["leader"] > 0 and s, "topic created")
+        # Enough records (a topic and a partition record each) for compactions before the kill.
+        # Two compactions, so the log the active controller still serves starts after offset 0.
+        for i in range(25):
+            create_topic(",".join(f"{HOST}:{p}" for p in q.bports.values()), f"pad{i}", 1, 3, 2)
+        before = q.wait_for(lambda: (s := q.active()) and s["metadata_snapshot_offset"] > 0 and s, "a compaction")
         old_controller = before["node_id"]
         old_epochs = epochs(before)
 
@@ -127,10 +135,17 @@ def test_quorum_survives_the_active_controller_sigkill_and_keeps_electing(tmp_pa
 
         # The killed broker comes back with a new, larger broker epoch (the offset of its new
         # registration record in the replicated log); it is live again.
+        # Its disk is wiped: it comes up from the controller's snapshot (its log starts after it).
+        q.procs.pop(f"broker-{p0['leader']}", None)
+        shutil.rmtree(tmp_path / f"broker-{p0['leader']}")
         q.start_broker(p0["leader"])
         assert wait_until_unfenced(HOST, q.live_cports(), [1, 2, 3], 30), q.logs()
         new_epochs = epochs(q.active())
         assert new_epochs[p0["leader"]] > max(old_epochs.values())
+        assert (tmp_path / f"broker-{p0['leader']}" / "metadata.log.snapshot").exists(), q.logs()
+        # More records, so the restarted controller is behind another compaction.
+        for i in range(12):
+            create_topic(",".join(f"{HOST}:{p}" for p in q.bports.values()), f"more{i}", 1, 3, 2)
 
         # The killed controller restarts from its Raft log and catches up as a follower.
         q.start_controller(old_controller)
@@ -139,13 +154,18 @@ def test_quorum_survives_the_active_controller_sigkill_and_keeps_electing(tmp_pa
                             "to catch up")
         assert sum(s["active"] for s in states) == 1
         assert next(s for s in states if s["node_id"] == old_controller)["raft"]["role"] == "follower"
-        logs = sorted((s["metadata_log"] for s in states), key=len)
-        for shorter, longer in zip(logs, logs[1:], strict=False):
-            assert longer[:len(shorter)] == shorter, "metadata logs diverge"
+        assert all(s["raft"]["snapshot_index"] > 0 for s in states)
+        # Metadata logs by absolute offset: each starts at its snapshot offset; they agree where they overlap.
+        logs = [(s["metadata_snapshot_offset"], s["metadata_log"]) for s in states]
+        for b1, l1 in logs:
+            for b2, l2 in logs:
+                for o in range(max(b1, b2), min(b1 + len(l1), b2 + len(l2))):
+                    assert l1[o - b1] == l2[o - b2], f"metadata logs diverge at offset {o}"
         # Broker epochs are offsets of registration records and grow in the log.
-        registrations = [r["broker_epoch"] for r in logs[-1] if r["type"] == "register_broker"]
-        assert registrations == sorted(registrations) and len(registrations) == 4
-        assert all(logs[-1][e]["type"] == "register_broker" for e in registrations)
+        base, log = max(logs, key=lambda bl: bl[0] + len(bl[1]))
+        registrations = [r["broker_epoch"] for r in log if r["type"] == "register_broker"]
+        assert registrations == sorted(registrations)
+        assert all(log[e - base]["type"] == "register_broker" for e in registrations)
     finally:
         q.down()
 

@@ -183,7 +183,7 @@ def test_compaction_past_the_threshold_shrinks_raft_log(tmp_path):
     q.propose_topics([f"u{i}" for i in range(25)])
     for s in q.nodes.values():
         assert s.base_offset > 0 and s.raft.snapshot.index > 0
-        assert len(s.records) <= 10
+        assert len(s.records) <= 20  # the records since the previous snapshot stay in memory
         assert s.end_offset == 33 and len(s.image.topics) == 33 and s.image.offset == 32
     assert len(q.nodes[1].raft.log) <= 11
     assert os.path.getsize(path) < size_before + 25 * 60  # far less than 25 more entries would take
@@ -211,11 +211,11 @@ def test_a_restarted_controller_restores_snapshot_plus_tail(tmp_path):
     q.elect(1)
     q.propose_topics([f"t{i}" for i in range(17)])
     before = _image(q.nodes[2])
-    base = q.nodes[2].base_offset
-    assert 0 < base < 17 and q.nodes[2].records  # a snapshot and a tail
+    base = q.nodes[2].snapshot_end
+    assert 0 < base < 17 and q.nodes[2].end_offset > base  # a snapshot and a tail
     q.restart(2)
     s = q.nodes[2]
-    assert s.base_offset == base and s.raft.snapshot.index > 0
+    assert s.base_offset == s.snapshot_end == base and s.raft.snapshot.index > 0
     q.heartbeat(1)  # commit index reaches it again; the tail is applied
     assert s.end_offset == 17 and _image(s) == before
 
@@ -227,7 +227,8 @@ def test_a_broker_fetching_from_before_the_snapshot_gets_it(tmp_path):
     s = q.nodes[1]
     resp = asyncio.run(s.fetch_metadata({"offset": 0}))
     snap = resp["snapshot"]
-    assert resp["records"] == [] and snap["end_offset"] == s.base_offset
+    assert 0 < s.base_offset < s.snapshot_end  # the records since the previous snapshot are kept
+    assert resp["records"] == [] and snap["end_offset"] == s.snapshot_end
     image = MetadataImage.from_snapshot(snap["image"])
     assert image.offset == snap["end_offset"] - 1
     resp = asyncio.run(s.fetch_metadata({"offset": snap["end_offset"]}))
