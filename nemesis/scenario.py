@@ -147,7 +147,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "the replicas that come back truncate to the leader's log and converge; truncating to the "
         "checkpointed HW instead, a replica keeps records past the new leader's log beside the new "
         "leader's own writes at the same offsets, for good. Beyond the fault budget: acknowledged "
-        "writes may be lost, silently they may not (each unclean recovery must be reported).",
+        "writes may be lost, silently they may not (each unclean recovery must be reported). Run it "
+        "with --min-isr 1, 004's setting: L then leaves the ISR without entering the ELR, so the "
+        "balanced recovery's only candidate is the less complete F. With min ISR 2 the ELR keeps L "
+        "a candidate, L leads and nothing diverges (the protocol's fix at work).",
         (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
          act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
          act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),

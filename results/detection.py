@@ -22,7 +22,8 @@ def first_anomaly_s(results: dict[str, Any]) -> float | None:
     """Seconds into the run at which the first anomaly was proven: for each anomaly example, the
     latest op it carries (a lost write is proven by the read that misses it, not by its
     acknowledgement), and the earliest of those. None when no example carries ops (the
-    broker-side checks prove theirs from state dumps taken at the end)."""
+    broker-side checks prove theirs from state dumps taken at the end, and a lost write missing
+    from the final read is proven only then: its example carries the send, not that read)."""
     proven: list[int] = []
 
     def times(x: Any) -> list[int]:
@@ -36,6 +37,8 @@ def first_anomaly_s(results: dict[str, Any]) -> float | None:
     for c in (results.get("checkers") or {}).values():
         for a in c.get("anomalies", []):
             for example in a.get("examples", []):
+                if "final_hwm" in example:
+                    continue  # a lost write proven by the final read, whose op the example does not carry
                 ts = times(example)
                 if ts:
                     proven.append(max(ts))

@@ -48,6 +48,9 @@ def test_first_anomaly_is_the_earliest_moment_an_example_is_proven():
          "reads": [{"time": 7_000_000_000, "type": "ok", "f": "final-poll"}]},
         {"op": {"time": 2_500_000_000, "type": "ok", "f": "send"}}]}]}}}) == 2.5
     assert first_anomaly_s({"checkers": {"q": {"anomalies": []}}}) is None
+    # a lost write the final read proves carries only its send: it says nothing of when it was found
+    final = {"final_hwm": 822, "send": {"time": 150_000_000, "type": "ok", "f": "send"}}
+    assert first_anomaly_s({"checkers": {"q": {"anomalies": [{"examples": [final]}]}}}) is None
 
 
 def test_rows_count_found_stalled_and_not_run_apart(tmp_path):
