@@ -29,6 +29,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clusters.broker.log.checkpoints import atomic_write, fsync_dir
+
 NO_LEADER = -1
 
 
@@ -224,15 +226,9 @@ class MetadataLogFile:
 
     def _rewrite(self) -> None:
         self._fh.close()
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as fh:
-            for i, r in enumerate(self.records):
-                fh.write((json.dumps({"offset": self.base_offset + i, "record": r},
-                                     separators=(",", ":")) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path)
+        atomic_write(self.path, b"".join(
+            (json.dumps({"offset": self.base_offset + i, "record": r}, separators=(",", ":")) + "\n").encode()
+            for i, r in enumerate(self.records)))
         self._fh = open(self.path, "ab")
 
     def truncate_to(self, offset: int) -> None:
@@ -241,7 +237,7 @@ class MetadataLogFile:
         if offset < self.base_offset:
             if os.path.exists(self.snapshot_path):
                 os.remove(self.snapshot_path)
-                _fsync_dir(self.path)
+                fsync_dir(os.path.dirname(os.path.abspath(self.path)))
             self.base_offset, self.snapshot, self.records = 0, None, []
         else:
             self.records = self.records[:offset - self.base_offset]
@@ -251,13 +247,8 @@ class MetadataLogFile:
         """Replace the whole copy with a snapshot whose records end at `end_offset`. The snapshot
         file is durable before the log is emptied; a crash in between leaves a log whose first
         line does not follow the snapshot, which the next open drops (nothing wrong is kept)."""
-        tmp = self.snapshot_path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(json.dumps({"end_offset": end_offset, "image": image}, separators=(",", ":")).encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.snapshot_path)
-        _fsync_dir(self.path)
+        atomic_write(self.snapshot_path,
+                     json.dumps({"end_offset": end_offset, "image": image}, separators=(",", ":")).encode())
         self.base_offset, self.snapshot, self.records = end_offset, image, []
         self._rewrite()
 
@@ -269,10 +260,3 @@ class MetadataLogFile:
     def close(self) -> None:
         self._fh.close()
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

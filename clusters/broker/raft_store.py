@@ -36,6 +36,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from clusters.broker.log.checkpoints import atomic_write
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -241,18 +243,7 @@ class FileRaftStore:
         frames = [{"k": "snapshot", "i": snapshot.index, "t": snapshot.term, "data": snapshot.data},
                   {"k": "vote", "term": self._term, "vote": self._vote}]
         frames += [{"k": "entry", "i": e.index, "t": e.term, "r": e.record} for e in entries_after]
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(b"".join(encode_frame(f) for f in frames))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        # The rename itself is durable only once the directory is fsynced.
-        dir_fd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(self.path, b"".join(encode_frame(f) for f in frames))  # tmp, fsync, rename, fsync dir
         self._open_for_append()
 
     def close(self) -> None:
