@@ -312,19 +312,10 @@ def _metadata_log_files(nodes: Path) -> dict[str, MetadataLog]:
     """nodes/<node>/metadata.log (JSON lines of {"offset", "record"}) as records; a torn last line
     (a node killed mid-append) ends its log, as it does when the node replays it. A log that
     starts after a snapshot (its first offset > 0) comes back as {"base", "records"}."""
+    from clusters.broker.metadata import parse_log_lines
+
     out: dict[str, MetadataLog] = {}
     for f in sorted(nodes.glob("*/metadata.log")):
-        records: list[dict[str, Any]] = []
-        base = 0
-        for line in f.read_text(errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                break
-            if not records and isinstance(entry.get("offset"), int):
-                base = entry["offset"]
-            if entry.get("offset") != base + len(records):
-                break
-            records.append(entry["record"])
+        base, records, _ = parse_log_lines(f.read_bytes())
         out[f.parent.name] = {"base": base, "records": records} if base else records
     return out

@@ -156,6 +156,29 @@ class MetadataImage:
         return sorted((p for (t, _), p in self.partitions.items() if t == topic), key=lambda p: p.partition)
 
 
+def parse_log_lines(data: bytes, base: int | None = None) -> tuple[int, list[dict[str, Any]], int]:
+    """A metadata log file's JSON lines ({"offset", "record"}, consecutive offsets from `base`, or
+    from the first line's offset when `base` is None) -> (base, records, length of the good
+    prefix in bytes). A torn or out-of-sequence line ends the log there (a crash mid-append)."""
+    records: list[dict[str, Any]] = []
+    good = 0
+    for line in data.split(b"\n"):
+        if not line:
+            good += 1
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            break
+        if base is None and isinstance(entry.get("offset"), int):
+            base = entry["offset"]
+        if entry.get("offset") != (base or 0) + len(records):
+            break
+        records.append(entry["record"])
+        good += len(line) + 1
+    return base or 0, records, min(good, len(data))
+
+
 class MetadataLogFile:
     """A durable JSON-lines metadata log: one {"offset", "record"} per line, fsynced on append.
 
@@ -182,22 +205,10 @@ class MetadataLogFile:
         if os.path.exists(path):
             with open(path, "rb") as fh:
                 data = fh.read()
-            good = 0
-            for line in data.split(b"\n"):
-                if not line:
-                    good += 1
-                    continue
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    break
-                if entry.get("offset") != self.base_offset + len(self.records):
-                    break
-                self.records.append(entry["record"])
-                good += len(line) + 1
+            _, self.records, good = parse_log_lines(data, self.base_offset)
             if good < len(data):
                 with open(path, "r+b") as fh:
-                    fh.truncate(min(good, len(data)))
+                    fh.truncate(good)
         self._fh = open(path, "ab")
 
     @property
