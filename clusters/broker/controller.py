@@ -556,7 +556,7 @@ class Controller:
     def _maybe_complete_reassignment(self, key: tuple[str, int]) -> bool:
         """PROTOCOL.md 7.3: once every adding replica is in the ISR and |ISR−removing| >= min ISR."""
         p = self.image.partitions.get(key)
-        if p is None or not (p.adding or p.removing or p.replicas != _target(p)):
+        if p is None or not (p.adding or p.removing):
             return False
         if not set(p.adding) <= set(p.isr):
             return False
@@ -570,11 +570,7 @@ class Controller:
         new.elr = [r for r in p.elr if r not in removing]
         new.last_known_elr = [r for r in p.last_known_elr if r not in removing]
         new.adding, new.removing = [], []
-        if p.leader in removing or p.leader == NO_LEADER:
-            self._elect_into(new)  # an eligible ISR member in target order; bumps the leader epoch
-        else:
-            new.leader_epoch += 1
-        new.partition_epoch += 1
+        self._bump_epochs(new, leaving=removing)
         self._event("reassignment_completed", topic=key[0], partition=key[1], replicas=new.replicas,
                     removed=sorted(removing), leader=new.leader, leader_epoch=new.leader_epoch)
         self._write_partition(p, new, f"reassignment to {new.replicas} completed")
@@ -601,15 +597,20 @@ class Controller:
                     f"original replicas {new.replicas} is in the ISR {p.isr}, so reverting would need an "
                     "unclean leader election")
         new.adding, new.removing = [], []
-        if p.leader in adding or p.leader == NO_LEADER:
-            self._elect_into(new)
-        else:
-            new.leader_epoch += 1
-        new.partition_epoch += 1
+        self._bump_epochs(new, leaving=adding)
         self._event("reassignment_cancelled", topic=topic, partition=partition, replicas=new.replicas,
                     dropped=sorted(adding), leader=new.leader)
         self._write_partition(p, new, f"reassignment of {where} cancelled")
         return rpc.NONE, None
+
+    def _bump_epochs(self, new: PartitionState, leaving: set[int]) -> None:
+        """The end of a reassignment (completed or cancelled) bumps both epochs; a leader that left
+        the replicas, or none at all, is replaced by an eligible ISR member in replica order."""
+        if new.leader in leaving or new.leader == NO_LEADER:
+            self._elect_into(new)  # bumps the leader epoch
+        else:
+            new.leader_epoch += 1
+        new.partition_epoch += 1
 
     def _complete_reassignments(self) -> None:
         for key in sorted(self.image.partitions):
