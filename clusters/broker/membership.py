@@ -25,24 +25,18 @@ from collections.abc import Callable
 from typing import Any
 
 from clusters.broker import rpc
+from clusters.broker.reassign import ReassignError, checked, controller_call
 from clusters.broker.rebalance import moved_replicas, plan_rebalance
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
-class MembershipError(Exception):
+class MembershipError(ReassignError):
     """A membership change the cluster refused or could not finish; the message is one sentence."""
 
 
-def _ok(resp: dict[str, Any], what: str) -> dict[str, Any]:
-    if resp.get("error") != rpc.NONE:
-        raise MembershipError(f"{what} failed at the controller (error {resp.get('error')}): "
-                              f"{resp.get('message', 'no message')}")
-    return resp
-
-
 def controller_state(call: Call) -> dict[str, Any]:
-    return _ok(call("dump_state", {"include_log": False}), "reading the controller's state")["state"]
+    return checked(call("dump_state", {"include_log": False}), "a state dump")["state"]
 
 
 def alter_cluster(call: Call, add: list[int] = (), remove: list[int] = (), wait_s: float = 60.0,
@@ -82,7 +76,7 @@ def alter_cluster(call: Call, add: list[int] = (), remove: list[int] = (), wait_
               "moved_replicas": moved_replicas(assignment, plan), "shrunk": shrunk,
               "completed": True, "pending": []}
     if plan:
-        resp = _ok(call("alter_partition_reassignments", {"reassignments": [
+        resp = checked(call("alter_partition_reassignments", {"reassignments": [
             {"topic": t, "partition": p, "replicas": r} for (t, p), r in sorted(plan.items())]}), "reassignment")
         refused = [r for r in resp.get("results", []) if r.get("error") != rpc.NONE]
         if refused:
@@ -95,12 +89,12 @@ def alter_cluster(call: Call, add: list[int] = (), remove: list[int] = (), wait_
         if not done:
             result["pending"] = sorted(f"{t}-{p}" for t, p in pending_reassignments(call) & set(plan))
             return result
-    _ok(call("elect_preferred_leaders", {"partitions": None}), "preferred-leader election")
+    checked(call("elect_preferred_leaders", {"partitions": None}), "preferred-leader election")
     return result
 
 
 def pending_reassignments(call: Call) -> set[tuple[str, int]]:
-    resp = _ok(call("list_partition_reassignments", {}), "listing reassignments")
+    resp = checked(call("list_partition_reassignments", {}), "listing reassignments")
     return {(r["topic"], r["partition"]) for r in resp.get("reassignments", [])}
 
 
@@ -126,7 +120,7 @@ def unregister(call: Call, broker_id: int, wait_s: float = 15.0) -> None:
     while True:
         resp = call("unregister_broker", {"broker_id": broker_id})
         if resp.get("error") == rpc.NONE or time.monotonic() >= deadline:
-            _ok(resp, f"unregistering broker {broker_id}")
+            checked(resp, f"unregistering broker {broker_id}")
             return
         time.sleep(0.5)
 
@@ -135,8 +129,6 @@ def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, r
     """A `call` that reaches whichever of `addrs` is the active controller at the time of the call:
     requests follow NOT_CONTROLLER (reassign.controller_call); a state dump, which every
     controller answers with its own view, is taken from the one that says it is active."""
-    from clusters.broker.reassign import ReassignError, controller_call
-
     def call(api: str, body: dict[str, Any]) -> dict[str, Any]:
         if api != "dump_state" or len(addrs) == 1:
             try:
@@ -177,7 +169,7 @@ def alter_cluster_cli(args: Any) -> int:
         result = alter_cluster(call, add=brokers if args.action == "add" else [],
                                remove=brokers if args.action == "remove" else [], wait_s=args.wait,
                                note=lambda s: print(s, file=sys.stderr))
-    except (MembershipError, rpc.RpcError) as e:
+    except (ReassignError, rpc.RpcError) as e:
         print(f"error: {e}.", file=sys.stderr)
         return 1
     for part, replicas in result["reassigned"].items():

@@ -108,11 +108,16 @@ def _err(code: int) -> str:
     return ERROR_NAMES.get(code, f"error {code}")
 
 
-def _one_result(resp: dict[str, Any], what: str) -> dict[str, Any]:
+def checked(resp: dict[str, Any], what: str) -> dict[str, Any]:
+    """The controller's answer, or ReassignError naming `what` and why it was refused."""
     if resp.get("error") != rpc.NONE:
         raise ReassignError(f"the controller refused {what} ({_err(resp.get('error', -1))}): "
                             f"{resp.get('message') or 'no details'}")
-    results = resp.get("results") or []
+    return resp
+
+
+def _one_result(resp: dict[str, Any], what: str) -> dict[str, Any]:
+    results = checked(resp, what).get("results") or []
     if len(results) != 1:
         raise ReassignError(f"the controller answered {what} with {len(results)} results instead of one")
     res = results[0]
@@ -169,9 +174,7 @@ def cancel_reassignment(controller_addrs: Addrs, topic: str, partition: int) -> 
 
 
 def list_reassignments(controller_addrs: Addrs) -> list[dict[str, Any]]:
-    resp = controller_call(controller_addrs, "list_partition_reassignments", {})
-    if resp.get("error") != rpc.NONE:
-        raise ReassignError(f"listing reassignments failed ({_err(resp.get('error', -1))}): {resp.get('message')}")
+    resp = checked(controller_call(controller_addrs, "list_partition_reassignments", {}), "listing reassignments")
     return list(resp.get("reassignments") or [])
 
 
@@ -179,18 +182,13 @@ def elect_preferred(controller_addrs: Addrs, partitions: list[tuple[str, int]] |
     """Preferred-leader election for `partitions` (None: all); the per-partition results."""
     body = {"partitions": None if partitions is None else
             [{"topic": t, "partition": p} for t, p in partitions]}
-    resp = controller_call(controller_addrs, "elect_preferred_leaders", body)
-    if resp.get("error") != rpc.NONE:
-        raise ReassignError(f"preferred leader election failed ({_err(resp.get('error', -1))}): "
-                            f"{resp.get('message')}")
+    resp = checked(controller_call(controller_addrs, "elect_preferred_leaders", body), "preferred leader election")
     return list(resp.get("results") or [])
 
 
 def unregister_broker(controller_addrs: Addrs, broker_id: int) -> None:
-    resp = controller_call(controller_addrs, "unregister_broker", {"broker_id": broker_id})
-    if resp.get("error") != rpc.NONE:
-        raise ReassignError(f"the controller refused to unregister broker {broker_id} "
-                            f"({_err(resp.get('error', -1))}): {resp.get('message')}")
+    checked(controller_call(controller_addrs, "unregister_broker", {"broker_id": broker_id}),
+            f"unregistering broker {broker_id}")
 
 
 # --- CLIs -----------------------------------------------------------------------------------
