@@ -76,6 +76,14 @@ ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate",
 CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
               "fenced", "unfenced")
 
+# The set-up of the power-loss scenarios: S cut off (it falls behind), F restarted cleanly (its
+# log is synced up to then), later L too (synced further), so a power cut leaves L holding the most.
+L_SYNCED_FURTHER_THAN_F = (
+    bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
+    act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
+    act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
+    act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2))
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario(
         "unclean-election",
@@ -131,11 +139,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "recovery asks each for its log and elects the highest (last epoch, end offset), L, and reports "
         "it as a potential data-loss event. Without the ELR, F is the last ISR member and leads from its "
         "shorter log the moment it is back, reporting nothing.",
-        (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
-         act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
-         act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
-         act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2),
-         act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), wait("no-leader"),
+        (*L_SYNCED_FURTHER_THAN_F, act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), wait("no-leader"),
          act("start", "F"), sleep(5), act("start", "L"), wait("has-leader", timeout=60),
          act("heal", "S"), wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60)),
         needs_isolated_nodes=True, targets=("no-elr",)),
@@ -151,11 +155,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "with --min-isr 1, 004's setting: L then leaves the ISR without entering the ELR, so the "
         "balanced recovery's only candidate is the less complete F. With min ISR 2 the ELR keeps L "
         "a candidate, L leads and nothing diverges (the protocol's fix at work).",
-        (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
-         act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
-         act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
-         act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2),
-         act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), act("lossy-crash", "S"),
+        (*L_SYNCED_FURTHER_THAN_F, act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), act("lossy-crash", "S"),
          wait("no-leader"), act("heal"),
          act("start", "S"), sleep(3), act("start", "F"), sleep(5), act("start", "L"), wait("has-leader", timeout=60),
          wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60), wait("in-isr", "S", timeout=60)),
