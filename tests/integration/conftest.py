@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -197,3 +198,24 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")
 def kafkaesque_store(tmp_path) -> Path:
     """The project's own tests keep the runs the pytest plugin makes in pytest's tmp dir, not ./store."""
     return tmp_path / "store"
+
+
+@contextlib.contextmanager
+def docker_cluster_up(spec, tmp_path_factory, name: str):
+    """A module's DockerCluster: up, yielded, always down at the end. Without a Docker engine the
+    tests fail, never skip (CI must have one)."""
+    import random
+
+    from clusters.base import ClusterError
+    from clusters.docker import DockerCluster, docker_client
+
+    try:
+        docker_client()
+    except ClusterError as e:
+        pytest.fail(f"the docker backend tests need a Docker engine: {e}")
+    c = DockerCluster(spec, str(tmp_path_factory.mktemp(name)), owner=f"test{random.randrange(10**6)}")
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()

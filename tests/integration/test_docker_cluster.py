@@ -6,33 +6,24 @@ These tests need the Docker engine: on CI they fail, never skip, when it is miss
 from __future__ import annotations
 
 import json
-import random
 import time
 
 import pytest
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.docker import LABEL, DockerCluster, cleanup_docker, docker_client
+from clusters.base import ClusterSpec
+from clusters.docker import LABEL, cleanup_docker, docker_client
 from harness.history import INVOKE, Op
 from nemesis import netrules
 from nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
+from tests.integration.conftest import docker_cluster_up
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    try:
-        docker_client()
-    except ClusterError as e:
-        pytest.fail(f"the docker backend tests need a Docker engine: {e}")
-    c = DockerCluster(ClusterSpec(brokers=3), str(tmp_path_factory.mktemp("docker")),
-                      owner=f"test{random.randrange(10**6)}")
-    c.up()
-    try:
+    with docker_cluster_up(ClusterSpec(brokers=3), tmp_path_factory, "docker") as c:
         yield c
-    finally:
-        c.down()
 
 
 def tcp_ok(cluster, src: str, dst: str) -> bool:

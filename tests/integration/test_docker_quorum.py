@@ -7,32 +7,22 @@ Needs the Docker engine: on CI it fails, never skips, when the engine is missing
 
 from __future__ import annotations
 
-import random
 import time
 
 import pytest
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.docker import DockerCluster, docker_client
+from clusters.base import ClusterSpec
 from nemesis.membership import MembershipNemesis
+from tests.integration.conftest import docker_cluster_up
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def quorum(tmp_path_factory):
-    try:
-        docker_client()
-    except ClusterError as e:
-        pytest.fail(f"the docker backend tests need a Docker engine: {e}")
-    c = DockerCluster(ClusterSpec(brokers=4, controllers=3), str(tmp_path_factory.mktemp("dquorum")),
-                      owner=f"test{random.randrange(10**6)}")
-    c.up()
-    try:
+    with docker_cluster_up(ClusterSpec(brokers=4, controllers=3), tmp_path_factory, "dquorum") as c:
         c.create_topic("dq", 4, 3, 2)
         yield c
-    finally:
-        c.down()
 
 
 def wait_for(predicate, what, timeout=30.0):
