@@ -30,13 +30,13 @@ FLAW_VARIANTS = ("truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fenci
 BROKER_VARIANTS = ("default",) + FLAW_VARIANTS
 
 
-
 def create_topic_or_fail(bootstrap: str, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
     """CreateTopics through the Kafka protocol (any implementation); a failure is one ClusterError sentence."""
     try:
         create_topic(bootstrap, topic, partitions, replication_factor, min_isr)
     except Exception as e:  # noqa: BLE001 - one sentence for the user
         raise ClusterError(f"Creating topic {topic!r} failed ({e}); check the broker logs.") from None
+
 
 class ReferenceCluster:
     """Base of the backends that run our broker. Subclasses set `python`, paths and addresses."""
