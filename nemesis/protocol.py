@@ -17,7 +17,8 @@ partition of the test topic:
   heal                      reconnect, resume and restart everything
   sequence:<scenario>       one of the flaw sequences of nemesis/scenario.py (004's unclean
                             election and HW truncation, 002's last replica standing, 001's
-                            ELR recovery, the zombie leader), on a random partition, from a
+                            ELR recovery, the zombie leader, KAFKA-6880's zombie
+                            follower), on a random partition, from a
                             healed cluster only: half the moves drawn after a heal are one
 
 Faults accumulate between heals (a follower stays cut off while the leader is killed),
@@ -52,7 +53,7 @@ MOVES: dict[str, tuple[Step, ...]] = {
 # unclean election was never found), so the flaw sequences are moves too. Balanced recovery is
 # not one: its two power cuts are beyond the fault budget, so its losses would not be findings.
 SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing", "elr-clean-recovery",
-             "zombie-leader")
+             "zombie-leader", "zombie-follower")
 SEQUENCE_PREFIX = "sequence:"
 MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES})
 NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr"} | {
@@ -101,8 +102,8 @@ class ProtocolNemesis(ScenarioNemesis):
     def _one_move(self, cluster, record, stopped) -> None:
         singles = sorted(m for m in self.moves if not m.startswith(SEQUENCE_PREFIX))
         sequences = sorted(m for m in self.moves if m.startswith(SEQUENCE_PREFIX))
-        healed = self._down() == 0 and not self.done.isolated
-        if self._down() >= MAX_DOWN or (self.done.isolated and self._down() >= 1 and self.rng.random() < 0.3):
+        healed = self._down() == 0 and not self.done.cut_off
+        if self._down() >= MAX_DOWN or (self.done.cut_off and self._down() >= 1 and self.rng.random() < 0.3):
             names = ["heal"]
         elif healed and sequences and self.rng.random() < 0.5:
             # A sequence starts from a healed cluster (its roles are the partition's, all up); if

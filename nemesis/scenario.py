@@ -15,9 +15,10 @@ scenario left down.
 
 Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
-has-leader, fenced, unfenced), kill, lossy-crash, pause, resume, stop (controlled
-shutdown), start, isolate (cut one node off from every other), heal (one node's cuts, or
-all), sleep. A wait that times out ends the scenario there (recorded, not an error of the
+has-leader, fenced, unfenced, log-longer: the node's log end offset is past each named
+node's), kill, lossy-crash, pause, resume, stop (controlled
+shutdown), start, isolate (cut one node off from every other), cut (one node from one
+other, or from the controllers, both ways), heal (one node's cuts, or all), sleep. A wait that times out ends the scenario there (recorded, not an error of the
 run): the protocol did not go where the scenario needed it, which the detection table
 counts separately from "no anomaly".
 """
@@ -43,6 +44,7 @@ class Step:
     role: str = ""            # bind: leader | follower | broker
     until: str = ""           # wait: the condition's name
     nodes: tuple[str, ...] = ()  # wait isr-is: the bound names that must make up the ISR
+    peer: str = ""            # cut: the other side, a bound name, a node name or "controllers"
     seconds: float = 30.0     # wait: timeout; sleep: duration
 
 
@@ -72,9 +74,15 @@ def sleep(seconds: float) -> Step:
     return Step("sleep", seconds=seconds)
 
 
-ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "heal")
+def cut(node: str, peer: str) -> Step:
+    """Cut `node` off from `peer` only (both ways); `peer` "controllers" is every controller."""
+    return Step("cut", node=node, peer=peer)
+
+
+CONTROLLERS = "controllers"
+ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "cut", "heal")
 CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
-              "fenced", "unfenced")
+              "fenced", "unfenced", "log-longer")
 
 # The set-up of the power-loss scenarios: S cut off (it falls behind), F restarted cleanly (its
 # log is synced up to then), later L too (synced further), so a power cut leaves L holding the most.
@@ -163,11 +171,34 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario(
         "zombie-leader",
         "A leader paused past its session timeout while clients still talk to it: a new leader is "
-        "elected, then the old one resumes believing it leads. Its fetch epochs are stale, so no "
-        "follower may fetch from it and it may acknowledge nothing (KIP-320 fencing).",
+        "elected, then the old one resumes believing it leads, and answers the requests queued while "
+        "it slept until the metadata tells it otherwise. No follower may take its replies as the new "
+        "epoch's and it may acknowledge nothing the new leader lacks. It targets none of our variants: "
+        "even a follower that sends no epochs checks its log when it follows the new leader, so this "
+        "guards the default (and acks=1 shows what an acknowledgement without the ISR is worth).",
         (bind("L", "leader"), act("pause", "L"), wait("leader-is-not", "L"), sleep(2),
-         act("resume", "L"), sleep(5), wait("in-isr", "L", timeout=60)),
-        targets=("no-epoch-fencing",)),
+         act("resume", "L"), sleep(5), wait("in-isr", "L", timeout=60))),
+    Scenario(
+        "zombie-follower",
+        "KAFKA-6880, the case KIP-320's epoch fencing closed: a follower Z cut off from the controller "
+        "is fenced and misses every leader change, yet still reaches the leader L it knew and keeps "
+        "fetching from it. L gathers a suffix the other follower F never gets (F is cut off from L) and "
+        "Z copies it; L is paused past its session timeout and F leads (L resumes, a zombie leader for "
+        "a moment, and truncates that suffix as F's follower); then F dies and L leads again, and its "
+        "log grows past Z's. By default Z's next fetch names its stale epoch and L fences it; once the "
+        "cut heals, Z's first fetch in the new epoch finds the divergence and truncates. A follower "
+        "that sends no epochs (Kafka before KIP-320, which checks its log only when it becomes a "
+        "follower) is served by offset and splices L's new records after its stale ones, and when the "
+        "cut heals it joins the ISR with them: the replicas differ below the HWM, for good.",
+        (bind("L", "leader"), bind("F", "follower"), bind("Z", "follower"),
+         cut("Z", CONTROLLERS), wait("not-in-isr", "Z"),
+         cut("F", "L"), sleep(3),
+         act("pause", "L"), wait("leader-is", "F"), act("heal", "F"), act("resume", "L"),
+         wait("in-isr", "L", timeout=60),
+         act("kill", "F"), wait("leader-is", "L"), act("start", "F"),
+         wait("log-longer", "L", nodes=("Z",), timeout=60), sleep(2),
+         act("heal", "Z"), wait("in-isr", "Z", timeout=60)),
+        needs_isolated_nodes=True, targets=("no-epoch-fencing",)),
 )}
 
 
@@ -183,6 +214,11 @@ class _Faults:
     paused: set[str] = field(default_factory=set)
     crashed: set[str] = field(default_factory=set)
     isolated: set[str] = field(default_factory=set)
+    cuts: set[frozenset[str]] = field(default_factory=set)  # pairs of nodes that cannot hear each other
+
+    @property
+    def cut_off(self) -> bool:
+        return bool(self.isolated or self.cuts)
 
 
 class ScenarioNemesis:
@@ -244,7 +280,7 @@ class ScenarioNemesis:
     # --- steps ------------------------------------------------------------------------------------------
     def _describe(self, step: Step) -> dict[str, Any]:
         d: dict[str, Any] = {"scenario": self.scenario.name}
-        for k in ("node", "role", "until"):
+        for k in ("node", "role", "until", "peer"):
             if getattr(step, k):
                 d[k] = getattr(step, k)
         if step.nodes:
@@ -299,9 +335,16 @@ class ScenarioNemesis:
         elif step.do == "isolate":
             self.done.isolated.add(node)
             self._apply_cuts(cluster)
+        elif step.do == "cut":
+            peers = cluster.controller_nodes() if step.peer == CONTROLLERS else [self.node(step.peer)]
+            self.done.cuts.update(frozenset((node, p)) for p in peers if p != node)
+            self._apply_cuts(cluster)
+            return {"cut": node, "from": sorted(peers)}
         elif step.do == "heal":
-            healed = [node] if node else sorted(self.done.isolated)
+            # One node: its isolation and every cut it is part of; no node: everything.
+            healed = sorted({node} if node else self.done.isolated | {n for pair in self.done.cuts for n in pair})
             self.done.isolated -= set(healed)
+            self.done.cuts = {pair for pair in self.done.cuts if not pair & set(healed)}
             self._apply_cuts(cluster)
             return {"healed": healed}
         else:
@@ -337,6 +380,11 @@ class ScenarioNemesis:
             bid = cluster.node_id(self.node(step.node))
             fenced = any(b["broker_id"] == bid and b["fenced"] for b in state.get("brokers", []))
             return fenced == (step.until == "fenced"), {"fenced": fenced}
+        if step.until == "log-longer":
+            leos = {n: self._leo(cluster, self.node(n)) for n in (step.node, *step.nodes)}
+            mine = leos.pop(step.node)
+            return mine is not None and all(o is not None and mine > o for o in leos.values()), {"leo": {
+                self.node(step.node): mine, **{self.node(n): o for n, o in leos.items()}}}
         p = self._partition(cluster)
         if p is None:
             return False, {}
@@ -356,6 +404,14 @@ class ScenarioNemesis:
         if holds is None:
             raise ValueError(f"unknown condition {step.until!r}; valid: {', '.join(CONDITIONS)}")
         return holds(), seen
+
+    def _leo(self, cluster, node: str) -> int | None:
+        """The node's log end offset for the scenario's partition, from its own state dump."""
+        state = cluster.dump_state(node, include_log=False) or {}
+        for p in state.get("partitions", []):
+            if p.get("topic") == self.topic and p.get("partition") == self.partition:
+                return int(p["leo"])
+        return None
 
     def _wait(self, cluster, step: Step, stopped: Callable[[], bool]) -> dict[str, Any]:
         deadline = time.monotonic() + step.seconds
@@ -381,6 +437,9 @@ class ScenarioNemesis:
         for node in self.done.isolated:
             for a, drops in grudge.isolate(cluster.nodes(), node).items():
                 g.setdefault(a, set()).update(drops)
+        for a, b in (tuple(pair) for pair in self.done.cuts):
+            g.setdefault(a, set()).add(b)
+            g.setdefault(b, set()).add(a)
         commands = {}
         for node in cluster.nodes():
             rules = [shell_join(flush)] + [shell_join(argv) for argv in
@@ -391,7 +450,7 @@ class ScenarioNemesis:
     def teardown(self, cluster) -> list[str]:
         """Reconnect, resume and restart everything the scenario left down; every part is tried."""
         errors = []
-        steps = [("heal", lambda: (self.done.isolated.clear(), self._apply_cuts(cluster))
+        steps = [("heal", lambda: (self.done.isolated.clear(), self.done.cuts.clear(), self._apply_cuts(cluster))
                   if self.scenario.needs_isolated_nodes else None)]
         steps += [(f"resume {n}", lambda n=n: cluster.resume(n)) for n in sorted(self.done.paused)]
         steps += [(f"start {n}", lambda n=n: cluster.start(n)) for n in sorted(self.done.killed | self.done.crashed)]

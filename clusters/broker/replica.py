@@ -72,6 +72,10 @@ class Replica:
         self.alter_in_flight: list[int] | None = None
         self.producers = ProducerStateTable()
         self._first_transition = True  # for the truncate-to-hw variant (pre-KIP-101 restart)
+        # For the no-epoch-fencing variant: has this follower checked its log against its leader's
+        # since it became a follower in this leader epoch (a fetch carrying its last epoch answered
+        # without a divergence)?
+        self._epoch_validated = False
 
     # --- helpers -------------------------------------------------------------------------
     @property
@@ -157,6 +161,7 @@ class Replica:
         self.maximal_isr = []
         self.alter_in_flight = None
         self.followers = {}
+        self._epoch_validated = False
         self._event("become_follower", **{"from": f"{old_role}@{old_epoch}",
                                          "to": f"{self.role}@{self.leader_epoch}"}, leader=self.leader)
 
@@ -297,11 +302,20 @@ class Replica:
     # --- follower: fetching from the leader ----------------------------------------------
     def fetch_request(self, broker_epoch: int, max_bytes: int) -> dict[str, Any]:
         variants = self.config.variants
+        if "truncate-to-hw" in variants:
+            # A pre-KIP-101 follower sends no epoch, so the leader never finds a divergence and
+            # the follower keeps whatever its HW left it.
+            last_fetched_epoch = -1
+        elif "no-epoch-fencing" in variants and self._epoch_validated:
+            # A Kafka 1.1-2.6 follower (KIP-101/279, before KIP-320 and Fetch v12) checks its log
+            # against the leader's once, when it becomes a follower (OffsetsForLeaderEpoch), and
+            # then fetches by offset alone: a follower that misses leader changes (KAFKA-6880)
+            # never checks again.
+            last_fetched_epoch = -1
+        else:
+            last_fetched_epoch = self.log.last_epoch
         return {"replica_id": self.node_id, "broker_epoch": broker_epoch, "topic": self.topic,
-                "partition": self.partition, "fetch_offset": self.leo,
-                # `truncate-to-hw`: a pre-KIP-101 follower sends no epoch, so the leader never
-                # finds a divergence and the follower keeps whatever its HW left it.
-                "last_fetched_epoch": -1 if "truncate-to-hw" in variants else self.log.last_epoch,
+                "partition": self.partition, "fetch_offset": self.leo, "last_fetched_epoch": last_fetched_epoch,
                 # `no-epoch-fencing`: a pre-KIP-320 follower sends no current epoch, so a leader
                 # of an older (or newer) epoch serves it instead of fencing it.
                 "current_leader_epoch": -1 if "no-epoch-fencing" in variants else self.leader_epoch,
@@ -336,6 +350,8 @@ class Replica:
             self.hwm = min(self.hwm, self.leo)
             self._event("truncated_on_divergence", diverging_epoch=div, **{"from": before, "to": self.leo})
             return rpc.NONE
+        if req["last_fetched_epoch"] >= 0 and req["sent_in_epoch"] == self.leader_epoch:
+            self._epoch_validated = True  # the leader found no divergence (only the variant reads this)
         raw = rpc.unb64(resp.get("records") or "")
         if raw:
             raw = _from_offset(raw, self.leo)

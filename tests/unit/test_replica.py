@@ -395,3 +395,46 @@ def test_no_epoch_fencing_variant_is_not_fenced_by_a_leader_of_another_epoch(tmp
     plain = make_replica(tmp_path / "plain", 2)
     plain.apply_partition_state(state(1, 5, [1, 2]), now_ms=0)
     assert a.record_follower_fetch(plain.fetch_request(10, 1 << 20), 1)["error"] == rpc.UNKNOWN_LEADER_EPOCH
+
+
+def test_no_epoch_fencing_variant_lets_a_zombie_follower_keep_a_stale_suffix_for_good(tmp_path):
+    """KAFKA-6880: Z, cut off from the controller, misses two leader changes and keeps fetching from
+    A by offset. By default A fences its stale epoch, and once Z hears of the new epoch its first
+    fetch finds the divergence and truncates; the Kafka 1.1-2.6 follower of the variant checks its
+    log once per leader epoch, then splices A's later records after its stale ones."""
+    outcomes = {}
+    for variants in (frozenset(), frozenset({"no-epoch-fencing"})):
+        d = tmp_path / ("flawed" if variants else "default")
+        a, b = make_replica(d, 1, variants=variants), make_replica(d, 2, variants=variants)
+        z = make_replica(d, 3, variants=variants)
+        for r in (a, b, z):
+            r.apply_partition_state(state(1, 1, [1, 2, 3]), now_ms=0)
+        for i in range(5):
+            produce(a, 1, start=i)
+        replicate(a, b, now=1)
+        replicate(a, z, now=1)
+        produce(a, 1, start=5)                          # A's suffix: Z copies it, B never does
+        produce(a, 1, start=6)
+        replicate(a, z, now=2)
+        assert z.leo == 7
+        b.apply_partition_state(state(2, 2, [2, 1], pepoch=2), now_ms=3)  # A deposed (Z is not told)
+        for i in range(3):
+            produce(b, 1, start=100 + i)                # offsets 5..7 in epoch 2
+        a.apply_partition_state(state(2, 2, [2, 1], pepoch=2), now_ms=3)
+        replicate(b, a, now=4)                          # divergence: A truncates to 5
+        replicate(b, a, now=5)
+        assert [x.value_digest for x in a.log.physical_log()] == [x.value_digest for x in b.log.physical_log()]
+        a.apply_partition_state(state(1, 3, [1, 2], pepoch=3), now_ms=6)  # A leads again
+        produce(a, 2, start=200)
+        req = z.fetch_request(10, 1 << 20)              # Z still thinks epoch 1, fetches at offset 7
+        resp = a.record_follower_fetch(req, 7) or a.read_for_follower(req["fetch_offset"], 1 << 20)
+        z.on_fetch_response(req, resp)
+        z.apply_partition_state(state(1, 3, [1, 2], pepoch=3), now_ms=8)  # the cut heals
+        for now in range(9, 12):
+            replicate(a, z, now=now)
+        outcomes[bool(variants)] = ([x.value_digest for x in a.log.physical_log()],
+                                    [x.value_digest for x in z.log.physical_log()])
+    a_log, z_log = outcomes[False]
+    assert z_log == a_log                               # fenced, then truncated and caught up
+    a_log, z_log = outcomes[True]
+    assert len(z_log) == len(a_log) and z_log[5:7] != a_log[5:7] and z_log[7:] == a_log[7:]

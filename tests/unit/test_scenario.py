@@ -10,7 +10,7 @@ from clusters.base import PartitionView
 from harness.remote import RemoteResult
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis, nemesis_problem
-from nemesis.scenario import SCENARIOS, Scenario, ScenarioNemesis, act, bind, wait
+from nemesis.scenario import CONTROLLERS, SCENARIOS, Scenario, ScenarioNemesis, act, bind, cut, wait
 
 
 class FakeRemote:
@@ -31,6 +31,7 @@ class FakeCluster:
 
     def __init__(self):
         self.leader, self.isr, self.fenced = 1, [1, 2, 3], set()
+        self.leos = {1: 10, 2: 10, 3: 10}  # each broker's log end offset for partition 0
         self.calls, self.commands = [], []
 
     def broker_nodes(self):
@@ -58,6 +59,8 @@ class FakeCluster:
         return [PartitionView(topic, 0, self.leader, [1, 2, 3], list(self.isr))]
 
     def dump_state(self, node, include_log=True):
+        if node.startswith("broker-"):
+            return {"partitions": [{"topic": "queue", "partition": 0, "leo": self.leos[self.node_id(node)]}]}
         return {"brokers": [{"broker_id": b, "fenced": b in self.fenced} for b in (1, 2, 3)]}
 
     def _down(self, n):
@@ -153,6 +156,73 @@ def test_isolate_cuts_one_node_off_and_heal_reconnects_it():
     assert all("DROP" not in cmd for node, cmd in c.commands[4:])   # healed: only the flush left
 
 
+def _drops(commands):
+    """node -> the addresses it drops, from the last rule set each node was given."""
+    out = {}
+    for node, cmd in commands:
+        out[node] = set(cmd.split(" -s ")[1].split()[0].split(",")) if " -s " in cmd else set()
+    return out
+
+
+def test_cut_separates_two_nodes_both_ways_and_heal_of_one_node_undoes_only_its_cuts():
+    c = FakeCluster()
+    n = scenario(bind("Z", "follower"), cut("Z", CONTROLLERS), cut("broker-1", "broker-3"), isolated=True)
+    n.setup(c)
+    run(n, c)
+    z = n.node("Z")
+    ip = {node: c.address(node)[0] for node in c.nodes()}
+    drops = _drops(c.commands)
+    assert ip["controller-0"] in drops[z] and ip[z] in drops["controller-0"]
+    assert ip["broker-3"] in drops["broker-1"] and ip["broker-1"] in drops["broker-3"]
+    other = ({"broker-2", "broker-3"} - {z}).pop()
+    assert ip[other] not in drops[z]                      # a cut is not an isolation
+    c.commands.clear()
+    n._perform(c, act("heal", "broker-3"), lambda: False)
+    drops = _drops(c.commands)
+    assert ip["controller-0"] in drops[z] and not drops["broker-1"] and not drops["broker-3"] - {ip["controller-0"]}
+    c.commands.clear()
+    n.teardown(c)
+    assert not any(_drops(c.commands).values())
+
+
+def test_log_longer_waits_until_the_nodes_log_end_offset_passes_the_others():
+    c = FakeCluster()
+    c.leos = {1: 10, 2: 12, 3: 12}
+    n = scenario(bind("L", "leader"), wait("log-longer", "L", nodes=("broker-2",), timeout=0.3))
+    assert "not reached" in run(n, c)[-1][2]
+    c.leos[1] = 13
+    n = scenario(bind("L", "leader"), wait("log-longer", "L", nodes=("broker-2",), timeout=0.3))
+    ops = run(n, c)
+    assert ops[-1][2]["reached"] is True and ops[-1][2]["leo"] == {"broker-1": 13, "broker-2": 12}
+
+
+def test_zombie_follower_cuts_z_from_the_controllers_and_f_from_l_then_bounces_leadership():
+    c = FakeCluster()
+    n = ScenarioNemesis("zombie-follower", {"scenario_delay": 0, "seed": 3})
+    n.setup(c)
+    c.leos = {1: 50, 2: 40, 3: 40}
+    apply_cuts, fenced_by_cut = n._apply_cuts, set()
+
+    def apply_cuts_and_fence(cluster):  # the fake's controller fences a broker it cannot hear
+        apply_cuts(cluster)
+        cut_off = {b for pair in n.done.cuts if "controller-0" in pair for b in pair - {"controller-0"}}
+        for b in cut_off - fenced_by_cut:
+            cluster._down(b)
+        for b in fenced_by_cut - cut_off:
+            cluster._up(b)
+        fenced_by_cut.clear()
+        fenced_by_cut.update(cut_off)
+
+    n._apply_cuts = apply_cuts_and_fence
+    ops = run(n, c)
+    assert [f for f, _, r in ops if isinstance(r, str)] == []  # no step failed or stalled
+    L, F, Z = n.node("L"), n.node("F"), n.node("Z")
+    assert c.calls == [f"pause {L}", f"resume {L}", f"kill {F}", f"start {F}"]
+    cuts = [(v.get("node"), v.get("peer")) for f, v, _ in ops if f == "scenario-cut"]
+    assert cuts == [("Z", "controllers"), ("F", "L")]
+    assert [r["healed"] for f, _, r in ops if f == "scenario-heal"] == [[F], [Z]]
+
+
 def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster():
     c = FakeCluster()
     c.isolated_nodes = False
@@ -161,14 +231,17 @@ def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster
 
 
 def test_every_shipped_scenario_uses_known_steps_and_conditions():
+    from clusters.reference import FLAW_VARIANTS
     from nemesis.scenario import ACTIONS, CONDITIONS
 
     for s in SCENARIOS.values():
-        assert s.doc and s.targets
+        assert s.doc and set(s.targets) <= set(FLAW_VARIANTS), s.name
         for step in s.steps:
             assert step.do in (*ACTIONS, "bind", "wait", "sleep"), (s.name, step)
             if step.do == "wait":
                 assert step.until in CONDITIONS, (s.name, step)
+    # Every flaw is the target of some scenario (zombie-leader guards the default alone).
+    assert {v for s in SCENARIOS.values() for v in s.targets} == set(FLAW_VARIANTS)
 
 
 def test_nemesis_names_for_scenarios():
