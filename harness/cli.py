@@ -293,43 +293,64 @@ def campaign(
     raise typer.Exit(code)
 
 
+DETECTION_DIR = Path("campaigns/detection")
+
+
 @app.command()
 def detect(
-    file: Annotated[Path, typer.Argument(help="the detection campaign")] = Path("campaigns/detection.toml"),
+    files: Annotated[list[Path] | None, typer.Argument(
+        help="the detection campaigns, run in turn (default: every campaigns/detection/*.toml)")] = None,
     out: Annotated[Path, typer.Option(help="where the table goes")] = Path("docs/DETECTION.md"),
-    from_campaign: Annotated[Path | None, typer.Option(help="only re-render the table from this campaign dir")] = None,
+    from_campaign: Annotated[list[Path] | None, typer.Option(
+        help="a campaign dir already run, added to the table (repeatable); with no files, only re-render")] = None,
+    notes: Annotated[Path | None, typer.Option(help="a Markdown file appended to the table (notes by hand)")] = None,
     cluster: Annotated[str, typer.Option(help="auto, docker or local (default: the file's, else auto)")] = "",
     store: Annotated[str, typer.Option(help="where runs and campaign directories are stored")] = "store",
 ) -> None:
-    """Run every fault plan against every broker variant (a campaign) and write the detection table.
+    """Run every fault plan against every broker variant (campaigns) and write the detection table.
 
-    The campaign file sets the plans (scenarios, the protocol nemesis, plain random faults), the
-    variants, acks and flush settings, repetitions and budget; the table (docs/DETECTION.md by
-    default) says per row how many runs found an anomaly, which, and how fast.
+    Each campaign file sets plans (scenarios, the protocol nemesis, plain random faults), variants,
+    acks and flush settings, repetitions and budget; the table (docs/DETECTION.md by default) merges
+    them and says per row how many runs found an anomaly, which, and how fast, above the three
+    claims it exists for, computed from the rows.
     """
     from results.detection import write_detection
 
     command = "kafkaesque detect " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque detect"
-    if from_campaign is not None:
-        if not (from_campaign / "campaign.json").exists():
-            _fail(f"{from_campaign} holds no campaign.json; give a directory under <store>/campaigns/.")
-        err.print(f"wrote {write_detection(from_campaign, out, command)}")
+    dirs = list(from_campaign or [])
+    for d in dirs:
+        if not (d / "campaign.json").exists():
+            _fail(f"{d} holds no campaign.json; give a directory under <store>/campaigns/.")
+    if notes is not None and not notes.is_file():
+        _fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
+    note_text = notes.read_text() if notes is not None else ""
+    if not files and dirs:
+        err.print(f"wrote {write_detection(dirs, out, command, note_text)}")
         return
+    files = files or sorted(DETECTION_DIR.glob("*.toml"))
+    if not files:
+        _fail(f"no campaign files given and none in {DETECTION_DIR}; pass the campaign TOML files to run.")
     from harness.campaign import resolve_cluster, run_campaign
     from harness.campaign_file import CampaignFileError, load_campaign
     from results.store import StoreError
 
-    try:
-        plan = load_campaign(file, store=store, cluster=cluster or None)
-    except CampaignFileError as e:
-        _fail(f"{file}: {e}")
-    resolve_cluster(plan)
-    err.print(f"detect: {len(plan.runs)} runs on the {plan.cluster} cluster, budget {plan.budget:.0f} s")
-    try:
-        code, campaign_dir = run_campaign(plan, log=lambda m: err.print(m))
-    except StoreError as e:
-        _fail(str(e))
-    err.print(f"wrote {write_detection(campaign_dir, out, command)} (campaign {campaign_dir})")
+    plans = []
+    for file in files:  # every file is read and checked before the first run starts
+        try:
+            plans.append(load_campaign(file, store=store, cluster=cluster or None))
+        except CampaignFileError as e:
+            _fail(f"{file}: {e}")
+    for plan in plans:
+        resolve_cluster(plan)
+        err.print(f"detect: campaign {plan.name}, {len(plan.runs)} runs on the {plan.cluster} cluster, "
+                  f"budget {plan.budget:.0f} s")
+        try:
+            _, campaign_dir = run_campaign(plan, log=lambda m: err.print(m))
+        except StoreError as e:
+            _fail(str(e))
+        dirs.append(campaign_dir)
+        # Rewritten after every campaign: a long detection run leaves a table at each step.
+        err.print(f"wrote {write_detection(dirs, out, command, note_text)} (campaign {campaign_dir})")
     print(out)
 
 

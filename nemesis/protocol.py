@@ -11,6 +11,14 @@ partition of the test topic:
   lossy-crash-last-isr      power-cut a broker that is alone in some partition's ISR
   kill-catching-up          SIGKILL a replica that is outside the ISR (restarting, lagging)
   pause-leader              SIGSTOP the leader until another is elected, then SIGCONT it
+  pause-controller          SIGSTOP the active controller past the brokers' session timeout
+                            (on resuming it may fence brokers whose heartbeats it missed)
+  cut-leader-from-controllers
+                            the controller fences the leader and elects another, while the
+                            old one still serves its followers and clients (a zombie leader)
+  cut-follower-from-controllers
+                            an in-sync follower misses every metadata change from now on but
+                            still fetches from the leader it knew (a zombie follower)
   bounce-follower-then-kill-leader
                             restart a follower (controlled) and kill the leader before it
                             has caught up
@@ -19,7 +27,9 @@ partition of the test topic:
                             election and HW truncation, 002's last replica standing, 001's
                             ELR recovery, the zombie leader, KAFKA-6880's zombie
                             follower), on a random partition, from a
-                            healed cluster only: half the moves drawn after a heal are one
+                            healed cluster only: two thirds of the moves drawn after a heal
+                            are one, dealt from a shuffled deck so that every sequence runs
+                            once before any runs again
 
 Faults accumulate between heals (a follower stays cut off while the leader is killed),
 which is what turns single faults into the sequences of 004 and 001. A move whose role
@@ -34,7 +44,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nemesis.scenario import SCENARIOS, Scenario, ScenarioNemesis, ScenarioStalled, Step, act, bind, wait
+from nemesis.scenario import (
+    CONTROLLERS,
+    SCENARIOS,
+    Scenario,
+    ScenarioNemesis,
+    ScenarioStalled,
+    Step,
+    act,
+    bind,
+    cut,
+    sleep,
+    wait,
+)
 
 MOVES: dict[str, tuple[Step, ...]] = {
     "kill-leader": (bind("L", "leader"), act("kill", "L")),
@@ -45,6 +67,9 @@ MOVES: dict[str, tuple[Step, ...]] = {
                      act("resume", "L")),
     "bounce-follower-then-kill-leader": (bind("L", "leader"), bind("F", "in-sync-follower"), act("stop", "F"),
                                          act("start", "F"), act("kill", "L")),
+    "pause-controller": (bind("K", "controller"), act("pause", "K"), sleep(4), act("resume", "K")),
+    "cut-leader-from-controllers": (bind("L", "leader"), cut("L", CONTROLLERS)),
+    "cut-follower-from-controllers": (bind("Z", "in-sync-follower"), cut("Z", CONTROLLERS)),
     "heal": (act("heal"), act("start-all"), act("resume-all")),
 }
 # The single moves find shallow bugs; the deep ones of 004, 001 and 002 take a fault timed
@@ -56,9 +81,14 @@ SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-st
              "zombie-leader", "zombie-follower")
 SEQUENCE_PREFIX = "sequence:"
 MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES})
-NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr"} | {
+NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr", "cut-leader-from-controllers",
+                        "cut-follower-from-controllers"} | {
     SEQUENCE_PREFIX + name for name in SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
 MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
+# After a heal, the share of moves that are a flaw sequence. The single moves find shallow bugs
+# on their own and pile up between heals; the sequences are what reaches the deep flaws, and a
+# 5-minute run has room for about ten of them (each takes 15-40 s).
+SEQUENCE_SHARE = 2 / 3
 
 
 class ProtocolNemesis(ScenarioNemesis):
@@ -68,6 +98,7 @@ class ProtocolNemesis(ScenarioNemesis):
         super().__init__(Scenario("protocol", __doc__ or "", (), needs_isolated_nodes=False), options)
         self.interval = float(options.get("interval", 10.0))
         self.moves = dict(MOVES)
+        self.deck: list[str] = []  # the sequences not yet run in this round, in the order they come
 
     def setup(self, cluster) -> None:
         if getattr(cluster, "isolated_nodes", False):
@@ -105,10 +136,13 @@ class ProtocolNemesis(ScenarioNemesis):
         healed = self._down() == 0 and not self.done.cut_off
         if self._down() >= MAX_DOWN or (self.done.cut_off and self._down() >= 1 and self.rng.random() < 0.3):
             names = ["heal"]
-        elif healed and sequences and self.rng.random() < 0.5:
-            # A sequence starts from a healed cluster (its roles are the partition's, all up); if
-            # its first role is missing now, a single move goes instead.
-            names = self.rng.sample(sequences, len(sequences)) + self.rng.sample(singles, len(singles))
+        elif healed and sequences and self.rng.random() < SEQUENCE_SHARE:
+            # A sequence starts from a healed cluster (its roles are the partition's, all up). Dealt
+            # from a shuffled deck: each sequence once per round, so none waits on luck for its
+            # turn. If a sequence's first role is missing now, the next one goes, then single moves.
+            if not self.deck:
+                self.deck = self.rng.sample(sequences, len(sequences))
+            names = list(self.deck) + self.rng.sample(singles, len(singles))
         else:
             names = self.rng.sample(singles, len(singles))
         for move in names:
@@ -121,6 +155,8 @@ class ProtocolNemesis(ScenarioNemesis):
                 for step in self.moves[move]:
                     value = {**self._describe(step), "move": move, "partition": self.partition}
                     record(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
+                    if move in self.deck and self.bound:
+                        self.deck.remove(move)  # it has begun: its turn in this round is taken
                 return
             except ScenarioStalled:
                 if self.bound:  # the move had begun: its recorded steps stand, try nothing else now
@@ -153,8 +189,12 @@ class ProtocolNemesis(ScenarioNemesis):
             raise ScenarioStalled("no such partition")
         taken = set(self.bound.values()) | self.done.killed | self.done.crashed | self.done.paused
         names = {r: cluster.node_name(r) for r in p.replicas}
-        if role == "in-sync-follower":
-            pool = [names[r] for r in p.isr if r != p.leader and names[r] not in self.done.isolated]
+        cut_off = self.done.isolated | {n for pair in self.done.cuts for n in pair}
+        if role == "controller":
+            active = cluster.active_controller() if hasattr(cluster, "active_controller") else None
+            pool = [active] if active else cluster.controller_nodes()[:1]
+        elif role == "in-sync-follower":
+            pool = [names[r] for r in p.isr if r != p.leader and names[r] not in cut_off]
         elif role == "out-of-sync":
             pool = [names[r] for r in p.replicas if r not in p.isr]
         elif role == "last-isr":

@@ -15,7 +15,7 @@ scenario left down.
 
 Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
-has-leader, fenced, unfenced, log-longer: the node's log end offset is past each named
+has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each named
 node's), kill, lossy-crash, pause, resume, stop (controlled
 shutdown), start, isolate (cut one node off from every other), cut (one node from one
 other, or from the controllers, both ways), heal (one node's cuts, or all), sleep. A wait that times out ends the scenario there (recorded, not an error of the
@@ -82,7 +82,7 @@ def cut(node: str, peer: str) -> Step:
 CONTROLLERS = "controllers"
 ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "cut", "heal")
 CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
-              "fenced", "unfenced", "log-longer")
+              "fenced", "unfenced", "log-reaches")
 
 # The set-up of the power-loss scenarios: S cut off (it falls behind), F restarted cleanly (its
 # log is synced up to then), later L too (synced further), so a power cut leaves L holding the most.
@@ -185,7 +185,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "fetching from it. L gathers a suffix the other follower F never gets (F is cut off from L) and "
         "Z copies it; L is paused past its session timeout and F leads (L resumes, a zombie leader for "
         "a moment, and truncates that suffix as F's follower); then F dies and L leads again, and its "
-        "log grows past Z's. By default Z's next fetch names its stale epoch and L fences it; once the "
+        "log grows back to Z's length. By default Z's next fetch names its stale epoch and L fences it; once the "
         "cut heals, Z's first fetch in the new epoch finds the divergence and truncates. A follower "
         "that sends no epochs (Kafka before KIP-320, which checks its log only when it becomes a "
         "follower) is served by offset and splices L's new records after its stale ones, and when the "
@@ -196,7 +196,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
          act("pause", "L"), wait("leader-is", "F"), act("heal", "F"), act("resume", "L"),
          wait("in-isr", "L", timeout=60),
          act("kill", "F"), wait("leader-is", "L"), act("start", "F"),
-         wait("log-longer", "L", nodes=("Z",), timeout=60), sleep(2),
+         wait("log-reaches", "L", nodes=("Z",), timeout=60), sleep(2),
          act("heal", "Z"), wait("in-isr", "Z", timeout=60)),
         needs_isolated_nodes=True, targets=("no-epoch-fencing",)),
 )}
@@ -380,10 +380,10 @@ class ScenarioNemesis:
             bid = cluster.node_id(self.node(step.node))
             fenced = any(b["broker_id"] == bid and b["fenced"] for b in state.get("brokers", []))
             return fenced == (step.until == "fenced"), {"fenced": fenced}
-        if step.until == "log-longer":
+        if step.until == "log-reaches":
             leos = {n: self._leo(cluster, self.node(n)) for n in (step.node, *step.nodes)}
             mine = leos.pop(step.node)
-            return mine is not None and all(o is not None and mine > o for o in leos.values()), {"leo": {
+            return mine is not None and all(o is not None and mine >= o for o in leos.values()), {"leo": {
                 self.node(step.node): mine, **{self.node(n): o for n, o in leos.items()}}}
         p = self._partition(cluster)
         if p is None:

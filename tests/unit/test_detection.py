@@ -7,12 +7,13 @@ from pathlib import Path
 from results.detection import first_anomaly_s, render_markdown, summarize, write_detection
 
 
-def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protocol_wait=False):
+def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protocol_wait=False, acks="all",
+        flush="never", time_limit=60, anomaly="lost-write"):
     d = tmp_path / f"run{i}"
     d.mkdir()
     anomalies = []
     if first_ns is not None:
-        anomalies = [{"name": "lost-write", "count": 1, "examples": [
+        anomalies = [{"name": anomaly, "count": 1, "examples": [
             {"op": {"index": 3, "time": first_ns, "process": 1, "type": "ok", "f": "send", "value": [0, [1, 2]]}},
             {"op": {"index": 9, "time": first_ns + 5_000_000_000, "process": 2, "type": "ok", "f": "send",
                     "value": [0, [2, 3]]}}]}]
@@ -24,21 +25,23 @@ def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protoc
         wait = ('{"f":"scenario-wait","type":"info","value":{"scenario": "protocol"},'
                 '"error":"ScenarioStalled: in-isr not reached"}')
     (d / "history.jsonl").write_text(wait + "\n")
-    return {"spec": {"broker_variant": variant, "acks": "all", "flush_policy": "never", "nemesis": [plan]},
+    return {"spec": {"broker_variant": variant, "acks": acks, "flush_policy": flush, "nemesis": plan.split(","),
+                     "time_limit": time_limit},
             "status": status, "run_dir": str(d),
             "anomalies": [{"name": a["name"]} for a in anomalies]}
 
 
-def campaign(tmp_path):
-    runs = [run(tmp_path, 0, "default", "scenario:x", "valid"),
-            run(tmp_path, 1, "default", "scenario:x", "valid"),
-            run(tmp_path, 2, "no-elr", "scenario:x", "invalid", first_ns=30_000_000_000),
-            run(tmp_path, 3, "no-elr", "scenario:x", "invalid", first_ns=10_000_000_000),
-            run(tmp_path, 4, "no-elr", "scenario:x", "valid", stalled=True),
-            {"spec": {"broker_variant": "no-elr", "acks": "all", "flush_policy": "never", "nemesis": ["protocol"]},
-             "status": "skipped", "run_dir": None, "anomalies": []}]
-    return {"name": "t", "started": "now", "duration_s": 1, "cluster": "local",
-            "matrix": {"repetitions": 3, "settings": {"time_limit": 60}}, "runs": runs}
+def campaign(tmp_path, runs=None, min_isr=2, name="t"):
+    runs = runs if runs is not None else [
+        run(tmp_path, 0, "default", "scenario:x", "valid"),
+        run(tmp_path, 1, "default", "scenario:x", "valid"),
+        run(tmp_path, 2, "no-elr", "scenario:x", "invalid", first_ns=30_000_000_000),
+        run(tmp_path, 3, "no-elr", "scenario:x", "invalid", first_ns=10_000_000_000),
+        run(tmp_path, 4, "no-elr", "scenario:x", "valid", stalled=True),
+        {"spec": {"broker_variant": "no-elr", "acks": "all", "flush_policy": "never", "nemesis": ["protocol"],
+                  "time_limit": 60}, "status": "skipped", "run_dir": None, "anomalies": []}]
+    return {"name": name, "source": f"{name}.toml", "started": "now", "duration_s": 1, "cluster": "local",
+            "matrix": {"repetitions": 3, "settings": {"time_limit": 60, "min_isr": min_isr}}, "runs": runs}
 
 
 def test_first_anomaly_is_the_earliest_moment_an_example_is_proven():
@@ -54,28 +57,78 @@ def test_first_anomaly_is_the_earliest_moment_an_example_is_proven():
 
 
 def test_rows_count_found_stalled_and_not_run_apart(tmp_path):
-    rows = {(r["variant"], r["plan"]): r for r in summarize(campaign(tmp_path))}
+    rows = {(r.variant, r.plan): r for r in summarize([campaign(tmp_path)])}
     d = rows[("default", "scenario:x")]
-    assert (d["runs"], d["found"], d["median_first_s"]) == (2, 0, None)
+    assert (d.runs, d.found, d.median_first_s) == (2, 0, None)
     n = rows[("no-elr", "scenario:x")]
-    assert (n["runs"], n["found"], n["stalled"], n["anomalies"], n["median_first_s"]) == (3, 2, 1, ["lost-write"], 20.0)
+    assert (n.runs, n.found, n.stalled, sorted(n.anomalies), n.median_first_s) == (3, 2, 1, ["lost-write"], 20.0)
+    assert n.beyond_default == ["lost-write"]
     p = rows[("no-elr", "protocol")]
-    assert (p["runs"], p["not_run"]) == (0, 1)
+    assert (p.runs, p.not_run, p.beyond_default) == (0, 1, None)  # no default protocol row to compare with
+
+
+def test_campaigns_with_the_same_cell_add_up_and_other_settings_stay_apart(tmp_path):
+    a = campaign(tmp_path / "a", [run(tmp_path, 10, "no-elr", "protocol", "invalid", first_ns=1, time_limit=300),
+                                  run(tmp_path, 11, "no-elr", "protocol", "valid", time_limit=300)])
+    b = campaign(tmp_path / "b", [run(tmp_path, 12, "no-elr", "protocol", "invalid", first_ns=2, time_limit=300),
+                                  run(tmp_path, 13, "no-elr", "protocol", "invalid", first_ns=3, time_limit=60)])
+    c = campaign(tmp_path / "c", [run(tmp_path, 14, "no-elr", "protocol", "valid", time_limit=300)], min_isr=1)
+    rows = {(r.plan, r.time_limit, r.min_isr): r for r in summarize([a, b, c])}
+    assert (rows[("protocol", 300.0, 2)].runs, rows[("protocol", 300.0, 2)].found) == (3, 2)
+    assert rows[("protocol", 60.0, 2)].runs == 1 and rows[("protocol", 300.0, 1)].runs == 1
+
+
+def test_beyond_default_names_only_what_the_default_never_showed_in_the_same_row(tmp_path):
+    rows = summarize([campaign(tmp_path, [
+        run(tmp_path, 0, "default", "scenario:x", "invalid", first_ns=1, acks="1"),
+        run(tmp_path, 1, "no-elr", "scenario:x", "invalid", first_ns=1, acks="1"),
+        run(tmp_path, 2, "no-elr", "scenario:y", "invalid", first_ns=1, acks="1", anomaly="log-divergence"),
+        run(tmp_path, 3, "default", "scenario:y", "invalid", first_ns=1, acks="1")])])
+    by = {(r.variant, r.plan): r for r in rows}
+    assert by[("no-elr", "scenario:x")].beyond_default == []          # acks=1 loses writes anyway
+    assert by[("no-elr", "scenario:y")].beyond_default == ["log-divergence"]
 
 
 def test_markdown_names_the_command_and_the_default_rows_first(tmp_path):
-    md = render_markdown(campaign(tmp_path), "kafkaesque detect x.toml")
+    md = render_markdown([campaign(tmp_path)], "kafkaesque detect x.toml")
     assert "`kafkaesque detect x.toml`" in md
-    table = [line for line in md.splitlines() if line.startswith("| ")][1:]
-    assert table[0].startswith("| default") and "| no-elr | all | never | `scenario:x` | 3 | 2 | lost-write | 20.0 |" in md
-    assert "Default broker: 0 run(s) with an anomaly out of 2" in md
+    table = md.split("## Every row")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]  # after the header
+    assert rows[0].startswith("| default")
+    assert "| no-elr | all | never | 2 | `scenario:x` | 60 s | 3 | 2 | lost-write | lost-write | 20.0 |" in md
+    assert "Met: 0 anomalies in 2 runs" in md
 
 
-def test_write_detection_from_a_campaign_dir(tmp_path):
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "campaign.json").write_text(json.dumps(campaign(tmp_path)))
-    out = write_detection(tmp_path / "c", tmp_path / "docs" / "DETECTION.md", "kafkaesque detect")
-    assert out.read_text().startswith("# Detection table")
+def test_the_claims_are_judged_from_the_rows(tmp_path, monkeypatch):
+    import results.detection as det
+
+    monkeypatch.setattr(det, "scenario_targets", lambda: {"scenario:x": ("no-elr",), "scenario:z": ("no-elr",)})
+    runs = [run(tmp_path, 0, "default", "scenario:x", "invalid", first_ns=1),
+            run(tmp_path, 1, "no-elr", "scenario:x", "invalid", first_ns=1),
+            run(tmp_path, 2, "no-elr", "scenario:z", "valid")]
+    runs += [run(tmp_path, 10 + i, "no-elr", "protocol", "invalid" if i < 4 else "valid", first_ns=1, time_limit=300)
+             for i in range(5)]
+    runs += [run(tmp_path, 20 + i, "no-elr", "kill,partition", "invalid" if i < 1 else "valid", first_ns=1,
+                 time_limit=300) for i in range(5)]
+    runs += [run(tmp_path, 30 + i, "truncate-to-hw", "protocol", "invalid" if i < 3 else "valid", first_ns=1,
+                 time_limit=300) for i in range(5)]
+    runs += [run(tmp_path, 40 + i, "truncate-to-hw", "kill,partition", "invalid", first_ns=1, time_limit=300)
+             for i in range(5)]
+    md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect")
+    assert "**Not met**: 1 of 1 runs found an anomaly" in md                 # the default must stay clean
+    assert "**Not met** in: `no-elr` by `scenario:z` (min ISR 2: 0/1)" in md  # a targeting scenario missed
+    assert "| no-elr | 4/5 (80%) | 0.0 | 1/5 (20%) | 0.0 | meets 80%; random does worse |" in md
+    assert "| truncate-to-hw | 3/5 (60%) | 0.0 | 5/5 (100%) | 0.0 | **below 80%**; random does as well |" in md
+
+
+def test_write_detection_from_campaign_dirs_with_notes(tmp_path):
+    for name in ("c", "d"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "campaign.json").write_text(json.dumps(campaign(tmp_path, [], name=name)))
+    out = write_detection([tmp_path / "c", tmp_path / "d"], tmp_path / "docs" / "DETECTION.md", "kafkaesque detect",
+                          notes="## Notes\n\nby hand")
+    text = out.read_text()
+    assert text.startswith("# Detection table") and "from 2 campaign(s)" in text and text.endswith("by hand\n")
 
 
 def test_a_protocol_move_that_waits_in_vain_is_not_a_stalled_run(tmp_path):

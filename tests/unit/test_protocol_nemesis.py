@@ -4,7 +4,14 @@ before too many brokers are down, absent roles are skipped, teardown undoes ever
 
 from __future__ import annotations
 
-from nemesis.protocol import MAX_DOWN, NEEDS_ISOLATED_NODES, SEQUENCE_PREFIX, SEQUENCES, ProtocolNemesis
+from nemesis.protocol import (
+    MAX_DOWN,
+    MOVES,
+    NEEDS_ISOLATED_NODES,
+    SEQUENCE_PREFIX,
+    SEQUENCES,
+    ProtocolNemesis,
+)
 from nemesis.registry import nemesis_problem
 from tests.unit.test_scenario import FakeCluster
 
@@ -118,3 +125,41 @@ def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(mon
     assert len(started) >= 3, started
     n.teardown(c)
     assert n._down() == 0 and not n.done.isolated
+
+
+def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_their_cuts(monkeypatch):
+    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 2, "topic": "queue"})
+    n.setup(c)
+    n.moves = {"pause-controller": n.moves["pause-controller"]}
+    drive_moves(n, c, 1)
+    assert c.calls == ["pause controller-0", "resume controller-0"] and n._down() == 0
+    ops = []
+    for m in ("cut-leader-from-controllers", "cut-follower-from-controllers"):
+        n.moves = {m: MOVES[m]}
+        ops += drive_moves(n, c, 1)
+    cuts = {v["move"]: r for f, v, r in ops if f == "scenario-cut"}
+    assert cuts["cut-leader-from-controllers"] == {"cut": "broker-1", "from": ["controller-0"]}
+    assert cuts["cut-follower-from-controllers"]["cut"] in ("broker-2", "broker-3")
+    assert len(n.done.cuts) == 2 and n.done.cut_off
+    n.moves = {"heal": MOVES["heal"]}
+    drive_moves(n, c, 1)
+    assert not n.done.cuts and not n.done.cut_off
+
+
+def test_flaw_sequences_are_dealt_from_a_deck_each_once_per_round(monkeypatch):
+    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 5, "topic": "queue"})
+    n.setup(c)
+    n.moves = {m: s for m, s in n.moves.items() if m.startswith(SEQUENCE_PREFIX) or m == "heal"}
+    begun = []
+    while len(begun) < 2 * len(SEQUENCES):
+        ops = drive_moves(n, c, 1)
+        move = ops[0][1]["move"]
+        if move.startswith(SEQUENCE_PREFIX):
+            begun.append(move)
+        n.teardown(c)  # back to a healed cluster, so the next draw may be a sequence again
+    first, second = begun[:len(SEQUENCES)], begun[len(SEQUENCES):]
+    assert sorted(first) == sorted(second) == sorted(SEQUENCE_PREFIX + s for s in SEQUENCES)
