@@ -74,8 +74,8 @@ MOVES: dict[str, tuple[Step, ...]] = {
 }
 # The single moves find shallow bugs; the deep ones of 004, 001 and 002 take a fault timed
 # against the state another fault created (the ISR shrinks, then its last member dies). In
-# 5-minute runs the single moves rarely lined those up (docs/DETECTION-5min-protocol.md: the
-# unclean election was never found), so the flaw sequences are moves too. Balanced recovery is
+# 5-minute runs the single moves rarely lined those up (the unclean election was never found in
+# the first measurements, docs/DETECTION.md), so the flaw sequences are moves too. Balanced recovery is
 # not one: its two power cuts are beyond the fault budget, so its losses would not be findings.
 SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing", "elr-clean-recovery",
              "zombie-leader", "zombie-follower")

@@ -408,3 +408,23 @@ def test_ctrl_c_between_phases_stops_the_campaign(tmp_path):
     runs = json.loads((cdir / "campaign.json").read_text())["runs"]
     assert runs[0]["status"] == "unknown" and "Ctrl-C" in runs[0]["error"]
     assert [r["skipped"] for r in runs[1:]] == ["interrupted"] * 7 and code == 2
+
+
+def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
+    from nemesis.scenario import SCENARIOS
+
+    root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
+    runs = [p for f in sorted(root.glob("*.toml")) for p in load_campaign(f).runs]
+    cells = {(",".join(p.spec.nemesis), p.spec.broker_variant, p.spec.acks, p.spec.flush_policy) for p in runs}
+    plans = {f"scenario:{name}" for name in SCENARIOS} | {"protocol"}
+    variants = {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
+    # every scenario and the protocol nemesis against every variant, acks all vs 1, flush never vs every write
+    assert {(n, v, a, f) for n in plans for v in variants for a in ("all", "1") for f in ("never", "every-write")
+            } <= cells
+    # the rate measurement: 5-minute runs, five per variant, protocol beside plain random faults
+    for plan in ("protocol", "kill,partition"):
+        for v in variants:
+            reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker_variant == v
+                    and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300]
+            assert len(reps) == 5, (plan, v, len(reps))
+    assert len({p.spec.seed for p in runs}) == len({(p.spec.seed, p.cell.id) for p in runs})  # seeds fixed per run
