@@ -77,6 +77,9 @@ class Cluster(Protocol):
 
     def active_controller(self) -> str | None: ...
 
+    def fenced_brokers(self) -> set[int]:
+        """Broker ids the cluster's controller holds fenced (out of every ISR, no leadership)."""
+
     def dump_state(self, node: str) -> dict[str, Any] | None:
         """The node's own state dump (admin request); None when unreachable."""
 

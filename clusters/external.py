@@ -644,6 +644,10 @@ class ExternalCluster:
     def _described_controller(admin) -> int | None:
         return admin.describe_cluster().get("controller_id")
 
+    def fenced_brokers(self) -> set[int]:
+        """The file's brokers that Metadata does not list: a KRaft cluster lists only unfenced brokers."""
+        return {self.node_id(n) for n in self.broker_nodes()} - self.broker_ids()
+
     def broker_ids(self) -> set[int]:
         """The broker ids Metadata lists (the brokers that serve)."""
         admin = self._admin()
@@ -667,6 +671,8 @@ class ExternalCluster:
         missing = sorted(self.node_name(i) for i in want - seen)
         raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s; check those nodes' "
                            "start commands and logs (paths.logs in the cluster file).")
+
+    has_state_dumps = False  # a system we did not build: no admin dump of partitions and logs
 
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
         return None  # a system we did not build has no state dump: the replica checks are skipped

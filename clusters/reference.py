@@ -183,6 +183,13 @@ class ReferenceCluster:
         return [PartitionView(p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"], p["leader_epoch"])
                 for p in state["partitions"] if p["topic"] == topic]
 
+    def fenced_brokers(self) -> set[int]:
+        """The broker ids the active controller holds fenced (its own state dump)."""
+        found = self.active_controller_state()
+        if found is None:
+            raise ClusterError("no controller answered a state dump; the fenced brokers are unknown")
+        return {b["broker_id"] for b in found[1].get("brokers", []) if b["fenced"]}
+
     def active_controller(self) -> str | None:
         found = self.active_controller_state()
         return found[0] if found else None

@@ -376,9 +376,7 @@ class ScenarioNemesis:
 
     def _holds(self, cluster, step: Step) -> tuple[bool, dict[str, Any]]:
         if step.until in ("fenced", "unfenced"):
-            state = cluster.dump_state(cluster.controller_nodes()[0], include_log=False) or {}
-            bid = cluster.node_id(self.node(step.node))
-            fenced = any(b["broker_id"] == bid and b["fenced"] for b in state.get("brokers", []))
+            fenced = cluster.node_id(self.node(step.node)) in cluster.fenced_brokers()
             return fenced == (step.until == "fenced"), {"fenced": fenced}
         if step.until == "log-reaches":
             leos = {n: self._leo(cluster, self.node(n)) for n in (step.node, *step.nodes)}
@@ -406,7 +404,11 @@ class ScenarioNemesis:
         return holds(), seen
 
     def _leo(self, cluster, node: str) -> int | None:
-        """The node's log end offset for the scenario's partition, from its own state dump."""
+        """The node's log end offset for the scenario's partition, from its own state dump. A cluster we
+        did not build has none (the Kafka protocol tells a replica's end offset only to its leader)."""
+        if not getattr(cluster, "has_state_dumps", True):
+            raise ScenarioStalled(f"the {cluster.name} cluster reports no replica's log end offset (no state "
+                                  "dumps); log-reaches needs the reference broker")
         state = cluster.dump_state(node, include_log=False) or {}
         for p in state.get("partitions", []):
             if p.get("topic") == self.topic and p.get("partition") == self.partition:
@@ -419,6 +421,8 @@ class ScenarioNemesis:
         while time.monotonic() < deadline and not stopped():
             try:
                 ok, seen = self._holds(cluster, step)
+            except ScenarioStalled:
+                raise  # the condition cannot be seen on this cluster at all: waiting will not help
             except Exception:  # noqa: BLE001 - the controller may be unreachable for a moment
                 ok = False
             if ok:

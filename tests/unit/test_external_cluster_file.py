@@ -235,8 +235,8 @@ def test_the_command_line_prints_the_files_sentence_with_its_table_names(tmp_pat
 class StubAdmin:
     """Answers as a Kafka cluster would: DescribeQuorum (KRaft) and DescribeCluster, or an error when unsupported."""
 
-    def __init__(self, quorum_leader=None, controller_id=None):
-        self.quorum_leader, self.controller_id = quorum_leader, controller_id
+    def __init__(self, quorum_leader=None, controller_id=None, brokers=()):
+        self.quorum_leader, self.controller_id, self.brokers = quorum_leader, controller_id, brokers
 
     def describe_metadata_quorum(self):
         if self.quorum_leader is None:
@@ -246,7 +246,7 @@ class StubAdmin:
         return {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"leader_id": self.quorum_leader}]}]}
 
     def describe_cluster(self):
-        return {"controller_id": self.controller_id, "brokers": []}
+        return {"controller_id": self.controller_id, "brokers": [{"broker_id": b} for b in self.brokers]}
 
     def close(self):
         pass
@@ -274,3 +274,9 @@ def test_a_single_listed_controller_is_the_answer_when_the_protocol_has_none(tmp
     c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
     c._admin = lambda: StubAdmin(None, 2)  # the reference broker: Metadata names the answering broker
     assert c.active_controller() == "k1"
+
+
+def test_fenced_brokers_are_the_listed_brokers_metadata_leaves_out(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, KRAFT_THREE), None, str(tmp_path))
+    c._admin = lambda: StubAdmin(brokers=(2,))  # KRaft's Metadata lists unfenced brokers only
+    assert c.broker_nodes() == ["k2", "k3"] and c.fenced_brokers() == {3}

@@ -59,9 +59,10 @@ class FakeCluster:
         return [PartitionView(topic, 0, self.leader, [1, 2, 3], list(self.isr))]
 
     def dump_state(self, node, include_log=True):
-        if node.startswith("broker-"):
-            return {"partitions": [{"topic": "queue", "partition": 0, "leo": self.leos[self.node_id(node)]}]}
-        return {"brokers": [{"broker_id": b, "fenced": b in self.fenced} for b in (1, 2, 3)]}
+        return {"partitions": [{"topic": "queue", "partition": 0, "leo": self.leos[self.node_id(node)]}]}
+
+    def fenced_brokers(self):
+        return set(self.fenced)
 
     def _down(self, n):
         if n.startswith("controller"):
@@ -198,6 +199,13 @@ def test_log_reaches_waits_until_the_nodes_log_end_offset_reaches_the_others():
     n = scenario(bind("L", "leader"), wait("log-reaches", "L", nodes=("broker-2",), timeout=0.3))
     ops = run(n, c)
     assert ops[-1][2]["reached"] is True and ops[-1][2]["leo"] == {"broker-1": 12, "broker-2": 12}
+
+
+def test_log_reaches_on_a_cluster_without_state_dumps_says_why_it_cannot_wait():
+    c = FakeCluster()
+    c.has_state_dumps, c.name = False, "external"
+    n = scenario(bind("L", "leader"), wait("log-reaches", "L", nodes=("broker-2",), timeout=5))
+    assert "reports no replica's log end offset" in run(n, c)[-1][2]
 
 
 def test_zombie_follower_cuts_z_from_the_controllers_and_f_from_l_then_bounces_leadership():
