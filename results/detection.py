@@ -228,7 +228,18 @@ def _targets_found(rows: list[Row], targets: dict[str, tuple[str, ...]]) -> list
     return lines + [""]
 
 
-def _rates(rows: list[Row]) -> list[str]:
+def _random_settings(docs: list[dict[str, Any]]) -> str:
+    """How the campaigns that ran the plain random plan aimed and timed its faults."""
+    seen = set()
+    for d in docs:
+        if any(",".join(r["spec"]["nemesis"]) == RANDOM_PLAN for r in d.get("runs", [])):
+            st = (d.get("matrix") or {}).get("settings") or {}
+            seen.add(f"`{st.get('nemesis_schedule', 'mix')}` schedule, `{st.get('nemesis_target', 'mixed')}` "
+                     f"targets, a fault every {st.get('nemesis_interval', 10)} s or so")
+    return "; ".join(sorted(seen)) or "not run"
+
+
+def _rates(rows: list[Row], docs: list[dict[str, Any]]) -> list[str]:
     def pick(variant: str, plan: str) -> Row | None:
         return next((r for r in rows if r.variant == variant and r.plan == plan and r.acks in ("all", "-1")
                      and r.flush == "never" and r.min_isr >= 2 and r.time_limit == RATE_TIME_LIMIT), None)
@@ -236,7 +247,7 @@ def _rates(rows: list[Row]) -> list[str]:
     variants = sorted({r.variant for r in rows}, key=lambda v: (v != DEFAULT, v))
     lines = [f"### 3. The protocol-aware nemesis against plain random faults, {RATE_TIME_LIMIT / 60:g}-minute runs",
              "", f"acks=all, flush never, min ISR 2. `{PROTOCOL_PLAN}` is `--nemesis protocol`; `{RANDOM_PLAN}` is "
-                 "kill and partition of random nodes (the `mix` schedule, `mixed` targets). Target: the protocol "
+                 f"kill and partition at random ({_random_settings(docs)}). Target: the protocol "
                  f"nemesis finds each flawed variant in at least {RATE_TARGET:.0%} of runs.", "",
              f"| variant | `{PROTOCOL_PLAN}` found | first anomaly (s, median) | `{RANDOM_PLAN}` found | "
              "first anomaly (s, median) | verdict |", "|---|---|---|---|---|---|"]
@@ -309,7 +320,7 @@ def render_markdown(docs: list[dict[str, Any]] | dict[str, Any], command: str, n
         "found one, of the seconds from the run's start to the op that first proved an anomaly (for a lost "
         "write, the read that missed it); `-` where only the end-of-run state dumps or the final read prove it.",
         "", "## What it shows", "",
-        *_default_clean(rows), *_targets_found(rows, scenario_targets()), *_rates(rows),
+        *_default_clean(rows), *_targets_found(rows, scenario_targets()), *_rates(rows, docs),
         *_matrices(rows),
         "## Every row", "",
         "| variant | acks | flush | min ISR | fault plan | run | runs | found | anomalies | beyond default "
