@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nemesis.base import NemesisRefused
 from nemesis.scenario import (
     CONTROLLERS,
     SCENARIOS,
@@ -99,6 +100,7 @@ class ProtocolNemesis(ScenarioNemesis):
         self.interval = float(options.get("interval", 10.0))
         self.moves = dict(MOVES)
         self.deck: list[str] = []  # the sequences not yet run in this round, in the order they come
+        self.left_out: dict[str, str] = {}  # move -> why the nodes cannot do it
 
     def setup(self, cluster) -> None:
         if getattr(cluster, "isolated_nodes", False):
@@ -110,6 +112,26 @@ class ProtocolNemesis(ScenarioNemesis):
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
             for m in NEEDS_ISOLATED_NODES:
                 self.moves.pop(m, None)
+        caps = getattr(cluster, "capabilities", None)
+        if caps:  # and the moves whose steps a node cannot do (the set-up probe's table)
+            from nemesis.requirements import steps_refusal
+
+            for m in [m for m in self.moves if m != "heal"]:
+                why = steps_refusal(f"move {m}", self.moves[m], cluster, caps)
+                if why:
+                    self.left_out[m] = why
+                    del self.moves[m]
+        if not any(m != "heal" for m in self.moves):
+            raise NemesisRefused("the protocol nemesis has no move left that these nodes can do: "
+                                 + next(iter(self.left_out.values()), "no moves"))
+
+    def capability_refusal(self, cluster, capabilities) -> str | None:
+        return None  # not as a whole: setup leaves out the moves the nodes cannot do
+
+    @property
+    def not_run(self) -> list[str]:
+        """The moves left out for what the nodes lack (results.json `faults_not_run`)."""
+        return list(self.left_out.values())
 
     def fs(self) -> set[str]:
         return {f"scenario-{s.do}" for steps in MOVES.values() for s in steps}
@@ -179,8 +201,8 @@ class ProtocolNemesis(ScenarioNemesis):
                 cluster.resume(n)
             self.done.paused.clear()
             return {"resumed": resumed}
-        if step.do == "heal" and not getattr(cluster, "isolated_nodes", False):
-            return {"healed": []}
+        if step.do == "heal" and (not getattr(cluster, "isolated_nodes", False) or not self.done.cut_off):
+            return {"healed": []}  # nothing is cut off: no iptables call to make
         return super()._perform(cluster, step, stopped)
 
     def _choose(self, cluster, role: str) -> str:

@@ -38,10 +38,18 @@ def scenario_names() -> tuple[str, ...]:
 def nemesis_problem(names: list[str], where: str = "") -> str | None:
     """Why this list of nemesis names cannot run, in one sentence, or None: the one check the CLI
     and campaign files share (`where` says where the names came from)."""
-    bad = [n for n in names if n not in NEMESIS_NAMES and n not in scenario_names()]
+    files = [n for n in names if n.startswith(SCENARIO_PREFIX) and n.endswith(".toml")]
+    bad = [n for n in names if n not in NEMESIS_NAMES and n not in scenario_names() and n not in files]
     if bad:
         return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(NEMESIS_NAMES)}, "
-                f"or one of {', '.join(scenario_names())}")
+                f"one of {', '.join(scenario_names())}, or scenario:FILE.toml")
+    for n in files:
+        from nemesis.scenario import ScenarioFileError, load_scenario_file
+
+        try:
+            load_scenario_file(n[len(SCENARIO_PREFIX):])
+        except ScenarioFileError as e:
+            return str(e).rstrip(".") + where
     if any(n.startswith(SCENARIO_PREFIX) or n == "protocol" for n in names) and len(names) > 1:
         return f"a scenario or the protocol nemesis times its own faults against the cluster's state: give it alone{where}"
     return None
@@ -85,7 +93,8 @@ class CompositeNemesis:
             from nemesis.requirements import capability_refusal
 
             for p in self.parts:
-                why = capability_refusal(p.name, cluster, caps, getattr(p, "target", ""))
+                why = (p.capability_refusal(cluster, caps) if hasattr(p, "capability_refusal")
+                       else capability_refusal(p.name, cluster, caps, getattr(p, "target", "")))
                 if why:
                     raise NemesisRefused(why)
         for p in self.parts:

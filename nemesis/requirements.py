@@ -6,9 +6,10 @@ and the probed reason, before any fault or client op runs (CompositeNemesis.setu
 `capability_refusal` for every part before setting any of them up), never in the middle.
 
 Faults not listed need nothing the probe measures: the clock faults shift a process's clock
-through the preload (their own setup refuses where it does not work), drop-caches is skipped
-and noted where /proc/sys is read-only, and scenarios and the protocol nemesis check their
-moves themselves.
+through the preload (their own setup refuses where it does not work), and drop-caches is
+skipped and noted where /proc/sys is read-only. A scenario needs what its steps do (`STEP_FAULTS`):
+it is refused as a whole when a node lacks it; the protocol nemesis leaves out the moves whose
+steps a node cannot do, and says which.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ FAULT_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "membership": (("sigstop",), "brokers"),  # decommissioning stops a broker's process
 }
 
+# A scenario step's action -> the fault whose needs it shares (bind, wait and sleep need nothing).
+STEP_FAULTS = {"kill": "kill", "stop": "kill", "start": "kill", "pause": "pause", "resume": "pause",
+               "lossy-crash": "lossy-crash", "isolate": "partition", "cut": "partition", "heal": "partition"}
+
 FIXES = {
     "iptables": "install iptables there and run the node's commands as root (sudo = true, or NET_ADMIN for a container)",
     "tc": "install iproute2 there and run the node's commands as root (sudo = true, or NET_ADMIN for a container)",
@@ -34,6 +39,16 @@ FIXES = {
     "netem": "load the sch_netem kernel module",
     "cap_sys_time": "grant CAP_SYS_TIME",
 }
+
+
+def steps_refusal(what: str, steps, cluster, capabilities: dict[str, dict[str, Capability]]) -> str | None:
+    """One sentence refusing a scenario or protocol move (`what`) whose steps need what a node lacks."""
+    for fault in dict.fromkeys(STEP_FAULTS[s.do] for s in steps if s.do in STEP_FAULTS):
+        why = capability_refusal(fault, cluster, capabilities, target="controller" if fault == "partition" else "")
+        if why:
+            return why.replace(f"the {fault} fault cannot run", f"{what} cannot run ({fault} steps)").replace(
+                f"or drop {fault} from --nemesis", "or run another plan")
+    return None
 
 
 def capability_refusal(fault: str, cluster, capabilities: dict[str, dict[str, Capability]],

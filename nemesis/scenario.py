@@ -12,6 +12,7 @@ was seen), and the run's final heal restarts, resumes and reconnects whatever th
 scenario left down.
 
     kafkaesque run --nemesis scenario:last-replica-standing --cluster docker ...
+    kafkaesque run --nemesis scenario:my-scenario.toml ...     # your own, as data (below)
 
 Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
@@ -26,9 +27,12 @@ counts separately from "no anomaly".
 from __future__ import annotations
 
 import random
+import re
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from checkers.queue import BEYOND_BUDGET
@@ -202,6 +206,98 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 )}
 
 
+# --- scenarios of one's own, as TOML -------------------------------------------------------------------
+STEP_KEYS = {"do", "node", "role", "until", "nodes", "peer", "seconds", "timeout"}
+ROLES = ("leader", "follower", "broker")
+_NODE_NAME = re.compile(r"^(broker|controller)-\d+$")
+
+
+class ScenarioFileError(ValueError):
+    """A scenario file that cannot run; the message is one sentence naming the step and the fix."""
+
+
+def load_scenario_file(path: str | Path) -> Scenario:
+    """A scenario written as TOML, checked in full before anything runs:
+
+        name = "isolate-then-power-cut"
+        doc = "what it does and what it exists to catch"
+        targets = ["no-elr"]                       # optional: the broker variants it should catch
+        steps = [
+          {do = "bind", node = "L", role = "leader"},
+          {do = "isolate", node = "L"},
+          {do = "wait", until = "not-in-isr", node = "L", timeout = 30},
+          {do = "cut", node = "broker-2", peer = "controllers"},
+          {do = "sleep", seconds = 3},
+          {do = "heal"},
+        ]
+    """
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ScenarioFileError(f"scenario file {p} does not exist; give the path of a scenario TOML file.") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ScenarioFileError(f"cannot read scenario file {p} ({e}); fix the file's TOML.") from None
+    unknown = set(doc) - {"name", "doc", "targets", "steps"}
+    if unknown:
+        raise ScenarioFileError(f"unknown key {sorted(unknown)[0]!r} in {p}; valid: name, doc, targets, steps.")
+    raw_steps = doc.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ScenarioFileError(f"{p} has no steps; add steps = [{{do = \"bind\", node = \"L\", role = \"leader\"}}, ...].")
+    steps, bound = [], set()
+    for i, raw in enumerate(raw_steps, 1):
+        steps.append(_file_step(p, i, raw, bound))
+    from clusters.reference import FLAW_VARIANTS
+
+    targets = doc.get("targets", [])
+    bad = [t for t in targets if t not in FLAW_VARIANTS] if isinstance(targets, list) else [targets]
+    if bad:
+        raise ScenarioFileError(f"targets in {p} names {bad[0]!r}; valid: {', '.join(FLAW_VARIANTS)}.")
+    return Scenario(str(doc.get("name") or p.stem), str(doc.get("doc") or f"scenario file {p}"), tuple(steps),
+                    needs_isolated_nodes=any(st.do in ("isolate", "cut", "lossy-crash") for st in steps),
+                    targets=tuple(targets))
+
+
+def _file_step(path: Path, i: int, raw: Any, bound: set[str]) -> Step:
+    where = f"step {i} of {path}"
+    if not isinstance(raw, dict):
+        raise ScenarioFileError(f"{where} is not a table; write it as {{do = \"...\", ...}}.")
+    extra = set(raw) - STEP_KEYS
+    if extra:
+        raise ScenarioFileError(f"{where} has unknown key {sorted(extra)[0]!r}; valid: {', '.join(sorted(STEP_KEYS))}.")
+    do = raw.get("do")
+    if do not in ("bind", "wait", "sleep", *ACTIONS):
+        raise ScenarioFileError(f"{where} does {do!r}; valid: bind, wait, sleep, {', '.join(ACTIONS)}.")
+    node, peer = str(raw.get("node", "")), str(raw.get("peer", ""))
+    nodes = raw.get("nodes", [])
+    if not isinstance(nodes, list):
+        raise ScenarioFileError(f"{where}: nodes must be a list of names, e.g. nodes = [\"L\"].")
+    seconds = raw.get("timeout", raw.get("seconds", 30.0))
+    if not isinstance(seconds, int | float) or seconds < 0:
+        raise ScenarioFileError(f"{where}: timeout/seconds is {seconds!r}; give a number of seconds, 0 or more.")
+    if do == "bind":
+        if not node or raw.get("role") not in ROLES:
+            raise ScenarioFileError(f"{where} binds {node!r} to role {raw.get('role')!r}; give node = a name and "
+                                    f"role = one of {', '.join(ROLES)}.")
+        bound.add(node)
+    if do == "wait" and raw.get("until") not in CONDITIONS:
+        raise ScenarioFileError(f"{where} waits until {raw.get('until')!r}; valid: {', '.join(CONDITIONS)}.")
+    if do == "wait" and raw.get("until") in ("isr-is", "log-reaches") and not nodes:
+        raise ScenarioFileError(f"{where} waits until {raw['until']} of no nodes; add nodes = [\"L\", ...].")
+    if do == "cut" and not (node and peer):
+        raise ScenarioFileError(f"{where} cuts without node and peer; give both (peer may be \"controllers\").")
+    needs_node = do in ACTIONS and do != "heal" or (do == "wait" and raw.get("until") not in
+                                                     ("isr-is", "no-leader", "has-leader"))
+    if needs_node and not node:
+        raise ScenarioFileError(f"{where} ({do}) names no node; add node = a bound name or a node name.")
+    for name in [n for n in (node, peer, *nodes) if n] if do != "bind" else []:
+        if name not in bound and name != CONTROLLERS and not _NODE_NAME.match(name):
+            raise ScenarioFileError(f"{where} names {name!r}, which no earlier bind step binds and which is not a "
+                                    "node name (broker-N, controller-N); bind it first.")
+    return Step(do, node=node, role=str(raw.get("role", "")), until=str(raw.get("until", "")),
+                nodes=tuple(str(n) for n in nodes), peer=peer, seconds=float(seconds))
+
+
 class ScenarioStalled(RuntimeError):
     """A wait timed out: the cluster did not reach the state the next step needs."""
 
@@ -227,8 +323,11 @@ class ScenarioNemesis:
     name = "scenario"
 
     def __init__(self, scenario: str | Scenario, options: dict[str, Any]):
+        if isinstance(scenario, str) and scenario.endswith(".toml"):
+            scenario = load_scenario_file(scenario)
         if isinstance(scenario, str) and scenario not in SCENARIOS:
-            raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
+            raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}, or a scenario file "
+                             "NAME.toml")
         self.scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
         self.topic = options.get("topic", "queue")
         self.partition = int(options.get("scenario_partition", 0))
@@ -244,6 +343,12 @@ class ScenarioNemesis:
 
     def fs(self) -> set[str]:
         return {f"scenario-{s.do}" for s in self.scenario.steps}
+
+    def capability_refusal(self, cluster, capabilities) -> str | None:
+        """Refused as a whole when a node lacks what one of its steps needs (nemesis/requirements.py)."""
+        from nemesis.requirements import steps_refusal
+
+        return steps_refusal(f"scenario {self.scenario.name}", self.scenario.steps, cluster, capabilities)
 
     def setup(self, cluster) -> None:
         if self.scenario.needs_isolated_nodes and not getattr(cluster, "isolated_nodes", False):

@@ -277,3 +277,63 @@ def test_power_cuts_beyond_min_isr_minus_one_at_once_are_marked_beyond_the_fault
     ops = run(n, c)
     marks = [r.get("beyond_fault_budget", False) for f, _, r in ops if f == "scenario-lossy-crash"]
     assert marks == [False, False, True]  # min ISR 2: one at a time is within the contract, two are not
+
+
+# --- scenario files ------------------------------------------------------------------------------------
+
+GOOD_FILE = """
+name = "cut-then-crash"
+doc = "a zombie follower, then its leader loses power"
+targets = ["no-elr"]
+steps = [
+  {do = "bind", node = "L", role = "leader"},
+  {do = "bind", node = "Z", role = "follower"},
+  {do = "cut", node = "Z", peer = "controllers"},
+  {do = "wait", until = "fenced", node = "Z", timeout = 1},
+  {do = "kill", node = "L"},
+  {do = "wait", until = "leader-is-not", node = "L", timeout = 1},
+  {do = "sleep", seconds = 0},
+  {do = "heal"},
+]
+"""
+
+
+def test_a_scenario_file_is_data_and_runs_like_a_shipped_one(tmp_path):
+    from nemesis.scenario import load_scenario_file
+
+    f = tmp_path / "s.toml"
+    f.write_text(GOOD_FILE)
+    s = load_scenario_file(f)
+    assert s.name == "cut-then-crash" and s.targets == ("no-elr",) and s.needs_isolated_nodes
+    assert [st.do for st in s.steps] == ["bind", "bind", "cut", "wait", "kill", "wait", "sleep", "heal"]
+    assert nemesis_problem([f"scenario:{f}"]) is None
+    c = FakeCluster()
+    n = make_nemesis([f"scenario:{f}"], {"scenario_delay": 0}).parts[0]
+    n.setup(c)
+    c.fenced.update({2, 3})  # this fake fences on kills and pauses only: let the wait on Z hold
+    ops = run(n, c)
+    assert [f[len("scenario-"):] for f, _, r in ops if not isinstance(r, str)] == [st.do for st in s.steps]
+    assert c.calls == ["kill broker-1"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ('steps = [{do = "explode"}]', "step 1 of {f} does 'explode'; valid: bind, wait, sleep, kill"),
+    ('steps = [{do = "kill", node = "L"}]', "step 1 of {f} names 'L', which no earlier bind step binds"),
+    ('steps = [{do = "bind", node = "L", role = "boss"}]', "binds 'L' to role 'boss'; give node = a name and role"),
+    ('steps = [{do = "wait", until = "sunrise"}]', "waits until 'sunrise'; valid: isr-is"),
+    ('steps = [{do = "wait", until = "isr-is"}]', "waits until isr-is of no nodes"),
+    ('steps = [{do = "kill"}]', "(kill) names no node"),
+    ('steps = [{do = "cut", node = "broker-1"}]', "cuts without node and peer"),
+    ('steps = [{do = "sleep", seconds = "soon"}]', "timeout/seconds is 'soon'"),
+    ('steps = [{do = "kill", node = "broker-1", color = "red"}]', "has unknown key 'color'"),
+    ('name = "x"', "has no steps"),
+    ('steps = [{do = "heal"}]\ntargets = ["all-of-them"]', "targets in {f} names 'all-of-them'"),
+    ('stepz = []', "unknown key 'stepz'"),
+    ('steps = [', "cannot read scenario file"),
+])
+def test_a_bad_scenario_file_is_one_sentence_naming_the_step_and_the_fix(tmp_path, text, says):
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    why = nemesis_problem([f"scenario:{f}"])
+    assert why is not None and says.format(f=f) in why and "\n" not in why
+    assert "does not exist" in nemesis_problem([f"scenario:{tmp_path / 'nope.toml'}"])
