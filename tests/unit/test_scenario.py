@@ -337,3 +337,17 @@ def test_a_bad_scenario_file_is_one_sentence_naming_the_step_and_the_fix(tmp_pat
     why = nemesis_problem([f"scenario:{f}"])
     assert why is not None and says.format(f=f) in why and "\n" not in why
     assert "does not exist" in nemesis_problem([f"scenario:{tmp_path / 'nope.toml'}"])
+
+
+def test_the_readme_scenario_file_example_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    from nemesis.scenario import load_scenario_file
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```toml\n(name = .*?)```", readme, re.S)
+    assert block, "README's scenario-file example is gone"
+    (tmp_path / "example.toml").write_text(block.group(1))
+    s = load_scenario_file(tmp_path / "example.toml")
+    assert s.needs_isolated_nodes and s.steps[0].do == "bind"
