@@ -127,6 +127,9 @@ class LiveStats:
         return n / window
 
 
+NEMESIS_STEP_GRACE_S = 90.0  # the longest single fault step (a broker start waits for its registration)
+
+
 class Run:
     def __init__(self, spec: TestSpec, log=print):
         self.spec = spec
@@ -182,9 +185,15 @@ class Run:
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
         drivers = nemesis.drivers() if hasattr(nemesis, "drivers") else []
         if drivers:
-            for d in drivers:  # a scenario: its steps, timed against the cluster's own state
-                d.drive(cluster, lambda f, value, thunk: self._record_nemesis_op(writer, f, value, thunk),
-                        self.stop.is_set)
+            # A scenario or the protocol nemesis times its own steps against the cluster's state; it
+            # stops at the time limit, with the clients, so no fault lands on an idle cluster.
+            time_limit_ns = self.spec.time_limit * 1e9
+
+            def stopped() -> bool:
+                return self.stop.is_set() or writer.now() >= time_limit_ns
+
+            for d in drivers:
+                d.drive(cluster, lambda f, value, thunk: self._record_nemesis_op(writer, f, value, thunk), stopped)
             return
         for ev in schedule.events():
             delay = ev.at - writer.now() / 1e9
@@ -332,6 +341,15 @@ class Run:
             while t.is_alive() and time.monotonic() < deadline:
                 t.join(0.2)
         self.stop.set()
+        # The heal must not race a fault step still under way (a restart, a pause): let the nemesis
+        # thread finish the step it is in; every step is bounded (waits and sleeps end on stop).
+        nemesis_thread = threads[-2]
+        deadline = time.monotonic() + NEMESIS_STEP_GRACE_S
+        while nemesis_thread.is_alive() and time.monotonic() < deadline:
+            nemesis_thread.join(0.2)
+        if nemesis_thread.is_alive():
+            self.errors.append(f"the nemesis was still inside a fault step {NEMESIS_STEP_GRACE_S:.0f} s after the "
+                               "main phase; healing anyway")
 
     def _recover_and_read(self, workload, cluster, test: dict, writer: HistoryWriter) -> None:
         self.stats.phase = "recovering"

@@ -175,6 +175,8 @@ class ProtocolNemesis(ScenarioNemesis):
             self.bound = {}
             try:
                 for step in self.moves[move]:
+                    if stopped():
+                        return  # the run is over: the rest of the move would land after the heal
                     value = {**self._describe(step), "move": move, "partition": self.partition}
                     record(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
                     if move in self.deck and self.bound:

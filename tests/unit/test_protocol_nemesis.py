@@ -163,3 +163,19 @@ def test_flaw_sequences_are_dealt_from_a_deck_each_once_per_round(monkeypatch):
         n.teardown(c)  # back to a healed cluster, so the next draw may be a sequence again
     first, second = begun[:len(SEQUENCES)], begun[len(SEQUENCES):]
     assert sorted(first) == sorted(second) == sorted(SEQUENCE_PREFIX + s for s in SEQUENCES)
+
+
+def test_a_move_stops_between_steps_once_the_run_is_over():
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 1, "topic": "queue"})
+    n.moves = {"bounce-follower-then-kill-leader": MOVES["bounce-follower-then-kill-leader"]}
+    done, over = [], []
+
+    def record(f, value, thunk):
+        done.append(f)
+        if f == "scenario-stop":
+            over.append(True)  # the time limit passes while the follower is being stopped
+        return thunk()
+    n._one_move(c, record, lambda: bool(over))
+    assert done == ["scenario-bind", "scenario-bind", "scenario-stop"]  # no start, no kill after the end
+    assert c.calls == [f"stop {n.bound['F']}"]

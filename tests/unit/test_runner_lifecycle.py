@@ -121,8 +121,8 @@ def patched(monkeypatch):
 
 
 def spec(tmp_path, **kw):
-    return TestSpec(store=str(tmp_path), cluster="local", time_limit=0.5, rate=50, concurrency=2, recovery_wait=0,
-                    nemesis=["kill"], nemesis_interval=0.1, **kw)
+    return TestSpec(**{"store": str(tmp_path), "cluster": "local", "time_limit": 0.5, "rate": 50, "concurrency": 2,
+                       "recovery_wait": 0, "nemesis": ["kill"], "nemesis_interval": 0.1, **kw})
 
 
 def test_clean_run_heals_collects_tears_down_and_is_valid(tmp_path, patched):
@@ -200,3 +200,49 @@ def test_a_cluster_that_never_answers_the_final_reads_gives_unknown_not_a_crash(
     assert "did not answer a client" in res["final_reads"] and "Unable to bootstrap" in res["final_reads"]
     assert patched["cluster"].calls[-2:] == ["collect", "down"]
     assert any(o.f == "send" for o in read_history(run_dir / "history.jsonl"))
+
+
+class SlowStepsNemesis:
+    """A driver (like a scenario) whose every step takes 0.3 s: it must stop at the time limit, and the
+    heal must wait for the step it is in."""
+
+    name = "slow"
+
+    def __init__(self):
+        self.events = []
+
+    def drivers(self):
+        return [self]
+
+    def schedule(self):
+        return []
+
+    def fs(self):
+        return {"scenario-slow"}
+
+    def setup(self, cluster):
+        pass
+
+    def drive(self, cluster, record, stopped):
+        import time
+
+        while not stopped():
+            record("scenario-slow", {}, lambda: (self.events.append(("step", time.monotonic())), time.sleep(0.3),
+                                                 self.events.append(("done", time.monotonic()))))
+
+    def teardown(self, cluster):
+        import time
+
+        self.events.append(("heal", time.monotonic()))
+        return []
+
+
+def test_a_driving_nemesis_stops_at_the_time_limit_and_the_heal_waits_for_its_step(tmp_path, patched, monkeypatch):
+    nem = SlowStepsNemesis()
+    monkeypatch.setattr("nemesis.registry.make_nemesis", lambda names, options: nem)
+    code, run_dir = runner.run_test(spec(tmp_path, time_limit=1.0))
+    kinds = [k for k, _ in nem.events]
+    assert kinds[-1] == "heal" and kinds[-2] == "done"      # the last step ended before the heal began
+    steps = [o for o in read_history(run_dir / "history.jsonl") if o.f == "scenario-slow" and o.type == "invoke"]
+    assert steps and max(o.time for o in steps) < 1.0e9      # no step started after the time limit
+    assert len(steps) <= 4
