@@ -16,12 +16,13 @@ scenario left down.
 
 Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
-has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each named
-node's), kill, lossy-crash, pause, resume, stop (controlled
-shutdown), start, isolate (cut one node off from every other), cut (one node from one
-other, or from the controllers, both ways), heal (one node's cuts, or all), sleep. A wait that times out ends the scenario there (recorded, not an error of the
-run): the protocol did not go where the scenario needed it, which the detection table
-counts separately from "no anomaly".
+has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each
+named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
+isolate (cut one node off from every other), cut (one node from one other, or from the
+controllers, both ways), heal (one node's cuts, or all), sleep. A wait that times out
+ends the scenario there (recorded, not an error of the run): the protocol did not go
+where the scenario needed it, which the detection table counts separately from "no
+anomaly".
 """
 
 from __future__ import annotations
@@ -189,8 +190,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "fetching from it. L gathers a suffix the other follower F never gets (F is cut off from L) and "
         "Z copies it; L is paused past its session timeout and F leads (L resumes, a zombie leader for "
         "a moment, and truncates that suffix as F's follower); then F dies and L leads again, and its "
-        "log grows back to Z's length. By default Z's next fetch names its stale epoch and L fences it; once the "
-        "cut heals, Z's first fetch in the new epoch finds the divergence and truncates. A follower "
+        "log grows back to Z's length. By default Z's next fetch names its stale epoch and L fences "
+        "it; once the cut heals, Z's first fetch in the new epoch finds the divergence and truncates. A follower "
         "that sends no epochs (Kafka before KIP-320, which checks its log only when it becomes a "
         "follower) is served by offset and splices L's new records after its stale ones, and when the "
         "cut heals it joins the ISR with them: the replicas differ below the HWM, for good.",
