@@ -438,3 +438,24 @@ def test_no_epoch_fencing_variant_lets_a_zombie_follower_keep_a_stale_suffix_for
     assert z_log == a_log                               # fenced, then truncated and caught up
     a_log, z_log = outcomes[True]
     assert len(z_log) == len(a_log) and z_log[5:7] != a_log[5:7] and z_log[7:] == a_log[7:]
+
+
+def test_a_follower_that_led_an_empty_epoch_drops_it_and_catches_up(tmp_path):
+    """C led epoch 2 without appending anything (its cache still says epoch 2 starts at its LEO), then
+    follows B, which never had epoch 2. B's divergence reply truncates C to where it already is; the
+    empty epoch must go with it, or every later fetch names epoch 2 again and C never catches up
+    (found by the protocol nemesis: a follower looping on the same divergence, 226k times in one run)."""
+    b, c = make_replica(tmp_path, 2), make_replica(tmp_path, 3)
+    for r in (b, c):
+        r.apply_partition_state(state(2, 1, [2, 3]), now_ms=0)
+    produce(b, 3)
+    replicate(b, c, now=1)
+    c.apply_partition_state(state(3, 2, [3], pepoch=2), now_ms=2)      # C leads epoch 2, appends nothing
+    assert c.log.epoch_cache.entries[-1].epoch == 2 and c.log.epoch_cache.entries[-1].start_offset == c.leo == 3
+    b.apply_partition_state(state(2, 3, [2], pepoch=3), now_ms=3)      # B leads epoch 3, never knew epoch 2
+    produce(b, 2, start=10)
+    c.apply_partition_state(state(2, 3, [2], pepoch=3), now_ms=4)
+    for now in range(5, 9):
+        replicate(b, c, now=now)
+    assert [e.epoch for e in c.log.epoch_cache.entries] == [1, 3]
+    assert [x.value_digest for x in c.log.physical_log()] == [x.value_digest for x in b.log.physical_log()]

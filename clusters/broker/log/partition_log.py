@@ -415,6 +415,12 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
+                # Nothing to cut, but an epoch that starts at the LEO goes all the same: this replica
+                # led that epoch and appended nothing before another leader was elected (KAFKA-7415
+                # put the entry in at once). Kept, it is the lastFetchedEpoch of every fetch, the new
+                # leader, which never had that epoch, answers each with the same divergence, and the
+                # follower never fetches a record (Kafka's UnifiedLog.truncateTo does the same).
+                self.epoch_cache.truncate_from_end(self.log_end_offset)
                 return self.log_end_offset
             offset = max(offset, self.log_start_offset)
             si = bisect.bisect_right(self._segment_bases, offset) - 1
