@@ -99,12 +99,33 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
             anomalies.append(Anomaly("unreported-data-loss", len(silent), silent[:MAX_EXAMPLES],
                                      "committed data was lost without the potential data-loss event 001 5.3.2 "
                                      "requires: a replica missing it led without an unclean recovery"))
+    behind = _behind_at_end(brokers)
     stats = {"brokers_dumped": len(brokers), "controllers_dumped": len(controllers),
              "partitions_compared": len({(p["topic"], p["partition"]) for s in brokers.values()
                                          for p in s.get("partitions", [])}),
-             "unclean_recoveries": len(recoveries)}
-    details = {"unclean_recoveries": recoveries} if recoveries else {}
+             "unclean_recoveries": len(recoveries), "replicas_behind_at_end": len(behind)}
+    details: dict[str, Any] = {"unclean_recoveries": recoveries} if recoveries else {}
+    if behind:
+        details["replicas_behind_at_end"] = behind
     return Result("replicas", not anomalies, anomalies, stats, details)
+
+
+def _behind_at_end(brokers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Followers still outside the ISR and short of their leader's HWM when the dumps were taken, after
+    the heal, the recovery wait and the final reads. Not an anomaly (a follower may still be catching
+    up), but a replica stuck there is a liveness bug worth a look (PROTOCOL.md 8, "Liveness after
+    heal"): one such was a follower looping on the same divergence forever."""
+    leaders = {(p["topic"], p["partition"]): p for s in brokers.values() for p in s.get("partitions", [])
+               if p.get("role") == "leader"}
+    out = []
+    for node, state in sorted(brokers.items()):
+        for p in state.get("partitions", []):
+            lead = leaders.get((p["topic"], p["partition"]))
+            if (p.get("role") == "follower" and lead is not None and state.get("node_id") not in lead["isr"]
+                    and p["leo"] < lead["hwm"]):
+                out.append({"node": node, "topic": p["topic"], "partition": p["partition"], "leo": p["leo"],
+                            "leader_hwm": lead["hwm"], "leader_isr": lead["isr"]})
+    return out
 
 
 # A metadata log is either a list of records from offset 0, or {"base": B, "records": [...]}: the

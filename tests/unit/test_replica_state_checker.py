@@ -199,3 +199,14 @@ def test_metadata_log_files_after_a_snapshot_come_back_with_their_base(tmp_path)
     (tmp_path / "broker-1" / "metadata.log").write_text("\n".join(lines) + '\n{"offset":7,"rec')
     assert _metadata_log_files(tmp_path) == {"broker-1": {"base": 5, "records": [
         {"type": "topic", "topic": "5"}, {"type": "topic", "topic": "6"}]}}
+
+
+def test_a_follower_outside_the_isr_and_short_of_the_hwm_at_the_end_is_noted_not_counted():
+    lead = broker(1, 3, LOG)
+    lead["partitions"][0].update(role="leader", isr=[1, 3])
+    stuck, fine = broker(2, 1, LOG[:1]), broker(3, 3, LOG)
+    stuck["partitions"][0]["role"] = fine["partitions"][0]["role"] = "follower"
+    r = check_states({"broker-1": lead, "broker-2": stuck, "broker-3": fine})
+    assert r.valid is True and r.stats["replicas_behind_at_end"] == 1
+    assert r.details["replicas_behind_at_end"] == [{"node": "broker-2", "topic": "q", "partition": 0, "leo": 1,
+                                                    "leader_hwm": 3, "leader_isr": [1, 3]}]
