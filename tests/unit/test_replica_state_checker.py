@@ -203,7 +203,7 @@ def test_metadata_log_files_after_a_snapshot_come_back_with_their_base(tmp_path)
 
 def test_a_follower_outside_the_isr_and_short_of_the_hwm_at_the_end_is_noted_not_counted():
     lead = broker(1, 3, LOG)
-    lead["partitions"][0].update(role="leader", isr=[1, 3])
+    lead["partitions"][0].update(role="leader", isr=[1, 3], leader_epoch=4)
     stuck, fine = broker(2, 1, LOG[:1]), broker(3, 3, LOG)
     stuck["partitions"][0]["role"] = fine["partitions"][0]["role"] = "follower"
     r = check_states({"broker-1": lead, "broker-2": stuck, "broker-3": fine})
