@@ -562,8 +562,11 @@ class ScenarioNemesis:
     def teardown(self, cluster) -> list[str]:
         """Reconnect, resume and restart everything the scenario left down; every part is tried."""
         errors = []
+        # Heal the network whenever anything may be cut: a scenario that cuts, or a protocol nemesis
+        # that did (its own Scenario record does not say it needs isolated nodes).
+        must_heal = self.scenario.needs_isolated_nodes or self.done.cut_off
         steps = [("heal", lambda: (self.done.isolated.clear(), self.done.cuts.clear(), self._apply_cuts(cluster))
-                  if self.scenario.needs_isolated_nodes else None)]
+                  if must_heal else None)]
         steps += [(f"resume {n}", lambda n=n: cluster.resume(n)) for n in sorted(self.done.paused)]
         steps += [(f"start {n}", lambda n=n: cluster.start(n)) for n in sorted(self.done.killed | self.done.crashed)]
         for what, fn in steps:

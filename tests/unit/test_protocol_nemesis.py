@@ -179,3 +179,17 @@ def test_a_move_stops_between_steps_once_the_run_is_over():
     n._one_move(c, record, lambda: bool(over))
     assert done == ["scenario-bind", "scenario-bind", "scenario-stop"]  # no start, no kill after the end
     assert c.calls == [f"stop {n.bound['F']}"]
+
+
+def test_teardown_reconnects_what_the_protocol_nemesis_left_cut_off():
+    """Found in the detection campaign: a leader cut off from the controller at the end of the run stayed
+    cut through the final reads (the protocol's own Scenario record says it needs no isolated nodes)."""
+    c = FakeCluster()
+    n = ProtocolNemesis({"seed": 1, "topic": "queue"})
+    n.setup(c)
+    n.moves = {"cut-leader-from-controllers": MOVES["cut-leader-from-controllers"]}
+    drive_moves(n, c, 1)
+    assert any("DROP" in cmd for _, cmd in c.commands)
+    c.commands.clear()
+    n.teardown(c)
+    assert c.commands and all("DROP" not in cmd for _, cmd in c.commands)  # every node's rules flushed, none added
