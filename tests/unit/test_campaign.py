@@ -428,3 +428,27 @@ def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
                     and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300]
             assert len(reps) == 5, (plan, v, len(reps))
     assert len({p.spec.seed for p in runs}) == len({(p.spec.seed, p.cell.id) for p in runs})  # seeds fixed per run
+
+
+def test_the_core_detection_plan_covers_what_docs_detection_claims():
+    from nemesis.scenario import SCENARIOS
+
+    root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
+    core = [load_campaign(f) for f in sorted((root / "core").glob("*.toml"))]
+    full_names = {load_campaign(f).name for f in root.glob("*.toml")}
+    assert not {c.name for c in core} & full_names  # its campaigns never land in the full plan's store folders
+    runs = [p for c in core for p in c.runs]
+    variants = {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
+    contract = {(",".join(p.spec.nemesis), p.spec.broker_variant) for p in runs
+                if p.spec.acks == "all" and p.spec.flush_policy == "never"}
+    # claims 1 and 2: every scenario against every variant at acks=all, flush never
+    assert {(f"scenario:{n}", v) for n in SCENARIOS for v in variants} <= contract
+    # claim 3: five 5-minute runs per flawed variant of each nemesis, and the default under both
+    for plan in ("protocol", "kill,partition"):
+        for v in variants:
+            reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker_variant == v
+                    and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300
+                    and p.spec.min_isr == 2]
+            assert len(reps) == (2 if v == "default" else 5), (plan, v, len(reps))
+    for c in core:  # the budget leaves room for every run: each took 15 s (75 s runs) to 70 s (300 s) beyond its limit
+        assert c.budget >= sum(p.spec.time_limit * 1.25 + 15 for p in c.runs), c.name
