@@ -21,7 +21,7 @@ from typing import Any
 from checkers.core import UNKNOWN, run_checkers
 from clusters.base import ClusterError, ClusterSpec
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
-from harness.history import INFO, INVOKE, NEMESIS, HistoryWriter, Op, read_history
+from harness.history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from harness.spec import TestSpec
 from nemesis.base import NemesisRefused
 from results.store import create_run_dir, write_json
@@ -55,6 +55,7 @@ def cluster_problem(name: str) -> str | None:
 
 
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
+FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
 
 
 class HarnessError(RuntimeError):
@@ -333,7 +334,6 @@ class Run:
                                         args=(cluster, spec.workload_opts()["topic"])))
         for t in threads:
             t.start()
-        self._final_process = spec.concurrency * 1000
         self._processes = processes
         # Join with a timeout so Ctrl-C reaches this thread.
         deadline = time.monotonic() + spec.time_limit + 30
@@ -362,14 +362,25 @@ class Run:
         self.stats.phase = "final reads"
         first = self._processes.max_process() + 1
         bootstrap = cluster.bootstrap()
-        for process, f, value in final_assignments(workload.final_ops(test), first):
-            client = workload.new_client(test)
-            try:
-                self._open_for_final_read(client, bootstrap)
-                op = writer.append(Op(INVOKE, f, process, value))
-                writer.append(self._invoke(client, op))
-            finally:
-                _close_quietly(client)
+        assignments = final_assignments(workload.final_ops(test), first)
+        spare_process = first + len(assignments)
+        for process, f, value in assignments:
+            # A final read that times out (a partition still electing or catching up just after the heal)
+            # is tried again on a fresh process until FINAL_READ_RETRY_S has passed: a read changes nothing,
+            # and one missing final read makes the whole verdict unknown.
+            deadline = time.monotonic() + FINAL_READ_RETRY_S
+            while True:
+                client = workload.new_client(test)
+                try:
+                    self._open_for_final_read(client, bootstrap)
+                    op = writer.append(Op(INVOKE, f, process, value))
+                    done = writer.append(self._invoke(client, op))
+                finally:
+                    _close_quietly(client)
+                if done.type == OK or time.monotonic() >= deadline:
+                    break
+                process, spare_process = spare_process, spare_process + 1  # an info op ends its process
+                time.sleep(1.0)
 
     def _open_for_final_read(self, client, bootstrap: str) -> None:
         """A client for the final reads, retried while the healed cluster may still be recovering."""

@@ -8,7 +8,7 @@ import pytest
 from checkers.core import Result
 from clusters.base import ClusterError, PartitionView
 from harness import runner
-from harness.history import OK, Op, read_history
+from harness.history import INFO, OK, Op, read_history
 from harness.spec import TestSpec
 
 
@@ -246,3 +246,42 @@ def test_a_driving_nemesis_stops_at_the_time_limit_and_the_heal_waits_for_its_st
     steps = [o for o in read_history(run_dir / "history.jsonl") if o.f == "scenario-slow" and o.type == "invoke"]
     assert steps and max(o.time for o in steps) < 1.0e9      # no step started after the time limit
     assert len(steps) <= 4
+
+
+class SlowPartitionClient(EchoClient):
+    """The final read of partition 0 times out twice (the partition still electing after the heal)."""
+
+    attempts = 0
+
+    def invoke(self, op):
+        if op.f == "final-poll":
+            SlowPartitionClient.attempts += 1
+            if SlowPartitionClient.attempts <= 2:
+                return Op(INFO, op.f, op.process, None, error="KafkaTimeoutError: Failed to get offsets")
+        return super().invoke(op)
+
+
+def test_a_final_read_that_times_out_is_tried_again_on_a_fresh_process(tmp_path, patched, monkeypatch):
+    class Slow(FakeWorkload):
+        def new_client(self, test):
+            return SlowPartitionClient()
+
+    patched["workload"] = Slow()
+    SlowPartitionClient.attempts = 0
+    code, run_dir = runner.run_test(spec(tmp_path))
+    finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
+    assert [o.type for o in finals] == ["invoke", "info", "invoke", "info", "invoke", "ok"]
+    assert len({o.process for o in finals}) == 3  # each try on its own process: an info op ends one
+
+
+def test_a_final_read_that_never_answers_is_given_up_after_its_deadline(tmp_path, patched, monkeypatch):
+    class Never(FakeWorkload):
+        def new_client(self, test):
+            return SlowPartitionClient()
+
+    patched["workload"] = Never()
+    SlowPartitionClient.attempts = -10**9  # every try times out
+    monkeypatch.setattr(runner, "FINAL_READ_RETRY_S", 0.0)
+    _, run_dir = runner.run_test(spec(tmp_path))
+    finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
+    assert [o.type for o in finals] == ["invoke", "info"]  # one try, then the deadline had passed
