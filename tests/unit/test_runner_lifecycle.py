@@ -248,39 +248,36 @@ def test_a_driving_nemesis_stops_at_the_time_limit_and_the_heal_waits_for_its_st
     assert len(steps) <= 4
 
 
-class SlowPartitionClient(EchoClient):
-    """The final read of partition 0 times out twice (the partition still electing after the heal)."""
+class TimingOutFinalReads(FakeWorkload):
+    """Its first `timeouts` final reads time out (a partition still electing after the heal); the
+    count is the workload's, since every try gets a new client."""
 
-    attempts = 0
+    def __init__(self, timeouts):
+        super().__init__()
+        self.timeouts = timeouts
 
-    def invoke(self, op):
-        if op.f == "final-poll":
-            SlowPartitionClient.attempts += 1
-            if SlowPartitionClient.attempts <= 2:
-                return Op(INFO, op.f, op.process, None, error="KafkaTimeoutError: Failed to get offsets")
-        return super().invoke(op)
+    def new_client(self, test):
+        workload = self
+
+        class Client(EchoClient):
+            def invoke(self, op):
+                if op.f == "final-poll" and workload.timeouts > 0:
+                    workload.timeouts -= 1
+                    return Op(INFO, op.f, op.process, None, error="KafkaTimeoutError: Failed to get offsets")
+                return super().invoke(op)
+        return Client()
 
 
-def test_a_final_read_that_times_out_is_tried_again_on_a_fresh_process(tmp_path, patched, monkeypatch):
-    class Slow(FakeWorkload):
-        def new_client(self, test):
-            return SlowPartitionClient()
-
-    patched["workload"] = Slow()
-    SlowPartitionClient.attempts = 0
-    code, run_dir = runner.run_test(spec(tmp_path))
+def test_a_final_read_that_times_out_is_tried_again_on_a_fresh_process(tmp_path, patched):
+    patched["workload"] = TimingOutFinalReads(timeouts=2)
+    _, run_dir = runner.run_test(spec(tmp_path))
     finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
     assert [o.type for o in finals] == ["invoke", "info", "invoke", "info", "invoke", "ok"]
     assert len({o.process for o in finals}) == 3  # each try on its own process: an info op ends one
 
 
 def test_a_final_read_that_never_answers_is_given_up_after_its_deadline(tmp_path, patched, monkeypatch):
-    class Never(FakeWorkload):
-        def new_client(self, test):
-            return SlowPartitionClient()
-
-    patched["workload"] = Never()
-    SlowPartitionClient.attempts = -10**9  # every try times out
+    patched["workload"] = TimingOutFinalReads(timeouts=10**9)
     monkeypatch.setattr(runner, "FINAL_READ_RETRY_S", 0.0)
     _, run_dir = runner.run_test(spec(tmp_path))
     finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
