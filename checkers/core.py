@@ -1,7 +1,9 @@
 """What every checker returns, and how checkers compose (DESIGN.md, "Checker").
 
 Verdicts are three-valued everywhere: True, False or "unknown" (Porcupine's ok / illegal /
-unknown). A checker that runs out of its budget says "unknown", never a guess.
+unknown). A checker that runs out of its budget, or lacks any of its inputs, says "unknown",
+never a guess, and says why in `unknown_reasons` (one sentence each); the composite lists
+every part's reasons, so an unknown verdict always carries at least one.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Result:
     stats: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)  # counterexamples, cycles, ...
     error: str | None = None  # set when the checker itself could not finish
+    unknown_reasons: list[str] = field(default_factory=list)  # why it could not decide, one sentence each
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -70,6 +73,8 @@ class Result:
             d["details"] = self.details
         if self.error:
             d["error"] = self.error
+        if self.unknown_reasons:
+            d["unknown_reasons"] = self.unknown_reasons
         return d
 
 
@@ -79,16 +84,38 @@ class Checker(Protocol):
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result: ...
 
 
+def reasons_of(r: Result) -> list[str]:
+    """Why `r` could not decide, each sentence naming the checker; never empty for an unknown verdict."""
+    out = [f"{r.checker}: {s}" for s in r.unknown_reasons]
+    if r.valid == UNKNOWN and r.error:
+        out.append(f"the {r.checker} checker could not finish ({r.error})")
+    if r.valid == UNKNOWN and not out:
+        out.append(f"the {r.checker} checker could not decide and gave no reason")
+    return out
+
+
 def compose(results: Sequence[Result]) -> dict[str, Any]:
-    """The composite verdict: false if any part is false, unknown if any is unknown."""
-    return {
+    """The composite verdict: false if any part is false, unknown if any is unknown. `unknown_reasons`
+    lists every part's reasons (also beside a false verdict: what else could not be decided)."""
+    out: dict[str, Any] = {
         "valid": merge_valid(r.valid for r in results),
         "checkers": {r.checker: r.to_dict() for r in results},
     }
+    reasons = [s for r in results for s in reasons_of(r)]
+    if reasons:
+        out["unknown_reasons"] = reasons
+    return out
+
+
+NO_CLIENT_OPS = "the history holds no client operation, so there is nothing to judge"
 
 
 def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op]) -> dict[str, Any]:
-    """Run each checker; a checker that raises is reported as unknown with its error, not lost."""
+    """Run each checker; a checker that raises is reported as unknown with its error, not lost.
+    A history without a single client op proves nothing: every checker is unknown (a valid verdict
+    on it would be vacuous)."""
+    if not any(op.is_client for op in history):
+        return compose([Result(checker=c.name, valid=UNKNOWN, unknown_reasons=[NO_CLIENT_OPS]) for c in checkers])
     results = []
     for c in checkers:
         try:

@@ -237,9 +237,10 @@ def check_queue(history: Sequence[Op]) -> Result:
         valid = True
     stats = dict(stats)
     stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
-    if valid == UNKNOWN:
-        details["unknown_reason"] = f"no final read of partitions {sorted(uncovered)}"
-    return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details)
+    reasons = [f"partitions {sorted(uncovered)} have acknowledged sends but no final read, so their losses "
+               "cannot be known"] if uncovered else []
+    return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
+                  unknown_reasons=reasons)
 
 
 __all__ = ["ANOMALY_TYPES", "BEYOND_BUDGET", "QueueChecker", "beyond_budget_time", "check_queue", "poll_items"]

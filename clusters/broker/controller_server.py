@@ -31,7 +31,10 @@ class JsonLog:
         self._fh = open(path, "a", buffering=1) if path else sys.stderr
 
     def __call__(self, event: dict[str, Any]) -> None:
-        line = {"ts": round(time.time(), 6), "node": self.node, "role": self.role, **event}
+        # ts is the node's wall clock (a clock fault shifts it); mono is the host's monotonic clock, which
+        # no fault touches and which the harness shares on one host: it places the line on the run's timeline.
+        line = {"ts": round(time.time(), 6), "mono": round(time.monotonic(), 6), "node": self.node,
+                "role": self.role, **event}
         self._fh.write(json.dumps(line, default=str) + "\n")
         self._fh.flush()
 
