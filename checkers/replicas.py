@@ -24,8 +24,14 @@ protocol doing what it was configured to do. The other side of that promise is c
 - controller-split-brain: two controllers claim to be active leaders in one Raft term;
 - recovery-choice: an unclean recovery elected a replica whose (last leader epoch, end offset)
   is below another candidate's it had heard from (001 5.3: the highest is chosen, so the
-  least committed data is lost). A cluster without state dumps (one we did not
-build) is skipped with a note, never a guess.
+  least committed data is lost).
+
+Every dump is an input (issue 19): when the cluster gives dumps (test.json's `state_dumps`; a run
+stored before that key expects them when any node left one), each node's dump must be read, or the
+verdict is "unknown" with one sentence per node; an anomaly found in the dumps that were read still
+makes it false. The nodes' metadata.log files are optional, but one that cannot be read past a bad
+line in its middle is unknown the same way. A cluster that gives no dumps at all (one we did not
+build) is not applicable: valid, with a note in stats, never a guess.
 
 `check_states` is the pure function; `ReplicaStateChecker` reads the dumps a run stored.
 """
@@ -37,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, Anomaly, Result
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.queue import beyond_budget_time, check_queue
 from harness.history import Op
 
@@ -305,38 +311,119 @@ def _controller_structure(c: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+NOT_APPLICABLE = ("the cluster gives no state dumps (a Kafka-protocol system we did not build), so the "
+                  "broker-side invariants do not apply to this run")
+_WITHOUT_DUMP = "the replica invariants cannot be checked without it"
+_WITHOUT_LOG = "the metadata-log invariants cannot be checked without it"
+
+
 class ReplicaStateChecker:
-    """The dumps a run collected into <run dir>/nodes/<node>/state.json, checked by `check_states`."""
+    """The dumps a run collected into <run dir>/nodes/<node>/state.json, checked by `check_states`.
+
+    Every node's dump is an input: one that is missing, unreadable or marked unreachable makes the
+    verdict unknown (an anomaly found in the dumps that were read still makes it false). A cluster
+    that gives no dumps at all is not applicable: valid, with the note in stats."""
 
     name = "replicas"
 
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
-        nodes = Path(test.get("run_dir", "")) / "nodes"
-        states = {}
-        for f in sorted(nodes.glob("*/state.json")) if test.get("run_dir") else []:
-            try:
-                state = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            if not state.get("unreachable"):
-                states[f.parent.name] = state
-        if not states:
-            return Result(self.name, True, stats={"skipped": "no node state dumps (a cluster we did not build, "
-                                                             "or collection failed)"})
+        nodes = Path(test["run_dir"]) / "nodes" if test.get("run_dir") else None
+        if not _dumps_expected(test, nodes):
+            return Result(self.name, True, stats={"not_applicable": NOT_APPLICABLE})
+        if nodes is None:
+            return Result(self.name, UNKNOWN, unknown_reasons=[
+                "the run directory is not known, so the nodes' state dumps cannot be read; "
+                "the replica invariants cannot be checked without them"])
+        states, reasons = read_state_dumps(nodes, test.get("nodes"))
+        metadata_logs, log_reasons = read_metadata_logs(nodes)
         lost = None
         if beyond_budget_time(history) is not None:  # rare: only then is the queue check run again here
             lost = check_queue(history).details.get("lost_beyond_fault_budget", {}).get("by_key", {})
-        return check_states(states, lost, metadata_logs=_metadata_log_files(nodes))
+        result = check_states(states, lost, metadata_logs=metadata_logs)
+        result.unknown_reasons = reasons + log_reasons
+        result.stats["dumps_read"] = len(states)
+        if result.unknown_reasons:
+            result.stats["inputs_unreadable"] = len(result.unknown_reasons)
+            if result.valid is True:  # a proven anomaly stays proven; an unread dump may hide one
+                result.valid = UNKNOWN
+        return result
 
 
-def _metadata_log_files(nodes: Path) -> dict[str, MetadataLog]:
-    """nodes/<node>/metadata.log (JSON lines of {"offset", "record"}) as records; a torn last line
-    (a node killed mid-append) ends its log, as it does when the node replays it. A log that
-    starts after a snapshot (its first offset > 0) comes back as {"base", "records"}."""
+def _dumps_expected(test: dict[str, Any], nodes: Path | None) -> bool:
+    """Whether this run's cluster gives state dumps: as test.json says (`state_dumps`); a run stored
+    before it said so expects them when any node left one."""
+    declared = test.get("state_dumps")
+    if declared is not None:
+        return bool(declared)
+    return nodes is not None and any(nodes.glob("*/state.json"))
+
+
+def read_state_dumps(nodes: Path, expected: Sequence[str] | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """(node -> its dump, one sentence per node whose dump could not be read). The nodes expected to
+    have one: every directory under `nodes` and every name in `expected` (test.json's node list)."""
+    names = {d.name for d in nodes.iterdir() if d.is_dir()} if nodes.is_dir() else set()
+    names |= {str(n) for n in expected or []}
+    if not names:
+        return {}, [f"no node left a state dump in {nodes.name}/ and test.json names no nodes; "
+                    "the replica invariants cannot be checked without them"]
+    states, reasons = {}, []
+    for node in sorted(names):
+        state, why = _read_dump(nodes / node / "state.json")
+        if state is None:
+            reasons.append(f"the state dump of {node} ({nodes.name}/{node}/state.json) could not be read: {why}; "
+                           f"{_WITHOUT_DUMP}")
+        else:
+            states[node] = state
+    return states, reasons
+
+
+def _read_dump(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The dump, or None and why it cannot be used."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, "the file is missing"
+    except OSError as e:
+        return None, f"the file cannot be opened ({e.strerror or e})"
+    if not data.strip():
+        return None, "the file is empty"
+    try:
+        state = json.loads(data)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both
+        return None, f"it is not valid JSON, truncated or corrupt ({e})"
+    if not isinstance(state, dict):
+        return None, f"it holds a JSON {type(state).__name__}, not an object"
+    if state.get("unreachable"):
+        return None, "the node did not answer the dump request when the run ended"
+    if state.get("role") not in ("broker", "controller"):
+        return None, f"it names no role a dump has (broker or controller), but {state.get('role')!r}"
+    return state, ""
+
+
+def read_metadata_logs(nodes: Path) -> tuple[dict[str, MetadataLog], list[str]]:
+    """nodes/<node>/metadata.log (JSON lines of {"offset", "record"}) as records, and one sentence per
+    log that could not be read. The file is optional (a node may not have kept one). A torn last line
+    (a node killed mid-append) ends its log, as it does when the node replays it; anything past the
+    first bad line other than that one line is unreadable: the node truncates a bad tail when it
+    opens the file, so what follows a bad line in the middle is corruption, and the records there
+    would be silently left out of the comparison. A log that starts after a snapshot (its first
+    offset > 0) comes back as {"base", "records"}."""
     from clusters.broker.metadata import parse_log_lines
 
     out: dict[str, MetadataLog] = {}
+    reasons: list[str] = []
     for f in sorted(nodes.glob("*/metadata.log")):
-        base, records, _ = parse_log_lines(f.read_bytes())
-        out[f.parent.name] = {"base": base, "records": records} if base else records
-    return out
+        node, where = f.parent.name, f"{nodes.name}/{f.parent.name}/metadata.log"
+        try:
+            data = f.read_bytes()
+        except OSError as e:
+            reasons.append(f"the metadata log of {node} ({where}) could not be read: {e.strerror or e}; {_WITHOUT_LOG}")
+            continue
+        base, records, good = parse_log_lines(data)
+        if b"\n" in data[good:].rstrip(b"\n"):
+            line = data[:good].count(b"\n") + 1
+            reasons.append(f"the metadata log of {node} ({where}) could not be read past offset "
+                           f"{base + len(records)}: line {line} is not the next log entry and more lines follow; "
+                           f"{_WITHOUT_LOG}")
+        out[node] = {"base": base, "records": records} if base else records
+    return out, reasons

@@ -3,6 +3,8 @@ with the offending partition named."""
 
 import json
 
+import pytest
+
 from checkers.replicas import ReplicaStateChecker, check_states
 
 
@@ -64,14 +66,101 @@ def test_unclean_recoveries_are_reported_not_counted_as_anomalies():
     assert r.valid is True and r.stats["unclean_recoveries"] == 1 and r.details["unclean_recoveries"] == [rec]
 
 
-def test_checker_reads_a_runs_dumps_and_skips_without_them(tmp_path):
-    assert ReplicaStateChecker().check({"run_dir": str(tmp_path)}, []).stats["skipped"]
-    for node, state in {"broker-1": broker(1, 3, LOG), "broker-2": broker(2, 3, [(0, 0, "a"), (1, 0, "B")]),
-                        "broker-3": {"unreachable": True}}.items():
-        (tmp_path / "nodes" / node).mkdir(parents=True)
-        (tmp_path / "nodes" / node / "state.json").write_text(json.dumps(state))
+def write_nodes(run_dir, dumps):
+    """nodes/<node>/state.json for each node: a dict is written as JSON, a str as it is, None leaves
+    the node's directory without a dump (as a node whose dump was never collected)."""
+    for node, dump in dumps.items():
+        (run_dir / "nodes" / node).mkdir(parents=True, exist_ok=True)
+        if dump is not None:
+            (run_dir / "nodes" / node / "state.json").write_text(dump if isinstance(dump, str) else json.dumps(dump))
+    return {"run_dir": str(run_dir), "state_dumps": True}
+
+
+DIVERGENT = broker(2, 3, [(0, 0, "a"), (1, 0, "B")])
+
+
+def test_checker_reads_a_runs_dumps(tmp_path):
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT})
+    r = ReplicaStateChecker().check(test, [])
+    assert r.valid is False and r.stats["brokers_dumped"] == 2 and not r.unknown_reasons
+
+
+def test_a_cluster_without_state_dumps_is_not_applicable_and_stays_valid(tmp_path):
+    (tmp_path / "nodes" / "broker-1").mkdir(parents=True)
+    (tmp_path / "nodes" / "broker-1" / "server.log").write_text("a foreign broker's log\n")
+    r = ReplicaStateChecker().check({"run_dir": str(tmp_path), "state_dumps": False}, [])
+    assert r.valid is True and "no state dumps" in r.stats["not_applicable"] and not r.unknown_reasons
+
+
+def test_an_old_run_without_dumps_is_not_applicable(tmp_path):
+    (tmp_path / "nodes" / "broker-1").mkdir(parents=True)
     r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, [])
-    assert r.valid is False and r.stats["brokers_dumped"] == 2
+    assert r.valid is True and r.stats["not_applicable"]
+
+
+def test_an_unreadable_dump_of_the_divergent_broker_makes_the_check_unknown(tmp_path):
+    text = json.dumps(DIVERGENT)
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": text[: len(text) // 2]})
+    r = ReplicaStateChecker().check(test, [])
+    assert r.valid == "unknown"
+    (reason,) = r.unknown_reasons
+    assert reason.startswith("the state dump of broker-2 (nodes/broker-2/state.json) could not be read: ")
+    assert reason.endswith("the replica invariants cannot be checked without it")
+
+
+def test_every_dump_unreadable_is_unknown_with_one_reason_per_node(tmp_path):
+    test = write_nodes(tmp_path, {n: "{not json" for n in ("broker-1", "broker-2", "controller-0")})
+    r = ReplicaStateChecker().check(test, [])
+    assert r.valid == "unknown"
+    assert [s.split(" (")[0] for s in r.unknown_reasons] == [
+        "the state dump of broker-1", "the state dump of broker-2", "the state dump of controller-0"]
+
+
+@pytest.mark.parametrize("dump, why", [
+    ('{"role": "broker", "partitions": [', "not valid JSON"),
+    ("", "empty"),
+    ("[1, 2]", "JSON list, not an object"),
+    ("null", "JSON NoneType, not an object"),
+    (b"\xff\xfe".decode("latin-1"), "not valid JSON"),
+    ('{"unreachable": true}', "did not answer"),
+    ('{"partitions": []}', "names no role"),
+    (None, "missing"),
+])
+def test_a_dump_that_cannot_be_used_makes_the_check_unknown(tmp_path, dump, why):
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": dump})
+    r = ReplicaStateChecker().check(test, [])
+    assert r.valid == "unknown"
+    (reason,) = r.unknown_reasons
+    assert "broker-2" in reason and why in reason
+
+
+def test_an_anomaly_in_the_dumps_that_were_read_stays_false_beside_an_unreadable_one(tmp_path):
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT, "broker-3": "{"})
+    r = ReplicaStateChecker().check(test, [])
+    assert r.valid is False and [a.name for a in r.anomalies] == ["log-divergence"]
+    assert len(r.unknown_reasons) == 1 and "broker-3" in r.unknown_reasons[0]
+
+
+def test_a_node_test_json_names_without_a_directory_is_missing_its_dump(tmp_path):
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG)})
+    r = ReplicaStateChecker().check({**test, "nodes": ["broker-1", "broker-2"]}, [])
+    assert r.valid == "unknown" and "broker-2 (nodes/broker-2/state.json)" in r.unknown_reasons[0]
+
+
+def test_dumps_declared_but_none_collected_is_unknown(tmp_path):
+    r = ReplicaStateChecker().check({"run_dir": str(tmp_path), "state_dumps": True}, [])
+    assert r.valid == "unknown" and r.unknown_reasons
+
+
+def test_dumps_declared_without_a_run_directory_is_unknown():
+    r = ReplicaStateChecker().check({"state_dumps": True}, [])
+    assert r.valid == "unknown" and "run directory" in r.unknown_reasons[0]
+
+
+def test_an_old_run_with_some_dumps_expects_every_nodes_dump(tmp_path):
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": None})
+    r = ReplicaStateChecker().check({"run_dir": test["run_dir"]}, [])  # no state_dumps key: stored before it
+    assert r.valid == "unknown" and "broker-2" in r.unknown_reasons[0] and "missing" in r.unknown_reasons[0]
 
 
 def test_loss_beyond_the_budget_must_be_covered_by_a_reported_unclean_recovery_of_its_partition():
@@ -192,13 +281,13 @@ def test_metadata_logs_with_base_offsets_are_compared_on_the_offsets_both_hold()
 def test_metadata_log_files_after_a_snapshot_come_back_with_their_base(tmp_path):
     import json as _json
 
-    from checkers.replicas import _metadata_log_files
+    from checkers.replicas import read_metadata_logs
 
     (tmp_path / "broker-1").mkdir()
     lines = [_json.dumps({"offset": o, "record": {"type": "topic", "topic": str(o)}}) for o in (5, 6)]
     (tmp_path / "broker-1" / "metadata.log").write_text("\n".join(lines) + '\n{"offset":7,"rec')
-    assert _metadata_log_files(tmp_path) == {"broker-1": {"base": 5, "records": [
-        {"type": "topic", "topic": "5"}, {"type": "topic", "topic": "6"}]}}
+    assert read_metadata_logs(tmp_path) == ({"broker-1": {"base": 5, "records": [
+        {"type": "topic", "topic": "5"}, {"type": "topic", "topic": "6"}]}}, [])
 
 
 def test_a_follower_outside_the_isr_and_short_of_the_hwm_at_the_end_is_noted_not_counted():
@@ -210,3 +299,43 @@ def test_a_follower_outside_the_isr_and_short_of_the_hwm_at_the_end_is_noted_not
     assert r.valid is True and r.stats["replicas_behind_at_end"] == 1
     assert r.details["replicas_behind_at_end"] == [{"node": "broker-2", "topic": "q", "partition": 0, "leo": 1,
                                                     "leader_hwm": 3, "leader_isr": [1, 3]}]
+
+
+def _metadata_lines(records, first=0):
+    return [json.dumps({"offset": first + i, "record": r}) for i, r in enumerate(records)]
+
+
+METADATA = [{"type": "topic", "topic": "q"}, {"type": "register_broker", "broker_id": 1},
+            {"type": "register_broker", "broker_id": 2}]
+CTRL = {"role": "controller", "node_id": 1000, "partitions": [], "brokers": [], "topics": []}
+
+
+def _run_with_metadata_logs(tmp_path, broker_lines):
+    test = write_nodes(tmp_path, {"controller-0": CTRL, "broker-1": broker(1, 3, LOG)})
+    (tmp_path / "nodes" / "controller-0" / "metadata.log").write_text("\n".join(_metadata_lines(METADATA)) + "\n")
+    (tmp_path / "nodes" / "broker-1" / "metadata.log").write_text("\n".join(broker_lines) + "\n")
+    return test
+
+
+def test_a_metadata_log_unreadable_in_its_middle_makes_the_check_unknown(tmp_path):
+    # line 2 is garbage; line 3, which the comparison would silently leave out, forks from the controller's
+    forked = _metadata_lines([METADATA[0], {"type": "topic", "topic": "other"}, METADATA[2]])
+    test = _run_with_metadata_logs(tmp_path, [forked[0], "\x00\x00garbage", forked[1]])
+    r = ReplicaStateChecker().check(test, [])
+    assert r.valid == "unknown"
+    (reason,) = r.unknown_reasons
+    assert reason.startswith("the metadata log of broker-1 (nodes/broker-1/metadata.log) could not be read past "
+                             "offset 1: line 2")
+
+
+def test_a_divergence_before_the_unreadable_part_of_a_metadata_log_stays_false(tmp_path):
+    forked = _metadata_lines([{"type": "topic", "topic": "other"}, METADATA[1]])
+    r = ReplicaStateChecker().check(_run_with_metadata_logs(tmp_path, [forked[0], "garbage", forked[1]]), [])
+    assert r.valid is False and [a.name for a in r.anomalies] == ["broker-metadata-divergence"]
+    assert r.unknown_reasons
+
+
+def test_a_torn_last_line_of_a_metadata_log_is_no_reason_for_doubt(tmp_path):
+    lines = _metadata_lines(METADATA[:2])
+    r = ReplicaStateChecker().check(_run_with_metadata_logs(tmp_path, [*lines, lines[1][:7]]), [])
+    assert r.valid is True and not r.unknown_reasons
