@@ -10,6 +10,7 @@ poll), so Jepsen users can cross-check with Elle or Knossos.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -17,97 +18,195 @@ from typing import Any
 import edn_format
 from edn_format import Keyword
 
+from checkers.formats.lines import read_text_lines
 from harness.history import OP_TYPES, HistoryFormatError, Op
 
 
 def _plain(x: Any) -> Any:
+    """edn_format's values as plain Python: keywords become their names ("a/b" for :a/b), vectors and
+    lists become lists, maps dicts; map keys and set members that are vectors become tuples, the
+    hashable form of a list (a dict key cannot be a list)."""
     if isinstance(x, Keyword):
         return x.name
     if isinstance(x, (list, tuple, edn_format.ImmutableList)):
         return [_plain(v) for v in x]
     if isinstance(x, (dict, edn_format.ImmutableDict)):
-        return {_plain(k): _plain(v) for k, v in x.items()}
+        return {_hashable(_plain(k)): _plain(v) for k, v in x.items()}
+    if isinstance(x, frozenset):
+        return frozenset(_hashable(_plain(v)) for v in x)
     return x
 
 
-_TOKEN = re.compile(r'\s*(?:([\[\]{}()])|"((?:[^"\\]|\\.)*)"|([^\s,\[\]{}()"]+))')
-_INT = re.compile(r"-?\d+N?$")
+def _hashable(x: Any) -> Any:
+    return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
+
+
+class _NotFast(ValueError):
+    """Text the fast reader does not read itself; edn_format reads it instead (never a guess)."""
+
+
+# The fast reader accepts a strict subset of EDN and reads it exactly as edn_format does (a property
+# test in tests/unit/test_edn_reader.py holds it to that): maps, vectors, lists, strings with the
+# escapes \" \\ \n \t \r \b \f \uXXXX, keywords (:a, :a/b), nil, true, false, integers (N suffix
+# too) and decimal floats. Anything else (sets, symbols, characters, tags, ##Inf, M and ratios,
+# comments, other escapes) raises _NotFast, and the line goes to edn_format.
+#
+# Tokens are separated by edn_format's own whitespace (space, tab, newline and comma: a comma
+# inside a string is part of the string). An atom is a run of anything else up to a delimiter; it
+# is read only when the whole run is one token of edn_format's lexer (its regular expressions,
+# edn_format/edn_lex.py), so a run such as `07`, `1.5e` or `:a/b/c`, which edn_format would lex
+# as two tokens, is left to edn_format.
+_TOKEN = re.compile(r'[ \t\n,]*(?:([\[\]{}()])|"([^"\\]*(?:\\.[^"\\]*)*)"|([^ \t\n,\[\]{}()"]+))')
+_SYMBOL_CHARS = r"\w.*+!\-_?$%&=:#<>@"  # edn_lex PARTS["all"]
+_KEYWORD = re.compile(rf":(?:[{_SYMBOL_CHARS}]+/[{_SYMBOL_CHARS}]+|[{_SYMBOL_CHARS}]+)")
+_INT = re.compile(r"[+-]?(?:0|[1-9][0-9]*)N?")
+_FLOAT = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)")
+_CONSTANTS = {"nil": None, "true": True, "false": False}
+_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|(.))")
+_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+_CLOSER = {"[": "]", "(": ")", "{": "}"}
+# Histories repeat the same keywords and small numbers on every line: read each atom once.
+_ATOMS: dict[str, Any] = dict(_CONSTANTS)
+_ATOMS_MAX = 1 << 16
+
+
+def _unescape(m: re.Match) -> str:
+    if m.group(1) is not None:
+        return chr(int(m.group(1), 16))  # a lone surrogate stays one, as edn_format leaves it
+    c = _ESCAPES.get(m.group(2))
+    if c is None:
+        raise _NotFast(f"escape \\{m.group(2)}")
+    return c
+
+
+def _atom(text: str) -> Any:
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    if text[0] == ":":
+        if _KEYWORD.fullmatch(text):
+            return text[1:]
+    elif _INT.fullmatch(text):
+        return int(text[:-1] if text[-1] == "N" else text)
+    elif _FLOAT.fullmatch(text):
+        return float(text)
+    raise _NotFast(f"atom {text!r}")
 
 
 def _fast_loads(text: str) -> Any:
-    """A small reader for the EDN that histories use (maps, vectors, lists, keywords, numbers,
-    strings, nil, booleans); 20x faster than edn_format, which remains the fallback."""
-    tokens = [(m.group(1), m.group(2), m.group(3)) for m in _TOKEN.finditer(text.replace(",", " "))]
+    """One EDN value from `text`, or _NotFast when the text is beyond the fast subset or malformed
+    (edn_format then reads it, or says what is wrong); 20x faster than edn_format."""
+    stack: list[tuple[str, list]] = []  # (the closing bracket expected, the items so far)
+    items: list = []
+    value: Any
     pos = 0
-
-    def read() -> Any:
-        nonlocal pos
-        brace, string, atom = tokens[pos]
-        pos += 1
-        if brace in ("[", "("):
-            out = []
-            while tokens[pos][0] not in ("]", ")"):
-                out.append(read())
-            pos += 1
-            return out
-        if brace == "{":
-            items = []
-            while tokens[pos][0] != "}":
-                items.append(read())
-            pos += 1
-            return dict(zip(items[::2], items[1::2], strict=True))
+    for m in _TOKEN.finditer(text):
+        if m.start() != pos:
+            raise _NotFast("a character no token starts with")  # e.g. an unterminated string
+        pos = m.end()
+        bracket, string, atom = m.groups()
         if string is not None:
-            return bytes(string, "utf-8").decode("unicode_escape")
-        if atom is None:
-            raise ValueError(f"unexpected {brace!r}")
-        if atom.startswith(":"):
-            return atom[1:]
-        if atom == "nil":
-            return None
-        if atom in ("true", "false"):
-            return atom == "true"
-        if _INT.match(atom):
-            return int(atom.rstrip("N"))
-        return float(atom)
+            items.append(_ESCAPE.sub(_unescape, string) if "\\" in string else string)
+        elif atom is not None:
+            value = _ATOMS.get(atom, _ATOMS)
+            if value is _ATOMS:  # not seen yet: read it, and remember it (atoms are immutable values)
+                value = _atom(atom)
+                if len(_ATOMS) < _ATOMS_MAX:
+                    _ATOMS[atom] = value
+            items.append(value)
+        elif bracket in _CLOSER:
+            stack.append((_CLOSER[bracket], items))
+            items = []
+        else:
+            if not stack or stack[-1][0] != bracket:
+                raise _NotFast(f"unbalanced {bracket!r}")
+            closer, outer = stack.pop()
+            if closer == "}":
+                if len(items) % 2:
+                    raise _NotFast("a map with an odd number of forms")
+                try:
+                    value = dict(zip(items[::2], items[1::2], strict=True))  # even: checked above
+                except TypeError:  # a vector or map as a key: _plain's tuples, left to edn_format
+                    raise _NotFast("an unhashable map key") from None
+                if 2 * len(value) != len(items):
+                    # A repeated key (or :a beside "a", one key once plain): which value stays depends
+                    # on the order _plain meets them in edn_format's map, so edn_format decides.
+                    raise _NotFast("a repeated map key")
+            else:
+                value = items
+            outer.append(value)
+            items = outer
+    if stack or text[pos:].strip(" \t\n,") or len(items) != 1:
+        raise _NotFast("not exactly one complete form")
+    return items[0]
 
-    value = read()
-    if pos != len(tokens):
-        raise ValueError("trailing input")
-    return value
+
+def read_edn_form(text: str) -> Any:
+    """The one EDN value in `text`, as plain Python (_plain); raises ValueError when `text` holds no
+    value, more than one, or is not EDN."""
+    try:
+        return _fast_loads(text)
+    except ValueError:  # _NotFast, or a number int() refuses (over 4300 digits): edn_format has the last word
+        pass
+    try:
+        forms = edn_format.loads_all(text)
+    except Exception as e:  # noqa: BLE001 - edn_format raises several types (its own, ValueError, NotImplementedError)
+        raise ValueError(_edn_error(e)) from None
+    if len(forms) != 1:
+        raise ValueError(f"{len(forms)} forms where one was expected")
+    try:
+        return _plain(forms[0])
+    except TypeError as e:  # e.g. a map as a map key
+        raise ValueError(str(e)) from None
+
+
+def _edn_error(e: Exception) -> str:
+    """edn_format's error in a few words: its parser raises with the offending token as the argument."""
+    token = e.args[0] if e.args else None
+    if hasattr(token, "lexpos") and hasattr(token, "value"):
+        return f"unexpected {token.value!r} at column {token.lexpos + 1}"
+    return " ".join(str(e).split())[:200] or type(e).__name__
 
 
 def parse_edn_history(path: str | Path) -> list[Op]:
     ops: list[Op] = []
     pending_anonymous: int | None = None
     next_anon = 1 << 30
-    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        text = line.split(";", 1)[0].strip() if line.lstrip().startswith(";") else line.strip()
+    for n, line in enumerate(read_text_lines(path), start=1):
+        text = line.strip()
         if not text or text.startswith(";"):
             continue
         try:
-            d = _fast_loads(text)
-        except (ValueError, IndexError):
-            try:
-                d = _plain(edn_format.loads(text))
-            except Exception as e:  # noqa: BLE001 - edn_format raises several types
-                raise HistoryFormatError(f"{path} line {n}: not an EDN map ({e}).") from None
-        if not isinstance(d, dict) or "type" not in d:
-            raise HistoryFormatError(f"{path} line {n}: an op must be a map with a :type.")
-        if d["type"] not in OP_TYPES:
-            raise HistoryFormatError(f"{path} line {n}: :type {d['type']!r} is not one of {', '.join(OP_TYPES)}.")
-        process = d.get("process")
+            d = read_edn_form(text)
+        except ValueError as e:
+            raise HistoryFormatError(f"{path} line {n}: not one EDN map ({e}); write one op map per line.") from None
+        op = _op(d, f"{path} line {n}")
+        process = op.process
         if process is None:
             # No :process: an invocation pairs with the completion that follows it.
-            if d["type"] == "invoke":
+            if op.type == "invoke":
                 pending_anonymous = next_anon
                 next_anon += 1
-            process = pending_anonymous if pending_anonymous is not None else next_anon
-        value = d.get("value")
-        f = d.get("f", "txn")
-        ops.append(Op(type=d["type"], f=f if isinstance(f, str) else str(f), process=process, value=value,
-                      # no :time means no real-time information: every op at time 0
-                      time=int(d.get("time", 0)), index=len(ops), error=d.get("error")))
+            op.process = pending_anonymous if pending_anonymous is not None else next_anon
+        op.index = len(ops)
+        ops.append(op)
     return ops
+
+
+def _op(d: Any, where: str) -> Op:
+    """One op from an EDN op map; a field of the wrong kind is a HistoryFormatError naming it."""
+    if not isinstance(d, dict) or "type" not in d:
+        raise HistoryFormatError(f"{where}: an op must be a map with a :type.")
+    if not isinstance(d["type"], str) or d["type"] not in OP_TYPES:
+        raise HistoryFormatError(f"{where}: :type {d['type']!r} is not one of {', '.join(OP_TYPES)}.")
+    process = d.get("process")
+    if not (process is None or process == "nemesis" or (isinstance(process, int) and not isinstance(process, bool))):
+        raise HistoryFormatError(f"{where}: :process {process!r} must be an integer or :nemesis.")
+    time = d.get("time", 0)  # no :time means no real-time information: every op at time 0
+    if isinstance(time, bool) or not isinstance(time, (int, float)) or not math.isfinite(time):
+        raise HistoryFormatError(f"{where}: :time {time!r} must be a number of nanoseconds.")
+    f = d.get("f", "txn")
+    return Op(type=d["type"], f=f if isinstance(f, str) else str(f), process=process,  # type: ignore[arg-type]
+              value=d.get("value"), time=int(time), error=d.get("error"))
 
 
 def _edn(x: Any, keywordize: bool = False) -> str:
