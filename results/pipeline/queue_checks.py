@@ -17,7 +17,9 @@ and the differential test (tests/integration/test_pipeline.py) holds the two equ
   nonmonotonic-poll / poll-skip  per (process, key), each record read compared with the one
               before it: the previous record of the same op, else the last record of an
               earlier *poll* (final-polls do not move a consumer's position): offset <= prev is
-              nonmonotonic, offset > prev + 1 a skip
+              nonmonotonic; offset > prev + 1 is a jump, and a poll-skip when an offset between
+              is proven to exist in the same era (a read returned a record there, or an ok send
+              was acknowledged there), else a gap (no anomaly)
   verdict     false on any anomaly; else unknown when an ok send's key has no final read; else true
 """
 
@@ -81,15 +83,15 @@ def queue_anomaly_counts(runs, ops, reads):
     # A warehouse ingested before the column existed has none: no run there went beyond the budget.
     cutoff = F.col("beyond_budget_ns") if "beyond_budget_ns" in runs.columns else F.lit(None)
     budget = runs.select(*RUN, cutoff.cast("long").alias("cutoff"))
+    # Each completion's era: before the run's last fault beyond the budget (0) or after it (1); reads are
+    # compared, and offsets proven to exist, within their era only (checkers/queue.py says why).
+    era = F.when(F.col("cutoff").isNotNull() & (F.col("c_time") >= F.col("cutoff")), 1).otherwise(0)
     acked = (pairs.where((F.col("f") == "send") & (F.col("outcome") == "ok"))
                  .join(budget, RUN, "left")
                  .select(*RUN, F.col("c_key").alias("key"), F.col("c_offset").alias("offset"),
-                         F.col("c_value").alias("value"),
+                         F.col("c_value").alias("value"), era.alias("era"),
                          (F.col("cutoff").isNotNull() & (F.col("c_time") < F.col("cutoff"))).alias("excused")))
     read_ops = pairs.where(F.col("f").isin("poll", "final-poll") & (F.col("outcome") == "ok"))
-    # Each read's era: before the run's last fault beyond the budget (0) or after it (1); reads are
-    # compared within their era only (checkers/queue.py says why).
-    era = F.when(F.col("cutoff").isNotNull() & (F.col("c_time") >= F.col("cutoff")), 1).otherwise(0)
     rd = reads.join(read_ops.join(budget, RUN, "left").select(
         *RUN, F.col("c_seq").alias("seq"), F.col("f").alias("kind"), "inv_seq", "process", era.alias("era")),
         [*RUN, "seq", "kind"]).persist(StorageLevel.DISK_ONLY)
@@ -125,19 +127,38 @@ def queue_anomaly_counts(runs, ops, reads):
     before = chain.rowsBetween(Window.unboundedPreceding, -1)
     prev = F.when(F.lag("inv_seq").over(chain) == F.col("inv_seq"), F.lag("offset").over(chain)) \
         .otherwise(F.last(F.when(F.col("kind") == "poll", F.col("offset")), ignorenulls=True).over(before))
-    steps = rd.select(*RUN, "offset", prev.alias("prev"))
-    order = steps.where(F.col("prev").isNotNull()).groupBy(*RUN).agg(
-        F.sum(F.when(F.col("offset") <= F.col("prev"), 1).otherwise(0)).cast("long").alias("nonmonotonic_poll"),
-        F.sum(F.when(F.col("offset") > F.col("prev") + 1, 1).otherwise(0)).cast("long").alias("poll_skip"))
+    steps = rd.select(*RUN, "era", "key", "offset", prev.alias("prev")).where(F.col("prev").isNotNull())
+    nonmonotonic = per_run(steps.where(F.col("offset") <= F.col("prev")), "nonmonotonic_poll")
+    skips = per_run(_proven_skips(steps.where(F.col("offset") > F.col("prev") + 1), seen, acked), "poll_skip")
 
     out = runs.select(*RUN)
-    for df in (acked_counts, unexpected, duplicate, inconsistent, order):
+    for df in (acked_counts, unexpected, duplicate, inconsistent, nonmonotonic, skips):
         out = out.join(df, RUN, "left")
     out = out.fillna(0, subset=[*COUNT_COLUMNS, "uncovered", "acked_sends"])
     any_anomaly = sum((F.col(c) for c in COUNT_COLUMNS), F.lit(0)) > 0
     verdict = (F.when(any_anomaly, F.lit("false")).when(F.col("uncovered") > 0, F.lit("unknown"))
                .otherwise(F.lit("true")))
     return out.withColumn("verdict", verdict).select(*RUN, "verdict", *COUNT_COLUMNS, "uncovered", "acked_sends")
+
+
+def _proven_skips(jumps, seen, acked):
+    """The jumps (run, era, key, prev, offset) over an offset proven to exist in that era: one a read
+    returned a record at, or an acknowledged send got. For each jump, the first proven offset above
+    its start, found by a running minimum over the partition's proven offsets and jumps in offset
+    order (a proven offset equal to a jump's start sorts before it: only those above it count)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    proven = (seen.select(*RUN, "era", "key", "offset")
+              .unionByName(acked.where(F.col("offset").isNotNull()).select(*RUN, "era", "key", "offset"))
+              .distinct()
+              .select(*RUN, "era", "key", F.col("offset").alias("at"), F.lit(None).cast("long").alias("to")))
+    marks = jumps.select(*RUN, "era", "key", F.col("prev").alias("at"), F.col("offset").alias("to")).unionByName(proven)
+    after = (Window.partitionBy(*RUN, "era", "key").orderBy("at", F.col("to").isNotNull())
+             .rowsBetween(1, Window.unboundedFollowing))
+    next_proven = F.first(F.when(F.col("to").isNull(), F.col("at")), ignorenulls=True).over(after)
+    return (marks.select("*", next_proven.alias("next_proven"))
+            .where(F.col("to").isNotNull() & (F.col("next_proven") < F.col("to"))))
 
 
 def check(spark, warehouse: str, campaigns: list[str] | None = None,

@@ -3,7 +3,8 @@
 24 stored runs are written in the store layout with the project's own HistoryWriter (no
 cluster needed): clean ones, and ones with each anomaly injected (lost, duplicate,
 unexpected, inconsistent offsets, nonmonotonic poll, poll skip, and a key without a final
-read: unknown), two of them in a campaign directory. Each gets results.json from
+read: unknown), two with transaction markers (offsets no read returns: consumers jump over them,
+a gap and no poll-skip), two of them in a campaign directory. Each gets results.json from
 harness.runner.analyze_history, exactly as `kafkaesque run` writes it. One real 5 s run on
 the local cluster joins them. Then `kafkaesque pipeline ingest` + `check` (Spark local[2],
 and a standalone master with two workers on loopback) must give every run the in-process
@@ -44,7 +45,8 @@ def kafkaesque(*args: str, env: dict | None = None, timeout: float = 600) -> sub
 
 
 def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str]) -> None:
-    """A queue history shaped like a real one: concurrent sends (ok/fail/info), polls, nemesis windows, final reads."""
+    """A queue history shaped like a real one: concurrent sends (ok/fail/info), polls, nemesis windows, final reads.
+    A log entry None is a transaction marker: it takes an offset, and no read returns it."""
     rng = random.Random(seed)
     keys, n_pairs = 3, 300
     logs: list[list[int]] = [[] for _ in range(keys)]
@@ -108,6 +110,8 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
                 elif r < 0.9:
                     logs[k].append(value)
                     op("ok", "send", p, [k, [len(logs[k]) - 1, value]])
+                    if inject == "poll-gap" and value % 7 == 0:
+                        logs[k].append(None)  # the commit marker of a transaction
                 elif r < 0.95:
                     failed[k].append(value)
                     op("fail", "send", p, [k, value], error="NotLeaderForPartitionError")
@@ -131,7 +135,8 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
                 out = {}
                 for k in range(keys):
                     start = positions[p][k]
-                    recs = [[o, logs[k][o]] for o in range(start, min(start + 5, len(logs[k])))]
+                    recs = [[o, logs[k][o]] for o in range(start, min(start + 5, len(logs[k])))
+                            if logs[k][o] is not None]
                     if here and inject == "inconsistent-offsets" and recs and failed[k]:
                         done = True
                         recs[0] = [recs[0][0], failed[k][0]]  # a divergent replica served a failed send's value
@@ -147,7 +152,7 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
                 continue
             p = next_process + k
             op("invoke", "final-poll", p, [k])
-            op("ok", "final-poll", p, [k, len(logs[k]), [[o, v] for o, v in enumerate(logs[k])]])
+            op("ok", "final-poll", p, [k, len(logs[k]), [[o, v] for o, v in enumerate(logs[k]) if v is not None]])
 
 
 def write_run(store: Path, name: str, stamp: str, seed: int, inject: str | None, nemesis: list[str],
@@ -169,7 +174,7 @@ def store(tmp_path_factory) -> Path:
     """24 synthetic runs (two in a campaign dir) and one real local-cluster run."""
     store = tmp_path_factory.mktemp("pipeline") / "store"
     nemeses, variants = (["kill"], ["pause"], ["partition"], []), ("default", "truncate-to-hw")
-    kinds = [None, None, None, *INJECTIONS, *INJECTIONS, None, None, None]  # 3 + 7 + 7 + 3 = 20
+    kinds = [None, None, None, *INJECTIONS, *INJECTIONS, "poll-gap", "poll-gap", None]  # 3 + 7 + 7 + 3 = 20
     kinds += ["beyond-budget", "lost-write", "duplicate", None]  # 24
     runs = []
     for i, inject in enumerate(kinds):
@@ -220,6 +225,9 @@ def test_the_synthetic_runs_cover_every_anomaly_and_clean_runs(store):
                  if "lost-beyond-fault-budget" in json.loads(r.read_text())["checkers"]["queue"]["stats"]]
     assert beyond["stats"]["lost-beyond-fault-budget"] == 1 and beyond["stats"]["lost-write-count"] == 1
     assert beyond["stats"]["inconsistent-offsets-count"] == 0 and beyond["stats"]["nonmonotonic-poll-count"] == 0
+    gapped = [q["stats"] for r in store.glob("*/*/results.json")
+              if (q := json.loads(r.read_text())["checkers"]["queue"])["stats"].get("poll-gap-count")]
+    assert len(gapped) == 2 and all(g["poll-skip-count"] == 0 and g["poll-gap-count"] > 2 for g in gapped)
 
 
 def test_spark_check_equals_the_in_process_checker_on_every_run(store, warehouse, tmp_path):

@@ -1,5 +1,7 @@
 """The queue checker on hand-built histories: one per anomaly type, each failing as it should."""
 
+import pytest
+
 from checkers.queue import check_queue
 from harness.history import Op
 
@@ -90,6 +92,48 @@ def test_poll_skip_within_a_consumer():
          .poll(5, {0: [[0, 10]]}).poll(5, {0: [[2, 12]]}).final(6, 0, 3, [[0, 10], [1, 11], [2, 12]]))
     r = check_queue(h.ops)
     assert names(r) == {"poll-skip"}
+    (ex,) = r.anomalies[0].examples
+    assert (ex["from"], ex["to"], ex["skipped_existing"]) == (0, 2, [1])
+
+
+def test_a_jump_over_offsets_nothing_proves_exist_is_a_gap_not_an_anomaly():
+    # offset 1 holds no record a client can see (a transaction marker): no send got it, no read returned it
+    h = (H().send(0, 0, 10, 0).send(0, 0, 12, 2)
+         .poll(5, {0: [[0, 10]]}).poll(5, {0: [[2, 12]]}).final(6, 0, 3, [[0, 10], [2, 12]]))
+    r = check_queue(h.ops)
+    assert r.valid is True and not r.anomalies
+    assert r.stats["poll-gap-count"] == 2 and r.stats["poll-skip-count"] == 0  # the consumer's and the final read's
+    assert [(g["process"], g["from"], g["to"]) for g in r.details["poll_gaps"]["examples"]] == [(5, 0, 2), (6, 0, 2)]
+
+
+def _skip_over_offset_1(proof: str) -> H:
+    """Process 5 reads offset 0, then offset 2; offset 1 holds 11, which only `proof` shows."""
+    acked = proof == "an acknowledged send"  # and then lost: no read ever returns it
+    h = H().send(0, 0, 10, 0).send(1, 0, 11, 1 if acked else None, outcome="ok" if acked else "info")
+    h.send(0, 0, 12, 2)
+    if proof == "another consumer's poll":
+        h.poll(7, {0: [[0, 10], [1, 11]]})
+    h.poll(5, {0: [[0, 10]]}).poll(5, {0: [[2, 12]]})
+    if proof == "a later final read":
+        return h.final(6, 0, 3, [[0, 10], [1, 11], [2, 12]])
+    return h.final(6, 0, 3, [[0, 10], [2, 12]])
+
+
+@pytest.mark.parametrize("proof, proof_f", [("an acknowledged send", "send"), ("another consumer's poll", "poll"),
+                                            ("a later final read", "final-poll")])
+def test_a_jump_over_an_offset_some_op_proves_exists_is_a_poll_skip(proof, proof_f):
+    r = check_queue(_skip_over_offset_1(proof).ops)
+    assert r.valid is False and "poll-skip" in names(r)
+    skips = next(a for a in r.anomalies if a.name == "poll-skip").examples
+    assert [(ex["skipped_existing"], ex["proof"]["f"]) for ex in skips if ex["process"] == 5] == [([1], proof_f)]
+
+
+def test_an_offset_proven_only_before_a_power_cut_beyond_the_budget_does_not_prove_a_later_jump_a_skip():
+    # offset 1 was acknowledged before every ISR member lost power; the log after the cut may lack it
+    h = power_cut(H().send(0, 0, 10, 0).send(1, 0, 11, 1), beyond=True).send(0, 0, 12, 2)
+    h = h.poll(5, {0: [[0, 10]]}).poll(5, {0: [[2, 12]]}).final(6, 0, 3, [[0, 10], [2, 12]])
+    r = check_queue(h.ops)
+    assert r.stats["poll-skip-count"] == 0 and r.stats["poll-gap-count"] == 2
 
 
 def test_missing_final_read_makes_the_verdict_unknown():
