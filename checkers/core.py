@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from checkers.reasons import say
 from harness.history import Op, gc_paused
 
 Valid = bool | Literal["unknown"]
@@ -88,9 +89,9 @@ def reasons_of(r: Result) -> list[str]:
     """Why `r` could not decide, each sentence naming the checker; never empty for an unknown verdict."""
     out = [f"{r.checker}: {s}" for s in r.unknown_reasons]
     if r.valid == UNKNOWN and r.error:
-        out.append(f"the {r.checker} checker could not finish ({r.error})")
+        out.append(say("checker-could-not-finish", checker=r.checker, error=r.error))
     if r.valid == UNKNOWN and not out:
-        out.append(f"the {r.checker} checker could not decide and gave no reason")
+        out.append(say("checker-gave-no-reason", checker=r.checker))
     return out
 
 
@@ -107,7 +108,7 @@ def compose(results: Sequence[Result]) -> dict[str, Any]:
     return out
 
 
-NO_CLIENT_OPS = "the history holds no client operation, so there is nothing to judge"
+NO_CLIENT_OPS = say("no-client-ops")
 
 
 def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op]) -> dict[str, Any]:

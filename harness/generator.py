@@ -108,7 +108,10 @@ class NemesisSchedule:
       and toggled: started if it is off, stopped if it is on. Faults of different kinds therefore
       overlap (a kill while a partition holds, a power cut while another broker is down), as in
       Jepsen's combined nemesis; the historic flaws need such pile-ups (004: a replica left behind
-      and then the ISR killed), which one fault at a time never makes.
+      and then the ISR killed), which one fault at a time never makes. Until every fault has
+      started once, a toggle starts one that has not (or, with two already on, stops one), so a
+      plan's every fault runs early: a run must show each planned fault took effect
+      (checkers/evidence.py), and luck must not decide whether it gets the chance.
     - sequential: start a fault, wait `interval`, stop it, wait `interval`, next fault in turn.
 
     Every fault started is stopped before the time limit, and the runner's final heal (nemesis
@@ -123,12 +126,13 @@ class NemesisSchedule:
         self.interval_s = interval_s
         self.time_limit_s = time_limit_s
         self.mode = mode
-        self._rng = random.Random(rng_seed)
+        self.seed = rng_seed
 
     def events(self) -> list[NemesisEvent]:
+        """The whole schedule; the same list on every call (a fresh rng from the seed each time)."""
         if not self.pairs or self.interval_s <= 0:
             return []
-        return self._mix() if self.mode == "mix" else self._sequential()
+        return self._mix(random.Random(self.seed)) if self.mode == "mix" else self._sequential()
 
     def _sequential(self) -> list[NemesisEvent]:
         out: list[NemesisEvent] = []
@@ -142,19 +146,35 @@ class NemesisSchedule:
             i += 1
         return out
 
-    def _mix(self) -> list[NemesisEvent]:
+    def coverage_problem(self) -> str | None:
+        """Why some planned fault would never start in this schedule (one sentence), or None."""
+        started = {e.f for e in self.events()}
+        missing = [start[len("start-"):] for start, _ in self.pairs if start not in started]
+        if not missing:
+            return None
+        return (f"the {self.mode} schedule has room for {sum(1 for e in self.events() if e.f.startswith('start-'))} "
+                f"fault start(s) in {self.time_limit_s:g} s at a {self.interval_s:g} s interval, so "
+                f"{', '.join(missing)} would never run")
+
+    def _mix(self, rng: random.Random) -> list[NemesisEvent]:
         out: list[NemesisEvent] = []
         on: set[int] = set()
+        never = set(range(len(self.pairs)))  # not started yet
         half = self.interval_s / 2
         t = self.interval_s
         # The last toggle leaves half an interval for the final stops, so nothing outlives the limit.
         while t + half <= self.time_limit_s:
-            i = self._rng.randrange(len(self.pairs))
+            if never:
+                pool = sorted(on) if len(on) >= 2 else sorted(never)
+                i = pool[rng.randrange(len(pool))]
+                never.discard(i)
+            else:
+                i = rng.randrange(len(self.pairs))
             start, stop = self.pairs[i]
             out.append(NemesisEvent(t, stop if i in on else start))
             on ^= {i}
             last = t
-            t += self.interval_s * self._rng.uniform(0.5, 1.5)
+            t += self.interval_s * rng.uniform(0.5, 1.5)
         out.extend(NemesisEvent(last + half, self.pairs[i][1]) for i in sorted(on))
         return out
 

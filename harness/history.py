@@ -128,11 +128,12 @@ def _validate(d: Any, lineno: int, path: str) -> Op:
     return Op.from_dict(d)
 
 
-def iter_history(path: str | os.PathLike) -> Iterator[Op]:
+def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[Op]:
     """Yield the ops of a JSONL history file.
 
     A final line without a newline is the trace of a writer killed mid-write: it is
-    dropped if it does not parse. Any other bad line raises HistoryFormatError naming it.
+    dropped if it does not parse, and said in `problems` (the op it held is missing, which
+    the verdict must know). Any other bad line raises HistoryFormatError naming it.
     """
     path = str(path)
     # Line by line, not read whole: the Spark pipeline ingests histories of tens of millions of ops.
@@ -144,6 +145,8 @@ def iter_history(path: str | os.PathLike) -> Iterator[Op]:
                 d = _loads(raw)
             except ValueError as e:
                 if not raw.endswith(b"\n"):  # torn final line: the writer died while writing it
+                    if problems is not None:
+                        problems.append(f"{path} line {i + 1}: torn (not valid JSON, no newline)")
                     return
                 msg = getattr(e, "msg", str(e))
                 raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
@@ -153,9 +156,9 @@ def iter_history(path: str | os.PathLike) -> Iterator[Op]:
             yield op
 
 
-def read_history(path: str | os.PathLike) -> list[Op]:
+def read_history(path: str | os.PathLike, problems: list[str] | None = None) -> list[Op]:
     with gc_paused():
-        return list(iter_history(path))
+        return list(iter_history(path, problems))
 
 
 def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:

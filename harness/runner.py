@@ -1,16 +1,26 @@
 """The run lifecycle (DESIGN.md "Run lifecycle"): prepare, topics, main phase, heal, recover, final reads,
 collect, teardown, check, store.
 
-Teardown is always in a `finally`; Ctrl-C (KeyboardInterrupt) stops the main phase, heals,
-tears down, and writes results with valid "unknown"; the history is written as it
-happens, so nothing is lost on any exit. Exit status: 0 valid, 1 invalid, 2 unknown,
-3 the harness itself failed.
+Teardown is always in a `finally`; Ctrl-C, SIGTERM and SIGHUP (what a CI timeout or a closed
+terminal sends) stop the main phase, heal, tear down, and write results with valid "unknown"
+and the reason; a second signal during the heal ends the harness at once, after writing what
+it can. The history is written as it happens, so nothing is lost on any exit.
+
+Every fault goes through one FaultLedger (nemesis/ledger.py): each nemesis completion carries
+the records it changed, and the final heal op what the heal did. The verdict is decided by
+checkers/evidence.py from the checkers, the fault records and the facts this module keeps
+about the run itself (results.json "run": which threads died, whether it was interrupted);
+what the cluster's own metadata and logs show it went through is results.json "reached".
+Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness itself failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import signal
 import threading
 import time
 import traceback
@@ -19,11 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from checkers.core import UNKNOWN, run_checkers
+from checkers.coverage import SAME_HOST_CLUSTERS, MetadataObservations, log_events, reached_states, read_jsonl
+from checkers.evidence import FaultEvidenceChecker, decide
 from clusters.base import ClusterError, ClusterSpec
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from harness.spec import TestSpec
+from nemesis.actions import FaultActions
 from nemesis.base import NemesisRefused
+from nemesis.ledger import FaultLedger
 from results.store import create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
@@ -64,6 +78,17 @@ class HarnessError(RuntimeError):
 
 class FinalReadsImpossible(RuntimeError):
     """The healed cluster never answered a client: the run's verdict is unknown, its history kept."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C: heal, tear down, keep the history, write the results."""
+
+    def __init__(self, how: str):
+        super().__init__(how)
+        self.how = how
+
+
+INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def exit_code(valid: Any) -> int:
@@ -138,6 +163,21 @@ class Run:
         self.stop = threading.Event()
         self.stats = LiveStats()
         self.errors: list[str] = []
+        self.ledger = FaultLedger()
+        self.facts: dict[str, Any] = {"thread_failures": {}}  # results.json "run": what checkers/evidence.py reads
+        self.run_dir: Path | None = None
+        self.healing = False
+
+    def _thread(self, name: str, target, *args) -> threading.Thread:
+        """A daemon thread whose death by an exception is a fact of the run (the verdict cannot be valid),
+        not a line on stderr nobody reads."""
+        def guarded() -> None:
+            try:
+                target(*args)
+            except BaseException as e:  # noqa: BLE001 - recorded; the run goes on to heal and store
+                self.facts["thread_failures"][name] = f"{type(e).__name__}: {e}"[:300]
+                self.errors.append(f"thread {name} died: {traceback.format_exc()[-1500:]}")
+        return threading.Thread(target=guarded, name=name, daemon=True)
 
     # --- the main phase ---------------------------------------------------------------------------
     def _worker(self, worker: int, workload, test: dict, bootstrap: str, schedule: ClientSchedule,
@@ -208,6 +248,7 @@ class Run:
             except Exception as e:  # noqa: BLE001 - recorded, and healed at the end regardless
                 comp = Op(INFO, ev.f, NEMESIS, None, error=f"{type(e).__name__}: {e}"[:300])
             comp.process = NEMESIS
+            comp.value = self._with_fault_records(comp.value)
             writer.append(comp)
             self.stats.fault = "none" if ev.f.startswith("stop-") else f"{ev.f[6:]} {json.dumps(comp.value)}"
 
@@ -218,18 +259,34 @@ class Run:
         try:
             result = thunk()
         except Exception as e:
-            writer.append(Op(INFO, f, NEMESIS, value, error=f"{type(e).__name__}: {e}"[:300]))
+            writer.append(Op(INFO, f, NEMESIS, self._with_fault_records(value), error=f"{type(e).__name__}: {e}"[:300]))
             raise
-        writer.append(Op(INFO, f, NEMESIS, result))
+        writer.append(Op(INFO, f, NEMESIS, self._with_fault_records(result)))
         return result
 
-    def _leader_poller(self, cluster, topic: str) -> None:
+    def _with_fault_records(self, value: Any) -> Any:
+        """A nemesis completion's value with the ledger's records changed since the last one (the faults
+        this op requested, applied, observed or healed), under "faults" (checkers/fault_records.py)."""
+        changed = self.ledger.changes()
+        if not changed:
+            return value
+        out = dict(value) if isinstance(value, dict) else ({"result": value} if value is not None else {})
+        out["faults"] = changed
+        return out
+
+    def _leader_poller(self, cluster, topic: str, writer: HistoryWriter) -> None:
+        """Every 2 s, the partitions' leaders and ISRs as the cluster reports them: for the live panel, and
+        (whenever they change) a line in metadata.jsonl, what the reached states of any cluster come from."""
+        observations = MetadataObservations(self.run_dir / "metadata.jsonl")
         while not self.stop.wait(2.0):
             try:
                 parts = cluster.partitions(topic)
                 self.stats.leaders = " ".join(f"p{p.partition}:{p.leader}" for p in parts) or "?"
-            except Exception:  # noqa: BLE001 - the panel is best effort
+            except Exception:  # noqa: BLE001 - the panel and the coverage are best effort
                 self.stats.leaders = "?"
+                continue
+            observations.record(writer.now(), [{"partition": p.partition, "leader": p.leader, "isr": p.isr,
+                                                 "leader_epoch": p.leader_epoch} for p in parts])
 
     # --- the whole run -------------------------------------------------------------------------------
     def execute(self, panel: bool = False) -> tuple[int, Path]:
@@ -247,91 +304,118 @@ class Run:
 
             # DESIGN: containers are the default whenever a Docker engine answers.
             spec.cluster = "docker" if docker_available() else "local"
-        run_dir = create_run_dir(spec.store, spec.name)
+        run_dir = self.run_dir = create_run_dir(spec.store, spec.name)
         test = spec.to_dict()
         test["run_dir"] = str(run_dir)
         write_json(run_dir / "test.json", test)
         writer = HistoryWriter(run_dir / "history.jsonl")
+        self.ledger.clock = writer.now
         cluster = make_cluster(spec, run_dir)
+        # What the checkers need to know of the cluster: which nodes, and whether they give state dumps.
+        test.update(nodes=cluster.nodes(), state_dumps=bool(getattr(cluster, "has_state_dumps", True)))
+        faults = FaultActions(cluster, self.ledger, spec.workload_opts()["topic"])
         self.log(f"run {run_dir} · cluster {cluster.name} · workload {spec.workload} · nemesis "
                  f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
         outcome: dict[str, Any] = {}
         live = None
-        try:
+        with _signals_handled(self):
             try:
-                self.stats.phase = "cluster up"
-                bootstrap = cluster.up()
-                # What each node allows, printed and kept in test.json; faults needing what a node
-                # lacks are refused by nemesis.setup below, before the main phase.
-                from clusters.capabilities import report_capabilities
-
-                test["capabilities"] = report_capabilities(cluster, self.log)
-                write_json(run_dir / "test.json", test)
-                for topic, parts in workload.topics(test):
-                    cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)
-                nemesis.setup(cluster)
-                if panel:
-                    from harness.panel import start_panel
-
-                    live = start_panel(self.stats, spec)
-                self._main_phase(workload, nemesis, cluster, test, bootstrap, writer)
-            except KeyboardInterrupt:
-                outcome["interrupted"] = "interrupted by the user (Ctrl-C)"
-            except (ClusterError, NemesisRefused, HarnessError) as e:
-                outcome["error"] = str(e)
-            except Exception as e:  # noqa: BLE001 - a harness bug: kept in results, exit 3
-                outcome["error"] = f"{type(e).__name__}: {e}"
-                outcome["traceback"] = traceback.format_exc()
-            finally:
-                self.stop.set()
-                self.stats.phase = "healing"
-                heal_errors = nemesis.teardown(cluster)
-                writer.append(Op(INVOKE, "heal", NEMESIS, None))
-                writer.append(Op(INFO, "heal", NEMESIS, {"errors": heal_errors}))
-                self.stats.fault = "none"
-            if not outcome:
                 try:
-                    self._recover_and_read(workload, cluster, test, writer)
-                except KeyboardInterrupt:
-                    outcome["interrupted"] = "interrupted by the user (Ctrl-C) during the final reads"
-                except FinalReadsImpossible as e:
-                    # The cluster did not come back: a finding about the system, not a harness
-                    # failure; without final reads the verdict can only be unknown.
-                    outcome["final_reads"] = str(e)
-        finally:
-            if live is not None:
-                live.stop()
-            self.stats.phase = "collecting"
-            try:
-                cluster.collect(str(run_dir / "nodes"))
-            except Exception as e:  # noqa: BLE001
-                self.errors.append(f"collecting node logs failed: {e}")
-            if not spec.leave_running:
-                cluster.down()
-            writer.close()
-        not_run = [x for part in getattr(nemesis, "parts", []) for x in getattr(part, "not_run", [])]
-        if not_run:
-            outcome_notes = {"faults_not_run": not_run}
-        else:
-            outcome_notes = {}
-        return self._check_and_store(run_dir, test, workload, outcome, outcome_notes)
+                    self.stats.phase = "cluster up"
+                    bootstrap = cluster.up()
+                    # What each node allows, printed and kept in test.json; faults needing what a node
+                    # lacks are refused by nemesis.setup below, before the main phase.
+                    from clusters.capabilities import report_capabilities
 
-    def _main_phase(self, workload, nemesis, cluster, test: dict, bootstrap: str, writer: HistoryWriter) -> None:
+                    test["capabilities"] = report_capabilities(cluster, self.log)
+                    write_json(run_dir / "test.json", test)
+                    for topic, parts in workload.topics(test):
+                        cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)
+                    nemesis.setup(cluster, faults)
+                    schedule = self._nemesis_schedule(nemesis)
+                    if panel:
+                        from harness.panel import start_panel
+
+                        live = start_panel(self.stats, spec)
+                    self._main_phase(workload, nemesis, cluster, test, bootstrap, writer, schedule)
+                except KeyboardInterrupt as e:
+                    outcome["interrupted"] = _interruption(e)
+                except (ClusterError, NemesisRefused, HarnessError) as e:
+                    outcome["error"] = str(e)
+                except Exception as e:  # noqa: BLE001 - a harness bug: kept in results, exit 3
+                    outcome["error"] = f"{type(e).__name__}: {e}"
+                    outcome["traceback"] = traceback.format_exc()
+                finally:
+                    self.stop.set()
+                    self._heal(nemesis, cluster, writer)
+                if not outcome:
+                    try:
+                        self._recover_and_read(workload, cluster, test, writer)
+                    except KeyboardInterrupt as e:
+                        outcome["interrupted"] = _interruption(e) + " during the final reads"
+                    except FinalReadsImpossible as e:
+                        # The cluster did not come back: a finding about the system, not a harness
+                        # failure; without final reads the verdict can only be unknown.
+                        outcome["final_reads"] = str(e)
+            finally:
+                if live is not None:
+                    live.stop()
+                self.stats.phase = "collecting"  # from here a first signal is only noted (_signals_handled)
+                try:
+                    cluster.collect(str(run_dir / "nodes"))
+                except Exception as e:  # noqa: BLE001
+                    self.errors.append(f"collecting node logs failed: {e}")
+                if not spec.leave_running:
+                    cluster.down()
+                writer.close()
+        not_run = [x for part in getattr(nemesis, "parts", []) for x in getattr(part, "not_run", [])]
+        return self._check_and_store(run_dir, test, workload, outcome,
+                                     {"faults_not_run": not_run} if not_run else {})
+
+    def _nemesis_schedule(self, nemesis) -> NemesisSchedule:
+        """When the random faults start and stop; a plan whose schedule never starts one of its faults
+        (the time limit too short for the interval) is refused here, before the main phase."""
+        spec = self.spec
+        schedule = NemesisSchedule(nemesis.schedule(), spec.nemesis_interval, spec.time_limit, spec.seed,
+                                   spec.nemesis_schedule)
+        problem = schedule.coverage_problem()
+        if problem:
+            raise NemesisRefused(f"{problem}; raise --time-limit or lower --nemesis-interval")
+        return schedule
+
+    def _heal(self, nemesis, cluster, writer: HistoryWriter) -> None:
+        """The final heal: every nemesis part's teardown, then whatever the ledger still holds active,
+        recorded as the history's "heal" op (its errors and the records it changed)."""
+        self.stats.phase = "healing"
+        self.healing = True
+        writer.append(Op(INVOKE, "heal", NEMESIS, None))
+        try:
+            heal_errors = nemesis.teardown(cluster)
+        except Exception as e:  # noqa: BLE001 - recorded in the heal op: the verdict cannot be valid
+            heal_errors = [f"{type(e).__name__}: {e}"]
+        still = [f"#{r.id} {r.label}" for r in self.ledger.active()]
+        value = self._with_fault_records({"errors": heal_errors})
+        if still:
+            value["still_active"] = still
+        writer.append(Op(INFO, "heal", NEMESIS, value))
+        self.healing = False
+        self.stats.fault = "none"
+
+    def _main_phase(self, workload, nemesis, cluster, test: dict, bootstrap: str, writer: HistoryWriter,
+                    nem_sched: NemesisSchedule) -> None:
         spec = self.spec
         self.stats.phase = "main"
         self.stats.start = time.monotonic()
         writer.start_ns = time.monotonic_ns()
+        # Where the run's clock sits on the host's clocks: broker log lines carry both, so the reached
+        # states they show go on the run's timeline (checkers/coverage.py).
+        self.facts["clock"] = {"monotonic_start_ns": writer.start_ns, "wall_start_s": time.time()}
         schedule = ClientSchedule(workload.op_mix(test), spec.rate, spec.time_limit, spec.seed)
         processes = ProcessTable(spec.concurrency)
-        threads = [threading.Thread(target=self._worker, name=f"worker-{w}", daemon=True,
-                                    args=(w, workload, test, bootstrap, schedule, processes, writer))
-                   for w in range(spec.concurrency)]
-        nem_sched = NemesisSchedule(nemesis.schedule(), spec.nemesis_interval, spec.time_limit, spec.seed,
-                                    spec.nemesis_schedule)
-        threads.append(threading.Thread(target=self._nemesis_loop, name="nemesis", daemon=True,
-                                        args=(nemesis, cluster, writer, nem_sched)))
-        threads.append(threading.Thread(target=self._leader_poller, name="leaders", daemon=True,
-                                        args=(cluster, spec.workload_opts()["topic"])))
+        threads = [self._thread(f"worker-{w}", self._worker, w, workload, test, bootstrap, schedule, processes,
+                                writer) for w in range(spec.concurrency)]
+        threads.append(self._thread("nemesis", self._nemesis_loop, nemesis, cluster, writer, nem_sched))
+        threads.append(self._thread("leaders", self._leader_poller, cluster, spec.workload_opts()["topic"], writer))
         for t in threads:
             t.start()
         self._processes = processes
@@ -348,6 +432,7 @@ class Run:
         while nemesis_thread.is_alive() and time.monotonic() < deadline:
             nemesis_thread.join(0.2)
         if nemesis_thread.is_alive():
+            self.facts["nemesis_overran_s"] = NEMESIS_STEP_GRACE_S
             self.errors.append(f"the nemesis was still inside a fault step {NEMESIS_STEP_GRACE_S:.0f} s after the "
                                "main phase; healing anyway")
 
@@ -401,12 +486,12 @@ class Run:
     def _check_and_store(self, run_dir: Path, test: dict, workload, outcome: dict[str, Any],
                          notes: dict[str, Any] | None = None) -> tuple[int, Path]:
         self.stats.phase = "checking"
-        results = analyze_history(test, read_history(run_dir / "history.jsonl"), workload)
-        if outcome:
-            results["valid"] = UNKNOWN if results["valid"] is not False else False
-            results.update({k: v for k, v in outcome.items() if k != "traceback"})
-            if "traceback" in outcome:
-                (run_dir / "harness-error.txt").write_text(outcome["traceback"])
+        facts = {**self.facts, **{k: v for k, v in outcome.items() if k != "traceback"}}
+        facts["cluster"] = test.get("cluster")
+        results = check_run(run_dir, test, facts, workload)
+        results.update({k: v for k, v in outcome.items() if k != "traceback"})
+        if "traceback" in outcome:
+            (run_dir / "harness-error.txt").write_text(outcome["traceback"])
         if self.errors:
             results["harness_warnings"] = self.errors[:50]
         results.update(notes or {})  # e.g. faults the kernel cannot do, refused by name
@@ -422,7 +507,8 @@ class Run:
 
 
 def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, Any]:
-    """Check a history with the workload's checkers: what run and `kafkaesque analyze` both call."""
+    """Check a history with the workload's checkers, the broker-side invariants from the nodes' dumps and
+    the fault evidence: the composite of the checkers (checkers/core.py), before the harness's own facts."""
     if workload is None:
         from workloads.registry import make_workload
 
@@ -430,8 +516,99 @@ def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, A
         workload = make_workload(spec.workload, spec.workload_opts())
     from checkers.replicas import ReplicaStateChecker
 
-    # Every workload's client-side checks, plus the broker-side invariants from the nodes' dumps.
-    return run_checkers([*workload.checkers(test), ReplicaStateChecker()], test, history)
+    return run_checkers([*workload.checkers(test), ReplicaStateChecker(), FaultEvidenceChecker()], test, history)
+
+
+def check_run(run_dir: Path, test: dict, facts: dict[str, Any] | None, workload=None) -> dict[str, Any]:
+    """The verdict of a stored run: its history checked, the evidence rules applied with the harness's
+    facts (None: not known, e.g. a run whose harness died), and the states it reached. What `run` and
+    `kafkaesque analyze` both call, so a stored run re-checks to the same verdict."""
+    problems: list[str] = []
+    history = read_history(run_dir / "history.jsonl", problems)
+    if facts is not None and problems:
+        facts = {**facts, "history_torn": "history.jsonl"}
+    results = decide(analyze_history(test, history, workload), facts)
+    results["run"] = facts
+    results["reached"] = reached_in_run(run_dir, (facts or {}).get("clock") or {}, (facts or {}).get("cluster"))
+    return results
+
+
+def reached_in_run(run_dir: Path, clock: dict[str, Any], cluster: str | None) -> dict[str, Any]:
+    """The protocol states the run went through (checkers/coverage.py), from its metadata observations and
+    the JSON lines of its collected node logs."""
+    events = [e for f in sorted((run_dir / "nodes").glob("*/*.log")) for e in log_events(read_jsonl(f))]
+    return reached_states(read_jsonl(run_dir / "metadata.jsonl"), events,
+                          {**clock, "same_host": cluster in SAME_HOST_CLUSTERS})
+
+
+def analyze_run(run_dir: Path, test: dict) -> dict[str, Any]:
+    """`kafkaesque analyze`: re-check a stored run with the harness's facts its results.json kept (none
+    when it has no readable one: the verdict then cannot be valid)."""
+    try:
+        previous = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        previous = {}
+    facts = previous.get("run") if isinstance(previous, dict) and isinstance(previous.get("run"), dict) else None
+    results = check_run(run_dir, test, facts)
+    for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
+        if key in previous:
+            results[key] = previous[key]
+    return results
+
+
+def _interruption(e: KeyboardInterrupt) -> str:
+    return e.how if isinstance(e, Interrupted) else "interrupted by the user (Ctrl-C)"
+
+
+@contextlib.contextmanager
+def _signals_handled(run: Run):
+    """SIGTERM, SIGHUP and Ctrl-C end the main phase (or the final reads) like Ctrl-C always did: an
+    Interrupted raised in the main thread, then heal, teardown and results. Arriving while the run heals
+    or tears down, the first is noted and the heal goes on; a second ends the harness at once (exit 3),
+    after writing the results it can."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread; a runner in another thread keeps the defaults
+        return
+    seen: list[str] = []
+
+    def on_signal(signum: int, frame) -> None:
+        how = ("interrupted by the user (Ctrl-C)" if signum == signal.SIGINT
+               else f"interrupted by {signal.Signals(signum).name}")
+        seen.append(how)
+        if len(seen) > 1:
+            _write_after_second_signal(run, seen)
+            os._exit(EXIT_HARNESS)
+        if run.healing or run.stats.phase in ("collecting", "checking"):
+            run.facts["interrupted"] = f"{how} while it healed or tore down (that part ran to its end)"
+            return
+        raise Interrupted(how)
+
+    sigs = (signal.SIGINT, *INTERRUPT_SIGNALS)
+    old = {s: signal.signal(s, on_signal) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _write_after_second_signal(run: Run, seen: list[str]) -> None:
+    """What a second signal still leaves: results.json saying the run was cut short (the history is on disk
+    already, line by line)."""
+    from checkers.reasons import say
+
+    if run.run_dir is None:
+        return
+    reason = say("interrupted", how=f"{seen[0]}, then {seen[1].removeprefix('interrupted by ')} during the "
+                                     f"{run.stats.phase}: the harness stopped at once, so faults may remain "
+                                     "(run `kafkaesque cleanup`)")
+    try:
+        write_json(run.run_dir / "results.json", {
+            "valid": UNKNOWN, "unknown_reasons": [reason], "interrupted": reason,
+            "error": "a second signal ended the harness before the heal and teardown finished",
+            "run": {**run.facts, "interrupted": reason}})
+    except OSError:
+        pass
 
 
 def _close_quietly(client) -> None:

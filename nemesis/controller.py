@@ -6,7 +6,8 @@ everyone, kill a minority of the quorum (it must keep working), or kill a majori
 stop making metadata changes and resume when they return). The stop undoes the move. With a
 single controller the moves degrade to "the controller" and the majority is all of it.
 Partitions need nodes with their own network (docker, or local as root); elsewhere the
-isolating move is left out, not faked.
+isolating move is left out, not faked. Every act and heal is the shared one of
+nemesis/actions.py, so each move is in the run's ledger with its evidence.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness.history import INFO, Op
 from nemesis import grudge
+from nemesis.base import NemesisRefused
 
 MOVES = ("kill-active", "pause-active", "isolate-active", "kill-minority", "kill-majority")
 
@@ -26,9 +28,8 @@ class ControllerNemesis:
     def __init__(self, options: dict[str, Any]):
         self.rng = random.Random(options.get("seed", 0) + 9)
         self.options = options
-        self.killed: set[str] = set()
-        self.paused: set[str] = set()
-        self.partition = None  # a PartitionNemesis when the nodes can be cut off
+        self.can_isolate = False
+        self.faults = None  # the run's FaultActions, from setup
 
     def pairs(self) -> list[tuple[str, str]]:
         return [(self.start_f, self.stop_f)]
@@ -37,14 +38,16 @@ class ControllerNemesis:
         return {self.start_f, self.stop_f}
 
     def moves(self) -> tuple[str, ...]:
-        return MOVES if self.partition is not None else tuple(m for m in MOVES if m != "isolate-active")
+        return MOVES if self.can_isolate else tuple(m for m in MOVES if m != "isolate-active")
 
-    def setup(self, cluster) -> None:
-        if getattr(cluster, "isolated_nodes", False):
-            from nemesis.faults import PartitionNemesis
-
-            self.partition = PartitionNemesis({**self.options, "target": "controller"})
-            self.partition.setup(cluster)
+    def setup(self, cluster, faults) -> None:
+        self.faults = faults
+        if not cluster.controller_nodes():
+            raise NemesisRefused(f"the controller fault acts on controllers, and the {cluster.name} cluster names "
+                                 "none; drop controller from --nemesis")
+        if getattr(cluster, "isolated_nodes", False) and len(cluster.nodes()) > 1:
+            faults.prepare_network()
+            self.can_isolate = True
 
     def _active(self, cluster) -> str:
         controllers = cluster.controller_nodes()
@@ -53,11 +56,11 @@ class ControllerNemesis:
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.stop_f:
-            return Op(INFO, op.f, op.process, {"healed": self._heal(cluster)})
+            return Op(INFO, op.f, op.process, {"healed": self._heal()})
         if op.f != self.start_f:
             raise ValueError(f"controller nemesis cannot do {op.f!r}")
-        if self.killed or self.paused or (self.partition is not None and self.partition.cut):
-            self._heal(cluster)  # one move at a time
+        if self.faults.ledger.active(by=self.name):
+            self._heal()  # one move at a time
         move = self.rng.choice(self.moves())
         controllers = cluster.controller_nodes()
         if move in ("kill-active", "pause-active", "isolate-active"):
@@ -68,33 +71,20 @@ class ControllerNemesis:
             nodes = self.rng.sample(controllers, max(k, 1) if quorum > 1 or move == "kill-majority" else 0)
         for n in nodes:
             if move == "pause-active":
-                cluster.pause(n)
-                self.paused.add(n)
+                self.faults.pause(n, self.name, {"move": move})
             elif move == "isolate-active":
-                self.partition.apply(cluster, grudge.isolate(cluster.nodes(), n))
+                self.faults.cut(grudge.isolate(cluster.nodes(), n), self.name, nodes=[n], detail={"move": move})
             else:
-                cluster.kill(n)
-                self.killed.add(n)
+                self.faults.kill(n, self.name, {"move": move})
         return Op(INFO, op.f, op.process, {"move": move, "controllers": nodes, "quorum": len(controllers)})
 
-    def _heal(self, cluster) -> list[str]:
-        healed, errors = [], []
-        steps = [(n, cluster.resume) for n in sorted(self.paused)] + [(n, cluster.start) for n in sorted(self.killed)]
-        for n, fn in steps:
-            try:
-                fn(n)
-                healed.append(n)
-            except Exception as e:  # noqa: BLE001 - heal the rest, then report
-                errors.append(f"{n}: {type(e).__name__}: {e}")
-        self.paused.clear()
-        self.killed.clear()
-        if self.partition is not None and self.partition.cut:
-            healed += self.partition._heal(cluster)
+    def _heal(self) -> list[str]:
+        healed = sorted({n for r in self.faults.ledger.active(by=self.name) for n in r.nodes})
+        errors = self.faults.heal(by=self.name)
         if errors:
             raise RuntimeError("controller: could not heal " + "; ".join(errors))
         return healed
 
     def teardown(self, cluster) -> None:
-        self._heal(cluster)
-        if self.partition is not None:
-            self.partition.teardown(cluster)
+        if self.faults is not None:
+            self._heal()

@@ -1,8 +1,10 @@
 """Faults that act on a node through its Remote: network partitions, lossy crashes, clock skew.
 
-Each works on any backend whose nodes have a Remote and an address of their own (the
-docker backend; SSH nodes later); a backend that cannot do a fault makes `setup` refuse it
-by name with the reason, before the test starts, never in the middle.
+Each works on any backend whose nodes have a Remote and an address of their own (docker,
+local as root, SSH); a backend that cannot do a fault makes `setup` refuse it by name with
+the reason, before the test starts, never in the middle. What each fault does to a node, how
+that is seen and how it is undone is nemesis/actions.py's, shared with every other nemesis;
+these classes decide which nodes and when.
 
 - partition: iptables DROP rules from nemesis/netrules.py in each node's own chain, in the
   shapes of nemesis/grudge.py (isolate a random node, halves, majorities ring, bridge,
@@ -14,33 +16,26 @@ by name with the reason, before the test starts, never in the middle.
 - clock, clock-jump, clock-strobe: skew a node's wall clock by a random offset, step it an hour
   forward or back, or make it flip between two values every few ms (the preload reads its
   control file live); never the host's or the kernel's clock.
-- drop-caches: evict the kernel's page cache on a node, where /proc/sys lets us.
+- drop-caches: evict the kernel's page cache on a node, where /proc/sys lets us (else refused).
+- disk: corrupt a stopped broker's segment (a flipped bit or a cut tail), then restart it.
 """
 
 from __future__ import annotations
 
+import json
 import random
-import time
 import zlib
 from typing import Any
 
 from checkers.queue import BEYOND_BUDGET
 from harness.history import INFO, Op
-from harness.remote import shell_join
 from nemesis import grudge, netrules
+from nemesis.actions import CLOCK_FAULTS, net_device
 from nemesis.base import NemesisRefused
+from nemesis.observe import cached_kib
 from nemesis.targets import running_brokers
 
-
-def _on_nodes(cluster, commands: dict[str, list[str]], check: bool = False) -> None:
-    """Run one command per node, on all nodes in parallel."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    if not commands:
-        return
-    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
-        for f in [pool.submit(cluster.remote(n).run, argv, 30.0, check) for n, argv in commands.items()]:
-            f.result()
+__all__ = ["PARTITION_TARGETS", "beyond_fault_budget", "net_device"]
 
 
 def beyond_fault_budget(power_cut: int, min_isr: int) -> bool:
@@ -48,12 +43,8 @@ def beyond_fault_budget(power_cut: int, min_isr: int) -> bool:
     return power_cut > max(min_isr - 1, 0)
 
 
-def net_device(cluster, node: str) -> str:
-    """The network device tc shapes on a node: the cluster's own answer (a namespace's veth end), else eth0."""
-    return cluster.net_device(node) if hasattr(cluster, "net_device") else "eth0"
-
-
 PARTITION_TARGETS = ("random-node", "halves", "majorities-ring", "bridge", "leader", "controller", "one-way")
+SHAPES_OF_THREE = ("majorities-ring", "bridge")  # need at least three nodes (nemesis/grudge.py)
 
 
 class _Fault:
@@ -65,12 +56,22 @@ class _Fault:
         # crc32, not hash(): str hashes change from process to process, and --seed must replay a run
         self.rng = random.Random(options.get("seed", 0) + zlib.crc32(self.name.encode()) % 1000)
         self.topic = options.get("topic", "queue")
+        self.faults = None  # the run's FaultActions, from setup
 
     def pairs(self) -> list[tuple[str, str]]:
         return [(self.start_f, self.stop_f)]
 
     def fs(self) -> set[str]:
         return {self.start_f, self.stop_f}
+
+    def setup(self, cluster, faults) -> None:
+        self.faults = faults
+
+    def teardown(self, cluster) -> None:
+        if self.faults is not None:
+            errors = self.faults.heal(by=self.name)
+            if errors:
+                raise RuntimeError(f"{self.name}: " + "; ".join(errors))
 
     def _needs_remotes(self, cluster) -> None:
         if not getattr(cluster, "isolated_nodes", False):
@@ -82,6 +83,10 @@ class _Fault:
     def _leader_nodes(self, cluster) -> list[str]:
         return sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
 
+    def _mine(self, kinds: tuple[str, ...]) -> list[str]:
+        """The nodes this nemesis has faults of these kinds active on (the ledger's answer)."""
+        return sorted({n for r in self.faults.ledger.active(kinds, by=self.name) for n in r.nodes})
+
 
 class PartitionNemesis(_Fault):
     name, start_f, stop_f = "partition", "start-partition", "stop-partition"
@@ -90,18 +95,28 @@ class PartitionNemesis(_Fault):
         super().__init__(options)
         target = options.get("partition_target") or options.get("target", "random-node")
         self.target = target if target in PARTITION_TARGETS or target == "mixed" else "random-node"
-        self.cut: dict[str, set[str]] = {}
         self.shape = self.target
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         self._needs_remotes(cluster)
-        for node in cluster.nodes():
-            for argv in netrules.chain_setup():
-                cluster.remote(node).run(argv, check=True)
+        nodes = cluster.nodes()
+        if len(nodes) < 2:
+            raise NemesisRefused(f"the partition fault needs at least two nodes to cut apart; the {cluster.name} "
+                                 f"cluster has {len(nodes)} ({', '.join(nodes)}); describe more nodes or drop "
+                                 "partition from --nemesis")
+        if self.target in SHAPES_OF_THREE and len(nodes) < 3:
+            raise NemesisRefused(f"a {self.target} partition needs at least three nodes; the {cluster.name} cluster "
+                                 f"has {len(nodes)}; pick another --nemesis-target")
+        if self.target == "controller" and not cluster.controller_nodes():
+            raise NemesisRefused(f"the partition fault targets the controller, and the {cluster.name} cluster names "
+                                 "no controller node; pick another --nemesis-target")
+        faults.prepare_network()
 
     def grudge(self, cluster) -> grudge.Grudge:
         nodes = cluster.nodes()
-        self.shape = self.rng.choice(PARTITION_TARGETS) if self.target == "mixed" else self.target
+        shapes = [s for s in PARTITION_TARGETS if len(nodes) >= 3 or s not in SHAPES_OF_THREE]
+        self.shape = self.rng.choice(shapes) if self.target == "mixed" else self.target
         return self._shape(cluster, nodes, self.shape)
 
     def _shape(self, cluster, nodes: list[str], shape: str) -> grudge.Grudge:
@@ -122,40 +137,15 @@ class PartitionNemesis(_Fault):
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
-            if self.cut:
-                self._heal(cluster)
+            self.faults.heal_cuts(by=self.name)  # one partition of ours at a time
             g = self.grudge(cluster)
-            self.apply(cluster, g)
+            self.faults.cut(g, by=self.name, detail={"shape": self.shape})
             return Op(INFO, op.f, op.process, {"partition": {n: sorted(d) for n, d in g.items() if d},
                                                "shape": self.shape, "description": grudge.describe(g)})
         if op.f == self.stop_f:
-            healed = self._heal(cluster)
-            return Op(INFO, op.f, op.process, {"healed": healed})
+            healed = self.faults.heal_cuts(by=self.name)
+            return Op(INFO, op.f, op.process, {"healed": sorted({n for r in healed for n in r.nodes})})
         raise ValueError(f"partition nemesis cannot do {op.f!r}")
-
-    def apply(self, cluster, g: grudge.Grudge) -> None:
-        """Cut the network along a grudge (other faults, e.g. isolating the active controller, use it too)."""
-        # One exec per node with all its rules, all nodes at once: injection latency is
-        # one round trip, not one per rule and node.
-        self.cut = g  # before the rules: a half-applied cut is still healed
-        _on_nodes(cluster, {node: ["sh", "-c", " && ".join(
-            shell_join(argv) for argv in netrules.drop_from(cluster.address(n)[0] for n in drops))]
-            for node, drops in g.items() if drops}, check=True)
-
-    def _heal(self, cluster) -> list[str]:
-        healed = sorted(n for n, d in self.cut.items() if d)
-        (heal,) = netrules.heal()
-        _on_nodes(cluster, {node: heal for node in cluster.nodes()})
-        self.cut = {}
-        return healed
-
-    def teardown(self, cluster) -> None:
-        if not getattr(cluster, "isolated_nodes", False):
-            return  # setup refused it: nothing was ever cut
-        for node in cluster.nodes():
-            for argv in netrules.remove_chain():
-                cluster.remote(node).run(argv)
-        self.cut = {}
 
 
 class LossyCrashNemesis(_Fault):
@@ -167,79 +157,55 @@ class LossyCrashNemesis(_Fault):
         super().__init__(options)
         self.min_isr = int(options.get("min_isr", 2))
         self.exceed_budget = bool(options.get("exceed_fault_budget", False))
-        self.crashed: list[str] = []
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         self._needs_remotes(cluster)
         if not getattr(cluster, "lossy", False):
             raise NemesisRefused("the lossy-crash fault needs brokers writing through the lossy file system; "
                                  "this cluster was started without it")
+        if not self.exceed_budget and self.min_isr - 1 < 1:
+            raise NemesisRefused(f"the lossy-crash fault may power-cut at most min ISR - 1 brokers at once (001's "
+                                 f"fault budget), which is 0 with --min-isr {self.min_isr}: it would never act; raise "
+                                 "--min-isr to 2 or more, or drop lossy-crash from --nemesis")
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
             budget = len(cluster.broker_nodes()) if self.exceed_budget else max(self.min_isr - 1, 0)
+            crashed = {n for r in self.faults.ledger.active(("lossy-crash",)) for n in r.nodes}
             up = running_brokers(cluster)  # not one another fault has down: its restart would undo ours
-            candidates = [n for n in cluster.broker_nodes() if n not in self.crashed and n in up]
+            candidates = [n for n in cluster.broker_nodes() if n not in crashed and n in up]
             target = self.options.get("target")
             if target == "leader" or (target == "mixed" and self.rng.random() < 0.5):
                 leaders = [n for n in self._leader_nodes(cluster) if n in candidates]
                 candidates = leaders or candidates
-            if len(self.crashed) >= budget or not candidates:
-                return Op(INFO, op.f, op.process, {"lossy-crash": [], "skipped": f"fault budget {budget} reached"})
+            if len(crashed) >= budget or not candidates:
+                why = f"fault budget {budget} reached" if len(crashed) >= budget else "no running broker to power-cut"
+                return Op(INFO, op.f, op.process, {"lossy-crash": [], "skipped": why})
             node = self.rng.choice(candidates)
-            dropped = self.crash(cluster, node)
-            self.crashed.append(node)
-            value = {"lossy-crash": [node], "dropped": dropped}
-            if beyond_fault_budget(len(self.crashed), self.min_isr):  # only with exceed_fault_budget
+            rec = self.faults.lossy_crash(node, by=self.name)
+            value = {"lossy-crash": [node], "dropped": rec.evidence.get("lossyfs")}
+            if beyond_fault_budget(len(crashed) + 1, self.min_isr):  # only with exceed_fault_budget
                 value[BEYOND_BUDGET] = True
             return Op(INFO, op.f, op.process, value)
         if op.f == self.stop_f:
-            restarted = self._restart_all(cluster)
+            restarted = self._mine(("lossy-crash",))
+            for node in restarted:
+                self.faults.start(node)
             return Op(INFO, op.f, op.process, {"restarted": restarted})
         raise ValueError(f"lossy-crash nemesis cannot do {op.f!r}")
-
-    @staticmethod
-    def crash(cluster, node: str) -> dict[str, Any]:
-        """SIGKILL the broker, then drop its unsynced bytes; returns what lossyfs reported."""
-        import signal
-
-        r = cluster.remote(node)
-        pidfile, status = cluster.lossyfs_files(node)
-        before = len(r.run(["cat", status]).out.strip().splitlines())
-        cluster.kill(node)
-        r.signal_daemon(pidfile, signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            lines = r.run(["cat", status]).out.strip().splitlines()
-            if len(lines) > before:
-                import json
-
-                return json.loads(lines[-1])
-            time.sleep(0.05)
-        return {"event": "no report from lossyfs"}
-
-    def _restart_all(self, cluster) -> list[str]:
-        restarted = []
-        for node in self.crashed:
-            cluster.start(node)
-            restarted.append(node)
-        self.crashed = []
-        return restarted
-
-    def teardown(self, cluster) -> None:
-        self._restart_all(cluster)
 
 
 class _ClockFault(_Fault):
     """What the clock faults share: the node's clock control file (nemesis/clock_preload.py), written
-    through its Remote, and a reset of every node ever touched to the real clock (offset 0)."""
+    through the shared actions, and a reset of every node ever touched to the real clock (offset 0)."""
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.target = options.get("target", "random-node")
-        self.skewed: set[str] = set()
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         if not hasattr(cluster, "clock_file"):
             raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; "
                                  f"{cluster.name} nodes are not")
@@ -247,16 +213,11 @@ class _ClockFault(_Fault):
             raise NemesisRefused(f"the {self.name} fault needs the clock preload library, which " +
                                  getattr(cluster, "clock_unavailable_reason", "could not be built here (install gcc)"))
 
-    def write_control(self, cluster, node: str, text: str) -> None:
-        self.skewed.add(node)  # before the write: a write that fails half-way is still reset at teardown
-        cluster.remote(node).put(cluster.clock_file(node), text.encode())
-
     def set_offset(self, cluster, node: str, offset_s: float) -> None:
         from nemesis.clock_preload import offset_file_text
 
-        self.write_control(cluster, node, offset_file_text(int(offset_s * 1e9)))
-        if not offset_s:
-            self.skewed.discard(node)
+        self.faults.set_clock(node, self.name, offset_file_text(int(offset_s * 1e9)), (offset_s,), by=self.name,
+                              detail={"offset_s": offset_s})
 
     def targets(self, cluster) -> list[str]:
         """The nodes `--nemesis-target` names (a partition-only shape means one random node)."""
@@ -270,13 +231,10 @@ class _ClockFault(_Fault):
                       controllers=cluster.controller_nodes(), isrs=isrs)
 
     def _reset(self, cluster) -> list[str]:
-        reset = sorted(self.skewed)
+        reset = self._mine(CLOCK_FAULTS)
         for n in reset:
-            self.set_offset(cluster, n, 0)
+            self.faults.reset_clock(n)
         return reset
-
-    def teardown(self, cluster) -> None:
-        self._reset(cluster)
 
 
 class ClockNemesis(_ClockFault):
@@ -342,8 +300,9 @@ class ClockStrobeNemesis(_ClockFault):
         if op.f == self.start_f:
             nodes = self.targets(cluster)
             text = strobe_file_text(int(self.delta_s * 1e9), int(self.period_ms * 1e6))
+            detail = {"delta_s": self.delta_s, "period_ms": self.period_ms}
             for n in nodes:
-                self.write_control(cluster, n, text)
+                self.faults.set_clock(n, self.name, text, (0.0, self.delta_s), by=self.name, detail=detail)
             return Op(INFO, op.f, op.process, {"clock-strobe": {"nodes": nodes, "delta-s": self.delta_s,
                                                                 "period-ms": self.period_ms}})
         if op.f == self.stop_f:
@@ -363,10 +322,10 @@ class NetNemesis(_Fault):
         self.rate = options.get("net_rate", "1mbit")
         self.loss = float(options.get("net_loss", 0.2))
         self.want_netem = bool(options.get("net_netem", False))
-        self.degraded: set[str] = set()
         self.not_run: list[str] = []
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         self._needs_remotes(cluster)
         node = cluster.broker_nodes()[0]
         probe = cluster.remote(node).run(netrules.netem_probe(net_device(cluster, node)))
@@ -375,36 +334,19 @@ class NetNemesis(_Fault):
             self.not_run.append(f"netem (delay/duplicate/reorder): the kernel has no netem qdisc ({reason[0]})")
             if self.want_netem:
                 raise NemesisRefused(f"the net fault cannot delay, duplicate or reorder packets here: {self.not_run[0]}")
-        for n in cluster.nodes():
-            for argv in netrules.chain_setup():
-                cluster.remote(n).run(argv, check=True)
+        faults.prepare_network()
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
             node = self.rng.choice(cluster.broker_nodes())
-            peers = [cluster.address(n)[0] for n in cluster.nodes() if n != node]
-            script = " && ".join([shell_join(netrules.bandwidth_limit(net_device(cluster, node), self.rate))] +
-                                 [shell_join(a) for a in netrules.random_loss_from(peers, self.loss)])
-            cluster.remote(node).run(["sh", "-c", script], check=True)
-            self.degraded.add(node)
+            if node not in self._mine(("net",)):
+                self.faults.degrade(node, self.rate, self.loss, by=self.name)
             return Op(INFO, op.f, op.process, {"net": {node: {"rate": self.rate, "loss": self.loss}},
                                                "not-run": self.not_run})
         if op.f == self.stop_f:
-            return Op(INFO, op.f, op.process, {"healed": self._heal(cluster)})
+            healed = self.faults.restore_net(by=self.name)
+            return Op(INFO, op.f, op.process, {"healed": sorted({n for r in healed for n in r.nodes})})
         raise ValueError(f"net nemesis cannot do {op.f!r}")
-
-    def _heal(self, cluster) -> list[str]:
-        healed = sorted(self.degraded)
-        for n in healed:
-            cluster.remote(n).run(netrules.clear_qdisc(net_device(cluster, n)))
-            for argv in netrules.heal():
-                cluster.remote(n).run(argv)
-        self.degraded.clear()
-        return healed
-
-    def teardown(self, cluster) -> None:
-        if getattr(cluster, "isolated_nodes", False):
-            self._heal(cluster)
 
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -415,43 +357,46 @@ class DropCachesNemesis(_Fault):
     node of a random broker, so its next reads go to the disk.
 
     The file is per kernel: containers share the host's, and mount /proc/sys read-only; local
-    nodes reach the host's only as root. Setup probes a node and, where it is not writable, lists
-    the fault as not run (results.json "faults_not_run") and the run goes on without it, as the net
-    fault does for netem. The cache refills by itself: the stop has nothing to heal."""
+    nodes reach the host's only as root. Setup probes a node and, where it is not writable,
+    refuses the fault by name (it could never act). Observed by the page cache shrinking
+    (/proc/meminfo's Cached before and after); the cache refills by itself, so each drop is
+    healed as soon as it is seen."""
 
     name, start_f, stop_f = "drop-caches", "start-drop-caches", "stop-drop-caches"
 
-    def __init__(self, options: dict[str, Any]):
-        super().__init__(options)
-        self.not_run: list[str] = []
-
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         node = cluster.broker_nodes()[0]
         # `test -w` asks access(2), which answers EROFS for a read-only /proc/sys and EACCES for a
         # non-root user, without dropping anything.
         if not cluster.remote(node).run(["test", "-w", DROP_CACHES]).ok:
             why = ("/proc/sys is read-only in the containers" if cluster.name == "docker"
                    else "the nodes' user may not write it (run as root)")
-            self.not_run.append(f"drop-caches: {DROP_CACHES} is not writable on {node} ({why})")
+            raise NemesisRefused(f"the drop-caches fault cannot run: {DROP_CACHES} is not writable on {node} ({why}); "
+                                 "drop drop-caches from --nemesis")
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
-            if self.not_run:
-                return Op(INFO, op.f, op.process, {"drop-caches": [], "not-run": self.not_run})
             node = self.rng.choice(cluster.broker_nodes())
-            # No `sync` first: it would make the broker's unsynced writes durable and so hide the
-            # very loss its flush policy risks. Dirty pages stay; every clean one is dropped.
-            cluster.remote(node).run(["sh", "-c", f"echo 3 > {DROP_CACHES}"], check=True)
+            ledger = self.faults.ledger
+            with ledger.applying("drop-caches", [node], self.name) as rec:
+                before = cached_kib(cluster, node)
+                # No `sync` first: it would make the broker's unsynced writes durable and so hide the
+                # very loss its flush policy risks. Dirty pages stay; every clean one is dropped.
+                cluster.remote(node).run(["sh", "-c", f"echo 3 > {DROP_CACHES}"], check=True)
+            after = cached_kib(cluster, node)
+            shrank = before is not None and after is not None and after < before
+            ledger.observed(rec, shrank, {"cached_kib": [before, after]},
+                            f"the page cache did not shrink ({before} -> {after} KiB)")
+            ledger.healed(rec, True, {"note": "nothing to undo: the page cache refills by itself"})
             return Op(INFO, op.f, op.process, {"drop-caches": [node]})
         if op.f == self.stop_f:
             return Op(INFO, op.f, op.process, {"healed": []})  # nothing to undo: the cache refills
         raise ValueError(f"drop-caches nemesis cannot do {op.f!r}")
 
-    def teardown(self, cluster) -> None:
-        pass
 
-
-# Run inside the node: corrupt the largest segment of a stopped broker, in one of two ways.
+# Run inside the node: corrupt the largest segment of a stopped broker, in one of two ways, and read
+# the damage back (the evidence that it is on disk).
 _CORRUPT = r"""
 import glob, os, random, sys, json
 rng = random.Random(int(sys.argv[2]))
@@ -466,13 +411,16 @@ if sys.argv[3] == "truncate":
     with open(path, "r+b") as f:
         f.truncate(size - cut)
         os.fsync(f.fileno())
-    print(json.dumps({"file": path, "truncated_bytes": cut, "size": size}))
+    print(json.dumps({"file": path, "truncated_bytes": cut, "size": size,
+                      "verified": os.path.getsize(path) == size - cut}))
 else:
     pos = rng.randrange(size // 2, size)
     with open(path, "r+b") as f:
-        f.seek(pos); b = f.read(1); f.seek(pos); f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+        f.seek(pos); b = f.read(1); f.seek(pos); new = bytes([b[0] ^ (1 << rng.randrange(8))]); f.write(new)
         f.flush(); os.fsync(f.fileno())
-    print(json.dumps({"file": path, "flipped_byte_at": pos, "size": size}))
+    with open(path, "rb") as f:
+        f.seek(pos); back = f.read(1)
+    print(json.dumps({"file": path, "flipped_byte_at": pos, "size": size, "verified": back == new}))
 """
 
 
@@ -486,31 +434,29 @@ class DiskNemesis(_Fault):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.mode = options.get("disk_mode", "random")  # flip | truncate | random
-        self.hit: list[str] = []
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         if not hasattr(cluster, "data_dir"):
             raise NemesisRefused(f"the disk fault needs the broker's data dir; {cluster.name} does not say where")
 
     def invoke(self, cluster, op: Op) -> Op:
-        import json
-
         if op.f == self.start_f:
             node = self.rng.choice(cluster.broker_nodes())
             mode = self.mode if self.mode != "random" else self.rng.choice(["flip", "truncate"])
-            cluster.kill(node)
-            r = cluster.remote(node).run([cluster.python, "-c", _CORRUPT, cluster.data_dir(node),
-                                          str(self.rng.randrange(10**9)), mode], check=True)
-            cluster.start(node)  # it must find the damage itself at start-up
-            self.hit.append(node)
-            return Op(INFO, op.f, op.process, {"disk": {node: json.loads(r.out.strip().splitlines()[-1])},
-                                               "mode": mode})
+            ledger = self.faults.ledger
+            try:
+                with ledger.applying("disk", [node], self.name, {"mode": mode}) as rec:
+                    cluster.kill(node)
+                    r = cluster.remote(node).run([cluster.python, "-c", _CORRUPT, cluster.data_dir(node),
+                                                  str(self.rng.randrange(10**9)), mode], check=True)
+                    report = json.loads(r.out.strip().splitlines()[-1])
+                    if "skipped" in report:
+                        raise RuntimeError(report["skipped"])
+                ledger.observed(rec, bool(report.get("verified")), report, "the damage did not read back")
+            finally:
+                self.faults.start(node)  # it must find the damage itself at start-up (heals the record)
+            return Op(INFO, op.f, op.process, {"disk": {node: report}, "mode": mode})
         if op.f == self.stop_f:
-            healed, self.hit = self.hit, []
-            return Op(INFO, op.f, op.process, {"healed": healed})
+            return Op(INFO, op.f, op.process, {"healed": []})  # each corruption was healed by its restart
         raise ValueError(f"disk nemesis cannot do {op.f!r}")
-
-    def teardown(self, cluster) -> None:
-        for node in self.hit:
-            cluster.start(node)
-        self.hit = []

@@ -18,6 +18,11 @@ The stop undoes the shape change (re-add, rebalance to the full replication fact
 leaders). A change that has not completed within its wait is recorded as such and left
 running in the cluster; the next stop or the teardown settles it. Membership changes need the
 reference broker's controller; other clusters are refused by name.
+
+Each move is a fault of kind `membership` in the run's ledger: applied when the controller
+took it, observed when it completed (the reassignment done, the broker stopped and
+unregistered, the leaders elected), healed when the stop's rebalance completed. The broker
+a decommission stops is a `stop` fault of its own, healed when it is started again.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class MembershipNemesis:
         self.rng = random.Random(options.get("seed", 0) + 17)
         self.removed: str | None = None  # the decommissioned broker, stopped and wiped
         self.unsettled = False  # a move's reassignments did not complete in time
+        self.faults = None  # the run's FaultActions, from setup
 
     def pairs(self) -> list[tuple[str, str]]:
         return [(self.start_f, self.stop_f)]
@@ -51,7 +57,8 @@ class MembershipNemesis:
     def fs(self) -> set[str]:
         return {self.start_f, self.stop_f}
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        self.faults = faults
         if not hasattr(cluster, "controller_call"):
             raise NemesisRefused("the membership fault changes replica sets through the reference broker's "
                                  f"controller, which the {getattr(cluster, 'name', 'given')} cluster does not "
@@ -68,10 +75,17 @@ class MembershipNemesis:
         if self.removed or self.unsettled:
             self._heal(cluster, WAIT_S)  # one shape change at a time
         move = self.rng.choice(MOVES)
+        ledger = self.faults.ledger
+        rec = ledger.request("membership", [], self.name, {"move": move})
         try:
             value = getattr(self, "_" + move.replace("-", "_"))(cluster)
         except Exception as e:  # noqa: BLE001 - a refused or failed change is a result, not a crash
             value = {"error": f"{type(e).__name__}: {e}"}
+        why_not = value.get("error") or value.get("skipped") or value.get("refused")
+        ledger.applied(rec, not why_not, str(why_not) if why_not else None)
+        if not why_not:
+            done = value.get("completed", True) if move != "remove-broker" else value.get("unregistered", False)
+            ledger.observed(rec, bool(done), value, f"the {move} did not complete within its wait")
         return Op(INFO, op.f, op.process, {"move": move, **value})
 
     # --- moves -----------------------------------------------------------------------------------
@@ -89,7 +103,7 @@ class MembershipNemesis:
         if not result["completed"]:
             self.unsettled = True  # it still hosts replicas: do not stop it
             return value
-        cluster.stop(node)
+        self.faults.stop(node, self.name, {"move": "remove-broker"})
         self.removed = node
         unregister(self._call(cluster), bid, wait_s=20.0)
         cluster.wipe_data(node)
@@ -145,7 +159,7 @@ class MembershipNemesis:
         add = []
         if self.removed:
             node = self.removed
-            cluster.start(node)
+            self.faults.start(node)
             cluster.wait_ready([node], 30.0)
             add = [cluster.node_id(node)]
             healed["added"] = node
@@ -153,11 +167,14 @@ class MembershipNemesis:
         self.unsettled = True  # until the rebalance below has completed (it may raise: no active controller)
         result = alter_cluster(self._call(cluster), add=add, wait_s=wait_s)
         self.unsettled = not result["completed"]
+        if result["completed"]:  # every move so far is undone: the full replication factor is back
+            for rec in self.faults.ledger.active(("membership",), by=self.name):
+                self.faults.ledger.healed(rec, True, {"rebalanced": True, **healed})
         return {**healed, "reassigned": len(result["reassigned"]), "moved_replicas": result["moved_replicas"],
                 "completed": result["completed"], **({"pending": result["pending"]} if result["pending"] else {})}
 
     def teardown(self, cluster) -> None:
-        if self.removed or self.unsettled:
+        if self.removed or self.unsettled or self.faults.ledger.active(("membership",), by=self.name):
             result = self._heal(cluster, HEAL_WAIT_S)
             if not result["completed"]:
                 raise RuntimeError(f"membership: reassignments {result.get('pending')} did not complete within "

@@ -1,8 +1,8 @@
 """Process faults: kill (SIGKILL, later restart) and pause (SIGSTOP, later SIGCONT).
 
-Each acts only through the Cluster interface (kill/start, pause/resume), so the same code
-works on every backend; targets come from nemesis/targets.py with the cluster's own view
-of who leads. Teardown restarts or resumes everything it ever hit, even after errors.
+Targets come from nemesis/targets.py with the cluster's own view of who leads; the acts,
+their evidence and the heals are the shared ones of nemesis/actions.py (so each kill and
+pause is in the run's ledger). The stop restarts or resumes everything this nemesis hit.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class _ProcessFault:
         self.target = options.get("target", "random-node")
         self.topic = options.get("topic", "queue")
         self.rng = random.Random(options.get("seed", 0))
-        self.active: set[str] = set()
+        self.faults = None  # the run's FaultActions, from setup
 
     def pairs(self) -> list[tuple[str, str]]:
         return [(self.start_f, self.stop_f)]
@@ -32,8 +32,11 @@ class _ProcessFault:
     def fs(self) -> set[str]:
         return {self.start_f, self.stop_f}
 
-    def setup(self, cluster) -> None:
-        pass
+    def setup(self, cluster, faults) -> None:
+        self.faults = faults
+        if self.target == "controller" and not cluster.controller_nodes():
+            raise NemesisRefused(f"the {self.name} fault targets the controller, and the {cluster.name} cluster "
+                                 "names no controller node; pick another --nemesis-target")
 
     def _targets(self, cluster) -> list[str]:
         leaders, isrs = [], []
@@ -48,39 +51,41 @@ class _ProcessFault:
         return choose(self.target, brokers, self.rng, leaders=leaders,
                       controllers=cluster.controller_nodes(), isrs=isrs)
 
+    def _mine(self) -> set[str]:
+        """The nodes this nemesis has hit and not healed yet (the ledger's answer, not a list of its own)."""
+        return {n for r in self.faults.ledger.active((self.name,), by=self.name) for n in r.nodes}
+
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
-            nodes = [n for n in self._targets(cluster) if n not in self.active]
+            nodes = [n for n in self._targets(cluster) if n not in self._mine()]
             for n in nodes:
-                self._hit(cluster, n)
-                self.active.add(n)
+                self._hit(n)
             return Op(INFO, op.f, op.process, {self.name: nodes})
         if op.f == self.stop_f:
-            healed = self._heal_all(cluster)
-            return Op(INFO, op.f, op.process, {"healed": healed})
+            return Op(INFO, op.f, op.process, {"healed": self._heal_all()})
         raise ValueError(f"{self.name} nemesis cannot do {op.f!r}")
 
-    def _heal_all(self, cluster) -> list[str]:
+    def _heal_all(self) -> list[str]:
         """Heal every node hit; one node's failure does not stop the others being healed."""
         healed, errors = [], []
-        for n in sorted(self.active):
+        for n in sorted(self._mine()):
             try:
-                self._heal(cluster, n)
+                self._heal(n)
                 healed.append(n)
             except Exception as e:  # noqa: BLE001 - reported after the rest are healed
                 errors.append(f"{n}: {type(e).__name__}: {e}")
-        self.active.clear()
         if errors:
             raise RuntimeError(f"{self.name}: could not heal " + "; ".join(errors))
         return healed
 
     def teardown(self, cluster) -> None:
-        self._heal_all(cluster)
+        if self.faults is not None:
+            self._heal_all()
 
-    def _hit(self, cluster, node: str) -> None:
+    def _hit(self, node: str) -> None:
         raise NotImplementedError
 
-    def _heal(self, cluster, node: str) -> None:
+    def _heal(self, node: str) -> None:
         raise NotImplementedError
 
 
@@ -89,11 +94,11 @@ class KillNemesis(_ProcessFault):
 
     name, start_f, stop_f = "kill", "start-kill", "stop-kill"
 
-    def _hit(self, cluster, node: str) -> None:
-        cluster.kill(node)
+    def _hit(self, node: str) -> None:
+        self.faults.kill(node, by=self.name)
 
-    def _heal(self, cluster, node: str) -> None:
-        cluster.start(node)
+    def _heal(self, node: str) -> None:
+        self.faults.start(node)
 
 
 class PauseNemesis(_ProcessFault):
@@ -101,12 +106,13 @@ class PauseNemesis(_ProcessFault):
 
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
         if not isinstance(cluster, Pausable):
             raise NemesisRefused(f"the pause fault needs a cluster that can pause processes; {cluster.name} cannot")
+        super().setup(cluster, faults)
 
-    def _hit(self, cluster, node: str) -> None:
-        cluster.pause(node)
+    def _hit(self, node: str) -> None:
+        self.faults.pause(node, by=self.name)
 
-    def _heal(self, cluster, node: str) -> None:
-        cluster.resume(node)
+    def _heal(self, node: str) -> None:
+        self.faults.resume(node)

@@ -97,18 +97,16 @@ class ProtocolNemesis(ScenarioNemesis):
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(Scenario("protocol", __doc__ or "", (), needs_isolated_nodes=False), options)
+        self.by = "protocol"
         self.interval = float(options.get("interval", 10.0))
         self.moves = dict(MOVES)
         self.deck: list[str] = []  # the sequences not yet run in this round, in the order they come
         self.left_out: dict[str, str] = {}  # move -> why the nodes cannot do it
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        self.faults = faults
         if getattr(cluster, "isolated_nodes", False):
-            from nemesis import netrules
-
-            for node in cluster.nodes():
-                for argv in netrules.chain_setup():
-                    cluster.remote(node).run(argv, check=True)
+            faults.prepare_network()
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
             for m in NEEDS_ISOLATED_NODES:
                 self.moves.pop(m, None)
@@ -150,13 +148,14 @@ class ProtocolNemesis(ScenarioNemesis):
             self._one_move(cluster, record, stopped)
 
     def _down(self) -> int:
-        return len(self.done.killed | self.done.crashed | self.done.paused)
+        return len(self.down_nodes() | self.active_nodes(("pause",)))
 
     def _one_move(self, cluster, record, stopped) -> None:
         singles = sorted(m for m in self.moves if not m.startswith(SEQUENCE_PREFIX))
         sequences = sorted(m for m in self.moves if m.startswith(SEQUENCE_PREFIX))
-        healed = self._down() == 0 and not self.done.cut_off
-        if self._down() >= MAX_DOWN or (self.done.cut_off and self._down() >= 1 and self.rng.random() < 0.3):
+        down, cut_off = self._down(), self.cut_off()
+        healed = down == 0 and not cut_off
+        if down >= MAX_DOWN or (cut_off and down >= 1 and self.rng.random() < 0.3):
             names = ["heal"]
         elif healed and sequences and self.rng.random() < SEQUENCE_SHARE:
             # A sequence starts from a healed cluster (its roles are the partition's, all up). Dealt
@@ -191,29 +190,24 @@ class ProtocolNemesis(ScenarioNemesis):
 
     def _perform(self, cluster, step: Step, stopped) -> Any:
         if step.do == "start-all":
-            started = sorted(self.done.killed | self.done.crashed)
+            started = sorted(self.down_nodes())
             for n in started:
-                cluster.start(n)
-            self.done.killed.clear()
-            self.done.crashed.clear()
+                self.faults.start(n)
             return {"started": started}
         if step.do == "resume-all":
-            resumed = sorted(self.done.paused)
+            resumed = sorted(self.active_nodes(("pause",)))
             for n in resumed:
-                cluster.resume(n)
-            self.done.paused.clear()
+                self.faults.resume(n)
             return {"resumed": resumed}
-        if step.do == "heal" and (not getattr(cluster, "isolated_nodes", False) or not self.done.cut_off):
-            return {"healed": []}  # nothing is cut off: no iptables call to make
         return super()._perform(cluster, step, stopped)
 
     def _choose(self, cluster, role: str) -> str:
         p = self._partition(cluster)
         if p is None:
             raise ScenarioStalled("no such partition")
-        taken = set(self.bound.values()) | self.done.killed | self.done.crashed | self.done.paused
+        taken = set(self.bound.values()) | self.down_nodes() | self.active_nodes(("pause",))
         names = {r: cluster.node_name(r) for r in p.replicas}
-        cut_off = self.done.isolated | {n for pair in self.done.cuts for n in pair}
+        cut_off = self.active_nodes(("partition",))
         if role == "controller":
             active = cluster.active_controller() if hasattr(cluster, "active_controller") else None
             pool = [active] if active else cluster.controller_nodes()[:1]

@@ -67,12 +67,14 @@ def _make_one(name: str, options: dict[str, Any]):
 
 
 class CompositeNemesis:
-    """Several nemeses as one: ops dispatch by name; teardown heals every part, whatever fails."""
+    """Several nemeses as one: ops dispatch by name; teardown heals every part, whatever fails, then
+    whatever the run's ledger still holds active."""
 
     name = "composite"
 
     def __init__(self, parts: list):
         self.parts = parts
+        self.faults = None  # the run's FaultActions, from setup
 
     def drivers(self) -> list:
         """Parts that time their own faults (scenarios) instead of following the schedule."""
@@ -84,7 +86,7 @@ class CompositeNemesis:
     def fs(self) -> set[str]:
         return set().union(*(p.fs() for p in self.parts)) if self.parts else set()
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
         # What the nodes cannot do is refused for every part before any part is set up
         # (nemesis/requirements.py), so a refusal never leaves a half-prepared fault behind.
         caps = getattr(cluster, "capabilities", None)
@@ -97,8 +99,9 @@ class CompositeNemesis:
                        else capability_refusal(p.name, cluster, caps, getattr(p, "target", "")))
                 if why:
                     raise NemesisRefused(why)
+        self.faults = faults
         for p in self.parts:
-            p.setup(cluster)
+            p.setup(cluster, faults)
 
     def invoke(self, cluster, op: Op) -> Op:
         for p in self.parts:
@@ -108,12 +111,21 @@ class CompositeNemesis:
 
     def teardown(self, cluster) -> list[str]:
         errors = []
-        # Parts marked heal_last (membership) wait for every broker, so the others heal first.
-        for p in sorted(self.parts, key=lambda p: getattr(p, "heal_last", False)):
+
+        def heal(p) -> None:
             try:
                 p.teardown(cluster)
             except Exception as e:  # noqa: BLE001 - keep healing the others
                 errors.append(f"{p.name}: {type(e).__name__}: {e}")
+
+        # Parts marked heal_last (membership) wait for every broker, so the others heal first, and the
+        # ledger then undoes whatever is still active, whoever did it (a part whose own heal failed).
+        for p in [p for p in self.parts if not getattr(p, "heal_last", False)]:
+            heal(p)
+        if self.faults is not None:
+            errors += self.faults.heal_everything()
+        for p in [p for p in self.parts if getattr(p, "heal_last", False)]:
+            heal(p)
         return errors
 
 

@@ -32,13 +32,14 @@ import re
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checkers.queue import BEYOND_BUDGET
 from harness.history import Op
 from nemesis import grudge
+from nemesis.actions import PROCESS_FAULTS
 from nemesis.base import NemesisRefused
 
 
@@ -305,21 +306,6 @@ class ScenarioStalled(RuntimeError):
     """A wait timed out: the cluster did not reach the state the next step needs."""
 
 
-@dataclass
-class _Faults:
-    """What a scenario has done and must undo."""
-
-    killed: set[str] = field(default_factory=set)
-    paused: set[str] = field(default_factory=set)
-    crashed: set[str] = field(default_factory=set)
-    isolated: set[str] = field(default_factory=set)
-    cuts: set[frozenset[str]] = field(default_factory=set)  # pairs of nodes that cannot hear each other
-
-    @property
-    def cut_off(self) -> bool:
-        return bool(self.isolated or self.cuts)
-
-
 class ScenarioNemesis:
     """Runs one scenario once, `delay` seconds into the main phase, then lets the workload go on."""
 
@@ -338,7 +324,8 @@ class ScenarioNemesis:
         self.rng = random.Random(options.get("seed", 0))
         self.min_isr = int(options.get("min_isr", 2))
         self.bound: dict[str, str] = {}
-        self.done = _Faults()
+        self.by = f"scenario:{self.scenario.name}"  # how the ledger knows this scenario's faults
+        self.faults = None  # the run's FaultActions, from setup
 
     # --- the Nemesis shape (the runner drives scenarios through drive()) --------------------------
     def pairs(self) -> list[tuple[str, str]]:
@@ -353,16 +340,24 @@ class ScenarioNemesis:
 
         return steps_refusal(f"scenario {self.scenario.name}", self.scenario.steps, cluster, capabilities)
 
-    def setup(self, cluster) -> None:
+    def setup(self, cluster, faults) -> None:
+        self.faults = faults
         if self.scenario.needs_isolated_nodes and not getattr(cluster, "isolated_nodes", False):
             raise NemesisRefused(f"scenario {self.scenario.name} cuts nodes off or power-cuts them, which needs "
                                  f"nodes of their own (--cluster docker, or local as root); {cluster.name} has not")
         if self.scenario.needs_isolated_nodes:
-            from nemesis import netrules
+            faults.prepare_network()
 
-            for node in cluster.nodes():
-                for argv in netrules.chain_setup():
-                    cluster.remote(node).run(argv, check=True)
+    # --- what it has done and not undone: the ledger's records of it ---------------------------------
+    def active_nodes(self, kinds: tuple[str, ...]) -> set[str]:
+        return {n for r in self.faults.ledger.active(kinds, by=self.by) for n in r.nodes}
+
+    def down_nodes(self) -> set[str]:
+        """Killed, stopped or power-cut, and not started again."""
+        return self.active_nodes(PROCESS_FAULTS)
+
+    def cut_off(self) -> bool:
+        return bool(self.active_nodes(("partition",)))
 
     def invoke(self, cluster, op: Op) -> Op:
         raise ValueError("a scenario runs as a whole through drive(), not op by op")
@@ -376,12 +371,15 @@ class ScenarioNemesis:
             if stopped():
                 return
             time.sleep(0.1)
-        for step in self.scenario.steps:
+        steps = self.scenario.steps
+        for i, step in enumerate(steps, 1):
             if stopped():
                 return
             f = f"scenario-{step.do}"
+            # "step i of n" lets a stored run show whether the scenario ran to its end (checkers/evidence.py)
+            value = {**self._describe(step), "step": i, "steps": len(steps)}
             try:
-                record(f, self._describe(step), lambda step=step: self._perform(cluster, step, stopped))
+                record(f, value, lambda step=step: self._perform(cluster, step, stopped))
             except Exception:  # noqa: BLE001 - recorded as the step's error; the rest needs this step
                 return
 
@@ -414,47 +412,37 @@ class ScenarioNemesis:
             return None
         node = self.node(step.node) if step.node else ""
         if step.do == "kill":
-            cluster.kill(node)
-            self.done.killed.add(node)
+            self.faults.kill(node, self.by)
         elif step.do == "lossy-crash":
-            from nemesis.faults import LossyCrashNemesis, beyond_fault_budget
+            from nemesis.faults import beyond_fault_budget
 
-            report = LossyCrashNemesis.crash(cluster, node)
-            self.done.crashed.add(node)
-            out = {"lossy-crash": node, "dropped": report}
-            if beyond_fault_budget(len(self.done.crashed), self.min_isr):
+            rec = self.faults.lossy_crash(node, self.by)
+            out = {"lossy-crash": node, "dropped": rec.evidence.get("lossyfs")}
+            if beyond_fault_budget(len(self.active_nodes(("lossy-crash",))), self.min_isr):
                 # More power cuts at once than the durability contract covers (001: n-1 replicas):
                 # what was acknowledged before may be gone (checkers/queue.py counts it apart).
                 out[BEYOND_BUDGET] = True
             return out
         elif step.do == "pause":
-            cluster.pause(node)
-            self.done.paused.add(node)
+            self.faults.pause(node, self.by)
         elif step.do == "resume":
-            cluster.resume(node)
-            self.done.paused.discard(node)
+            self.faults.resume(node)
         elif step.do == "stop":
-            cluster.stop(node)
-            self.done.killed.add(node)
+            self.faults.stop(node, self.by)
         elif step.do == "start":
-            cluster.start(node)
-            self.done.killed.discard(node)
-            self.done.crashed.discard(node)
+            self.faults.start(node)
         elif step.do == "isolate":
-            self.done.isolated.add(node)
-            self._apply_cuts(cluster)
+            self.faults.cut(grudge.isolate(cluster.nodes(), node), self.by, nodes=[node])
         elif step.do == "cut":
-            peers = cluster.controller_nodes() if step.peer == CONTROLLERS else [self.node(step.peer)]
-            self.done.cuts.update(frozenset((node, p)) for p in peers if p != node)
-            self._apply_cuts(cluster)
+            peers = [p for p in (cluster.controller_nodes() if step.peer == CONTROLLERS else [self.node(step.peer)])
+                     if p != node]
+            g: grudge.Grudge = {node: set(peers), **{p: {node} for p in peers}}
+            self.faults.cut(g, self.by, nodes=[node, *peers])
             return {"cut": node, "from": sorted(peers)}
         elif step.do == "heal":
-            # One node: its isolation and every cut it is part of; no node: everything.
-            healed = sorted({node} if node else self.done.isolated | {n for pair in self.done.cuts for n in pair})
-            self.done.isolated -= set(healed)
-            self.done.cuts = {pair for pair in self.done.cuts if not pair & set(healed)}
-            self._apply_cuts(cluster)
-            return {"healed": healed}
+            # One node: its isolation and every cut it is part of; no node: everything the scenario cut.
+            healed = self.faults.heal_cuts(node=node or None, by=self.by)
+            return {"healed": ([node] if healed else []) if node else sorted({n for r in healed for n in r.nodes})}
         else:
             raise ValueError(f"unknown scenario step {step.do!r}; valid: bind, wait, sleep, {', '.join(ACTIONS)}")
         return {step.do: node}
@@ -539,42 +527,9 @@ class ScenarioNemesis:
         raise ScenarioStalled(f"{step.until} {step.node or list(step.nodes)} not reached in {step.seconds:.0f} s "
                               f"(last seen: {seen})")
 
-    def _apply_cuts(self, cluster) -> None:
-        from harness.remote import shell_join
-        from nemesis import netrules
-        from nemesis.faults import _on_nodes
-
-        (flush,) = netrules.heal()
-        g: grudge.Grudge = {}
-        for node in self.done.isolated:
-            for a, drops in grudge.isolate(cluster.nodes(), node).items():
-                g.setdefault(a, set()).update(drops)
-        for a, b in (tuple(pair) for pair in self.done.cuts):
-            g.setdefault(a, set()).add(b)
-            g.setdefault(b, set()).add(a)
-        commands = {}
-        for node in cluster.nodes():
-            rules = [shell_join(flush)] + [shell_join(argv) for argv in
-                                           netrules.drop_from(cluster.address(n)[0] for n in g.get(node, ()))]
-            commands[node] = ["sh", "-c", " && ".join(rules)]
-        _on_nodes(cluster, commands, check=True)
-
     def teardown(self, cluster) -> list[str]:
         """Reconnect, resume and restart everything the scenario left down; every part is tried."""
-        errors = []
-        # Heal the network whenever anything may be cut: a scenario that cuts, or a protocol nemesis
-        # that did (its own Scenario record does not say it needs isolated nodes).
-        must_heal = self.scenario.needs_isolated_nodes or self.done.cut_off
-        steps = [("heal", lambda: (self.done.isolated.clear(), self.done.cuts.clear(), self._apply_cuts(cluster))
-                  if must_heal else None)]
-        steps += [(f"resume {n}", lambda n=n: cluster.resume(n)) for n in sorted(self.done.paused)]
-        steps += [(f"start {n}", lambda n=n: cluster.start(n)) for n in sorted(self.done.killed | self.done.crashed)]
-        for what, fn in steps:
-            try:
-                fn()
-            except Exception as e:  # noqa: BLE001 - heal the rest, then report
-                errors.append(f"{what}: {type(e).__name__}: {e}")
-        self.done = _Faults()
+        errors = self.faults.heal(by=self.by) if self.faults is not None else []
         if errors:
             raise RuntimeError("scenario teardown: " + "; ".join(errors))
         return []

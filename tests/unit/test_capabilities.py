@@ -24,6 +24,7 @@ from harness.remote import LocalRemote
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis
 from nemesis.requirements import capability_refusal
+from tests.unit.fakes import fault_actions
 
 
 class AsUser(LocalRemote):
@@ -168,12 +169,12 @@ def test_the_composite_nemesis_refuses_before_setting_any_part_up():
     nem = make_nemesis(["kill", "net"], {"seed": 1})
     set_up = []
     for p in nem.parts:
-        p.setup = lambda cluster, p=p: set_up.append(p.name)
+        p.setup = lambda cluster, faults, p=p: set_up.append(p.name)
     with pytest.raises(NemesisRefused, match="the net fault cannot run on broker-1: it needs tc,.*\\(tc: not found\\)"):
-        nem.setup(c)
+        nem.setup(c, fault_actions(c))
     assert set_up == []  # kill was not set up either: nothing half-prepared
     c.capabilities = table({})
-    nem.setup(c)
+    nem.setup(c, fault_actions(c))
     assert set_up == ["kill", "net"]
 
 
@@ -182,10 +183,10 @@ def test_a_scenario_is_refused_as_a_whole_for_what_its_steps_need():
     nem = make_nemesis(["scenario:last-replica-standing"], {"seed": 1})
     with pytest.raises(NemesisRefused, match="scenario last-replica-standing cannot run \\(lossy-crash steps\\) on "
                                              "broker-2: it needs fuse.*or run another plan"):
-        nem.setup(c)
+        nem.setup(c, fault_actions(c))
     c.capabilities = table({"controller-0": {"iptables": "iptables: not found"}})  # cuts reach the controller
     with pytest.raises(NemesisRefused, match="scenario zombie-follower cannot run \\(partition steps\\) on controller-0"):
-        make_nemesis(["scenario:zombie-follower"], {"seed": 1}).setup(c)
+        make_nemesis(["scenario:zombie-follower"], {"seed": 1}).setup(c, fault_actions(c))
 
 
 def test_the_protocol_nemesis_leaves_out_the_moves_a_node_cannot_do_and_says_so():
@@ -193,17 +194,17 @@ def test_the_protocol_nemesis_leaves_out_the_moves_a_node_cannot_do_and_says_so(
 
     c = TableCluster(table({"broker-1": {"fuse": "no /dev/fuse device"}}))
     c.isolated_nodes = True
-    c.remote = lambda node: type("R", (), {"run": lambda self, argv, check=False: None})()
+    c.remote = lambda node: type("R", (), {"run": lambda self, argv, timeout=30.0, check=False: None})()
     n = ProtocolNemesis({"seed": 1})
-    n.setup(c)
+    n.setup(c, fault_actions(c))
     assert "lossy-crash-last-isr" not in n.moves and "sequence:last-replica-standing" not in n.moves
     assert "kill-leader" in n.moves and "isolate-follower" in n.moves
     assert any("move lossy-crash-last-isr cannot run (lossy-crash steps) on broker-1" in x for x in n.not_run)
     c.capabilities = table({b: {"sigstop": "not permitted"} for b in ("broker-1", "broker-2")})
     cuts_only = ProtocolNemesis({"seed": 1})
-    cuts_only.setup(c)  # no signals: what is left cuts nodes off
+    cuts_only.setup(c, fault_actions(c))  # no signals: what is left cuts nodes off
     assert sorted(cuts_only.moves) == ["cut-follower-from-controllers", "cut-leader-from-controllers", "heal",
                                        "isolate-follower"]
     c.capabilities = table({b: {"sigstop": "not permitted", "iptables": "not found"} for b in ("broker-1", "broker-2")})
     with pytest.raises(NemesisRefused, match="no move left"):
-        ProtocolNemesis({"seed": 1}).setup(c)
+        ProtocolNemesis({"seed": 1}).setup(c, fault_actions(c))

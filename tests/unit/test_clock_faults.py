@@ -13,6 +13,7 @@ from harness.remote import LocalRemote
 from nemesis import clock_preload
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis
+from tests.unit.fakes import fault_actions
 
 NODES = ["controller-0", "broker-1", "broker-2", "broker-3"]
 
@@ -48,6 +49,14 @@ class ClockFileCluster:
         env = {"PATH": "/usr/bin:/bin", **clock_preload.preload_env(self._clock_lib, self.clock_file(node))}
         return int(subprocess.run(["date", "+%s"], env=env, capture_output=True, text=True, check=True).stdout)
 
+    def dump_state(self, node, include_log=True):
+        """What a node's state dump says of its clock: time_ms from a process running under its preload
+        (the fault's observation reads exactly this)."""
+        env = {"PATH": "/usr/bin:/bin", **clock_preload.preload_env(self._clock_lib, self.clock_file(node))}
+        out = subprocess.run([sys.executable, "-c", "import time; print(int(time.time() * 1000))"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        return {"time_ms": int(out)}
+
 
 def _op(f):
     return Op(INVOKE, f, "nemesis", None)
@@ -56,21 +65,24 @@ def _op(f):
 def test_clock_jump_steps_one_node_an_hour_and_the_stop_steps_it_back(tmp_path):
     c = ClockFileCluster(tmp_path)
     nem = make_nemesis(["clock-jump"], {"seed": 4, "target": "random-node"})
-    nem.setup(c)
+    nem.setup(c, fault_actions(c))
     done = nem.invoke(c, _op("start-clock-jump"))
     ((node, jump),) = done.value["clock-jump-s"].items()
     assert abs(jump) == 3600 and node in c.broker_nodes()
+    (rec,) = nem.faults.ledger.records()  # seen by the node's own clock, not assumed from the write
+    assert rec.applied and rec.observed and abs(rec.evidence["clock_offset_s"][0] - jump) < 1
     assert abs(c.wall_clock_of(node) - time.time() - jump) < 5
     assert abs(c.wall_clock_of(NODES[0]) - time.time()) < 5  # only the target jumped
     stopped = nem.invoke(c, _op("stop-clock-jump"))
     assert stopped.value == {"reset": [node]}
     assert abs(c.wall_clock_of(node) - time.time()) < 5
+    assert rec.healed and all(abs(x) < 1 for x in rec.heal_evidence["clock_offset_s"])
 
 
 def test_clock_strobe_makes_the_target_alternate_until_teardown(tmp_path):
     c = ClockFileCluster(tmp_path)
     nem = make_nemesis(["clock-strobe"], {"seed": 1, "target": "all"})
-    nem.setup(c)
+    nem.setup(c, fault_actions(c))
     done = nem.invoke(c, _op("start-clock-strobe"))
     assert done.value["clock-strobe"]["nodes"] == c.broker_nodes()
     node = c.broker_nodes()[0]
@@ -84,6 +96,7 @@ def test_clock_strobe_makes_the_target_alternate_until_teardown(tmp_path):
     seen = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                                check=True, timeout=30).stdout)
     assert len(seen) == 2 and seen[1] - seen[0] == 60
+    assert all(r.observed for r in nem.faults.ledger.records())  # each node's clock was seen 60 s off
     assert nem.teardown(c) == []
     for n in c.broker_nodes():
         assert open(c.clock_file(n)).read() == "0\n"
@@ -92,6 +105,7 @@ def test_clock_strobe_makes_the_target_alternate_until_teardown(tmp_path):
 def test_teardown_resets_a_node_whose_clock_write_failed_half_way(tmp_path):
     c = ClockFileCluster(tmp_path)
     nem = make_nemesis(["clock-jump"], {"seed": 2, "target": "all"})
+    nem.setup(c, fault_actions(c))
     real_put = c._remote.put
     calls = []
 
@@ -116,7 +130,7 @@ def test_clock_faults_refuse_nodes_without_the_preload(tmp_path):
 
     for name in ("clock-jump", "clock-strobe"):
         with pytest.raises(NemesisRefused, match=f"the {name} fault needs nodes started with the clock preload"):
-            make_nemesis([name], {}).setup(NoPreload())
+            make_nemesis([name], {}).setup(NoPreload(), fault_actions(NoPreload()))
 
 
 def test_cleanup_of_a_leftover_node_puts_its_clock_file_back_to_the_real_time(tmp_path):

@@ -1,5 +1,6 @@
-"""The drop-caches fault: refused by name (listed as not run) where /proc/sys/vm/drop_caches is not
-writable, and a real eviction of the page cache where it is (the local backend as root)."""
+"""The drop-caches fault: refused by name before the run where /proc/sys/vm/drop_caches is not writable (it
+could never act), and a real eviction of the page cache where it is (the local backend as root), seen by
+the page cache shrinking."""
 
 import os
 import subprocess
@@ -8,8 +9,10 @@ import pytest
 
 from harness.history import INVOKE, Op
 from harness.remote import LocalRemote, RemoteResult
+from nemesis.base import NemesisRefused
 from nemesis.faults import DROP_CACHES
 from nemesis.registry import make_nemesis
+from tests.unit.fakes import fault_actions
 
 BROKERS = ["broker-1", "broker-2"]
 
@@ -46,19 +49,15 @@ def _op(f):
     return Op(INVOKE, f, "nemesis", None)
 
 
-def test_a_read_only_proc_sys_lists_the_fault_as_not_run_and_writes_nothing():
+def test_a_read_only_proc_sys_refuses_the_fault_by_name_and_writes_nothing():
     remote = ReadOnlyProcSys()
     cluster = Nodes("docker", remote)
     nem = make_nemesis(["drop-caches"], {})
-    nem.setup(cluster)  # no exception: the run goes on without this fault
-    (part,) = nem.parts
-    assert part.not_run == [f"drop-caches: {DROP_CACHES} is not writable on broker-1 "
-                            "(/proc/sys is read-only in the containers)"]
-    done = nem.invoke(cluster, _op("start-drop-caches"))
-    assert done.value == {"drop-caches": [], "not-run": part.not_run}
+    with pytest.raises(NemesisRefused, match=f"the drop-caches fault cannot run: {DROP_CACHES} is not writable on "
+                                             "broker-1 \\(/proc/sys is read-only in the containers\\); drop "
+                                             "drop-caches from --nemesis"):
+        nem.setup(cluster, fault_actions(cluster))
     assert remote.commands == [["test", "-w", DROP_CACHES]]  # the probe only, never a write
-    assert nem.invoke(cluster, _op("stop-drop-caches")).value == {"healed": []}
-    assert nem.teardown(cluster) == []
 
 
 def _resident_pages(path) -> int:
@@ -80,8 +79,10 @@ def test_as_root_on_the_local_backend_the_page_cache_is_really_dropped(tmp_path)
     assert _resident_pages(f) > 0
     cluster = Nodes("local", LocalRemote())
     nem = make_nemesis(["drop-caches"], {"seed": 3})
-    nem.setup(cluster)
-    assert nem.parts[0].not_run == []
+    nem.setup(cluster, fault_actions(cluster))
     done = nem.invoke(cluster, _op("start-drop-caches"))
     assert done.value["drop-caches"][0] in BROKERS
     assert _resident_pages(f) == 0
+    (rec,) = nem.faults.ledger.records()
+    before, after = rec.evidence["cached_kib"]
+    assert rec.applied and rec.observed and after < before and rec.healed

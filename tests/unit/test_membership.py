@@ -12,6 +12,7 @@ from clusters.broker.controller import Controller, ControllerConfig
 from clusters.broker.membership import MembershipError, alter_cluster
 from harness.history import INVOKE, Op
 from nemesis.membership import MembershipNemesis
+from tests.unit.fakes import fault_actions
 
 SESSION_MS = 1000
 
@@ -86,6 +87,15 @@ class ControllerCluster:
 
     def is_running(self, node):
         return self.node_id(node) not in self.stopped
+
+    def process_state(self, node):
+        return "running" if self.is_running(node) else "down"
+
+    def controller_nodes(self):
+        return []
+
+    def partitions(self, topic):
+        return []
 
     def stop(self, node):
         self.stopped.add(self.node_id(node))
@@ -171,7 +181,7 @@ def test_bad_membership_requests_get_one_sentence():
 def test_membership_nemesis_changes_the_shape_and_its_stop_restores_it(brokers):
     cl = ControllerCluster(brokers=brokers, partitions=6)
     nem = MembershipNemesis({"seed": brokers})
-    nem.setup(cl)
+    nem.setup(cl, fault_actions(cl))
     moves = {}
     for _ in range(24):
         v = nem.invoke(cl, Op(INVOKE, "start-membership", "nemesis", None)).value
@@ -194,7 +204,11 @@ def test_membership_nemesis_changes_the_shape_and_its_stop_restores_it(brokers):
             assert len(p.replicas) == 3 and not p.adding and not p.removing and p.leader == p.replicas[0]
         spread = load(cl)
         assert max(spread.values()) - min(spread.values()) <= 1, spread
+        assert not nem.faults.ledger.active()  # every move, and the broker a removal stopped, healed
     assert set(moves) == {"remove-broker", "reassign", "preferred-election"}, moves
+    records = nem.faults.ledger.records()
+    assert {r.detail["move"] for r in records if r.fault == "membership" and r.applied and r.observed} == set(moves)
+    assert any(r.fault == "stop" and r.observed and r.healed for r in records)  # a decommissioned broker
 
 
 def test_membership_is_refused_by_name_on_a_cluster_without_our_controller():
@@ -204,4 +218,4 @@ def test_membership_is_refused_by_name_on_a_cluster_without_our_controller():
     from nemesis.base import NemesisRefused
 
     with pytest.raises(NemesisRefused, match="drop membership from --nemesis"):
-        MembershipNemesis({}).setup(Foreign())
+        MembershipNemesis({}).setup(Foreign(), fault_actions(Foreign()))

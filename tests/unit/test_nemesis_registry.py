@@ -9,6 +9,7 @@ from harness.history import Op
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis
 from nemesis.targets import choose
+from tests.unit.fakes import fault_actions
 
 BROKERS = ["broker-1", "broker-2", "broker-3", "broker-4", "broker-5"]
 
@@ -19,9 +20,13 @@ class FakeCluster:
     def __init__(self):
         self.events = []
         self.down = set()
+        self.paused = set()
 
     def is_running(self, n):
         return n not in self.down
+
+    def process_state(self, n):
+        return "down" if n in self.down else "paused" if n in self.paused else "running"
 
     def broker_nodes(self):
         return BROKERS
@@ -34,6 +39,9 @@ class FakeCluster:
 
     def node_name(self, i):
         return f"broker-{i}"
+
+    def node_id(self, n):
+        return int(n.rsplit("-", 1)[1])
 
     def partitions(self, topic):
         return [PartitionView(topic, 0, 4, [4, 5, 1], [4, 5, 1])]
@@ -48,9 +56,17 @@ class FakeCluster:
 
     def pause(self, n):
         self.events.append(("pause", n))
+        self.paused.add(n)
 
     def resume(self, n):
         self.events.append(("resume", n))
+        self.paused.discard(n)
+
+
+def set_up(nemesis, cluster):
+    """What the runner does before the main phase: set the nemesis up with the run's fault actions."""
+    nemesis.setup(cluster, fault_actions(cluster))
+    return nemesis
 
 
 def test_targets():
@@ -69,7 +85,7 @@ def test_targets():
 
 def test_kill_of_the_leader_and_heal_by_restart():
     c = FakeCluster()
-    n = make_nemesis(["kill"], {"target": "leader"})
+    n = set_up(make_nemesis(["kill"], {"target": "leader"}), c)
     done = n.invoke(c, Op("invoke", "start-kill", "nemesis", None))
     assert done.value == {"kill": ["broker-4"]} and c.events == [("kill", "broker-4")]
     n.invoke(c, Op("invoke", "stop-kill", "nemesis", None))
@@ -81,7 +97,7 @@ def test_overlapping_faults_never_pick_a_broker_another_fault_has_down():
     # holds: the second must choose among the brokers still up, or its restart would end the first.
     c = FakeCluster()
     c.down = {"broker-1", "broker-2", "broker-3", "broker-4"}  # e.g. killed or power-cut by other parts
-    n = make_nemesis(["kill"], {"target": "random-node", "seed": 3})
+    n = set_up(make_nemesis(["kill"], {"target": "random-node", "seed": 3}), c)
     for _ in range(5):
         done = n.invoke(c, Op("invoke", "start-kill", "nemesis", None))
         assert done.value == {"kill": ["broker-5"]}
@@ -92,7 +108,7 @@ def test_overlapping_faults_never_pick_a_broker_another_fault_has_down():
 
 def test_teardown_heals_every_fault_even_when_one_part_fails():
     c = FakeCluster()
-    n = make_nemesis(["pause", "kill"], {"target": "all"})
+    n = set_up(make_nemesis(["pause", "kill"], {"target": "all"}), c)
     n.invoke(c, Op("invoke", "start-pause", "nemesis", None))
     n.invoke(c, Op("invoke", "start-kill", "nemesis", None))
     original_resume = c.resume
@@ -106,6 +122,7 @@ def test_teardown_heals_every_fault_even_when_one_part_fails():
     assert errors and "pause" in errors[0]
     assert {n for e, n in c.events if e == "resume"} == set(BROKERS)  # every node resumed despite errors
     assert {n for e, n in c.events if e == "start"} == set(BROKERS)  # and the kill healed too
+    assert not n.faults.ledger.active()  # and the ledger holds nothing active any more
 
 
 def test_schedule_and_unknown_names():
@@ -118,7 +135,7 @@ def test_schedule_and_unknown_names():
 def test_network_faults_are_refused_by_name_on_the_local_backend():
     n = make_nemesis(["partition"], {})
     with pytest.raises(NemesisRefused, match="partition fault needs nodes with their own network"):
-        n.setup(FakeCluster())
+        set_up(n, FakeCluster())
 
 
 def test_fault_targets_replay_from_the_seed_in_a_fresh_process():
@@ -138,7 +155,7 @@ def test_mixed_target_draws_a_target_per_fault_lone_nodes_leaders_majorities_and
     sizes = {len(choose("mixed", BROKERS, rng, leaders=["broker-4"])) for _ in range(200)}
     assert sizes == {1, 2, 3, 5}  # one node or the leader, a minority, a majority, all five
     c = FakeCluster()
-    n = make_nemesis(["kill"], {"target": "mixed", "seed": 2})
+    n = set_up(make_nemesis(["kill"], {"target": "mixed", "seed": 2}), c)
     hit = []
     for _ in range(30):
         hit.append(len(n.invoke(c, Op("invoke", "start-kill", "nemesis", None)).value["kill"]))
@@ -176,8 +193,7 @@ def test_controller_nemesis_hits_the_quorum_by_role_and_its_stop_heals_every_mov
             return "controller-1"
 
     c = Quorum()
-    n = make_nemesis(["controller"], {"seed": 5})
-    n.setup(c)  # not isolated: the isolating move is left out
+    n = set_up(make_nemesis(["controller"], {"seed": 5}), c)  # not isolated: the isolating move is left out
     seen = {}
     for _ in range(40):
         v = n.invoke(c, Op("invoke", "start-controller", "nemesis", None)).value

@@ -13,10 +13,18 @@ from nemesis.protocol import (
     ProtocolNemesis,
 )
 from nemesis.registry import nemesis_problem
+from tests.unit.fakes import fault_actions
 from tests.unit.test_scenario import FakeCluster
 
 
+def set_up(n: ProtocolNemesis, c: FakeCluster) -> ProtocolNemesis:
+    n.setup(c, fault_actions(c))
+    return n
+
+
 def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[str, dict, object]]:
+    if n.faults is None:
+        set_up(n, c)
     ops = []
 
     def record(f, value, thunk):
@@ -34,8 +42,7 @@ def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[st
 
 def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it():
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"})
-    n.setup(c)
+    n = set_up(ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"}), c)
     n.moves = {m: steps for m, steps in n.moves.items() if not m.startswith(SEQUENCE_PREFIX)}  # see below
     ops, seen_moves = [], set()
     for _ in range(40):
@@ -48,7 +55,7 @@ def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it():
                 assert hit == {"kill": next(iter(bound.values()))}
     assert {"heal", "kill-leader", "isolate-follower"} <= seen_moves and len(seen_moves) >= 5
     n.teardown(c)
-    assert n._down() == 0 and not n.done.isolated and not c.fenced
+    assert n._down() == 0 and not n.cut_off() and not c.fenced and not n.faults.ledger.active()
 
 
 def test_kill_leader_hits_the_partitions_leader():
@@ -70,8 +77,9 @@ def test_a_move_whose_role_is_absent_gives_way_to_another():
 
 def test_a_heal_is_forced_once_the_limit_is_down():
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 2, "topic": "queue"})
-    n.done.killed |= {"broker-1", "broker-2"}
+    n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
+    for b in ("broker-1", "broker-2"):
+        n.faults.kill(b, n.by)
     ops = drive_moves(n, c, 1)
     assert {v["move"] for _, v, _ in ops} == {"heal"}
     assert n._down() == 0 and c.calls.count("start broker-1") == 1
@@ -80,8 +88,7 @@ def test_a_heal_is_forced_once_the_limit_is_down():
 def test_on_a_loopback_cluster_moves_needing_own_nodes_are_left_out():
     c = FakeCluster()
     c.isolated_nodes = False
-    n = ProtocolNemesis({"topic": "queue"})
-    n.setup(c)
+    n = set_up(ProtocolNemesis({"topic": "queue"}), c)
     assert not NEEDS_ISOLATED_NODES & set(n.moves)
 
 
@@ -106,12 +113,11 @@ class FastClock:
 def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(monkeypatch):
     monkeypatch.setattr("nemesis.scenario.time", FastClock())
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 4, "topic": "queue"})
-    n.setup(c)
+    n = set_up(ProtocolNemesis({"seed": 4, "topic": "queue"}), c)
     assert {SEQUENCE_PREFIX + s for s in SEQUENCES} <= set(n.moves)
     started = {}
     for _ in range(60):
-        healed_before = n._down() == 0 and not n.done.isolated
+        healed_before = n._down() == 0 and not n.cut_off()
         ops = drive_moves(n, c, 1)
         move = ops[-1][1]["move"]
         if move.startswith(SEQUENCE_PREFIX):
@@ -124,14 +130,13 @@ def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(mon
         assert n._down() <= MAX_DOWN + 1  # a sequence's two kills may add to a paused broker of its own
     assert len(started) >= 3, started
     n.teardown(c)
-    assert n._down() == 0 and not n.done.isolated
+    assert n._down() == 0 and not n.cut_off()
 
 
 def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_their_cuts(monkeypatch):
     monkeypatch.setattr("nemesis.scenario.time", FastClock())
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 2, "topic": "queue"})
-    n.setup(c)
+    n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
     n.moves = {"pause-controller": n.moves["pause-controller"]}
     drive_moves(n, c, 1)
     assert c.calls == ["pause controller-0", "resume controller-0"] and n._down() == 0
@@ -142,17 +147,16 @@ def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_the
     cuts = {v["move"]: r for f, v, r in ops if f == "scenario-cut"}
     assert cuts["cut-leader-from-controllers"] == {"cut": "broker-1", "from": ["controller-0"]}
     assert cuts["cut-follower-from-controllers"]["cut"] in ("broker-2", "broker-3")
-    assert len(n.done.cuts) == 2 and n.done.cut_off
+    assert len(n.faults.ledger.active(("partition",))) == 2 and n.cut_off()
     n.moves = {"heal": MOVES["heal"]}
     drive_moves(n, c, 1)
-    assert not n.done.cuts and not n.done.cut_off
+    assert not n.faults.ledger.active() and not n.cut_off() and not any(c.net.drops.values())
 
 
 def test_flaw_sequences_are_dealt_from_a_deck_each_once_per_round(monkeypatch):
     monkeypatch.setattr("nemesis.scenario.time", FastClock())
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 5, "topic": "queue"})
-    n.setup(c)
+    n = set_up(ProtocolNemesis({"seed": 5, "topic": "queue"}), c)
     n.moves = {m: s for m, s in n.moves.items() if m.startswith(SEQUENCE_PREFIX) or m == "heal"}
     begun = []
     while len(begun) < 2 * len(SEQUENCES):
@@ -167,7 +171,7 @@ def test_flaw_sequences_are_dealt_from_a_deck_each_once_per_round(monkeypatch):
 
 def test_a_move_stops_between_steps_once_the_run_is_over():
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 1, "topic": "queue"})
+    n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue"}), c)
     n.moves = {"bounce-follower-then-kill-leader": MOVES["bounce-follower-then-kill-leader"]}
     done, over = [], []
 
@@ -185,11 +189,9 @@ def test_teardown_reconnects_what_the_protocol_nemesis_left_cut_off():
     """Found in the detection campaign: a leader cut off from the controller at the end of the run stayed
     cut through the final reads (the protocol's own Scenario record says it needs no isolated nodes)."""
     c = FakeCluster()
-    n = ProtocolNemesis({"seed": 1, "topic": "queue"})
-    n.setup(c)
+    n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue"}), c)
     n.moves = {"cut-leader-from-controllers": MOVES["cut-leader-from-controllers"]}
     drive_moves(n, c, 1)
-    assert any("DROP" in cmd for _, cmd in c.commands)
-    c.commands.clear()
+    assert c.net.cut_between("broker-1", "controller-0")
     n.teardown(c)
-    assert c.commands and all("DROP" not in cmd for _, cmd in c.commands)  # every node's rules flushed, none added
+    assert not any(c.net.drops.values())  # every node's rules flushed, none added

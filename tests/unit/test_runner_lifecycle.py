@@ -14,10 +14,12 @@ from harness.spec import TestSpec
 
 class FakeCluster:
     name = "fake"
+    has_state_dumps = False  # a cluster we did not build: the replica invariants do not apply
 
     def __init__(self, fail_up=False):
         self.fail_up = fail_up
         self.calls = []
+        self.down_nodes = set()
 
     def up(self):
         self.calls.append("up")
@@ -50,13 +52,21 @@ class FakeCluster:
         pass
 
     def is_running(self, node):
-        return True
+        return node not in self.down_nodes
+
+    def process_state(self, node):
+        return "down" if node in self.down_nodes else "running"
+
+    def node_id(self, node):
+        return int(node.rsplit("-", 1)[1])
 
     def kill(self, node):
         self.calls.append(f"kill {node}")
+        self.down_nodes.add(node)
 
     def start(self, node):
         self.calls.append(f"start {node}")
+        self.down_nodes.discard(node)
 
     def collect(self, dest):
         self.calls.append("collect")
@@ -220,7 +230,7 @@ class SlowStepsNemesis:
     def fs(self):
         return {"scenario-slow"}
 
-    def setup(self, cluster):
+    def setup(self, cluster, faults):
         pass
 
     def drive(self, cluster, record, stopped):

@@ -11,15 +11,19 @@ from harness.remote import RemoteResult
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis, nemesis_problem
 from nemesis.scenario import CONTROLLERS, SCENARIOS, Scenario, ScenarioNemesis, act, bind, cut, wait
+from tests.unit.fakes import FakeNetwork, fault_actions
 
 
 class FakeRemote:
-    def __init__(self, log, node):
-        self.log, self.node = log, node
+    def __init__(self, cluster, node):
+        self.cluster, self.node = cluster, node
 
     def run(self, argv, timeout=30.0, check=False):
-        self.log.append((self.node, " ".join(argv)))
-        return RemoteResult(0, "", "")
+        self.cluster.commands.append((self.node, " ".join(argv)))
+        answer = self.cluster.net.run(self.node, argv)
+        if answer is not None and "KAFKAESQUE" in " ".join(argv) and self.cluster.fence_on_cut:
+            self.cluster.fence_by_network()
+        return answer or RemoteResult(0, "", "")
 
 
 class FakeCluster:
@@ -33,6 +37,21 @@ class FakeCluster:
         self.leader, self.isr, self.fenced = 1, [1, 2, 3], set()
         self.leos = {1: 10, 2: 10, 3: 10}  # each broker's log end offset for partition 0
         self.calls, self.commands = [], []
+        self.net = FakeNetwork(self)
+        self.process = {}  # node -> "down" | "paused"; running otherwise
+        self.fence_on_cut, self.fenced_by_cut = False, set()
+
+    def process_state(self, n):
+        return self.process.get(n, "running")
+
+    def fence_by_network(self):
+        """Like a real controller, fence a broker it cannot hear, and take it back when it can again."""
+        cut_off = {b for b in self.broker_nodes() if self.net.cut_between(b, "controller-0")}
+        for b in cut_off - self.fenced_by_cut:
+            self._down(b)
+        for b in self.fenced_by_cut - cut_off:
+            self._up(b)
+        self.fenced_by_cut = cut_off
 
     def broker_nodes(self):
         return ["broker-1", "broker-2", "broker-3"]
@@ -53,7 +72,7 @@ class FakeCluster:
         return (f"10.0.0.{self.node_id(n) % 100}", 9092)
 
     def remote(self, n):
-        return FakeRemote(self.commands, n)
+        return FakeRemote(self, n)
 
     def partitions(self, topic):
         return [PartitionView(topic, 0, self.leader, [1, 2, 3], list(self.isr))]
@@ -84,26 +103,34 @@ class FakeCluster:
 
     def kill(self, n):
         self.calls.append(f"kill {n}")
+        self.process[n] = "down"
         self._down(n)
 
     def pause(self, n):
         self.calls.append(f"pause {n}")
+        self.process[n] = "paused"
         self._down(n)
 
     def resume(self, n):
         self.calls.append(f"resume {n}")
+        if self.process.get(n) == "paused":
+            del self.process[n]
         self._up(n)
 
     def start(self, n):
         self.calls.append(f"start {n}")
+        self.process.pop(n, None)
         self._up(n)
 
     def stop(self, n):
         self.calls.append(f"stop {n}")
+        self.process[n] = "down"
         self._down(n)
 
 
 def run(nemesis, cluster):
+    if nemesis.faults is None:
+        nemesis.setup(cluster, fault_actions(cluster))
     ops = []
 
     def record(f, value, thunk):
@@ -149,45 +176,39 @@ def test_a_wait_that_never_holds_stalls_the_scenario_and_later_steps_do_not_run(
 
 def test_isolate_cuts_one_node_off_and_heal_reconnects_it():
     c = FakeCluster()
-    n = scenario(act("isolate", "broker-2"), act("heal", "broker-2"), isolated=True)
-    n.setup(c)
-    c.commands.clear()
+    n = scenario(act("isolate", "broker-2"), isolated=True)
     run(n, c)
-    cut = [cmd for node, cmd in c.commands[:4]]
-    addr2 = c.address("broker-2")[0]
-    assert any(f"-s {addr2} -j DROP" in cmd for cmd in cut)          # the others drop broker-2
-    (own,) = [cmd for node, cmd in c.commands[:4] if node == "broker-2"]
-    assert own.count("-j DROP") == 1 and own.split(" -s ")[1].split()[0].count(",") == 2  # drops all 3 others
-    assert all("DROP" not in cmd for node, cmd in c.commands[4:])   # healed: only the flush left
+    assert all(c.net.cut_between("broker-2", other) for other in c.nodes() if other != "broker-2")
+    assert not c.net.cut_between("broker-1", "broker-3")  # only broker-2 is cut off
+    (rec,) = n.faults.ledger.records()
+    assert rec.fault == "partition" and rec.nodes == ["broker-2"] and rec.applied and rec.observed
+    assert set(rec.evidence["probes"].values()) == {"timeout"}  # seen: a probe across the cut timed out
+    n._perform(c, act("heal", "broker-2"), lambda: False)
+    assert not any(c.net.drops.values())
+    assert rec.healed and set(rec.heal_evidence["probes"].values()) == {"open"}
 
 
-def _drops(commands):
-    """node -> the addresses it drops, from the last rule set each node was given."""
-    out = {}
-    for node, cmd in commands:
-        out[node] = set(cmd.split(" -s ")[1].split()[0].split(",")) if " -s " in cmd else set()
-    return out
+def _drops(cluster):
+    """node -> the addresses it drops now."""
+    return cluster.net.drops
 
 
 def test_cut_separates_two_nodes_both_ways_and_heal_of_one_node_undoes_only_its_cuts():
     c = FakeCluster()
     n = scenario(bind("Z", "follower"), cut("Z", CONTROLLERS), cut("broker-1", "broker-3"), isolated=True)
-    n.setup(c)
     run(n, c)
     z = n.node("Z")
     ip = {node: c.address(node)[0] for node in c.nodes()}
-    drops = _drops(c.commands)
+    drops = _drops(c)
     assert ip["controller-0"] in drops[z] and ip[z] in drops["controller-0"]
     assert ip["broker-3"] in drops["broker-1"] and ip["broker-1"] in drops["broker-3"]
     other = ({"broker-2", "broker-3"} - {z}).pop()
     assert ip[other] not in drops[z]                      # a cut is not an isolation
-    c.commands.clear()
     n._perform(c, act("heal", "broker-3"), lambda: False)
-    drops = _drops(c.commands)
+    drops = _drops(c)
     assert ip["controller-0"] in drops[z] and not drops["broker-1"] and not drops["broker-3"] - {ip["controller-0"]}
-    c.commands.clear()
     n.teardown(c)
-    assert not any(_drops(c.commands).values())
+    assert not any(_drops(c).values())
 
 
 def test_log_reaches_waits_until_the_nodes_log_end_offset_reaches_the_others():
@@ -211,21 +232,8 @@ def test_log_reaches_on_a_cluster_without_state_dumps_says_why_it_cannot_wait():
 def test_zombie_follower_cuts_z_from_the_controllers_and_f_from_l_then_bounces_leadership():
     c = FakeCluster()
     n = ScenarioNemesis("zombie-follower", {"scenario_delay": 0, "seed": 3})
-    n.setup(c)
     c.leos = {1: 50, 2: 40, 3: 40}
-    apply_cuts, fenced_by_cut = n._apply_cuts, set()
-
-    def apply_cuts_and_fence(cluster):  # the fake's controller fences a broker it cannot hear
-        apply_cuts(cluster)
-        cut_off = {b for pair in n.done.cuts if "controller-0" in pair for b in pair - {"controller-0"}}
-        for b in cut_off - fenced_by_cut:
-            cluster._down(b)
-        for b in fenced_by_cut - cut_off:
-            cluster._up(b)
-        fenced_by_cut.clear()
-        fenced_by_cut.update(cut_off)
-
-    n._apply_cuts = apply_cuts_and_fence
+    c.fence_on_cut = True  # the fake's controller fences a broker it cannot hear
     ops = run(n, c)
     assert [f for f, _, r in ops if isinstance(r, str)] == []  # no step failed or stalled
     L, F, Z = n.node("L"), n.node("F"), n.node("Z")
@@ -239,7 +247,7 @@ def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster
     c = FakeCluster()
     c.isolated_nodes = False
     with pytest.raises(NemesisRefused, match="needs nodes of their own"):
-        ScenarioNemesis("last-replica-standing", {}).setup(c)
+        ScenarioNemesis("last-replica-standing", {}).setup(c, fault_actions(c))
 
 
 def test_every_shipped_scenario_uses_known_steps_and_conditions():
@@ -264,13 +272,13 @@ def test_nemesis_names_for_scenarios():
 
 
 def test_power_cuts_beyond_min_isr_minus_one_at_once_are_marked_beyond_the_fault_budget(monkeypatch):
-    from nemesis.faults import LossyCrashNemesis
+    from nemesis.actions import FaultActions
 
-    def crash(cluster, node):
-        cluster.kill(node)
+    def crash(self, node):
+        self.cluster.kill(node)
         return {"event": "dropped"}
 
-    monkeypatch.setattr(LossyCrashNemesis, "crash", staticmethod(crash))
+    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
     c = FakeCluster()
     n = scenario(act("lossy-crash", "broker-1"), act("start", "broker-1"), act("lossy-crash", "broker-2"),
                  act("lossy-crash", "broker-3"), isolated=True)
@@ -309,7 +317,6 @@ def test_a_scenario_file_is_data_and_runs_like_a_shipped_one(tmp_path):
     assert nemesis_problem([f"scenario:{f}"]) is None
     c = FakeCluster()
     n = make_nemesis([f"scenario:{f}"], {"scenario_delay": 0}).parts[0]
-    n.setup(c)
     c.fenced.update({2, 3})  # this fake fences on kills and pauses only: let the wait on Z hold
     ops = run(n, c)
     assert [f[len("scenario-"):] for f, _, r in ops if not isinstance(r, str)] == [st.do for st in s.steps]

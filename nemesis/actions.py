@@ -1,0 +1,392 @@
+"""The one implementation of each fault's act, observation and heal, shared by every nemesis.
+
+A nemesis decides what to hit and when (random faults, scenarios, the protocol nemesis, the
+controller and membership nemeses); how a node is killed, paused, cut off, power-cut or
+skewed, how we see that it happened, and how it is undone is written once, here, and every
+step goes through the run's FaultLedger (nemesis/ledger.py):
+
+- kill, stop, pause, lossy_crash: the cluster's own process control; observed in /proc on
+  the node (gone, or state T); `start` and `resume` heal every such fault on the node and
+  see the process running again. `start` also notes whether a killed node still leads any
+  partition (the leadership should have moved while it was down).
+- cut, heal_cuts: iptables DROP rules in our chain (nemesis/netrules.py); the rules on every
+  node are always the union of the active cuts and loss rules, so one fault's heal never
+  undoes another's; observed by a TCP probe across each cut (it must time out) and, after
+  the heal, back (it must not).
+- degrade, restore_net: a tbf bandwidth limit and random loss (the net fault); observed by
+  reading the qdisc and rules back.
+- set_clock, reset_clock: the node's clock control file (nemesis/clock_preload.py); observed
+  by the node's own clock, read from its state dump.
+- heal_everything: the run's final heal: everything the ledger still holds active.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from checkers.fault_records import FaultRecord
+from harness.remote import shell_join
+from nemesis import netrules
+from nemesis.grudge import Grudge, describe
+from nemesis.ledger import FaultLedger
+from nemesis.observe import (
+    net_state,
+    node_clock_offset_s,
+    probe_pairs,
+    process_state_within,
+)
+
+PROCESS_FAULTS = ("kill", "stop", "lossy-crash", "disk")  # the node's process is down until started
+HEALED_BY_START = PROCESS_FAULTS + ("pause",)
+CLOCK_FAULTS = ("clock", "clock-jump", "clock-strobe")
+CLOCK_TOLERANCE_S = 0.2  # a state dump's round trip is milliseconds; the faults shift clocks by seconds
+
+
+def net_device(cluster, node: str) -> str:
+    """The network device tc shapes on a node: the cluster's own answer (a namespace's veth end), else eth0."""
+    return cluster.net_device(node) if hasattr(cluster, "net_device") else "eth0"
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:300]
+
+
+class FaultActions:
+    def __init__(self, cluster, ledger: FaultLedger, topic: str = "queue"):
+        self.cluster = cluster
+        self.ledger = ledger
+        self.topic = topic
+        self._cuts: dict[int, Grudge] = {}                            # record id -> who drops whom
+        self._loss: dict[int, tuple[str, list[str], float]] = {}       # record id -> (node, peers, probability)
+        self._network_ready = False
+        self._lock = threading.RLock()  # the nemesis thread and the final heal may overlap at the end
+
+    # --- processes -------------------------------------------------------------------------------
+    def kill(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+        with self.ledger.applying("kill", [node], by, detail) as rec:
+            self.cluster.kill(node)
+        self._observe_process(rec, node, "down")
+        return rec
+
+    def stop(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+        """A controlled shutdown (SIGTERM, then the broker's own shutdown): a fault of kind stop."""
+        with self.ledger.applying("stop", [node], by, detail) as rec:
+            self.cluster.stop(node)
+        self._observe_process(rec, node, "down")
+        return rec
+
+    def pause(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+        with self.ledger.applying("pause", [node], by, detail) as rec:
+            self.cluster.pause(node)
+        self._observe_process(rec, node, "paused")
+        return rec
+
+    def _observe_process(self, rec: FaultRecord, node: str, want: str) -> None:
+        try:
+            state = process_state_within(self.cluster, node, (want,))
+        except Exception as e:  # noqa: BLE001 - a node that cannot be asked gives no evidence
+            self.ledger.observed(rec, False, error=f"could not read {node}'s process state ({_error(e)})")
+            return
+        self.ledger.observed(rec, state == want, {"process": state},
+                             f"{node}'s process is {state}, not {want}")
+
+    def start(self, node: str, note_leadership: bool = True) -> list[FaultRecord]:
+        """Start the node's process (a no-op when it runs); heals every kill, stop, power cut and disk
+        fault on it, and a pause too when the process now runs (a paused process that was killed)."""
+        owed = self.ledger.active(HEALED_BY_START, node)
+        if note_leadership and any(r.fault in PROCESS_FAULTS for r in owed):
+            self._note_leadership(node, [r for r in owed if r.fault in PROCESS_FAULTS])
+        self.cluster.start(node)
+        return self._heal_process(node, owed, ("running",), timeout_s=10.0)
+
+    def resume(self, node: str) -> list[FaultRecord]:
+        owed = self.ledger.active(("pause",), node)
+        self.cluster.resume(node)
+        return self._heal_process(node, owed, ("running", "down"), timeout_s=5.0)
+
+    def _heal_process(self, node: str, owed: list[FaultRecord], want: tuple[str, ...], timeout_s: float
+                      ) -> list[FaultRecord]:
+        try:
+            state = process_state_within(self.cluster, node, want, timeout_s)
+        except Exception as e:  # noqa: BLE001
+            state = f"unknown ({_error(e)})"
+        healed = []
+        for rec in owed:
+            if rec.fault == "pause" and state == "paused":
+                continue  # start() of a live paused process leaves it paused: resume heals it
+            self.ledger.healed(rec, state in want, {"process": state},
+                               f"{node}'s process is {state} after the heal, not {' or '.join(want)}")
+            healed.append(rec)
+        return healed
+
+    def _note_leadership(self, node: str, recs: list[FaultRecord]) -> None:
+        """Evidence that a kill reached the protocol: after its broker has been down a while, it should
+        lead no partition of the test's topic (best effort: the cluster may be answering slowly)."""
+        try:
+            node_id = self.cluster.node_id(node)
+            still = sorted(p.partition for p in self.cluster.partitions(self.topic) if p.leader == node_id)
+        except Exception:  # noqa: BLE001 - evidence, not a step of the fault
+            return
+        for rec in recs:
+            self.ledger.note(rec, still_leads_at_restart=still)
+
+    def lossy_crash(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+        """SIGKILL the broker, then make its lossy file system drop every byte not yet fsynced (a power
+        cut); observed by the process being gone and the file system's report of what it dropped."""
+        with self.ledger.applying("lossy-crash", [node], by, detail) as rec:
+            report = self._crash_and_drop(node)
+        try:
+            state = process_state_within(self.cluster, node, ("down",))
+        except Exception as e:  # noqa: BLE001
+            state = f"unknown ({_error(e)})"
+        ok = state == "down" and report.get("event") == "dropped"
+        self.ledger.observed(rec, ok, {"process": state, "lossyfs": report},
+                             f"process {state}, lossy file system reported {report}")
+        return rec
+
+    def _crash_and_drop(self, node: str) -> dict[str, Any]:
+        r = self.cluster.remote(node)
+        pidfile, status = self.cluster.lossyfs_files(node)
+        before = len(r.run(["cat", status]).out.strip().splitlines())
+        self.cluster.kill(node)
+        if not r.signal_daemon(pidfile, signal.SIGUSR1):
+            raise RuntimeError(f"the lossy file system of {node} could not be signalled (pid file {pidfile})")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lines = r.run(["cat", status]).out.strip().splitlines()
+            if len(lines) > before:
+                return json.loads(lines[-1])
+            time.sleep(0.05)
+        return {"event": "no report from lossyfs within 10 s"}
+
+    # --- the network -----------------------------------------------------------------------------
+    def prepare_network(self) -> None:
+        """Our iptables chain on every node (idempotent); a nemesis that cuts or degrades calls it in setup,
+        so a node that cannot take the rules stops the run before it starts."""
+        with self._lock:
+            for node in self.cluster.nodes():
+                for argv in netrules.chain_setup():
+                    self.cluster.remote(node).run(argv, check=True)
+            self._network_ready = True
+
+    def cut(self, grudge: Grudge, by: str, nodes: list[str] | None = None, detail: Any = None) -> FaultRecord:
+        """Drop packets along a grudge (node -> the nodes it will not hear). `nodes` are the ones the cut is
+        about (heal_cuts(node) undoes the cuts that name it); by default every node that drops something."""
+        involved = sorted(n for n, drops in grudge.items() if drops)
+        detail = {"grudge": {n: sorted(d) for n, d in grudge.items() if d}, "description": describe(grudge),
+                  **(detail or {})}
+        rec = self.ledger.request("partition", nodes or involved, by, detail)
+        if not involved:
+            self.ledger.applied(rec, False, "the partition's shape cuts nothing on these nodes (no grudge)")
+            return rec
+        with self._lock:
+            self._cuts[rec.id] = grudge
+            try:
+                self._apply_rules()
+            except BaseException as e:
+                self.ledger.applied(rec, False, _error(e))
+                self._cuts.pop(rec.id)
+                self._reapply_quietly()  # no half-applied rule of a failed cut may stay behind
+                raise
+            self.ledger.applied(rec)
+        seen = probe_pairs(self.cluster, _cut_pairs(grudge))
+        cut = [k for k, v in seen.items() if v == "timeout"]
+        self.ledger.observed(rec, len(cut) == len(seen), {"probes": seen},
+                             "traffic still flows across the cut: " + ", ".join(
+                                 f"{k} {v}" for k, v in seen.items() if v != "timeout"))
+        return rec
+
+    def heal_cuts(self, node: str | None = None, by: str | None = None) -> list[FaultRecord]:
+        """Undo the active cuts (those naming `node`, or asked for by `by`; all when neither is given),
+        then probe back across each: the packets must flow again."""
+        with self._lock:
+            owed = [r for r in self.ledger.active(("partition",), node, by) if r.id in self._cuts]
+            if not owed:
+                return []
+            removed = {r.id: self._cuts.pop(r.id) for r in owed}
+            try:
+                self._apply_rules()
+            except BaseException as e:
+                for rec in owed:
+                    self.ledger.healed(rec, False, error=f"the rules could not be removed: {_error(e)}")
+                raise
+            still = self._union()
+        for rec in owed:
+            pairs = [(s, d) for s, d in _cut_pairs(removed[rec.id]) if s not in still.get(d, set())]
+            seen = probe_pairs(self.cluster, pairs)
+            blocked = [f"{k} {v}" for k, v in seen.items() if v == "timeout" or v.startswith("error")]
+            self.ledger.healed(rec, not blocked, {"probes": seen}, "still cut after the heal: " + ", ".join(blocked))
+        return owed
+
+    def degrade(self, node: str, rate: str, loss: float, by: str) -> FaultRecord:
+        """A bandwidth limit on the node's egress and random loss of what it receives from every peer."""
+        peers = [self.cluster.address(n)[0] for n in self.cluster.nodes() if n != node]
+        device = net_device(self.cluster, node)
+        with self.ledger.applying("net", [node], by, {"rate": rate, "loss": loss}) as rec, self._lock:
+            self._loss[rec.id] = (node, peers, loss)
+            try:
+                self._apply_rules()
+                self.cluster.remote(node).run(netrules.bandwidth_limit(device, rate), check=True)
+            except BaseException:
+                self._loss.pop(rec.id)
+                self._reapply_quietly()
+                self.cluster.remote(node).run(netrules.clear_qdisc(device))
+                raise
+        state = net_state(self.cluster, node, device)
+        ok = "tbf" in state["qdisc"] and state["loss_rules"] > 0
+        self.ledger.observed(rec, ok, state, f"the node shows qdisc {state['qdisc']!r} and "
+                                             f"{state['loss_rules']} loss rule(s)")
+        return rec
+
+    def restore_net(self, by: str | None = None) -> list[FaultRecord]:
+        with self._lock:
+            owed = [r for r in self.ledger.active(("net",), by=by) if r.id in self._loss]
+            for rec in owed:
+                self._loss.pop(rec.id)
+            if owed:
+                self._apply_rules()
+            degraded = {n for n, _, _ in self._loss.values()}
+        for rec in owed:
+            node = rec.nodes[0]
+            device = net_device(self.cluster, node)
+            if node not in degraded:
+                self.cluster.remote(node).run(netrules.clear_qdisc(device))
+            state = net_state(self.cluster, node, device)
+            ok = node in degraded or ("tbf" not in state["qdisc"] and state["loss_rules"] == 0)
+            self.ledger.healed(rec, ok, state, f"the node still shows qdisc {state['qdisc']!r} and "
+                                               f"{state['loss_rules']} loss rule(s)")
+        return owed
+
+    def _union(self) -> Grudge:
+        union: Grudge = {}
+        for g in self._cuts.values():
+            for n, drops in g.items():
+                union.setdefault(n, set()).update(drops)
+        return union
+
+    def _reapply_quietly(self) -> None:
+        try:
+            self._apply_rules()
+        except Exception:  # noqa: BLE001 - the caller raises the first error; the final heal removes the chain
+            pass
+
+    def _apply_rules(self) -> None:
+        """Every node's chain becomes exactly the union of the active cuts and loss rules, all nodes at once
+        (one exec per node: flush, then add)."""
+        if not self._network_ready:
+            self.prepare_network()
+        union = self._union()
+        (flush,) = netrules.heal()
+        commands = {}
+        for node in self.cluster.nodes():
+            rules = [shell_join(flush)]
+            rules += [shell_join(a) for a in netrules.drop_from(self.cluster.address(n)[0]
+                                                                 for n in union.get(node, ()))]
+            for owner, peers, p in self._loss.values():
+                if owner == node:
+                    rules += [shell_join(a) for a in netrules.random_loss_from(peers, p)]
+            commands[node] = ["sh", "-c", " && ".join(rules)]
+        on_nodes(self.cluster, commands, check=True)
+
+    # --- clocks ----------------------------------------------------------------------------------
+    def set_clock(self, node: str, fault: str, control_text: str, expect_s: tuple[float, ...], by: str,
+                  detail: Any = None) -> FaultRecord:
+        """Write the node's clock control file; observed when the node's own clock reads one of `expect_s`
+        (seconds off ours; two values for a strobe) within CLOCK_TOLERANCE_S."""
+        baseline = node_clock_offset_s(self.cluster, node)  # a remote host's clock may differ a little anyway
+        with self.ledger.applying(fault, [node], by, detail) as rec:
+            self.cluster.remote(node).put(self.cluster.clock_file(node), control_text.encode())
+        seen = self._clock_samples(node, baseline, samples=10 if len(expect_s) > 1 else 3)
+        hit = any(abs(s - e) <= CLOCK_TOLERANCE_S for s in seen for e in expect_s if e)
+        self.ledger.observed(rec, hit, {"clock_offset_s": seen, "expected_s": list(expect_s), "baseline_s": baseline},
+                             f"the node's clock read {seen} s off, not {list(expect_s)}" if seen else
+                             f"{node} did not answer with its clock")
+        return rec
+
+    def reset_clock(self, node: str) -> list[FaultRecord]:
+        """Back to the real time (offset 0); heals every clock fault on the node."""
+        from nemesis.clock_preload import offset_file_text
+
+        owed = self.ledger.active(CLOCK_FAULTS, node)
+        self.cluster.remote(node).put(self.cluster.clock_file(node), offset_file_text(0).encode())
+        baseline = next((r.evidence.get("baseline_s") for r in owed if r.evidence.get("baseline_s") is not None), None)
+        seen = self._clock_samples(node, baseline, samples=3)
+        ok = bool(seen) and all(abs(s) <= CLOCK_TOLERANCE_S for s in seen)
+        for rec in owed:
+            self.ledger.healed(rec, ok, {"clock_offset_s": seen}, f"the node's clock still reads {seen} s off"
+                               if seen else f"{node} did not answer with its clock")
+        return owed
+
+    def _clock_samples(self, node: str, baseline: float | None, samples: int) -> list[float]:
+        out = []
+        for _ in range(samples):
+            off = node_clock_offset_s(self.cluster, node)
+            if off is None:
+                break  # a paused or dead node: asking again only waits out more timeouts
+            out.append(round(off - (baseline or 0.0), 3))
+            time.sleep(0.03)
+        return out
+
+    # --- heals -----------------------------------------------------------------------------------
+    def heal(self, by: str | None = None) -> list[str]:
+        """Undo everything still active that `by` asked for (everything, when None): the network first
+        (a restarted broker cut off from its controller could not register), then paused and downed
+        processes, then clocks. Every part is tried; the errors come back as sentences."""
+        errors: list[str] = []
+
+        def attempt(what: str, fn) -> None:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - heal the rest, then report
+                errors.append(f"{what}: {_error(e)}")
+
+        # The final heal also undoes faults whose apply failed half-way (a signal sent, then an error; a
+        # clock file written, then an error): they may have acted, and every undo is a no-op elsewhere.
+        failed = [r for r in self.ledger.records() if r.applied is False] if by is None else []
+
+        def nodes_of(kinds: tuple[str, ...]) -> list[str]:
+            return sorted({n for r in [*self.ledger.active(kinds, by=by), *failed] if r.fault in kinds
+                           for n in r.nodes})
+
+        attempt("reconnect the network", lambda: self.heal_cuts(by=by))
+        attempt("restore the network's rate and loss", lambda: self.restore_net(by=by))
+        for node in nodes_of(("pause",)):
+            attempt(f"resume {node}", lambda node=node: self.resume(node))
+        controllers = set(self.cluster.controller_nodes())
+        for node in sorted(nodes_of(PROCESS_FAULTS), key=lambda n: (n not in controllers, n)):
+            # controllers first: a broker registers with one
+            attempt(f"start {node}", lambda node=node: self.start(node, note_leadership=by is not None))
+        for node in nodes_of(CLOCK_FAULTS):
+            attempt(f"reset the clock of {node}", lambda node=node: self.reset_clock(node))
+        return errors
+
+    def heal_everything(self) -> list[str]:
+        """The run's final heal: everything still active, whoever asked for it, then our iptables chain
+        off every node."""
+        errors = self.heal()
+        if self._network_ready:
+            try:
+                on_nodes(self.cluster, {n: netrules.remove_chain()[0] for n in self.cluster.nodes()})
+                self._network_ready = False
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"remove our iptables chain: {_error(e)}")
+        return errors
+
+
+def _cut_pairs(grudge: Grudge) -> list[tuple[str, str]]:
+    """One probe per node that drops something: from one of the nodes it drops, to it."""
+    return [(sorted(drops)[0], node) for node, drops in sorted(grudge.items()) if drops]
+
+
+def on_nodes(cluster, commands: dict[str, list[str]], check: bool = False) -> None:
+    """Run one command per node, on all nodes in parallel."""
+    if not commands:
+        return
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        for f in [pool.submit(cluster.remote(n).run, argv, 30.0, check) for n, argv in commands.items()]:
+            f.result()
