@@ -242,17 +242,8 @@ def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
 
 
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
-    """The checks `kafkaesque run` makes on its flags, worded for the file's keys."""
-    from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from harness.generator import NEMESIS_SCHEDULES
+    """The checks `kafkaesque run` makes on its flags (TestSpec.problems), worded for the file's keys."""
     from harness.runner import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
-    from nemesis.faults import PARTITION_TARGETS
-    from nemesis.targets import TARGETS
-
-    def one_of(key: str, value: Any, valid: tuple[str, ...] | list[str]) -> None:
-        if value not in valid:
-            raise CampaignFileError(f"key {key!r} is {value!r}, which is not one of {', '.join(valid)}; "
-                                    f"pick one of those.")
 
     if spec.cluster.startswith(SSH_PREFIX):
         problem = cluster_problem(spec.cluster)  # the node file itself, checked before anything runs
@@ -262,19 +253,9 @@ def _check_settings(spec: TestSpec, from_file: bool) -> None:
         where = "key 'cluster'" if from_file else "--cluster"
         raise CampaignFileError(f"{where} is {spec.cluster!r}, which is not one of {', '.join(CLUSTER_NAMES)}; "
                                 f"pick one of those.")
-    one_of("nemesis_target", spec.nemesis_target, list(dict.fromkeys(TARGETS + PARTITION_TARGETS)))
-    one_of("nemesis_schedule", spec.nemesis_schedule, NEMESIS_SCHEDULES)
-    one_of("unclean_recovery_strategy", spec.unclean_recovery_strategy, UNCLEAN_RECOVERY_STRATEGIES)
-    one_of("client", spec.client, ("kafka-python", "confluent-kafka"))
-    for key in ("time_limit", "nemesis_interval", "brokers", "partitions", "concurrency"):
-        if getattr(spec, key) <= 0:
-            raise CampaignFileError(f"key {key!r} is {getattr(spec, key)}; set it above 0.")
-    for key in ("rate", "recovery_wait"):
-        if getattr(spec, key) < 0:
-            raise CampaignFileError(f"key {key!r} is {getattr(spec, key)}; set it to 0 or more.")
-    if not 1 <= spec.min_isr <= spec.replication_factor <= spec.brokers:
-        raise CampaignFileError(f"need 1 <= min_isr ({spec.min_isr}) <= replication_factor "
-                                f"({spec.replication_factor}) <= brokers ({spec.brokers}); change those keys.")
+    problems = spec.problems("key")
+    if problems:
+        raise CampaignFileError(problems[0])
 
 
 def _axis(table: dict[str, Any], key: str) -> list[str]:

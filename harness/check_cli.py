@@ -4,80 +4,160 @@ Formats: jsonl (our histories), edn (Jepsen's), porcupine-etcd and porcupine-kv
 (Porcupine's test data). Models: register, cas-register, etcd, kv, log (the general
 linearizability search), list-append (the Elle-style cycle checker), and queue (the
 queue checker plus the log fast path, as `kafkaesque run` uses). Exit 0 valid,
-1 invalid, 2 unknown; bad input is one sentence naming the cause and the fix (exit 3).
+1 invalid, 2 unknown (each reason printed under the verdict); bad input (a file that
+cannot be read in its format, a model that reads none of its operations) is one sentence
+naming the cause and the fix (exit 3).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+
+from harness.history import Op
 
 FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
 MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append")
+# The operations (op "f") each model's checkers read; they pass over every other op in silence, so a
+# history none of whose ops is among them would check valid having checked nothing.
+MODEL_OPS = {
+    "queue": ("send", "poll", "final-poll"),
+    "log": ("send", "poll", "final-poll"),
+    "list-append": ("txn",),
+    "register": ("read", "write"),
+    "cas-register": ("read", "write", "cas"),
+    "etcd": ("read", "write", "cas"),
+    "kv": ("get", "put", "append"),
+}
+EXIT_BAD_INPUT = 3
+
+
+class CheckInputError(ValueError):
+    """Input `check` cannot judge; the message is one sentence naming the cause and the fix."""
 
 
 def check_command(file: str, format: str, model: str | None, time_limit: float) -> int:
     from checkers.core import run_checkers
-    from harness.history import HistoryFormatError, read_history
 
     out = Console(stderr=True, soft_wrap=True)
-    if format not in FORMATS:
-        out.print(f"[red]error:[/] unknown format {format!r}; valid: {', '.join(FORMATS)}.")
-        return 3
-    model = model or {"porcupine-etcd": "etcd", "porcupine-kv": "kv", "edn": "list-append"}.get(format, "queue")
-    if model not in MODELS:
-        out.print(f"[red]error:[/] unknown model {model!r}; valid: {', '.join(MODELS)}.")
-        return 3
     try:
-        if format == "jsonl":
-            history = read_history(file)
-        elif format == "edn":
-            from checkers.formats.edn import parse_edn_history
-
-            history = parse_edn_history(file)
-        else:
-            from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
-
-            history = (parse_etcd_log if format == "porcupine-etcd" else parse_kv_log)(file)
-    except FileNotFoundError:
-        out.print(f"[red]error:[/] {file} does not exist; pass the path of a history file.")
-        return 3
-    except HistoryFormatError as e:
-        out.print(f"[red]error:[/] {e}")
-        return 3
-    if model == "list-append":
-        from checkers.elle import ElleListAppendChecker
-
-        checkers = [ElleListAppendChecker(cycle_budget_s=time_limit)]
-    elif model == "queue":
-        from checkers.log_order import LogOrderChecker
-        from checkers.queue import QueueChecker
-
-        checkers = [QueueChecker(), LogOrderChecker()]
-    else:
-        from checkers.linearizable import LinearizableChecker
-
-        checkers = [LinearizableChecker(model, time_limit)]
+        model = _model(format, model, time_limit)
+        history = read_any_history(file, format)
+        _check_model_reads(history, model, file)
+    except CheckInputError as e:
+        out.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_BAD_INPUT
     try:
-        results = run_checkers(checkers, {}, history)
+        results = run_checkers(_checkers(model, time_limit), {}, history)
     except ValueError as e:
-        out.print(f"[red]error:[/] {e}")
-        return 3
+        out.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_BAD_INPUT
     valid = results["valid"]
     colour = {True: "green", False: "red"}.get(valid, "yellow")
     out.print(f"[bold {colour}]valid: {valid}[/] ({len(history)} ops, model {model})")
+    print_unknown_reasons(out, results)
     for name, r in results["checkers"].items():
         if r.get("error"):
-            out.print(f"  {name}: could not finish: {r['error']}")
+            out.print(f"  {name}: could not finish: {escape(r['error'])}")
         for a in r.get("anomalies", []):
-            out.print(f"  [red]{name}: {a['name']} x{a['count']}[/] {a.get('explanation', '')}")
+            out.print(f"  [red]{name}: {a['name']} x{a['count']}[/] {escape(a.get('explanation', ''))}")
             for ex in a.get("examples", [])[:3]:
                 if ex.get("summary"):
-                    out.print(f"    - {ex['summary']}")
+                    out.print(f"    - {escape(ex['summary'])}")
         if "counterexample" in r.get("details", {}):
             ce = r["details"]["counterexample"]
             for c in ce.get("concurrent", [])[:10]:
-                out.print(f"      concurrent: op #{c['op_index']} {c['op']}")
+                out.print(f"      concurrent: op #{c['op_index']} {escape(str(c['op']))}")
     print(json.dumps({"valid": valid}))
     return 0 if valid is True else 1 if valid is False else 2
+
+
+def print_unknown_reasons(out: Console, results: dict[str, Any]) -> None:
+    """Every sentence of results["unknown_reasons"] (why a checker could not decide), under the verdict."""
+    for reason in results.get("unknown_reasons") or []:
+        out.print(f"  [yellow]unknown:[/] {escape(str(reason))}")
+
+
+def _model(format: str, model: str | None, time_limit: float) -> str:
+    if format not in FORMATS:
+        raise CheckInputError(f"unknown format {format!r}; valid: {', '.join(FORMATS)}.")
+    model = model or {"porcupine-etcd": "etcd", "porcupine-kv": "kv", "edn": "list-append"}.get(format, "queue")
+    if model not in MODELS:
+        raise CheckInputError(f"unknown model {model!r}; valid: {', '.join(MODELS)}.")
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise CheckInputError(f"--time-limit {time_limit:g} is not a number of seconds above 0; give the checker's "
+                              f"budget, e.g. --time-limit 60.")
+    return model
+
+
+def read_any_history(file: str, format: str) -> list[Op]:
+    """The ops of `file` in `format`; CheckInputError (one sentence) for anything that cannot be read."""
+    from harness.history import HistoryFormatError, read_history
+
+    path = Path(file)
+    try:
+        if format == "jsonl":
+            history = read_history(path)
+            if not history:
+                _refuse_jsonl_without_a_line(path)
+        elif format == "edn":
+            from checkers.formats.edn import parse_edn_history
+
+            history = parse_edn_history(path)
+        else:
+            from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
+
+            history = (parse_etcd_log if format == "porcupine-etcd" else parse_kv_log)(path)
+    except FileNotFoundError:
+        raise CheckInputError(f"{file} does not exist; pass the path of a history file.") from None
+    except IsADirectoryError:
+        raise CheckInputError(f"{file} is a directory; pass the path of a history file (a run's is "
+                              f"<run dir>/history.jsonl).") from None
+    except OSError as e:
+        raise CheckInputError(f"cannot read {file} ({e.strerror or e}); pass a readable history file.") from None
+    except HistoryFormatError as e:
+        if format != "jsonl":  # the other formats' readers name the fix themselves
+            raise CheckInputError(str(e)) from None
+        raise CheckInputError(f"{str(e).rstrip('.')}; pass a JSON Lines history, or the --format the file is "
+                              f"written in.") from None
+    return history
+
+
+def _refuse_jsonl_without_a_line(path: Path) -> None:
+    """read_history drops an unparseable last line without its newline (a writer killed mid-line); when
+    that line is all there is, the file is no history at all (a binary file, another format)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head.strip():
+        from harness.history import HistoryFormatError
+
+        raise HistoryFormatError(f"{path} line 1: not a JSON op, and no other line is.")
+
+
+def _check_model_reads(history: list[Op], model: str, file: str) -> None:
+    """A model none of whose operations the history holds would judge nothing: refuse it by name."""
+    names = {op.f for op in history if op.is_client}
+    if names and not names & set(MODEL_OPS[model]):
+        raise CheckInputError(f"the {model} model reads {', '.join(MODEL_OPS[model])} operations and {file} holds "
+                              f"none (its operations are {', '.join(sorted(names)[:8])}); pass the --model that "
+                              f"fits the file.")
+
+
+def _checkers(model: str, time_limit: float) -> list:
+    if model == "list-append":
+        from checkers.elle import ElleListAppendChecker
+
+        return [ElleListAppendChecker(cycle_budget_s=time_limit)]
+    if model == "queue":
+        from checkers.log_order import LogOrderChecker
+        from checkers.queue import QueueChecker
+
+        return [QueueChecker(), LogOrderChecker()]
+    from checkers.linearizable import LinearizableChecker
+
+    return [LinearizableChecker(model, time_limit)]

@@ -1,32 +1,122 @@
-"""`kafkaesque`: run a test, re-check a stored one, list runs, clean up after crashes, check any history."""
+"""`kafkaesque`: run a test, re-check a stored one, list runs, clean up after crashes, check any history.
+
+Exit status, for every command: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is
+bad (a usage error too). The root command is guarded (_GuardedGroup): an exception a command lets
+escape is a harness bug, and ends in exit 3 with one sentence and the traceback in a file, never in
+a traceback on the terminal with exit 1, the code that means "invalid".
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+# typer vendors click (typer._click) and re-exports none of its exception classes.
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
 from results.pipeline.cli import pipeline_app
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
+EXIT_HARNESS = 3
+EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
+               "(a bad option or a missing argument too).")
 err = Console(stderr=True, soft_wrap=True)  # one message, one line: easy to grep in CI logs
+
+
+class _GuardedGroup(TyperGroup):
+    """The root command: every way out of it is an exit status of EXIT_STATUS.
+
+    click ends a usage error with 2, which here means "unknown", and an exception with a traceback
+    and 1, which means "invalid"; both become 3 with one sentence. typer.Exit and SystemExit keep
+    their codes.
+    """
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            # Not standalone: click hands back usage errors and aborts instead of printing and exiting
+            # with its own codes, and returns the code of a typer.Exit.
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        except NoArgsIsHelpError:
+            code = EXIT_HARNESS  # the help was printed already: nothing was asked
+        except UsageError as e:
+            where = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
+            err.print(f"[red]error:[/] {escape(_one_line(e.format_message()).rstrip('.'))}{escape(where)}.")
+            code = EXIT_HARNESS
+        except ClickException as e:
+            err.print(f"[red]error:[/] {escape(_one_line(e.format_message()))}")
+            code = EXIT_HARNESS
+        except typer.Abort:
+            err.print("[red]error:[/] aborted before the command finished; nothing more was done.")
+            code = EXIT_HARNESS
+        except Exception as e:  # noqa: BLE001 - the guard: any escaping exception is a harness bug
+            err.print(f"[red]error:[/] {escape(harness_failure(e))}")
+            code = EXIT_HARNESS
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def harness_failure(e: BaseException) -> str:
+    """The one sentence for an exception that escaped a command; its traceback goes to a file."""
+    text = "".join(traceback.format_exception(e))
+    where = _write_traceback(text)
+    said = f"kafkaesque failed: {type(e).__name__}: {_one_line(str(e))[:300]}".rstrip(": ")
+    if where is None:
+        return f"{said}; the traceback could not be written to a file, so here it is: {_one_line(text)}"
+    return f"{said}; the traceback is in {where}"
+
+
+def _write_traceback(text: str) -> Path | None:
+    """<cache>/kafkaesque/crash-<time>-<pid>.txt ($XDG_CACHE_HOME or ~/.cache), else the temp dir."""
+    name = f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kafkaesque"
+    for folder in (cache, Path(tempfile.gettempdir()) / "kafkaesque"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+            return folder / name
+        except OSError:
+            continue
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_GuardedGroup, epilog=EXIT_STATUS,
+                  pretty_exceptions_show_locals=False,  # locals may hold secrets (SSH keys, cluster files)
+                  help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
 app.add_typer(image_app, name="image")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(pipeline_app, name="pipeline")
 
 
 def _fail(message: str, code: int = 3) -> None:
-    from rich.markup import escape
-
     err.print(f"[red]error:[/] {escape(message)}")  # messages name TOML tables: [paths], [[nodes]]
     raise typer.Exit(code)
+
+
+def _fail_all(messages: list[str]) -> None:
+    """Refuse with every problem found, one sentence a line."""
+    for message in messages[:-1]:
+        err.print(f"[red]error:[/] {escape(message)}")
+    _fail(messages[-1])
 
 
 @app.command()
@@ -72,60 +162,11 @@ def run(
     elle: Annotated[bool, typer.Option(help="also check the history with the Elle-style cycle checker")] = False,
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
-    from harness.runner import HarnessError, cluster_problem, run_test
+    from harness.runner import HarnessError, run_test
     from harness.spec import TestSpec
-    from nemesis.registry import nemesis_problem
     from results.store import StoreError
-    from workloads.registry import WORKLOAD_NAMES
 
-    if workload not in WORKLOAD_NAMES:
-        _fail(f"unknown workload {workload!r}; valid: {', '.join(WORKLOAD_NAMES)}.")
     faults = [n.strip() for n in nemesis.split(",") if n.strip()]
-    problem = nemesis_problem(faults)
-    if problem:
-        _fail(problem + ".")
-    from nemesis.faults import PARTITION_TARGETS
-    from nemesis.targets import TARGETS
-
-    valid_targets = list(dict.fromkeys(TARGETS + PARTITION_TARGETS))
-    if nemesis_target not in valid_targets:
-        _fail(f"unknown --nemesis-target {nemesis_target!r}; valid: {', '.join(valid_targets)}.")
-    from harness.generator import NEMESIS_SCHEDULES
-
-    if nemesis_schedule not in NEMESIS_SCHEDULES:
-        _fail(f"unknown --nemesis-schedule {nemesis_schedule!r}; valid: {', '.join(NEMESIS_SCHEDULES)}.")
-    if controllers < 1 or controllers % 2 == 0:
-        _fail(f"--controllers {controllers} is not an odd number of at least 1; a Raft quorum needs 1, 3 or 5.")
-    if controllers > 1 and cluster not in ("auto", "local", "docker"):
-        _fail(f"--controllers {controllers} needs our own cluster (--cluster local or docker); a cluster file "
-              "lists its controllers itself.")
-    cluster_error = cluster_problem(cluster)
-    if cluster_error:
-        _fail(cluster_error + ".")
-    if cluster.startswith("ssh:"):
-        from clusters.ssh import load_node_file
-
-        # The node file decides how many brokers there are; --brokers would only contradict it.
-        brokers = sum(1 for n in load_node_file(cluster[len("ssh:"):]) if n.name.startswith("broker-"))
-    from clusters.external import cluster_file_brokers, is_cluster_file
-
-    if is_cluster_file(cluster):
-        brokers = cluster_file_brokers(cluster)  # the file decides, as a node file does
-    from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from clusters.reference import BROKER_VARIANTS
-
-    if broker_variant not in BROKER_VARIANTS:
-        _fail(f"unknown --broker-variant {broker_variant!r}; valid: {', '.join(BROKER_VARIANTS)}.")
-    if unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
-        _fail(f"unknown --unclean-recovery-strategy {unclean_recovery_strategy!r}; "
-              f"valid: {', '.join(UNCLEAN_RECOVERY_STRATEGIES)}.")
-    if acks not in ("all", "1", "0", "-1"):
-        _fail(f"--acks {acks!r} is not one of all, 1, 0.")
-    if client not in ("kafka-python", "confluent-kafka"):
-        _fail(f"--client {client!r} is not one of kafka-python, confluent-kafka.")
-    if not 1 <= min_isr <= replication_factor <= brokers:
-        where = (f"the brokers of {cluster.removeprefix('ssh:')}" if cluster.endswith(".toml") else "--brokers")
-        _fail(f"need 1 <= --min-isr ({min_isr}) <= --replication-factor ({replication_factor}) <= {where} ({brokers}).")
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_schedule=nemesis_schedule,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
@@ -134,6 +175,12 @@ def run(
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle)
+    file_brokers = spec.cluster_file_brokers()
+    if file_brokers is not None:
+        spec.brokers = file_brokers  # the cluster or node file decides; --brokers would only contradict it
+    problems = spec.problems("flag")  # every setting checked before anything starts (harness/spec.py)
+    if problems:
+        _fail_all(problems)
     try:
         code, run_dir = run_test(spec, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())
     except StoreError as e:
@@ -151,9 +198,15 @@ def _print_verdict(run_dir: Path) -> None:
     except (OSError, ValueError):
         err.print("[red]no results were written[/]")
         return
+    if not isinstance(res, dict):
+        err.print("[red]no results were written[/] (results.json is not a JSON object)")
+        return
+    from harness.check_cli import print_unknown_reasons
+
     v = res.get("valid")
     colour = {True: "green", False: "red"}.get(v, "yellow")
     err.print(f"[bold {colour}]valid: {v}[/]")
+    print_unknown_reasons(err, res)
     for reason in ("error", "interrupted", "final_reads"):
         if res.get(reason):
             err.print(f"  {reason}: {res[reason]}")
@@ -175,22 +228,29 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
 
     if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
         _fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
-    test = json.loads((run_dir / "test.json").read_text())
+    test = _run_json(run_dir / "test.json", RESTORE_TEST_JSON)
     test["run_dir"] = str(run_dir)  # where the node state dumps are now, wherever the store moved
+    old = run_dir / "results.json"
+    # Read before checking: a previous verdict's error or interruption must not be lost to a corrupt file.
+    previous = _run_json(old, "delete it to re-check the run from its history alone (the error, interruption "
+                              "and final-read notes it held are lost with it)") if old.exists() else None
     try:
         history = read_history(run_dir / "history.jsonl")
     except HistoryFormatError as e:
-        _fail(str(e))
+        _fail(f"{str(e).rstrip('.')}; restore the run's history from a copy to check it.")
+    except OSError as e:
+        _fail(f"cannot read {run_dir / 'history.jsonl'} ({e.strerror or e}); make the run's history readable.")
     results = analyze_history(test, history)
-    old = run_dir / "results.json"
-    if old.exists():
-        previous = json.loads(old.read_text())
+    if previous is not None:
         for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
             if key in previous:
                 results[key] = previous[key]
                 if key in ("error", "interrupted", "final_reads") and results["valid"] is True:
                     results["valid"] = "unknown"
-    write_json(old, results)
+    try:
+        write_json(old, results)
+    except OSError as e:
+        _fail(f"cannot write {old} ({e.strerror or e}); make the run directory writable.")
     _print_verdict(run_dir)
     print(run_dir)
     raise typer.Exit(exit_code(results["valid"]))
@@ -199,11 +259,42 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
     """(Re)write a run's self-contained HTML report and print its path."""
+    from harness.history import HistoryFormatError
     from results.report import render_report
 
     if not (run_dir / "test.json").exists():
         _fail(f"{run_dir} is not a run directory (it needs test.json); see `kafkaesque ls`.")
-    print(render_report(run_dir))
+    _run_json(run_dir / "test.json", RESTORE_TEST_JSON)  # render_report reads them bare: check them first
+    if (run_dir / "results.json").exists():
+        _run_json(run_dir / "results.json",
+                  f"delete it and run `kafkaesque analyze {run_dir}` to check the run again")
+    try:
+        print(render_report(run_dir))
+    except HistoryFormatError as e:
+        _fail(f"{str(e).rstrip('.')}; the report needs the run's history whole: restore it from a copy.")
+    except OSError as e:
+        _fail(f"cannot read {e.filename or run_dir} ({e.strerror or e}); make the run's files readable.")
+
+
+RESTORE_TEST_JSON = ("it is the run's spec, written when the run started: restore it from a copy, or run the "
+                     "test again")
+
+
+def _run_json(path: Path, fix: str) -> dict[str, Any]:
+    """A stored run's JSON file as a dict, or exit 3 with one sentence naming the file, what is wrong and `fix`."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as e:
+        _fail(f"cannot read {path} ({e.strerror or e}); {fix}.")
+    except UnicodeDecodeError:
+        _fail(f"{path} is not text (it holds bytes that are not UTF-8); {fix}.")
+    except json.JSONDecodeError as e:
+        what = ("ends before its JSON does" if e.pos >= len(e.doc)
+                else f"is not valid JSON ({e.msg}, line {e.lineno} column {e.colno})")
+        _fail(f"{path} {what}; {fix}.")
+    if not isinstance(doc, dict):
+        _fail(f"{path} holds a JSON {type(doc).__name__} where a JSON object belongs; {fix}.")
+    return doc
 
 
 @app.command("ls")
@@ -369,7 +460,12 @@ def _print_campaign_plan(plan) -> None:
 
 
 def main() -> None:
-    app()
+    """The console script: the guarded app, and a guard around it for what fails before a command runs."""
+    try:
+        app()
+    except Exception as e:  # noqa: BLE001 - e.g. building the commands; the group's guard covers the rest
+        err.print(f"[red]error:[/] {escape(harness_failure(e))}")
+        sys.exit(EXIT_HARNESS)
 
 
 if __name__ == "__main__":

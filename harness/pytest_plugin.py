@@ -169,10 +169,7 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
                name: str, seed: int | None = None):
     """A TestSpec from a marker's and a call's settings over the fixtures' choices; a bad setting is
     one sentence (ValueError) naming it and the fix."""
-    from harness.runner import cluster_problem
     from harness.spec import TestSpec
-    from nemesis.registry import nemesis_problem
-    from workloads.registry import WORKLOAD_NAMES
 
     fields = {f.name for f in dataclasses.fields(TestSpec)}
     unknown = sorted(set(settings) - fields)
@@ -183,20 +180,14 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
                               "nemesis_target": nemesis.target, "nemesis_interval": nemesis.interval,
                               "store": store, **({"seed": seed} if seed is not None else {}), **settings}
     values["nemesis"] = _faults(values["nemesis"])
-    problem = nemesis_problem(values["nemesis"])
-    if problem:
-        raise ValueError(problem)
-    if values.get("workload", "queue") not in WORKLOAD_NAMES:
-        raise ValueError(f"unknown workload {values['workload']!r}; valid: {', '.join(WORKLOAD_NAMES)}")
-    problem = cluster_problem(values["cluster"])
-    if problem:
-        raise ValueError(problem)
-    from clusters.external import cluster_file_brokers, is_cluster_file
-
-    file = values["cluster"].removeprefix("ssh:")
-    if is_cluster_file(file):
-        values["brokers"] = cluster_file_brokers(file)  # the file decides, as on the command line
-    return TestSpec(**values)
+    spec = TestSpec(**values)
+    file_brokers = spec.cluster_file_brokers() if isinstance(spec.cluster, str) else None
+    if file_brokers is not None:
+        spec.brokers = file_brokers  # the file decides, as on the command line
+    problems = spec.problems("setting")  # the checks `kafkaesque run` makes (harness/spec.py)
+    if problems:
+        raise ValueError(problems[0].rstrip("."))
+    return spec
 
 
 # --- fixtures ----------------------------------------------------------------------------------------
@@ -215,13 +206,16 @@ def kafkaesque_cluster(request: pytest.FixtureRequest) -> ClusterChoice:
 def kafkaesque_nemesis(request: pytest.FixtureRequest) -> NemesisChoice:
     settings = _marker_settings(request)
     faults = settings.get("nemesis", request.config.getoption("--kafkaesque-nemesis") or "")
-    choice = NemesisChoice(_faults(faults), settings.get("nemesis_target", "random-node"),
-                           float(settings.get("nemesis_interval", 10.0)))
-    from nemesis.registry import nemesis_problem
+    choice = NemesisChoice(_faults(faults) if isinstance(faults, (str, list, tuple)) else faults,
+                           settings.get("nemesis_target", "random-node"), settings.get("nemesis_interval", 10.0))
+    from harness.spec import TestSpec
 
-    problem = nemesis_problem(choice.faults)
-    if problem:
-        pytest.fail(f"kafkaesque nemesis: {problem}.", pytrace=False)
+    # The nemesis settings alone, checked as `kafkaesque run` checks them (the rest wait for kafkaesque_run).
+    problems = TestSpec(nemesis=choice.faults, nemesis_target=choice.target,
+                        nemesis_interval=choice.interval).problems()
+    if problems:
+        pytest.fail(f"kafkaesque nemesis: {problems[0]}", pytrace=False)
+    choice.interval = float(choice.interval)
     return choice
 
 

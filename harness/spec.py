@@ -1,13 +1,32 @@
-"""The test spec: everything a run was asked to do, written to test.json (and read back by analyze)."""
+"""The test spec: everything a run was asked to do, written to test.json (and read back by analyze).
+
+`TestSpec.problems()` is the one check of a spec's settings that `kafkaesque run`, campaign files
+and the pytest plugin all make before anything starts: one sentence per bad setting, worded for
+where the setting came from (a command-line flag, a campaign file's key, a marker's keyword).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import platform
+import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+# How a setting is named in a problem's sentence: "--time-limit -5" on the command line, "key
+# 'time_limit' is -5" in a campaign file, "time_limit=-5" for a pytest marker or TestSpec(...).
+Style = Literal["flag", "key", "setting"]
+ACKS = ("all", "1", "0", "-1")
+CLIENTS = ("kafka-python", "confluent-kafka")
+OUR_CLUSTERS = ("auto", "local", "docker")
+# The run's store folder is <store>/<name>/: one plain folder name (not "..", not a path), and not
+# the folder campaign directories live in.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+RESERVED_NAMES = ("campaigns",)
 
 
 @dataclass
@@ -54,6 +73,168 @@ class TestSpec:
     def workload_opts(self) -> dict[str, Any]:
         return {"topic": "queue", "partitions": self.partitions, "client": self.client, **self.workload_options}
 
+    def problems(self, style: Style = "setting") -> list[str]:
+        """One sentence (cause and fix) for every setting this run cannot start with; [] when it can.
+
+        Reads a cluster file or node file named by `cluster` (cluster_problem), and nothing else.
+        """
+        said = _Wording(style)
+        names = [f.name for f in dataclasses.fields(self)]
+        wrong_type = {n: p for n in names if (p := _type_problem(said, n, getattr(self, n)))}
+        out = list(wrong_type.values())
+        typed = set(names) - set(wrong_type)  # values safe to compare; the others wait for their fix
+        out += _choice_problems(self, said, typed)
+        for name in ("time_limit", "nemesis_interval"):
+            value = getattr(self, name)
+            if name in typed and not (math.isfinite(value) and value > 0):
+                out.append(said.bad(name, value, "is not a number of seconds above 0",
+                                    f"set it above 0, e.g. {said.example(name)}"))
+        for name in ("rate", "recovery_wait"):
+            value = getattr(self, name)
+            if name in typed and not (math.isfinite(value) and value >= 0):
+                out.append(said.bad(name, value, "is not a number of 0 or more",
+                                    f"set it to 0 or more, e.g. {said.example(name)}"))
+        for name in ("concurrency", "brokers", "partitions"):
+            if name in typed and getattr(self, name) < 1:
+                out.append(said.bad(name, getattr(self, name), "is not 1 or more",
+                                    f"set it to 1 or more, e.g. {said.example(name)}"))
+        if "controllers" in typed:
+            if self.controllers < 1 or self.controllers % 2 == 0:
+                out.append(said.bad("controllers", self.controllers, "is not an odd number of at least 1",
+                                    "a Raft quorum needs 1, 3 or 5"))
+            elif self.controllers > 1 and "cluster" in typed and self.cluster not in OUR_CLUSTERS:
+                out.append(said.bad("controllers", self.controllers, "needs our own cluster (local or docker)",
+                                    "a cluster file lists its controllers itself"))
+        # (brokers below 1 has its own sentence above; the relation would only repeat it)
+        if {"min_isr", "replication_factor", "brokers", "cluster"} <= typed and self.brokers >= 1 and \
+                not 1 <= self.min_isr <= self.replication_factor <= self.brokers:
+            out.append(said.replication(self))
+        return out
+
+    def cluster_file_brokers(self) -> int | None:
+        """How many brokers the cluster file or node file in `cluster` describes (the file decides, not
+        `brokers`), or None for our own clusters and for a file that cannot be read (problems() says why)."""
+        from clusters.base import ClusterError
+        from clusters.external import cluster_file_brokers, is_cluster_file
+
+        file = self.cluster.removeprefix("ssh:")
+        if not (is_cluster_file(file) or self.cluster.startswith("ssh:")):
+            return None
+        try:
+            return cluster_file_brokers(file)
+        except (ClusterError, ValueError, OSError):
+            return None
+
+
+class _Wording:
+    """A setting named as the user wrote it, in one of the three Styles."""
+
+    def __init__(self, style: Style):
+        self.style = style
+
+    def name(self, field_name: str) -> str:
+        return "--" + field_name.replace("_", "-") if self.style == "flag" else field_name
+
+    def example(self, field_name: str) -> str:
+        """The setting at its default value, as the user would write it."""
+        value = getattr(_DEFAULTS, field_name)
+        if isinstance(value, list):
+            value = ["kill"]
+        shown = f"{value:g}" if isinstance(value, float) else value if self.style == "flag" else repr(value)
+        return {"flag": f"--{field_name.replace('_', '-')} {shown}", "key": f"{field_name} = {shown}",
+                "setting": f"{field_name}={shown}"}[self.style]
+
+    def bad(self, field_name: str, value: Any, problem: str, fix: str) -> str:
+        shown = f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+        if self.style == "key":
+            return f"key {field_name!r} is {shown}, which {problem}; {fix}."
+        subject = f"{self.name(field_name)} {shown}" if self.style == "flag" else f"{field_name}={shown}"
+        return f"{subject} {problem}; {fix}."
+
+    def unknown(self, field_name: str, value: Any, valid: tuple[str, ...] | list[str]) -> str:
+        if self.style == "key":
+            return f"key {field_name!r} is {value!r}, which is not one of {', '.join(valid)}; pick one of those."
+        return f"unknown {self.name(field_name)} {value!r}; valid: {', '.join(valid)}."
+
+    def replication(self, spec: TestSpec) -> str:
+        file = spec.cluster.removeprefix("ssh:")
+        brokers = f"the brokers of {file}" if file.endswith(".toml") else self.name("brokers")
+        fix = {"flag": "lower --min-isr or --replication-factor, or add brokers", "key": "change those keys",
+               "setting": "change those settings"}[self.style]
+        return (f"need 1 <= {self.name('min_isr')} ({spec.min_isr}) <= {self.name('replication_factor')} "
+                f"({spec.replication_factor}) <= {brokers} ({spec.brokers}); {fix}.")
+
+
+_KIND_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+               list: "a list of strings", dict: "a table of workload options"}
+
+
+def _type_problem(said: _Wording, name: str, value: Any) -> str | None:
+    """Why `value` is not of the field's type (a marker or a hand-built TestSpec can hold anything)."""
+    kind = type(getattr(_DEFAULTS, name))
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind in (int, float):
+        ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    elif kind is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, kind)
+    if ok:
+        return None
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    example = said.example(name)
+    if said.style == "key":
+        return f"key {name!r} must be {_KIND_WORDS[kind]}, not {shown}; write e.g. {example}."
+    subject = f"{said.name(name)} {shown}" if said.style == "flag" else f"{name}={shown}"
+    return f"{subject} must be {_KIND_WORDS[kind]}; write e.g. {example}."
+
+
+def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[str]:
+    """The settings that name one of a fixed set of things (each list is where that set is defined)."""
+    from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
+    from clusters.broker.log.flush import parse_flush_policy
+    from clusters.reference import BROKER_VARIANTS
+    from harness.generator import NEMESIS_SCHEDULES
+    from harness.runner import cluster_problem
+    from nemesis.faults import PARTITION_TARGETS
+    from nemesis.registry import nemesis_problem
+    from nemesis.targets import TARGETS
+    from workloads.registry import WORKLOAD_NAMES
+
+    out: list[str] = []
+    if "name" in typed and (not _NAME_RE.match(spec.name) or spec.name in RESERVED_NAMES):
+        out.append(said.bad("name", spec.name, "cannot be a store folder",
+                            f"use letters, digits, '.', '_' and '-' (not {', '.join(RESERVED_NAMES)})"))
+    if "workload" in typed and spec.workload not in WORKLOAD_NAMES:
+        out.append(f"unknown workload {spec.workload!r}; valid: {', '.join(WORKLOAD_NAMES)}.")
+    if "nemesis" in typed:
+        problem = nemesis_problem(spec.nemesis)
+        if problem:
+            out.append(problem + ".")
+    choices: dict[str, tuple[str, ...] | list[str]] = {
+        "nemesis_target": list(dict.fromkeys(TARGETS + PARTITION_TARGETS)),
+        "nemesis_schedule": NEMESIS_SCHEDULES,
+        "acks": ACKS,
+        "client": CLIENTS,
+        "broker_variant": BROKER_VARIANTS,
+        "unclean_recovery_strategy": UNCLEAN_RECOVERY_STRATEGIES,
+    }
+    for name, valid in choices.items():
+        if name in typed and getattr(spec, name) not in valid:
+            out.append(said.unknown(name, getattr(spec, name), valid))
+    if "flush_policy" in typed:
+        try:
+            parse_flush_policy(spec.flush_policy)
+        except ValueError as e:
+            out.append(f"{said.name('flush_policy') if said.style != 'key' else 'key ' + repr('flush_policy')}: "
+                       f"{str(e).rstrip('.')}.")
+    if "cluster" in typed:
+        problem = cluster_problem(spec.cluster)
+        if problem:
+            out.append(problem + ".")
+    return out
+
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
@@ -68,3 +249,6 @@ def versions() -> dict[str, str]:
     except (OSError, subprocess.TimeoutExpired):
         out["git"] = "unknown"
     return out
+
+
+_DEFAULTS = TestSpec()

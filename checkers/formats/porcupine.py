@@ -4,8 +4,9 @@
   (model "etcd": CAS register, initially absent).
 - kv logs: one EDN map per line `{:process P, :type T, :f F, :key "K", :value V}` (model "kv").
 
-Line order is the only time: ops get their line number as time and index. A malformed
-line raises HistoryFormatError naming the file, the line and what is wrong.
+Line order is the only time: ops get their line number as time and index. Anything else (a
+malformed line, a binary file, bytes that are not UTF-8) raises HistoryFormatError naming the
+file, the line and what is wrong.
 """
 
 from __future__ import annotations
@@ -13,52 +14,70 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from checkers.formats.lines import read_text_lines
 from harness.history import OP_TYPES, HistoryFormatError, Op
 
 _ETCD = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(\w+)\s+:(\w+)\s+(.*?)\s*$")
 _KV = re.compile(r'^\{:process (\d+), :type :(\w+), :f :(\w+), :key "([^"]*)", :value (nil|"[^"]*")\}\s*$')
+_CAS = re.compile(r"^\[\s*(-?\d+)\s+(-?\d+)\s*\]$")
+WRONG_FORMAT = "check that the file is a Porcupine {} log, or pass the --format it is written in"
+
+
+def _shown(text: str) -> str:
+    """A value for a message: quoted, and cut short, since a binary file's "line" can be megabytes."""
+    return repr(text if len(text) <= 60 else text[:60] + "...")
 
 
 def _etcd_value(text: str, where: str):
     if text in ("nil", ":timed-out"):
         return None
     if text.startswith("["):
-        parts = text.strip("[]").split()
-        if len(parts) != 2:
-            raise HistoryFormatError(f"{where}: a cas value must be [a b], got {text!r}.")
-        return [int(parts[0]), int(parts[1])]
+        m = _CAS.match(text)
+        if m is None:
+            raise HistoryFormatError(f"{where}: a cas value must be [old new], two integers, not {_shown(text)}; "
+                                     f"{WRONG_FORMAT.format('etcd')}.")
+        return [int(m.group(1)), int(m.group(2))]
     try:
         return int(text)
     except ValueError:
-        raise HistoryFormatError(f"{where}: cannot read the value {text!r}.") from None
+        raise HistoryFormatError(f"{where}: the value {_shown(text)} is not an integer, nil or a cas pair; "
+                                 f"{WRONG_FORMAT.format('etcd')}.") from None
+
+
+def _op_type(type_: str, where: str, kind: str) -> str:
+    if type_ not in OP_TYPES:
+        raise HistoryFormatError(f"{where}: type :{type_} is not one of {', '.join(OP_TYPES)}; "
+                                 f"{WRONG_FORMAT.format(kind)}.")
+    return type_
 
 
 def parse_etcd_log(path: str | Path) -> list[Op]:
     ops = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text_lines(path), start=1):
         if not line.strip():
             continue
         m = _ETCD.match(line)
         where = f"{path} line {n}"
         if m is None:
-            raise HistoryFormatError(f"{where}: not a Jepsen etcd log line (INFO  jepsen.util - proc type f value).")
+            raise HistoryFormatError(f"{where}: {_shown(line)} is not a Jepsen etcd log line (INFO  jepsen.util - "
+                                     f"proc type f value); {WRONG_FORMAT.format('etcd')}.")
         proc, type_, f, value = m.groups()
-        if type_ not in OP_TYPES:
-            raise HistoryFormatError(f"{where}: type :{type_} is not one of {', '.join(OP_TYPES)}.")
-        ops.append(Op(type_, f, int(proc), _etcd_value(value, where), time=len(ops), index=len(ops)))
+        ops.append(Op(_op_type(type_, where, "etcd"), f, int(proc), _etcd_value(value, where), time=len(ops),
+                      index=len(ops)))
     return ops
 
 
 def parse_kv_log(path: str | Path) -> list[Op]:
     ops = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text_lines(path), start=1):
         if not line.strip():
             continue
         m = _KV.match(line)
+        where = f"{path} line {n}"
         if m is None:
-            raise HistoryFormatError(f"{path} line {n}: not a Porcupine kv line "
-                                     '({:process P, :type T, :f F, :key "K", :value V}).')
+            raise HistoryFormatError(f"{where}: {_shown(line)} is not a Porcupine kv line "
+                                     f'({{:process P, :type T, :f F, :key "K", :value V}}); {WRONG_FORMAT.format("kv")}.')
         proc, type_, f, key, value = m.groups()
         v = None if value == "nil" else value[1:-1]
-        ops.append(Op(type_, f, int(proc), [key, v], time=len(ops), index=len(ops)))
+        ops.append(Op(_op_type(type_, where, "kv"), f, int(proc), [key, v], time=len(ops), index=len(ops)))
     return ops

@@ -153,6 +153,13 @@ BAD_FILES = [
     ("[runs]\nname = 'x'\n", "unknown table or key 'runs' at the top of"),
     ("", "has no [campaign] table"),
     ("[campaign\nname = 'x'\n", "is not valid TOML"),
+    # The same checks as `kafkaesque run` (TestSpec.problems), worded for the file's keys:
+    ("[campaign]\nname = 'x'\ncontrollers = 2\n",
+     "key 'controllers' is 2, which is not an odd number of at least 1; a Raft quorum needs 1, 3 or 5."),
+    ("[campaign]\nname = 'x'\ntime_limit = nan\n", "key 'time_limit' is nan, which is not a number of seconds above 0"),
+    ("[campaign]\nname = 'x'\nnemesis_interval = inf\n", "key 'nemesis_interval' is inf, which is not a number"),
+    ("[campaign]\nname = 'x'\nnemesis_target = 'the-boss'\n",
+     "key 'nemesis_target' is 'the-boss', which is not one of random-node"),
 ]
 
 

@@ -81,3 +81,15 @@ def test_unknown_nemesis_schedule_and_an_even_or_foreign_controller_quorum_are_o
     assert r.exit_code == 3 and "--controllers 2 is not an odd number" in r.output
     r = runner.invoke(app, ["run", "--controllers", "3", "--cluster", "ssh:nodes.toml"])
     assert r.exit_code == 3 and "needs our own cluster" in r.output
+
+
+def test_the_verdict_is_followed_by_every_reason_it_is_unknown(tmp_path, capsys):
+    from harness.cli import _print_verdict
+
+    (tmp_path / "results.json").write_text(json.dumps({
+        "valid": "unknown", "checkers": {},
+        "unknown_reasons": ["queue: partition 2 was never read", "replicas: the dump of broker-1 [x] is missing"]}))
+    _print_verdict(tmp_path)
+    err = capsys.readouterr().err.splitlines()
+    assert err[:3] == ["valid: unknown", "  unknown: queue: partition 2 was never read",
+                       "  unknown: replicas: the dump of broker-1 [x] is missing"]

@@ -70,6 +70,28 @@ def test_build_spec_layers_fixtures_marker_and_call(tmp_path):
         build_spec({"cluster": str(tmp_path / "missing.toml")}, cluster, nemesis, str(tmp_path), "t")
 
 
+def test_build_spec_refuses_what_kafkaesque_run_refuses(tmp_path):
+    cluster, nemesis = ClusterChoice("local"), NemesisChoice()
+    with pytest.raises(ValueError, match=r"^time_limit=-5 is not a number of seconds above 0; set it above 0"):
+        build_spec({"time_limit": -5}, cluster, nemesis, str(tmp_path), "t")
+    with pytest.raises(ValueError, match=r"^unknown nemesis_target 'the-boss'; valid: random-node"):
+        build_spec({}, cluster, NemesisChoice(["kill"], "the-boss"), str(tmp_path), "t")
+
+
+def test_a_nemesis_interval_that_is_not_a_number_fails_the_test_with_one_sentence(tmp_path):
+    r = run_pytest(tmp_path, """
+        import pytest
+
+        @pytest.mark.kafkaesque(cluster="local", nemesis="kill", nemesis_interval="often")
+        def test_interval(kafkaesque_run):
+            kafkaesque_run()
+        """, "--kafkaesque-store", str(tmp_path / "store"))
+    out = r.stdout
+    assert r.returncode == 1 and "1 error" in out, out[-2000:]
+    assert "kafkaesque nemesis: nemesis_interval='often' must be a number; write e.g. nemesis_interval=10." in out
+    assert "Traceback" not in out and not (tmp_path / "store").exists()
+
+
 def stored_run(tmp_path: Path, valid, anomalies: list[dict] | None = None, **extra) -> KafkaesqueRun:
     run_dir = tmp_path / "store" / "t" / "20260101T000000"
     run_dir.mkdir(parents=True)
