@@ -224,11 +224,17 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     """Re-check a stored run's history offline; rewrites results.json (identically) and prints the verdict."""
     from harness.history import HistoryFormatError, read_history
     from harness.runner import analyze_history, exit_code
+    from harness.spec import TestSpec
     from results.store import write_json
 
     if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
         _fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
     test = _run_json(run_dir / "test.json", RESTORE_TEST_JSON)
+    # The settings the workload's checkers are built from; the others were the run's business.
+    problems = TestSpec.from_dict(test).problems("key", only=("workload", "partitions", "client",
+                                                              "workload_options"))
+    if problems:
+        _fail(f"{run_dir / 'test.json'}: {problems[0]}")
     test["run_dir"] = str(run_dir)  # where the node state dumps are now, wherever the store moved
     old = run_dir / "results.json"
     # Read before checking: a previous verdict's error or interruption must not be lost to a corrupt file.

@@ -12,6 +12,7 @@ import math
 import platform
 import re
 import subprocess
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -73,13 +74,14 @@ class TestSpec:
     def workload_opts(self) -> dict[str, Any]:
         return {"topic": "queue", "partitions": self.partitions, "client": self.client, **self.workload_options}
 
-    def problems(self, style: Style = "setting") -> list[str]:
+    def problems(self, style: Style = "setting", only: Collection[str] | None = None) -> list[str]:
         """One sentence (cause and fix) for every setting this run cannot start with; [] when it can.
 
-        Reads a cluster file or node file named by `cluster` (cluster_problem), and nothing else.
+        `only` limits the check to those settings (and the relations among them). Reads a cluster
+        file or node file named by `cluster` (cluster_problem), and nothing else.
         """
         said = _Wording(style)
-        names = [f.name for f in dataclasses.fields(self)]
+        names = [f.name for f in dataclasses.fields(self) if only is None or f.name in only]
         wrong_type = {n: p for n in names if (p := _type_problem(said, n, getattr(self, n)))}
         out = list(wrong_type.values())
         typed = set(names) - set(wrong_type)  # values safe to compare; the others wait for their fix

@@ -229,3 +229,15 @@ def test_a_stored_history_with_a_bad_line_is_exit_3_naming_the_line(tmp_path, co
     r = runner.invoke(app, [command, str(run)])
     assert r.exit_code == EXIT_BAD_INPUT, r.output
     assert f"{run / 'history.jsonl'} line 1" in one_sentence_error(r.output)
+
+
+@pytest.mark.parametrize("spec,named", [({"workload": "bank"}, "unknown workload 'bank'"),
+                                        ({"workload": "queue", "partitions": "4"}, "key 'partitions' must be"),
+                                        ({"workload": "queue", "partitions": 0}, "key 'partitions' is 0")])
+def test_analyze_refuses_a_test_json_whose_workload_settings_cannot_build_the_checkers(tmp_path, spec, named):
+    run = stored_run(tmp_path)
+    (run / "test.json").write_text(json.dumps(spec))
+    r = runner.invoke(app, ["analyze", str(run)])
+    assert r.exit_code == EXIT_BAD_INPUT, r.output
+    line = one_sentence_error(r.output)
+    assert str(run / "test.json") in line and named in line

@@ -56,3 +56,9 @@ def test_the_brokers_of_a_cluster_file_are_named_as_the_files(tmp_path):
 
 def test_our_own_clusters_have_no_file_brokers():
     assert TestSpec(cluster="local").cluster_file_brokers() is None
+
+
+def test_only_checks_the_settings_named():
+    spec = TestSpec(time_limit=-5, partitions=0, workload="bank")
+    assert spec.problems(only=("partitions",)) == ["partitions=0 is not 1 or more; set it to 1 or more, e.g. "
+                                                   "partitions=4."]
