@@ -62,3 +62,27 @@ def test_only_checks_the_settings_named():
     spec = TestSpec(time_limit=-5, partitions=0, workload="bank")
     assert spec.problems(only=("partitions",)) == ["partitions=0 is not 1 or more; set it to 1 or more, e.g. "
                                                    "partitions=4."]
+
+
+NODE_FILE = """
+[[nodes]]
+name = "controller-0"
+host = "10.0.0.10"
+[[nodes]]
+name = "broker-1"
+host = "10.0.0.11"
+[[nodes]]
+name = "broker-2"
+host = "10.0.0.12"
+"""
+
+
+@pytest.mark.parametrize("prefix", ["ssh:", ""])
+def test_a_node_file_decides_how_many_brokers_there_are(tmp_path, prefix):
+    (tmp_path / "nodes.toml").write_text(NODE_FILE)
+    spec = TestSpec(cluster=prefix + str(tmp_path / "nodes.toml"), brokers=5)
+    assert spec.cluster_file_brokers() == 2
+    spec.brokers = spec.cluster_file_brokers()
+    assert spec.problems("flag") == [f"need 1 <= --min-isr (2) <= --replication-factor (3) <= the brokers of "
+                                     f"{tmp_path / 'nodes.toml'} (2); lower --min-isr or --replication-factor, "
+                                     f"or add brokers."]
