@@ -12,6 +12,9 @@ after a Ctrl-C the remaining runs are "skipped" (interrupted).
 
 Exit status, as for one run: 0 every run valid, 1 any invalid, 2 any unknown and none
 invalid (skipped runs count for neither); 3 (bad input) is the command's, before any run.
+A campaign file may `require` protocol states (checkers/coverage.py's STATES): a campaign
+none of whose runs reached one of them did not test what it was for, so it exits 2 (unknown)
+even when every run was valid, and campaign.json, junit.xml and index.html say which.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class RunRecord:
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     skipped: str | None = None        # "budget" or "interrupted"
+    reached: dict[str, int] = field(default_factory=dict)  # protocol state -> times the run reached it
 
 
 def resolve_cluster(campaign: Campaign) -> str:
@@ -68,12 +72,21 @@ def resolve_cluster(campaign: Campaign) -> str:
     return cluster
 
 
-def campaign_exit_code(statuses: list[str]) -> int:
+def campaign_exit_code(statuses: list[str], unmet: list[str] | tuple[str, ...] = ()) -> int:
     if INVALID in statuses:
         return EXIT_INVALID
-    if UNKNOWN in statuses:
+    if UNKNOWN in statuses or unmet:
         return EXIT_UNKNOWN
     return EXIT_VALID
+
+
+def requirements(require: tuple[str, ...] | list[str], records: list[RunRecord]) -> list[dict[str, Any]]:
+    """Each required state with the runs that reached it; met when at least one did."""
+    out = []
+    for state in require:
+        runs = [r.id for r in records if r.reached.get(state)]
+        out.append({"state": state, "met": bool(runs), "runs_reaching": len(runs)})
+    return out
 
 
 def run_campaign(campaign: Campaign, run: RunTest | None = None, log: Callable[[str], None] = print,
@@ -143,7 +156,11 @@ def _read_results(run_dir: Path, record: RunRecord) -> dict[str, Any]:
     valid = results.get("valid", UNKNOWN)
     record.valid = valid
     record.status = VALID if valid is True else INVALID if valid is False else UNKNOWN
+    reached = results.get("reached") if isinstance(results.get("reached"), dict) else {}
+    record.reached = {k: int(v.get("count", 0)) for k, v in reached.items() if isinstance(v, dict)}
     reasons = [str(results[k]) for k in ("interrupted", "error") if results.get(k)]
+    if record.status == UNKNOWN:  # every missing proof, one sentence each (checkers/evidence.py)
+        reasons += [str(x) for x in results.get("unknown_reasons") or [] if str(x) not in reasons]
     record.error = "; ".join(reasons) or None
     if record.status == UNKNOWN and record.error is None:
         # e.g. a checker out of budget: say which, so the JUnit <error> is not empty
@@ -166,13 +183,16 @@ def _document(campaign: Campaign, records: list[RunRecord], started_at: str, ela
     """campaign.json: the matrix, every run's record, and the totals the views show."""
     statuses = [r.status for r in records]
     counts = {s: statuses.count(s) for s in STATUSES}
+    required = requirements(campaign.require, records)
+    unmet = [q["state"] for q in required if not q["met"]]
     return {
         "name": campaign.name, "source": campaign.source, "cluster": campaign.cluster,
         "store": campaign.runs[0].spec.store, "started": started_at, "duration_s": round(elapsed, 3),
         "finished": finished, "matrix": campaign.matrix(),
         "rows": list(dict.fromkeys(p.cell.row for p in campaign.runs)),
         "columns": list(dict.fromkeys(p.cell.column for p in campaign.runs)),
-        "counts": counts, "planned": len(records), "exit_code": campaign_exit_code(statuses),
+        "counts": counts, "planned": len(records), "exit_code": campaign_exit_code(statuses, unmet),
+        "require": list(campaign.require), "requirements": required, "unmet_requirements": unmet,
         "runs": [asdict(r) for r in records],
     }
 

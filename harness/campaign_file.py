@@ -3,7 +3,9 @@
 A campaign is one `[campaign]` table. Three kinds of keys live in it:
 
 - the campaign's own: `name`, `repetitions`, `budget` (total seconds), `seed` (the base
-  seed: run i gets seed + i, so a campaign replays run by run);
+  seed: run i gets seed + i, so a campaign replays run by run), `require` (protocol states,
+  e.g. ["isr-shrunk-to-one", "elr-election"], that some run must reach, or the campaign
+  exits 2: it did not test what it was for);
 - matrix axes, each a list: `workloads`, `nemeses` (each entry a comma list such as
   "kill,pause", "" for no faults), `broker_variants`, `acks`, `flush_policies`; an axis left
   out is the single default value of `kafkaesque run`;
@@ -31,7 +33,7 @@ from typing import Any
 from harness.spec import TestSpec
 
 # The campaign's own keys (besides the axes and the TestSpec settings).
-CAMPAIGN_KEYS = ("name", "repetitions", "budget", "seed")
+CAMPAIGN_KEYS = ("name", "repetitions", "budget", "seed", "require")
 # Axis key -> the TestSpec field each entry sets.
 AXES = {"workloads": "workload", "nemeses": "nemesis", "broker_variants": "broker_variant",
         "acks": "acks", "flush_policies": "flush_policy"}
@@ -107,6 +109,7 @@ class Campaign:
     settings: dict[str, Any]      # the base settings as the file gave them
     axes: dict[str, list[str]]    # every axis, defaults filled in
     runs: list[PlannedRun] = field(default_factory=list)
+    require: tuple[str, ...] = ()  # protocol states some run must reach (checkers/coverage.py), else exit 2
 
     @property
     def cluster(self) -> str:
@@ -159,7 +162,7 @@ def parse_campaign(doc: dict[str, Any], source: str = "<campaign>", store: str =
         base.cluster = cluster  # the command line wins over the file
     _check_settings(base, from_file="cluster" in settings and cluster is None)
     axes = {key: _axis(table, key) for key in AXES}
-    campaign = Campaign(name, source, repetitions, budget, base_seed, settings, axes)
+    campaign = Campaign(name, source, repetitions, budget, base_seed, settings, axes, require=_required_states(table))
     campaign.runs = expand(campaign, base)
     return campaign
 
@@ -194,6 +197,21 @@ def _unknown_key_sentence(key: str) -> str:
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}."
     return f"unknown key {key!r} in [campaign]; {hint}"
+
+
+def _required_states(table: dict[str, Any]) -> tuple[str, ...]:
+    """`require = ["isr-shrunk-to-one", ...]`: the protocol states the campaign exists to reach."""
+    from checkers.coverage import STATES
+
+    value = table.get("require", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CampaignFileError('key \'require\' must be a list of state names; write e.g. require = '
+                                '["isr-shrunk-to-one", "elr-election"].')
+    unknown = [v for v in value if v not in STATES]
+    if unknown:
+        raise CampaignFileError(f"key 'require' names {unknown[0]!r}, which is not a state the harness can see; "
+                                f"valid: {', '.join(STATES)}.")
+    return tuple(dict.fromkeys(value))
 
 
 def _campaign_name(table: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 junit.xml: one <testcase> per run (classname = the campaign, name = the run's cell id),
 <failure> with the anomalies for an invalid run, <error> for an unknown or crashed one,
-<skipped> for a run the budget (or a Ctrl-C) left out. Built with ElementTree, so every
+<skipped> for a run the budget (or a Ctrl-C) left out; and one per required state (the
+campaign's `require`), an <error> when no run reached it. Built with ElementTree, so every
 value is escaped; characters XML 1.0 cannot carry at all are dropped.
 
 index.html: self-contained (styles inline, no scripts, nothing fetched). The pass/fail
@@ -52,9 +53,10 @@ def _replace(path: Path, text: str) -> None:
 
 def junit_xml(doc: dict[str, Any]) -> str:
     runs = doc["runs"]
-    totals = {"tests": str(len(runs)),
+    required = doc.get("requirements") or []
+    totals = {"tests": str(len(runs) + len(required)),
               "failures": str(sum(r["status"] == "invalid" for r in runs)),
-              "errors": str(sum(r["status"] == "unknown" for r in runs)),
+              "errors": str(sum(r["status"] == "unknown" for r in runs) + sum(not q["met"] for q in required)),
               "skipped": str(sum(r["status"] in ("skipped", "pending") for r in runs)),
               "time": f"{doc.get('duration_s', 0):.3f}"}
     suites = ET.Element("testsuites", name=_x(doc["name"]), **totals)
@@ -82,6 +84,13 @@ def junit_xml(doc: dict[str, Any]) -> str:
         if r.get("run_dir"):
             out += [f"run dir: {r['run_dir']}", f"report: {Path(r['run_dir']) / 'report.html'}"]
         ET.SubElement(case, "system-out").text = _x("\n".join(out))
+    for q in doc.get("requirements") or []:  # a required state no run reached fails the campaign (exit 2)
+        case = ET.SubElement(suite, "testcase", classname=_x(doc["name"]), name=_x(f"requires {q['state']}"),
+                             time="0.000")
+        if not q["met"]:
+            el = ET.SubElement(case, "error", type="unreached",
+                               message=_x(f"no run reached {q['state']}: the campaign did not test it"))
+            el.text = _x(f"required state {q['state']} was reached by none of the runs")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -5,9 +5,11 @@ Order of the page, for a reader who has one screen: the verdict, one line per an
 acknowledged and under which fault; between when and under which faults they disappeared),
 all in the first 900 pixels (first_screen_summary); then each anomaly with its example ops
 and the fault active at each, the plots with the fault windows shaded (latency, throughput,
-per-partition offsets), the ops timeline per process, the test spec, and links to node logs.
-Fault windows come from nemesis start-X/stop-X pairs and from scenario steps (kill, stop,
-pause, isolate ... until start, resume, heal).
+per-partition offsets), the ops timeline per process with the protocol states the run reached,
+the fault ledger (each fault applied, observed and healed, with its evidence), the test spec,
+and links to node logs. When the verdict is not valid for lack of proof, the first screen says
+why, one sentence per missing proof (results.json's unknown_reasons). Fault windows are the
+shared rule of checkers/fault_records.py, which the Spark pipeline uses too.
 
 Every value that comes from a history or a broker is escaped: jinja2's autoescape for
 HTML, and JSON embedded in <script> with "<" escaped, since a broker can return anything.
@@ -18,73 +20,17 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from harness.history import INVOKE, NEMESIS, Op, pair_ops, read_history
+from checkers.coverage import STATES
+from checkers.fault_records import FaultWindow, fault_records, fault_windows
+from harness.history import INVOKE, NEMESIS, pair_ops, read_history
 
 MAX_TIMELINE_OPS = 4000  # beyond this the timeline shows the first ops only (the page stays usable)
 MAX_SCATTER_POINTS = 60000
-
-
-@dataclass
-class FaultWindow:
-    name: str
-    start_s: float
-    end_s: float | None  # None: never healed inside the history
-    detail: str
-
-
-# Scenario (and protocol-nemesis) steps that put a node into a fault, and the steps that end it.
-# Their completions name the node: {"kill": "broker-1"}, {"start": "broker-1"}, {"healed": [...]}.
-_SCENARIO_FAULTS = {"scenario-kill": "kill", "scenario-stop": "stop", "scenario-lossy-crash": "lossy-crash",
-                    "scenario-pause": "pause", "scenario-isolate": "isolate"}
-# A start ends a pause too: the scenario may kill a paused node, and the restarted process runs.
-_SCENARIO_ENDS = {"scenario-start": ("kill", "stop", "lossy-crash", "pause"), "scenario-resume": ("pause",)}
-
-
-def fault_windows(history: list[Op]) -> list[FaultWindow]:
-    """The faults' active times: each nemesis start-X paired with the next stop-X, and each scenario
-    step that downs, pauses or isolates a node paired with the step that undoes it (start, resume,
-    heal). The run's final "heal" ends whatever is still open."""
-    open_faults: dict[str, tuple[float, str]] = {}
-    windows: list[FaultWindow] = []
-
-    def close(name: str, t: float) -> None:
-        start, detail = open_faults.pop(name)
-        windows.append(FaultWindow(name, start, t, detail))
-
-    for op in history:
-        if op.process != NEMESIS or op.type == INVOKE:
-            continue
-        f = op.f
-        t = op.time / 1e9
-        v = op.value if isinstance(op.value, dict) else {}
-        if f.startswith("start-"):
-            open_faults[f[6:]] = (t, json.dumps(op.value, default=str)[:200])
-        elif f.startswith("stop-") and f[5:] in open_faults:
-            close(f[5:], t)
-        elif f in _SCENARIO_FAULTS and op.type != "fail" and _SCENARIO_FAULTS[f] in v:
-            action = _SCENARIO_FAULTS[f]
-            open_faults.setdefault(f"{action} {v[action]}", (t, json.dumps(op.value, default=str)[:200]))
-        elif f in _SCENARIO_ENDS:
-            node = v.get(f[len("scenario-"):])
-            for action in _SCENARIO_ENDS[f]:
-                if f"{action} {node}" in open_faults:
-                    close(f"{action} {node}", t)
-        elif f == "scenario-heal":
-            for node in v.get("healed") or []:
-                if f"isolate {node}" in open_faults:
-                    close(f"isolate {node}", t)
-        elif f == "heal":
-            for name in list(open_faults):
-                close(name, t)
-    for name, (start, detail) in open_faults.items():
-        windows.append(FaultWindow(name, start, None, detail))
-    return sorted(windows, key=lambda w: w.start_s)
 
 
 def fault_at(windows: list[FaultWindow], t_s: float) -> str:
@@ -177,8 +123,9 @@ def _offsets(pairs, windows, end_s):
                                        "shapes": _shapes(windows, end_s), "height": 340}}
 
 
-def _timeline(pairs, end_s):
-    """Jepsen's timeline.html in plotly: one row per process, one bar per op."""
+def _timeline(pairs, end_s, reached: dict[str, Any] | None = None):
+    """Jepsen's timeline.html in plotly: one row per process, one bar per op; above them, a row of the
+    protocol states the run reached (results.json "reached"), a marker at each time."""
     colours = {"ok": "#81c784", "fail": "#e57373", "info": "#ffd54f", "open": "#bdbdbd"}
     rows: dict[str, dict[str, list]] = defaultdict(lambda: {"base": [], "x": [], "y": [], "text": []})
     shown = 0
@@ -198,6 +145,12 @@ def _timeline(pairs, end_s):
     data = [{"type": "bar", "orientation": "h", "name": k, "base": r["base"], "x": r["x"], "y": r["y"],
              "hovertext": r["text"], "hoverinfo": "text", "marker": {"color": colours[k]}}
             for k, r in rows.items()]
+    for state, seen in sorted((reached or {}).items()):
+        times = seen.get("times_s") or []
+        data.append({"type": "scatter", "mode": "markers", "name": f"reached: {state}", "x": times,
+                     "y": ["states"] * len(times), "marker": {"symbol": "diamond", "size": 9},
+                     "hovertext": [f"{state} at {t:.2f} s ({seen.get('source')})" for t in times],
+                     "hoverinfo": "text"})
     n_proc = len({y for r in rows.values() for y in r["y"]})
     return {"data": data, "layout": {"title": f"Timeline (first {shown} ops, one row per process)",
                                      "barmode": "overlay", "xaxis": {"title": "time (s)"},
@@ -356,6 +309,21 @@ def _records(f: str, value: Any):
                     yield key, rec[0], rec[1], "a poll read {v} there"
 
 
+def _fault_row(r) -> dict[str, Any]:
+    """One row of the report's fault ledger: what was asked, whether it happened, was seen, was undone."""
+    def mark(ok: Any, why: Any, evidence: dict[str, Any]) -> str:
+        if ok is True:
+            return "yes" + (f" ({_short(evidence)[:160]})" if evidence else "")
+        if ok is False:
+            return f"NO: {why}"
+        return "—"
+    return {"id": r.id, "fault": r.fault, "nodes": ", ".join(r.nodes), "by": r.by,
+            "applied": mark(r.applied, r.apply_error, {}), "observed": mark(r.observed, r.observe_error, r.evidence),
+            "healed": mark(r.healed, r.heal_error, r.heal_evidence) if r.applied else "—",
+            "from_s": r.t_applied / 1e9 if r.t_applied is not None else None,
+            "to_s": r.t_healed / 1e9 if r.t_healed is not None else None}
+
+
 def _norm(x: Any) -> str:
     # Poll results key partitions by string ("0"), sends by number (0); compare them as text.
     return str(x)
@@ -396,8 +364,9 @@ def render_report(run_dir: str | os.PathLike) -> Path:
     end_s = max((op.time for op in history), default=0) / 1e9
     windows = fault_windows(history)
     latency, throughput = _latency_and_throughput(pairs, windows, end_s)
+    reached = results.get("reached") if isinstance(results.get("reached"), dict) else {}
     plots = {"latency": latency, "throughput": throughput, "offsets": _offsets(pairs, windows, end_s),
-             "timeline": _timeline(pairs, end_s)}
+             "timeline": _timeline(pairs, end_s, reached)}
     node_logs = sorted(str(p.relative_to(run)) for p in (run / "nodes").rglob("*") if p.is_file()) \
         if (run / "nodes").exists() else []
     counts = defaultdict(int)
@@ -409,6 +378,8 @@ def render_report(run_dir: str | os.PathLike) -> Path:
     html = _ENV.get_template("report.html.j2").render(
         test=test, results=results, valid=results.get("valid", "unknown"),
         anomalies=_anomaly_sections(results, windows), windows=windows, node_logs=node_logs,
+        faults=[_fault_row(r) for r in fault_records(history)], reached=reached, state_meaning=STATES,
+        unknown_reasons=[str(x) for x in results.get("unknown_reasons") or []],
         summary=first_screen_summary(results, pairs, windows),
         counts=dict(counts), n_ops=len(history), duration=f"{end_s:.1f}",
         test_json=json.dumps(test, indent=2, default=str),

@@ -252,10 +252,12 @@ class QueueWorkload:
         return [("final-poll", [k]) for k in range(self.partitions)]
 
     def checkers(self, test: dict[str, Any]):
+        from checkers.evidence import ProgressChecker
         from checkers.log_order import LogOrderChecker
         from checkers.queue import QueueChecker
 
-        checkers = [QueueChecker(), LogOrderChecker()]
+        # Progress first: a run that did nothing on a partition proved nothing there (checkers/evidence.py).
+        checkers = [ProgressChecker(self.partitions), QueueChecker(), LogOrderChecker()]
         if test.get("elle") or self.elle:
             from checkers.elle import QueueElleChecker
 

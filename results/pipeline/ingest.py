@@ -177,34 +177,6 @@ def _verdict(v: Any) -> str | None:
     return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
 
 
-class _Windows:
-    """Fault windows from the nemesis ops: start-X invoked .. stop-X completed, or the final heal, or the end."""
-
-    def __init__(self) -> None:
-        self.open: dict[str, int] = {}
-        self.closed: list[dict[str, Any]] = []
-
-    def see(self, op) -> None:
-        f = op.f
-        if op.type == "invoke" and f.startswith("start-"):
-            self.open.setdefault(f[len("start-"):], op.time)
-        elif op.type != "invoke" and f.startswith("stop-"):
-            self._close(f[len("stop-"):], op.time)
-        elif op.type != "invoke" and f == "heal":
-            for fault in list(self.open):
-                self._close(fault, op.time)
-
-    def _close(self, fault: str, t: int) -> None:
-        start = self.open.pop(fault, None)
-        if start is not None:
-            self.closed.append({"fault": fault, "start_ns": start, "end_ns": t})
-
-    def finish(self, last_ns: int) -> list[dict[str, Any]]:
-        for fault in list(self.open):
-            self._close(fault, last_ns)
-        return sorted(self.closed, key=lambda w: w["start_ns"])
-
-
 class _TableWriter:
     """Column lists flushed as row groups to `<dir>/part-0.parquet` (written as a dot-file, renamed at close)."""
 
@@ -240,6 +212,7 @@ class _TableWriter:
 
 def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str, Any]:
     """Write the ops and reads tables of one history; return counts, times and fault windows."""
+    from checkers.fault_records import FaultWindows
     from checkers.queue import BEYOND_BUDGET
     from harness.history import NEMESIS, iter_history
 
@@ -249,7 +222,7 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
     o_key, o_value, o_offset, o_hwm = o["key"], o["value"], o["offset"], o["hwm"]
     o_node, o_error, o_json = o["node"], o["error"], o["value_json"]
     r_seq, r_pos, r_kind, r_key, r_offset, r_value = r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]
-    windows = _Windows()
+    windows = FaultWindows()  # the report's rule too (checkers/fault_records.py)
     beyond_budget_ns = None
     n_ops = n_reads = 0
     first_ns = last_ns = None
@@ -328,7 +301,10 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
     ops_w.close()
     reads_w.close()
     return {"ops": n_ops, "reads": n_reads, "first_ns": first_ns, "last_ns": last_ns,
-            "fault_windows": windows.finish(last_ns or 0), "beyond_budget_ns": beyond_budget_ns}
+            "fault_windows": [{"fault": w.name, "start_ns": w.start_ns,
+                               "end_ns": w.end_ns if w.end_ns is not None else (last_ns or 0)}
+                              for w in windows.finish()],
+            "beyond_budget_ns": beyond_budget_ns}
 
 
 def _run_row(src: RunSource, flat: dict[str, Any], history: Path) -> dict[str, Any]:

@@ -459,3 +459,56 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
             assert len(reps) == (2 if v == "default" else 5), (plan, v, len(reps))
     for c in core:  # the budget leaves room for every run: each took 15 s (75 s runs) to 70 s (300 s) beyond its limit
         assert c.budget >= sum(p.spec.time_limit * 1.25 + 15 for p in c.runs), c.name
+
+
+# --- required states ------------------------------------------------------------------------------
+
+REQUIRING = MINIMAL + 'repetitions = 2\nrequire = ["isr-shrunk-to-one", "elr-election"]\n'
+
+
+class ReachingRunTest(FakeRunTest):
+    """A fake run that also says which protocol states it reached (results.json "reached")."""
+
+    def __init__(self, reached):
+        super().__init__()
+        self.reached = reached
+
+    def __call__(self, spec, log=print, panel=False):
+        code, run_dir = super().__call__(spec, log, panel)
+        results = json.loads((run_dir / "results.json").read_text())
+        results["reached"] = {s: {"count": 2, "first_s": 1.0, "times_s": [1.0, 2.0], "source": "node logs"}
+                              for s in self.reached}
+        write_json(run_dir / "results.json", results)
+        return code, run_dir
+
+
+def test_a_campaign_whose_runs_reached_every_required_state_passes(tmp_path):
+    plan = load_campaign(write(tmp_path, REQUIRING), store=str(tmp_path / "store"))
+    code, d = run_campaign(plan, run=ReachingRunTest({"isr-shrunk-to-one", "elr-election", "leader-change"}),
+                           log=lambda m: None)
+    doc = json.loads((d / "campaign.json").read_text())
+    assert code == 0 and doc["unmet_requirements"] == []
+    assert [(q["state"], q["met"], q["runs_reaching"]) for q in doc["requirements"]] == [
+        ("isr-shrunk-to-one", True, 2), ("elr-election", True, 2)]
+
+
+def test_a_campaign_whose_runs_never_reached_a_required_state_fails_instead_of_passing(tmp_path):
+    plan = load_campaign(write(tmp_path, REQUIRING), store=str(tmp_path / "store"))
+    code, d = run_campaign(plan, run=ReachingRunTest({"isr-shrunk-to-one"}), log=lambda m: None)
+    doc = json.loads((d / "campaign.json").read_text())
+    assert code == 2 and doc["counts"]["valid"] == 2  # every run valid, and still not a pass
+    assert doc["unmet_requirements"] == ["elr-election"]
+    junit = ET.fromstring((d / "junit.xml").read_text())
+    (case,) = [c for c in junit.iter("testcase") if c.get("name") == "requires elr-election"]
+    assert case.find("error") is not None and "no run reached elr-election" in case.find("error").get("message")
+    assert "NEVER REACHED" in (d / "index.html").read_text()
+
+
+@pytest.mark.parametrize("value,sentence", [
+    ('"elr-election"', "key 'require' must be a list of state names"),
+    ('["leader-churn"]', "key 'require' names 'leader-churn', which is not a state the harness can see; valid: "),
+])
+def test_a_bad_require_key_is_one_sentence(tmp_path, value, sentence):
+    with pytest.raises(CampaignFileError) as e:
+        load_campaign(write(tmp_path, MINIMAL + f"require = {value}\n"))
+    assert sentence in str(e.value)

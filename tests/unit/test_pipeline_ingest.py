@@ -56,7 +56,8 @@ def test_ops_reads_and_runs_rows(tmp_path):
     run = pq.read_table(wh / "runs" / part).to_pylist()[0]
     assert (run["nemesis"], run["acks"], run["broker_variant"], run["verdict"]) == \
         ("kill", "1", "truncate-to-hw", "incomplete")
-    assert run["fault_windows"] == [{"fault": "kill", "start_ns": 3000, "end_ns": 8000}]
+    # the report's rule (checkers/fault_records.py): from the start's completion to the stop's
+    assert run["fault_windows"] == [{"fault": "kill", "start_ns": 4000, "end_ns": 8000}]
 
 
 def test_a_second_ingest_skips_the_unchanged_run(tmp_path):

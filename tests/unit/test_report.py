@@ -165,21 +165,50 @@ def test_report_first_screen_of_a_valid_run_says_so_without_a_lost_write_table(t
     summary = first_screen_summary(results, pair_ops(history), fault_windows(history))
     assert summary == {"lines": [], "lost": [], "lost_groups": [], "lost_total": 0}
     html = render_report(run).read_text()
-    assert 'id="summary-valid"' in html and "No anomalies: queue found none." in html
+    assert 'id="summary-valid"' in html and "No anomalies: queue found none, and the run proved" in html
     assert 'id="lost-writes-table"' not in html and "VALID" in html
 
 
-def test_scenario_steps_are_fault_windows_until_undone_or_the_final_heal():
-    s = 1_000_000_000
-    hist = [Op("info", "scenario-bind", "nemesis", {"L": "broker-1"}, time=1 * s),
-            Op("info", "scenario-isolate", "nemesis", {"isolate": "broker-2"}, time=2 * s),
-            Op("info", "scenario-kill", "nemesis", {"kill": "broker-1"}, time=3 * s),
-            Op("info", "scenario-pause", "nemesis", {"pause": "broker-3"}, time=4 * s),
-            Op("info", "scenario-heal", "nemesis", {"healed": ["broker-2"]}, time=5 * s),
-            Op("info", "scenario-start", "nemesis", {"start": "broker-1"}, time=6 * s),
-            Op("info", "heal", "nemesis", {"errors": []}, time=9 * s)]
+def test_fault_windows_run_from_the_fault_applied_to_its_heal_or_the_final_heal():
+    """From the fault records the ledger puts in the nemesis ops (checkers/fault_records.py): the rule the
+    report and the pipeline share."""
+    from nemesis.ledger import FaultLedger
+
+    s, now = 1_000_000_000, [0]
+    ledger = FaultLedger(clock=lambda: now[0])
+    hist = []
+
+    def op(f, at, act=lambda: None):
+        now[0] = at * s
+        out = act()
+        hist.append(Op("info", f, "nemesis", {"faults": ledger.changes()}, time=at * s))
+        return out
+
+    def fault(kind, node):
+        rec = ledger.request(kind, [node], "scenario:t")
+        ledger.applied(rec)
+        return rec
+
+    cut = op("scenario-isolate", 2, lambda: fault("partition", "broker-2"))
+    kill = op("scenario-kill", 3, lambda: fault("kill", "broker-1"))
+    op("scenario-pause", 4, lambda: fault("pause", "broker-3"))
+    op("scenario-heal", 5, lambda: ledger.healed(cut, True))
+    op("scenario-start", 6, lambda: ledger.healed(kill, True))
+    failed = ledger.request("kill", ["broker-2"], "kill")  # never applied: no window
+    op("start-kill", 7, lambda: ledger.applied(failed, False, "no such process"))
+    hist.append(Op("info", "heal", "nemesis", {"errors": []}, time=9 * s))
     ws = fault_windows(hist)
     assert [(w.name, w.start_s, w.end_s) for w in ws] == [
-        ("isolate broker-2", 2.0, 5.0), ("kill broker-1", 3.0, 6.0), ("pause broker-3", 4.0, 9.0)]
-    assert fault_at(ws, 4.5) == "isolate broker-2, kill broker-1, pause broker-3"
+        ("partition broker-2", 2.0, 5.0), ("kill broker-1", 3.0, 6.0), ("pause broker-3", 4.0, 9.0)]
+    assert fault_at(ws, 4.5) == "partition broker-2, kill broker-1, pause broker-3"
     assert faults_during(ws, 5.5, 7.0) == "kill broker-1, pause broker-3"
+
+
+def test_histories_from_before_the_ledger_keep_their_start_stop_windows():
+    s = 1_000_000_000
+    hist = [Op("invoke", "start-kill", "nemesis", None, time=1 * s),
+            Op("info", "start-kill", "nemesis", {"kill": ["broker-1"]}, time=2 * s),
+            Op("info", "stop-kill", "nemesis", {"healed": ["broker-1"]}, time=5 * s),
+            Op("info", "start-pause", "nemesis", {"pause": ["broker-2"]}, time=6 * s),
+            Op("info", "heal", "nemesis", {"errors": []}, time=8 * s)]
+    assert [(w.name, w.start_s, w.end_s) for w in fault_windows(hist)] == [("kill", 2.0, 5.0), ("pause", 6.0, 8.0)]
