@@ -7,7 +7,8 @@ revisits. P-compositionality: the model's key splits the history, and each part 
 on its own. Indeterminate ops (info, or never completed) return "after everything" with an
 unknown output: they may take effect at any point after their invocation, or never.
 
-A time budget (and a memo-size budget) make the verdict "unknown" rather than a guess. On
+A time budget (and a memo-size budget) make the verdict "unknown" rather than a guess, and so
+does a history in which no op observed the state (writes only: every order is legal). On
 failure the counterexample is the smallest failing prefix of the history: the op that no
 order allows, the ops concurrent with it, and the state a valid order reached before it.
 """
@@ -26,7 +27,7 @@ NEVER = 1 << 60  # the return position of an indeterminate op
 
 
 class Budget(Exception):
-    """The time or memory budget ran out: the verdict is unknown."""
+    """The time or memory budget ran out: the verdict is unknown. The message says which."""
 
 
 class StepsExhausted(Exception):
@@ -68,8 +69,10 @@ def _search(calls: Sequence[Call], model: Model, deadline: float, max_cache: int
     while nxt[head] != -1:
         steps += 1
         if steps & 0x3FF == 0:
-            if time.monotonic() > deadline or len(cache) > max_cache:
-                raise Budget
+            if time.monotonic() > deadline:
+                raise Budget("time")
+            if len(cache) > max_cache:
+                raise Budget(f"memo limit of {max_cache:,} states")
             if max_steps is not None and steps > max_steps:
                 raise StepsExhausted
         if is_call[p]:
@@ -169,8 +172,9 @@ def _encode(inv: Op, comp: Op | None, t: str, model_name: str):
 
 # --- the checker -----------------------------------------------------------------------------------
 def check_calls(calls: Sequence[Call], model: Model, time_limit: float | None = 60.0,
-                max_cache: int = 5_000_000) -> tuple[Any, dict[Any, Any]]:
-    """Check every partition; returns (valid, {key: True/False/"unknown"})."""
+                max_cache: int = 5_000_000, budget_spent: list[str] | None = None) -> tuple[Any, dict[Any, Any]]:
+    """Check every partition; returns (valid, {key: True/False/"unknown"}). When a budget runs out,
+    which one is appended to `budget_spent` (if given)."""
     deadline = time.monotonic() + (time_limit if time_limit else 1e9)
     parts: dict[Any, list[Call]] = {}
     for c in calls:
@@ -186,8 +190,10 @@ def check_calls(calls: Sequence[Call], model: Model, time_limit: float | None = 
                 ok, _ = _search(pending[key], model, deadline, max_cache, max_steps)
             except StepsExhausted:
                 continue
-            except Budget:
+            except Budget as spent:
                 verdicts[key] = UNKNOWN
+                if budget_spent is not None:
+                    budget_spent.append(str(spent))
                 pending.clear()
                 break
             verdicts[key] = ok
@@ -247,14 +253,31 @@ def counterexample(part: Sequence[Call], model: Model, time_limit: float = 10.0)
     }
 
 
+NOTHING_OBSERVED = ("none of the history's {ops} {model} operation(s) observed the state (a read, a cas with a "
+                    "known outcome, an acknowledged offset), so every order is legal and nothing was judged")
+
+
 def check_linearizable(history: Sequence[Op], model: str | Model, time_limit: float | None = 60.0,
                        calls: Sequence[Call] | None = None) -> Result:
     m = MODELS[model]() if isinstance(model, str) else model
     calls = calls if calls is not None else calls_from_history(history, m.name if isinstance(model, Model) else model)
     t0 = time.monotonic()
-    valid, verdicts = check_calls(calls, m, time_limit)
+    spent: list[str] = []
+    valid, verdicts = check_calls(calls, m, time_limit, budget_spent=spent)
+    unknown = [str(k) for k, v in verdicts.items() if v == UNKNOWN]
     stats = {"ops": len(calls), "partitions": len({c.key for c in calls}), "seconds": round(time.monotonic() - t0, 3),
-             "unknown_partitions": [str(k) for k, v in verdicts.items() if v == UNKNOWN]}
+             "unknown_partitions": unknown}
+    reasons = []
+    if unknown:
+        budget = " and ".join(f"its {time_limit} s time limit" if b == "time" else f"its {b}"
+                              for b in dict.fromkeys(spent)) or "its budget"
+        what = "the history" if unknown == ["None"] else f"partition(s) {', '.join(unknown[:8])}"
+        reasons.append(f"the search ran out of {budget} before deciding {what}: linearizability there is not "
+                       "known (give the checker a larger time limit)")
+    if valid is True and not any(m.observes(c) for c in calls):
+        # Every order of ops that observe nothing is legal: "valid" would be vacuous.
+        valid = UNKNOWN
+        reasons.append(NOTHING_OBSERVED.format(model=m.name, ops=len(calls)))
     anomalies, details = [], {}
     if valid is False:
         bad = next(k for k, v in verdicts.items() if v is False)
@@ -267,7 +290,8 @@ def check_linearizable(history: Sequence[Op], model: str | Model, time_limit: fl
         anomalies.append(Anomaly("nonlinearizable", 1, examples,
                                  f"No order of the operations on {where} is consistent with both real time "
                                  f"and the {m.name} model."))
-    return Result(checker=f"linearizable-{m.name}", valid=valid, anomalies=anomalies, stats=stats, details=details)
+    return Result(checker=f"linearizable-{m.name}", valid=valid, anomalies=anomalies, stats=stats, details=details,
+                  unknown_reasons=reasons)
 
 
 class LinearizableChecker:

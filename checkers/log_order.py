@@ -20,6 +20,9 @@ conditions checked with sorting and a pass per key:
                         more unobserved offsets than indeterminate sends that could have
                         filled them
 
+Verdict: false on any anomaly; "unknown" when the history holds no acknowledged send and no
+completed read (nothing was observed, so a valid verdict would be vacuous); else true.
+
 After a fault beyond the durability contract (checkers/queue.py, BEYOND_BUDGET) the log may
 have lost a suffix that was acknowledged and read, and new sends reuse those offsets: one
 log no longer explains the whole history, by design. The observations are then checked in
@@ -37,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, Anomaly, Result
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.queue import beyond_budget_time, poll_items
 from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
@@ -67,28 +70,33 @@ class _Found:
             self.examples[name].append(ex)
 
 
+NOTHING_OBSERVED = ("the history holds no acknowledged send and no completed read of a partition, so no log "
+                    "was observed and there is no order to judge")
+
+
 def check_log_order(history: Sequence[Op]) -> Result:
     cutoff = beyond_budget_time(history)
+    found = _Found()
+    stats: dict[str, Any] = {}
     if cutoff is not None:
         def era(op: Op) -> int:
             return 1 if op.time >= cutoff else 0
-        found = _Found()
-        for e in (0, 1):
-            _check_history(history, found, lambda op, e=e: era(op) == e)
-        anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in EXPLANATIONS
-                     if found.counts[n]]
-        return Result(checker="log-order", valid=not anomalies, anomalies=anomalies,
-                      stats={**{f"{n}-count": found.counts[n] for n in EXPLANATIONS}, "eras": 2})
-    found = _Found()
-    _check_history(history, found, None)
+        observed = sum(_check_history(history, found, lambda op, e=e: era(op) == e) for e in (0, 1))
+        stats["eras"] = 2
+    else:
+        observed = _check_history(history, found, None)
     anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in EXPLANATIONS
                  if found.counts[n]]
-    return Result(checker="log-order", valid=not anomalies, anomalies=anomalies,
-                  stats={f"{n}-count": found.counts[n] for n in EXPLANATIONS})
+    stats = {**{f"{n}-count": found.counts[n] for n in EXPLANATIONS}, **stats, "observations": observed}
+    # No observation, no verdict: "valid" would claim an order was checked when none was seen.
+    reasons = [] if observed else [NOTHING_OBSERVED]
+    valid: Any = False if anomalies else UNKNOWN if reasons else True
+    return Result(checker="log-order", valid=valid, anomalies=anomalies, stats=stats, unknown_reasons=reasons)
 
 
-def _check_history(history: Sequence[Op], found: _Found, in_era) -> None:
-    """Check the observations `in_era` accepts (all when None); any send's value may be read."""
+def _check_history(history: Sequence[Op], found: _Found, in_era) -> int:
+    """Check the observations `in_era` accepts (all when None); any send's value may be read.
+    Returns how many there were (acknowledged sends and reads of a partition)."""
     pos = {id(op): k for k, op in enumerate(history)}
     sends: dict[int, dict[Any, tuple[int, int, int | None, Op]]] = defaultdict(dict)  # key -> value -> (inv, ret, offset)
     carried: dict[int, set[Any]] = defaultdict(set)  # key -> every value a send (of any era) carried
@@ -119,6 +127,8 @@ def _check_history(history: Sequence[Op], found: _Found, in_era) -> None:
                 reads[key].append((pos[id(inv)], ret, recs, end, comp, reach))
     for key in set(sends) | set(reads):
         _check_key(key, sends[key], reads[key], found, carried[key])
+    return (sum(1 for by_value in sends.values() for s in by_value.values() if s[2] is not None)
+            + sum(map(len, reads.values())))
 
 
 def _check_key(key: int, sends: dict, reads: list, found: _Found, carried: set) -> None:

@@ -2,7 +2,9 @@
 
 An operation reaches a model as (input, output): input is what was asked, output what was
 observed, or UNKNOWN_OUTPUT for an indeterminate op (it is then always legal and applies
-its effect). States are hashable (the search memoizes (linearized set, state)).
+its effect). States are hashable (the search memoizes (linearized set, state)). `observes`
+says whether a call's output constrains the state: a history with none (writes only) is
+legal in every order and proves nothing.
 
 Models: register, cas-register (and Porcupine's etcd register, which is a CAS register
 whose initial state is "absent"), kv (string registers per key, put/append/get), and log
@@ -42,6 +44,11 @@ class Model:
     def step(self, state: Hashable, input: Any, output: Any) -> tuple[bool, Hashable]:
         raise NotImplementedError
 
+    def observes(self, c: Call) -> bool:
+        """Whether the call's observed output constrains the state (a read, a cas whose outcome is
+        known): a history without one is legal in any order, so it proves nothing."""
+        return c.output is not UNKNOWN_OUTPUT
+
     def describe_state(self, state: Hashable) -> str:
         return repr(state)
 
@@ -74,6 +81,9 @@ class CasRegister(Model):
                 return True, (b if state == a else state)
             return (state == a) == bool(output), (b if output else state)
         raise ValueError(f"cas-register has no operation {f!r}")
+
+    def observes(self, c: Call) -> bool:
+        return c.input[0] in ("read", "cas") and c.output is not UNKNOWN_OUTPUT
 
     def describe_state(self, state) -> str:
         return "absent" if state is ABSENT else f"the register holds {state!r}"
@@ -116,6 +126,9 @@ class KV(Model):
             return True, state + input[2]
         raise ValueError(f"kv has no operation {f!r}")
 
+    def observes(self, c: Call) -> bool:
+        return c.input[0] == "get" and c.output is not UNKNOWN_OUTPUT
+
     def describe_state(self, state) -> str:
         return f"the key holds {state!r}"
 
@@ -143,6 +156,9 @@ class Log(Model):
                     return False, state
             return (end is None or end == len(state)), state
         raise ValueError(f"log has no operation {f!r}")
+
+    def observes(self, c: Call) -> bool:
+        return c.input[0] == "read" or c.output is not UNKNOWN_OUTPUT  # a read, or an append's offset
 
     def describe_state(self, state) -> str:
         tail = ", ".join(map(repr, state[-6:]))

@@ -20,7 +20,8 @@ One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
                         stats["poll-gap-count"] with examples in details["poll_gaps"], no anomaly.
                         A later read may prove a skipped offset, so jumps are judged after the pass.
 Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
-read (nothing can be concluded about its losses); else true.
+read (nothing can be concluded about its losses), or when no send at all was acknowledged (a
+valid verdict would be vacuous); else true.
 
 The durability contract covers min ISR - 1 power cuts (001: Kafka guarantees durability
 for n-1 replicas). A fault that goes beyond it (a scenario or `exceed_fault_budget` power-
@@ -58,6 +59,10 @@ EXPLANATIONS = {
 GAP_EXPLANATION = ("A consumer's successive reads of a partition jumped over offsets that no send was "
                    "acknowledged at and no read returned: a Kafka log may lack records there (transaction "
                    "markers, compaction, aborted batches), so this is counted, not an anomaly.")
+
+
+NO_ACKNOWLEDGED_SEND = ("no send was acknowledged, so no acknowledged write could be lost: the history never "
+                        "tested what the queue checker exists to judge")
 
 
 def poll_items(f: str, value: Any) -> Iterator[tuple[int, list]]:
@@ -252,17 +257,16 @@ def check_queue(history: Sequence[Op]) -> Result:
             "examples": beyond_budget[:MAX_EXAMPLES]}
     anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in ANOMALY_TYPES
                  if found.counts[n]]
-    if anomalies:
-        valid: Any = False
-    elif uncovered:
-        valid = UNKNOWN
+    reasons = []
+    if uncovered:
         stats["keys-without-final-read"] = sorted(uncovered)
-    else:
-        valid = True
+        reasons.append(f"partitions {sorted(uncovered)} have acknowledged sends but no final read, so their losses "
+                       "cannot be known")
+    if not acked:
+        reasons.append(NO_ACKNOWLEDGED_SEND)
+    valid: Any = False if anomalies else UNKNOWN if reasons else True
     stats = dict(stats)
     stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
-    reasons = [f"partitions {sorted(uncovered)} have acknowledged sends but no final read, so their losses "
-               "cannot be known"] if uncovered else []
     return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
                   unknown_reasons=reasons)
 

@@ -20,7 +20,8 @@ and the differential test (tests/integration/test_pipeline.py) holds the two equ
               nonmonotonic; offset > prev + 1 is a jump, and a poll-skip when an offset between
               is proven to exist in the same era (a read returned a record there, or an ok send
               was acknowledged there), else a gap (no anomaly)
-  verdict     false on any anomaly; else unknown when an ok send's key has no final read; else true
+  verdict     false on any anomaly; else unknown when an ok send's key has no final read, or when
+              no send was ok at all; else true
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def queue_anomaly_counts(runs, ops, reads):
         out = out.join(df, RUN, "left")
     out = out.fillna(0, subset=[*COUNT_COLUMNS, "uncovered", "acked_sends"])
     any_anomaly = sum((F.col(c) for c in COUNT_COLUMNS), F.lit(0)) > 0
-    verdict = (F.when(any_anomaly, F.lit("false")).when(F.col("uncovered") > 0, F.lit("unknown"))
+    verdict = (F.when(any_anomaly, F.lit("false"))
+               .when((F.col("uncovered") > 0) | (F.col("acked_sends") == 0), F.lit("unknown"))
                .otherwise(F.lit("true")))
     return out.withColumn("verdict", verdict).select(*RUN, "verdict", *COUNT_COLUMNS, "uncovered", "acked_sends")
 

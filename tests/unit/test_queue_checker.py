@@ -151,10 +151,11 @@ def test_info_sends_later_read_are_counted_and_failed_sends_are_not_lost():
 
 
 def test_unmatched_invocation_counts_as_info():
-    h = H()
+    h = H().send(2, 0, 11, 0)
     h._add("invoke", "send", 0, [0, 10])
-    h.final(1, 0, 0, [])
-    assert check_queue(h.ops).valid is True
+    h.final(1, 0, 1, [[0, 11]])
+    r = check_queue(h.ops)
+    assert r.valid is True and r.stats["send-info"] == 1
 
 
 def power_cut(h: H, beyond: bool) -> H:
