@@ -431,11 +431,19 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
     to its key; a consumer's reads are prefixes (its consumer starts at the log start and
     moves forward), so each poll becomes a read of everything that process has read of the
     key so far; a final read is a read of the whole prefix it drained. Sends that failed
-    append nothing.
+    append nothing. A poll continues its consumer's prefix unless it went back or skipped an
+    offset (the queue checker's rule, checkers/queue.py proven_between: an offset is skipped
+    only when some acknowledgement or read proves a record is there; a jump over offsets
+    nothing proves, a transaction marker's, continues the prefix).
     """
+    from checkers.queue import poll_items, proven_between
+
+    pairs = pair_ops(history)
+    proven = _proven_offsets(pairs)
     out: list[Op] = []
     seen: dict[tuple[Any, int], list] = defaultdict(list)
-    for inv, comp in pair_ops(history):
+    last: dict[tuple[Any, int], int] = {}  # (process, key) -> the last offset its prefix holds
+    for inv, comp in pairs:
         if inv.process == NEMESIS:
             continue
         t = comp.type if comp is not None else INFO
@@ -446,23 +454,41 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
             if comp is not None:
                 out.append(Op(t, "txn", inv.process, mops, time=comp.time, index=comp.index))
         elif inv.f in ("poll", "final-poll") and t == OK:
-            from checkers.queue import poll_items
-
             # One read per key: a consumer's positions in different partitions move
             # independently, so a multi-partition poll is no snapshot (that would be write skew).
             for key, recs in poll_items(inv.f, comp.value):
                 if inv.f == "final-poll":
                     mop = ["r", key, [v for _, v in recs]]
                 else:
-                    acc = seen[(inv.process, key)]
-                    if recs and int(recs[0][0]) != len(acc):
-                        acc.clear()  # not a continuation of this consumer's prefix: no prefix claim
-                        continue
+                    acc, at = seen[(inv.process, key)], last.get((inv.process, key), -1)
+                    if recs:
+                        first = int(recs[0][0])
+                        if first <= at or proven_between(proven.get(key, ()), at, first):
+                            acc.clear()  # not a continuation of this consumer's prefix: no prefix claim
+                            last[(inv.process, key)] = -1  # a later read from the log start is one again
+                            continue
+                        last[(inv.process, key)] = int(recs[-1][0])
                     acc.extend(v for _, v in recs)
                     mop = ["r", key, list(acc)]
                 out.append(Op("invoke", "txn", inv.process, [["r", key, None]], time=inv.time, index=inv.index))
                 out.append(Op(OK, "txn", inv.process, [mop], time=comp.time, index=comp.index))
     return out
+
+
+def _proven_offsets(pairs: Sequence[tuple[Op, Op | None]]) -> dict[int, list[int]]:
+    """key -> the sorted offsets proven to hold a record: acknowledged sends' and every record read."""
+    from checkers.queue import poll_items
+
+    out: dict[int, set[int]] = defaultdict(set)
+    for inv, comp in pairs:
+        if comp is None or comp.type != OK or inv.process == NEMESIS:
+            continue
+        if inv.f == "send":
+            out[int(comp.value[0])].add(int(comp.value[1][0]))
+        elif inv.f in ("poll", "final-poll"):
+            for key, recs in poll_items(inv.f, comp.value):
+                out[key].update(int(o) for o, _ in recs)
+    return {key: sorted(offsets) for key, offsets in out.items()}
 
 
 class QueueElleChecker:

@@ -271,6 +271,13 @@ def check_queue(history: Sequence[Op]) -> Result:
                   unknown_reasons=reasons)
 
 
+def proven_between(proven: Sequence[int], start: int, to: int) -> Sequence[int]:
+    """The one definition of a skip: of the offsets proven to exist (`proven`, sorted), those strictly
+    between `start` and `to`. A consumer that read `start` and then `to` skipped them: a poll-skip when
+    there is one, a gap (no anomaly) when there is none."""
+    return proven[bisect.bisect_right(proven, start):bisect.bisect_left(proven, to)]
+
+
 class _Jumps:
     """One partition's jumps in one era, as columns (an array of ints costs 8 bytes an entry, a tuple 90)."""
 
@@ -303,8 +310,8 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
     for (key, e), jumped in jumps.items():
         offsets = sorted(proof[(key, e)])
         for k, (start, to) in enumerate(zip(jumped.starts, jumped.ends, strict=True)):
-            i = bisect.bisect_right(offsets, start)
-            if i == len(offsets) or offsets[i] >= to:
+            skipped = proven_between(offsets, start, to)
+            if not skipped:
                 gap_count += 1  # the common case on a log with markers: counted, an example only for the first few
                 if len(gaps) < MAX_EXAMPLES:
                     p = jumped.after[k].process
@@ -312,7 +319,6 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
                                  "summary": f"process {p} read partition {key} offset {start}, then offset {to}; "
                                             f"nothing shows a record at the {to - start - 1} offset(s) between"})
                 continue
-            skipped = offsets[i:bisect.bisect_left(offsets, to)]
             first, p = proof[(key, e)][skipped[0]], jumped.after[k].process
             found.add("poll-skip", {
                 "key": key, "process": p, "from": start, "to": to, "skipped_existing": skipped[:MAX_EXAMPLES],
@@ -323,4 +329,5 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
     return gap_count, gaps
 
 
-__all__ = ["ANOMALY_TYPES", "BEYOND_BUDGET", "QueueChecker", "beyond_budget_time", "check_queue", "poll_items"]
+__all__ = ["ANOMALY_TYPES", "BEYOND_BUDGET", "QueueChecker", "beyond_budget_time", "check_queue", "poll_items",
+           "proven_between"]

@@ -210,3 +210,42 @@ def test_queue_history_through_elle():
         o.index = o.time = i
     r = check_list_append(queue_to_list_append(bad), ["serializable"])
     assert r.valid is False and "incompatible-order" in {a.name for a in r.anomalies}
+
+
+def _queue_ops(*specs):
+    out = [Op(type_, f, p, v) for type_, f, p, v in specs]
+    for i, o in enumerate(out):
+        o.index = o.time = i
+    return out
+
+
+# Partition 0 holds 10 at offset 0, a transaction marker at 1 (no send got it, no read returns it),
+# 12 at offset 2 and 13 at offset 3.
+MARKED_LOG = (("invoke", "send", 0, [0, 10]), ("ok", "send", 0, [0, [0, 10]]),
+              ("invoke", "send", 0, [0, 12]), ("ok", "send", 0, [0, [2, 12]]),
+              ("invoke", "send", 0, [0, 13]), ("ok", "send", 0, [0, [3, 13]]),
+              ("invoke", "final-poll", 9, [0]), ("ok", "final-poll", 9, [0, 4, [[0, 10], [2, 12], [3, 13]]]))
+
+
+def test_a_consumers_poll_past_a_transaction_marker_still_continues_its_prefix():
+    from checkers.elle import queue_to_list_append
+
+    # process 1 reads 10, then (past the marker) 13 and 12: its prefix [10, 13, 12] contradicts the
+    # final read's [10, 12, 13], which a claim dropped at the marker would never show
+    h = _queue_ops(*MARKED_LOG, ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[0, 10]]}),
+                   ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[2, 13], [3, 12]]}))
+    r = check_list_append(queue_to_list_append(h), ["serializable"])
+    assert r.valid is False and "incompatible-order" in {a.name for a in r.anomalies}
+
+
+def test_a_consumers_poll_past_an_offset_that_exists_makes_no_prefix_claim():
+    from checkers.elle import queue_to_list_append
+
+    # process 1 reads 10, then 13, skipping 12 at offset 2, which exists (the queue checker's
+    # poll-skip): its reads are no prefix of the log, so they claim none
+    h = _queue_ops(*MARKED_LOG, ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[0, 10]]}),
+                   ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[3, 13]]}),
+                   ("invoke", "poll", 1, None), ("ok", "poll", 1, {"0": [[2, 12]]}))
+    txns = queue_to_list_append(h)
+    assert [o.value for o in txns if o.type == "ok" and o.process == 1] == [[["r", 0, [10]]]]
+    assert check_list_append(txns, ["serializable"]).valid is True
