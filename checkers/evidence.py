@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from checkers.core import UNKNOWN, Result
-from checkers.fault_records import HEAL_F, FaultRecord, fault_records
+from checkers.fault_records import FAULTS_KEY, HEAL_F, FaultRecord, fault_records
 from checkers.reasons import say
 from harness.history import INVOKE, NEMESIS, OK, Op, pair_ops
 
@@ -92,7 +92,7 @@ class FaultEvidenceChecker:
             errors = (op.value or {}).get("errors") if isinstance(op.value, dict) else None
             if errors:
                 reasons.append(say("heal-failed", errors="; ".join(map(str, errors))[:600]))
-        if planned and not records and not _scenario_steps(history):
+        if planned and not _written_with_ledger(history):
             reasons.append(say("no-fault-records", faults=planned))
         elif planned:
             for name in planned:
@@ -108,6 +108,13 @@ class FaultEvidenceChecker:
         return Result(self.name, UNKNOWN if reasons else True, stats=fault_stats(records),
                       details={"unobserved": [_brief(r) for r in records if r.applied and r.observed is False][:20]},
                       unknown_reasons=reasons)
+
+
+def _written_with_ledger(history: Sequence[Op]) -> bool:
+    """Does any nemesis op carry fault records (the final heal always does, if only an empty list)? A history
+    from before the ledger has none, and then nothing shows whether its faults took effect."""
+    return any(op.process == NEMESIS and op.type != INVOKE and isinstance(op.value, dict) and FAULTS_KEY in op.value
+               for op in history)
 
 
 def fault_stats(records: list[FaultRecord]) -> dict[str, dict[str, int]]:

@@ -221,9 +221,10 @@ def _print_verdict(run_dir: Path) -> None:
 
 @app.command()
 def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
-    """Re-check a stored run's history offline; rewrites results.json (identically) and prints the verdict."""
-    from harness.history import HistoryFormatError, read_history
-    from harness.runner import analyze_history, exit_code
+    """Re-check a stored run offline (its history, node dumps and the harness's facts in results.json); rewrites
+    results.json (identically, for a run of this version) and prints the verdict."""
+    from harness.history import HistoryFormatError
+    from harness.runner import analyze_run, exit_code
     from harness.spec import TestSpec
     from results.store import write_json
 
@@ -241,18 +242,12 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     previous = _run_json(old, "delete it to re-check the run from its history alone (the error, interruption "
                               "and final-read notes it held are lost with it)") if old.exists() else None
     try:
-        history = read_history(run_dir / "history.jsonl")
+        # The same check as the run's own (the harness's facts come from the previous results.json).
+        results = analyze_run(run_dir, test, previous)
     except HistoryFormatError as e:
         _fail(f"{str(e).rstrip('.')}; restore the run's history from a copy to check it.")
     except OSError as e:
         _fail(f"cannot read {run_dir / 'history.jsonl'} ({e.strerror or e}); make the run's history readable.")
-    results = analyze_history(test, history)
-    if previous is not None:
-        for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
-            if key in previous:
-                results[key] = previous[key]
-                if key in ("error", "interrupted", "final_reads") and results["valid"] is True:
-                    results["valid"] = "unknown"
     try:
         write_json(old, results)
     except OSError as e:

@@ -394,7 +394,8 @@ class Run:
         except Exception as e:  # noqa: BLE001 - recorded in the heal op: the verdict cannot be valid
             heal_errors = [f"{type(e).__name__}: {e}"]
         still = [f"#{r.id} {r.label}" for r in self.ledger.active()]
-        value = self._with_fault_records({"errors": heal_errors})
+        # Always a "faults" list, empty or not: it marks a history written with the ledger (checkers/evidence.py)
+        value = {"faults": [], **self._with_fault_records({"errors": heal_errors})}
         if still:
             value["still_active"] = still
         writer.append(Op(INFO, "heal", NEMESIS, value))
@@ -541,14 +542,12 @@ def reached_in_run(run_dir: Path, clock: dict[str, Any], cluster: str | None) ->
                           {**clock, "same_host": cluster in SAME_HOST_CLUSTERS})
 
 
-def analyze_run(run_dir: Path, test: dict) -> dict[str, Any]:
-    """`kafkaesque analyze`: re-check a stored run with the harness's facts its results.json kept (none
-    when it has no readable one: the verdict then cannot be valid)."""
-    try:
-        previous = json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):
-        previous = {}
-    facts = previous.get("run") if isinstance(previous, dict) and isinstance(previous.get("run"), dict) else None
+def analyze_run(run_dir: Path, test: dict, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`kafkaesque analyze`: re-check a stored run with the harness's facts its previous results.json kept
+    (`previous`, read by the caller; without them the verdict cannot be valid), so a stored run re-checks to
+    the verdict the run itself gave."""
+    previous = previous if isinstance(previous, dict) else {}
+    facts = previous.get("run") if isinstance(previous.get("run"), dict) else None
     results = check_run(run_dir, test, facts)
     for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
         if key in previous:

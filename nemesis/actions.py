@@ -102,22 +102,22 @@ class FaultActions:
         if note_leadership and any(r.fault in PROCESS_FAULTS for r in owed):
             self._note_leadership(node, [r for r in owed if r.fault in PROCESS_FAULTS])
         self.cluster.start(node)
-        return self._heal_process(node, owed, ("running",), timeout_s=10.0)
+        return self._heal_process(node, owed, ("running",), timeout_s=10.0, live_pause_stays=True)
 
     def resume(self, node: str) -> list[FaultRecord]:
         owed = self.ledger.active(("pause",), node)
         self.cluster.resume(node)
         return self._heal_process(node, owed, ("running", "down"), timeout_s=5.0)
 
-    def _heal_process(self, node: str, owed: list[FaultRecord], want: tuple[str, ...], timeout_s: float
-                      ) -> list[FaultRecord]:
+    def _heal_process(self, node: str, owed: list[FaultRecord], want: tuple[str, ...], timeout_s: float,
+                      live_pause_stays: bool = False) -> list[FaultRecord]:
         try:
             state = process_state_within(self.cluster, node, want, timeout_s)
         except Exception as e:  # noqa: BLE001
             state = f"unknown ({_error(e)})"
         healed = []
         for rec in owed:
-            if rec.fault == "pause" and state == "paused":
+            if live_pause_stays and rec.fault == "pause" and state == "paused":
                 continue  # start() of a live paused process leaves it paused: resume heals it
             self.ledger.healed(rec, state in want, {"process": state},
                                f"{node}'s process is {state} after the heal, not {' or '.join(want)}")
