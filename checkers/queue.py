@@ -14,11 +14,13 @@ One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
   nonmonotonic-poll     a consumer's reads of a key went backwards
   poll-skip             a consumer's reads of a key jumped over an offset that exists: an
                         acknowledged send got it, or some read (a poll, a final read) returned a
-                        record there, in the same era (see below). A jump over offsets nothing
-                        proves exist is a gap (a Kafka log may lack records at some offsets:
-                        transaction markers, compaction, aborted batches): counted in
-                        stats["poll-gap-count"] with examples in details["poll_gaps"], no anomaly.
-                        A later read may prove a skipped offset, so jumps are judged after the pass.
+                        record there, on the same side of the last fault beyond the budget (below).
+                        A jump over offsets nothing proves exist is a gap (a Kafka log may lack
+                        records at some offsets: transaction markers, compaction, aborted batches):
+                        counted in stats["poll-gap-count"] with examples in details["poll_gaps"],
+                        no anomaly. A later read may prove a skipped offset, so jumps are judged
+                        after the pass (`proven_between` is the rule; Elle's queue view and the
+                        Spark pipeline, results/pipeline/queue_checks.py, apply the same).
 Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
 read (nothing can be concluded about its losses), or when no send at all was acknowledged (a
 valid verdict would be vacuous); else true.
