@@ -8,7 +8,11 @@ only. The broker runs inside as a daemon (pid file, under the container's init),
 
 Containers get NET_ADMIN (iptables, tc) and, for the lossy file system, /dev/fuse with
 SYS_ADMIN (a FUSE mount needs it); nothing broader. Containers and networks carry the
-label `kafkaesque=<run id>` so `kafkaesque cleanup` finds what a crashed run left.
+label `kafkaesque=<run id>` (what `attach` finds a cluster by) and `kafkaesque.run=<run id>`,
+set only here at creation: `kafkaesque cleanup` finds what a run left by that one, never by
+`kafkaesque=...`, which every container started from the node image inherits from it
+(`kafkaesque=node`), so a user's own containers of the image are never removed. The run
+registers while its cluster is up (clusters/ownership.py): cleanup skips it while it lives.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ import time
 from typing import Any
 
 from clusters.base import ClusterError, ClusterSpec
+from clusters.ownership import Leftover, pick, register_run, release_run, remove_all
 from clusters.reference import OWNER_ENV, ReferenceCluster
 from harness.remote import DockerRemote
 
 LABEL = "kafkaesque"
 SPEC_LABEL = f"{LABEL}.spec"  # the cluster's spec as JSON, on every container
+RUN_LABEL = f"{LABEL}.run"  # the run that created it: what cleanup goes by (the image has no such label)
 PORT = 9092
 NODE_ROOT = "/var/lib/kafkaesque"
 CLOCK_FILE = "/run/kafkaesque/clock-offset"
@@ -145,9 +151,10 @@ class DockerCluster(ReferenceCluster):
             self.image = ensure_image(log=lambda m: None)
         except ImageError as e:
             raise ClusterError(str(e)) from None
+        register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
         try:
             self.network = self.client.networks.create(f"kafkaesque-{self.owner}", driver="bridge",
-                                                       labels={LABEL: self.owner})
+                                                       labels={LABEL: self.owner, RUN_LABEL: self.owner})
             for node in self.nodes():
                 self._create_container(node)
             for node in self.nodes():
@@ -168,7 +175,8 @@ class DockerCluster(ReferenceCluster):
         kwargs: dict[str, Any] = {
             "name": self.container_name(node), "hostname": node, "network": self.network.name,
             "detach": True, "init": True,
-            "labels": {LABEL: self.owner, f"{LABEL}.node": node, SPEC_LABEL: self._spec_label()},
+            "labels": {LABEL: self.owner, RUN_LABEL: self.owner, f"{LABEL}.node": node,
+                       SPEC_LABEL: self._spec_label()},
             "cap_add": ["NET_ADMIN"], "command": ["sleep", "infinity"],
             "environment": {OWNER_ENV: self.owner},
         }
@@ -209,27 +217,27 @@ class DockerCluster(ReferenceCluster):
             except Exception:  # noqa: BLE001
                 pass
             self.network = None
+        release_run(self.owner)  # also from `kafkaesque cluster down`, another process than the one that made it
 
 
-def cleanup_docker(owner: str = "") -> list[str]:
-    """Remove every container and network any Kafkaesque run left behind (by label), or only those of
-    one run (`owner`): a test cleaning up after itself must not remove other runs' clusters."""
+def find_docker() -> list[Leftover]:
+    """Every container and network a run created on this engine (label `kafkaesque.run`), as leftovers
+    of that run; nothing when no engine answers."""
     try:
         client = docker_client()
     except ClusterError:
         return []
-    removed = []
-    label = f"{LABEL}={owner}" if owner else LABEL
-    for c in client.containers.list(all=True, filters={"label": label}):
-        try:
-            c.remove(force=True)
-            removed.append(f"container {c.name}")
-        except Exception:  # noqa: BLE001
-            pass
-    for n in client.networks.list(filters={"label": label}):
-        try:
-            n.remove()
-            removed.append(f"network {n.name}")
-        except Exception:  # noqa: BLE001
-            pass
-    return removed
+    found = []
+    for c in client.containers.list(all=True, filters={"label": RUN_LABEL}):
+        owner = c.labels.get(RUN_LABEL, "")
+        found.append(Leftover(owner, f"container {c.name}", lambda c=c: c.remove(force=True), rank=5))
+    for n in client.networks.list(filters={"label": RUN_LABEL}):
+        owner = (n.attrs.get("Labels") or {}).get(RUN_LABEL, "")
+        found.append(Leftover(owner, f"network {n.name}", n.remove, rank=6))
+    return found
+
+
+def cleanup_docker(owner: str = "") -> list[str]:
+    """Remove one run's containers and network (`owner`: a test cleaning up after itself), or, without an
+    owner, those of every run whose harness is gone; never a container the harness did not create."""
+    return remove_all(pick(find_docker(), owner))

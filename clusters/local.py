@@ -1,8 +1,9 @@
 """The local cluster backend: the reference broker's controller and brokers as processes on this machine.
 
 Each node has its own data dir and port under the run directory, its process carries
-KAFKAESQUE_OWNER=<run id> in its environment (so `kafkaesque cleanup` finds the leftovers
-of a crashed run), and the clock-offset preload (nemesis/clock_preload.py) so a clock
+KAFKAESQUE_OWNER=<run id> in its environment and its dir a marker naming the run (so
+`kafkaesque cleanup` finds the leftovers of a crashed run: clusters/ownership.py, and only
+those of runs whose harness is gone), and the clock-offset preload (nemesis/clock_preload.py) so a clock
 fault can skew one node's wall clock without touching the host's. Network partitions need
 a node per network namespace or container (the docker backend); here they are refused by
 name.
@@ -17,10 +18,20 @@ import sys
 from pathlib import Path
 
 from clusters.base import ClusterError, ClusterSpec
+from clusters.ownership import (
+    Leftover,
+    RunRecord,
+    mark_local_dir,
+    pick,
+    process_start_time,
+    register_run,
+    remove_all,
+    unregister_run,
+)
 from clusters.reference import CONTROLLER, OWNER_ENV, ReferenceCluster
 from harness.remote import LocalRemote
 
-__all__ = ["CONTROLLER", "LocalCluster", "cleanup_leftovers"]
+__all__ = ["CONTROLLER", "LocalCluster", "cleanup_leftovers", "find_processes"]
 
 
 def free_port() -> int:
@@ -48,6 +59,7 @@ class LocalCluster(ReferenceCluster):
         self._remote = LocalRemote("local")
         self.ports: dict[str, int] = {}
         self._clock_lib: str | None = None
+        self._registration: RunRecord | None = None
 
     def remote(self, node: str) -> LocalRemote:
         return self._remote
@@ -74,6 +86,8 @@ class LocalCluster(ReferenceCluster):
 
     def up(self) -> str:
         try:
+            # Before anything is made: from here until down() the run is live to `kafkaesque cleanup`.
+            self._registration = register_run(self.owner, self.name, str(self.run_dir))
             from nemesis.clock_preload import PreloadBuildError, build_preload
 
             try:
@@ -98,19 +112,28 @@ class LocalCluster(ReferenceCluster):
                 raise ClusterError(f"Port {self.ports[node]} for {node} is already in use; pick another "
                                    "--base-port or stop what listens there.")
             os.makedirs(self.node_dir(node), exist_ok=True)
+            mark_local_dir(self.node_dir(node), self.owner)
 
     def down(self) -> None:
         for node in reversed(self.nodes()):
             if node in self.ports:
                 self._remote.signal_daemon(self.pidfile(node), signal.SIGCONT)
                 self.kill(node)
+        self._unregister()
+
+    def _unregister(self) -> None:
+        """The run's cluster is gone: its registration goes too (clusters/ownership.py)."""
+        if self._registration is not None:
+            unregister_run(self._registration)
+            self._registration = None
 
 
-def cleanup_leftovers(owner: str = "") -> list[str]:
-    """Kill every process a Kafkaesque run started and left behind (found by KAFKAESQUE_OWNER), or only
-    those of one run (`owner`): a test cleaning up after itself must not kill other runs' nodes."""
-    killed = []
+def find_processes() -> list[Leftover]:
+    """Every process on this machine that carries KAFKAESQUE_OWNER (a node or lossy file system a run
+    started), this process aside, as a leftover of the run it names."""
+    found = []
     me = os.getpid()
+    marker = f"{OWNER_ENV}=".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -118,22 +141,34 @@ def cleanup_leftovers(owner: str = "") -> list[str]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        marker = f"{OWNER_ENV}=".encode()
         if marker not in environ:
             continue
         run = next((kv[len(marker):].decode(errors="replace") for kv in environ.split(b"\0")
-                    if kv.startswith(marker)), "?")
-        if owner and run != owner:
-            continue
+                    if kv.startswith(marker)), "")
+        pid, start = int(entry.name), process_start_time(int(entry.name))
+        if start is None:
+            continue  # gone, or a zombie its parent will reap
+        found.append(Leftover(run, f"process {pid} (run {run})", _killer(pid, start, environ), rank=0))
+    return found
+
+
+def _killer(pid: int, start: int, environ: bytes):
+    def kill() -> None:
+        if process_start_time(pid) != start:
+            return  # it ended since it was found, and the pid may be another program's now
         _reset_clock_file(environ)
-        pid = int(entry.name)
         try:
-            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)  # a paused process would otherwise hold its sockets until reaped
             os.kill(pid, signal.SIGKILL)
-            killed.append(f"process {pid} (run {run})")
         except ProcessLookupError:
             pass
-    return killed
+    return kill
+
+
+def cleanup_leftovers(owner: str = "") -> list[str]:
+    """Kill the processes one run left behind (`owner`: a test cleaning up after itself), or, without an
+    owner, those of every run whose harness is gone (never a live run's, nor one nothing here names)."""
+    return remove_all(pick(find_processes(), owner))
 
 
 def _reset_clock_file(environ: bytes) -> None:

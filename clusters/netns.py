@@ -9,15 +9,17 @@ mounted on this host before the broker starts: `ip netns exec` gives the broker 
 namespace that receives mounts from the host), so the lossy-crash fault works too. The
 clock preload of the plain local backend stays.
 
-Everything carries the run's tag: `kafkaesque cleanup` (cleanup_netns) removes namespaces,
-bridges, our FORWARD rules and lossyfs mounts that a crashed run left behind. Addresses
-come from 10.213.0.0/16, one /24 per run, skipping any subnet this host already routes.
+Everything carries the run's tag (clusters/ownership.py owner_tag: namespaces, bridge, the
+FORWARD rule's comment, which names the run id too) or, for a lossyfs mount, a marker in the
+node dir beside it: `kafkaesque cleanup` (find_network) removes what a run whose harness is
+gone left behind, never a live run's. Addresses come from 10.213.0.0/16, one /24 per run,
+skipping any subnet this host already routes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -27,6 +29,16 @@ from pathlib import Path
 
 from clusters.base import ClusterError, ClusterSpec
 from clusters.local import LocalCluster
+from clusters.ownership import (
+    Leftover,
+    local_dir_owner,
+    mark_local_dir,
+    owner_tag,
+    owners_by_tag,
+    pick,
+    registered_runs,
+    remove_all,
+)
 from clusters.reference import OWNER_ENV
 from harness.remote import LocalRemote, RemoteResult
 
@@ -74,7 +86,7 @@ class NetnsCluster(LocalCluster):
 
     def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None):
         super().__init__(spec, run_dir, owner)
-        self.tag = hashlib.sha1(self.owner.encode()).hexdigest()[:6]
+        self.tag = owner_tag(self.owner)
         self.bridge = f"{BRIDGE_PREFIX}{self.tag}"
         self.namespaces = {node: f"{NS_PREFIX}{self.tag}-{i}" for i, node in enumerate(self.nodes())}
         self.remotes = {node: NetnsRemote(node, ns) for node, ns in self.namespaces.items()}
@@ -114,6 +126,7 @@ class NetnsCluster(LocalCluster):
         self._network()
         for node in self.nodes():
             os.makedirs(self.node_dir(node), exist_ok=True)
+            mark_local_dir(self.node_dir(node), self.owner)
             self.ports[node] = PORT
             if node in self.broker_nodes():
                 self._mount_lossyfs(node)
@@ -137,7 +150,7 @@ class NetnsCluster(LocalCluster):
         # Docker sets the FORWARD policy to DROP and bridged frames pass iptables here: let our
         # bridge's own traffic through (removed again by down and by cleanup).
         subprocess.run(["iptables", "-w", "-I", "FORWARD", "-i", self.bridge, "-o", self.bridge, "-m", "comment",
-                        "--comment", f"kafkaesque {self.bridge}", "-j", "ACCEPT"], capture_output=True, check=False)
+                        "--comment", f"kafkaesque {self.bridge} run {self.owner}"[:255], "-j", "ACCEPT"], capture_output=True, check=False)
         for i, (node, ns) in enumerate(self.namespaces.items()):
             host_end, node_end = f"kqh{self.tag}{i}", f"kqn{self.tag}{i}"
             self.ips[node] = f"{self.subnet}.{i + 10}"
@@ -180,6 +193,7 @@ class NetnsCluster(LocalCluster):
             _unmount(self.data_dir(node))
             self.host_remote.signal_daemon(self.lossyfs_files(node)[0], signal.SIGKILL)
         _remove_network(self.tag)
+        self._unregister()
 
 
 def _unmount(path: str) -> None:
@@ -190,38 +204,72 @@ def _unmount(path: str) -> None:
     subprocess.run(["umount", "-l", path], capture_output=True, check=False)
 
 
+NAMESPACE_RE = re.compile(rf"{NS_PREFIX}([0-9a-f]{{6}})-\d+")
+BRIDGE_RE = re.compile(rf"{BRIDGE_PREFIX}([0-9a-f]{{6}})")
+RULE_RE = re.compile(rf"kafkaesque {BRIDGE_PREFIX}([0-9a-f]{{6}})\b")
+
+
 def _remove_network(tag: str) -> list[str]:
-    """Namespaces, veths, the bridge and the FORWARD rule of one run (tag) or of all runs (tag "")."""
-    removed = []
+    """Namespaces, veths, the bridge and the FORWARD rule of one run (its tag): what down() removes."""
+    return remove_all([i for i in _network_leftovers({}) if i.tag == tag])
+
+
+def _network_leftovers(owners: dict[str, str]) -> list[Leftover]:
+    """Our namespaces, bridges and FORWARD rules on this host, each with its tag and, when `owners`
+    (tag -> run id) knows it, its run."""
+    found = []
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         ns = line.split()[0] if line.strip() else ""
-        if ns.startswith(f"{NS_PREFIX}{tag}") and "-" in ns and not ns.startswith(BRIDGE_PREFIX):
-            _ip("netns", "del", ns, check=False)  # its veth ends go with it
-            removed.append(f"network namespace {ns}")
+        if m := NAMESPACE_RE.fullmatch(ns):
+            # its veth ends go with it
+            found.append(Leftover(owners.get(m[1], ""), f"network namespace {ns}", _deleter("netns", "del", ns),
+                                  rank=2, tag=m[1]))
     for line in _ip("-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(f"{BRIDGE_PREFIX}{tag}"):
-            _ip("link", "del", name, check=False)
-            removed.append(f"bridge {name}")
+        if m := BRIDGE_RE.fullmatch(name):
+            found.append(Leftover(owners.get(m[1], ""), f"bridge {name}", _deleter("link", "del", name), rank=3,
+                                  tag=m[1]))
     rules = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True).stdout
     for rule in rules.splitlines():
-        if f"kafkaesque {BRIDGE_PREFIX}{tag}" in rule and rule.startswith("-A "):
-            subprocess.run(["iptables", "-w", "-D", *shlex.split(rule)[1:]], capture_output=True, check=False)
-            removed.append(f"FORWARD rule of {rule.split()[3]}")
-    return removed
+        if rule.startswith("-A ") and (m := RULE_RE.search(rule)):
+            argv = ["iptables", "-w", "-D", *shlex.split(rule)[1:]]
+            found.append(Leftover(owners.get(m[1], ""), f"FORWARD rule of {BRIDGE_PREFIX}{m[1]}",
+                                  lambda argv=argv: subprocess.run(argv, capture_output=True, check=False),
+                                  rank=4, tag=m[1]))
+    return found
 
 
-def cleanup_netns(tag: str = "") -> list[str]:
-    """What crashed local-netns runs left: lossyfs mounts, namespaces, bridges, FORWARD rules; those
-    of one run (its network only) when `tag` is given: a test cleaning up after itself must not cut
-    other runs off."""
-    if not netns_available():
-        return []
-    removed = []
+def _deleter(*argv: str):
+    return lambda: _ip(*argv, check=False)
+
+
+def _lossyfs_mounts() -> list[Leftover]:
+    """lossyfs mounts on this host, each with the run its node dir's marker names."""
+    found = []
     with open("/proc/mounts") as f:
         for line in f:
             source, mountpoint = line.split()[:2]
-            if source == "lossyfs" and not tag:  # a run unmounts its own at down(); these are orphans
-                _unmount(mountpoint.replace("\\040", " "))
-                removed.append(f"lossyfs mount {mountpoint}")
-    return removed + _remove_network(tag)
+            if source != "lossyfs":
+                continue
+            path = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), mountpoint)  # /proc/mounts escapes
+            owner = local_dir_owner(os.path.dirname(path))
+            found.append(Leftover(owner, f"lossyfs mount {path}", lambda path=path: _unmount(path), rank=1,
+                                  tag=owner_tag(owner) if owner else ""))
+    return found
+
+
+def find_network(owners: list[str] | tuple[str, ...] = ()) -> list[Leftover]:
+    """Every lossyfs mount, namespace, bridge and FORWARD rule of ours on this host. Names carry only a
+    run's tag: the registered runs and `owners` (run ids seen elsewhere) say whose it is."""
+    if not netns_available():
+        return []
+    mounts = _lossyfs_mounts()
+    known = owners_by_tag([*owners, *(r.owner for r in registered_runs()), *(m.owner for m in mounts)])
+    return mounts + _network_leftovers(known)
+
+
+def cleanup_netns(tag: str = "") -> list[str]:
+    """Remove what one run left (the run `tag` names: a test cleaning up after itself), or, without a
+    tag, what every run whose harness is gone left: lossyfs mounts, namespaces, bridges, FORWARD rules.
+    A live run's, or one nothing here names, stays."""
+    return remove_all(pick(find_network(), tag=tag))
