@@ -397,6 +397,12 @@ def _read_dump(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, "the node did not answer the dump request when the run ended"
     if state.get("role") not in ("broker", "controller"):
         return None, f"it names no role a dump has (broker or controller), but {state.get('role')!r}"
+    if state["role"] == "broker":
+        # Log Matching is checked on the physical logs: a partition dumped without one would be left out.
+        bare = [f"{p.get('topic')}-{p.get('partition')}" for p in state.get("partitions", [])
+                if not isinstance(p, dict) or not isinstance(p.get("log"), list)]
+        if bare:
+            return None, f"it holds no physical log of partition(s) {', '.join(map(str, bare[:4]))}"
     return state, ""
 
 

@@ -124,6 +124,7 @@ def test_every_dump_unreadable_is_unknown_with_one_reason_per_node(tmp_path):
     (b"\xff\xfe".decode("latin-1"), "not valid JSON"),
     ('{"unreachable": true}', "did not answer"),
     ('{"partitions": []}', "names no role"),
+    ('{"role": "broker", "partitions": [{"topic": "q", "partition": 0, "hwm": 3}]}', "no physical log of partition(s) q-0"),
     (None, "missing"),
 ])
 def test_a_dump_that_cannot_be_used_makes_the_check_unknown(tmp_path, dump, why):
