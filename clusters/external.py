@@ -66,7 +66,16 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
 
 At set-up the harness stops whatever the pid command finds, installs, starts the
 controllers then the brokers, and waits until Metadata lists every broker; at teardown it
-stops them cleanly. Capabilities (iptables, tc, netem, FUSE, CAP_SYS_TIME, SIGSTOP) are
+stops them cleanly.
+
+The node's `dir` must be a dir of the harness's own: absolute, normalised, not a system dir
+nor a direct child of one (clusters/ownership.py), and on the node absent, empty or holding
+the marker the harness wrote there (`.kafkaesque-node.json`), checked before anything is
+written. The marker names the run using the node and the iptables chain its faults use;
+each SIGSTOP is listed beside it (pid and start time). If the harness dies, a marker of its
+own here (state dir, external-clusters/) lets `kafkaesque cleanup`, once the run is dead,
+resume those processes, remove the chain and a tc qdisc the run added, on every node whose
+marker still names the run. The foreign brokers are not restarted or stopped by cleanup. Capabilities (iptables, tc, netem, FUSE, CAP_SYS_TIME, SIGSTOP) are
 probed per node (clusters/capabilities.py). Partitions and net need every node on an
 address of its own with iptables; lossy-crash, disk and the clock faults need hooks into
 the broker's storage and clock that a system we did not build does not give, so they are
@@ -75,6 +84,8 @@ refused by name. Examples: clusters/examples/.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 import tomllib
@@ -86,6 +97,21 @@ from typing import Any
 import jinja2
 
 from clusters.base import ClusterError, ClusterSpec, PartitionView
+from clusters.ownership import (
+    Leftover,
+    claim_node_dir,
+    forget_pause_script,
+    node_dir_problem,
+    normalise_remote_path,
+    pick,
+    read_node_marker,
+    record_pause_script,
+    register_run,
+    release_node_dir,
+    release_run,
+    resume_paused_script,
+    state_dir,
+)
 from harness.remote import RemoteError
 
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
@@ -102,6 +128,7 @@ NODE_KEYS = ("name", "id", "roles", "host", "container", "kafka_port", "controll
 PATH_KEYS = ("dir", "data_dir", "logs")
 INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "commands")
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@,+=-]+$")
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # also a folder name: nodes/<name>/ in the run dir
 STOP_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 120.0
 
@@ -248,7 +275,7 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     where = f"node {i + 1} ({raw.get('name', 'no name')})"
     _unknown(path, where, raw, NODE_KEYS)
     name = _want(path, where, "name", raw.get("name", ""), str)
-    if not name or not SAFE_VALUE.match(name):
+    if not name or not NODE_NAME.match(name):
         raise ClusterFileError(f"{where} of the cluster file {path} needs a name of letters, digits and ._- "
                                "(name = \"kafka-1\").")
     if "id" not in raw:
@@ -327,7 +354,8 @@ def template_vars(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
         "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers),
     }
     for key in ("dir", "data_dir"):
-        values[key] = _render(cf, node, f"[paths] {key}", cf.paths[key], values)
+        # Normalised before any use: "/var/lib/kafka/.." is /var/lib to every command that gets it.
+        values[key] = normalise_remote_path(_render(cf, node, f"[paths] {key}", cf.paths[key], values))
     return values
 
 
@@ -347,10 +375,12 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
         if v and not SAFE_VALUE.match(v):
             raise ClusterFileError(f"{node.name} in the cluster file {cf.path}: {key} = {v!r} has characters a shell "
                                    "would interpret; use letters, digits and ._:/@,+=- only.")
-    for key in ("dir", "data_dir"):
-        if not values[key].startswith("/") or values[key].rstrip("/") in ("", "/tmp", "/var", "/root", "/home", "/opt"):
-            raise ClusterFileError(f"[paths] {key} of the cluster file {cf.path} is {values[key]!r} for {node.name}; "
-                                   "give an absolute dir of its own, e.g. /var/lib/kafka/data.")
+    for key, example in (("dir", "/var/lib/kafkaesque"), ("data_dir", "/var/lib/kafka/data")):
+        problem = node_dir_problem(values[key])
+        if problem:
+            raise ClusterFileError(f"[paths] {key} of the cluster file {cf.path} for {node.name}: {problem}; give an "
+                                   f"absolute dir of its own (the harness and your commands write there as root), "
+                                   f"e.g. {example}.")
     out: dict[str, Any] = {"vars": values}
     out["commands"] = {c: _render(cf, node, f"the {c} command", t, values) for c, t in node.commands.items()}
     out["logs"] = [_render(cf, node, "[paths] logs", t, values) for t in cf.paths["logs"]]
@@ -370,9 +400,12 @@ class ExternalCluster:
 
     name = "external"
 
-    def __init__(self, cf: ClusterFile, run_dir: str):
+    def __init__(self, cf: ClusterFile, run_dir: str, owner: str | None = None):
         self.cf = cf
         self.run_dir = Path(run_dir)
+        # The run's id on every node's marker (clusters/ownership.py), as clusters/reference.py makes it.
+        self.owner = owner or f"{self.run_dir.name}-{os.getpid()}"
+        self._claimed: set[str] = set()  # nodes whose dir this run holds: the only ones it stops or marks
         self.spec = ClusterSpec(brokers=sum(1 for n in cf.nodes if "broker" in n.roles))
         self.by_name = {n.name: n for n in cf.nodes}
         self.remotes: dict[str, Any] = {}
@@ -380,8 +413,8 @@ class ExternalCluster:
         self._rendered: dict[str, dict[str, Any]] = {}
 
     @classmethod
-    def from_file(cls, path: str, spec: ClusterSpec | None, run_dir: str) -> ExternalCluster:
-        return cls(load_cluster_file(path), run_dir)
+    def from_file(cls, path: str, spec: ClusterSpec | None, run_dir: str, owner: str | None = None) -> ExternalCluster:
+        return cls(load_cluster_file(path), run_dir, owner)
 
     # --- naming ---------------------------------------------------------------------------------------
     def nodes(self) -> list[str]:
@@ -486,9 +519,13 @@ class ExternalCluster:
         return self.remote(node).run(["sh", "-c", script], timeout=timeout, check=check)
 
     def _signal(self, node: str, sig: str) -> bool:
-        """Send a signal to the pid the pid command prints (one round trip)."""
+        """Send a signal to the pid the pid command prints (one round trip). A SIGSTOP is listed beside the
+        node's marker (pid and start time) until its SIGCONT, so cleanup can resume it if the harness dies."""
         script = (f"p=$({self.pid_command(node)}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
                   f"test -n \"$p\" && kill -{sig} \"$p\"")
+        if node in self._claimed and sig in ("STOP", "CONT"):
+            d = self.rendered(node)["vars"]["dir"]
+            script += f" && {record_pause_script(d) if sig == 'STOP' else forget_pause_script(d)}"
         return self._sh(node, script, timeout=15).ok
 
     def process_state(self, node: str) -> str:
@@ -538,7 +575,10 @@ class ExternalCluster:
     # --- lifecycle ---------------------------------------------------------------------------------------
     def up(self) -> str:
         try:
+            register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
             self._each(self._connect)
+            self._mark_leftover()
+            self._each(self._claim)  # every node's dir checked before anything is stopped or written
             self._each(self._install)
             controllers_first = self.controller_nodes() + [n for n in self.nodes() if n not in self.controller_nodes()]
             for node in controllers_first:
@@ -568,6 +608,19 @@ class ExternalCluster:
                 raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
                                    "sudo there, or set sudo = false.")
 
+    def _claim(self, node: str) -> None:
+        """The node's dir is this run's (clusters/ownership.py claim_node_dir); its marker also keeps the
+        chain our faults use and the root qdisc the node had, what cleanup needs to undo a dead run's."""
+        from nemesis.faults import net_device
+        from nemesis.netrules import CHAIN
+
+        device = net_device(self, node)
+        before = self._sh(node, f"tc qdisc show dev {device} root 2>/dev/null | head -n 1", timeout=20).out.strip()
+        claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
+                       f"[paths] of the cluster file {self.cf.path}", {"chain": CHAIN, "device": device,
+                                                                        "qdisc_before": before})
+        self._claimed.add(node)
+
     def _install(self, node: str) -> None:
         """Stop what runs there, then the file's install steps: upload and unpack, config, commands."""
         if self.is_running(node):
@@ -593,11 +646,62 @@ class ExternalCluster:
         def stop(node: str) -> None:
             try:
                 self.stop(node)
+                release_node_dir(self.remote(node), self.rendered(node)["vars"]["dir"], self.owner)
             except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
                 pass
 
         try:
-            self._each(stop)
+            # Only nodes this run claimed: one whose dir was refused was never touched, and stays so.
+            claimed = [n for n in self.nodes() if n in self._claimed]
+            if claimed:
+                self._each(stop, claimed)
+        finally:
+            for r in self.remotes.values():
+                if hasattr(r, "close"):
+                    r.close()
+        self._unmark_leftover()
+        release_run(self.owner)
+
+    # --- leftovers: what `kafkaesque cleanup` undoes on the nodes of a harness that died -------------------
+    def _local_marker(self) -> Path:
+        return external_state_dir() / f"{self.owner}.json"
+
+    def _mark_leftover(self) -> None:
+        marker = self._local_marker()
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"cluster_file": str(Path(self.cf.path).expanduser().resolve()),
+                                      "owner": self.owner, "run_dir": str(self.run_dir)}))
+
+    def _unmark_leftover(self) -> None:
+        self._local_marker().unlink(missing_ok=True)
+
+    def heal_leftovers(self) -> list[str]:
+        """On every node whose marker still names this run: SIGCONT what it paused (the same processes:
+        pid and start time), remove our iptables chain, and a tbf qdisc it added; returns the nodes healed.
+        A node another run holds now, or without our marker, is not touched."""
+        from nemesis import netrules
+
+        def heal(node: str) -> str | None:
+            try:
+                self._connect(node)
+                d = self.rendered(node)["vars"]["dir"]
+                marker = read_node_marker(self.remote(node), d)
+                if marker is None or marker.get("run") != self.owner:
+                    return None
+                self._sh(node, resume_paused_script(d), timeout=30)
+                for argv in netrules.remove_chain():
+                    self.remote(node).run(argv, timeout=20)
+                device = str(marker.get("device") or "eth0")
+                now = self._sh(node, f"tc qdisc show dev {device} root 2>/dev/null | head -n 1", timeout=20).out
+                if _qdisc_kind(now) == "tbf" and _qdisc_kind(str(marker.get("qdisc_before", ""))) != "tbf":
+                    self.remote(node).run(netrules.clear_qdisc(device), timeout=20)
+                release_node_dir(self.remote(node), d, self.owner)
+                return node
+            except Exception:  # noqa: BLE001 - an unreachable node is reported by its absence
+                return None
+
+        try:
+            return [n for n in self._each(heal) if n]
         finally:
             for r in self.remotes.values():
                 if hasattr(r, "close"):
@@ -706,6 +810,46 @@ def cluster_file_brokers(path: str) -> int:
     from clusters.ssh import load_node_file
 
     return sum(1 for n in load_node_file(path) if n.name.startswith("broker-"))
+
+
+def _qdisc_kind(line: str) -> str:
+    """"tbf" of "qdisc tbf 8001: root refcnt 2 rate 1Mbit ..." ("" when there is none)."""
+    words = line.split()
+    return words[1] if len(words) > 1 and words[0] == "qdisc" else ""
+
+
+def external_state_dir() -> Path:
+    """Where a running external cluster leaves its marker (cluster file, owner) until its `down`."""
+    return state_dir() / "external-clusters"
+
+
+def find_external() -> list[Leftover]:
+    """The external clusters whose harness has not reached `down` (their markers), as leftovers of their
+    runs: removing one resumes what the run paused and removes its rules, on the nodes still marked its."""
+    return [Leftover(marker.stem, f"external cluster of run {marker.stem} (paused processes and rules on its "
+                                  "nodes)", lambda marker=marker: _heal_marked(marker), rank=8)
+            for marker in sorted(external_state_dir().glob("*.json"))]
+
+
+def _heal_marked(marker: Path) -> list[str]:
+    try:
+        info = json.loads(marker.read_text())
+        cluster = ExternalCluster.from_file(info["cluster_file"], None, info.get("run_dir", "."), info["owner"])
+    except (OSError, ValueError, KeyError, ClusterError) as e:
+        marker.unlink(missing_ok=True)  # nothing can find those nodes any more
+        return [f"external marker {marker.name} dropped ({type(e).__name__}: {e})"]
+    out = [f"external:{n}" for n in cluster.heal_leftovers()]
+    marker.unlink(missing_ok=True)
+    return out
+
+
+def cleanup_external(owner: str = "") -> list[str]:
+    """Heal the nodes of one run's external cluster (`owner`), or, without an owner, of every external
+    cluster whose harness is gone; returns "external:<node>" for each node healed."""
+    out: list[str] = []
+    for item in pick(find_external(), owner):
+        out += item.remove()
+    return out
 
 
 def cluster_from_file(path: str, spec: ClusterSpec, run_dir: str):

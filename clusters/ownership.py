@@ -298,7 +298,7 @@ def check_node_dir(path: str, where: str, key: str = "dir") -> str:
 @dataclass
 class NodeDirState:
     resolved: str               # the dir with symlinks resolved on the node ("" when it cannot be)
-    state: str                  # absent, empty, marked, foreign, notdir
+    state: str                  # absent, empty, marked, legacy, foreign, notdir
     marker: dict[str, Any] | None
     sample: list[str]           # a few of the names a foreign dir holds
 
@@ -310,6 +310,8 @@ def inspect_node_dir(remote, path: str) -> NodeDirState:
               f"if [ ! -e {d} ] && [ ! -L {d} ]; then echo state=absent; "
               f"elif [ ! -d {d} ]; then echo state=notdir; "
               f"elif [ -f {m} ]; then echo state=marked; cat {m}; "
+              # what the SSH backend left in its dir before it wrote markers: its code tarball, unpacked
+              f"elif [ -f {d}/clusters.tar.gz ] && [ -d {d}/code/clusters/broker ]; then echo state=legacy; "
               f"elif [ -z \"$(ls -A {d} 2>/dev/null)\" ]; then echo state=empty; "
               f"else echo state=foreign; ls -A {d} | head -n 5; fi")
     r = remote.run(["sh", "-c", script], timeout=20)
@@ -336,10 +338,12 @@ def marker_harness(marker: dict[str, Any] | None) -> Harness | None:
         return None
 
 
-def claim_node_dir(remote, node: str, path: str, owner: str, file: str, extra: dict[str, Any] | None = None) -> None:
+def claim_node_dir(remote, node: str, path: str, owner: str, file: str, extra: dict[str, Any] | None = None,
+                   legacy_ok: bool = False) -> None:
     """Make `path` on the node this run's, or raise a ClusterError sentence before anything is written:
-    its resolved path must pass node_dir_problem too, it must be absent, empty or marked by the harness,
-    and no other run that is still live may hold it. Then the marker names this run."""
+    its resolved path must pass node_dir_problem too, it must be absent, empty or marked by the harness
+    (or, `legacy_ok`, laid out as the SSH backend left it before markers), and no other run that is still
+    live may hold it. Then the marker names this run."""
     where = f"{node} ({getattr(remote, 'where', lambda: remote.name)()})"
     found = inspect_node_dir(remote, path)
     reason = _system_dir_reason(normalise_remote_path(found.resolved)) if found.resolved.startswith("/") else None
@@ -348,10 +352,11 @@ def claim_node_dir(remote, node: str, path: str, owner: str, file: str, extra: d
                            "at a dir of its own that is no link into the system.")
     if found.state == "notdir":
         raise ClusterError(f"{where}: dir {path} is a file, not a directory; give dir in {file} a path of its own.")
-    if found.state == "foreign":
-        raise ClusterError(f"{where}: dir {path} holds files the harness did not put there "
-                           f"({', '.join(found.sample[:3])}, ...) and no {NODE_MARKER}; give dir in {file} an empty "
-                           "or new dir of its own, since the harness writes and wipes there.")
+    if found.state == "foreign" or found.state == "legacy" and not legacy_ok:
+        names = f" ({', '.join(found.sample[:3])}, ...)" if found.sample else ""
+        raise ClusterError(f"{where}: dir {path} holds files the harness did not put there{names} and no "
+                           f"{NODE_MARKER}; give dir in {file} an empty or new dir of its own, since the harness "
+                           "writes and wipes there.")
     holder = (found.marker or {}).get("run") or ""
     if holder and holder != owner:
         harness = marker_harness(found.marker)

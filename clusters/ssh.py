@@ -13,7 +13,7 @@ The node file (TOML; top-level keys are defaults for every node, a node's own ke
     key = "~/.ssh/id_ed25519"            # private key file (default: ssh agent / ~/.ssh keys)
     port = 22                            # SSH port
     sudo = false                         # run every command as `sudo -n ...`
-    dir = "/var/lib/kafkaesque"          # the node's dir: code, data, logs, pid files
+    dir = "/var/lib/kafkaesque"          # the node's dir: code, data, logs, pid files (wiped at start-up)
     kafka_port = 9092                    # the broker's Kafka + RPC port
     python = "python3"
     known_hosts = "~/.ssh/known_hosts"
@@ -33,6 +33,13 @@ the pid files); partition and net when every node is a host of its own whose use
 iptables (probed at start-up, else refused by name); the clock faults when the clock
 preload (built here, uploaded) works on the nodes; lossy-crash with `lossy = true`.
 A bad file, an unreachable node or a wrong host key ends in one sentence naming the fix.
+
+The node's dir is wiped (code, data, backing, lib) as root at every start-up, so it must be
+a dir of its own: absolute, normalised, not a system dir nor a direct child of one
+(clusters/ownership.py node_dir_problem), checked when the file is read; then, on the node
+and before anything is wiped, absent, empty or holding the marker the harness wrote there
+(`.kafkaesque-node.json`, which names the run using it). A harness that dies leaves a marker
+here too (ssh_state_dir) so `kafkaesque cleanup` heals its nodes once the run is dead.
 """
 
 from __future__ import annotations
@@ -40,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import shlex
 import signal
 import tarfile
@@ -52,6 +58,17 @@ from pathlib import Path
 from typing import Any
 
 from clusters.base import ClusterError, ClusterSpec
+from clusters.ownership import (
+    Leftover,
+    check_node_dir,
+    claim_node_dir,
+    pick,
+    read_node_marker,
+    register_run,
+    release_node_dir,
+    release_run,
+    state_dir,
+)
 from clusters.reference import CONTROLLER, ReferenceCluster
 from harness.remote import RemoteError
 from harness.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
@@ -137,14 +154,14 @@ def _node(path: str, i: int, raw: dict[str, Any]) -> SshNode:
                             f"{', '.join(HOST_KEY_POLICIES)}.")
     if values["key"] and not Path(values["key"]).expanduser().is_file():
         raise NodeFileError(f"{where}: the key file {values['key']} does not exist; fix the path.")
-    if not values["dir"].startswith("/") or values["dir"].rstrip("/") in ("", "/tmp", "/var", "/root", "/home"):
-        raise NodeFileError(f"{where}: dir = {values['dir']!r} must be an absolute dir of its own (its data is "
-                            "wiped at start-up), e.g. /var/lib/kafkaesque.")
+    try:
+        node_dir = check_node_dir(values["dir"], where)
+    except ClusterError as e:
+        raise NodeFileError(str(e)) from None
     target = SshTarget(host=raw["host"], port=values["port"], user=values["user"], key=values["key"],
                        sudo=values["sudo"], known_hosts=values["known_hosts"],
                        host_key_policy=values["host_key_policy"])
-    return SshNode(raw["name"], target, values["dir"].rstrip("/"), values["kafka_port"], values["python"],
-                   values["lossy"])
+    return SshNode(raw["name"], target, node_dir, values["kafka_port"], values["python"], values["lossy"])
 
 
 def _check_roles(path: str, names: list[str]) -> None:
@@ -178,6 +195,7 @@ class SshCluster(ReferenceCluster):
         # Probed in up(): both depend on what the nodes allow.
         self.isolated_nodes = False
         self._clock_lib: str | None = None
+        self._claimed: set[str] = set()  # nodes whose dir this run holds: the only ones down() touches
 
     @classmethod
     def from_file(cls, path: str, spec: ClusterSpec, run_dir: str, owner: str | None = None) -> SshCluster:
@@ -218,8 +236,10 @@ class SshCluster(ReferenceCluster):
     # --- lifecycle ----------------------------------------------------------------------------------------
     def up(self) -> str:
         try:
+            register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
             self._each(self._connect)
             self._mark_leftover()
+            self._each(self._claim)  # every node's dir checked before any is wiped
             tarball = code_tarball()
             self._each(lambda node: self._install(node, tarball))
             self._clock_lib = self._install_clock_preload()
@@ -262,6 +282,14 @@ class SshCluster(ReferenceCluster):
         if r.target.sudo and not r.run(["true"], timeout=20).ok:
             raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
                                "sudo there, or set sudo = false and log in as a user who may run the broker.")
+
+    def _claim(self, node: str) -> None:
+        """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
+        from nemesis.netrules import CHAIN
+
+        claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
+                       f"the node file {self.node_file or ''}".rstrip(), {"chain": CHAIN}, legacy_ok=True)
+        self._claimed.add(node)
 
     def _install(self, node: str, tarball: bytes) -> None:
         """Stop what an earlier run left, wipe the node's data, and unpack this project's code there."""
@@ -338,15 +366,20 @@ class SshCluster(ReferenceCluster):
         def stop(node: str) -> None:
             try:
                 self._stop_processes(node)
+                release_node_dir(self.remote(node), self.node_dir(node), self.owner)
             except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
                 pass
 
         try:
-            self._each(stop)
+            # Only where this run holds the dir: a pid file in a dir it was refused is someone else's.
+            claimed = [n for n in self.nodes() if n in self._claimed]
+            if claimed:
+                self._each(stop, claimed)
         finally:
             for r in self.remotes.values():
                 r.close()
         self._unmark_leftover()
+        release_run(self.owner)
 
     # --- leftovers: what `kafkaesque cleanup` finds when a harness died with nodes still faulted ------------
     def _marker(self) -> Path | None:
@@ -366,7 +399,8 @@ class SshCluster(ReferenceCluster):
 
     def heal_leftovers(self) -> list[str]:
         """Undo every fault a dead harness may have left on the nodes (partition and loss rules, tc
-        qdiscs, clock offsets, paused or running brokers, lossy mounts); returns what was reached."""
+        qdiscs, clock offsets, paused or running brokers, lossy mounts); returns what was reached. A node
+        whose dir another run has claimed since is that run's now: it is left alone."""
         from nemesis import netrules
         from nemesis.clock_preload import offset_file_text
         from nemesis.faults import net_device
@@ -375,12 +409,17 @@ class SshCluster(ReferenceCluster):
             try:
                 self._connect(node)
                 r = self.remote(node)
+                marker = read_node_marker(r, self.node_dir(node))
+                if marker is not None and marker.get("run") not in ("", self.owner):
+                    return None
                 for argv in netrules.remove_chain():
                     r.run(argv, timeout=20)
                 r.run(netrules.clear_qdisc(net_device(self, node)), timeout=20)
-                if r.run(["test", "-e", self.clock_file(node)], timeout=20).ok:
-                    r.put(self.clock_file(node), offset_file_text(0).encode())
-                self._stop_processes(node)
+                if marker is not None:  # a dir the harness made: its clock file and pid files are ours
+                    if r.run(["test", "-e", self.clock_file(node)], timeout=20).ok:
+                        r.put(self.clock_file(node), offset_file_text(0).encode())
+                    self._stop_processes(node)
+                    release_node_dir(r, self.node_dir(node), self.owner)
                 return node
             except Exception:  # noqa: BLE001 - an unreachable node is reported by its absence
                 return None
@@ -395,24 +434,35 @@ class SshCluster(ReferenceCluster):
 
 def ssh_state_dir() -> Path:
     """Where a running SSH cluster leaves its marker (node file, owner) until its `down`."""
-    base = os.environ.get("KAFKAESQUE_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "kafkaesque")
-    return Path(base) / "ssh-clusters"
+    return state_dir() / "ssh-clusters"
+
+
+def find_ssh() -> list[Leftover]:
+    """The SSH clusters whose harness has not reached `down` (their markers), as leftovers of their runs:
+    removing one heals and stops its nodes."""
+    return [Leftover(marker.stem, f"SSH cluster of run {marker.stem} (faults, brokers and mounts on its nodes)",
+                     lambda marker=marker: _heal_marked(marker), rank=7, extra={"marker": marker})
+            for marker in sorted(ssh_state_dir().glob("*.json"))]
+
+
+def _heal_marked(marker: Path) -> list[str]:
+    """Heal the nodes a marker names; the marker goes once they are healed (or cannot be found again)."""
+    try:
+        info = json.loads(marker.read_text())
+        cluster = SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
+    except (OSError, ValueError, KeyError, NodeFileError) as e:
+        marker.unlink(missing_ok=True)  # nothing can reach those nodes any more
+        return [f"ssh marker {marker.name} dropped ({type(e).__name__}: {e})"]
+    out = [f"ssh:{n}" for n in cluster.heal_leftovers()]
+    marker.unlink(missing_ok=True)
+    return out
 
 
 def cleanup_ssh(owner: str = "") -> list[str]:
-    """Heal and stop the nodes of every SSH cluster whose harness died before its `down` (or only
-    `owner`'s); returns "ssh:<node>" for each node reached. A marker whose node file is gone is
-    dropped with a line saying so, since nothing can reach those nodes any more."""
-    out = []
-    for marker in sorted(ssh_state_dir().glob(f"{owner or '*'}.json")):
-        try:
-            info = json.loads(marker.read_text())
-            cluster = SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
-        except (OSError, ValueError, KeyError, NodeFileError) as e:
-            out.append(f"ssh marker {marker.name} dropped ({type(e).__name__}: {e})")
-            marker.unlink(missing_ok=True)
-            continue
-        out += [f"ssh:{n}" for n in cluster.heal_leftovers()]
-        marker.unlink(missing_ok=True)
+    """Heal and stop the nodes of one run's SSH cluster (`owner`), or, without an owner, of every SSH
+    cluster whose harness is gone; returns "ssh:<node>" for each node reached. A marker whose node file is
+    gone is dropped with a line saying so, since nothing can reach those nodes any more."""
+    out: list[str] = []
+    for item in pick(find_ssh(), owner):
+        out += item.remove()
     return out
