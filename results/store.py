@@ -15,13 +15,21 @@ class StoreError(RuntimeError):
 
 
 def create_run_dir(store: str | os.PathLike, test_name: str) -> Path:
-    root = Path(store)
+    """A new run dir <store>/<test_name>/<timestamp>/, confined to the store: the name is one plain folder
+    name, and neither it nor a link in its place may lead out of the store."""
+    root = Path(os.path.normpath(store))
+    problem = name_problem(test_name)
+    if problem:
+        raise StoreError(f"The test name {test_name!r} {problem}; give a plain folder name such as queue-kill.")
     try:
         (root / test_name).mkdir(parents=True, exist_ok=True)
+        if not _inside(root / test_name, root):
+            raise StoreError(f"{root / test_name} leads out of the store {root} (a link); remove it, or give the "
+                             "test another name.")
         stamp = time.strftime("%Y%m%dT%H%M%S")
         run = root / test_name / stamp
         n = 1
-        while run.exists():  # two runs in one second
+        while run.exists() or run.is_symlink():  # two runs in one second
             run = root / test_name / f"{stamp}-{n}"
             n += 1
         run.mkdir()
@@ -40,6 +48,20 @@ def create_run_dir(store: str | os.PathLike, test_name: str) -> Path:
     except OSError:
         pass  # a store on a file system without symlinks still works; `latest` is a convenience
     return run
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a folder of the store (a clause, no full stop), or None."""
+    if not isinstance(name, str) or not name.strip():
+        return "is empty"
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name != os.path.normpath(name):
+        return "is a path, not a folder name"
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether `path`, links resolved, is within `root` (links resolved too)."""
+    return path.resolve().is_relative_to(root.resolve())
 
 
 def write_json(path: Path, data: Any) -> None:
