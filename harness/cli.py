@@ -319,18 +319,45 @@ def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] 
 
 
 @app.command()
-def cleanup() -> None:
-    """Heal and remove everything a crashed run may have left: processes (paused ones too), containers, networks,
-    and the faults and brokers on the nodes of SSH clusters whose harness died."""
-    from clusters.docker import cleanup_docker
-    from clusters.local import cleanup_leftovers
-    from clusters.netns import cleanup_netns
-    from clusters.ssh import cleanup_ssh
+def cleanup(
+    run: Annotated[str, typer.Option("--run", help="only this run's leftovers (its run id, as the other modes "
+                                                   "print it); refused while the run is live")] = "",
+    dry_run: Annotated[bool, typer.Option(help="list what would be removed, and remove nothing")] = False,
+    all_dead: Annotated[bool, typer.Option(help="the leftovers of every run whose harness is gone (the "
+                                                "default)")] = False,
+) -> None:
+    """Heal and remove what runs whose harness is gone left behind: processes (paused ones too), lossy mounts,
+    network namespaces, bridges and rules, containers and networks, and the faults on the nodes of SSH and
+    external clusters. A live run is skipped and named; a thing no run registered here owns is left alone
+    (clusters/ownership.py, docs/SAFETY.md)."""
+    from clusters.cleanup import RunIsLive, carry_out, plan_cleanup
 
-    killed = cleanup_leftovers() + cleanup_netns() + cleanup_docker() + cleanup_ssh()
-    for k in killed:
-        err.print(f"removed {k}")
-    err.print(f"cleanup: {len(killed)} leftover(s) removed" if killed else "cleanup: nothing left behind")
+    if run and all_dead:
+        _fail("--run and --all-dead contradict each other; give one of them.")
+    try:
+        plan = plan_cleanup(run)
+    except RunIsLive as e:
+        _fail(str(e))
+    if not run:
+        for record in plan.live:
+            held = len(plan.skipped_live.get(record.owner, []))
+            err.print(f"skipped live {escape(record.describe())}" + (f": {held} thing(s) of it left alone" if held
+                                                                      else ""))
+        for owner, items in plan.unverified.items():
+            err.print(f"left alone {len(items)} thing(s) of {escape(owner)}, which no run registered on this machine "
+                      f"owns (an older kafkaesque, another user or another host), e.g. {escape(items[0].what)}; "
+                      f"`kafkaesque cleanup --run RUN` removes a run's things once you know it is over")
+    if dry_run:
+        for item in plan.remove:
+            err.print(f"would remove {escape(item.what)}")
+        err.print(f"cleanup --dry-run: {len(plan.remove)} leftover(s) would be removed; nothing was removed"
+                  if plan.remove else "cleanup --dry-run: nothing left behind")
+        return
+    removed, failed = carry_out(plan, lambda m: err.print(escape(m)))
+    if failed:
+        _fail(f"cleanup removed {removed} leftover(s) but not {failed} (see above); fix what they say and run "
+              "`kafkaesque cleanup` again.")
+    err.print(f"cleanup: {removed} leftover(s) removed" if removed else "cleanup: nothing left behind")
 
 
 @app.command()
