@@ -129,6 +129,7 @@ class DockerCluster(ReferenceCluster):
             c.remotes[node] = DockerRemote(container, node)
             networks = container.attrs["NetworkSettings"]["Networks"]
             c.ips[node] = next((n["IPAddress"] for n in networks.values() if n.get("IPAddress")), "")
+        c.adopt_secret()  # the running cluster's, for its state dumps (clusters/reference.py)
         return c
 
     def container_status(self, node: str) -> str:

@@ -53,6 +53,10 @@ class ReferenceCluster:
         # name is a timestamp: two runs starting in the same second (a campaign beside a test) would
         # share it and tear down each other's networks, so this process's pid joins it.
         self.owner = owner or f"{self.run_dir.name}-{os.getpid()}"
+        # The cluster's secret (clusters/broker/rpc.py): internal requests carry its tag, so Kafka
+        # clients cannot make them. It reaches each node as a file of mode 0600, never a command line.
+        self.secret = rpc.new_secret()
+        self._secret_installed: set[str] = set()
 
     # --- what a backend provides -------------------------------------------------------------
     def remote(self, node: str):
@@ -101,12 +105,17 @@ class ReferenceCluster:
     def data_dir(self, node: str) -> str:
         return f"{self.node_dir(node)}/data"
 
+    def secret_file(self, node: str) -> str:
+        # In a directory of its own, mode 0700: the file is never readable by others, not even while
+        # a Remote's put writes it (they write a temporary file beside it, with the default umask).
+        return f"{self.node_dir(node)}/secret/cluster.secret"
+
     # --- command lines (the flags of clusters/broker/__main__.py) -------------------------------
     def node_argv(self, node: str) -> list[str]:
         cfg = self.spec.broker_config
         common = ["--node-id", str(self.node_id(node)), "--listen", self.listen(node),
                   "--advertise", _hostport(self.address(node)), "--data-dir", self.data_dir(node),
-                  "--log-file", self.log_path(node)]
+                  "--log-file", self.log_path(node), "--secret-file", self.secret_file(node)]
         controllers = self.controller_nodes()
         if node in controllers:
             argv = [self.python, "-m", "clusters.broker", "controller", *common,
@@ -128,8 +137,30 @@ class ReferenceCluster:
     def start(self, node: str) -> None:
         if self.is_running(node):
             return
+        if node not in self._secret_installed:
+            self.install_secret(node)
         self.remote(node).start_daemon(self.node_argv(node), self.pidfile(node),
                                        f"{self.node_dir(node)}/stdout.log", env=self.node_env(node))
+
+    def install_secret(self, node: str) -> None:
+        path = self.secret_file(node)
+        d = shlex.quote(os.path.dirname(path))
+        r = self.remote(node)
+        r.run(["sh", "-c", f"umask 077 && mkdir -p {d} && chmod 700 {d}"], check=True)
+        r.put(path, (self.secret + "\n").encode())
+        r.run(["chmod", "600", path], check=True)
+        self._secret_installed.add(node)
+
+    def adopt_secret(self) -> bool:
+        """Take the secret of a cluster another process started (`attach`), from its first controller's
+        node; False if it cannot be read (that cluster's internal requests then fail)."""
+        node = self.controller_nodes()[0]
+        try:
+            self.secret = self.remote(node).get(self.secret_file(node)).decode().strip()
+        except Exception:  # noqa: BLE001 - a node without the file (gone, or from before secrets)
+            return False
+        self._secret_installed.update(self.nodes())
+        return True
 
     def kill(self, node: str) -> None:
         # SIGKILL works on a stopped (paused) process too.
@@ -163,7 +194,7 @@ class ReferenceCluster:
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
         try:
             host, port = self.address(node)
-            return dump_state(host, port, include_log=include_log, timeout=3.0)
+            return dump_state(host, port, include_log=include_log, timeout=3.0, secret=self.secret)
         except (rpc.RpcError, KeyError):
             return None
 
@@ -211,7 +242,8 @@ class ReferenceCluster:
         """An internal-RPC request to the active controller (reassignments, membership: nemesis/membership.py)."""
         from clusters.broker.membership import active_controller_call
 
-        return active_controller_call([self.address(c) for c in self.controller_nodes()], timeout)(api, body)
+        return active_controller_call([self.address(c) for c in self.controller_nodes()], timeout,
+                                      secret=self.secret)(api, body)
 
     def wipe_data(self, node: str) -> None:
         """Delete everything a (stopped) broker stored, as for a machine replaced after decommissioning.
