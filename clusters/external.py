@@ -343,7 +343,8 @@ def _check_nodes(path: str, nodes: list[ExternalNode]) -> None:
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
-def template_vars(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
+def template_vars(cf: ClusterFile, node: ExternalNode, as_written: dict[str, str] | None = None) -> dict[str, Any]:
+    """The node's placeholder values; `as_written` receives dir and data_dir before they were normalised."""
     controllers = [n for n in cf.nodes if "controller" in n.roles]
     brokers = [n for n in cf.nodes if "broker" in n.roles]
     values: dict[str, Any] = {
@@ -355,7 +356,10 @@ def template_vars(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     }
     for key in ("dir", "data_dir"):
         # Normalised before any use: "/var/lib/kafka/.." is /var/lib to every command that gets it.
-        values[key] = normalise_remote_path(_render(cf, node, f"[paths] {key}", cf.paths[key], values))
+        rendered = _render(cf, node, f"[paths] {key}", cf.paths[key], values)
+        values[key] = normalise_remote_path(rendered)
+        if as_written is not None:
+            as_written[key] = rendered
     return values
 
 
@@ -369,14 +373,15 @@ def _render(cf: ClusterFile, node: ExternalNode, what: str, text: str, values: d
 
 def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     """The node's commands, paths and install steps with its placeholders filled in."""
-    values = template_vars(cf, node)
+    as_written: dict[str, str] = {}
+    values = template_vars(cf, node, as_written)
     for key in ("name", "host", "dir", "data_dir", "bootstrap", "controller", "voters"):
         v = str(values[key])
         if v and not SAFE_VALUE.match(v):
             raise ClusterFileError(f"{node.name} in the cluster file {cf.path}: {key} = {v!r} has characters a shell "
                                    "would interpret; use letters, digits and ._:/@,+=- only.")
     for key, example in (("dir", "/var/lib/kafkaesque"), ("data_dir", "/var/lib/kafka/data")):
-        problem = node_dir_problem(values[key])
+        problem = node_dir_problem(as_written[key])
         if problem:
             raise ClusterFileError(f"[paths] {key} of the cluster file {cf.path} for {node.name}: {problem}; give an "
                                    f"absolute dir of its own (the harness and your commands write there as root), "
