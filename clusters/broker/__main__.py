@@ -9,6 +9,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from clusters.broker.listener import Limits
+from clusters.broker.rpc import SECRET_ENV
+
+_LIMITS = Limits()
+
+
+def _add_secret(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--secret-file", default=None,
+                   help=f"the cluster's secret (a file of mode 0600; default: ${SECRET_ENV}): internal requests "
+                        "carry its tag, so Kafka clients cannot make them (rpc.py)")
+
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", type=int, required=True)
@@ -16,6 +27,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advertise", default=None, help="HOST:PORT given to others (default: --listen)")
     p.add_argument("--data-dir", required=True)
     p.add_argument("--log-file", default=None, help="JSON state-change log (default: stderr)")
+    _add_secret(p)
+    # The listener's caps (listener.py, docs/SAFETY.md), named after Kafka's settings.
+    p.add_argument("--socket-request-max-bytes", type=int, default=_LIMITS.request_max_bytes,
+                   help="socket.request.max.bytes: the largest request; a longer one closes its connection")
+    p.add_argument("--queued-max-request-bytes", type=int, default=_LIMITS.queued_max_request_bytes,
+                   help="queued.max.request.bytes: requests held by all connections at once; beyond it "
+                        "connections are not read until answers free room")
+    p.add_argument("--max-connections", type=int, default=_LIMITS.max_connections,
+                   help="max.connections: a connection beyond it is closed at once")
+    p.add_argument("--connections-max-idle-ms", type=int, default=_LIMITS.connections_max_idle_ms,
+                   help="connections.max.idle.ms: a connection with no request for this long is closed")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replica.high.watermark.checkpoint.interval.ms")
     b.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
 
-    cl = sub.add_parser("cluster", help="run a controller and N brokers on this machine, in the foreground")
+    cl = sub.add_parser("cluster", help="run a controller and N brokers on this machine, in the foreground (the "
+                        "cluster secret for admin commands: DATA_DIR/cluster.secret)")
     cl.add_argument("--brokers", type=int, default=3)
     cl.add_argument("--controllers", type=int, default=1, choices=[1, 3, 5],
                     help="1: the single controller; 3 or 5: a Raft controller quorum on ports P, P-1, ...")
@@ -82,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--topic")
     a.add_argument("--partition", type=int, default=0)
     a.add_argument("--broker", type=int, help="elect: the replica to make leader")
+    _add_secret(a)
 
     r = sub.add_parser("reassign", help="move a partition's replicas (PROTOCOL.md 7), cancel, or list moves")
     r.add_argument("--controller", required=True, help="HOST:PORT of the controller, or HOST:PORT,... of a quorum")
@@ -92,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wait up to this long for the reassignment to complete")
     r.add_argument("--cancel", action="store_true", help="cancel the partition's reassignment in progress")
     r.add_argument("--list", action="store_true", help="list the reassignments in progress")
+    _add_secret(r)
 
     m = sub.add_parser("alter-cluster", help="add or remove brokers online and rebalance (003; membership.py)")
     m.add_argument("action", choices=["add", "remove", "rebalance", "unregister"],
@@ -102,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--brokers", default="", help="broker ids, e.g. 4,5")
     m.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
                    help="how long to wait for the reassignments to complete")
+    _add_secret(m)
     return ap
 
 

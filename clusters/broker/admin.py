@@ -1,7 +1,9 @@
 """Operator commands: `create-topic` (through the Kafka CreateTopics API), `admin dump`, `admin elect` and
 `admin elect-preferred` (internal RPC; reassignment and preferred leaders are in reassign.py).
 
-Also importable by the harness: `dump_state(host, port)` and `create_topic(bootstrap, ...)`.
+Also importable by the harness: `dump_state(host, port, secret=...)` and `create_topic(bootstrap, ...)`.
+The internal RPC needs the cluster's secret (rpc.py): the commands take `--secret-file`, else
+the environment variable rpc.SECRET_ENV.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any
 from clusters.broker import rpc
 
 
-def dump_state(host: str, port: int, include_log: bool = True, timeout: float = 5.0) -> dict[str, Any]:
-    """The node's own state (a broker's partitions and physical log, or the controller's view)."""
-    resp = rpc.call_sync(host, port, "dump_state", {"include_log": include_log}, timeout=timeout)
+def dump_state(host: str, port: int, include_log: bool = True, timeout: float = 5.0,
+               secret: str | None = None) -> dict[str, Any]:
+    """The node's own state (a broker's partitions and physical log, or the controller's view).
+    Without `secret`, the one in rpc.SECRET_ENV."""
+    resp = rpc.call_sync(host, port, "dump_state", {"include_log": include_log}, timeout=timeout, secret=secret)
     if resp.get("error") != rpc.NONE:
         raise rpc.RpcError(f"dump_state on {host}:{port} failed with error {resp.get('error')}")
     return resp["state"]
@@ -51,16 +55,28 @@ def create_topic_cli(args: Any) -> int:
     return 0
 
 
+def cli_secret(args: Any) -> str | None:
+    """The operator's secret (--secret-file, else the environment), or None after printing why not."""
+    try:
+        return rpc.node_secret(args.secret_file)
+    except rpc.SecretError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+
+
 def admin_cli(args: Any) -> int:
+    secret = cli_secret(args)
+    if secret is None:
+        return 2
     if args.what == "elect-preferred":
         from clusters.broker.reassign import elect_preferred_cli
 
-        return elect_preferred_cli(args.node, args.topic, args.partition)
+        return elect_preferred_cli(args.node, args.topic, args.partition, secret)
     host, port = args.node.rsplit(":", 1)
     if args.what == "elect":
-        return elect_cli(host, int(port), args)
+        return elect_cli(host, int(port), args, secret)
     try:
-        state = dump_state(host, int(port), include_log=not args.no_log)
+        state = dump_state(host, int(port), include_log=not args.no_log, secret=secret)
     except rpc.RpcError as e:
         print(f"error: {e}; is the node up at {args.node}?", file=sys.stderr)
         return 1
@@ -69,7 +85,7 @@ def admin_cli(args: Any) -> int:
     return 0
 
 
-def elect_cli(host: str, port: int, args: Any) -> int:
+def elect_cli(host: str, port: int, args: Any, secret: str) -> int:
     """`admin elect`: the operator's unclean recovery under the manual strategy (001 5.3.1)."""
     if not args.topic or args.broker is None:
         print("error: admin elect needs --topic, --partition and --broker (the replica to make leader).",
@@ -77,7 +93,8 @@ def elect_cli(host: str, port: int, args: Any) -> int:
         return 2
     try:
         resp = rpc.call_sync(host, port, "elect_leader",
-                             {"topic": args.topic, "partition": args.partition, "broker_id": args.broker})
+                             {"topic": args.topic, "partition": args.partition, "broker_id": args.broker},
+                             secret=secret)
     except rpc.RpcError as e:
         print(f"error: {e}; is the controller up at {args.node}?", file=sys.stderr)
         return 1

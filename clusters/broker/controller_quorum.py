@@ -49,6 +49,7 @@ from typing import Any
 from clusters.broker import rpc
 from clusters.broker.controller import Controller, ControllerConfig
 from clusters.broker.controller_server import ControllerServer, JsonLog, now_ms
+from clusters.broker.listener import Limits, log_loop_exceptions
 from clusters.broker.metadata import MetadataImage
 from clusters.broker.raft import (
     LEADER,
@@ -109,11 +110,13 @@ def decode_message(d: dict[str, Any]) -> Message:
 
 
 class QuorumControllerServer(ControllerServer):
-    # The base class's RPC listener (serve_connection) and GetReplicaLogInfo sender are reused;
+    # The base class's RPC listener (listener()) and GetReplicaLogInfo sender are reused;
     # everything that touched the single controller's metadata.log is replaced.
-    def __init__(self, args: Any):
+    def __init__(self, args: Any, secret: str):
         self.host, port = args.listen.rsplit(":", 1)
         self.port = int(port)
+        self.secret = secret
+        self.limits = Limits.from_args(args)
         self.node_id = args.node_id
         self.voters = parse_quorum(args.quorum)
         if self.node_id not in self.voters:
@@ -241,7 +244,7 @@ class QuorumControllerServer(ControllerServer):
         """One connection per peer; whatever queued up meanwhile goes in one call. An unreachable
         peer's messages are dropped: Raft resends from its own state (heartbeats, refusals)."""
         q = self._outbox[peer]
-        client = rpc.RpcClient(*self.voters[peer], connect_timeout=0.5)
+        client = rpc.RpcClient(*self.voters[peer], secret=self.secret, connect_timeout=0.5)
         while True:
             batch = [await q.get()]
             while not q.empty():
@@ -305,7 +308,7 @@ class QuorumControllerServer(ControllerServer):
         try:
             client = self._broker_clients.get((host, port))
             if client is None:
-                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port)
+                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port, secret=self.secret)
             reply = await client.call("get_replica_log_info", {"topic": key[0], "partition": key[1]}, timeout=1.0)
             if self.controller is not None:  # leadership may have moved while we waited
                 self.controller.on_replica_log_info(key, bid, reply, now_ms())
@@ -376,9 +379,10 @@ class QuorumControllerServer(ControllerServer):
         return response
 
     async def run(self) -> int:
-        server = await asyncio.start_server(self.serve_connection, self.host, self.port, reuse_address=True)
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        log_loop_exceptions(loop, self.log)
+        server = await self.listener().start(self.host, self.port)
+        stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         self._outbox = {p: asyncio.Queue() for p in self.voters if p != self.node_id}

@@ -18,6 +18,7 @@ from typing import Any
 
 from clusters.broker import rpc
 from clusters.broker.controller import Controller, ControllerConfig
+from clusters.broker.listener import Limits, Listener, log_loop_exceptions
 from clusters.broker.metadata import MetadataImage, MetadataLogFile
 
 TICK_S = 0.1
@@ -45,9 +46,11 @@ def now_ms() -> int:
 
 
 class ControllerServer:
-    def __init__(self, args: Any):
+    def __init__(self, args: Any, secret: str):
         self.host, port = args.listen.rsplit(":", 1)
         self.port = int(port)
+        self.secret = secret
+        self.limits = Limits.from_args(args)
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, args.node_id, "controller")
         self.metadata = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
@@ -99,7 +102,7 @@ class ControllerServer:
         try:
             client = self._broker_clients.get((host, port))
             if client is None:
-                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port)
+                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port, secret=self.secret)
             reply = await client.call("get_replica_log_info", {"topic": key[0], "partition": key[1]}, timeout=1.0)
             self.controller.on_replica_log_info(key, bid, reply, now_ms())
             self.persist()
@@ -135,51 +138,15 @@ class ControllerServer:
         self.persist()
         return response
 
-    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        write_lock = asyncio.Lock()
-        tasks: set[asyncio.Task] = set()
-
-        async def answer(cid: Any, api: str, body: dict[str, Any]) -> None:
-            try:
-                response = await self.dispatch(api, body)
-            except (KeyError, TypeError, ValueError) as e:
-                self.log({"event": "bad_request", "peer": str(peer), "api": api, "error": repr(e)})
-                response = {"error": rpc.INVALID_REQUEST, "message": f"malformed {api}: {e!r}"}
-            try:
-                async with write_lock:
-                    writer.write(rpc.encode_frame({"id": cid, "body": response}))
-                    await writer.drain()
-            except (ConnectionError, OSError):
-                pass  # the peer went away (a killed broker): nobody to answer
-
-        try:
-            while True:
-                frame = await rpc.read_frame(reader)
-                if not rpc.is_rpc_frame(frame):
-                    self.log({"event": "bad_frame", "peer": str(peer), "reason": "not an RPC frame"})
-                    break
-                msg = json.loads(frame)
-                if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict):
-                    self.log({"event": "bad_frame", "peer": str(peer), "reason": "no body object"})
-                    break
-                t = asyncio.create_task(answer(msg.get("id"), str(msg.get("api")), msg["body"]))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            # EOF, a reset, or the server shutting down (asyncio.run cancels handlers): end quietly.
-            pass
-        except ValueError as e:
-            self.log({"event": "bad_frame", "peer": str(peer), "reason": str(e)})
-        finally:
-            for t in tasks:
-                t.cancel()
-            writer.close()
+    def listener(self) -> Listener:
+        """The controller's port: the internal RPC only (listener.py refuses Kafka frames here)."""
+        return Listener(self.limits, self.secret, self.log, self.dispatch)
 
     async def run(self) -> int:
-        server = await asyncio.start_server(self.serve_connection, self.host, self.port, reuse_address=True)
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        log_loop_exceptions(loop, self.log)
+        server = await self.listener().start(self.host, self.port)
+        stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         ticker = asyncio.create_task(self.ticker())
@@ -193,20 +160,23 @@ class ControllerServer:
 
 
 def run_controller(args: Any) -> int:
-    if getattr(args, "quorum", None):
-        from clusters.broker.controller_quorum import QuorumControllerServer, parse_quorum
+    server_class: type[ControllerServer] = ControllerServer
+    try:
+        if getattr(args, "quorum", None):
+            from clusters.broker.controller_quorum import QuorumControllerServer, parse_quorum
 
-        try:
             if args.node_id not in parse_quorum(args.quorum):
                 raise ValueError(f"--node-id {args.node_id} is not a member of --quorum {args.quorum}")
-        except ValueError as e:
-            print(f"error: controller {args.node_id}: {e}", file=sys.stderr)
-            return 2
-        server_class: type[ControllerServer] = QuorumControllerServer
-    else:
-        server_class = ControllerServer
+            server_class = QuorumControllerServer
+        problem = Limits.from_args(args).problem()
+        if problem:
+            raise ValueError(problem)
+        secret = rpc.node_secret(args.secret_file)
+    except (ValueError, rpc.SecretError) as e:
+        print(f"error: controller {args.node_id}: {e}", file=sys.stderr)
+        return 2
     try:
-        return asyncio.run(server_class(args).run())
+        return asyncio.run(server_class(args, secret).run())
     except OSError as e:
         print(f"error: controller cannot listen on {args.listen} ({e.strerror}); pick a free port.", file=sys.stderr)
         return 3

@@ -18,6 +18,7 @@ import asyncio
 import struct
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
@@ -66,6 +67,16 @@ class BadRequest(Exception):
     """A request we cannot decode: the connection is closed (it never crashes the broker)."""
 
 
+@dataclass(frozen=True)
+class KafkaRequest:
+    """A decoded request: its header, and its body (None: an ApiVersions of a version above ours)."""
+
+    api_key: int
+    version: int
+    correlation_id: int
+    body: Any
+
+
 def topic_id(topic: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"kafkaesque/{topic}")
 
@@ -76,29 +87,40 @@ def peek_header(payload: bytes) -> tuple[int, int, int]:
     return struct.unpack_from(">hhi", payload, 0)
 
 
-async def handle_kafka_request(broker: Broker, payload: bytes) -> bytes | None:
-    """Decode one framed request body, run its handler, return the framed response (None: no reply)."""
+def decode_request(payload: bytes) -> KafkaRequest:
+    """Check and decode one request's frame body, or BadRequest naming what is wrong with it: an api
+    or version we do not serve, a truncated header, a body that does not decode. Run by the listener
+    before any handler sees the request (listener.py)."""
     api_key, version, correlation_id = peek_header(payload)
     if api_key == 18 and version > SUPPORTED[18][3]:
-        # KIP-511: answer an unknown ApiVersions version in a v0 body with the error, so the
-        # client retries with a version we know.
-        resp = _api_versions(0, error=UNSUPPORTED_VERSION)
-        resp.with_header(correlation_id=correlation_id)
-        return bytes(resp.encode(header=True, framed=True))
+        # KIP-511: an unknown ApiVersions version is answered (in a v0 body), not refused.
+        return KafkaRequest(api_key, version, correlation_id, None)
     spec = SUPPORTED.get(api_key)
     if spec is None or not spec[2] <= version <= spec[3]:
         raise BadRequest(f"unsupported api {api_key} v{version}")
-    req_cls, _, _, _ = spec
+    req_cls = spec[0]
     try:
-        req = req_cls[version].decode(payload, header=True)
+        body = req_cls[version].decode(payload, header=True)
     except Exception as e:  # noqa: BLE001 - any decoding failure is a malformed request
-        raise BadRequest(f"cannot decode api {api_key} v{version}: {e!r}") from None
-    handler = HANDLERS[api_key]
-    resp = await handler(broker, req, version)
-    if resp is None:
-        return None
-    resp.with_header(correlation_id=correlation_id)
+        raise BadRequest(f"cannot decode api {api_key} v{version}: {e!r}"[:300]) from None
+    return KafkaRequest(api_key, version, correlation_id, body)
+
+
+async def respond(broker: Broker, request: KafkaRequest) -> bytes | None:
+    """Run a decoded request's handler; the framed response (None: no reply, acks=0)."""
+    if request.body is None:
+        resp = _api_versions(0, error=UNSUPPORTED_VERSION)  # KIP-511: the client retries with a version we know
+    else:
+        resp = await HANDLERS[request.api_key](broker, request.body, request.version)
+        if resp is None:
+            return None
+    resp.with_header(correlation_id=request.correlation_id)
     return bytes(resp.encode(header=True, framed=True))
+
+
+async def handle_kafka_request(broker: Broker, payload: bytes) -> bytes | None:
+    """Decode one framed request body, run its handler, return the framed response (None: no reply)."""
+    return await respond(broker, decode_request(payload))
 
 
 def _api_versions(version: int, error: int = 0) -> Any:

@@ -5,6 +5,11 @@ one line `bootstrap=HOST:PORT,...` once every broker is registered and unfenced,
 SIGTERM or SIGINT shuts everything down cleanly (brokers first, by controlled shutdown,
 then the controller). `--controllers 3` runs a Raft controller quorum instead of the single
 controller (controller_quorum.py): controller j (0-based) has id 1000+j and port P-j.
+
+The cluster's secret (rpc.py): processes started on this machine with `broker_argv` and
+`controller_argv` share the starting process's, the environment variable rpc.SECRET_ENV (made
+on first use, inherited by the children); the `cluster` command also writes it to
+<data-dir>/cluster.secret (mode 0600) for `admin dump --secret-file ...` and the like.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ CONTROLLER_ID = 1000
 
 def broker_argv(node_id: int, host: str, port: int, controller: str, data_dir: str, flush_policy: str,
                 variants: list[str], extra: list[str] | None = None) -> list[str]:
+    """A broker's command line; the child started with it inherits this process's cluster secret."""
+    rpc.process_secret()
     argv = [sys.executable, "-m", "clusters.broker", "broker", "--node-id", str(node_id),
             "--listen", f"{host}:{port}", "--controller", controller, "--data-dir", data_dir,
             "--log-file", os.path.join(data_dir, "broker.log"), "--flush-policy", flush_policy]
@@ -35,6 +42,8 @@ def broker_argv(node_id: int, host: str, port: int, controller: str, data_dir: s
 
 def controller_argv(host: str, port: int, data_dir: str, extra: list[str] | None = None,
                     node_id: int = CONTROLLER_ID) -> list[str]:
+    """A controller's command line; the child started with it inherits this process's cluster secret."""
+    rpc.process_secret()
     return [sys.executable, "-m", "clusters.broker", "controller", "--node-id", str(node_id),
             "--listen", f"{host}:{port}", "--data-dir", data_dir,
             "--log-file", os.path.join(data_dir, "controller.log")] + (extra or [])
@@ -78,7 +87,9 @@ def run_local_cluster(args: Any) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        cflags = ["--unclean-recovery-strategy", args.unclean_recovery_strategy]
+        secret_file = os.path.join(args.data_dir, "cluster.secret")
+        rpc.write_secret_file(secret_file, rpc.process_secret())
+        cflags = ["--unclean-recovery-strategy", args.unclean_recovery_strategy, "--secret-file", secret_file]
         for v in args.variant:
             cflags += ["--variant", v]
         controllers = getattr(args, "controllers", 1)
@@ -100,7 +111,8 @@ def run_local_cluster(args: Any) -> int:
             bdir = os.path.join(args.data_dir, f"broker-{i}")
             os.makedirs(bdir, exist_ok=True)
             procs.append(subprocess.Popen(broker_argv(i, host, base + i, controller_list, bdir,
-                                                      args.flush_policy, args.variant)))
+                                                      args.flush_policy, args.variant,
+                                                      ["--secret-file", secret_file])))
         if not wait_until_unfenced(host, cports, ids, 60):
             print("error: the brokers did not register and unfence within 60 s; see the logs under "
                   f"{args.data_dir}.", file=sys.stderr)

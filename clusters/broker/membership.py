@@ -125,21 +125,23 @@ def unregister(call: Call, broker_id: int, wait_s: float = 15.0) -> None:
         time.sleep(0.5)
 
 
-def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, retry_s: float = 10.0) -> Call:
+def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, retry_s: float = 10.0,
+                           secret: str | None = None) -> Call:
     """A `call` that reaches whichever of `addrs` is the active controller at the time of the call:
     requests follow NOT_CONTROLLER (reassign.controller_call); a state dump, which every
-    controller answers with its own view, is taken from the one that says it is active."""
+    controller answers with its own view, is taken from the one that says it is active.
+    `secret`: the cluster's (rpc.py; default: the environment variable rpc.SECRET_ENV)."""
     def call(api: str, body: dict[str, Any]) -> dict[str, Any]:
         if api != "dump_state" or len(addrs) == 1:
             try:
-                return controller_call(addrs, api, body, timeout=timeout, retry_s=retry_s)
+                return controller_call(addrs, api, body, timeout=timeout, retry_s=retry_s, secret=secret)
             except ReassignError as e:
                 raise rpc.RpcError(str(e)) from None
         deadline = time.monotonic() + retry_s  # a quorum may be electing a new active controller
         while True:
             for host, port in addrs:
                 try:
-                    resp = rpc.call_sync(host, port, api, body, timeout=timeout)
+                    resp = rpc.call_sync(host, port, api, body, timeout=timeout, secret=secret)
                 except rpc.RpcError:
                     continue
                 if resp.get("state", {}).get("active", True):
@@ -153,9 +155,13 @@ def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, r
 
 
 def alter_cluster_cli(args: Any) -> int:
+    from clusters.broker.admin import cli_secret
     from clusters.broker.server import controller_addresses
 
-    call = active_controller_call(controller_addresses(args.controller))
+    secret = cli_secret(args)
+    if secret is None:
+        return 2
+    call = active_controller_call(controller_addresses(args.controller), secret=secret)
     brokers = [int(b) for b in args.brokers.split(",") if b.strip()] if args.brokers else []
     if args.action in ("add", "remove", "unregister") and not brokers:
         print(f"error: alter-cluster {args.action} needs --brokers ID[,ID...].", file=sys.stderr)

@@ -11,7 +11,8 @@ modules (the membership nemesis, a decommission coordinator) import:
     unregister_broker(addrs, broker_id)
 
 `addrs` is "HOST:PORT[,HOST:PORT...]" or a list of "HOST:PORT" or (host, port): the single
-controller or every member of a controller quorum. A quorum member that is not the active
+controller or every member of a controller quorum. Each takes `secret=`, the cluster's secret
+(rpc.py; default: the environment variable rpc.SECRET_ENV). A quorum member that is not the active
 controller answers NOT_CONTROLLER with the leader's address, which is followed; an
 unreachable or leaderless one makes the next address be tried. Failures raise
 ReassignError with one sentence for the operator.
@@ -63,7 +64,7 @@ def parse_addrs(addrs: Addrs) -> list[tuple[str, int]]:
 
 
 def controller_call(addrs: Addrs, api: str, body: dict[str, Any], timeout: float = 5.0,
-                    retry_s: float = 10.0) -> dict[str, Any]:
+                    retry_s: float = 10.0, secret: str | None = None) -> dict[str, Any]:
     """Send one request to the active controller and return its response (whatever its error,
     except NOT_CONTROLLER, which is followed). Tries every address, following leader hints,
     for up to `retry_s` seconds (a quorum may be electing); raises ReassignError if no
@@ -80,7 +81,7 @@ def controller_call(addrs: Addrs, api: str, body: dict[str, Any], timeout: float
                 continue
             tried.add(addr)
             try:
-                resp = rpc.call_sync(addr[0], addr[1], api, body, timeout=timeout)
+                resp = rpc.call_sync(addr[0], addr[1], api, body, timeout=timeout, secret=secret)
             except rpc.RpcError as e:
                 last = str(e)
                 continue
@@ -126,9 +127,9 @@ def _one_result(resp: dict[str, Any], what: str) -> dict[str, Any]:
     return res
 
 
-def partition_state(addrs: Addrs, topic: str, partition: int) -> dict[str, Any] | None:
+def partition_state(addrs: Addrs, topic: str, partition: int, secret: str | None = None) -> dict[str, Any] | None:
     """The partition record in the (active or committed) controller view, or None."""
-    resp = controller_call(addrs, "dump_state", {"include_log": False})
+    resp = controller_call(addrs, "dump_state", {"include_log": False}, secret=secret)
     for p in (resp.get("state") or {}).get("partitions", []):
         if p["topic"] == topic and p["partition"] == partition:
             return p
@@ -136,25 +137,25 @@ def partition_state(addrs: Addrs, topic: str, partition: int) -> dict[str, Any] 
 
 
 def reassign(controller_addrs: Addrs, topic: str, partition: int, replicas: list[int] | None,
-             wait_s: float = 0.0) -> dict[str, Any] | None:
+             wait_s: float = 0.0, secret: str | None = None) -> dict[str, Any] | None:
     """Start moving `topic`-`partition` to `replicas` (None cancels). With wait_s > 0, wait until
     the reassignment completed (replicas == target, adding and removing empty) and return the
     partition record; raise ReassignError when refused or not done in time."""
     if replicas is None:
-        cancel_reassignment(controller_addrs, topic, partition)
+        cancel_reassignment(controller_addrs, topic, partition, secret=secret)
         return None
     target = [int(r) for r in replicas]
     what = f"reassigning {topic}-{partition} to {target}"
     _one_result(controller_call(controller_addrs, "alter_partition_reassignments",
                                 {"reassignments": [{"topic": topic, "partition": partition,
-                                                    "replicas": target}]}), what)
+                                                    "replicas": target}]}, secret=secret), what)
     if wait_s <= 0:
         return None
     deadline = time.monotonic() + wait_s
     last: dict[str, Any] | None = None
     while True:
         try:
-            last = partition_state(controller_addrs, topic, partition)
+            last = partition_state(controller_addrs, topic, partition, secret=secret)
         except ReassignError:
             last = None
         if last is not None and last["replicas"] == target and not last.get("adding") and not last.get("removing"):
@@ -167,36 +168,45 @@ def reassign(controller_addrs: Addrs, topic: str, partition: int, replicas: list
         time.sleep(0.2)
 
 
-def cancel_reassignment(controller_addrs: Addrs, topic: str, partition: int) -> None:
+def cancel_reassignment(controller_addrs: Addrs, topic: str, partition: int, secret: str | None = None) -> None:
     _one_result(controller_call(controller_addrs, "alter_partition_reassignments",
-                                {"reassignments": [{"topic": topic, "partition": partition, "replicas": None}]}),
+                                {"reassignments": [{"topic": topic, "partition": partition, "replicas": None}]},
+                                secret=secret),
                 f"cancelling the reassignment of {topic}-{partition}")
 
 
-def list_reassignments(controller_addrs: Addrs) -> list[dict[str, Any]]:
-    resp = checked(controller_call(controller_addrs, "list_partition_reassignments", {}), "listing reassignments")
+def list_reassignments(controller_addrs: Addrs, secret: str | None = None) -> list[dict[str, Any]]:
+    resp = checked(controller_call(controller_addrs, "list_partition_reassignments", {}, secret=secret),
+                   "listing reassignments")
     return list(resp.get("reassignments") or [])
 
 
-def elect_preferred(controller_addrs: Addrs, partitions: list[tuple[str, int]] | None = None) -> list[dict[str, Any]]:
+def elect_preferred(controller_addrs: Addrs, partitions: list[tuple[str, int]] | None = None,
+                    secret: str | None = None) -> list[dict[str, Any]]:
     """Preferred-leader election for `partitions` (None: all); the per-partition results."""
     body = {"partitions": None if partitions is None else
             [{"topic": t, "partition": p} for t, p in partitions]}
-    resp = checked(controller_call(controller_addrs, "elect_preferred_leaders", body), "preferred leader election")
+    resp = checked(controller_call(controller_addrs, "elect_preferred_leaders", body, secret=secret),
+                   "preferred leader election")
     return list(resp.get("results") or [])
 
 
-def unregister_broker(controller_addrs: Addrs, broker_id: int) -> None:
-    checked(controller_call(controller_addrs, "unregister_broker", {"broker_id": broker_id}),
+def unregister_broker(controller_addrs: Addrs, broker_id: int, secret: str | None = None) -> None:
+    checked(controller_call(controller_addrs, "unregister_broker", {"broker_id": broker_id}, secret=secret),
             f"unregistering broker {broker_id}")
 
 
 # --- CLIs -----------------------------------------------------------------------------------
 def reassign_cli(args: Any) -> int:
     """`reassign --controller ... (--list | --topic T --partition P (--replicas 2,3,4 [--wait S] | --cancel))`"""
+    from clusters.broker.admin import cli_secret
+
+    secret = cli_secret(args)
+    if secret is None:
+        return 2
     try:
         if args.list:
-            items = list_reassignments(args.controller)
+            items = list_reassignments(args.controller, secret=secret)
             if not items:
                 print("no reassignments in progress")
             for r in items:
@@ -207,7 +217,7 @@ def reassign_cli(args: Any) -> int:
             print("error: reassign needs --topic and --partition (or --list).", file=sys.stderr)
             return 2
         if args.cancel:
-            cancel_reassignment(args.controller, args.topic, args.partition)
+            cancel_reassignment(args.controller, args.topic, args.partition, secret=secret)
             print(f"cancelled the reassignment of {args.topic}-{args.partition}")
             return 0
         if not args.replicas:
@@ -220,7 +230,7 @@ def reassign_cli(args: Any) -> int:
             print(f"error: --replicas {args.replicas!r} is not a comma-separated list of broker ids.",
                   file=sys.stderr)
             return 2
-        final = reassign(args.controller, args.topic, args.partition, target, args.wait)
+        final = reassign(args.controller, args.topic, args.partition, target, args.wait, secret=secret)
         if final is None:
             print(f"reassignment of {args.topic}-{args.partition} to {target} started")
         else:
@@ -232,9 +242,9 @@ def reassign_cli(args: Any) -> int:
         return 1
 
 
-def elect_preferred_cli(node: str, topic: str | None, partition: int | None) -> int:
+def elect_preferred_cli(node: str, topic: str | None, partition: int | None, secret: str) -> int:
     try:
-        results = elect_preferred(node, None if not topic else [(topic, partition or 0)])
+        results = elect_preferred(node, None if not topic else [(topic, partition or 0)], secret=secret)
     except ReassignError as e:
         print(f"error: {e}.", file=sys.stderr)
         return 1

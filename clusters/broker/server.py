@@ -2,7 +2,8 @@
 
 The protocol lives in replica.py (per partition) and controller.py; the storage in log/.
 This module wires them to the world: one listener per broker speaks both the Kafka
-protocol and the internal RPC (rpc.is_rpc_frame tells them apart); a session with the
+protocol and the internal RPC (rpc.is_rpc_frame tells them apart; listener.py checks every
+frame, its caps and the internal requests' tags before a handler sees it); a session with the
 controller registers, heartbeats and pulls the metadata log (002 1.2, 2.3.2); one fetcher
 task per followed partition pulls from its leader (002 2.2); acks=all produce requests wait
 in a purgatory until the HWM passes them (002 2.5); SIGTERM is a controlled shutdown that
@@ -12,7 +13,6 @@ ends with the clean-shutdown marker (001 5.1).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -23,6 +23,7 @@ from typing import Any
 
 from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
+from clusters.broker.listener import Limits, Listener, log_loop_exceptions
 from clusters.broker.log import BatchHeader, LogManager, NonContiguousAppendError, parse_flush_policy
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
@@ -51,10 +52,10 @@ class ControllerClient:
     NOT_CONTROLLER with the leader's address, which is tried at once; an unreachable one makes
     the next call go to the next address. With one address this is a plain RpcClient."""
 
-    def __init__(self, addrs: list[tuple[str, int]], log: Any):
+    def __init__(self, addrs: list[tuple[str, int]], log: Any, secret: str):
         self.addrs = addrs
         self.current = 0
-        self.clients = {a: rpc.RpcClient(*a) for a in addrs}
+        self.clients = {a: rpc.RpcClient(*a, secret=secret) for a in addrs}
         self.log = log
         self.unreachable_at: dict[tuple[str, int], float] = {}
 
@@ -105,8 +106,9 @@ class PendingProduce:
 
 
 class Broker:
-    def __init__(self, args: Any):
+    def __init__(self, args: Any, secret: str):
         self.args = args
+        self.secret = secret
         self.node_id = args.node_id
         self.listen_host, self.listen_port = _hostport(args.listen)
         self.adv_host, self.adv_port = _hostport(args.advertise or args.listen)
@@ -132,7 +134,7 @@ class Broker:
         # asyncio.wait_for can swallow a cancellation that races with its result.
         self.stopping = False
         self.should_shutdown = asyncio.Event()
-        self.controller = ControllerClient(controller_addresses(args.controller), self.log)
+        self.controller = ControllerClient(controller_addresses(args.controller), self.log, secret)
         self.peers: dict[int, rpc.RpcClient] = {}
         self.purgatory: dict[tuple[str, int], deque[PendingProduce]] = {}
         self.changed: dict[tuple[str, int], asyncio.Event] = {}
@@ -446,7 +448,7 @@ class Broker:
             return None
         c = self.peers.get(broker_id)
         if c is None or (c.host, c.port) != (b.host, b.port):
-            c = self.peers[broker_id] = rpc.RpcClient(b.host, b.port)
+            c = self.peers[broker_id] = rpc.RpcClient(b.host, b.port, secret=self.secret)
         return c
 
     async def follower_loop(self, key: tuple[str, int]) -> None:
@@ -564,84 +566,18 @@ class Broker:
                 "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
                 "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())]}
 
-    # --- connections ------------------------------------------------------------------------------
-    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        # Kafka requires responses in request order on a connection; requests still run
-        # concurrently (an acks=all produce must not block the fetches behind it).
-        order: asyncio.Queue = asyncio.Queue()
-        rpc_lock = asyncio.Lock()
-        tasks: set[asyncio.Task] = set()
-
-        async def write_in_order() -> None:
-            while True:
-                fut = await order.get()
-                try:
-                    data = await fut
-                except Exception as e:  # noqa: BLE001 - a request we cannot serve ends this connection only
-                    self.log({"event": "bad_request", "peer": str(peer), "error": repr(e),
-                              "action": "connection closed"})
-                    writer.close()
-                    return
-                if data:
-                    try:
-                        writer.write(data)
-                        await writer.drain()
-                    except (ConnectionError, OSError):
-                        return  # the client went away
-
-        async def answer_rpc(cid: Any, api: str, body: dict[str, Any]) -> None:
-            try:
-                response = await self.dispatch_rpc(api, body)
-            except (KeyError, TypeError, ValueError) as e:
-                self.log({"event": "bad_request", "peer": str(peer), "api": api, "error": repr(e)})
-                response = {"error": rpc.INVALID_REQUEST, "message": repr(e)}
-            try:
-                async with rpc_lock:
-                    writer.write(rpc.encode_frame({"id": cid, "body": response}))
-                    await writer.drain()
-            except (ConnectionError, OSError):
-                pass  # the peer went away (a killed or partitioned broker): nobody to answer
-
-        writer_task = asyncio.create_task(write_in_order())
-        try:
-            while True:
-                frame = await rpc.read_frame(reader)
-                if rpc.is_rpc_frame(frame):
-                    msg = json.loads(frame)
-                    if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict):
-                        raise kafka_api.BadRequest("RPC frame without a body object")
-                    t = asyncio.create_task(answer_rpc(msg.get("id"), str(msg.get("api")), msg["body"]))
-                else:
-                    kafka_api.peek_header(frame)
-                    t = asyncio.create_task(kafka_api.handle_kafka_request(self, frame))
-                    await order.put(t)
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            # EOF, a reset, or the server shutting down (asyncio.run cancels handlers): end quietly.
-            pass
-        except (kafka_api.BadRequest, ValueError) as e:
-            self.log({"event": "bad_request", "peer": str(peer), "error": str(e), "action": "connection closed"})
-        finally:
-            # Let answers already computed go out before closing (a client that sent its last
-            # request and half-closed still gets it).
-            if tasks:
-                try:
-                    await asyncio.wait(list(tasks), timeout=0.5)
-                except asyncio.CancelledError:
-                    pass  # the server is shutting down: what is unanswered stays unanswered
-            for t in tasks:
-                t.cancel()
-            writer_task.cancel()
-            writer.close()
+    # --- connections: listener.py -------------------------------------------------------------------
+    def listener(self) -> Listener:
+        return Listener(Limits.from_args(self.args), self.secret, self.log, self.dispatch_rpc,
+                        kafka_decode=kafka_api.decode_request,
+                        kafka_respond=lambda request: kafka_api.respond(self, request))
 
     # --- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> int:
-        server = await asyncio.start_server(self.serve_connection, self.listen_host, self.listen_port,
-                                            reuse_address=True)
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        log_loop_exceptions(loop, self.log)
+        server = await self.listener().start(self.listen_host, self.listen_port)
+        stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         self.log({"event": "broker_started", "listen": self.args.listen, "variants": sorted(self.variants),
@@ -688,11 +624,15 @@ def run_broker(args: Any) -> int:
             _hostport(a)
         controller_addresses(args.controller)
         parse_flush_policy(args.flush_policy)
-    except ValueError as e:
+        problem = Limits.from_args(args).problem()
+        if problem:
+            raise ValueError(problem)
+        secret = rpc.node_secret(args.secret_file)
+    except (ValueError, rpc.SecretError) as e:
         print(f"error: broker {args.node_id}: {e}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(Broker(args).run())
+        return asyncio.run(Broker(args, secret).run())
     except OSError as e:
         print(f"error: broker {args.node_id} cannot listen on {args.listen} ({e.strerror}); pick a free port.",
               file=sys.stderr)

@@ -55,7 +55,7 @@ class FakeRpc:
 
 
 def client_with(fakes):
-    c = ControllerClient(list(fakes), log=lambda event: None)
+    c = ControllerClient(list(fakes), log=lambda event: None, secret=rpc.new_secret())
     c.clients = dict(fakes)
     return c
 
@@ -124,7 +124,7 @@ class Quorum:
         self.down: set[int] = set()
 
     def _start(self, n):
-        s = QuorumControllerServer(_args(self.tmp_path, n, self.snapshot_every))
+        s = QuorumControllerServer(_args(self.tmp_path, n, self.snapshot_every), rpc.new_secret())
         s._outbox = {p: asyncio.Queue() for p in s.voters if p != n}
         return s
 

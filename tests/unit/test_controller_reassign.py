@@ -348,7 +348,7 @@ def test_controller_call_follows_the_not_controller_hint_and_skips_dead_addresse
                     return
                 with conn:
                     n = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))[0]
-                    msg = json.loads(conn.recv(n, socket.MSG_WAITALL))
+                    msg = json.loads(conn.recv(n, socket.MSG_WAITALL)[:-rpc.TAG_BYTES])  # the tag: rpc.py
                     seen.append(msg["api"])
                     data = json.dumps({"id": msg["id"], "body": answer()}).encode()
                     conn.sendall(struct.pack(">i", len(data)) + data)
@@ -365,12 +365,12 @@ def test_controller_call_follows_the_not_controller_hint_and_skips_dead_addresse
     dead.close()
     try:
         resp = controller_call(f"{dead_addr},127.0.0.1:{follower.getsockname()[1]}",
-                               "list_partition_reassignments", {})
+                               "list_partition_reassignments", {}, secret=rpc.new_secret())
         assert resp == {"error": rpc.NONE, "reassignments": []}
         assert follower_seen == ["list_partition_reassignments"]
         assert active_seen == ["list_partition_reassignments"]
         try:
-            controller_call(dead_addr, "list_partition_reassignments", {}, retry_s=0)
+            controller_call(dead_addr, "list_partition_reassignments", {}, retry_s=0, secret=rpc.new_secret())
         except ReassignError as e:
             assert "no active controller" in str(e)
         else:

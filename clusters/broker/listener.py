@@ -1,0 +1,349 @@
+"""The listeners' guards (issue 20; docs/SAFETY.md): what one connection, and all of them together,
+may cost a node, and what ends a connection.
+
+One listener per node process. A broker's port speaks the Kafka protocol to clients and the
+internal RPC (rpc.py) to its peers, the controller and the harness; a controller's port speaks
+only the internal RPC. Every frame passes here before a protocol handler sees it:
+
+- length: 1 .. Limits.request_max_bytes (Kafka's socket.request.max.bytes); any other length
+  closes the connection before a byte of the body is read;
+- memory: the announced length is reserved in the node's MemoryPool (Kafka's
+  queued.max.request.bytes) before the body is read and given back once the request is
+  answered; while the pool is full a connection is not read (Kafka mutes it the same way).
+  One connection holds at most request_max_bytes of requests and max_in_flight requests;
+- time: a body must arrive within read_timeout_s of its length; a connection with nothing in
+  flight and no new request for connections_max_idle_ms is closed;
+- connections: beyond max_connections (Kafka's max.connections) a new one is closed at once;
+- content: an RPC frame must carry the tag of the cluster's secret and name a known api
+  (rpc.open_request); a Kafka frame must decode as a request of an api and version the node
+  serves (the `kafka_decode` given; a controller has none and refuses Kafka frames).
+
+A refused request closes its connection and writes exactly one JSON line (event
+"bad_request", with the reason); so does a handler that raises on a request it cannot serve
+(a missing field, a wrong type). Nothing that happens while serving a connection reaches the
+event loop's exception handler; `log_loop_exceptions` turns anything else that would into a
+JSON line too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from clusters.broker import rpc
+
+MiB = 1024 * 1024
+_LEN = struct.Struct(">i")
+REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are counted and logged at most once a second
+DRAIN_ON_EOF_S = 0.5  # answers computed when a client half-closes still go out, for this long
+
+Log = Callable[[dict[str, Any]], None]
+RpcDispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+KafkaDecode = Callable[[bytes], Any]
+KafkaRespond = Callable[[Any], Awaitable[bytes | None]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The caps of one node's listener; the flags of both roles (clusters/broker/__main__.py)."""
+
+    request_max_bytes: int = 16 * MiB  # --socket-request-max-bytes (Kafka: 100 MiB)
+    queued_max_request_bytes: int = 64 * MiB  # --queued-max-request-bytes (Kafka: unbounded)
+    max_connections: int = 512  # --max-connections (Kafka: unbounded)
+    connections_max_idle_ms: int = 600_000  # --connections-max-idle-ms (Kafka's default)
+    read_timeout_s: float = 30.0  # a request's bytes all arrive within this once its length is read
+    max_in_flight: int = 32  # requests of one connection being served at once (clients pipeline <= 5)
+
+    @classmethod
+    def from_args(cls, args: Any) -> Limits:
+        """The flags' values; a flag missing from `args` (built by hand, as in tests) keeps its default."""
+        d = cls()
+        return cls(request_max_bytes=getattr(args, "socket_request_max_bytes", d.request_max_bytes),
+                   queued_max_request_bytes=getattr(args, "queued_max_request_bytes", d.queued_max_request_bytes),
+                   max_connections=getattr(args, "max_connections", d.max_connections),
+                   connections_max_idle_ms=getattr(args, "connections_max_idle_ms", d.connections_max_idle_ms))
+
+    def problem(self) -> str | None:
+        """One sentence naming the flag to fix, or None."""
+        if self.request_max_bytes < 1024:
+            return "--socket-request-max-bytes must be at least 1024 (a Kafka request header and a small request)"
+        if self.queued_max_request_bytes < self.request_max_bytes:
+            return ("--queued-max-request-bytes must be at least --socket-request-max-bytes, so that one request of "
+                    "the largest size fits")
+        if self.max_connections < 1:
+            return "--max-connections must be at least 1"
+        if self.connections_max_idle_ms <= 0:
+            return "--connections-max-idle-ms must be a positive number of milliseconds"
+        return None
+
+
+class MemoryPool:
+    """Bytes of requests every connection of a node holds (being read, or read and not yet answered)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.used = 0
+        self._freed = asyncio.Event()
+
+    async def reserve(self, n: int) -> None:
+        """Wait until `n` more bytes fit (n <= capacity, which Limits.problem guarantees)."""
+        while self.used + n > self.capacity:
+            self._freed.clear()
+            await self._freed.wait()
+        self.used += n
+
+    def release(self, n: int) -> None:
+        self.used -= n
+        self._freed.set()
+
+
+class Listener:
+    """A node's listening port: accepts connections within the caps and serves each frame that passes."""
+
+    def __init__(self, limits: Limits, secret: str, log: Log, rpc_dispatch: RpcDispatch,
+                 kafka_decode: KafkaDecode | None = None, kafka_respond: KafkaRespond | None = None):
+        self.limits = limits
+        self.secret = secret
+        self.log = log
+        self.rpc_dispatch = rpc_dispatch
+        self.kafka_decode, self.kafka_respond = kafka_decode, kafka_respond
+        self.pool = MemoryPool(limits.queued_max_request_bytes)
+        self.connections = 0
+        self._refused = 0
+        self._refusal_logged_at = float("-inf")
+
+    async def start(self, host: str, port: int) -> asyncio.Server:
+        return await asyncio.start_server(self.serve, host, port, reuse_address=True)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.connections >= self.limits.max_connections:
+            self._refuse_connection(writer)
+            return
+        self.connections += 1
+        conn = Connection(self, reader, writer)
+        try:
+            await conn.run()
+        except asyncio.CancelledError:
+            pass  # the server is shutting down (asyncio.run cancels the handlers): end quietly
+        except Exception as e:  # noqa: BLE001 - whatever it is, it ends this connection only, logged once
+            conn.reject("internal error serving the connection", error=repr(e)[:300])
+        finally:
+            self.connections -= 1
+            conn.shut()
+
+    def _refuse_connection(self, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL_S:
+            self.log({"event": "connections_refused", "count": self._refused, "open": self.connections,
+                      "limit": self.limits.max_connections, "flag": "--max-connections"})
+            self._refused, self._refusal_logged_at = 0, now
+
+
+class Connection:
+    """One client's or peer's connection. Kafka answers go out in request order (Kafka's rule), but
+    requests are served concurrently (an acks=all produce must not hold up the fetches behind it);
+    RPC answers go out as they are ready, matched by id."""
+
+    def __init__(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.listener, self.limits = listener, listener.limits
+        self.reader, self.writer = reader, writer
+        self.peer = str(writer.get_extra_info("peername"))
+        self.closed = False  # refused: logged, closing, nothing more is read or logged
+        self.held = 0  # bytes of this connection's requests reserved in the pool
+        self.in_flight = 0
+        self._progress = asyncio.Event()  # a request of this connection was answered
+        self._order: asyncio.Queue[tuple[asyncio.Task, int]] = asyncio.Queue()
+        self._tasks: set[asyncio.Task] = set()
+        self._write_lock = asyncio.Lock()
+        self._reading: asyncio.Task | None = None
+        self._writing: asyncio.Task | None = None
+        self._shut = False
+
+    # --- the connection's life --------------------------------------------------------------------
+    async def run(self) -> None:
+        self._writing = asyncio.create_task(self._write_kafka_answers())
+        self._reading = asyncio.create_task(self._read_requests())
+        try:
+            await self._reading
+        except asyncio.CancelledError:
+            if not self.closed:
+                raise  # the server is shutting down, not a refusal
+            return
+        # EOF after the last request (a client that half-closes): answers being computed still go out.
+        deadline = time.monotonic() + DRAIN_ON_EOF_S
+        while self.in_flight and not self.closed and time.monotonic() < deadline:
+            self._progress.clear()
+            try:
+                await asyncio.wait_for(self._progress.wait(), deadline - time.monotonic())
+            except TimeoutError:
+                break
+
+    def reject(self, reason: str, **fields: Any) -> None:
+        """Refuse this connection: one JSON line, then close. Later calls (the fallout) say nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        self.listener.log({"event": "bad_request", "peer": self.peer, "reason": reason, **fields,
+                           "action": "connection closed"})
+        self.writer.close()
+        if self._reading is not None and self._reading is not asyncio.current_task():
+            self._reading.cancel()
+
+    def shut(self) -> None:
+        """The end of the connection, however it came: stop everything, give back what it holds."""
+        self._shut = True
+        self.listener.pool.release(self.held)
+        self.held = 0
+        for t in list(self._tasks) + [t for t in (self._writing, self._reading) if t is not None]:
+            t.cancel()
+        self.writer.close()
+
+    # --- reading: every check before a handler sees the request ------------------------------------
+    async def _read_requests(self) -> None:
+        while not self.closed:
+            n = await self._read_length()
+            if n is None:
+                return
+            if not 0 < n <= self.limits.request_max_bytes:
+                self.reject("request length out of range", length=n,
+                            limit=self.limits.request_max_bytes, flag="--socket-request-max-bytes")
+                return
+            while self.in_flight >= self.limits.max_in_flight or self.held + n > self.limits.request_max_bytes:
+                self._progress.clear()
+                await self._progress.wait()  # not read until an earlier request is answered
+            await self.listener.pool.reserve(n)
+            self.held += n
+            handed_over = False
+            try:
+                body = await self._read_body(n)
+                if body is None:
+                    return
+                handed_over = self._start(body, n)
+            finally:
+                if not handed_over:
+                    self._release(n)
+
+    async def _read_length(self) -> int | None:
+        """The next frame's announced length; None at a clean end (EOF between requests, or idle)."""
+        idle_s = self.limits.connections_max_idle_ms / 1000
+        while True:
+            try:
+                header = await asyncio.wait_for(self.reader.readexactly(4), idle_s)
+            except TimeoutError:
+                if self.in_flight:
+                    continue  # a long poll or an acks=all wait in progress is not idleness
+                return None  # idle: Kafka closes such connections quietly, clients reconnect
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    self.reject("connection closed inside a request length", received=len(e.partial))
+                return None
+            except (ConnectionError, OSError):
+                return None
+            return _LEN.unpack(header)[0]
+
+    async def _read_body(self, n: int) -> bytes | None:
+        try:
+            return await asyncio.wait_for(self.reader.readexactly(n), self.limits.read_timeout_s)
+        except TimeoutError:
+            self.reject("request not received in time", length=n, timeout_s=self.limits.read_timeout_s)
+        except asyncio.IncompleteReadError as e:
+            self.reject("connection closed inside a request", length=n, received=len(e.partial))
+        except (ConnectionError, OSError):
+            pass  # a reset: the peer is gone, nothing to answer
+        return None
+
+    def _start(self, body: bytes, n: int) -> bool:
+        """Check one request and start serving it; False (and the connection refused) if it fails a check."""
+        if rpc.is_rpc_frame(body):
+            try:
+                cid, api, req = rpc.open_request(body, self.listener.secret)
+            except rpc.BadFrame as e:
+                self.reject(str(e), length=n)
+                return False
+            task = self._spawn(self._answer_rpc(cid, api, req), n)
+            task.add_done_callback(lambda _t: self._release(n, answered=True))
+            return True
+        if self.listener.kafka_decode is None or self.listener.kafka_respond is None:
+            self.reject("not an internal request (this port serves the internal RPC only)", length=n)
+            return False
+        try:
+            request = self.listener.kafka_decode(body)
+        except Exception as e:  # noqa: BLE001 - any decoding failure is a malformed request
+            self.reject(str(e)[:300] or type(e).__name__, length=n)
+            return False
+        self._order.put_nowait((self._spawn(self.listener.kafka_respond(request), n), n))
+        return True
+
+    def _spawn(self, coro: Awaitable[Any], n: int) -> asyncio.Task:
+        self.in_flight += 1
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # Retrieved here, so that a failure of a request whose answer is never awaited (the
+        # connection closed first) is not "never retrieved" in the loop's exception handler.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    def _release(self, n: int, answered: bool = False) -> None:
+        if self._shut:
+            return  # shut() gave back everything the connection held
+        self.listener.pool.release(n)
+        self.held -= n
+        if answered:
+            self.in_flight -= 1
+            self._progress.set()
+
+    # --- answering ----------------------------------------------------------------------------------
+    async def _answer_rpc(self, cid: int, api: str, body: dict[str, Any]) -> None:
+        try:
+            frame = rpc.encode_frame({"id": cid, "body": await self.listener.rpc_dispatch(api, body)})
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a request the node cannot serve (a missing field, a wrong type)
+            self.reject(f"cannot serve internal request {api}", error=repr(e)[:300])
+            return
+        try:
+            async with self._write_lock:
+                self.writer.write(frame)
+                await self.writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the peer went away (a killed or partitioned broker): nobody to answer
+
+    async def _write_kafka_answers(self) -> None:
+        """Kafka answers in request order; a request counts as in flight until its answer is written,
+        so a client that does not read stops being read (its answers cannot pile up here)."""
+        while True:
+            task, n = await self._order.get()
+            try:
+                try:
+                    data = await task
+                except asyncio.CancelledError:
+                    return  # the connection is shut
+                except Exception as e:  # noqa: BLE001 - a request the broker cannot serve ends this connection only
+                    self.reject("cannot serve Kafka request", error=repr(e)[:300])
+                    return
+                if data:
+                    async with self._write_lock:
+                        self.writer.write(data)
+                        await self.writer.drain()
+            except (ConnectionError, OSError):
+                return  # the client went away
+            finally:
+                self._release(n, answered=True)
+
+
+def log_loop_exceptions(loop: asyncio.AbstractEventLoop, log: Log) -> None:
+    """Anything that would reach the event loop's exception handler becomes one JSON line of the node's
+    log (event "unhandled_exception"), never a traceback on stderr; the fuzz test looks for it."""
+    def handler(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        log({"event": "unhandled_exception", "message": str(context.get("message", ""))[:300],
+             "error": repr(exc)[:300] if exc is not None else None})
+
+    loop.set_exception_handler(handler)
