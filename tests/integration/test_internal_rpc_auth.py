@@ -13,6 +13,8 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from clusters.broker import rpc
+
 pytestmark = pytest.mark.integration
 
 
@@ -88,3 +90,44 @@ def test_a_forged_replica_fetch_on_the_kafka_port_does_not_acknowledge_acks_all_
     rejected = [json.loads(line) for line in log.splitlines()
                 if line.startswith("{") and '"bad_request"' in line]
     assert rejected and all(r.get("reason") == "unauthenticated internal request" for r in rejected), rejected[:3]
+
+
+def answer_to(port: int, frame: bytes) -> bytes:
+    """What the node sends back before closing (b"": nothing; a reset counts as closed too)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(frame)
+        s.settimeout(5)
+        try:
+            return s.recv(100)
+        except ConnectionResetError:
+            return b""
+
+
+def refusals(log_path) -> list[dict]:
+    return [e for e in (json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{"))
+            if e.get("event") == "bad_request"]
+
+
+def test_no_internal_api_is_served_without_the_secret_on_a_broker_or_the_controller(local_cluster):
+    epoch = {b["broker_id"]: b["broker_epoch"] for b in local_cluster.controller_state()["brokers"]}[1]
+    # Bodies that would change the cluster if they were served: a topic, a registration, broker 1 told to
+    # shut down or forgotten, an unclean election.
+    bodies = {
+        "create_topic": {"topic": "forged", "partitions": 1, "replication_factor": 1, "configs": {}},
+        "broker_registration": {"broker_id": 99, "incarnation_id": "x", "host": "127.0.0.1", "port": 1,
+                                "previous_broker_epoch": -1},
+        "broker_heartbeat": {"broker_id": 1, "broker_epoch": epoch, "want_fence": True, "want_shutdown": True,
+                             "metadata_offset": 0},
+        "unregister_broker": {"broker_id": 1},
+        "elect_leader": {"topic": "forged", "partition": 0, "broker_id": 1},
+    }
+    ports = {"broker-1": local_cluster.broker_ports[1], "controller": local_cluster.controller_port}
+    for node, port in ports.items():
+        for api in sorted(rpc.API):
+            assert answer_to(port, forged_frame(api, bodies.get(api, {}))) == b"", f"{node} answered {api}"
+    state = local_cluster.controller_state()
+    assert "forged" not in [t["topic"] for t in state["topics"]]
+    assert {b["broker_id"]: b["fenced"] for b in state["brokers"]} == {1: False, 2: False, 3: False}
+    for log in (local_cluster.root / "broker-1" / "broker.log", local_cluster.root / "controller" / "controller.log"):
+        lines = refusals(log)
+        assert [e["reason"] for e in lines] == ["unauthenticated internal request"] * len(rpc.API), log
