@@ -148,8 +148,19 @@ def find_processes() -> list[Leftover]:
         pid, start = int(entry.name), process_start_time(int(entry.name))
         if start is None:
             continue  # gone, or a zombie its parent will reap
-        found.append(Leftover(run, f"process {pid} (run {run})", _killer(pid, start, environ), rank=0))
+        found.append(Leftover(run, f"process {pid} ({_describe(entry)}run {run})", _killer(pid, start, environ),
+                              rank=0))
     return found
+
+
+def _describe(proc: Path) -> str:
+    """"python3, paused, " for a stopped python3: what the process is, for the user reading the list."""
+    try:
+        comm = (proc / "comm").read_text().strip()
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+    return f"{comm}, {'paused, ' if state in ('T', 't') else ''}"
 
 
 def _killer(pid: int, start: int, environ: bytes):

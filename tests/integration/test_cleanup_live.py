@@ -141,7 +141,7 @@ def leftovers(owner: str, run_dir: Path) -> dict[str, list[str]]:
              for rule in subprocess.run(["ip", "netns", "exec", ns, "iptables", "-w", "-S", "KAFKAESQUE"],
                                         capture_output=True, text=True).stdout.splitlines() if "DROP" in rule]
     return {
-        "processes": [f"{pid} ({state})" for pid, state in procs.items()],
+        "processes": [str(pid) for pid in procs],
         "paused processes": [str(pid) for pid, state in procs.items() if state in ("T", "t")],
         "network namespaces": namespaces,
         "rules in them": drops,
@@ -193,7 +193,7 @@ def test_cleanup_during_a_live_local_run_skips_it_and_the_run_still_ends_valid(t
 
         assert r.returncode == 0, r.stderr
         assert f"skipped live run {run.owner} (cluster local-netns, harness pid {run.proc.pid}" in r.stderr, r.stderr
-        assert f"removed process {dead_node.pid} (run {dead_owner})" in r.stderr  # it did clean, beside the live run
+        assert f"removed process {dead_node.pid} (sleep, run {dead_owner})" in r.stderr  # it did clean, beside the live run
         assert dead_node.wait(10) == -signal.SIGKILL
         after = leftovers(run.owner, run.run_dir)
         assert after["network namespaces"] == before["network namespaces"]
@@ -234,7 +234,7 @@ def test_cleanup_removes_what_a_harness_killed_mid_partition_left_and_dry_run_on
         for mount in left["lossy mounts"]:
             assert f"would remove lossyfs mount {mount}" in dry.stderr
         for pid in left["paused processes"]:
-            assert f"would remove process {pid} (run {run.owner})" in dry.stderr
+            assert f"would remove process {pid} ({Path(sys.executable).name}, paused, run {run.owner})" in dry.stderr
         assert f"would remove bridge {left['bridges'][0]}" in dry.stderr
         assert "nothing was removed" in dry.stderr
         assert leftovers(run.owner, run.run_dir) == left  # the dry run removed nothing

@@ -156,11 +156,13 @@ def test_cleanup_leftovers_kills_a_dead_runs_node_and_spares_a_live_and_an_unreg
     register_run("live-run")
     register_as("dead-run", dead_harness())
     live, dead, unknown = (sleeper({OWNER_ENV: o}) for o in ("live-run", "dead-run", "never-registered"))
+    live.send_signal(signal.SIGSTOP)  # a paused node of the live run: left paused, it is that run's business
     assert {"live-run", "dead-run", "never-registered"} <= {p.owner for p in find_processes()}
     killed = cleanup_leftovers()
-    assert killed == [f"process {dead.pid} (run dead-run)"]
+    assert killed == [f"process {dead.pid} (sleep, run dead-run)"]
     assert dead.wait(5) == -signal.SIGKILL
     assert live.poll() is None and unknown.poll() is None
+    live.send_signal(signal.SIGCONT)
 
 
 def test_the_plan_removes_a_dead_runs_things_then_its_registration_and_names_the_others():
