@@ -28,6 +28,7 @@ from typing import Any
 import networkx as nx
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from checkers.reasons import say
 from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 WW, WR, RW, PROCESS, REALTIME = "ww", "wr", "rw", "process", "realtime"
@@ -44,8 +45,7 @@ FORBIDDEN = {
 }
 ALWAYS_BAD = {"internal", "incompatible-order", "duplicate-elements"}
 DATA_CYCLES = ("G0", "G1c", "G-single", "G2-item")
-NOTHING_READ = ("no committed transaction read a key, so no dependency could be inferred and there is no "
-                "cycle to look for")
+NOTHING_READ = say("nothing-read-by-transactions")
 
 
 def _forbids_every_cycle(model: str, edge_kinds: set[str]) -> bool:
@@ -231,9 +231,7 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
         if any(_forbids_every_cycle(m, kinds) for m in models):
             violated.append("cycle-search-timeout")
         else:
-            reasons.append(f"the cycle search ran out of its {cycle_budget_s:.0f} s budget in a strongly connected "
-                           f"component: a cycle exists, but whether its class is one {', '.join(models)} forbids "
-                           "is not known (give it a larger budget)")
+            reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
     if not any(t.type == OK and any(f != "append" for f, *_ in t.mops) for t in txns):
         reasons.append(NOTHING_READ)
     valid: Any = False if violated else UNKNOWN if reasons else True

@@ -21,6 +21,7 @@ from typing import Any
 
 from checkers.core import UNKNOWN, Anomaly, Result
 from checkers.models import MODELS, UNKNOWN_OUTPUT, Call, Model
+from checkers.reasons import REASONS, say
 from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 NEVER = 1 << 60  # the return position of an indeterminate op
@@ -253,8 +254,7 @@ def counterexample(part: Sequence[Call], model: Model, time_limit: float = 10.0)
     }
 
 
-NOTHING_OBSERVED = ("none of the history's {ops} {model} operation(s) observed the state (a read, a cas with a "
-                    "known outcome, an acknowledged offset), so every order is legal and nothing was judged")
+NOTHING_OBSERVED = REASONS["nothing-observed"].template
 
 
 def check_linearizable(history: Sequence[Op], model: str | Model, time_limit: float | None = 60.0,
@@ -272,8 +272,7 @@ def check_linearizable(history: Sequence[Op], model: str | Model, time_limit: fl
         budget = " and ".join(f"its {time_limit} s time limit" if b == "time" else f"its {b}"
                               for b in dict.fromkeys(spent)) or "its budget"
         what = "the history" if unknown == ["None"] else f"partition(s) {', '.join(unknown[:8])}"
-        reasons.append(f"the search ran out of {budget} before deciding {what}: linearizability there is not "
-                       "known (give the checker a larger time limit)")
+        reasons.append(say("search-out-of-budget", budget=budget, what=what))
     if valid is True and not any(m.observes(c) for c in calls):
         # Every order of ops that observe nothing is legal: "valid" would be vacuous.
         valid = UNKNOWN

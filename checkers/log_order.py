@@ -42,6 +42,7 @@ from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.queue import beyond_budget_time, poll_items
+from checkers.reasons import say
 from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 EXPLANATIONS = {
@@ -70,8 +71,7 @@ class _Found:
             self.examples[name].append(ex)
 
 
-NOTHING_OBSERVED = ("the history holds no acknowledged send and no completed read of a partition, so no log "
-                    "was observed and there is no order to judge")
+NOTHING_OBSERVED = say("no-log-observed")
 
 
 def check_log_order(history: Sequence[Op]) -> Result:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from checkers.reasons import say
 from harness.history import INFO, NEMESIS, OK, Op, pair_ops
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip")
@@ -63,8 +64,7 @@ GAP_EXPLANATION = ("A consumer's successive reads of a partition jumped over off
                    "markers, compaction, aborted batches), so this is counted, not an anomaly.")
 
 
-NO_ACKNOWLEDGED_SEND = ("no send was acknowledged, so no acknowledged write could be lost: the history never "
-                        "tested what the queue checker exists to judge")
+NO_ACKNOWLEDGED_SEND = say("no-acknowledged-send-at-all")
 
 
 def poll_items(f: str, value: Any) -> Iterator[tuple[int, list]]:
@@ -262,8 +262,7 @@ def check_queue(history: Sequence[Op]) -> Result:
     reasons = []
     if uncovered:
         stats["keys-without-final-read"] = sorted(uncovered)
-        reasons.append(f"partitions {sorted(uncovered)} have acknowledged sends but no final read, so their losses "
-                       "cannot be known")
+        reasons.append(say("no-final-read", partitions=sorted(uncovered)))
     if not acked:
         reasons.append(NO_ACKNOWLEDGED_SEND)
     valid: Any = False if anomalies else UNKNOWN if reasons else True

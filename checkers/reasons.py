@@ -37,6 +37,38 @@ REASONS: dict[str, CannotDecide] = {r.code: r for r in (
     CannotDecide("no-final-read", "checker inputs",
                  "partitions {partitions} have acknowledged sends but no complete final read, so their losses "
                  "cannot be known", {"partitions": [1, 3]}),
+    CannotDecide("no-acknowledged-send-at-all", "progress",
+                 "no send was acknowledged, so no acknowledged write could be lost: the history never tested what "
+                 "the queue checker exists to judge", {}),
+    CannotDecide("no-log-observed", "progress",
+                 "the history holds no acknowledged send and no completed read of a partition, so no log was "
+                 "observed and there is no order to judge", {}),
+    CannotDecide("nothing-observed", "progress",
+                 "none of the history's {ops} {model} operation(s) observed the state (a read, a cas with a known "
+                 "outcome, an acknowledged offset), so every order is legal and nothing was judged",
+                 {"ops": 120, "model": "register"}),
+    CannotDecide("nothing-read-by-transactions", "progress",
+                 "no committed transaction read a key, so no dependency could be inferred and there is no cycle to "
+                 "look for", {}),
+    CannotDecide("search-out-of-budget", "checker inputs",
+                 "the search ran out of {budget} before deciding {what}: linearizability there is not known (give "
+                 "the checker a larger time limit)", {"budget": "its 60.0 s time limit", "what": "partition(s) 2"}),
+    CannotDecide("cycle-search-out-of-budget", "checker inputs",
+                 "the cycle search ran out of its {seconds:.0f} s budget in a strongly connected component: a cycle "
+                 "exists, but whether its class is one {models} forbids is not known (give it a larger budget)",
+                 {"seconds": 10.0, "models": "snapshot-isolation"}),
+    CannotDecide("state-dump-unreadable", "checker inputs",
+                 "the state dump of {node} ({where}) could not be read: {why}; the replica invariants cannot be "
+                 "checked without it", {"node": "broker-2", "where": "nodes/broker-2/state.json",
+                                        "why": "not JSON (Expecting value: line 1 column 1 (char 0))"}),
+    CannotDecide("no-state-dumps", "checker inputs",
+                 "{why}; the replica invariants cannot be checked without them",
+                 {"why": "no node left a state dump in nodes/ and test.json names no nodes"}),
+    CannotDecide("metadata-log-unreadable", "checker inputs",
+                 "the metadata log of {node} ({where}) could not be read{past}: {why}; the metadata-log invariants "
+                 "cannot be checked without it", {"node": "broker-1", "where": "nodes/broker-1/metadata.log",
+                                                 "past": " past offset 41",
+                                                 "why": "line 42 is not the next log entry and more lines follow"}),
     # --- the faults happened ---------------------------------------------------------------------
     CannotDecide("fault-never-applied", "faults",
                  "the {fault} fault was planned but never applied ({why})",

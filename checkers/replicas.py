@@ -45,6 +45,7 @@ from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.queue import beyond_budget_time, check_queue
+from checkers.reasons import say
 from harness.history import Op
 
 
@@ -313,8 +314,6 @@ def _controller_structure(c: dict[str, Any]) -> list[dict[str, Any]]:
 
 NOT_APPLICABLE = ("the cluster gives no state dumps (a Kafka-protocol system we did not build), so the "
                   "broker-side invariants do not apply to this run")
-_WITHOUT_DUMP = "the replica invariants cannot be checked without it"
-_WITHOUT_LOG = "the metadata-log invariants cannot be checked without it"
 
 
 class ReplicaStateChecker:
@@ -332,8 +331,7 @@ class ReplicaStateChecker:
             return Result(self.name, True, stats={"not_applicable": NOT_APPLICABLE})
         if nodes is None:
             return Result(self.name, UNKNOWN, unknown_reasons=[
-                "the run directory is not known, so the nodes' state dumps cannot be read; "
-                "the replica invariants cannot be checked without them"])
+                say("no-state-dumps", why="the run directory is not known, so the nodes' state dumps cannot be read")])
         states, reasons = read_state_dumps(nodes, test.get("nodes"))
         metadata_logs, log_reasons = read_metadata_logs(nodes)
         lost = None
@@ -364,14 +362,12 @@ def read_state_dumps(nodes: Path, expected: Sequence[str] | None = None) -> tupl
     names = {d.name for d in nodes.iterdir() if d.is_dir()} if nodes.is_dir() else set()
     names |= {str(n) for n in expected or []}
     if not names:
-        return {}, [f"no node left a state dump in {nodes.name}/ and test.json names no nodes; "
-                    "the replica invariants cannot be checked without them"]
+        return {}, [say("no-state-dumps", why=f"no node left a state dump in {nodes.name}/ and test.json names no nodes")]
     states, reasons = {}, []
     for node in sorted(names):
         state, why = _read_dump(nodes / node / "state.json")
         if state is None:
-            reasons.append(f"the state dump of {node} ({nodes.name}/{node}/state.json) could not be read: {why}; "
-                           f"{_WITHOUT_DUMP}")
+            reasons.append(say("state-dump-unreadable", node=node, where=f"{nodes.name}/{node}/state.json", why=why))
         else:
             states[node] = state
     return states, reasons
@@ -423,13 +419,12 @@ def read_metadata_logs(nodes: Path) -> tuple[dict[str, MetadataLog], list[str]]:
         try:
             data = f.read_bytes()
         except OSError as e:
-            reasons.append(f"the metadata log of {node} ({where}) could not be read: {e.strerror or e}; {_WITHOUT_LOG}")
+            reasons.append(say("metadata-log-unreadable", node=node, where=where, past="", why=e.strerror or e))
             continue
         base, records, good = parse_log_lines(data)
         if b"\n" in data[good:].rstrip(b"\n"):
             line = data[:good].count(b"\n") + 1
-            reasons.append(f"the metadata log of {node} ({where}) could not be read past offset "
-                           f"{base + len(records)}: line {line} is not the next log entry and more lines follow; "
-                           f"{_WITHOUT_LOG}")
+            reasons.append(say("metadata-log-unreadable", node=node, where=where, past=f" past offset {base + len(records)}",
+                               why=f"line {line} is not the next log entry and more lines follow"))
         out[node] = {"base": base, "records": records} if base else records
     return out, reasons
