@@ -244,18 +244,45 @@ def _deleter(*argv: str):
 
 
 def _lossyfs_mounts() -> list[Leftover]:
-    """lossyfs mounts on this host, each with the run its node dir's marker names."""
+    """lossyfs mounts on this host, each with the run its node dir's marker names, else (a dir made before
+    markers) the run of the lossyfs daemon that serves it, while it lives."""
     found = []
+    served = _served_mounts()
     with open("/proc/mounts") as f:
         for line in f:
             source, mountpoint = line.split()[:2]
             if source != "lossyfs":
                 continue
             path = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), mountpoint)  # /proc/mounts escapes
-            owner = local_dir_owner(os.path.dirname(path))
+            owner = local_dir_owner(os.path.dirname(path)) or served.get(path, "")
             found.append(Leftover(owner, f"lossyfs mount {path}", lambda path=path: _unmount(path), rank=1,
                                   tag=owner_tag(owner) if owner else ""))
     return found
+
+
+def _served_mounts() -> dict[str, str]:
+    """mount point -> run id of every lossyfs daemon running here (`python -m clusters.lossyfs BACKING MOUNT
+    ...` with KAFKAESQUE_OWNER in its environment)."""
+    served = {}
+    marker = f"{OWNER_ENV}=".encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+            if b"clusters.lossyfs" not in argv[:4]:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owner = next((kv[len(marker):].decode(errors="replace") for kv in environ if kv.startswith(marker)), "")
+        at = argv.index(b"clusters.lossyfs")
+        if owner and len(argv) > at + 2:
+            mount = argv[at + 2].decode(errors="replace")
+            try:
+                mount = os.path.join(os.readlink(entry / "cwd"), mount)  # a relative store: its own cwd's
+            except OSError:
+                continue
+            served[os.path.normpath(mount)] = owner
+    return served
 
 
 def find_network(owners: list[str] | tuple[str, ...] = ()) -> list[Leftover]:
