@@ -40,6 +40,7 @@ MiB = 1024 * 1024
 _LEN = struct.Struct(">i")
 REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are counted and logged at most once a second
 DRAIN_ON_EOF_S = 0.5  # answers computed when a client half-closes still go out, for this long
+READ_CHUNK = 256 * 1024  # a body is taken from the stream in pieces of at most this size
 
 Log = Callable[[dict[str, Any]], None]
 RpcDispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -234,7 +235,8 @@ class Connection:
         idle_s = self.limits.connections_max_idle_ms / 1000
         while True:
             try:
-                header = await asyncio.wait_for(self.reader.readexactly(4), idle_s)
+                async with asyncio.timeout(idle_s):
+                    header = await self.reader.readexactly(4)
             except TimeoutError:
                 if self.in_flight:
                     continue  # a long poll or an acks=all wait in progress is not idleness
@@ -247,18 +249,30 @@ class Connection:
                 return None
             return _LEN.unpack(header)[0]
 
-    async def _read_body(self, n: int) -> bytes | None:
+    async def _read_body(self, n: int) -> bytearray | None:
+        """The body, read into one buffer of exactly its size as it arrives: no growing buffer to copy
+        (StreamReader.readexactly would hold it twice at the end, and leave the heap fragmented)."""
+        body = bytearray(n)
+        got = 0
         try:
-            return await asyncio.wait_for(self.reader.readexactly(n), self.limits.read_timeout_s)
+            async with asyncio.timeout(self.limits.read_timeout_s):
+                chunk = b"-"
+                while got < n and chunk:
+                    chunk = await self.reader.read(min(n - got, READ_CHUNK))
+                    body[got:got + len(chunk)] = chunk
+                    got += len(chunk)
+                if got < n:
+                    self.reject("connection closed inside a request", length=n, received=got)
+                    return None
         except TimeoutError:
-            self.reject("request not received in time", length=n, timeout_s=self.limits.read_timeout_s)
-        except asyncio.IncompleteReadError as e:
-            self.reject("connection closed inside a request", length=n, received=len(e.partial))
+            self.reject("request not received in time", length=n, received=got,
+                        timeout_s=self.limits.read_timeout_s)
+            return None
         except (ConnectionError, OSError):
-            pass  # a reset: the peer is gone, nothing to answer
-        return None
+            return None  # a reset: the peer is gone, nothing to answer
+        return body
 
-    def _start(self, body: bytes, n: int) -> bool:
+    def _start(self, body: bytearray, n: int) -> bool:
         """Check one request and start serving it; False (and the connection refused) if it fails a check."""
         if rpc.is_rpc_frame(body):
             try:

@@ -147,7 +147,7 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
     return _LEN.pack(len(data)) + data
 
 
-def request_tag(secret: str, data: bytes) -> bytes:
+def request_tag(secret: str, data: bytes | memoryview) -> bytes:
     mac = hmac.new(secret.encode(), REQUEST_DOMAIN, hashlib.sha256)
     mac.update(data)
     return mac.digest()
@@ -159,14 +159,15 @@ def encode_request(api: str, cid: int, body: dict[str, Any], secret: str) -> byt
     return _LEN.pack(len(data) + TAG_BYTES) + data + request_tag(secret, data)
 
 
-def open_request(frame: bytes, secret: str) -> tuple[Any, str, dict[str, Any]]:
+def open_request(frame: bytes | bytearray, secret: str) -> tuple[Any, str, dict[str, Any]]:
     """(id, api, body) of an RPC request frame's body, or BadFrame: checked before anything reads it."""
-    data, tag = frame[:-TAG_BYTES], frame[-TAG_BYTES:]
+    view = memoryview(frame)  # no copies of a large frame until it is known to be ours
+    data, tag = view[:-TAG_BYTES], view[-TAG_BYTES:]
     if len(frame) <= TAG_BYTES or not hmac.compare_digest(request_tag(secret, data), tag):
         # Not one byte of an unauthenticated frame is parsed (deep JSON from a client costs nothing).
         raise BadFrame("unauthenticated internal request")
     try:
-        msg = json.loads(data)
+        msg = json.loads(data.tobytes())
     except (ValueError, RecursionError) as e:
         raise BadFrame(f"internal request is not JSON ({type(e).__name__})") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict):
