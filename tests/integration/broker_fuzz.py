@@ -188,7 +188,9 @@ def frames(secret: str) -> st.SearchStrategy[bytes]:
 class Figures:
     inputs: Counter = field(default_factory=Counter)  # per port name
     answered: int = 0  # inputs the node answered (valid Kafka requests among the mutations)
-    peers: dict[str, list[int]] = field(default_factory=dict)  # port name -> the local ports inputs came from
+    # port name -> (local port, monotonic start, end) of each input's connection: local ports are reused
+    # over thousands of connections, the time window tells which input a log line belongs to.
+    peers: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
     crashes: list[str] = field(default_factory=list)
     held: int = 0  # connections opened in the held phase
     held_bytes_sent: int = 0
@@ -197,8 +199,9 @@ class Figures:
 class FuzzTarget:
     """A controller and one broker (replication factor 1: the last check needs no follower)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, cap_flags: list[str] | None = None):
         self.root = root
+        self.cap_flags = CAP_FLAGS if cap_flags is None else cap_flags
         self.secret = rpc.process_secret()  # what broker_argv and controller_argv give the children
         self.ports = {"controller": free_port(), "broker": free_port()}
         self.procs: dict[str, subprocess.Popen] = {}
@@ -207,9 +210,9 @@ class FuzzTarget:
         for name in ("controller", "broker"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
         cdir, bdir = str(self.root / "controller"), str(self.root / "broker")
-        self._spawn("controller", controller_argv(HOST, self.ports["controller"], cdir, CAP_FLAGS))
+        self._spawn("controller", controller_argv(HOST, self.ports["controller"], cdir, self.cap_flags))
         self._spawn("broker", broker_argv(1, HOST, self.ports["broker"], f"{HOST}:{self.ports['controller']}", bdir,
-                                          "never", [], CAP_FLAGS))
+                                          "never", [], self.cap_flags))
         if not wait_until_unfenced(HOST, self.ports["controller"], [1], 60):
             raise RuntimeError(f"the broker did not register within 60 s; see {self.root}")
         return self
@@ -240,9 +243,9 @@ class FuzzTarget:
     # --- throwing ------------------------------------------------------------------------------------
     def throw_one(self, name: str, data: bytes, figures: Figures) -> None:
         """One input on a fresh connection: written, half-closed, read until the node closes it."""
+        t0 = time.monotonic()
         try:
             with socket.create_connection((HOST, self.ports[name]), timeout=10) as s:
-                figures.peers.setdefault(name, []).append(s.getsockname()[1])
                 figures.inputs[name] += 1
                 try:
                     s.sendall(data)
@@ -253,6 +256,7 @@ class FuzzTarget:
                     figures.answered += bool(got)
                 except OSError:
                     pass  # closed under us mid-send (a refused frame): what we wanted to see
+                figures.peers.setdefault(name, []).append((s.getsockname()[1], t0, time.monotonic()))
         except OSError as e:
             figures.crashes.append(f"{name} refused a connection: {e}")
 
@@ -275,23 +279,24 @@ class FuzzTarget:
 
         one()
 
-    def hold_big_requests(self, big_per_node: int, hold_s: float, figures: Figures) -> dict[str, int]:
-        """On each node, `big_per_node` connections each announcing the largest request and sending all of
-        it but one byte (what the measured attack held open), then idle connections up to 8 beyond the
-        connection cap; all held open together. Returns each node's largest resident size while they
-        were held (KiB)."""
+    def hold_big_requests(self, big_per_node: int, hold_s: float, figures: Figures, size: int = REQUEST_MAX,
+                          flood: bool = True) -> dict[str, int]:
+        """On each node, `big_per_node` connections each announcing a request of `size` bytes (the
+        largest allowed) and sending all of it but one byte (what the measured attack held open), then,
+        with `flood`, idle connections up to 8 beyond the connection cap; all held open together.
+        Returns each node's largest resident size while they were held (KiB)."""
         held: list[socket.socket] = []
         big: list[socket.socket] = []
-        body = b"{" + b"x" * (REQUEST_MAX - 2)  # the last byte never comes
+        body = b"{" + b"x" * (size - 2)  # the last byte never comes
         peak = {name: 0 for name in self.procs}
         try:
             for name in ("broker", "controller"):
                 for _ in range(big_per_node):
                     s = socket.create_connection((HOST, self.ports[name]), timeout=10)
-                    s.sendall(struct.pack(">i", REQUEST_MAX))
+                    s.sendall(struct.pack(">i", size))
                     s.setblocking(False)
                     big.append(s)
-                for _ in range(MAX_CONNECTIONS - big_per_node + 8):
+                for _ in range(MAX_CONNECTIONS - big_per_node + 8 if flood else 0):
                     held.append(socket.create_connection((HOST, self.ports[name]), timeout=10))
             end = time.monotonic() + hold_s
             sent = [0] * len(big)
@@ -314,13 +319,19 @@ class FuzzTarget:
 
     # --- judging -------------------------------------------------------------------------------------
     def lines_per_input(self, name: str, figures: Figures) -> Counter:
-        """How many bad_request lines each input connection got (keyed by its local port)."""
-        ours = set(figures.peers.get(name, []))
+        """How many bad_request lines each input got: a line counts for the input whose connection came
+        from its peer's port while the line was written (the node's "mono" is this host's monotonic clock)."""
+        inputs: dict[int, list[tuple[float, float, int]]] = {}
+        for i, (port, t0, t1) in enumerate(figures.peers.get(name, [])):
+            inputs.setdefault(port, []).append((t0, t1, i))
         per: Counter = Counter()
         for e in self.log_events(name):
             m = re.search(r"(\d+)\)$", str(e.get("peer", "")))
-            if e.get("event") == "bad_request" and m and int(m.group(1)) in ours:
-                per[int(m.group(1))] += 1
+            if e.get("event") != "bad_request" or not m:
+                continue
+            for t0, t1, i in inputs.get(int(m.group(1)), []):
+                if t0 <= e["mono"] <= t1:
+                    per[i] += 1
         return per
 
     def real_client_round_trip(self, records: int = 20) -> list[bytes]:
