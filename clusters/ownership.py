@@ -127,10 +127,13 @@ class RunRecord:
     def state(self) -> Literal["live", "dead", "elsewhere"]:
         return self.harness.state()
 
-    def describe(self) -> str:
+    def details(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started)) if self.started else "?"
         what = f"cluster {self.cluster}, " if self.cluster else ""
-        return f"run {self.owner} ({what}harness {self.harness.describe()}, since {when})"
+        return f"{what}harness {self.harness.describe()}, since {when}"
+
+    def describe(self) -> str:
+        return f"run {self.owner} ({self.details()})"
 
 
 def _record_path(owner: str) -> Path:
