@@ -73,7 +73,7 @@ def replay_measured_attack(root: Path, hold_s: float) -> None:
             peak = target.hold_big_requests(conns, hold_s, Figures(), size=size, flood=False)["broker"]
             time.sleep(0.5)
             print(f"  {conns} connections x {size // MiB} MiB announced, all but one byte sent: broker RSS "
-                  f"+{(peak - before) / 1024:.0f} MiB while held, +{(vm_kib(pid, 'VmRSS') - before) / 1024:.0f} "
+                  f"{(peak - before) / 1024:+.0f} MiB while held, {(vm_kib(pid, 'VmRSS') - before) / 1024:+.0f} "
                   f"MiB after; alive {target.alive('broker')}")
     finally:
         target.stop()
