@@ -109,7 +109,9 @@ from clusters.ownership import (
     register_run,
     release_node_dir,
     release_run,
+    remove_added_qdisc,
     resume_paused_script,
+    root_qdisc,
     state_dir,
 )
 from harness.remote import RemoteError
@@ -620,10 +622,9 @@ class ExternalCluster:
         from nemesis.netrules import CHAIN
 
         device = net_device(self, node)
-        before = self._sh(node, f"tc qdisc show dev {device} root 2>/dev/null | head -n 1", timeout=20).out.strip()
         claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
-                       f"[paths] of the cluster file {self.cf.path}", {"chain": CHAIN, "device": device,
-                                                                        "qdisc_before": before})
+                       f"[paths] of the cluster file {self.cf.path}",
+                       {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)})
         self._claimed.add(node)
 
     def _install(self, node: str) -> None:
@@ -696,10 +697,7 @@ class ExternalCluster:
                 self._sh(node, resume_paused_script(d), timeout=30)
                 for argv in netrules.remove_chain():
                     self.remote(node).run(argv, timeout=20)
-                device = str(marker.get("device") or "eth0")
-                now = self._sh(node, f"tc qdisc show dev {device} root 2>/dev/null | head -n 1", timeout=20).out
-                if _qdisc_kind(now) == "tbf" and _qdisc_kind(str(marker.get("qdisc_before", ""))) != "tbf":
-                    self.remote(node).run(netrules.clear_qdisc(device), timeout=20)
+                remove_added_qdisc(self.remote(node), marker)
                 release_node_dir(self.remote(node), d, self.owner)
                 return node
             except Exception:  # noqa: BLE001 - an unreachable node is reported by its absence
@@ -815,12 +813,6 @@ def cluster_file_brokers(path: str) -> int:
     from clusters.ssh import load_node_file
 
     return sum(1 for n in load_node_file(path) if n.name.startswith("broker-"))
-
-
-def _qdisc_kind(line: str) -> str:
-    """"tbf" of "qdisc tbf 8001: root refcnt 2 rate 1Mbit ..." ("" when there is none)."""
-    words = line.split()
-    return words[1] if len(words) > 1 and words[0] == "qdisc" else ""
 
 
 def external_state_dir() -> Path:

@@ -421,6 +421,28 @@ def resume_paused_script(path: str) -> str:
             f"kill -CONT $p && echo resumed $p; done < {f}; rm -f {f}")
 
 
+def root_qdisc(remote, device: str) -> str:
+    """The device's root qdisc as tc shows it ("" without tc): kept in a node's marker at its claim."""
+    r = remote.run(["sh", "-c", f"tc qdisc show dev {shlex.quote(device)} root 2>/dev/null | head -n 1"], timeout=20)
+    return r.out.strip()
+
+
+def remove_added_qdisc(remote, marker: dict[str, Any]) -> None:
+    """Delete the root qdisc of the marker's device if it is a token bucket (what the net fault adds,
+    nemesis/netrules.py) and the node had none before the run: never a qdisc the node had of its own."""
+    from nemesis.netrules import clear_qdisc
+
+    device = str(marker.get("device") or "eth0")
+    if _qdisc_kind(root_qdisc(remote, device)) == "tbf" and _qdisc_kind(str(marker.get("qdisc_before", ""))) != "tbf":
+        remote.run(clear_qdisc(device), timeout=20)
+
+
+def _qdisc_kind(line: str) -> str:
+    """"tbf" of "qdisc tbf 8001: root refcnt 2 rate 1Mbit ..." ("" when there is none)."""
+    words = line.split()
+    return words[1] if len(words) > 1 and words[0] == "qdisc" else ""
+
+
 # --- local node dirs ----------------------------------------------------------------------------------------
 def mark_local_dir(path: str | os.PathLike, owner: str) -> None:
     """A local node dir names its run, so a mount left inside it after a crash can be traced to it."""

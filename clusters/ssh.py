@@ -67,6 +67,8 @@ from clusters.ownership import (
     register_run,
     release_node_dir,
     release_run,
+    remove_added_qdisc,
+    root_qdisc,
     state_dir,
 )
 from clusters.reference import CONTROLLER, ReferenceCluster
@@ -285,10 +287,14 @@ class SshCluster(ReferenceCluster):
 
     def _claim(self, node: str) -> None:
         """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
+        from nemesis.faults import net_device
         from nemesis.netrules import CHAIN
 
+        device = net_device(self, node)
         claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
-                       f"the node file {self.node_file or ''}".rstrip(), {"chain": CHAIN}, legacy_ok=True)
+                       f"the node file {self.node_file or ''}".rstrip(),
+                       {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)},
+                       legacy_ok=True)
         self._claimed.add(node)
 
     def _install(self, node: str, tarball: bytes) -> None:
@@ -414,8 +420,8 @@ class SshCluster(ReferenceCluster):
                     return None
                 for argv in netrules.remove_chain():
                     r.run(argv, timeout=20)
-                r.run(netrules.clear_qdisc(net_device(self, node)), timeout=20)
                 if marker is not None:  # a dir the harness made: its clock file and pid files are ours
+                    remove_added_qdisc(r, {"device": net_device(self, node), **marker})
                     if r.run(["test", "-e", self.clock_file(node)], timeout=20).ok:
                         r.put(self.clock_file(node), offset_file_text(0).encode())
                     self._stop_processes(node)
