@@ -390,12 +390,15 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
                                    f"e.g. {example}.")
     out: dict[str, Any] = {"vars": values}
     out["commands"] = {c: _render(cf, node, f"the {c} command", t, values) for c, t in node.commands.items()}
-    out["logs"] = [_render(cf, node, "[paths] logs", t, values) for t in cf.paths["logs"]]
+    # Remote paths are normalised like the dirs: what a command and a log's local copy see is one path.
+    out["logs"] = [normalise_remote_path(_render(cf, node, "[paths] logs", t, values)) for t in cf.paths["logs"]]
     inst = cf.install
     out["install_commands"] = [_render(cf, node, "[install] commands", t, values) for t in inst["commands"]]
-    out["unpack_to"] = _render(cf, node, "[install] unpack_to", inst.get("unpack_to", values["dir"]), values)
+    out["unpack_to"] = normalise_remote_path(_render(cf, node, "[install] unpack_to", inst.get("unpack_to",
+                                                                                            values["dir"]), values))
     if "config_template" in inst:
-        out["config_path"] = _render(cf, node, "[install] config_path", inst["config_path"], values)
+        out["config_path"] = normalise_remote_path(_render(cf, node, "[install] config_path", inst["config_path"],
+                                                           values))
         out["config"] = _render(cf, node, f"[install] config_template ({inst['config_template']})",
                                 Path(inst["config_template"]).read_text(), values)
     return out

@@ -283,3 +283,16 @@ def test_cleanup_resumes_the_processes_a_run_paused_and_only_those(tmp_path, sto
     time.sleep(0.1)
     assert state_of(paused.pid) in ("S", "R") and state_of(reused.pid) == "T"
     assert not (d / PAUSED_FILE).exists()
+
+
+def test_every_remote_path_of_an_external_cluster_file_is_normalised_before_use(tmp_path):
+    from clusters.external import render_all
+
+    f = external_file(tmp_path, "/var/lib/kq//x/..")
+    text = f.read_text().replace("[[nodes]]", 'logs = ["{{ dir }}/./logs/../server.log"]\n[install]\n'
+                                              'unpack_to = "{{ dir }}/code/"\n[[nodes]]')
+    f.write_text(text)
+    cf = load_cluster_file(str(f))
+    r = render_all(cf, cf.nodes[0])
+    assert (r["vars"]["dir"], r["vars"]["data_dir"]) == ("/var/lib/kq", "/var/lib/kq/data")
+    assert (r["logs"], r["unpack_to"]) == (["/var/lib/kq/server.log"], "/var/lib/kq/code")
