@@ -256,8 +256,13 @@ class ReferenceCluster:
         create_topic_or_fail(self.bootstrap(), topic, partitions, replication_factor, min_isr)
 
     def collect(self, dest_dir: str) -> None:
-        """Node logs and state dumps into dest_dir/<node>/; an unreachable node is noted, not fatal."""
-        for node in self.nodes():
+        """Node logs and state dumps into dest_dir/<node>/; an unreachable node is noted, not fatal.
+
+        Brokers first, controllers last: metadata may still be committing (a run cut short has no
+        recovery wait), and a broker's copy of the metadata log taken after the controller's could be
+        longer than it, which the replica checker rightly reads as a divergence (002 1.2.1: brokers
+        replay only committed metadata, so a copy taken first can only be shorter)."""
+        for node in self.broker_nodes() + self.controller_nodes():
             out = Path(dest_dir) / node
             out.mkdir(parents=True, exist_ok=True)
             for path in (self.log_path(node), f"{self.node_dir(node)}/stdout.log",
