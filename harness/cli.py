@@ -203,11 +203,18 @@ def _print_verdict(run_dir: Path) -> None:
         return
     from harness.check_cli import print_unknown_reasons
 
+    if res.get("error"):
+        # A harness failure (exit 3) is never a verdict: the one sentence that says why, and where the run is.
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/] {escape(str(res['error']))}")
+        err.print(f"  report: {run_dir / 'report.html'}")
+        return
     v = res.get("valid")
     colour = {True: "green", False: "red"}.get(v, "yellow")
     err.print(f"[bold {colour}]valid: {v}[/]")
     print_unknown_reasons(err, res)
-    for reason in ("error", "interrupted", "final_reads"):
+    for reason in ("interrupted", "final_reads"):
         if res.get(reason):
             err.print(f"  {reason}: {res[reason]}")
     for cname, c in (res.get("checkers") or {}).items():
