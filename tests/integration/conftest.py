@@ -219,3 +219,14 @@ def docker_cluster_up(spec, tmp_path_factory, name: str):
         yield c
     finally:
         c.down()
+
+
+def set_up_nemesis(nemesis, cluster):
+    """Set a nemesis up as the runner does, with the run's shared fault actions over a fresh ledger; the
+    actions come back so a test can look at the ledger or run the final heal (heal_everything)."""
+    from nemesis.actions import FaultActions
+    from nemesis.ledger import FaultLedger
+
+    faults = FaultActions(cluster, FaultLedger())
+    nemesis.setup(cluster, faults)
+    return faults

@@ -10,6 +10,7 @@ from clusters.base import ClusterSpec
 from clusters.local import LocalCluster
 from harness.history import INVOKE, Op
 from nemesis.faults import DiskNemesis
+from tests.integration.conftest import set_up_nemesis
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +27,12 @@ def test_corrupt_segment_is_detected_at_start_up_and_repaired(tmp_path, mode):
         p.flush(30)
         p.close()
         nem = DiskNemesis({"disk_mode": mode, "seed": 4})
-        nem.setup(c)
+        faults = set_up_nemesis(nem, c)
         done = nem.invoke(c, Op(INVOKE, "start-disk", "nemesis", None))
         (node,) = done.value["disk"]
         assert done.value["mode"] == mode
+        (rec,) = faults.ledger.records()  # the damage read back from the file, then healed by the restart
+        assert rec.applied and rec.observed and rec.evidence["verified"] and rec.healed
 
         def repaired() -> bool:
             st = c.dump_state(node)

@@ -14,8 +14,9 @@ from clusters.base import ClusterSpec
 from clusters.docker import LABEL, cleanup_docker, docker_client
 from harness.history import INVOKE, Op
 from nemesis import netrules
-from nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
-from tests.integration.conftest import docker_cluster_up
+from nemesis.base import NemesisRefused
+from nemesis.faults import ClockNemesis, PartitionNemesis
+from tests.integration.conftest import docker_cluster_up, set_up_nemesis
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def tcp_ok(cluster, src: str, dst: str) -> bool:
 
 def test_partition_cuts_tcp_between_nodes_and_heal_restores_it(cluster):
     nem = PartitionNemesis({"target": "random-node", "seed": 3})
-    nem.setup(cluster)
+    faults = set_up_nemesis(nem, cluster)
     assert tcp_ok(cluster, "broker-1", "broker-2")
     done = nem.invoke(cluster, Op(INVOKE, "start-partition", "nemesis", None))
     (isolated,) = [n for n, drops in done.value["partition"].items() if len(drops) == 3]
@@ -43,17 +44,23 @@ def test_partition_cuts_tcp_between_nodes_and_heal_restores_it(cluster):
     assert not tcp_ok(cluster, isolated, others[0])
     assert not tcp_ok(cluster, others[1], isolated)
     assert tcp_ok(cluster, others[0], others[1])
+    (rec,) = faults.ledger.records()  # the ledger saw it too: its own probe across the cut timed out
+    assert rec.observed and set(rec.evidence["probes"].values()) == {"timeout"}
     nem.invoke(cluster, Op(INVOKE, "stop-partition", "nemesis", None))
     assert tcp_ok(cluster, isolated, others[0]) and tcp_ok(cluster, others[1], isolated)
+    assert rec.healed and "timeout" not in rec.heal_evidence["probes"].values()
     nem.teardown(cluster)
+    assert faults.heal_everything() == []  # the run's final heal: our chain off every node
     for node in cluster.nodes():
         assert netrules.CHAIN not in cluster.remote(node).run(["iptables", "-S"]).out
 
 
 def test_clock_offset_shows_in_date_and_in_the_brokers_own_time(cluster):
     nem = ClockNemesis({"seed": 1})
-    nem.setup(cluster)
+    faults = set_up_nemesis(nem, cluster)
     nem.set_offset(cluster, "broker-2", 3600)
+    (rec,) = faults.ledger.records()  # observed: the broker's own clock, from its state dump
+    assert rec.observed and abs(rec.evidence["clock_offset_s"][0] - 3600) < 1
     time.sleep(0.1)
     env = cluster.node_env("broker-2")
     shown = int(cluster.remote("broker-2").run(["env", f"LD_PRELOAD={env['LD_PRELOAD']}",
@@ -76,7 +83,7 @@ def test_clock_jump_and_strobe_show_in_the_brokers_own_time_and_are_reset(cluste
         return cluster.dump_state(node, include_log=False)["time_ms"] / 1000 - time.time()
 
     nem = make_nemesis(["clock-jump", "clock-strobe"], {"seed": 5, "target": "random-node"})
-    nem.setup(cluster)
+    set_up_nemesis(nem, cluster)
     done = nem.invoke(cluster, Op(INVOKE, "start-clock-jump", "nemesis", None))
     ((node, jump),) = done.value["clock-jump-s"].items()
     time.sleep(0.1)  # past the preload's 10 ms re-read
@@ -96,12 +103,11 @@ def test_clock_jump_and_strobe_show_in_the_brokers_own_time_and_are_reset(cluste
     cluster.wait_ready(cluster.broker_nodes(), 10)
 
 
-def test_drop_caches_is_listed_as_not_run_in_containers(cluster):
+def test_drop_caches_is_refused_by_name_in_containers(cluster):
     from nemesis.faults import DropCachesNemesis
 
-    nem = DropCachesNemesis({})
-    nem.setup(cluster)  # /proc/sys is read-only in a container: refused by name, the run goes on
-    assert nem.not_run and "read-only in the containers" in nem.not_run[0]
+    with pytest.raises(NemesisRefused, match="read-only in the containers"):  # it could never act there
+        set_up_nemesis(DropCachesNemesis({}), cluster)
     assert not cluster.remote("broker-1").run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"]).ok
 
 
@@ -115,7 +121,12 @@ def test_lossy_crash_drops_unsynced_bytes_and_the_broker_recovers(cluster):
     p.flush(30)
     p.close()
     node = cluster.node_name(cluster.partitions("lossy")[0].leader)
-    report = LossyCrashNemesis.crash(cluster, node)
+    from nemesis.actions import FaultActions
+    from nemesis.ledger import FaultLedger
+
+    rec = FaultActions(cluster, FaultLedger()).lossy_crash(node, by="test")
+    report = rec.evidence["lossyfs"]
+    assert rec.observed and rec.evidence["process"] == "down"
     assert report["event"] == "dropped" and report["bytes"] > 0  # flush policy "never": data was unsynced
     cluster.start(node)
 

@@ -13,7 +13,7 @@ import pytest
 
 from clusters.base import ClusterSpec
 from nemesis.membership import MembershipNemesis
-from tests.integration.conftest import docker_cluster_up
+from tests.integration.conftest import docker_cluster_up, set_up_nemesis
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def test_membership_moves_on_docker_change_the_replica_sets_and_heal_restores_th
     c = quorum
     c.wait_ready(c.broker_nodes(), 60)
     nem = MembershipNemesis({"seed": 1})
-    nem.setup(c)
+    set_up_nemesis(nem, c)
     removed = nem._remove_broker(c)
     assert removed.get("completed") and removed.get("wiped"), removed
     gone = c.node_id(removed["broker"])

@@ -24,6 +24,7 @@ from nemesis import netrules
 from nemesis.base import NemesisRefused
 from nemesis.faults import ClockNemesis, DiskNemesis, LossyCrashNemesis, PartitionNemesis
 from tests.integration import test_ssh_cluster
+from tests.integration.conftest import set_up_nemesis
 from tests.integration.test_ssh_cluster import NODES, SshNodes
 
 pytestmark = pytest.mark.integration
@@ -94,19 +95,20 @@ def test_the_file_drives_the_reference_broker_over_ssh_with_protocol_roles_and_r
 
         # a partition with the same nemesis code as for our own backends
         part = PartitionNemesis({"target": "random-node", "seed": 3})
-        part.setup(c)
+        faults = set_up_nemesis(part, c)
         done = part.invoke(c, Op(INVOKE, "start-partition", NEMESIS, None))
         (isolated,) = [n for n, drops in done.value["partition"].items() if len(drops) == 3]
         assert netrules.CHAIN in ssh_nodes.docker[isolated].run(["iptables", "-S"]).out
         part.invoke(c, Op(INVOKE, "stop-partition", NEMESIS, None))
         part.teardown(c)
+        assert faults.heal_everything() == []
         assert netrules.CHAIN not in ssh_nodes.docker[isolated].run(["iptables", "-S"]).out
 
         # faults that need hooks only our own backends give are refused by name
         for fault, says in ((LossyCrashNemesis({}), "lossy file system"), (ClockNemesis({}), "clock preload"),
                             (DiskNemesis({}), "data dir")):
             with pytest.raises(NemesisRefused, match=says):
-                fault.setup(c)
+                set_up_nemesis(fault, c)
 
         c.collect(str(tmp_path / "nodes"))
         assert (tmp_path / "nodes" / "broker-1" / "node.log").stat().st_size > 0

@@ -14,6 +14,7 @@ from clusters.netns import NetnsCluster, cleanup_netns, netns_available
 from harness.history import INVOKE, Op
 from nemesis import netrules
 from nemesis.faults import LossyCrashNemesis, PartitionNemesis
+from tests.integration.conftest import set_up_nemesis
 from tests.integration.test_docker_cluster import tcp_ok
 from tests.integration.test_docker_cluster import (
     test_lossy_crash_drops_unsynced_bytes_and_the_broker_recovers as lossy_crash_recovers,
@@ -45,7 +46,7 @@ def test_every_node_has_its_own_namespace_and_address(cluster):
 
 def test_partition_cuts_tcp_between_namespaces_and_heal_restores_it(cluster):
     nem = PartitionNemesis({"target": "random-node", "seed": 5})
-    nem.setup(cluster)
+    faults = set_up_nemesis(nem, cluster)
     done = nem.invoke(cluster, Op(INVOKE, "start-partition", "nemesis", None))
     (isolated,) = [n for n, drops in done.value["partition"].items() if len(drops) == 3]
     others = [n for n in cluster.nodes() if n != isolated]
@@ -53,7 +54,10 @@ def test_partition_cuts_tcp_between_namespaces_and_heal_restores_it(cluster):
     assert tcp_ok(cluster, others[0], others[1])
     nem.invoke(cluster, Op(INVOKE, "stop-partition", "nemesis", None))
     assert tcp_ok(cluster, isolated, others[0]) and tcp_ok(cluster, others[1], isolated)
+    (rec,) = faults.ledger.records()  # the ledger's own probes saw the cut, and saw it healed
+    assert rec.observed and rec.healed
     nem.teardown(cluster)
+    assert faults.heal_everything() == []
     for node in cluster.nodes():
         assert netrules.CHAIN not in cluster.remote(node).run(["iptables", "-S"]).out
     # the rules lived in the nodes' namespaces: the host's own tables never had our chain
@@ -66,14 +70,17 @@ def test_net_fault_shapes_the_nodes_own_veth_and_the_probe_sees_tc_there(cluster
 
     assert probe_node(cluster, "broker-1")["tc"].ok  # tc on the node's own device, not the host's eth0
     nem = NetNemesis({"seed": 2})
-    nem.setup(cluster)
+    faults = set_up_nemesis(nem, cluster)
     done = nem.invoke(cluster, Op(INVOKE, "start-net", "nemesis", None))
     (node,) = done.value["net"]
     shown = cluster.remote(node).run(["tc", "qdisc", "show", "dev", cluster.net_device(node)]).out
     assert "tbf" in shown and "statistic" in cluster.remote(node).run(["iptables", "-S"]).out
     nem.invoke(cluster, Op(INVOKE, "stop-net", "nemesis", None))
     assert "tbf" not in cluster.remote(node).run(["tc", "qdisc", "show", "dev", cluster.net_device(node)]).out
+    (rec,) = faults.ledger.records()  # read back from the node: the qdisc and the loss rules, then neither
+    assert rec.observed and "tbf" in rec.evidence["qdisc"] and rec.healed and rec.heal_evidence["loss_rules"] == 0
     nem.teardown(cluster)
+    assert faults.heal_everything() == []
 
 
 def test_lossy_crash_in_a_namespace_drops_unsynced_bytes_and_the_broker_recovers(cluster):
@@ -82,7 +89,7 @@ def test_lossy_crash_in_a_namespace_drops_unsynced_bytes_and_the_broker_recovers
 
 
 def test_down_and_cleanup_leave_no_namespace_bridge_rule_or_mount(cluster):
-    LossyCrashNemesis({"min_isr": 2}).setup(cluster)  # accepted: isolated nodes with a lossy file system
+    set_up_nemesis(LossyCrashNemesis({"min_isr": 2}), cluster)  # accepted: isolated nodes, a lossy file system
     tag = cluster.tag
     cluster.down()
     assert tag not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -28,7 +28,8 @@ from harness.remote import DockerRemote, RemoteError
 from harness.ssh_remote import SshRemote, SshTarget
 from nemesis import netrules
 from nemesis.base import NemesisRefused
-from nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
+from nemesis.faults import ClockNemesis, PartitionNemesis
+from tests.integration.conftest import set_up_nemesis
 
 pytestmark = pytest.mark.integration
 
@@ -246,7 +247,7 @@ def test_ssh_cluster_runs_the_broker_and_its_faults(nodes, tmp_path):
         wait_registered(c, "broker-2")
 
         part = PartitionNemesis({"target": "random-node", "seed": 3})
-        part.setup(c)
+        faults = set_up_nemesis(part, c)
         done = part.invoke(c, Op(INVOKE, "start-partition", "nemesis", None))
         (isolated,) = [n for n, drops in done.value["partition"].items() if len(drops) == 3]
         assert netrules.CHAIN in nodes.docker[isolated].run(["iptables", "-S"]).out
@@ -254,15 +255,16 @@ def test_ssh_cluster_runs_the_broker_and_its_faults(nodes, tmp_path):
         part.teardown(c)
 
         clock = ClockNemesis({"seed": 1})
-        clock.setup(c)
+        clock.setup(c, faults)
         clock.set_offset(c, "broker-3", 3600)
         time.sleep(0.1)  # past the preload's re-read of its control file
         assert abs(c.dump_state("broker-3", include_log=False)["time_ms"] / 1000 - time.time() - 3600) < 30
         clock.teardown(c)
 
-        report = LossyCrashNemesis.crash(c, "broker-3")
-        assert report.get("event") == "dropped"
-        c.start("broker-3")
+        rec = faults.lossy_crash("broker-3", by="test")
+        assert rec.evidence["lossyfs"].get("event") == "dropped" and rec.observed
+        assert faults.heal_everything() == []  # restarts broker-3 and takes our chain off the nodes
+        assert all(r.healed for r in faults.ledger.records() if r.applied)
         wait_registered(c, "broker-3")
 
         c.collect(str(tmp_path / "nodes"))
@@ -308,7 +310,7 @@ def test_nodes_sharing_a_host_run_but_partitions_are_refused_by_name(nodes, tmp_
         assert c.address("broker-1") == (nodes.ips["controller-0"], 9093)
         assert not c.isolated_nodes
         with pytest.raises(NemesisRefused, match=f"several nodes share {nodes.ips['controller-0']}"):
-            PartitionNemesis({}).setup(c)
+            set_up_nemesis(PartitionNemesis({}), c)
         c.kill("broker-1")
         assert c.is_running("controller-0") and not c.is_running("broker-1")
     finally:
@@ -321,8 +323,8 @@ def test_an_unprivileged_user_runs_the_broker_and_iptables_faults_are_refused_by
     try:
         assert not c.isolated_nodes and c._clock_lib  # the preload needs no privilege; iptables does
         with pytest.raises(NemesisRefused, match="iptables does not run for the SSH user on controller-0, broker-1"):
-            PartitionNemesis({}).setup(c)
-        ClockNemesis({}).setup(c)  # accepted
+            set_up_nemesis(PartitionNemesis({}), c)
+        set_up_nemesis(ClockNemesis({}), c)  # accepted
         c.pause("broker-2")
         assert c.process_state("broker-2") == "paused"
         c.resume("broker-2")
@@ -350,11 +352,11 @@ def test_cleanup_heals_and_stops_the_nodes_of_a_harness_that_died(nodes, tmp_pat
     marker = ssh_state_dir() / f"{c.owner}.json"
     assert json.loads(marker.read_text())["node_file"] == str(nodes.node_file().resolve())
     part = PartitionNemesis({"target": "random-node", "seed": 3})
-    part.setup(c)
+    faults = set_up_nemesis(part, c)
     done = part.invoke(c, Op(INVOKE, "start-partition", "nemesis", None))
     (isolated,) = [n for n, drops in done.value["partition"].items() if len(drops) == 3]
     clock = ClockNemesis({"seed": 1})
-    clock.setup(c)
+    clock.setup(c, faults)
     clock.set_offset(c, "broker-3", 3600)
     c.pause("broker-1")
     for r in c.remotes.values():  # the harness dies: no teardown, no down
