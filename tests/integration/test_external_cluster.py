@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from clusters.broker import rpc
 from clusters.external import ExternalCluster
 from clusters.ssh import code_tarball
 from harness.history import INVOKE, NEMESIS, Op
@@ -41,7 +43,8 @@ def cluster_file(ssh: SshNodes, root: Path, user: str = "root") -> Path:
     tarball = root / "clusters.tar.gz"
     tarball.write_bytes(code_tarball())
     text = EXAMPLE.read_text().replace("@KEY@", str(ssh.key)).replace("@KNOWN_HOSTS@", str(ssh.known_hosts))
-    text = text.replace("@TARBALL@", str(tarball))
+    text = text.replace("@TARBALL@", str(tarball)).replace("@SECRET@", rpc.new_secret())
+    shutil.copy(EXAMPLE.parent / "cluster.secret.j2", root)  # the file's config_template, beside it
     for node in NODES:
         text = text.replace(f"@{node}@", ssh.ips[node])
     if user != "root":

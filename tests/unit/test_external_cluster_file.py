@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -204,10 +205,13 @@ def test_the_documented_examples_load(tmp_path):
         "@KNOWN_HOSTS@", str(tmp_path / "kh")).replace("@TARBALL@", str(tarball))
     for i, node in enumerate(("controller-0", "broker-1", "broker-2", "broker-3")):
         text = text.replace(f"@{node}@", f"10.1.0.{i + 1}")
-    cf = load_cluster_file(write(tmp_path, text))
+    shutil.copy(EXAMPLES / "cluster.secret.j2", tmp_path)  # its config_template, beside it
+    cf = load_cluster_file(write(tmp_path, text.replace("@SECRET@", "s" * 64)))
     c0, b1 = render_all(cf, cf.nodes[0]), render_all(cf, cf.nodes[1])
     assert " controller --node-id 1000 " in c0["commands"]["start"]
     assert "--controller 10.1.0.1:9092 " in b1["commands"]["start"]
+    # the secret travels as a file, never on a command line
+    assert b1["config"].strip() == "s" * 64 and "s" * 64 not in json.dumps(b1["commands"])
     # Apache Kafka KRaft on three hosts: documented, not runnable here (no Kafka build on these machines).
     kraft = tmp_path / "kraft"
     shutil.copytree(EXAMPLES, kraft)
