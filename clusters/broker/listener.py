@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ READ_CHUNK = 256 * 1024  # a body is taken from the stream in pieces of at most 
 Log = Callable[[dict[str, Any]], None]
 RpcDispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 KafkaDecode = Callable[[bytes], Any]
-KafkaRespond = Callable[[Any], Awaitable[bytes | None]]
+KafkaRespond = Callable[[Any], Coroutine[Any, Any, bytes | None]]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,12 @@ class MemoryPool:
         self.capacity = capacity
         self.used = 0
         self._freed = asyncio.Event()
+
+    def try_reserve(self, n: int) -> bool:
+        if self.used + n > self.capacity:
+            return False
+        self.used += n
+        return True
 
     async def reserve(self, n: int) -> None:
         """Wait until `n` more bytes fit (n <= capacity, which Limits.problem guarantees)."""
@@ -255,7 +261,8 @@ class Connection:
             while self.in_flight >= self.limits.max_in_flight or self.held + n > self.limits.request_max_bytes:
                 self._progress.clear()
                 await self._progress.wait()  # not read until an earlier request is answered
-            await self.listener.pool.reserve(n)
+            if not self.listener.pool.try_reserve(n):
+                await self.listener.pool.reserve(n)
             self.held += n
             handed_over = False
             try:
@@ -279,11 +286,23 @@ class Connection:
             return None
         return _LEN.unpack(header)[0]
 
-    async def _read_body(self, n: int) -> bytearray | None:
-        """The body, read into one buffer of exactly its size as it arrives: no growing buffer to copy
-        (StreamReader.readexactly would hold it twice at the end, and leave the heap fragmented)."""
-        body = bytearray(n)
+    async def _read_body(self, n: int) -> bytes | bytearray | None:
+        """The body. A large one is read into one buffer of exactly its size as it arrives: no growing
+        buffer to copy (StreamReader.readexactly would hold it twice at the end, and leave the heap
+        fragmented); a small one (most requests) is taken whole from the stream's buffer."""
         self.body, self.body_received = (time.monotonic(), n), 0
+        if n <= READ_CHUNK:
+            try:
+                return await self.reader.readexactly(n)
+            except asyncio.IncompleteReadError as e:
+                self.reject("connection closed inside a request", length=n, received=len(e.partial))
+                return None
+            except (ConnectionError, OSError):
+                return None  # a reset: the peer is gone, nothing to answer
+            finally:
+                self.body = None
+                self.last_active = time.monotonic()
+        body = bytearray(n)
         try:
             while self.body_received < n:
                 chunk = await self.reader.read(min(n - self.body_received, READ_CHUNK))
@@ -299,7 +318,7 @@ class Connection:
         self.last_active = time.monotonic()
         return body
 
-    def _start(self, body: bytearray, n: int) -> bool:
+    def _start(self, body: bytes | bytearray, n: int) -> bool:
         """Check one request and start serving it; False (and the connection refused) if it fails a check."""
         if rpc.is_rpc_frame(body):
             try:
@@ -307,8 +326,7 @@ class Connection:
             except rpc.BadFrame as e:
                 self.reject(str(e), length=n)
                 return False
-            task = self._spawn(self._answer_rpc(cid, api, req), n)
-            task.add_done_callback(lambda _t: self._release(n, answered=True))
+            self._spawn(self._answer_rpc(cid, api, req), n, release_when_done=True)
             return True
         if self.listener.kafka_decode is None or self.listener.kafka_respond is None:
             self.reject("not an internal request (this port serves the internal RPC only)", length=n)
@@ -321,14 +339,21 @@ class Connection:
         self._order.put_nowait((self._spawn(self.listener.kafka_respond(request), n), n))
         return True
 
-    def _spawn(self, coro: Awaitable[Any], n: int) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, Any], n: int, release_when_done: bool = False) -> asyncio.Task:
         self.in_flight += 1
-        task = asyncio.ensure_future(coro)
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        # Retrieved here, so that a failure of a request whose answer is never awaited (the
-        # connection closed first) is not "never retrieved" in the loop's exception handler.
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+        def done(t: asyncio.Task) -> None:
+            self._tasks.discard(t)
+            # Retrieved here, so that a failure of a request whose answer is never awaited (the
+            # connection closed first) is not "never retrieved" in the loop's exception handler.
+            if not t.cancelled():
+                t.exception()
+            if release_when_done:  # an RPC answer is written by its own task
+                self._release(n, answered=True)
+
+        task.add_done_callback(done)
         return task
 
     def _release(self, n: int, answered: bool = False) -> None:
