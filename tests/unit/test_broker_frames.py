@@ -53,6 +53,17 @@ def test_a_tagged_request_opens_to_its_id_api_and_body():
     assert rpc.open_request(frame[4:], SECRET) == (7, "replica_fetch", {"topic": "t"})
 
 
+@pytest.mark.parametrize("pad", [0, 100_000])  # a small request, and one past the one-shot tag's size
+def test_the_tag_is_hmac_sha256_under_the_secret_of_the_domain_and_the_json(pad):
+    import hashlib
+    import hmac
+
+    frame = rpc.encode_request("raft", 3, {"pad": "x" * pad}, SECRET)
+    data = json.dumps({"api": "raft", "id": 3, "body": {"pad": "x" * pad}}, separators=(",", ":")).encode()
+    expected = hmac.new(SECRET.encode(), b"kafkaesque-rpc-request\0" + data, hashlib.sha256).digest()
+    assert frame == struct.pack(">i", len(data) + 32) + data + expected
+
+
 @pytest.mark.parametrize("frame", [
     untagged("replica_fetch", {"replica_id": 2, "fetch_offset": 3}),             # the measured attack
     rpc.encode_request("replica_fetch", 1, {"replica_id": 2}, "x" * 64),          # another cluster's secret
