@@ -261,7 +261,7 @@ def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
 
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
     """The checks `kafkaesque run` makes on its flags (TestSpec.problems), worded for the file's keys."""
-    from harness.runner import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
+    from harness.spec import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
 
     if spec.cluster.startswith(SSH_PREFIX):
         problem = cluster_problem(spec.cluster)  # the node file itself, checked before anything runs

@@ -193,7 +193,7 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
 # --- fixtures ----------------------------------------------------------------------------------------
 @pytest.fixture
 def kafkaesque_cluster(request: pytest.FixtureRequest) -> ClusterChoice:
-    from harness.runner import cluster_problem
+    from harness.spec import cluster_problem
 
     name = _marker_settings(request).get("cluster") or request.config.getoption("--kafkaesque-cluster") or "auto"
     problem = cluster_problem(name)

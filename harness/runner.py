@@ -34,40 +34,13 @@ from checkers.evidence import FaultEvidenceChecker, decide
 from clusters.base import ClusterError, ClusterSpec
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
-from harness.spec import TestSpec
+from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
 from nemesis.actions import FaultActions
 from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
 from results.store import create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
-CLUSTER_NAMES = ("auto", "docker", "local", "FILE.toml", "ssh:FILE.toml")
-SSH_PREFIX = "ssh:"
-
-
-def cluster_problem(name: str) -> str | None:
-    """Why `name` is not a --cluster value (one sentence without the full stop), or None."""
-    if name in CLUSTER_NAMES[:3]:
-        return None
-    from clusters.external import cluster_file_brokers, is_cluster_file
-
-    if is_cluster_file(name):  # a cluster file of either kind (clusters/external.py)
-        try:
-            cluster_file_brokers(name)
-        except ClusterError as e:
-            return str(e).rstrip(".")
-        return None
-    if name.startswith(SSH_PREFIX):
-        from clusters.ssh import NodeFileError, load_node_file
-
-        try:
-            load_node_file(name[len(SSH_PREFIX):])
-        except NodeFileError as e:
-            return str(e).rstrip(".")
-        return None
-    return f"unknown cluster {name!r}; valid: {', '.join(CLUSTER_NAMES)}"
-
-
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
 FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
 

@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from clusters.base import ClusterError
+
 # How a setting is named in a problem's sentence: "--time-limit -5" on the command line, "key
 # 'time_limit' is -5" in a campaign file, "time_limit=-5" for a pytest marker or TestSpec(...).
 Style = Literal["flag", "key", "setting"]
@@ -28,6 +30,33 @@ OUR_CLUSTERS = ("auto", "local", "docker")
 # the folder campaign directories live in.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 RESERVED_NAMES = ("campaigns",)
+
+
+CLUSTER_NAMES = ("auto", "docker", "local", "FILE.toml", "ssh:FILE.toml")
+SSH_PREFIX = "ssh:"
+
+
+def cluster_problem(name: str) -> str | None:
+    """Why `name` is not a --cluster value (one sentence without the full stop), or None."""
+    if name in CLUSTER_NAMES[:3]:
+        return None
+    from clusters.external import cluster_file_brokers, is_cluster_file
+
+    if is_cluster_file(name):  # a cluster file of either kind (clusters/external.py)
+        try:
+            cluster_file_brokers(name)
+        except ClusterError as e:
+            return str(e).rstrip(".")
+        return None
+    if name.startswith(SSH_PREFIX):
+        from clusters.ssh import NodeFileError, load_node_file
+
+        try:
+            load_node_file(name[len(SSH_PREFIX):])
+        except NodeFileError as e:
+            return str(e).rstrip(".")
+        return None
+    return f"unknown cluster {name!r}; valid: {', '.join(CLUSTER_NAMES)}"
 
 
 @dataclass
@@ -198,7 +227,6 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
     from clusters.broker.log.flush import parse_flush_policy
     from clusters.reference import BROKER_VARIANTS
     from harness.generator import NEMESIS_SCHEDULES
-    from harness.runner import cluster_problem
     from nemesis.faults import PARTITION_TARGETS
     from nemesis.registry import nemesis_problem
     from nemesis.targets import TARGETS

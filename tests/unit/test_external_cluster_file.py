@@ -21,7 +21,7 @@ from clusters.external import (
     render_all,
 )
 from clusters.ssh import SshCluster
-from harness.runner import cluster_problem
+from harness.spec import cluster_problem
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "clusters" / "examples"
 
