@@ -55,17 +55,8 @@ def create_topic_cli(args: Any) -> int:
     return 0
 
 
-def cli_secret(args: Any) -> str | None:
-    """The operator's secret (--secret-file, else the environment), or None after printing why not."""
-    try:
-        return rpc.node_secret(args.secret_file)
-    except rpc.SecretError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return None
-
-
 def admin_cli(args: Any) -> int:
-    secret = cli_secret(args)
+    secret = rpc.cli_secret(args)
     if secret is None:
         return 2
     if args.what == "elect-preferred":

@@ -155,10 +155,9 @@ def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, r
 
 
 def alter_cluster_cli(args: Any) -> int:
-    from clusters.broker.admin import cli_secret
     from clusters.broker.server import controller_addresses
 
-    secret = cli_secret(args)
+    secret = rpc.cli_secret(args)
     if secret is None:
         return 2
     call = active_controller_call(controller_addresses(args.controller), secret=secret)

@@ -199,9 +199,7 @@ def unregister_broker(controller_addrs: Addrs, broker_id: int, secret: str | Non
 # --- CLIs -----------------------------------------------------------------------------------
 def reassign_cli(args: Any) -> int:
     """`reassign --controller ... (--list | --topic T --partition P (--replicas 2,3,4 [--wait S] | --cancel))`"""
-    from clusters.broker.admin import cli_secret
-
-    secret = cli_secret(args)
+    secret = rpc.cli_secret(args)
     if secret is None:
         return 2
     try:

@@ -40,6 +40,7 @@ import secrets
 import socket
 import stat
 import struct
+import sys
 from typing import Any
 
 # --- the message catalogue ---------------------------------------------------------------
@@ -237,6 +238,15 @@ def node_secret(secret_file: str | None) -> str:
     """A node's or an operator command's secret: the file if one is named, else the environment."""
     return read_secret_file(secret_file) if secret_file else env_secret()
 
+
+
+def cli_secret(args: Any) -> str | None:
+    """An admin command's secret (--secret-file, else the environment), or None after printing why not."""
+    try:
+        return node_secret(args.secret_file)
+    except SecretError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
 
 def process_secret() -> str:
     """This process's secret for the processes it starts on this machine: SECRET_ENV, made now if it
