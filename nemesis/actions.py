@@ -102,7 +102,9 @@ class FaultActions:
         if note_leadership and any(r.fault in PROCESS_FAULTS for r in owed):
             self._note_leadership(node, [r for r in owed if r.fault in PROCESS_FAULTS])
         self.cluster.start(node)
-        return self._heal_process(node, owed, ("running",), timeout_s=10.0, live_pause_stays=True)
+        # A live paused process stays paused through a start (it is running, as far as a start can tell):
+        # polling for "running" alone would wait out the whole timeout on it.
+        return self._heal_process(node, owed, ("running",), timeout_s=10.0, also_final=("paused",))
 
     def resume(self, node: str) -> list[FaultRecord]:
         owed = self.ledger.active(("pause",), node)
@@ -110,14 +112,17 @@ class FaultActions:
         return self._heal_process(node, owed, ("running", "down"), timeout_s=5.0)
 
     def _heal_process(self, node: str, owed: list[FaultRecord], want: tuple[str, ...], timeout_s: float,
-                      live_pause_stays: bool = False) -> list[FaultRecord]:
+                      also_final: tuple[str, ...] = ()) -> list[FaultRecord]:
+        """Wait (up to timeout_s) for the process to reach a state of `want`, or one of `also_final`, which
+        ends the wait but is no heal, then record each owed fault healed or not; a pause left in place by
+        a start is not recorded at all (resume heals it)."""
         try:
-            state = process_state_within(self.cluster, node, want, timeout_s)
+            state = process_state_within(self.cluster, node, want + also_final, timeout_s)
         except Exception as e:  # noqa: BLE001
             state = f"unknown ({_error(e)})"
         healed = []
         for rec in owed:
-            if live_pause_stays and rec.fault == "pause" and state == "paused":
+            if rec.fault == "pause" and state == "paused" and "paused" in also_final:
                 continue  # start() of a live paused process leaves it paused: resume heals it
             self.ledger.healed(rec, state in want, {"process": state},
                                f"{node}'s process is {state} after the heal, not {' or '.join(want)}")
