@@ -27,6 +27,7 @@ demo: setup
 
 # The whole test suite (unit, property and integration), as CI runs it.
 test: setup
+	$(PY) scripts/import_graph.py --check
 	$(PY) -m clusters.image
 	$(VENV)/bin/pytest -q tests
 

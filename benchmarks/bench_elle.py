@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from checkers.elle import check_list_append  # noqa: E402
 from checkers.formats.edn import parse_edn_history  # noqa: E402
-from harness.history import Op, gc_paused  # noqa: E402
+from history import Op, gc_paused  # noqa: E402
 
 ANCHOR = Path(__file__).resolve().parents[1].parent / "shared" / "anchors" / "elle" / "huge-scc.edn"
 

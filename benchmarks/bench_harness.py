@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.history import NEMESIS, pair_ops, read_history  # noqa: E402
+from history import NEMESIS, pair_ops, read_history  # noqa: E402
 
 
 def main() -> int:

@@ -39,7 +39,7 @@ BYTES_PER_OP = 160  # measured: 1M ops of this generator are 154 MB of JSONL; Pa
 IN_PROCESS = """
 import json, sys, time
 from checkers.queue import check_queue
-from harness.history import gc_paused, read_history
+from history import gc_paused, read_history
 t0 = time.perf_counter()
 h = read_history(sys.argv[1])
 t1 = time.perf_counter()

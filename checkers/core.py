@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from checkers.reasons import say
-from harness.history import Op, gc_paused
+from history import Op, gc_paused
 
 Valid = bool | Literal["unknown"]
 UNKNOWN: Literal["unknown"] = "unknown"

@@ -29,7 +29,7 @@ import networkx as nx
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.reasons import say
-from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 WW, WR, RW, PROCESS, REALTIME = "ww", "wr", "rw", "process", "realtime"
 

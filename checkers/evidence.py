@@ -9,7 +9,7 @@ reached what it meant to test. So a run is `valid` only when, besides every chec
   phase, and complete final reads (ProgressChecker; the queue checker needs the final reads);
 - every planned fault was applied and observed to take effect at least once, a scenario ran all
   its steps, and every fault that was applied was healed and the heal observed
-  (FaultEvidenceChecker, from the fault records in the history: checkers/fault_records.py);
+  (FaultEvidenceChecker, from the fault records in the history: history/faults.py);
 - every checker had all its inputs (each says unknown, with its reason, when it lacked one);
 - the harness itself ran to the end: every worker and the nemesis thread ended normally, the
   run was not interrupted, the final reads could be made (`run_fact_reasons`, from the facts the
@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from checkers.core import UNKNOWN, Result
-from checkers.fault_records import FAULTS_KEY, HEAL_F, FaultRecord, fault_records
 from checkers.reasons import say
-from harness.history import INVOKE, NEMESIS, OK, Op, pair_ops
+from history import FAULTS_KEY, HEAL_F, INVOKE, NEMESIS, OK, FaultRecord, Op, fault_records, pair_ops
 
 
 # --- progress -------------------------------------------------------------------------------------------
@@ -77,7 +76,7 @@ SCENARIO_PREFIX = "scenario:"
 
 class FaultEvidenceChecker:
     """Did every planned fault happen and get undone? Read from the fault records the nemesis ops carry
-    (checkers/fault_records.py) and the run's final heal op. `test["nemesis"]` is the plan."""
+    (history/faults.py) and the run's final heal op. `test["nemesis"]` is the plan."""
 
     name = "faults"
 

@@ -22,7 +22,7 @@ from typing import Any
 from checkers.core import UNKNOWN, Anomaly, Result
 from checkers.models import MODELS, UNKNOWN_OUTPUT, Call, Model
 from checkers.reasons import REASONS, say
-from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 NEVER = 1 << 60  # the return position of an indeterminate op
 

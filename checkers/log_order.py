@@ -23,7 +23,7 @@ conditions checked with sorting and a pass per key:
 Verdict: false on any anomaly; "unknown" when the history holds no acknowledged send and no
 completed read (nothing was observed, so a valid verdict would be vacuous); else true.
 
-After a fault beyond the durability contract (checkers/queue.py, BEYOND_BUDGET) the log may
+After a fault beyond the durability contract (history/faults.py, BEYOND_BUDGET) the log may
 have lost a suffix that was acknowledged and read, and new sends reuse those offsets: one
 log no longer explains the whole history, by design. The observations are then checked in
 two eras, those completed before the last such fault and those after, each against the
@@ -41,9 +41,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.queue import beyond_budget_time, poll_items
+from checkers.queue import poll_items
 from checkers.reasons import say
-from harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
 
 EXPLANATIONS = {
     "inconsistent-offsets": "Two observations disagree on the value at one offset of a partition.",

@@ -45,7 +45,7 @@ from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.reasons import say
-from harness.history import INFO, NEMESIS, OK, Op, pair_ops
+from history import INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip")
 
@@ -93,18 +93,6 @@ class QueueChecker:
 
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
         return check_queue(history)
-
-
-BEYOND_BUDGET = "beyond_fault_budget"  # the mark a nemesis completion carries when it broke the contract
-
-
-def beyond_budget_time(history: Sequence[Op]) -> int | None:
-    """The time (ns) of the last nemesis completion marked beyond the fault budget, or None."""
-    last = None
-    for op in history:
-        if op.process == NEMESIS and op.type != "invoke" and isinstance(op.value, dict) and op.value.get(BEYOND_BUDGET):
-            last = op.time
-    return last
 
 
 def check_queue(history: Sequence[Op]) -> Result:
@@ -330,5 +318,5 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
     return gap_count, gaps
 
 
-__all__ = ["ANOMALY_TYPES", "BEYOND_BUDGET", "QueueChecker", "beyond_budget_time", "check_queue", "poll_items",
+__all__ = ["ANOMALY_TYPES", "QueueChecker", "check_queue", "poll_items",
            "proven_between"]

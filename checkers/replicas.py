@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.queue import beyond_budget_time, check_queue
+from checkers.queue import check_queue
 from checkers.reasons import say
-from harness.history import Op
+from history import Op, beyond_budget_time
 
 
 def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str, int] | None = None,

@@ -109,7 +109,7 @@ def pid_command(cluster, node: str) -> str | None:
 
 
 def probe_node(cluster, node: str) -> dict[str, Capability]:
-    from nemesis.faults import net_device
+    from clusters.netrules import net_device
 
     script = probe_script(pid_command(cluster, node), probe_netem=cluster.name != "local",
                           device=net_device(cluster, node))

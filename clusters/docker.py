@@ -24,7 +24,7 @@ from typing import Any
 from clusters.base import ClusterError, ClusterSpec
 from clusters.ownership import Leftover, pick, register_run, release_run, remove_all
 from clusters.reference import OWNER_ENV, ReferenceCluster
-from harness.remote import DockerRemote
+from clusters.remote import DockerRemote
 
 LABEL = "kafkaesque"
 SPEC_LABEL = f"{LABEL}.spec"  # the cluster's spec as JSON, on every container

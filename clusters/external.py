@@ -6,7 +6,7 @@ start it, stop it cleanly and print its pid, where its data dir and log files li
 optional install steps. Role lookups use only the Kafka protocol: Metadata for leaders and
 ISRs, DescribeQuorum (KRaft's metadata quorum leader) or else DescribeCluster / Metadata's
 controller id for the active controller. Faults act through the same Remotes as for our own
-brokers (harness/ssh_remote.py, harness/remote.py): kill -9, SIGSTOP/SIGCONT on the pid the
+brokers (clusters/ssh_remote.py, clusters/remote.py): kill -9, SIGSTOP/SIGCONT on the pid the
 pid command prints, iptables and tc through `remote.run`.
 
 `--cluster FILE.toml` reads the file's `kind`:
@@ -114,7 +114,7 @@ from clusters.ownership import (
     root_qdisc,
     state_dir,
 )
-from harness.remote import RemoteError
+from clusters.remote import RemoteError
 
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
 KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
@@ -316,7 +316,7 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     if transport == "ssh":
         for key, (typ, default) in SSH_KEYS.items():
             node_ssh[key] = _want(path, where, key, raw.get(key, ssh.get(key, default)), typ)
-        from harness.ssh_remote import HOST_KEY_POLICIES
+        from clusters.ssh_remote import HOST_KEY_POLICIES
 
         if node_ssh["host_key_policy"] not in HOST_KEY_POLICIES:
             raise ClusterFileError(f"{where} of the cluster file {path}: host_key_policy = "
@@ -452,10 +452,10 @@ class ExternalCluster:
 
     def _make_remote(self, n: ExternalNode):
         if self.cf.transport == "ssh":
-            from harness.ssh_remote import SshRemote, SshTarget
+            from clusters.ssh_remote import SshRemote, SshTarget
 
             return SshRemote(SshTarget(host=n.host, **n.ssh), n.name)
-        from harness.remote import DockerRemote
+        from clusters.remote import DockerRemote
 
         try:
             container = self._docker().containers.get(n.container)
@@ -621,8 +621,7 @@ class ExternalCluster:
     def _claim(self, node: str) -> None:
         """The node's dir is this run's (clusters/ownership.py claim_node_dir); its marker also keeps the
         chain our faults use and the root qdisc the node had, what cleanup needs to undo a dead run's."""
-        from nemesis.faults import net_device
-        from nemesis.netrules import CHAIN
+        from clusters.netrules import CHAIN, net_device
 
         device = net_device(self, node)
         claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
@@ -688,7 +687,7 @@ class ExternalCluster:
         """On every node whose marker still names this run: SIGCONT what it paused (the same processes:
         pid and start time), remove our iptables chain, and a tbf qdisc it added; returns the nodes healed.
         A node another run holds now, or without our marker, is not touched."""
-        from nemesis import netrules
+        from clusters import netrules
 
         def heal(node: str) -> str | None:
             try:

@@ -54,7 +54,7 @@ NODE_REQUIREMENTS = ("kafka-python==3.0.12", "crc32c>=2.9,<3", "pyfuse3==3.5.0")
 # The code that runs inside a node: the broker imports nothing from the harness.
 NODE_CODE = ("clusters/__init__.py", "clusters/broker", "clusters/lossyfs.py")
 # Native helpers built on the host at image time and installed under /opt/kafkaesque/lib.
-NODE_NATIVE = ("nemesis/native/clock_offset.c",)
+NODE_NATIVE = ("clusters/native/clock_offset.c",)
 NODE_LIB_DIR = "/opt/kafkaesque/lib"
 
 
@@ -256,7 +256,7 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None], force: bool = F
             tar.add(f, arcname=f"code/{f.relative_to(REPO_ROOT)}")
         # The clock preload is compiled with the host's compiler: the image's Debian
         # release matches the host's, and the image then needs no compiler at all.
-        from nemesis.clock_preload import LIBRARY_NAME, build_preload
+        from clusters.clock_preload import LIBRARY_NAME, build_preload
 
         tar.add(build_preload(), arcname=f"lib/{LIBRARY_NAME}")
     buf.seek(0)

@@ -3,7 +3,7 @@
 Each node has its own data dir and port under the run directory, its process carries
 KAFKAESQUE_OWNER=<run id> in its environment and its dir a marker naming the run (so
 `kafkaesque cleanup` finds the leftovers of a crashed run: clusters/ownership.py, and only
-those of runs whose harness is gone), and the clock-offset preload (nemesis/clock_preload.py) so a clock
+those of runs whose harness is gone), and the clock-offset preload (clusters/clock_preload.py) so a clock
 fault can skew one node's wall clock without touching the host's. Network partitions need
 a node per network namespace or container (the docker backend); here they are refused by
 name.
@@ -29,7 +29,7 @@ from clusters.ownership import (
     unregister_run,
 )
 from clusters.reference import CONTROLLER, OWNER_ENV, ReferenceCluster
-from harness.remote import LocalRemote
+from clusters.remote import LocalRemote
 
 __all__ = ["CONTROLLER", "LocalCluster", "cleanup_leftovers", "find_processes"]
 
@@ -79,7 +79,7 @@ class LocalCluster(ReferenceCluster):
     def node_env(self, node: str) -> dict[str, str]:
         env = super().node_env(node)
         if self._clock_lib:
-            from nemesis.clock_preload import preload_env
+            from clusters.clock_preload import preload_env
 
             env.update(preload_env(self._clock_lib, self.clock_file(node)))
         return env
@@ -88,7 +88,7 @@ class LocalCluster(ReferenceCluster):
         try:
             # Before anything is made: from here until down() the run is live to `kafkaesque cleanup`.
             self._registration = register_run(self.owner, self.name, str(self.run_dir))
-            from nemesis.clock_preload import PreloadBuildError, build_preload
+            from clusters.clock_preload import PreloadBuildError, build_preload
 
             try:
                 self._clock_lib = str(build_preload())
@@ -185,7 +185,7 @@ def cleanup_leftovers(owner: str = "") -> list[str]:
 def _reset_clock_file(environ: bytes) -> None:
     """Put a leftover node's clock control file back to the real time (offset 0): a clock fault a
     crashed run never healed must not greet whatever starts next on that data dir."""
-    from nemesis.clock_preload import CLOCK_FILE_ENV, offset_file_text
+    from clusters.clock_preload import CLOCK_FILE_ENV, offset_file_text
 
     marker = f"{CLOCK_FILE_ENV}=".encode()
     for kv in environ.split(b"\0"):

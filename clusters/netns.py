@@ -40,7 +40,7 @@ from clusters.ownership import (
     remove_all,
 )
 from clusters.reference import OWNER_ENV
-from harness.remote import LocalRemote, RemoteResult
+from clusters.remote import LocalRemote, RemoteResult
 
 PORT = 9092
 SUBNET = "10.213"

@@ -429,8 +429,8 @@ def root_qdisc(remote, device: str) -> str:
 
 def remove_added_qdisc(remote, marker: dict[str, Any]) -> None:
     """Delete the root qdisc of the marker's device if it is a token bucket (what the net fault adds,
-    nemesis/netrules.py) and the node had none before the run: never a qdisc the node had of its own."""
-    from nemesis.netrules import clear_qdisc
+    clusters/netrules.py) and the node had none before the run: never a qdisc the node had of its own."""
+    from clusters.netrules import clear_qdisc
 
     device = str(marker.get("device") or "eth0")
     if _qdisc_kind(root_qdisc(remote, device)) == "tbf" and _qdisc_kind(str(marker.get("qdisc_before", ""))) != "tbf":

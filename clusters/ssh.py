@@ -3,7 +3,7 @@
 `kafkaesque run --cluster ssh:nodes.toml` reads a node file, uploads the project's
 `clusters` package to every node over SFTP (a tarball, unpacked into the node's dir),
 starts the controller and the brokers there as daemons through the SSH Remote
-(harness/ssh_remote.py), and kills, pauses and collects logs through it, like the docker
+(clusters/ssh_remote.py), and kills, pauses and collects logs through it, like the docker
 backend. The nodes must already have python3 and the broker's Python packages
 (kafka-python, crc32c; pyfuse3 for `lossy`), as the project's node image has.
 
@@ -72,8 +72,8 @@ from clusters.ownership import (
     state_dir,
 )
 from clusters.reference import CONTROLLER, ReferenceCluster
-from harness.remote import RemoteError
-from harness.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
+from clusters.remote import RemoteError
+from clusters.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
 
 PACKAGE_ROOT = Path(__file__).resolve().parent  # the `clusters` package that goes to the nodes
 CLOCK_PROBE_S = 1000  # the skew the clock probe asks for; any clock far from it means the preload failed
@@ -230,7 +230,7 @@ class SshCluster(ReferenceCluster):
     def node_env(self, node: str) -> dict[str, str]:
         env = {**super().node_env(node), "PYTHONPATH": f"{self.node_dir(node)}/code"}
         if self._clock_lib:
-            from nemesis.clock_preload import preload_env
+            from clusters.clock_preload import preload_env
 
             env.update(preload_env(f"{self.node_dir(node)}/lib/{Path(self._clock_lib).name}", self.clock_file(node)))
         return env
@@ -287,8 +287,7 @@ class SshCluster(ReferenceCluster):
 
     def _claim(self, node: str) -> None:
         """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
-        from nemesis.faults import net_device
-        from nemesis.netrules import CHAIN
+        from clusters.netrules import CHAIN, net_device
 
         device = net_device(self, node)
         claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
@@ -316,7 +315,7 @@ class SshCluster(ReferenceCluster):
     def _install_clock_preload(self) -> str | None:
         """Upload the clock preload (built here) and check on one node that it shifts the wall clock;
         None (the clock faults then refuse) when it cannot be built or does not work there."""
-        from nemesis.clock_preload import PreloadBuildError, build_preload, offset_file_text, preload_env
+        from clusters.clock_preload import PreloadBuildError, build_preload, offset_file_text, preload_env
 
         try:
             lib = build_preload()
@@ -407,9 +406,9 @@ class SshCluster(ReferenceCluster):
         """Undo every fault a dead harness may have left on the nodes (partition and loss rules, tc
         qdiscs, clock offsets, paused or running brokers, lossy mounts); returns what was reached. A node
         whose dir another run has claimed since is that run's now: it is left alone."""
-        from nemesis import netrules
-        from nemesis.clock_preload import offset_file_text
-        from nemesis.faults import net_device
+        from clusters import netrules
+        from clusters.clock_preload import offset_file_text
+        from clusters.netrules import net_device
 
         def heal(node: str) -> str | None:
             try:

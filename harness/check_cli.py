@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from harness.history import Op
+from history import Op
 
 FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
 MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append")
@@ -97,7 +97,7 @@ def _model(format: str, model: str | None, time_limit: float) -> str:
 
 def read_any_history(file: str, format: str) -> list[Op]:
     """The ops of `file` in `format`; CheckInputError (one sentence) for anything that cannot be read."""
-    from harness.history import HistoryFormatError, read_history
+    from history import HistoryFormatError, read_history
 
     path = Path(file)
     try:
@@ -134,7 +134,7 @@ def _refuse_jsonl_without_a_line(path: Path) -> None:
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     if head.strip():
-        from harness.history import HistoryFormatError
+        from history import HistoryFormatError
 
         raise HistoryFormatError(f"{path} line 1: not a JSON op, and no other line is.")
 

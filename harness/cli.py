@@ -27,12 +27,12 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
+from harness.console import err, fail, fail_all
 from results.pipeline.cli import pipeline_app
 
 EXIT_HARNESS = 3
 EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
                "(a bad option or a missing argument too).")
-err = Console(stderr=True, soft_wrap=True)  # one message, one line: easy to grep in CI logs
 
 
 class _GuardedGroup(TyperGroup):
@@ -107,18 +107,6 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(pipeline_app, name="pipeline")
 
 
-def _fail(message: str, code: int = 3) -> None:
-    err.print(f"[red]error:[/] {escape(message)}")  # messages name TOML tables: [paths], [[nodes]]
-    raise typer.Exit(code)
-
-
-def _fail_all(messages: list[str]) -> None:
-    """Refuse with every problem found, one sentence a line."""
-    for message in messages[:-1]:
-        err.print(f"[red]error:[/] {escape(message)}")
-    _fail(messages[-1])
-
-
 @app.command()
 def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
@@ -180,13 +168,13 @@ def run(
         spec.brokers = file_brokers  # the cluster or node file decides; --brokers would only contradict it
     problems = spec.problems("flag")  # every setting checked before anything starts (harness/spec.py)
     if problems:
-        _fail_all(problems)
+        fail_all(problems)
     try:
         code, run_dir = run_test(spec, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())
     except StoreError as e:
-        _fail(str(e))
+        fail(str(e))
     except HarnessError as e:
-        _fail(str(e))
+        fail(str(e))
     _print_verdict(run_dir)
     print(run_dir)
     raise typer.Exit(code)
@@ -230,19 +218,19 @@ def _print_verdict(run_dir: Path) -> None:
 def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
     """Re-check a stored run offline (its history, node dumps and the harness's facts in results.json); rewrites
     results.json (identically, for a run of this version) and prints the verdict."""
-    from harness.history import HistoryFormatError
     from harness.runner import analyze_run, exit_code
     from harness.spec import TestSpec
+    from history import HistoryFormatError
     from results.store import write_json
 
     if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
-        _fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
+        fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
     test = _run_json(run_dir / "test.json", RESTORE_TEST_JSON)
     # The settings the workload's checkers are built from; the others were the run's business.
     problems = TestSpec.from_dict(test).problems("key", only=("workload", "partitions", "client",
                                                               "workload_options"))
     if problems:
-        _fail(f"{run_dir / 'test.json'}: {problems[0]}")
+        fail(f"{run_dir / 'test.json'}: {problems[0]}")
     test["run_dir"] = str(run_dir)  # where the node state dumps are now, wherever the store moved
     old = run_dir / "results.json"
     # Read before checking: a previous verdict's error or interruption must not be lost to a corrupt file.
@@ -252,13 +240,13 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
         # The same check as the run's own (the harness's facts come from the previous results.json).
         results = analyze_run(run_dir, test, previous)
     except HistoryFormatError as e:
-        _fail(f"{str(e).rstrip('.')}; restore the run's history from a copy to check it.")
+        fail(f"{str(e).rstrip('.')}; restore the run's history from a copy to check it.")
     except OSError as e:
-        _fail(f"cannot read {run_dir / 'history.jsonl'} ({e.strerror or e}); make the run's history readable.")
+        fail(f"cannot read {run_dir / 'history.jsonl'} ({e.strerror or e}); make the run's history readable.")
     try:
         write_json(old, results)
     except OSError as e:
-        _fail(f"cannot write {old} ({e.strerror or e}); make the run directory writable.")
+        fail(f"cannot write {old} ({e.strerror or e}); make the run directory writable.")
     _print_verdict(run_dir)
     print(run_dir)
     raise typer.Exit(exit_code(results["valid"]))
@@ -267,11 +255,11 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
     """(Re)write a run's self-contained HTML report and print its path."""
-    from harness.history import HistoryFormatError
+    from history import HistoryFormatError
     from results.report import render_report
 
     if not (run_dir / "test.json").exists():
-        _fail(f"{run_dir} is not a run directory (it needs test.json); see `kafkaesque ls`.")
+        fail(f"{run_dir} is not a run directory (it needs test.json); see `kafkaesque ls`.")
     _run_json(run_dir / "test.json", RESTORE_TEST_JSON)  # render_report reads them bare: check them first
     if (run_dir / "results.json").exists():
         _run_json(run_dir / "results.json",
@@ -279,9 +267,9 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a stored run directory"
     try:
         print(render_report(run_dir))
     except HistoryFormatError as e:
-        _fail(f"{str(e).rstrip('.')}; the report needs the run's history whole: restore it from a copy.")
+        fail(f"{str(e).rstrip('.')}; the report needs the run's history whole: restore it from a copy.")
     except OSError as e:
-        _fail(f"cannot read {e.filename or run_dir} ({e.strerror or e}); make the run's files readable.")
+        fail(f"cannot read {e.filename or run_dir} ({e.strerror or e}); make the run's files readable.")
 
 
 RESTORE_TEST_JSON = ("it is the run's spec, written when the run started: restore it from a copy, or run the "
@@ -293,15 +281,15 @@ def _run_json(path: Path, fix: str) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_bytes())
     except OSError as e:
-        _fail(f"cannot read {path} ({e.strerror or e}); {fix}.")
+        fail(f"cannot read {path} ({e.strerror or e}); {fix}.")
     except UnicodeDecodeError:
-        _fail(f"{path} is not text (it holds bytes that are not UTF-8); {fix}.")
+        fail(f"{path} is not text (it holds bytes that are not UTF-8); {fix}.")
     except json.JSONDecodeError as e:
         what = ("ends before its JSON does" if e.pos >= len(e.doc)
                 else f"is not valid JSON ({e.msg}, line {e.lineno} column {e.colno})")
-        _fail(f"{path} {what}; {fix}.")
+        fail(f"{path} {what}; {fix}.")
     if not isinstance(doc, dict):
-        _fail(f"{path} holds a JSON {type(doc).__name__} where a JSON object belongs; {fix}.")
+        fail(f"{path} holds a JSON {type(doc).__name__} where a JSON object belongs; {fix}.")
     return doc
 
 
@@ -340,11 +328,11 @@ def cleanup(
     from clusters.cleanup import RunIsLive, carry_out, plan_cleanup
 
     if run and all_dead:
-        _fail("--run and --all-dead contradict each other; give one of them.")
+        fail("--run and --all-dead contradict each other; give one of them.")
     try:
         plan = plan_cleanup(run)
     except RunIsLive as e:
-        _fail(str(e))
+        fail(str(e))
     if not run:
         for record in plan.live:
             held = len(plan.skipped_live.get(record.owner, []))
@@ -362,7 +350,7 @@ def cleanup(
         return
     removed, failed = carry_out(plan, lambda m: err.print(escape(m)))
     if failed:
-        _fail(f"cleanup removed {removed} leftover(s) but not {failed} (see above); fix what they say and run "
+        fail(f"cleanup removed {removed} leftover(s) but not {failed} (see above); fix what they say and run "
               "`kafkaesque cleanup` again.")
     err.print(f"cleanup: {removed} leftover(s) removed" if removed else "cleanup: nothing left behind")
 
@@ -378,7 +366,7 @@ def check(
     try:
         from harness.check_cli import check_command
     except ImportError:
-        _fail("the history checker command is not available in this build.")
+        fail("the history checker command is not available in this build.")
     raise typer.Exit(check_command(str(file), format, model or None, time_limit))
 
 
@@ -401,7 +389,7 @@ def campaign(
     try:
         plan = load_campaign(file, store=store, cluster=cluster or None)
     except CampaignFileError as e:
-        _fail(f"{file}: {e}")
+        fail(f"{file}: {e}")
     if dry_run:
         _print_campaign_plan(plan)
         return
@@ -411,7 +399,7 @@ def campaign(
     try:
         code, campaign_dir = run_campaign(plan, log=lambda m: err.print(m), panel=not no_panel and sys.stderr.isatty())
     except StoreError as e:
-        _fail(str(e))
+        fail(str(e))
     doc = json.loads((campaign_dir / "campaign.json").read_text())
     err.print(f"campaign {plan.name}: " + ", ".join(f"{n} {s}" for s, n in doc["counts"].items() if n)
               + f"; index: {campaign_dir / 'index.html'}")
@@ -446,16 +434,16 @@ def detect(
     dirs = list(from_campaign or [])
     for d in dirs:
         if not (d / "campaign.json").exists():
-            _fail(f"{d} holds no campaign.json; give a directory under <store>/campaigns/.")
+            fail(f"{d} holds no campaign.json; give a directory under <store>/campaigns/.")
     if notes is not None and not notes.is_file():
-        _fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
+        fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
     note_text = notes.read_text() if notes is not None else ""
     if not files and dirs:
         err.print(f"wrote {write_detection(dirs, out, command, note_text)}")
         return
     files = files or sorted(DETECTION_DIR.glob("*.toml"))
     if not files:
-        _fail(f"no campaign files given and none in {DETECTION_DIR}; pass the campaign TOML files to run.")
+        fail(f"no campaign files given and none in {DETECTION_DIR}; pass the campaign TOML files to run.")
     from harness.campaign import resolve_cluster, run_campaign
     from harness.campaign_file import CampaignFileError, load_campaign
     from results.store import StoreError
@@ -465,7 +453,7 @@ def detect(
         try:
             plans.append(load_campaign(file, store=store, cluster=cluster or None))
         except CampaignFileError as e:
-            _fail(f"{file}: {e}")
+            fail(f"{file}: {e}")
     for plan in plans:
         resolve_cluster(plan)
         err.print(f"detect: campaign {plan.name}, {len(plan.runs)} runs on the {plan.cluster} cluster, "
@@ -473,7 +461,7 @@ def detect(
         try:
             _, campaign_dir = run_campaign(plan, log=lambda m: err.print(m))
         except StoreError as e:
-            _fail(str(e))
+            fail(str(e))
         dirs.append(campaign_dir)
         # Rewritten after every campaign: a long detection run leaves a table at each step.
         err.print(f"wrote {write_detection(dirs, out, command, note_text)} (campaign {campaign_dir})")

@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness.console import err, fail
+
 DEFAULT_NAME = "kafkaesque"
 # Docker's rule for container and network names, which embed the cluster name.
 _NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
@@ -29,18 +31,6 @@ cluster_app = typer.Typer(no_args_is_help=True,
 NameOption = Annotated[str, typer.Option("--name", help="the cluster's name (its docker label kafkaesque=NAME)")]
 
 
-def _fail(message: str) -> None:
-    from harness.cli import _fail as fail  # one error format for the whole CLI
-
-    fail(message)
-
-
-def _err() -> Console:
-    from harness.cli import err
-
-    return err
-
-
 @image_app.command("build")
 def image_build(force: Annotated[bool, typer.Option(help="rebuild the node image even if its tag exists")] = False
                 ) -> None:
@@ -49,16 +39,16 @@ def image_build(force: Annotated[bool, typer.Option(help="rebuild the node image
 
     t0 = time.monotonic()
     try:
-        tag = ensure_image(log=lambda m: _err().print(m), force=force)
+        tag = ensure_image(log=lambda m: err.print(m), force=force)
     except ImageError as e:
-        _fail(str(e))
-    _err().print(f"image set-up: {time.monotonic() - t0:.1f} s in all (reused layers included)")
+        fail(str(e))
+    err.print(f"image set-up: {time.monotonic() - t0:.1f} s in all (reused layers included)")
     print(tag)
 
 
 def _check_name(name: str) -> None:
     if not _NAME_RE.fullmatch(name):
-        _fail(f"--name {name!r} is not a valid docker name; use letters, digits, '_', '.' and '-', "
+        fail(f"--name {name!r} is not a valid docker name; use letters, digits, '_', '.' and '-', "
               "starting with a letter or digit.")
 
 
@@ -70,10 +60,10 @@ def _attach(name: str):
     try:
         client = docker_client(fix=_DOCKER_FIX)
     except ClusterError as e:
-        _fail(str(e))
+        fail(str(e))
     cluster = DockerCluster.attach(client, name)
     if cluster is None:
-        _fail(f"No cluster named {name!r} is up (no container labelled kafkaesque={name}); start one with "
+        fail(f"No cluster named {name!r} is up (no container labelled kafkaesque={name}); start one with "
               f"`kafkaesque cluster up --name {name}`.")
     return cluster
 
@@ -99,40 +89,40 @@ def cluster_up(
 
     _check_name(name)
     if brokers < 1:
-        _fail(f"--brokers {brokers} leaves no broker; pass --brokers 1 or more.")
+        fail(f"--brokers {brokers} leaves no broker; pass --brokers 1 or more.")
     try:
         parse_flush_policy(flush_policy)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     if broker_variant not in BROKER_VARIANTS:
-        _fail(f"unknown --broker-variant {broker_variant!r}; valid: {', '.join(BROKER_VARIANTS)}.")
+        fail(f"unknown --broker-variant {broker_variant!r}; valid: {', '.join(BROKER_VARIANTS)}.")
     if unclean_recovery_strategy not in UNCLEAN_RECOVERY_STRATEGIES:
-        _fail(f"unknown --unclean-recovery-strategy {unclean_recovery_strategy!r}; "
+        fail(f"unknown --unclean-recovery-strategy {unclean_recovery_strategy!r}; "
               f"valid: {', '.join(UNCLEAN_RECOVERY_STRATEGIES)}.")
     try:
         client = docker_client(fix=_DOCKER_FIX)
     except ClusterError as e:
-        _fail(str(e))
+        fail(str(e))
     if DockerCluster.attach(client, name) is not None:
-        _fail(f"A cluster named {name!r} is already up; see it with `kafkaesque cluster status --name {name}`, "
+        fail(f"A cluster named {name!r} is already up; see it with `kafkaesque cluster status --name {name}`, "
               f"remove it with `kafkaesque cluster down --name {name}`, or pick another --name.")
     t0 = time.monotonic()
     try:
-        ensure_image(log=lambda m: _err().print(m))  # first, so a long build is not silent
+        ensure_image(log=lambda m: err.print(m))  # first, so a long build is not silent
     except ImageError as e:
-        _fail(str(e))
+        fail(str(e))
     spec = ClusterSpec(brokers=brokers, flush_policy=flush_policy, broker_variant=broker_variant,
                        broker_config={"unclean_recovery_strategy": unclean_recovery_strategy})
     cluster = DockerCluster(spec, tempfile.gettempdir(), owner=name)
-    _err().print(f"starting cluster {name!r}: 1 controller, {brokers} broker(s) ...")
+    err.print(f"starting cluster {name!r}: 1 controller, {brokers} broker(s) ...")
     try:
         bootstrap = cluster.up()  # tears down what it started if it fails
     except ClusterError as e:
-        _fail(str(e))
+        fail(str(e))
     except DockerException as e:  # e.g. no free address pool for one more network
-        _fail(f"Docker refused to start cluster {name!r} ({getattr(e, 'explanation', None) or e}); "
+        fail(f"Docker refused to start cluster {name!r} ({getattr(e, 'explanation', None) or e}); "
               "`kafkaesque cleanup` removes what earlier runs left behind.")
-    _err().print(f"cluster {name!r} up in {time.monotonic() - t0:.1f} s; `kafkaesque cluster down --name {name}` "
+    err.print(f"cluster {name!r} up in {time.monotonic() - t0:.1f} s; `kafkaesque cluster down --name {name}` "
                  "removes it")
     _print_status(cluster, stderr=True)  # stdout is the bootstrap alone: `$(kafkaesque cluster up)` works
     print(bootstrap)
@@ -154,7 +144,7 @@ def cluster_down(name: NameOption = DEFAULT_NAME) -> None:
     cluster = _attach(name)
     gone = [cluster.container_name(n) for n in cluster.containers]
     cluster.down()
-    _err().print(f"cluster {name!r} down: removed {len(gone)} container(s) and its network")
+    err.print(f"cluster {name!r} down: removed {len(gone)} container(s) and its network")
 
 
 def status_tables(cluster) -> list[Table]:

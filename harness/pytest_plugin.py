@@ -48,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from harness.history import Op
+from history import Op
 
 MARKER = "kafkaesque"
 UNSET = object()
@@ -107,7 +107,7 @@ class KafkaesqueRun:
     @property
     def history(self) -> list[Op]:
         if self._history is None:
-            from harness.history import read_history
+            from history import read_history
 
             self._history = read_history(self.run_dir / "history.jsonl")
         return self._history

@@ -33,8 +33,8 @@ from checkers.coverage import SAME_HOST_CLUSTERS, MetadataObservations, log_even
 from checkers.evidence import FaultEvidenceChecker, decide
 from clusters.base import ClusterError, ClusterSpec
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
-from harness.history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
+from history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from nemesis.actions import FaultActions
 from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
@@ -239,7 +239,7 @@ class Run:
 
     def _with_fault_records(self, value: Any) -> Any:
         """A nemesis completion's value with the ledger's records changed since the last one (the faults
-        this op requested, applied, observed or healed), under "faults" (checkers/fault_records.py)."""
+        this op requested, applied, observed or healed), under "faults" (history/faults.py)."""
         changed = self.ledger.changes()
         if not changed:
             return value

@@ -9,13 +9,13 @@ step goes through the run's FaultLedger (nemesis/ledger.py):
   the node (gone, or state T); `start` and `resume` heal every such fault on the node and
   see the process running again. `start` also notes whether a killed node still leads any
   partition (the leadership should have moved while it was down).
-- cut, heal_cuts: iptables DROP rules in our chain (nemesis/netrules.py); the rules on every
+- cut, heal_cuts: iptables DROP rules in our chain (clusters/netrules.py); the rules on every
   node are always the union of the active cuts and loss rules, so one fault's heal never
   undoes another's; observed by a TCP probe across each cut (it must time out) and, after
   the heal, back (it must not).
 - degrade, restore_net: a tbf bandwidth limit and random loss (the net fault); observed by
   reading the qdisc and rules back.
-- set_clock, reset_clock: the node's clock control file (nemesis/clock_preload.py); observed
+- set_clock, reset_clock: the node's clock control file (clusters/clock_preload.py); observed
   by the node's own clock, read from its state dump.
 - heal_everything: the run's final heal: everything the ledger still holds active.
 """
@@ -29,9 +29,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from checkers.fault_records import FaultRecord
-from harness.remote import shell_join
-from nemesis import netrules
+from clusters import netrules
+from clusters.netrules import net_device
+from clusters.remote import shell_join
+from history import FaultRecord
 from nemesis.grudge import Grudge, describe
 from nemesis.ledger import FaultLedger
 from nemesis.observe import (
@@ -45,11 +46,6 @@ PROCESS_FAULTS = ("kill", "stop", "lossy-crash", "disk")  # the node's process i
 HEALED_BY_START = PROCESS_FAULTS + ("pause",)
 CLOCK_FAULTS = ("clock", "clock-jump", "clock-strobe")
 CLOCK_TOLERANCE_S = 0.2  # a state dump's round trip is milliseconds; the faults shift clocks by seconds
-
-
-def net_device(cluster, node: str) -> str:
-    """The network device tc shapes on a node: the cluster's own answer (a namespace's veth end), else eth0."""
-    return cluster.net_device(node) if hasattr(cluster, "net_device") else "eth0"
 
 
 def _error(e: BaseException) -> str:
@@ -315,7 +311,7 @@ class FaultActions:
 
     def reset_clock(self, node: str) -> list[FaultRecord]:
         """Back to the real time (offset 0); heals every clock fault on the node."""
-        from nemesis.clock_preload import offset_file_text
+        from clusters.clock_preload import offset_file_text
 
         owed = self.ledger.active(CLOCK_FAULTS, node)
         self.cluster.remote(node).put(self.cluster.clock_file(node), offset_file_text(0).encode())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from harness.history import Op
+from history import Op
 
 if TYPE_CHECKING:
     from nemesis.actions import FaultActions

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.history import INFO, Op
+from history import INFO, Op
 from nemesis import grudge
 from nemesis.base import NemesisRefused
 

@@ -6,7 +6,7 @@ the reason, before the test starts, never in the middle. What each fault does to
 that is seen and how it is undone is nemesis/actions.py's, shared with every other nemesis;
 these classes decide which nodes and when.
 
-- partition: iptables DROP rules from nemesis/netrules.py in each node's own chain, in the
+- partition: iptables DROP rules from clusters/netrules.py in each node's own chain, in the
   shapes of nemesis/grudge.py (isolate a random node, halves, majorities ring, bridge,
   isolate the leader of a partition, isolate the controller, one-way).
 - lossy-crash: SIGKILL the broker, then make its lossy file system drop every unsynced
@@ -27,10 +27,11 @@ import random
 import zlib
 from typing import Any
 
-from checkers.queue import BEYOND_BUDGET
-from harness.history import INFO, Op
-from nemesis import grudge, netrules
-from nemesis.actions import CLOCK_FAULTS, net_device
+from clusters import netrules
+from clusters.netrules import net_device
+from history import BEYOND_BUDGET, INFO, Op
+from nemesis import grudge
+from nemesis.actions import CLOCK_FAULTS
 from nemesis.base import NemesisRefused
 from nemesis.observe import cached_kib
 from nemesis.targets import running_brokers
@@ -197,7 +198,7 @@ class LossyCrashNemesis(_Fault):
 
 
 class _ClockFault(_Fault):
-    """What the clock faults share: the node's clock control file (nemesis/clock_preload.py), written
+    """What the clock faults share: the node's clock control file (clusters/clock_preload.py), written
     through the shared actions, and a reset of every node ever touched to the real clock (offset 0)."""
 
     def __init__(self, options: dict[str, Any]):
@@ -214,7 +215,7 @@ class _ClockFault(_Fault):
                                  getattr(cluster, "clock_unavailable_reason", "could not be built here (install gcc)"))
 
     def set_offset(self, cluster, node: str, offset_s: float) -> None:
-        from nemesis.clock_preload import offset_file_text
+        from clusters.clock_preload import offset_file_text
 
         self.faults.set_clock(node, self.name, offset_file_text(int(offset_s * 1e9)), (offset_s,), by=self.name,
                               detail={"offset_s": offset_s})
@@ -295,7 +296,7 @@ class ClockStrobeNemesis(_ClockFault):
         self.period_ms = float(options.get("clock_strobe_period_ms", 50))
 
     def invoke(self, cluster, op: Op) -> Op:
-        from nemesis.clock_preload import strobe_file_text
+        from clusters.clock_preload import strobe_file_text
 
         if op.f == self.start_f:
             nodes = self.targets(cluster)

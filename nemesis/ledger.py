@@ -2,7 +2,7 @@
 
 One ledger per run, shared by every nemesis (random faults, scenarios, the protocol nemesis,
 the controller and membership nemeses) through nemesis/actions.py, which is the only code
-that acts on the cluster. Each fault is a FaultRecord (checkers/fault_records.py, the
+that acts on the cluster. Each fault is a FaultRecord (history/faults.py, the
 schema) that moves through
 
     requested -> applied (the commands succeeded) -> observed (evidence it took effect)
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from checkers.fault_records import FaultRecord
+from history import FaultRecord
 
 
 class FaultLedger:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.history import INFO, Op
+from history import INFO, Op
 from nemesis.base import NemesisRefused
 from nemesis.targets import running_brokers
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from nemesis import netrules
+from clusters import netrules
 
 PROBE_TIMEOUT_S = 1.0  # a SYN on a live link is answered in under a millisecond here; DROP never answers
 

@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from clusters.base import Pausable
-from harness.history import INFO, Op
+from history import INFO, Op
 from nemesis.base import NemesisRefused
 from nemesis.targets import choose, running_brokers
 

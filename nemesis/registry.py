@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from harness.history import Op
+from history import Op
 
 # name -> the class that does it (module, class), imported only when asked for.
 _NEMESES = {

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkers.queue import BEYOND_BUDGET
-from harness.history import Op
+from history import BEYOND_BUDGET, Op
 from nemesis import grudge
 from nemesis.actions import PROCESS_FAULTS
 from nemesis.base import NemesisRefused

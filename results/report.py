@@ -9,7 +9,7 @@ per-partition offsets), the ops timeline per process with the protocol states th
 the fault ledger (each fault applied, observed and healed, with its evidence), the test spec,
 and links to node logs. When the verdict is not valid for lack of proof, the first screen says
 why, one sentence per missing proof (results.json's unknown_reasons). Fault windows are the
-shared rule of checkers/fault_records.py, which the Spark pipeline uses too.
+shared rule of history/faults.py, which the Spark pipeline uses too.
 
 Every value that comes from a history or a broker is escaped: jinja2's autoescape for
 HTML, and JSON embedded in <script> with "<" escaped, since a broker can return anything.
@@ -26,8 +26,7 @@ from typing import Any
 import jinja2
 
 from checkers.coverage import STATES
-from checkers.fault_records import FaultWindow, fault_records, fault_windows
-from harness.history import INVOKE, NEMESIS, pair_ops, read_history
+from history import INVOKE, NEMESIS, FaultWindow, fault_records, fault_windows, pair_ops, read_history
 
 MAX_TIMELINE_OPS = 4000  # beyond this the timeline shows the first ops only (the page stays usable)
 MAX_SCATTER_POINTS = 60000

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from checkers.core import Checker
-from harness.history import Op
+from history import Op
 
 
 class Client(Protocol):

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from harness.history import FAIL, INFO, OK, Op
+from history import FAIL, INFO, OK, Op
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",

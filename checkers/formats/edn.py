@@ -19,7 +19,7 @@ import edn_format
 from edn_format import Keyword
 
 from checkers.formats.lines import read_text_lines
-from harness.history import OP_TYPES, HistoryFormatError, Op
+from history import OP_TYPES, HistoryFormatError, Op
 
 
 def _plain(x: Any) -> Any:

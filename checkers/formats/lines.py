@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from harness.history import HistoryFormatError
+from history import HistoryFormatError
 
 
 def read_text_lines(path: str | os.PathLike) -> list[str]:

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from checkers.formats.lines import read_text_lines
-from harness.history import OP_TYPES, HistoryFormatError, Op
+from history import OP_TYPES, HistoryFormatError, Op
 
 _ETCD = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(\w+)\s+:(\w+)\s+(.*?)\s*$")
 _KV = re.compile(r'^\{:process (\d+), :type :(\w+), :f :(\w+), :key "([^"]*)", :value (nil|"[^"]*")\}\s*$')

@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.role == "controller":
-        from clusters.broker.controller_server import run_controller
+        from clusters.broker.controller_quorum import run_controller
 
         return run_controller(args)
     if args.role == "broker":

@@ -43,6 +43,7 @@ import copy
 import os
 import random
 import signal
+import sys
 import time
 from typing import Any
 
@@ -395,3 +396,26 @@ class QuorumControllerServer(ControllerServer):
         self.store.close()
         self.log({"event": "controller_stopped"})
         return 0
+
+
+def run_controller(args: Any) -> int:
+    """The controller role's entry point: the single controller (controller_server.py), or, with
+    --quorum, a member of the Raft quorum. Here, above both, so neither imports the other back."""
+    server_class: type[ControllerServer] = ControllerServer
+    try:
+        if getattr(args, "quorum", None):
+            if args.node_id not in parse_quorum(args.quorum):
+                raise ValueError(f"--node-id {args.node_id} is not a member of --quorum {args.quorum}")
+            server_class = QuorumControllerServer
+        problem = Limits.from_args(args).problem()
+        if problem:
+            raise ValueError(problem)
+        secret = rpc.node_secret(args.secret_file)
+    except (ValueError, rpc.SecretError) as e:
+        print(f"error: controller {args.node_id}: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(server_class(args, secret).run())
+    except OSError as e:
+        print(f"error: controller cannot listen on {args.listen} ({e.strerror}); pick a free port.", file=sys.stderr)
+        return 3

@@ -157,26 +157,3 @@ class ControllerServer:
         self.metadata.close()
         self.log({"event": "controller_stopped"})
         return 0
-
-
-def run_controller(args: Any) -> int:
-    server_class: type[ControllerServer] = ControllerServer
-    try:
-        if getattr(args, "quorum", None):
-            from clusters.broker.controller_quorum import QuorumControllerServer, parse_quorum
-
-            if args.node_id not in parse_quorum(args.quorum):
-                raise ValueError(f"--node-id {args.node_id} is not a member of --quorum {args.quorum}")
-            server_class = QuorumControllerServer
-        problem = Limits.from_args(args).problem()
-        if problem:
-            raise ValueError(problem)
-        secret = rpc.node_secret(args.secret_file)
-    except (ValueError, rpc.SecretError) as e:
-        print(f"error: controller {args.node_id}: {e}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(server_class(args, secret).run())
-    except OSError as e:
-        print(f"error: controller cannot listen on {args.listen} ({e.strerror}); pick a free port.", file=sys.stderr)
-        return 3

@@ -19,7 +19,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
@@ -42,8 +42,33 @@ from clusters.broker import rpc
 from clusters.broker.log import InvalidBatchError, validate_batches
 from clusters.broker.metadata import NO_LEADER
 
-if TYPE_CHECKING:
-    from clusters.broker.server import Broker
+
+class Broker(Protocol):
+    """What the Kafka API handlers use of the broker (server.Broker, which satisfies it). Declared
+    here because server.py imports this module to serve the Kafka port: the handlers stand above the
+    broker's state, never the other way round."""
+
+    node_id: int
+    image: Any        # the metadata image (metadata.MetadataImage)
+    controller: Any   # the client of the active controller (rpc.ControllerClient)
+
+    def change_event(self, topic: str, partition: int) -> asyncio.Event: ...
+
+    async def wait_any(self, events: list[asyncio.Event], timeout: float) -> None: ...
+
+    async def produce(self, topic: str, partition: int, raw: bytes, headers: list[Any], acks: int,
+                      timeout_s: float) -> tuple[int, int, int]: ...
+
+    def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
+                      max_bytes: int) -> dict[str, Any]: ...
+
+    def list_offset(self, topic: str, partition: int, timestamp: int,
+                    current_leader_epoch: int) -> tuple[int, int, int]: ...
+
+    async def create_topic(self, topic: str, partitions: int, rf: int, configs: dict[str, Any],
+                           timeout_s: float) -> tuple[int, str | None]: ...
+
+    def next_producer_id(self) -> int: ...
 
 UNSUPPORTED_VERSION = 35
 LATEST_TIMESTAMP = -1

@@ -2,7 +2,7 @@
 
 Input: a store dir, a campaign dir (<store>/campaigns/<name>/<stamp>/ with campaign.json) or
 run dirs (test.json + history.jsonl [+ results.json], results/store.py). Each run's history
-is read with the project's one reader (harness.history.iter_history) and written with
+is read with the project's one reader (history.iter_history) and written with
 pyarrow, in row groups of a million rows so memory stays flat on 50M-op histories. Spark is
 not needed here (no JVM start-up); the checks and aggregates that read these tables are Spark.
 
@@ -212,9 +212,7 @@ class _TableWriter:
 
 def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str, Any]:
     """Write the ops and reads tables of one history; return counts, times and fault windows."""
-    from checkers.fault_records import FaultWindows
-    from checkers.queue import BEYOND_BUDGET
-    from harness.history import NEMESIS, iter_history
+    from history import BEYOND_BUDGET, NEMESIS, FaultWindows, iter_history
 
     ops_w, reads_w = _TableWriter(ops_dir, ops_schema()), _TableWriter(reads_dir, reads_schema())
     o, r = ops_w.cols, reads_w.cols
@@ -222,12 +220,12 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
     o_key, o_value, o_offset, o_hwm = o["key"], o["value"], o["offset"], o["hwm"]
     o_node, o_error, o_json = o["node"], o["error"], o["value_json"]
     r_seq, r_pos, r_kind, r_key, r_offset, r_value = r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]
-    windows = FaultWindows()  # the report's rule too (checkers/fault_records.py)
+    windows = FaultWindows()  # the report's rule too (history/faults.py)
     beyond_budget_ns = None
     n_ops = n_reads = 0
     first_ns = last_ns = None
     for op in iter_history(history):
-        seq = n_ops  # pairing follows the file's order (harness.history.pair_ops), whatever `index` says
+        seq = n_ops  # pairing follows the file's order (history.pair_ops), whatever `index` says
         line = n_ops + 1
         v = op.value
         key = value = offset = hwm = vjson = None
@@ -358,7 +356,7 @@ def ingest_run(src: RunSource, warehouse: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from harness.history import HistoryFormatError
+    from history import HistoryFormatError
 
     dirs = _table_dirs(warehouse, src)
     for d in dirs.values():

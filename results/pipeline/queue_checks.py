@@ -5,7 +5,7 @@ module restates them as set operations so a campaign of runs is checked in one S
 and the differential test (tests/integration/test_pipeline.py) holds the two equal, run by run:
 
   pairing     checkers pair an invoke with the next op of its process when that op is not an
-              invoke (harness.history.pair_ops); no such op: indeterminate (info). Here: lead()
+              invoke (history.pair_ops); no such op: indeterminate (info). Here: lead()
               over (run, process) ordered by file position.
   reads       records of ok poll / final-poll pairs (a record's kind must match the invoke's f)
   lost-write  an ok send (key, offset, value from its completion) whose key has a final read,

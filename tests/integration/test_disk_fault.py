@@ -8,7 +8,7 @@ from kafka import KafkaProducer
 
 from clusters.base import ClusterSpec
 from clusters.local import LocalCluster
-from harness.history import INVOKE, Op
+from history import INVOKE, Op
 from nemesis.faults import DiskNemesis
 from tests.integration.conftest import set_up_nemesis
 

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from clusters import netrules
 from clusters.base import ClusterSpec
 from clusters.docker import LABEL, cleanup_docker, docker_client
-from harness.history import INVOKE, Op
-from nemesis import netrules
+from history import INVOKE, Op
 from nemesis.base import NemesisRefused
 from nemesis.faults import ClockNemesis, PartitionNemesis
 from tests.integration.conftest import docker_cluster_up, set_up_nemesis

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from clusters import netrules
 from clusters.external import ExternalCluster
 from clusters.ownership import NODE_MARKER, register_run
-from nemesis import netrules
 from tests.integration import test_ssh_cluster
 from tests.integration.test_ssh_cluster import NODES, SshNodes
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from clusters import netrules
 from clusters.broker import rpc
 from clusters.external import ExternalCluster
 from clusters.ssh import code_tarball
-from harness.history import INVOKE, NEMESIS, Op
-from nemesis import netrules
+from history import INVOKE, NEMESIS, Op
 from nemesis.base import NemesisRefused
 from nemesis.faults import ClockNemesis, DiskNemesis, LossyCrashNemesis, PartitionNemesis
 from tests.integration import test_ssh_cluster

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
+from clusters import netrules
 from clusters.base import ClusterSpec
 from clusters.netns import NetnsCluster, cleanup_netns, netns_available
-from harness.history import INVOKE, Op
-from nemesis import netrules
+from history import INVOKE, Op
 from nemesis.faults import LossyCrashNemesis, PartitionNemesis
 from tests.integration.conftest import set_up_nemesis
 from tests.integration.test_docker_cluster import tcp_ok

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from nemesis import netrules
+from clusters import netrules
 
 pytestmark = pytest.mark.integration
 

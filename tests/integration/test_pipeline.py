@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from checkers.queue import ANOMALY_TYPES
-from harness.history import HistoryWriter, Op, read_history
 from harness.runner import analyze_history
 from harness.spec import TestSpec
+from history import HistoryWriter, Op, read_history
 from results.store import write_json
 
 pytestmark = pytest.mark.integration

@@ -20,13 +20,13 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from clusters import netrules
 from clusters.base import ClusterError, ClusterSpec
 from clusters.docker import LABEL, docker_client
+from clusters.remote import DockerRemote, RemoteError
 from clusters.ssh import SshCluster, load_node_file
-from harness.history import INVOKE, Op
-from harness.remote import DockerRemote, RemoteError
-from harness.ssh_remote import SshRemote, SshTarget
-from nemesis import netrules
+from clusters.ssh_remote import SshRemote, SshTarget
+from history import INVOKE, Op
 from nemesis.base import NemesisRefused
 from nemesis.faults import ClockNemesis, PartitionNemesis
 from tests.integration.conftest import set_up_nemesis

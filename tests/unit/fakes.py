@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from harness.remote import RemoteResult
+from clusters.remote import RemoteResult
 from nemesis.actions import FaultActions
 from nemesis.ledger import FaultLedger
 

@@ -20,7 +20,7 @@ from clusters.capabilities import (
     probe_cluster,
     report_capabilities,
 )
-from harness.remote import LocalRemote
+from clusters.remote import LocalRemote
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis
 from nemesis.requirements import capability_refusal

@@ -6,7 +6,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.history import HistoryWriter, Op
+from history import HistoryWriter, Op
 
 runner = CliRunner()
 ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors" / "porcupine"

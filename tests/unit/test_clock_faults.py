@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from harness.history import INVOKE, Op
-from harness.remote import LocalRemote
-from nemesis import clock_preload
+from clusters import clock_preload
+from clusters.remote import LocalRemote
+from history import INVOKE, Op
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis
 from tests.unit.fakes import fault_actions

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from nemesis import clock_preload
+from clusters import clock_preload
 
 PROBE = r"""
 import json, sys, threading, time

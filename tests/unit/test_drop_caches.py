@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from harness.history import INVOKE, Op
-from harness.remote import LocalRemote, RemoteResult
+from clusters.remote import LocalRemote, RemoteResult
+from history import INVOKE, Op
 from nemesis.base import NemesisRefused
 from nemesis.faults import DROP_CACHES
 from nemesis.registry import make_nemesis

@@ -15,10 +15,10 @@ import threading
 import pytest
 
 from clusters.base import PartitionView
+from clusters.remote import RemoteResult
 from harness import runner
-from harness.history import INFO, NEMESIS, OK, Op, read_history
-from harness.remote import RemoteResult
 from harness.spec import TestSpec
+from history import INFO, NEMESIS, OK, Op, read_history
 from tests.unit.fakes import FakeNetwork
 
 NODES = ["controller-0", "broker-1", "broker-2", "broker-3"]

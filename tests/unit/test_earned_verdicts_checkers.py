@@ -10,7 +10,7 @@ from checkers.elle import check_list_append
 from checkers.linearizable import check_linearizable
 from checkers.log_order import check_log_order
 from checkers.queue import QueueChecker, check_queue
-from harness.history import Op
+from history import Op
 
 
 def history(*pairs) -> list[Op]:

@@ -9,7 +9,7 @@ import pytest
 
 from checkers.elle import check_list_append
 from checkers.formats.edn import export_edn, parse_edn_history
-from harness.history import Op
+from history import Op
 
 ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors" / "elle"
 

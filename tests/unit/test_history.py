@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from harness.history import HistoryFormatError, HistoryWriter, Op, pair_ops, read_history
+from history import HistoryFormatError, HistoryWriter, Op, pair_ops, read_history
 
 WRITER = r"""
 import sys
-from harness.history import HistoryWriter, Op
+from history import HistoryWriter, Op
 w = HistoryWriter(sys.argv[1])
 i = 0
 while True:

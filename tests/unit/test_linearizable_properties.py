@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkers.linearizable import check_linearizable
-from harness.history import Op
+from history import Op
 
 
 def register_history(seed: int, n: int, crash_rate: float = 0.1):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from checkers.linearizable import check_linearizable
 from checkers.log_order import check_log_order
-from harness.history import Op
+from history import Op
 
 
 def simulate(seed: int, n_ops: int, fault: str | None) -> list[Op]:

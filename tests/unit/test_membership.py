@@ -10,7 +10,7 @@ import pytest
 from clusters.broker import rpc
 from clusters.broker.controller import Controller, ControllerConfig
 from clusters.broker.membership import MembershipError, alter_cluster
-from harness.history import INVOKE, Op
+from history import INVOKE, Op
 from nemesis.membership import MembershipNemesis
 from tests.unit.fakes import fault_actions
 

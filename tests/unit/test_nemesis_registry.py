@@ -5,7 +5,7 @@ import random
 import pytest
 
 from clusters.base import PartitionView
-from harness.history import Op
+from history import Op
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis
 from nemesis.targets import choose

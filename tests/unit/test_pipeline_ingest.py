@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from harness.history import HistoryWriter, Op
+from history import HistoryWriter, Op
 from results.pipeline import PipelineError
 from results.pipeline.ingest import discover_runs, ingest
 from results.store import write_json
@@ -56,7 +56,7 @@ def test_ops_reads_and_runs_rows(tmp_path):
     run = pq.read_table(wh / "runs" / part).to_pylist()[0]
     assert (run["nemesis"], run["acks"], run["broker_variant"], run["verdict"]) == \
         ("kill", "1", "truncate-to-hw", "incomplete")
-    # the report's rule (checkers/fault_records.py): from the start's completion to the stop's
+    # the report's rule (history/faults.py): from the start's completion to the stop's
     assert run["fault_windows"] == [{"fault": "kill", "start_ns": 4000, "end_ns": 8000}]
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from checkers.queue import check_queue
-from harness.history import Op
+from history import Op
 
 
 class H:

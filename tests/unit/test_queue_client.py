@@ -3,7 +3,7 @@
 import kafka.errors as kerr
 import pytest
 
-from harness.history import Op
+from history import Op
 from workloads.queue import KafkaPythonQueueClient, send_outcome
 
 

@@ -34,8 +34,8 @@ from clusters.ownership import (
     resume_paused_script,
     this_harness,
 )
+from clusters.remote import LocalRemote
 from clusters.ssh import NodeFileError, SshCluster, load_node_file
-from harness.remote import LocalRemote
 
 UNSAFE = {
     "/usr": "'/usr' is a system directory",

@@ -177,7 +177,7 @@ def test_loss_beyond_the_budget_must_be_covered_by_a_reported_unclean_recovery_o
 
 
 def test_checker_takes_the_losses_beyond_the_budget_from_the_history(tmp_path):
-    from harness.history import Op
+    from history import Op
 
     (tmp_path / "nodes" / "controller-0").mkdir(parents=True)
     (tmp_path / "nodes" / "controller-0" / "state.json").write_text(json.dumps(controller([{"isr": [2], "elr": []}])))

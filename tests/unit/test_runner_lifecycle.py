@@ -8,8 +8,8 @@ import pytest
 from checkers.core import Result
 from clusters.base import ClusterError, PartitionView
 from harness import runner
-from harness.history import INFO, OK, Op, read_history
 from harness.spec import TestSpec
+from history import INFO, OK, Op, read_history
 
 
 class FakeCluster:

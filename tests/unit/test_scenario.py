@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from clusters.base import PartitionView
-from harness.remote import RemoteResult
+from clusters.remote import RemoteResult
 from nemesis.base import NemesisRefused
 from nemesis.registry import make_nemesis, nemesis_problem
 from nemesis.scenario import CONTROLLERS, SCENARIOS, Scenario, ScenarioNemesis, act, bind, cut, wait

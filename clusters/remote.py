@@ -5,7 +5,7 @@ started with a pid file and signalled by it. Arguments are argv lists; a remote 
 to go through a shell (docker exec sh -c, SSH) joins them with shlex.quote, never raw.
 Implementations: LocalRemote (this machine; nodes that are processes) and DockerRemote
 (`docker exec`) here, NetnsRemote in clusters/netns.py, and SshRemote (paramiko) in
-harness/ssh_remote.py.
+clusters/ssh_remote.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The SSH Remote (DESIGN.md "shapes"): commands, files and daemons on a node reached over SSH (paramiko).
 
-Same verbs and semantics as LocalRemote and DockerRemote in harness/remote.py: `run(argv)`
+Same verbs and semantics as LocalRemote and DockerRemote in clusters/remote.py: `run(argv)`
 joins the argv with shlex.quote and runs it through the login user's shell on the node
 (so `$(...)`, quotes and spaces arrive literally); `put`/`get` use SFTP; a daemon is
 started with `nohup ... &` and its pid written to a pid file, and signalled and probed by
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import paramiko
 
-from harness.remote import RemoteError, RemoteResult, ShellDaemons, shell_join
+from clusters.remote import RemoteError, RemoteResult, ShellDaemons, shell_join
 
 HOST_KEY_POLICIES = ("strict", "accept-new")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"

@@ -28,14 +28,27 @@ completion until the next stop-X (or the final heal).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.history import INVOKE, NEMESIS, Op
+from history.ops import INVOKE, NEMESIS, Op
 
 FAULTS_KEY = "faults"  # where a nemesis op's completion carries the records it touched
 HEAL_F = "heal"        # the run's final heal op (harness/runner.py)
+# The mark a nemesis completion carries when its fault broke the durability contract (e.g. every
+# replica lost its unsynced writes at once): what follows may lose acknowledged writes by design,
+# so the checkers stop counting such losses from that point.
+BEYOND_BUDGET = "beyond_fault_budget"
+
+
+def beyond_budget_time(history: Sequence[Op]) -> int | None:
+    """The time (ns) of the last nemesis completion marked beyond the fault budget, or None."""
+    last = None
+    for op in history:
+        if op.process == NEMESIS and op.type != INVOKE and isinstance(op.value, dict) and op.value.get(BEYOND_BUDGET):
+            last = op.time
+    return last
 
 
 @dataclass

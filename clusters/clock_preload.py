@@ -1,4 +1,4 @@
-"""Build and drive the realtime-only clock-offset preload library (nemesis/native/clock_offset.c).
+"""Build and drive the realtime-only clock-offset preload library (clusters/native/clock_offset.c).
 
 A node's processes start with LD_PRELOAD=<library> and KAFKAESQUE_CLOCK_FILE=<file>; the
 clock nemesis then skews, jumps or strobes that node's wall clock by rewriting the file

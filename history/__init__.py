@@ -1,0 +1,24 @@
+"""The ground floor: the op schema, history files, and the standard fault record.
+
+Imports nothing of the project; every other package may import it (docs/ARCHITECTURE.md).
+"""
+
+from history.faults import (
+                            BEYOND_BUDGET,
+                            FAULTS_KEY,
+                            HEAL_F,
+                            FaultRecord,
+                            FaultWindow,
+                            FaultWindows,
+                            beyond_budget_time,
+                            fault_records,
+                            fault_windows,
+                            records_in,
+)
+from history.files import HistoryWriter, gc_paused, iter_history, read_history
+from history.ops import FAIL, INFO, INVOKE, NEMESIS, OK, OP_TYPES, HistoryFormatError, Op, pair_ops
+
+__all__ = ["BEYOND_BUDGET", "FAIL", "FAULTS_KEY", "HEAL_F", "INFO", "INVOKE", "NEMESIS", "OK", "OP_TYPES",
+           "FaultRecord", "FaultWindow", "FaultWindows", "HistoryFormatError", "HistoryWriter", "Op",
+           "beyond_budget_time", "fault_records", "fault_windows", "gc_paused", "iter_history", "pair_ops",
+           "read_history", "records_in"]

@@ -1,0 +1,96 @@
+"""The op schema (DESIGN.md, "Operations and histories"): the four op types, the nemesis's
+process name, the Op record, and how invocations pair with their completions.
+
+The ground floor of the project: this package imports nothing of the rest, and everything that
+reads or writes a history (workloads, nemeses, checkers, results, the runner) stands on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+INVOKE = "invoke"
+OK = "ok"
+FAIL = "fail"
+INFO = "info"
+OP_TYPES = (INVOKE, OK, FAIL, INFO)
+NEMESIS = "nemesis"
+
+
+class HistoryFormatError(ValueError):
+    """A history file line that is not a valid op; the message names the line and the problem."""
+
+
+@dataclass(slots=True)
+class Op:
+    """One event of a history.
+
+    `process` is an int for client processes and "nemesis" for the fault injector.
+    `time` is nanoseconds since the test started (monotonic clock).
+    Queue ops (Jepsen's Kafka workload): send value [key, value], completed
+    [key, [offset, value]]; poll completes with {key: [[offset, value], ...]} where the
+    JSON object keys are the decimal string of the int key.
+    """
+
+    type: str
+    f: str
+    process: int | str
+    value: Any = None
+    time: int = 0
+    index: int = -1
+    node: str | None = None
+    error: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "index": self.index,
+            "time": self.time,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "value": self.value,
+        }
+        if self.node is not None:
+            d["node"] = self.node
+        if self.error is not None:
+            d["error"] = self.error
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Op:
+        return cls(
+            type=d["type"],
+            f=d["f"],
+            process=d["process"],
+            value=d.get("value"),
+            time=d.get("time", 0),
+            index=d.get("index", -1),
+            node=d.get("node"),
+            error=d.get("error"),
+        )
+
+    @property
+    def is_client(self) -> bool:
+        return self.process != NEMESIS
+
+
+def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
+    """Pair every invocation with its completion, in invocation order.
+
+    An invocation without a completion (the harness died, or the history was cut) pairs
+    with None; checkers treat it as indeterminate (info). Completions without an
+    invocation are ignored.
+    """
+    open_by_process: dict[Any, int] = {}
+    pairs: list[list[Any]] = []
+    for op in history:
+        if op.type == INVOKE:
+            open_by_process[op.process] = len(pairs)
+            pairs.append([op, None])
+        else:
+            i = open_by_process.pop(op.process, None)
+            if i is not None:
+                pairs[i][1] = op
+    return [(a, b) for a, b in pairs]

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""The project's import graph, measured from the code: circles, arrows running back up, and
+imports hidden inside functions. `make test` (and so CI) runs it with --check, so a new circle or
+a new upward arrow fails the build.
+
+The floors follow a run's lifecycle (docs/ARCHITECTURE.md): the harness (CLI, runner, campaigns)
+on top; workloads, nemeses and results under it; checkers and clusters under those; the ground,
+history/, under all. A room is a top-level package. An arrow from a room to a room on a higher
+floor runs back up; an arrow between two rooms of one floor is allowed only one way (a circle of
+rooms is counted like a circle of files).
+
+Usage: python scripts/import_graph.py [--root DIR] [--check] [--max-upward N] [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+# Floor of each room (top-level package), ground = 1.
+FLOORS = {
+    "history": 1,
+    "checkers": 2,
+    "clusters": 2,
+    "workloads": 3,
+    "nemesis": 3,
+    "results": 3,
+    "harness": 4,
+}
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of the rooms above."""
+    modules: dict[str, Path] = {}
+    for room in FLOORS:
+        for path in sorted((root / room).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module a dotted name lives in (the longest prefix that is a module)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, bool]]:
+    """(imported project module, inside a function?) for each import statement of one file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            # An import under `if TYPE_CHECKING:` is an arrow too: the file still needs the other
+            # to be read, and a circle kept only for annotations is still a circle.
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (child.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # `from pkg import mod` names a module; `from mod import name` names the module.
+                names = [f"{base}.{alias.name}" for alias in child.names] + [base]
+            for name in names:
+                target = _resolve(name, modules)
+                if target and target != module:
+                    found.append((target, in_function))
+                    if isinstance(child, ast.ImportFrom):
+                        break  # one arrow per statement: the first (most precise) resolution
+            visit(child, nested)
+
+    visit(tree, False)
+    return found
+
+
+def room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; only components of two or more nodes."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def measure(root: Path) -> dict:
+    modules = project_modules(root)
+    file_graph: dict[str, set[str]] = defaultdict(set)
+    room_arrows: dict[tuple[str, str], list[str]] = defaultdict(list)
+    hidden: list[str] = []
+    for module, path in modules.items():
+        file_graph[module]
+        for target, in_function in imports_of(module, path, modules):
+            file_graph[module].add(target)
+            if in_function:
+                hidden.append(f"{module} -> {target}")
+            if room(module) != room(target):
+                room_arrows[(room(module), room(target))].append(f"{module} -> {target}")
+    room_graph: dict[str, set[str]] = defaultdict(set)
+    for source, target in room_arrows:
+        room_graph[source].add(target)
+    upward = {pair: imports for pair, imports in room_arrows.items()
+              if FLOORS[pair[0]] < FLOORS[pair[1]]}
+    return {
+        "files": len(modules),
+        "file_circles": strongly_connected(file_graph),
+        "room_arrows": room_arrows,
+        "room_circles": strongly_connected(room_graph),
+        "upward": upward,
+        "hidden": sorted(set(hidden)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 on any circle or more upward arrows than --max-upward")
+    parser.add_argument("--max-upward", type=int, default=0,
+                        help="room-to-room arrows allowed to run back up (default 0)")
+    parser.add_argument("--verbose", action="store_true", help="list every arrow between rooms")
+    args = parser.parse_args(argv)
+    found = measure(args.root)
+    print(f"{found['files']} files in {len(FLOORS)} rooms; "
+          f"{len(found['room_arrows'])} arrows between rooms, {len(found['upward'])} running back up; "
+          f"{len(found['file_circles'])} circles of files, {len(found['room_circles'])} circles of rooms; "
+          f"{len(found['hidden'])} imports inside functions")
+    for component in found["file_circles"]:
+        print("  circle of files: " + " <-> ".join(component))
+    for component in found["room_circles"]:
+        print("  circle of rooms: " + " <-> ".join(component))
+    for (source, target), imports in sorted(found["upward"].items()):
+        print(f"  back up: {source} (floor {FLOORS[source]}) -> {target} (floor {FLOORS[target]}): "
+              + ", ".join(sorted(set(imports))[:4]) + (" ..." if len(set(imports)) > 4 else ""))
+    if args.verbose:
+        for (source, target), imports in sorted(found["room_arrows"].items()):
+            print(f"  {source} -> {target}: {len(imports)}")
+        for line in found["hidden"]:
+            print(f"  inside a function: {line}")
+    if not args.check:
+        return 0
+    problems = []
+    if found["file_circles"] or found["room_circles"]:
+        problems.append("an import circle")
+    if len(found["upward"]) > args.max_upward:
+        problems.append(f"{len(found['upward'])} arrows running back up (at most {args.max_upward})")
+    if problems:
+        print("import graph check failed: " + " and ".join(problems)
+              + "; move the shared code down a floor (docs/ARCHITECTURE.md) instead of importing up.",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

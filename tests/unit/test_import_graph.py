@@ -1,0 +1,67 @@
+"""scripts/import_graph.py: the check `make test` runs must pass on the tree and must fail on a
+planted circle or an arrow running back up."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_graph"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for room in ("history", "checkers", "clusters", "workloads", "nemesis", "results", "harness"):
+        (tmp_path / room).mkdir()
+        (tmp_path / room / "__init__.py").write_text("")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_the_project_has_no_circle_and_no_arrow_back_up():
+    found = _script().measure(ROOT)
+    assert found["file_circles"] == []
+    assert found["room_circles"] == []
+    assert found["upward"] == {}
+
+
+def test_a_planted_circle_of_files_fails_the_check(tmp_path, capsys):
+    root = _tree(tmp_path, {
+        "checkers/a.py": "from checkers.b import x\n",
+        "checkers/b.py": "def f():\n    from checkers import a\nx = 1\n",  # hidden in a function: still a circle
+    })
+    graph = _script()
+    assert graph.measure(root)["file_circles"] == [["checkers.a", "checkers.b"]]
+    assert graph.main(["--root", str(root), "--check"]) == 1
+    assert "import circle" in capsys.readouterr().err
+
+
+def test_an_arrow_back_up_fails_the_check_unless_allowed(tmp_path):
+    root = _tree(tmp_path, {
+        "history/ops.py": "import json\n",
+        "history/bad.py": "from harness import runner\n",
+        "harness/runner.py": "from history.ops import json\n",
+    })
+    graph = _script()
+    found = graph.measure(root)
+    assert list(found["upward"]) == [("history", "harness")]
+    assert graph.main(["--root", str(root), "--check"]) == 1
+    assert graph.main(["--root", str(root), "--check", "--max-upward", "1"]) == 1  # rooms now import each other
+    assert found["room_circles"] == [["harness", "history"]]
+
+
+def test_type_checking_imports_are_arrows_too(tmp_path):
+    root = _tree(tmp_path, {
+        "clusters/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from clusters.b import B\n",
+        "clusters/b.py": "from clusters import a\nclass B: ...\n",
+    })
+    assert _script().measure(root)["file_circles"] == [["clusters.a", "clusters.b"]]
