@@ -94,51 +94,28 @@ def room(module: str) -> str:
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative; only components of two or more nodes."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
-    for start in sorted(graph):
-        if start in index:
+    """The circles: groups of two or more nodes that each reach all the others. The graphs here
+    have about a hundred nodes, so plain reachability from every node is fast and obviously right."""
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        reach[start] = seen
+    circles: list[list[str]] = []
+    placed: set[str] = set()
+    for node in sorted(graph):
+        if node in placed:
             continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            advanced = False
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.get(child, ())))))
-                    advanced = True
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    components.append(sorted(component))
-    return components
+        circle = sorted(other for other in reach[node] if node in reach.get(other, ()))
+        if len(circle) > 1:
+            circles.append(circle)
+            placed.update(circle)
+    return circles
 
 
 def measure(root: Path) -> dict:
