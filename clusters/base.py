@@ -1,8 +1,13 @@
 """The Cluster shape (DESIGN.md): the nodes, their lifecycle, and role lookups that ask the cluster itself.
 
-Backends (local processes now; Docker containers and SSH nodes later) implement `Cluster`.
-Optional abilities are separate protocols so a backend that cannot, say, pause a node
-simply does not implement `Pausable`, and a nemesis can refuse the fault by name.
+Backends (local processes, namespaces, Docker containers, SSH hosts, a cluster file's system)
+implement the core `Cluster`. What only some backends can do is an ability: a small protocol
+of its own, named after what it lets a fault do (pause a node, cut its network off, shift its
+clock, power-cut its disk, ...). A backend declares an ability by implementing its methods;
+where the answer depends on the run (a preload that did not build, nodes that turned out to
+share a host), the ability's `*_unavailable()` method says why not, in one clause, and None
+when it can. nemesis/requirements.py is the one place that asks (`can`, `why_not`); nothing
+else looks for attributes on a cluster.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ class PartitionView:
 
 @runtime_checkable
 class Cluster(Protocol):
+    """What every backend has: nodes, their processes, the roles the cluster reports, and the run's
+    capability table (clusters/capabilities.py; None until the set-up probe has run)."""
+
     name: str  # backend name: "local", "docker", "ssh", ...
+    capabilities: dict[str, dict[str, Any]] | None
 
     def up(self) -> str:
         """Start every node; return Kafka bootstrap servers "host:port,..." once all brokers serve."""
@@ -72,16 +81,23 @@ class Cluster(Protocol):
 
     def is_running(self, node: str) -> bool: ...
 
+    def process_state(self, node: str) -> str:
+        """"running", "paused" or "down", asked of the node (what a process fault is seen by)."""
+
+    def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
+        """Until every named broker serves; ClusterError when they do not within the time."""
+
     def partitions(self, topic: str) -> list[PartitionView]:
         """Leader, replicas and ISR of each partition, asked of the cluster itself."""
 
-    def active_controller(self) -> str | None: ...
+    def active_controller(self) -> str | None:
+        """The controller that leads the metadata quorum, as the cluster reports it; None when unknown."""
 
     def fenced_brokers(self) -> set[int]:
         """Broker ids the cluster's controller holds fenced (out of every ISR, no leadership)."""
 
-    def dump_state(self, node: str) -> dict[str, Any] | None:
-        """The node's own state dump (admin request); None when unreachable."""
+    def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
+        """The node's own state dump (admin request); None when unreachable or when the backend has none."""
 
     def collect(self, dest_dir: str) -> None:
         """Copy node logs and state dumps into dest_dir/<node>/ (called before teardown)."""
@@ -89,10 +105,128 @@ class Cluster(Protocol):
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None: ...
 
 
+# --- abilities: what only some backends can do, each named after what it lets a fault do ---------------
+# Every method here is a method (never a property), so `isinstance` sees a declaration without running
+# anything; the `*_unavailable()` answers are asked only through nemesis/requirements.py.
+
+DEFAULT_NET_DEVICE = "eth0"  # the device tc shapes on a node that does not name its own
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
 @runtime_checkable
 class Pausable(Protocol):
+    """Pause a node (SIGSTOP) and resume it: the pause fault, pause steps, the controller's pause move."""
+
     def pause(self, node: str) -> None:
         """SIGSTOP the node's process."""
 
     def resume(self, node: str) -> None:
         """SIGCONT the node's process."""
+
+
+@runtime_checkable
+class HasRemotes(Protocol):
+    """Run commands on a node, move files and signal its daemons (clusters/remote.py), reach it on its
+    address: how every fault acts on and looks at a node, and how the capability probe asks it."""
+
+    def remote(self, node: str) -> Any: ...
+
+    def address(self, node: str) -> tuple[str, int]:
+        """Where the harness and the other nodes reach the node (Kafka port)."""
+
+    def pid_command(self, node: str) -> str:
+        """Shell text printing the pid of the node's process (the capability probe's sigstop check)."""
+
+
+@runtime_checkable
+class NetDevice(Protocol):
+    """Shape a node's traffic with tc (the net fault): the device that carries it."""
+
+    def net_device(self, node: str) -> str:
+        """The network device of the node that tc shapes (eth0, or a namespace's veth end)."""
+
+    def netem_probe_unavailable(self) -> str | None:
+        """None when a netem qdisc may be tried on the nodes' devices at set-up; else why not."""
+
+
+@runtime_checkable
+class IsolatedNodes(Protocol):
+    """Cut a node's network off, degrade it, power-cut its disk: every node has a network stack, a disk
+    and a clock view of its own (partition, net, lossy-crash, the cutting scenario steps)."""
+
+    def isolation_unavailable(self) -> str | None:
+        """None when every node is isolated from the others; else why not, one clause."""
+
+
+@runtime_checkable
+class ClockControl(Protocol):
+    """Shift a node's wall clock (clock, clock-jump, clock-strobe): its processes run under the clock
+    preload (clusters/clock_preload.py), which reads the node's control file."""
+
+    def clock_file(self, node: str) -> str: ...
+
+    def clock_unavailable(self) -> str | None:
+        """None when the preload is in the nodes' processes and works; else why not, one clause."""
+
+
+@runtime_checkable
+class LossyDisk(Protocol):
+    """Power-cut a broker's disk (lossy-crash): its data dir is on the lossy file system
+    (clusters/lossyfs.py), which drops every unsynced byte when signalled."""
+
+    def lossyfs_files(self, node: str) -> tuple[str, str]:
+        """(pid file, status file) of the node's lossy file system daemon."""
+
+    def lossy_unavailable(self) -> str | None:
+        """None when the brokers write through the lossy file system; else why not, one clause."""
+
+
+@runtime_checkable
+class SegmentFiles(Protocol):
+    """Corrupt a stopped broker's segment (disk): the reference broker's data dir layout, and a Python
+    on the node to do it with."""
+
+    python: str
+
+    def data_dir(self, node: str) -> str: ...
+
+
+@runtime_checkable
+class ControllerAdmin(Protocol):
+    """Reassign replicas, decommission a broker and add it back (membership): the reference controller's
+    internal requests, and a broker's disk wiped as for a replaced machine."""
+
+    def controller_call(self, api: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]: ...
+
+    def wipe_data(self, node: str) -> None: ...
+
+
+@runtime_checkable
+class StateDumps(Protocol):
+    """Read a replica's own log end offset (the log-reaches wait; the replica checkers): every node answers
+    an admin state dump of its partitions and logs."""
+
+    def state_dumps_unavailable(self) -> str | None:
+        """None when the nodes give state dumps; else why not, one clause."""
+
+
+@runtime_checkable
+class PageCacheDrop(Protocol):
+    """Evict a node's page cache (drop-caches): the nodes may write /proc/sys/vm/drop_caches."""
+
+    def page_cache_unavailable(self) -> str | None:
+        """None when a broker's node may write it; else why not, one clause naming the node."""
+
+
+def proc_sys_refusal(cluster, why_denied: str) -> str | None:
+    """PageCacheDrop's answer for a backend whose nodes reach their kernel's /proc/sys: ask the first broker's
+    node whether it may write drop_caches. `test -w` asks access(2), which answers EROFS for a read-only
+    /proc/sys and EACCES for a non-root user, without dropping anything."""
+    node = cluster.broker_nodes()[0]
+    if cluster.remote(node).run(["test", "-w", DROP_CACHES]).ok:
+        return None
+    return f"{DROP_CACHES} is not writable on {node} ({why_denied})"
+
+
+ABILITIES = (Pausable, HasRemotes, NetDevice, IsolatedNodes, ClockControl, LossyDisk, SegmentFiles, ControllerAdmin,
+             StateDumps, PageCacheDrop)

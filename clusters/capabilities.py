@@ -6,7 +6,8 @@ cluster file names) answers six questions, one line each:
 - iptables:     `iptables -w -S INPUT` runs for the node's user (partition, net's loss)
 - tc:           `tc qdisc show dev eth0` runs (net's bandwidth limit)
 - netem:        a netem qdisc can be added to eth0 and removed again (delay, duplication,
-                reordering); not probed on the local cluster, whose nodes share this host's eth0
+                reordering); not probed where the cluster says not to (NetDevice: the local
+                cluster, whose nodes share this host's eth0)
 - fuse:         /dev/fuse is a readable and writable character device and fusermount3 is
                 installed (the lossy file system behind lossy-crash)
 - cap_sys_time: CAP_SYS_TIME is in the effective set (reported only: our clock faults shift a
@@ -27,9 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from clusters.base import DEFAULT_NET_DEVICE
+
 CAPABILITIES = ("iptables", "tc", "netem", "fuse", "cap_sys_time", "sigstop")
 CAP_SYS_TIME_BIT = 25  # linux/capability.h
-NET_DEVICE = "eth0"    # the device the net fault shapes (nemesis/faults.py)
+NET_DEVICE = DEFAULT_NET_DEVICE  # the device the net fault shapes where a node names none of its own
 
 # Each check prints "<name>\t<yes|no>\t<detail>". `check NAME CMD...` runs CMD and reports its last
 # line of output as the detail when it fails (the reason), nothing when it works.
@@ -64,16 +67,17 @@ def _unavailable(name: str, why: str) -> str:
     return f"printf '%s\\tno\\t%s\\n' {name} {shlex.quote(why)}"
 
 
-def probe_script(pid_command: str | None, probe_netem: bool = True, device: str = NET_DEVICE) -> str:
-    """The shell script that probes one node; `pid_command` prints the node's pid."""
+def probe_script(pid_command: str | None, device: str = NET_DEVICE, netem_unavailable: str | None = None) -> str:
+    """The shell script that probes one node; `pid_command` prints the node's pid; netem is tried unless
+    `netem_unavailable` says why not."""
     d = shlex.quote(device)
     lines = [_PRELUDE,
              "check iptables iptables -w -S INPUT",
              f"check tc tc qdisc show dev {d}"]
-    if probe_netem:
+    if netem_unavailable is None:
         lines.append(f"check netem sh -c {shlex.quote(f'tc qdisc add dev {d} root netem delay 0ms && tc qdisc del dev {d} root')}")
     else:
-        lines.append(_unavailable("netem", "not probed: the nodes share this host's network devices"))
+        lines.append(_unavailable("netem", netem_unavailable))
     lines.append(f"check fuse sh -c {shlex.quote(_FUSE)}")
     lines.append(f"check cap_sys_time sh -c {shlex.quote(_CAP_SYS_TIME)}")
     if pid_command:
@@ -99,20 +103,10 @@ def parse_probe(output: str) -> dict[str, Capability]:
     return {c: found.get(c, Capability(False, "the probe gave no answer")) for c in CAPABILITIES}
 
 
-def pid_command(cluster, node: str) -> str | None:
-    """Shell text printing the node's pid: the cluster's own, or `cat` of its pid file."""
-    if hasattr(cluster, "pid_command"):
-        return cluster.pid_command(node)
-    if hasattr(cluster, "pidfile"):
-        return f"cat {shlex.quote(cluster.pidfile(node))} 2>/dev/null"
-    return None
-
-
 def probe_node(cluster, node: str) -> dict[str, Capability]:
-    from clusters.netrules import net_device
-
-    script = probe_script(pid_command(cluster, node), probe_netem=cluster.name != "local",
-                          device=net_device(cluster, node))
+    """One node's capabilities, asked through its Remote (HasRemotes) about its own device (NetDevice)."""
+    script = probe_script(cluster.pid_command(node), device=cluster.net_device(node),
+                          netem_unavailable=cluster.netem_probe_unavailable())
     r = cluster.remote(node).run(["sh", "-c", script], timeout=60)
     if r.exit in (124, 125, 255) and not r.out.strip():  # the node did not answer at all
         why = (r.err.strip().splitlines() or [f"exit {r.exit}"])[-1]
@@ -151,7 +145,7 @@ def capabilities_json(caps: dict[str, dict[str, Capability]]) -> dict[str, dict[
 def report_capabilities(cluster, log=print) -> dict[str, dict[str, Any]]:
     """Probe (unless the backend already did at its set-up), print the table, keep it on the cluster;
     returns the JSON form for test.json."""
-    caps = getattr(cluster, "capabilities", None) or probe_cluster(cluster)
+    caps = cluster.capabilities or probe_cluster(cluster)
     cluster.capabilities = caps
     log("node capabilities (probed at set-up):\n" + capability_table(caps))
     return capabilities_json(caps)

@@ -18,13 +18,13 @@ registers while its cluster is up (clusters/ownership.py): cleanup skips it whil
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from clusters.base import ClusterError, ClusterSpec
 from clusters.ownership import Leftover, pick, register_run, release_run, remove_all
 from clusters.reference import OWNER_ENV, ReferenceCluster
 from clusters.remote import DockerRemote
+from clusters.waiting import WaitTimeout, wait_until
 
 LABEL = "kafkaesque"
 SPEC_LABEL = f"{LABEL}.spec"  # the cluster's spec as JSON, on every container
@@ -58,7 +58,7 @@ def docker_available() -> bool:
 class DockerCluster(ReferenceCluster):
     name = "docker"
     python = "python3"
-    isolated_nodes = True  # own network stack, disk and clock view per node
+    proc_sys_denied = "/proc/sys is read-only in the containers"  # Docker mounts it so for every container
 
     def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None, lossy: bool = True):
         super().__init__(spec, run_dir, owner)
@@ -92,6 +92,16 @@ class DockerCluster(ReferenceCluster):
 
     def clock_file(self, node: str) -> str:
         return CLOCK_FILE
+
+    # --- abilities (clusters/base.py) ----------------------------------------------------------------
+    def isolation_unavailable(self) -> str | None:
+        return None  # own network stack, disk and clock view per node
+
+    def clock_unavailable(self) -> str | None:
+        return None  # the node image has the preload, and every node's processes start under it
+
+    def lossy_unavailable(self) -> str | None:
+        return None if self.lossy else "this cluster was started without it"
 
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         """(pid file, status file) of the node's lossy file system daemon."""
@@ -197,13 +207,12 @@ class DockerCluster(ReferenceCluster):
                             "--status-file", "/run/kafkaesque/lossyfs.status"],
                            "/run/kafkaesque/lossyfs.pid", "/run/kafkaesque/lossyfs.log",
                            env={"PYTHONPATH": "/opt/kafkaesque"})
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                if r.run(["grep", "-q", "mounted", "/run/kafkaesque/lossyfs.status"]).ok:
-                    return
-                time.sleep(0.1)
-            raise ClusterError(f"The lossy file system did not mount in {node}; see /run/kafkaesque/lossyfs.log "
-                               "there (does the host allow FUSE in containers?).")
+            try:
+                wait_until(lambda: r.run(["grep", "-q", "mounted", "/run/kafkaesque/lossyfs.status"]).ok, 15, 0.1,
+                           f"the lossy file system's mount in {node}")
+            except WaitTimeout:
+                raise ClusterError(f"The lossy file system did not mount in {node}; see /run/kafkaesque/lossyfs.log "
+                                   "there (does the host allow FUSE in containers?).") from None
 
     def down(self) -> None:
         for c in self.containers.values():

@@ -87,7 +87,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -96,7 +95,7 @@ from typing import Any
 
 import jinja2
 
-from clusters.base import ClusterError, ClusterSpec, PartitionView
+from clusters.base import DEFAULT_NET_DEVICE, ClusterError, ClusterSpec, PartitionView, proc_sys_refusal
 from clusters.ownership import (
     Leftover,
     claim_node_dir,
@@ -115,6 +114,7 @@ from clusters.ownership import (
     state_dir,
 )
 from clusters.remote import RemoteError
+from clusters.waiting import WaitTimeout, wait_until
 
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
 KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
@@ -421,6 +421,7 @@ class ExternalCluster:
         self.remotes: dict[str, Any] = {}
         self.capabilities: dict[str, Any] | None = None  # probed in up() (clusters/capabilities.py)
         self._rendered: dict[str, dict[str, Any]] = {}
+        self._docker_client = None  # transport docker: the engine's client, made on first use
 
     @classmethod
     def from_file(cls, path: str, spec: ClusterSpec | None, run_dir: str, owner: str | None = None) -> ExternalCluster:
@@ -471,7 +472,7 @@ class ExternalCluster:
         return DockerRemote(container, n.name)
 
     def _docker(self):
-        if not hasattr(self, "_docker_client"):
+        if self._docker_client is None:
             if self.cf.docker.get("base_url"):
                 import docker
 
@@ -504,13 +505,12 @@ class ExternalCluster:
     def log_paths(self, node: str) -> list[str]:
         return self.rendered(node)["logs"]
 
-    # --- what the nodes allow -----------------------------------------------------------------------------
-    @property
-    def isolated_nodes(self) -> bool:
-        return self.not_isolated_reason == ""
-
-    @property
-    def not_isolated_reason(self) -> str:
+    # --- what the nodes allow: abilities (clusters/base.py) -----------------------------------------------
+    # Pausable, HasRemotes, NetDevice, IsolatedNodes (when the probe says so), StateDumps and PageCacheDrop
+    # (each saying why not where it cannot). Not ClockControl, LossyDisk, SegmentFiles nor ControllerAdmin:
+    # those need hooks into the broker's clock, storage and controller that a system we did not build
+    # does not give.
+    def isolation_unavailable(self) -> str | None:
         hosts = [self.address(n)[0] for n in self.nodes()]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         if shared:
@@ -519,7 +519,24 @@ class ExternalCluster:
         denied = [n for n in self.nodes() if not (caps.get(n, {}).get("iptables") and caps[n]["iptables"].ok)]
         if denied:
             return f"iptables does not run for the node's user on {', '.join(denied)} (see the capability table)"
-        return ""
+        return None
+
+    @property
+    def isolated_nodes(self) -> bool:
+        """IsolatedNodes as a yes or no, for people and tests (faults ask nemesis/requirements.py)."""
+        return self.isolation_unavailable() is None
+
+    def net_device(self, node: str) -> str:
+        return DEFAULT_NET_DEVICE
+
+    def netem_probe_unavailable(self) -> str | None:
+        return None
+
+    def state_dumps_unavailable(self) -> str | None:
+        return "a system we did not build gives no admin dump of its partitions and logs"
+
+    def page_cache_unavailable(self) -> str | None:
+        return proc_sys_refusal(self, "the nodes' user may not write it (run as root)")
 
     # --- commands ---------------------------------------------------------------------------------------
     def pid_command(self, node: str) -> str:
@@ -550,12 +567,10 @@ class ExternalCluster:
         return self.process_state(node) != "down"
 
     def _wait_down(self, node: str, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.is_running(node):
-                return True
-            time.sleep(0.2)
-        return False
+        try:
+            return wait_until(lambda: not self.is_running(node), timeout_s, 0.2, f"{node}'s exit")
+        except WaitTimeout:
+            return False
 
     def start(self, node: str) -> None:
         if self.is_running(node):
@@ -611,8 +626,8 @@ class ExternalCluster:
             return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
 
     def _connect(self, node: str) -> None:
-        r = self.remote(node)
-        if hasattr(r, "connect"):
+        r = self.remote(node)  # a container's: found on the engine now, or a ClusterError naming it
+        if self.cf.transport == "ssh":  # a container's Remote needs no connection
             r.connect()
             if r.target.sudo and not r.run(["true"], timeout=20).ok:
                 raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
@@ -621,9 +636,9 @@ class ExternalCluster:
     def _claim(self, node: str) -> None:
         """The node's dir is this run's (clusters/ownership.py claim_node_dir); its marker also keeps the
         chain our faults use and the root qdisc the node had, what cleanup needs to undo a dead run's."""
-        from clusters.netrules import CHAIN, net_device
+        from clusters.netrules import CHAIN
 
-        device = net_device(self, node)
+        device = self.net_device(node)
         claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
                        f"[paths] of the cluster file {self.cf.path}",
                        {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)})
@@ -664,9 +679,7 @@ class ExternalCluster:
             if claimed:
                 self._each(stop, claimed)
         finally:
-            for r in self.remotes.values():
-                if hasattr(r, "close"):
-                    r.close()
+            self._close_remotes()
         self._unmark_leftover()
         release_run(self.owner)
 
@@ -708,9 +721,12 @@ class ExternalCluster:
         try:
             return [n for n in self._each(heal) if n]
         finally:
+            self._close_remotes()
+
+    def _close_remotes(self) -> None:
+        if self.cf.transport == "ssh":  # SSH connections; a container's Remote holds none
             for r in self.remotes.values():
-                if hasattr(r, "close"):
-                    r.close()
+                r.close()
 
     # --- roles, through the Kafka protocol only ----------------------------------------------------------
     def _admin(self):
@@ -767,21 +783,22 @@ class ExternalCluster:
 
     def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
         want = {self.node_id(b) for b in brokers}
-        deadline = time.monotonic() + timeout_s
         seen: set[int] = set()
-        while time.monotonic() < deadline:
+
+        def listed() -> bool:
+            nonlocal seen
             try:
                 seen = self.broker_ids()
-                if want <= seen:
-                    return
             except Exception:  # noqa: BLE001 - not up yet
-                pass
-            time.sleep(0.5)
-        missing = sorted(self.node_name(i) for i in want - seen)
-        raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s; check those nodes' "
-                           "start commands and logs (paths.logs in the cluster file).")
+                return False
+            return want <= seen
 
-    has_state_dumps = False  # a system we did not build: no admin dump of partitions and logs
+        try:
+            wait_until(listed, timeout_s, 0.5, "the brokers' listing in Metadata")
+        except WaitTimeout:
+            missing = sorted(self.node_name(i) for i in want - seen)
+            raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s; check those "
+                               "nodes' start commands and logs (paths.logs in the cluster file).") from None
 
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
         return None  # a system we did not build has no state dump: the replica checks are skipped

@@ -4,9 +4,9 @@ Each node has its own data dir and port under the run directory, its process car
 KAFKAESQUE_OWNER=<run id> in its environment and its dir a marker naming the run (so
 `kafkaesque cleanup` finds the leftovers of a crashed run: clusters/ownership.py, and only
 those of runs whose harness is gone), and the clock-offset preload (clusters/clock_preload.py) so a clock
-fault can skew one node's wall clock without touching the host's. Network partitions need
-a node per network namespace or container (the docker backend); here they are refused by
-name.
+fault can skew one node's wall clock without touching the host's (ClockControl). Network
+partitions need a node per network namespace or container (the docker backend); here they
+are refused by name (IsolatedNodes says why).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class LocalCluster(ReferenceCluster):
         self._remote = LocalRemote("local")
         self.ports: dict[str, int] = {}
         self._clock_lib: str | None = None
+        self._clock_problem: str | None = "the clock preload is built when the cluster starts, which it has not"
         self._registration: RunRecord | None = None
 
     def remote(self, node: str) -> LocalRemote:
@@ -76,6 +77,15 @@ class LocalCluster(ReferenceCluster):
     def clock_file(self, node: str) -> str:
         return f"{self.node_dir(node)}/clock-offset"
 
+    def clock_unavailable(self) -> str | None:
+        return self._clock_problem
+
+    def isolation_unavailable(self) -> str | None:
+        return f"the {self.name} cluster runs every node as a process on this host's loopback"
+
+    def netem_probe_unavailable(self) -> str | None:
+        return "not probed: the nodes share this host's network devices"
+
     def node_env(self, node: str) -> dict[str, str]:
         env = super().node_env(node)
         if self._clock_lib:
@@ -88,12 +98,7 @@ class LocalCluster(ReferenceCluster):
         try:
             # Before anything is made: from here until down() the run is live to `kafkaesque cleanup`.
             self._registration = register_run(self.owner, self.name, str(self.run_dir))
-            from clusters.clock_preload import PreloadBuildError, build_preload
-
-            try:
-                self._clock_lib = str(build_preload())
-            except PreloadBuildError:
-                self._clock_lib = None  # the clock fault will refuse, naming the reason
+            self._build_clock_preload()
             self._prepare_nodes()
             for node in self.nodes():
                 self.start(node)
@@ -102,6 +107,17 @@ class LocalCluster(ReferenceCluster):
         except BaseException:
             self.down()
             raise
+
+    def _build_clock_preload(self) -> None:
+        """The clock preload for every node's process; where it cannot be built the nodes run without it and
+        the clock faults refuse, naming the reason (ClockControl)."""
+        from clusters.clock_preload import PreloadBuildError, build_preload
+
+        try:
+            self._clock_lib, self._clock_problem = str(build_preload()), None
+        except PreloadBuildError:
+            self._clock_lib = None
+            self._clock_problem = "the clock preload library could not be built here (install gcc)"
 
     def _prepare_nodes(self) -> None:
         """Ports and data dirs; a subclass adds what its nodes need (namespaces, mounts)."""

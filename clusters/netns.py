@@ -24,7 +24,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from clusters.base import ClusterError, ClusterSpec
@@ -41,6 +40,7 @@ from clusters.ownership import (
 )
 from clusters.reference import OWNER_ENV
 from clusters.remote import LocalRemote, RemoteResult
+from clusters.waiting import WaitTimeout, wait_until
 
 PORT = 9092
 SUBNET = "10.213"
@@ -81,7 +81,6 @@ class NetnsCluster(LocalCluster):
     """LocalCluster with a namespace, an address and a lossy data dir per node."""
 
     name = "local-netns"
-    isolated_nodes = True  # own network stack per node: partition, net and lossy-crash faults work
     lossy = True
 
     def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None):
@@ -97,6 +96,16 @@ class NetnsCluster(LocalCluster):
     # --- where nodes live ------------------------------------------------------------------------
     def remote(self, node: str) -> NetnsRemote:
         return self.remotes[node]
+
+    # --- abilities (clusters/base.py) ----------------------------------------------------------------
+    def isolation_unavailable(self) -> str | None:
+        return None  # own network stack per node: partition, net and lossy-crash faults work
+
+    def lossy_unavailable(self) -> str | None:
+        return None  # every broker's data dir is a lossyfs mount
+
+    def netem_probe_unavailable(self) -> str | None:
+        return None  # each node's device is its own veth end
 
     def net_device(self, node: str) -> str:
         """The node's own end of its veth pair, inside its namespace: what tc shapes (no eth0 there)."""
@@ -174,13 +183,12 @@ class NetnsCluster(LocalCluster):
         self.host_remote.start_daemon([sys.executable, "-m", "clusters.lossyfs", backing, mount,
                                        "--status-file", status], pidfile, f"{self.node_dir(node)}/lossyfs.log",
                                       env={"PYTHONPATH": project, OWNER_ENV: self.owner})
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if Path(status).exists() and "mounted" in Path(status).read_text():
-                return
-            time.sleep(0.1)
-        raise ClusterError(f"The lossy file system did not mount for {node}; see {self.node_dir(node)}/lossyfs.log "
-                           "(is /dev/fuse there and fuse3 installed?).")
+        try:
+            wait_until(lambda: Path(status).exists() and "mounted" in Path(status).read_text(), 15, 0.1,
+                       f"the lossy file system's mount for {node}")
+        except WaitTimeout:
+            raise ClusterError(f"The lossy file system did not mount for {node}; see {self.node_dir(node)}/lossyfs.log "
+                               "(is /dev/fuse there and fuse3 installed?).") from None
 
     def down(self) -> None:
         for node in reversed(self.nodes()):

@@ -15,11 +15,6 @@ CHAIN = "KAFKAESQUE"
 Argv = list[str]
 
 
-def net_device(cluster, node: str) -> str:
-    """The network device tc shapes on a node: the cluster's own answer (a namespace's veth end), else eth0."""
-    return cluster.net_device(node) if hasattr(cluster, "net_device") else "eth0"
-
-
 def chain_setup() -> list[Argv]:
     """Create our chain and the INPUT jump; safe to run twice (see `ensure_chain_script`)."""
     return [["sh", "-c", ensure_chain_script()]]

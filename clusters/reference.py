@@ -4,7 +4,9 @@ through each node's Remote, and role lookups that ask the cluster itself.
 A backend (local processes, Docker containers, SSH hosts) says only where a node lives:
 its Remote, the address the harness reaches it on, the address it listens on, and its
 paths. Everything else (start, kill -9, pause, role lookups, collecting logs and state
-dumps) is written once, here.
+dumps) is written once, here, with the abilities of clusters/base.py every such backend
+has (Pausable, HasRemotes, NetDevice, SegmentFiles, ControllerAdmin, StateDumps,
+PageCacheDrop); each backend adds the ones only it has, or says why not.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import json
 import os
 import shlex
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
-from clusters.base import ClusterError, ClusterSpec, PartitionView
+from clusters.base import DEFAULT_NET_DEVICE, ClusterError, ClusterSpec, PartitionView, proc_sys_refusal
 from clusters.broker import rpc
 from clusters.broker.admin import create_topic, dump_state
+from clusters.waiting import WaitTimeout, wait_until
 
 CONTROLLER_ID = 1000
 CONTROLLER = "controller-0"
@@ -43,6 +45,8 @@ class ReferenceCluster:
 
     name = "reference"
     python = "python3"
+    capabilities: dict[str, dict[str, Any]] | None = None  # the set-up probe's table (clusters/capabilities.py)
+    proc_sys_denied = "the nodes' user may not write it (run as root)"  # why drop_caches may not be written
 
     def __init__(self, spec: ClusterSpec, run_dir: str, owner: str | None = None):
         if spec.broker_variant not in BROKER_VARIANTS:
@@ -74,6 +78,30 @@ class ReferenceCluster:
 
     def node_env(self, node: str) -> dict[str, str]:
         return {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
+
+    # --- abilities (clusters/base.py): the answers every backend of our broker shares ---------------
+    def pid_command(self, node: str) -> str:
+        return f"cat {shlex.quote(self.pidfile(node))} 2>/dev/null"
+
+    def net_device(self, node: str) -> str:
+        return DEFAULT_NET_DEVICE
+
+    def netem_probe_unavailable(self) -> str | None:
+        return None
+
+    def isolation_unavailable(self) -> str | None:
+        return f"the {self.name} backend does not say whether its nodes have their own network"
+
+    @property
+    def isolated_nodes(self) -> bool:
+        """IsolatedNodes as a yes or no, for people and tests (faults ask nemesis/requirements.py)."""
+        return self.isolation_unavailable() is None
+
+    def state_dumps_unavailable(self) -> str | None:
+        return None
+
+    def page_cache_unavailable(self) -> str | None:
+        return proc_sys_refusal(self, self.proc_sys_denied)
 
     # --- naming --------------------------------------------------------------------------------
     def broker_nodes(self) -> list[str]:
@@ -228,15 +256,17 @@ class ReferenceCluster:
     def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
         """Until every named broker is registered and unfenced at the controller."""
         want = {self.node_id(b) for b in brokers}
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def registered() -> bool:
             found = self.active_controller_state()
             state = found[1] if found else None
-            if state and want <= {b["broker_id"] for b in state["brokers"] if not b["fenced"]}:
-                return
-            time.sleep(0.1)
-        raise ClusterError(f"The brokers did not register with the controller within {timeout_s:.0f} s; see the "
-                           f"node logs ({self.name} cluster, {self.log_path(CONTROLLER)}).")
+            return bool(state and want <= {b["broker_id"] for b in state["brokers"] if not b["fenced"]})
+
+        try:
+            wait_until(registered, timeout_s, 0.1, "the brokers' registration")
+        except WaitTimeout:
+            raise ClusterError(f"The brokers did not register with the controller within {timeout_s:.0f} s; see the "
+                               f"node logs ({self.name} cluster, {self.log_path(CONTROLLER)}).") from None
 
     def controller_call(self, api: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         """An internal-RPC request to the active controller (reassignments, membership: nemesis/membership.py)."""

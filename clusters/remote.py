@@ -15,10 +15,11 @@ import posixpath
 import shlex
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from clusters.waiting import WaitTimeout, wait_until
 
 
 @dataclass
@@ -184,12 +185,11 @@ class ShellDaemons:
                                      f"! grep -q '^State:.*Z' /proc/$p/status"], timeout=10).ok
 
     def wait_daemon(self, pidfile: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.daemon_alive(pidfile):
-                return True
-            time.sleep(0.1)
-        return False
+        """Wait for the daemon to exit; True if it did."""
+        try:
+            return wait_until(lambda: not self.daemon_alive(pidfile), timeout, 0.1, f"the exit of {pidfile}'s daemon")
+        except WaitTimeout:
+            return False
 
 
 class DockerRemote(ShellDaemons):

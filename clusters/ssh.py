@@ -50,7 +50,6 @@ import json
 import shlex
 import signal
 import tarfile
-import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +73,7 @@ from clusters.ownership import (
 from clusters.reference import CONTROLLER, ReferenceCluster
 from clusters.remote import RemoteError
 from clusters.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
+from clusters.waiting import WaitTimeout, wait_until
 
 PACKAGE_ROOT = Path(__file__).resolve().parent  # the `clusters` package that goes to the nodes
 CLOCK_PROBE_S = 1000  # the skew the clock probe asks for; any clock far from it means the preload failed
@@ -194,9 +194,10 @@ class SshCluster(ReferenceCluster):
         self.remotes = {n.name: SshRemote(n.target, n.name) for n in nodes}
         self.python = nodes[0].python
         self.lossy = any(n.lossy for n in nodes if n.name != CONTROLLER)
-        # Probed in up(): both depend on what the nodes allow.
-        self.isolated_nodes = False
+        # Probed in up(): both depend on what the nodes allow (IsolatedNodes, ClockControl).
+        self._not_isolated: str | None = "the nodes' isolation is probed when the cluster starts, which it has not"
         self._clock_lib: str | None = None
+        self._clock_problem: str | None = "the clock preload is installed when the cluster starts, which it has not"
         self._claimed: set[str] = set()  # nodes whose dir this run holds: the only ones down() touches
 
     @classmethod
@@ -223,6 +224,16 @@ class SshCluster(ReferenceCluster):
 
     def clock_file(self, node: str) -> str:
         return f"{self.node_dir(node)}/clock-offset"
+
+    # --- abilities (clusters/base.py) ----------------------------------------------------------------------
+    def isolation_unavailable(self) -> str | None:
+        return self._not_isolated
+
+    def clock_unavailable(self) -> str | None:
+        return self._clock_problem
+
+    def lossy_unavailable(self) -> str | None:
+        return None if self.lossy else "this cluster was started without it"
 
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         return f"{self.node_dir(node)}/lossyfs.pid", f"{self.node_dir(node)}/lossyfs.status"
@@ -265,12 +276,12 @@ class SshCluster(ReferenceCluster):
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
         iptables = self._each(lambda node: self.remote(node).run(["iptables", "-w", "-S", "INPUT"], timeout=20).ok)
         denied = [n for n, ok in zip(self.nodes(), iptables, strict=True) if not ok]
-        self.isolated_nodes = not shared and not denied
+        self._not_isolated = None
         if shared:
-            self.not_isolated_reason = f"in the ssh node file, several nodes share {', '.join(shared)}"
+            self._not_isolated = f"in the ssh node file, several nodes share {', '.join(shared)}"
         elif denied:
-            self.not_isolated_reason = (f"iptables does not run for the SSH user on {', '.join(denied)} (install it, "
-                                        "and log in as root or set sudo = true)")
+            self._not_isolated = (f"iptables does not run for the SSH user on {', '.join(denied)} (install it, "
+                                  "and log in as root or set sudo = true)")
 
     def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
         """fn(node) on every node in parallel (SSH round trips dominate set-up); the first error is raised."""
@@ -287,9 +298,9 @@ class SshCluster(ReferenceCluster):
 
     def _claim(self, node: str) -> None:
         """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
-        from clusters.netrules import CHAIN, net_device
+        from clusters.netrules import CHAIN
 
-        device = net_device(self, node)
+        device = self.net_device(node)
         claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
                        f"the node file {self.node_file or ''}".rstrip(),
                        {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)},
@@ -320,7 +331,8 @@ class SshCluster(ReferenceCluster):
         try:
             lib = build_preload()
         except PreloadBuildError:
-            return None  # the clock faults say: could not be built here (install gcc)
+            self._clock_problem = "the clock preload library could not be built here (install gcc)"
+            return None
         data = lib.read_bytes()
         for node in self.nodes():
             self.remote(node).put(f"{self.node_dir(node)}/lib/{lib.name}", data)
@@ -336,9 +348,9 @@ class SshCluster(ReferenceCluster):
             works = abs(float(r.out) - float(now.out) - CLOCK_PROBE_S) < CLOCK_PROBE_S / 2
         except ValueError:
             works = False
-        if not works:
-            self.clock_unavailable_reason = (f"does not shift the wall clock on {node} ({self.remote(node).where()}; "
-                                             "a node whose libc or architecture differs from this host's)")
+        self._clock_problem = None if works else (
+            f"the clock preload library does not shift the wall clock on {node} ({self.remote(node).where()}; a node "
+            "whose libc or architecture differs from this host's)")
         return str(lib) if works else None
 
     def _mount_lossyfs(self, node: str) -> None:
@@ -346,13 +358,12 @@ class SshCluster(ReferenceCluster):
         pidfile, status = self.lossyfs_files(node)
         r.start_daemon([self.python, "-m", "clusters.lossyfs", f"{d}/backing", self.data_dir(node),
                         "--status-file", status], pidfile, f"{d}/lossyfs.log", env={"PYTHONPATH": f"{d}/code"})
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if r.run(["grep", "-q", "mounted", status]).ok:
-                return
-            time.sleep(0.2)
-        raise ClusterError(f"The lossy file system did not mount on {node} ({r.where()}); see {d}/lossyfs.log "
-                           "there (it needs /dev/fuse and pyfuse3), or set lossy = false in the node file.")
+        try:
+            wait_until(lambda: r.run(["grep", "-q", "mounted", status]).ok, 20, 0.2,
+                       f"the lossy file system's mount on {node}")
+        except WaitTimeout:
+            raise ClusterError(f"The lossy file system did not mount on {node} ({r.where()}); see {d}/lossyfs.log "
+                               "there (it needs /dev/fuse and pyfuse3), or set lossy = false in the node file.") from None
 
     def _stop_processes(self, node: str) -> None:
         """Kill the node's broker and unmount its lossy file system, whoever started them."""
@@ -408,7 +419,6 @@ class SshCluster(ReferenceCluster):
         whose dir another run has claimed since is that run's now: it is left alone."""
         from clusters import netrules
         from clusters.clock_preload import offset_file_text
-        from clusters.netrules import net_device
 
         def heal(node: str) -> str | None:
             try:
@@ -420,7 +430,7 @@ class SshCluster(ReferenceCluster):
                 for argv in netrules.remove_chain():
                     r.run(argv, timeout=20)
                 if marker is not None:  # a dir the harness made: its clock file and pid files are ours
-                    remove_added_qdisc(r, {"device": net_device(self, node), **marker})
+                    remove_added_qdisc(r, {"device": self.net_device(node), **marker})
                     if r.run(["test", "-e", self.clock_file(node)], timeout=20).ok:
                         r.put(self.clock_file(node), offset_file_text(0).encode())
                     self._stop_processes(node)

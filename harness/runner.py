@@ -32,12 +32,14 @@ from checkers.core import UNKNOWN, run_checkers
 from checkers.coverage import SAME_HOST_CLUSTERS, MetadataObservations, log_events, reached_states, read_jsonl
 from checkers.evidence import FaultEvidenceChecker, decide
 from clusters.base import ClusterError, ClusterSpec
+from clusters.waiting import WaitTimeout, wait_until
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
 from history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from nemesis.actions import FaultActions
 from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
+from nemesis.requirements import StateDumps, can
 from results.store import create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
@@ -197,7 +199,7 @@ class Run:
         return comp
 
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
-        drivers = nemesis.drivers() if hasattr(nemesis, "drivers") else []
+        drivers = nemesis.drivers()
         if drivers:
             # A scenario or the protocol nemesis times its own steps against the cluster's state; it
             # stops at the time limit, with the clients, so no fault lands on an idle cluster.
@@ -285,7 +287,7 @@ class Run:
         self.ledger.clock = writer.now
         cluster = make_cluster(spec, run_dir)
         # What the checkers need to know of the cluster: which nodes, and whether they give state dumps.
-        test.update(nodes=cluster.nodes(), state_dumps=bool(getattr(cluster, "has_state_dumps", True)))
+        test.update(nodes=cluster.nodes(), state_dumps=can(cluster, StateDumps))
         faults = FaultActions(cluster, self.ledger, spec.workload_opts()["topic"])
         self.log(f"run {run_dir} · cluster {cluster.name} · workload {spec.workload} · nemesis "
                  f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
@@ -341,7 +343,7 @@ class Run:
                 if not spec.leave_running:
                     cluster.down()
                 writer.close()
-        not_run = [x for part in getattr(nemesis, "parts", []) for x in getattr(part, "not_run", [])]
+        not_run = list(nemesis.not_run)
         return self._check_and_store(run_dir, test, workload, outcome,
                                      {"faults_not_run": not_run} if not_run else {})
 
@@ -444,18 +446,24 @@ class Run:
     def _open_for_final_read(self, client, bootstrap: str) -> None:
         """A client for the final reads, retried while the healed cluster may still be recovering."""
         timeout_s = FINAL_READ_CONNECT_S
-        deadline = time.monotonic() + timeout_s
-        while True:
+        error: Exception | None = None
+
+        def opened() -> bool:
+            nonlocal error
             try:
                 client.open(bootstrap)
-                return
+                return True
             except Exception as e:  # noqa: BLE001 - any client error: the cluster is not answering yet
-                if time.monotonic() >= deadline:
-                    raise FinalReadsImpossible(
-                        f"no final reads: the cluster did not answer a client within {timeout_s:.0f} s after the "
-                        f"heal ({type(e).__name__}: {e}); see the node logs under nodes/") from None
+                error = e
                 _close_quietly(client)
-                time.sleep(1.0)
+                return False
+
+        try:
+            wait_until(opened, timeout_s, 1.0, "a client's connection to the healed cluster")
+        except WaitTimeout:
+            raise FinalReadsImpossible(
+                f"no final reads: the cluster did not answer a client within {timeout_s:.0f} s after the "
+                f"heal ({type(error).__name__}: {error}); see the node logs under nodes/") from None
 
     def _check_and_store(self, run_dir: Path, test: dict, workload, outcome: dict[str, Any],
                          notes: dict[str, Any] | None = None) -> tuple[int, Path]:

@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from clusters import netrules
-from clusters.netrules import net_device
 from clusters.remote import shell_join
+from clusters.waiting import WaitTimeout, wait_until
 from history import FaultRecord
 from nemesis.grudge import Grudge, describe
 from nemesis.ledger import FaultLedger
@@ -157,13 +157,15 @@ class FaultActions:
         self.cluster.kill(node)
         if not r.signal_daemon(pidfile, signal.SIGUSR1):
             raise RuntimeError(f"the lossy file system of {node} could not be signalled (pid file {pidfile})")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def reported() -> list[str] | None:
             lines = r.run(["cat", status]).out.strip().splitlines()
-            if len(lines) > before:
-                return json.loads(lines[-1])
-            time.sleep(0.05)
-        return {"event": "no report from lossyfs within 10 s"}
+            return lines if len(lines) > before else None
+
+        try:
+            return json.loads(wait_until(reported, 10, 0.05, f"the lossy file system's report on {node}")[-1])
+        except WaitTimeout:
+            return {"event": "no report from lossyfs within 10 s"}
 
     # --- the network -----------------------------------------------------------------------------
     def prepare_network(self) -> None:
@@ -227,7 +229,7 @@ class FaultActions:
     def degrade(self, node: str, rate: str, loss: float, by: str) -> FaultRecord:
         """A bandwidth limit on the node's egress and random loss of what it receives from every peer."""
         peers = [self.cluster.address(n)[0] for n in self.cluster.nodes() if n != node]
-        device = net_device(self.cluster, node)
+        device = self.cluster.net_device(node)
         with self.ledger.applying("net", [node], by, {"rate": rate, "loss": loss}) as rec, self._lock:
             self._loss[rec.id] = (node, peers, loss)
             try:
@@ -254,7 +256,7 @@ class FaultActions:
             degraded = {n for n, _, _ in self._loss.values()}
         for rec in owed:
             node = rec.nodes[0]
-            device = net_device(self.cluster, node)
+            device = self.cluster.net_device(node)
             if node not in degraded:
                 self.cluster.remote(node).run(netrules.clear_qdisc(device))
             state = net_state(self.cluster, node, device)

@@ -17,12 +17,13 @@ from typing import Any
 
 from history import INFO, Op
 from nemesis import grudge
-from nemesis.base import NemesisRefused
+from nemesis.base import NemesisBase, NemesisRefused
+from nemesis.requirements import IsolatedNodes, can
 
 MOVES = ("kill-active", "pause-active", "isolate-active", "kill-minority", "kill-majority")
 
 
-class ControllerNemesis:
+class ControllerNemesis(NemesisBase):
     name, start_f, stop_f = "controller", "start-controller", "stop-controller"
 
     def __init__(self, options: dict[str, Any]):
@@ -45,7 +46,7 @@ class ControllerNemesis:
         if not cluster.controller_nodes():
             raise NemesisRefused(f"the controller fault acts on controllers, and the {cluster.name} cluster names "
                                  "none; drop controller from --nemesis")
-        if getattr(cluster, "isolated_nodes", False) and len(cluster.nodes()) > 1:
+        if can(cluster, IsolatedNodes) and len(cluster.nodes()) > 1:
             faults.prepare_network()
             self.can_isolate = True
 

@@ -28,15 +28,16 @@ import zlib
 from typing import Any
 
 from clusters import netrules
-from clusters.netrules import net_device
+from clusters.base import DROP_CACHES
 from history import BEYOND_BUDGET, INFO, Op
 from nemesis import grudge
 from nemesis.actions import CLOCK_FAULTS
-from nemesis.base import NemesisRefused
+from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.observe import cached_kib
+from nemesis.requirements import ClockControl, IsolatedNodes, LossyDisk, PageCacheDrop, SegmentFiles, why_not
 from nemesis.targets import running_brokers
 
-__all__ = ["PARTITION_TARGETS", "beyond_fault_budget", "net_device"]
+__all__ = ["DROP_CACHES", "PARTITION_TARGETS", "beyond_fault_budget"]
 
 
 def beyond_fault_budget(power_cut: int, min_isr: int) -> bool:
@@ -48,7 +49,7 @@ PARTITION_TARGETS = ("random-node", "halves", "majorities-ring", "bridge", "lead
 SHAPES_OF_THREE = ("majorities-ring", "bridge")  # need at least three nodes (nemesis/grudge.py)
 
 
-class _Fault:
+class _Fault(NemesisBase):
     name = ""
     start_f = stop_f = ""
 
@@ -75,11 +76,10 @@ class _Fault:
                 raise RuntimeError(f"{self.name}: " + "; ".join(errors))
 
     def _needs_remotes(self, cluster) -> None:
-        if not getattr(cluster, "isolated_nodes", False):
+        why = why_not(cluster, IsolatedNodes)
+        if why:
             raise NemesisRefused(f"the {self.name} fault needs nodes with their own network, disk and clock "
-                                 "(--cluster docker, or --cluster local as root for a namespace per node); " +
-                                 getattr(cluster, "not_isolated_reason", f"the {cluster.name} cluster runs every "
-                                         "node as a process on this host's loopback"))
+                                 "(--cluster docker, or --cluster local as root for a namespace per node); " + why)
 
     def _leader_nodes(self, cluster) -> list[str]:
         return sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
@@ -162,9 +162,9 @@ class LossyCrashNemesis(_Fault):
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
         self._needs_remotes(cluster)
-        if not getattr(cluster, "lossy", False):
-            raise NemesisRefused("the lossy-crash fault needs brokers writing through the lossy file system; "
-                                 "this cluster was started without it")
+        why = why_not(cluster, LossyDisk)
+        if why:
+            raise NemesisRefused("the lossy-crash fault needs brokers writing through the lossy file system; " + why)
         if not self.exceed_budget and self.min_isr - 1 < 1:
             raise NemesisRefused(f"the lossy-crash fault may power-cut at most min ISR - 1 brokers at once (001's "
                                  f"fault budget), which is 0 with --min-isr {self.min_isr}: it would never act; raise "
@@ -207,12 +207,9 @@ class _ClockFault(_Fault):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
-        if not hasattr(cluster, "clock_file"):
-            raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; "
-                                 f"{cluster.name} nodes are not")
-        if hasattr(cluster, "_clock_lib") and cluster._clock_lib is None:  # a local backend without gcc
-            raise NemesisRefused(f"the {self.name} fault needs the clock preload library, which " +
-                                 getattr(cluster, "clock_unavailable_reason", "could not be built here (install gcc)"))
+        why = why_not(cluster, ClockControl)  # e.g. a local backend without gcc: no preload library
+        if why:
+            raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; {why}")
 
     def set_offset(self, cluster, node: str, offset_s: float) -> None:
         from clusters.clock_preload import offset_file_text
@@ -329,7 +326,7 @@ class NetNemesis(_Fault):
         super().setup(cluster, faults)
         self._needs_remotes(cluster)
         node = cluster.broker_nodes()[0]
-        probe = cluster.remote(node).run(netrules.netem_probe(net_device(cluster, node)))
+        probe = cluster.remote(node).run(netrules.netem_probe(cluster.net_device(node)))
         if not probe.ok:
             reason = (probe.out + probe.err).strip().splitlines()[-1:] or ["netem unavailable"]
             self.not_run.append(f"netem (delay/duplicate/reorder): the kernel has no netem qdisc ({reason[0]})")
@@ -350,31 +347,23 @@ class NetNemesis(_Fault):
         raise ValueError(f"net nemesis cannot do {op.f!r}")
 
 
-DROP_CACHES = "/proc/sys/vm/drop_caches"
-
-
 class DropCachesNemesis(_Fault):
     """Evict the kernel's page cache, dentries and inodes (`echo 3 > /proc/sys/vm/drop_caches`) on the
     node of a random broker, so its next reads go to the disk.
 
     The file is per kernel: containers share the host's, and mount /proc/sys read-only; local
-    nodes reach the host's only as root. Setup probes a node and, where it is not writable,
-    refuses the fault by name (it could never act). Observed by the page cache shrinking
-    (/proc/meminfo's Cached before and after); the cache refills by itself, so each drop is
-    healed as soon as it is seen."""
+    nodes reach the host's only as root. Setup asks the cluster (PageCacheDrop: it asks a node)
+    and, where the file is not writable, refuses the fault by name (it could never act).
+    Observed by the page cache shrinking (/proc/meminfo's Cached before and after); the cache
+    refills by itself, so each drop is healed as soon as it is seen."""
 
     name, start_f, stop_f = "drop-caches", "start-drop-caches", "stop-drop-caches"
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
-        node = cluster.broker_nodes()[0]
-        # `test -w` asks access(2), which answers EROFS for a read-only /proc/sys and EACCES for a
-        # non-root user, without dropping anything.
-        if not cluster.remote(node).run(["test", "-w", DROP_CACHES]).ok:
-            why = ("/proc/sys is read-only in the containers" if cluster.name == "docker"
-                   else "the nodes' user may not write it (run as root)")
-            raise NemesisRefused(f"the drop-caches fault cannot run: {DROP_CACHES} is not writable on {node} ({why}); "
-                                 "drop drop-caches from --nemesis")
+        why = why_not(cluster, PageCacheDrop)
+        if why:
+            raise NemesisRefused(f"the drop-caches fault cannot run: {why}; drop drop-caches from --nemesis")
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
@@ -438,8 +427,9 @@ class DiskNemesis(_Fault):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
-        if not hasattr(cluster, "data_dir"):
-            raise NemesisRefused(f"the disk fault needs the broker's data dir; {cluster.name} does not say where")
+        why = why_not(cluster, SegmentFiles)
+        if why:
+            raise NemesisRefused(f"the disk fault needs the broker's data dir; {why}")
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:

@@ -31,7 +31,8 @@ import random
 from typing import Any
 
 from history import INFO, Op
-from nemesis.base import NemesisRefused
+from nemesis.base import NemesisBase, NemesisRefused
+from nemesis.requirements import ControllerAdmin, why_not
 from nemesis.targets import running_brokers
 
 MOVES = ("remove-broker", "reassign", "preferred-election")
@@ -39,7 +40,7 @@ WAIT_S = 15.0  # how long a move waits for its reassignments before recording th
 HEAL_WAIT_S = 60.0
 
 
-class MembershipNemesis:
+class MembershipNemesis(NemesisBase):
     name, start_f, stop_f = "membership", "start-membership", "stop-membership"
     # Re-adding a broker waits for reassignments, which need every other broker back: the
     # composite heals this part after the process and network faults.
@@ -59,10 +60,10 @@ class MembershipNemesis:
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults
-        if not hasattr(cluster, "controller_call"):
-            raise NemesisRefused("the membership fault changes replica sets through the reference broker's "
-                                 f"controller, which the {getattr(cluster, 'name', 'given')} cluster does not "
-                                 "have; drop membership from --nemesis")
+        why = why_not(cluster, ControllerAdmin)
+        if why:
+            raise NemesisRefused(f"the membership fault changes replica sets through the reference broker's "
+                                 f"controller: {why}; drop membership from --nemesis")
 
     def _call(self, cluster):
         return lambda api, body: cluster.controller_call(api, body)

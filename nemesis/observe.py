@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from clusters import netrules
+from clusters.waiting import WaitTimeout, wait_until
 
 PROBE_TIMEOUT_S = 1.0  # a SYN on a live link is answered in under a millisecond here; DROP never answers
 
@@ -61,12 +62,18 @@ def probe_pairs(cluster, pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 def process_state_within(cluster, node: str, want: tuple[str, ...], timeout_s: float = 5.0) -> str:
     """The node's process state ("running", "paused", "down"), polled until it is one of `want` or the
     time is up (a signal is delivered asynchronously); the last state seen."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    state = ""
+
+    def reached() -> bool:
+        nonlocal state
         state = cluster.process_state(node)
-        if state in want or time.monotonic() >= deadline:
-            return state
-        time.sleep(0.1)
+        return state in want
+
+    try:
+        wait_until(reached, timeout_s, 0.1, f"{node}'s process becoming {' or '.join(want)}")
+    except WaitTimeout:
+        pass
+    return state
 
 
 def node_clock_offset_s(cluster, node: str) -> float | None:

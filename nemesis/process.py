@@ -10,13 +10,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from clusters.base import Pausable
 from history import INFO, Op
-from nemesis.base import NemesisRefused
+from nemesis.base import NemesisBase, NemesisRefused
+from nemesis.requirements import Pausable, can
 from nemesis.targets import choose, running_brokers
 
 
-class _ProcessFault:
+class _ProcessFault(NemesisBase):
     name = ""
     start_f = stop_f = ""
 
@@ -107,7 +107,7 @@ class PauseNemesis(_ProcessFault):
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"
 
     def setup(self, cluster, faults) -> None:
-        if not isinstance(cluster, Pausable):
+        if not can(cluster, Pausable):
             raise NemesisRefused(f"the pause fault needs a cluster that can pause processes; {cluster.name} cannot")
         super().setup(cluster, faults)
 

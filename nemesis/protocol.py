@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nemesis.base import NemesisRefused
+from nemesis.requirements import IsolatedNodes, can, steps_refusal
 from nemesis.scenario import (
     CONTROLLERS,
     SCENARIOS,
@@ -105,15 +106,13 @@ class ProtocolNemesis(ScenarioNemesis):
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults
-        if getattr(cluster, "isolated_nodes", False):
+        if can(cluster, IsolatedNodes):
             faults.prepare_network()
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
             for m in NEEDS_ISOLATED_NODES:
                 self.moves.pop(m, None)
-        caps = getattr(cluster, "capabilities", None)
+        caps = cluster.capabilities
         if caps:  # and the moves whose steps a node cannot do (the set-up probe's table)
-            from nemesis.requirements import steps_refusal
-
             for m in [m for m in self.moves if m != "heal"]:
                 why = steps_refusal(f"move {m}", self.moves[m], cluster, caps)
                 if why:
@@ -209,7 +208,7 @@ class ProtocolNemesis(ScenarioNemesis):
         names = {r: cluster.node_name(r) for r in p.replicas}
         cut_off = self.active_nodes(("partition",))
         if role == "controller":
-            active = cluster.active_controller() if hasattr(cluster, "active_controller") else None
+            active = cluster.active_controller()
             pool = [active] if active else cluster.controller_nodes()[:1]
         elif role == "in-sync-follower":
             pool = [names[r] for r in p.isr if r != p.leader and names[r] not in cut_off]

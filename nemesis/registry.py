@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 from history import Op
+from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
 
 # name -> the class that does it (module, class), imported only when asked for.
 _NEMESES = {
@@ -66,7 +67,7 @@ def _make_one(name: str, options: dict[str, Any]):
     return getattr(importlib.import_module(module), cls)(options)
 
 
-class CompositeNemesis:
+class CompositeNemesis(NemesisBase):
     """Several nemeses as one: ops dispatch by name; teardown heals every part, whatever fails, then
     whatever the run's ledger still holds active."""
 
@@ -76,12 +77,21 @@ class CompositeNemesis:
         self.parts = parts
         self.faults = None  # the run's FaultActions, from setup
 
-    def drivers(self) -> list:
+    def drivers(self) -> list[SelfDriven]:
         """Parts that time their own faults (scenarios) instead of following the schedule."""
-        return [p for p in self.parts if hasattr(p, "drive")]
+        return [d for p in self.parts for d in p.drivers()]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [pair for p in self.parts for pair in p.pairs()]
 
     def schedule(self) -> list[tuple[str, str]]:
-        return [pair for p in self.parts for pair in p.pairs()]
+        """The start/stop pairs of every part, for the runner's NemesisSchedule."""
+        return self.pairs()
+
+    @property
+    def not_run(self) -> list[str]:
+        """What the parts left out for what the nodes lack (results.json `faults_not_run`)."""
+        return [x for p in self.parts for x in p.not_run]
 
     def fs(self) -> set[str]:
         return set().union(*(p.fs() for p in self.parts)) if self.parts else set()
@@ -89,14 +99,10 @@ class CompositeNemesis:
     def setup(self, cluster, faults) -> None:
         # What the nodes cannot do is refused for every part before any part is set up
         # (nemesis/requirements.py), so a refusal never leaves a half-prepared fault behind.
-        caps = getattr(cluster, "capabilities", None)
+        caps = cluster.capabilities
         if caps:
-            from nemesis.base import NemesisRefused
-            from nemesis.requirements import capability_refusal
-
             for p in self.parts:
-                why = (p.capability_refusal(cluster, caps) if hasattr(p, "capability_refusal")
-                       else capability_refusal(p.name, cluster, caps, getattr(p, "target", "")))
+                why = p.capability_refusal(cluster, caps)
                 if why:
                     raise NemesisRefused(why)
         self.faults = faults
@@ -120,11 +126,11 @@ class CompositeNemesis:
 
         # Parts marked heal_last (membership) wait for every broker, so the others heal first, and the
         # ledger then undoes whatever is still active, whoever did it (a part whose own heal failed).
-        for p in [p for p in self.parts if not getattr(p, "heal_last", False)]:
+        for p in [p for p in self.parts if not p.heal_last]:
             heal(p)
         if self.faults is not None:
             errors += self.faults.heal_everything()
-        for p in [p for p in self.parts if getattr(p, "heal_last", False)]:
+        for p in [p for p in self.parts if p.heal_last]:
             heal(p)
         return errors
 

@@ -1,20 +1,88 @@
-"""What each fault needs of the nodes, checked against the capability table before the test starts.
+"""What a fault needs, asked in one place: of the cluster (its abilities) and of the nodes (their capabilities).
 
-The table comes from clusters/capabilities.py (probed at set-up, kept as
-`cluster.capabilities`). A fault whose need a node lacks is refused by name, with the node
-and the probed reason, before any fault or client op runs (CompositeNemesis.setup calls
-`capability_refusal` for every part before setting any of them up), never in the middle.
+Abilities (clusters/base.py) are what a backend declares it can do: pause a node, cut its
+network off, shift its clock, power-cut its disk... `can(subject, Ability)` and
+`why_not(subject, Ability)` are the only questions anyone asks a cluster or a nemesis about
+what it can do: the subject declares the ability by implementing its protocol, and where the
+answer depends on the run (a preload that did not build, nodes that share a host) the
+ability's own `*_unavailable()` method says why not. Nothing outside this module looks for
+attributes (`hasattr`, `getattr` with a default) on a cluster or a nemesis, nor checks an
+ability with `isinstance` (tests/unit/test_abilities.py greps for it).
 
-Faults not listed need nothing the probe measures: the clock faults shift a process's clock
-through the preload (their own setup refuses where it does not work), and drop-caches is
-skipped and noted where /proc/sys is read-only. A scenario needs what its steps do (`STEP_FAULTS`):
-it is refused as a whole when a node lacks it; the protocol nemesis leaves out the moves whose
-steps a node cannot do, and says which.
+Capabilities are what each node allows, probed at set-up by clusters/capabilities.py and kept
+as `cluster.capabilities`. A fault whose need a node lacks is refused by name, with the node
+and the probed reason, before any fault or client op runs (CompositeNemesis.setup calls each
+part's `capability_refusal` before setting any of them up), never in the middle.
+
+Faults not listed in FAULT_NEEDS need nothing the probe measures: the clock faults shift a
+process's clock through the preload (their own setup refuses where it does not work: the
+ClockControl ability), and drop-caches is refused where /proc/sys is read-only (PageCacheDrop).
+A scenario needs what its steps do (`STEP_FAULTS`): it is refused as a whole when a node lacks
+it; the protocol nemesis leaves out the moves whose steps a node cannot do, and says which.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from clusters.base import (
+    ClockControl,
+    ControllerAdmin,
+    HasRemotes,
+    IsolatedNodes,
+    LossyDisk,
+    NetDevice,
+    PageCacheDrop,
+    Pausable,
+    SegmentFiles,
+    StateDumps,
+)
 from clusters.capabilities import Capability
+
+__all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyDisk", "NetDevice",
+           "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "can", "capability_refusal", "steps_refusal",
+           "why_not"]
+
+
+# --- abilities ----------------------------------------------------------------------------------------
+# Why not, for a subject that does not declare the ability at all (one clause; {name} is its name).
+_UNDECLARED: dict[type, str] = {
+    Pausable: "the {name} cluster cannot pause processes",
+    HasRemotes: "the {name} cluster gives no way to run commands on its nodes",
+    NetDevice: "the {name} cluster does not say which network device its nodes use",
+    IsolatedNodes: "the {name} cluster does not say its nodes have their own network, disk and clock",
+    ClockControl: "{name} nodes are not",
+    LossyDisk: "this cluster was started without it",
+    SegmentFiles: "{name} does not say where",
+    ControllerAdmin: "the {name} cluster does not have one",
+    StateDumps: "the {name} cluster gives no state dumps",
+    PageCacheDrop: "the {name} cluster does not say whether its nodes may write /proc/sys/vm/drop_caches",
+}
+# Why not, for a subject that declares the ability: its own answer of the moment (None: it can).
+_ANSWER: dict[type, Callable[[Any], str | None]] = {
+    IsolatedNodes: lambda c: c.isolation_unavailable(),
+    ClockControl: lambda c: c.clock_unavailable(),
+    LossyDisk: lambda c: c.lossy_unavailable(),
+    StateDumps: lambda c: c.state_dumps_unavailable(),
+    PageCacheDrop: lambda c: c.page_cache_unavailable(),
+}
+
+
+def why_not(subject: Any, ability: type) -> str | None:
+    """None when `subject` (a cluster, or a nemesis for nemesis/base.py's SelfDriven) can do what `ability`
+    names right now; else why not, one clause: the subject's own answer, or that it does not declare the
+    ability at all."""
+    if not isinstance(subject, ability):
+        return _UNDECLARED.get(ability, "{name} does not declare " + ability.__name__).format(name=subject.name)
+    answer = _ANSWER.get(ability)
+    return answer(subject) if answer else None
+
+
+def can(subject: Any, ability: type) -> bool:
+    """Whether `subject` can do what `ability` names right now (why_not says why not)."""
+    return why_not(subject, ability) is None
+
 
 # fault -> (capabilities it needs, on which nodes: "all" or "brokers")
 FAULT_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {

@@ -39,7 +39,8 @@ from typing import Any
 from history import BEYOND_BUDGET, Op
 from nemesis import grudge
 from nemesis.actions import PROCESS_FAULTS
-from nemesis.base import NemesisRefused
+from nemesis.base import NemesisBase, NemesisRefused
+from nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,7 @@ class ScenarioStalled(RuntimeError):
     """A wait timed out: the cluster did not reach the state the next step needs."""
 
 
-class ScenarioNemesis:
+class ScenarioNemesis(NemesisBase):
     """Runs one scenario once, `delay` seconds into the main phase, then lets the workload go on."""
 
     name = "scenario"
@@ -335,13 +336,11 @@ class ScenarioNemesis:
 
     def capability_refusal(self, cluster, capabilities) -> str | None:
         """Refused as a whole when a node lacks what one of its steps needs (nemesis/requirements.py)."""
-        from nemesis.requirements import steps_refusal
-
         return steps_refusal(f"scenario {self.scenario.name}", self.scenario.steps, cluster, capabilities)
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults
-        if self.scenario.needs_isolated_nodes and not getattr(cluster, "isolated_nodes", False):
+        if self.scenario.needs_isolated_nodes and not can(cluster, IsolatedNodes):
             raise NemesisRefused(f"scenario {self.scenario.name} cuts nodes off or power-cuts them, which needs "
                                  f"nodes of their own (--cluster docker, or local as root); {cluster.name} has not")
         if self.scenario.needs_isolated_nodes:
@@ -501,7 +500,7 @@ class ScenarioNemesis:
     def _leo(self, cluster, node: str) -> int | None:
         """The node's log end offset for the scenario's partition, from its own state dump. A cluster we
         did not build has none (the Kafka protocol tells a replica's end offset only to its leader)."""
-        if not getattr(cluster, "has_state_dumps", True):
+        if not can(cluster, StateDumps):
             raise ScenarioStalled(f"the {cluster.name} cluster reports no replica's log end offset (no state "
                                   "dumps); log-reaches needs the reference broker")
         state = cluster.dump_state(node, include_log=False) or {}

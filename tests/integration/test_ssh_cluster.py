@@ -235,7 +235,7 @@ def test_ssh_cluster_runs_the_broker_and_its_faults(nodes, tmp_path):
     c.up()
     try:
         # what the nodes allow, probed over SSH: own hosts with iptables, the clock preload, FUSE
-        assert c.isolated_nodes and c._clock_lib and c.lossy
+        assert c.isolated_nodes and c.clock_unavailable() is None and c.lossy
         c.create_topic("t", 1, 3, 2)
         assert c.partitions("t")[0].leader in (1, 2, 3)
         c.pause("broker-1")
@@ -321,7 +321,7 @@ def test_an_unprivileged_user_runs_the_broker_and_iptables_faults_are_refused_by
     c = SshCluster.from_file(str(nodes.node_file(user="kq", dir="/home/kq/kafkaesque")), ClusterSpec(), str(tmp_path))
     c.up()
     try:
-        assert not c.isolated_nodes and c._clock_lib  # the preload needs no privilege; iptables does
+        assert not c.isolated_nodes and c.clock_unavailable() is None  # the preload needs no privilege; iptables does
         with pytest.raises(NemesisRefused, match="iptables does not run for the SSH user on controller-0, broker-1"):
             set_up_nemesis(PartitionNemesis({}), c)
         set_up_nemesis(ClockNemesis({}), c)  # accepted

@@ -50,3 +50,76 @@ class FakeNetwork:
 def fault_actions(cluster, topic: str = "queue") -> FaultActions:
     """The shared fault actions over a fresh ledger, as the runner hands them to a nemesis at setup."""
     return FaultActions(cluster, FaultLedger(), topic)
+
+
+class FakeCluster:
+    """The core Cluster shape (clusters/base.py) over fixed nodes, and no ability: a test declares the
+    abilities it needs by adding their methods (a subclass, or an attribute on the instance)."""
+
+    name = "fake"
+    capabilities = None  # not probed
+
+    def __init__(self, brokers: int = 3):
+        self._brokers = [f"broker-{i}" for i in range(1, brokers + 1)]
+        self.stopped: set[str] = set()
+
+    def up(self) -> str:
+        return self.bootstrap()
+
+    def down(self) -> None:
+        self.stopped = set(self.nodes())
+
+    def nodes(self) -> list[str]:
+        return self.controller_nodes() + self.broker_nodes()
+
+    def broker_nodes(self) -> list[str]:
+        return list(self._brokers)
+
+    def controller_nodes(self) -> list[str]:
+        return ["controller-0"]
+
+    def node_id(self, node: str) -> int:
+        role, _, n = node.partition("-")
+        return 1000 + int(n) if role == "controller" else int(n)
+
+    def node_name(self, node_id: int) -> str:
+        return f"controller-{node_id - 1000}" if node_id >= 1000 else f"broker-{node_id}"
+
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{9000 + self.node_id(b)}" for b in self._brokers)
+
+    def start(self, node: str) -> None:
+        self.stopped.discard(node)
+
+    def kill(self, node: str) -> None:
+        self.stopped.add(node)
+
+    def stop(self, node: str) -> None:
+        self.stopped.add(node)
+
+    def is_running(self, node: str) -> bool:
+        return node not in self.stopped
+
+    def process_state(self, node: str) -> str:
+        return "down" if node in self.stopped else "running"
+
+    def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
+        pass
+
+    def partitions(self, topic: str) -> list:
+        return []
+
+    def active_controller(self) -> str | None:
+        return "controller-0"
+
+    def fenced_brokers(self) -> set[int]:
+        return set()
+
+    def dump_state(self, node: str, include_log: bool = True):
+        return None
+
+    def collect(self, dest_dir: str) -> None:
+        pass
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
+        pass

@@ -42,11 +42,20 @@ class AsUser(LocalRemote):
 class HostCluster:
     """Two nodes on this host: n-root runs as root, n-nobody as nobody; both point at one root-owned pid."""
 
-    name = "local"  # nodes share this host's eth0: netem is not probed
+    name = "local"
 
     def __init__(self, pidfile: str):
         self.pidfile_path = pidfile
         self.capabilities = None
+
+    def pid_command(self, node):
+        return f"cat {self.pidfile_path} 2>/dev/null"
+
+    def net_device(self, node):
+        return "eth0"
+
+    def netem_probe_unavailable(self):
+        return "not probed: the nodes share this host's network devices"  # this host's eth0 is left alone
 
     def nodes(self):
         return ["n-root", "n-nobody"]
@@ -56,9 +65,6 @@ class HostCluster:
 
     def remote(self, node):
         return LocalRemote(node) if node == "n-root" else AsUser(65534)
-
-    def pidfile(self, node):
-        return self.pidfile_path
 
 
 @pytest.fixture
@@ -193,7 +199,7 @@ def test_the_protocol_nemesis_leaves_out_the_moves_a_node_cannot_do_and_says_so(
     from nemesis.protocol import ProtocolNemesis
 
     c = TableCluster(table({"broker-1": {"fuse": "no /dev/fuse device"}}))
-    c.isolated_nodes = True
+    c.isolation_unavailable = lambda: None  # IsolatedNodes, with nothing against it
     c.remote = lambda node: type("R", (), {"run": lambda self, argv, timeout=30.0, check=False: None})()
     n = ProtocolNemesis({"seed": 1})
     n.setup(c, fault_actions(c))

@@ -22,6 +22,7 @@ class ClockFileCluster:
     """Nodes whose only part here is a clock control file on this machine (what LocalCluster gives)."""
 
     name = "local"
+    capabilities = None
 
     def __init__(self, tmp_path):
         self.dir = tmp_path
@@ -44,6 +45,9 @@ class ClockFileCluster:
 
     def clock_file(self, node):
         return str(self.dir / node)
+
+    def clock_unavailable(self):
+        return None  # ClockControl: the preload was built above
 
     def wall_clock_of(self, node) -> float:
         env = {"PATH": "/usr/bin:/bin", **clock_preload.preload_env(self._clock_lib, self.clock_file(node))}
@@ -127,6 +131,7 @@ def test_teardown_resets_a_node_whose_clock_write_failed_half_way(tmp_path):
 def test_clock_faults_refuse_nodes_without_the_preload(tmp_path):
     class NoPreload:
         name = "external"
+        capabilities = None
 
     for name in ("clock-jump", "clock-strobe"):
         with pytest.raises(NemesisRefused, match=f"the {name} fault needs nodes started with the clock preload"):

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from clusters.base import proc_sys_refusal
 from clusters.remote import LocalRemote, RemoteResult
 from history import INVOKE, Op
 from nemesis.base import NemesisRefused
@@ -31,9 +32,18 @@ class ReadOnlyProcSys:
 
 
 class Nodes:
+    """Brokers on one Remote that declare PageCacheDrop as the docker and local backends do: they ask a
+    broker's node, and a container's answer says why."""
+
+    capabilities = None
+
     def __init__(self, name, remote):
         self.name = name
         self._remote = remote
+
+    def page_cache_unavailable(self):
+        return proc_sys_refusal(self, "/proc/sys is read-only in the containers" if self.name == "docker"
+                                else "the nodes' user may not write it (run as root)")
 
     def broker_nodes(self):
         return BROKERS

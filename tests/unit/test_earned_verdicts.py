@@ -108,8 +108,13 @@ class FakeCluster:
     to ignore one of those), and iptables obeyed by a fake network."""
 
     name = "fake"
-    isolated_nodes = True
-    has_state_dumps = False  # a cluster we did not build: the replica invariants are not applicable
+    capabilities = None  # the probe is skipped below (report_capabilities is replaced)
+
+    def isolation_unavailable(self):
+        return None  # IsolatedNodes: own addresses, iptables obeyed
+
+    def state_dumps_unavailable(self):
+        return "a cluster we did not build: the replica invariants are not applicable"
 
     def __init__(self, nodes=NODES):
         self._nodes = list(nodes)

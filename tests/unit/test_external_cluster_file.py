@@ -96,7 +96,7 @@ def test_the_cluster_names_roles_and_ids_from_the_file(tmp_path):
 
 def test_nodes_sharing_an_address_are_not_isolated_and_say_so(tmp_path):
     c = ExternalCluster.from_file(write(tmp_path, GOOD.replace('"10.0.0.2"', '"10.0.0.1"')), None, str(tmp_path))
-    assert not c.isolated_nodes and "several nodes share 10.0.0.1" in c.not_isolated_reason
+    assert not c.isolated_nodes and "several nodes share 10.0.0.1" in c.isolation_unavailable()
 
 
 def test_install_files_resolve_relative_to_the_cluster_file(tmp_path):

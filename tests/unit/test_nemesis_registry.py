@@ -16,6 +16,7 @@ BROKERS = ["broker-1", "broker-2", "broker-3", "broker-4", "broker-5"]
 
 class FakeCluster:
     name = "local"
+    capabilities = None  # not probed
 
     def __init__(self):
         self.events = []
@@ -167,7 +168,8 @@ def test_mixed_partitions_draw_their_shape_per_fault():
     from nemesis.faults import PartitionNemesis
 
     class Net(FakeCluster):
-        isolated_nodes = True
+        def isolation_unavailable(self):
+            return None  # IsolatedNodes
 
         def address(self, n):
             return (f"10.0.0.{n[-1] if n[-1].isdigit() else 0}", 9092)

@@ -87,7 +87,7 @@ def test_a_heal_is_forced_once_the_limit_is_down():
 
 def test_on_a_loopback_cluster_moves_needing_own_nodes_are_left_out():
     c = FakeCluster()
-    c.isolated_nodes = False
+    c.not_isolated = "the fake cluster runs every node on loopback"
     n = set_up(ProtocolNemesis({"topic": "queue"}), c)
     assert not NEEDS_ISOLATED_NODES & set(n.moves)
 

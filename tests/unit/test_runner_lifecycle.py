@@ -14,7 +14,10 @@ from history import INFO, OK, Op, read_history
 
 class FakeCluster:
     name = "fake"
-    has_state_dumps = False  # a cluster we did not build: the replica invariants do not apply
+    capabilities = None
+
+    def state_dumps_unavailable(self):
+        return "a cluster we did not build: the replica invariants do not apply"
 
     def __init__(self, fail_up=False):
         self.fail_up = fail_up
@@ -217,6 +220,7 @@ class SlowStepsNemesis:
     heal must wait for the step it is in."""
 
     name = "slow"
+    not_run = ()
 
     def __init__(self):
         self.events = []

@@ -31,7 +31,9 @@ class FakeCluster:
     is fenced at once; a start or heal brings it back in sync."""
 
     name = "fake"
-    isolated_nodes = True
+    capabilities = None  # not probed
+    not_isolated: str | None = None     # IsolatedNodes' answer (a test sets a reason)
+    no_state_dumps: str | None = None   # StateDumps' answer
 
     def __init__(self):
         self.leader, self.isr, self.fenced = 1, [1, 2, 3], set()
@@ -43,6 +45,15 @@ class FakeCluster:
 
     def process_state(self, n):
         return self.process.get(n, "running")
+
+    def isolation_unavailable(self):
+        return self.not_isolated
+
+    def state_dumps_unavailable(self):
+        return self.no_state_dumps
+
+    def active_controller(self):
+        return None  # not known: the protocol nemesis takes the first controller
 
     def fence_by_network(self):
         """Like a real controller, fence a broker it cannot hear, and take it back when it can again."""
@@ -224,7 +235,7 @@ def test_log_reaches_waits_until_the_nodes_log_end_offset_reaches_the_others():
 
 def test_log_reaches_on_a_cluster_without_state_dumps_says_why_it_cannot_wait():
     c = FakeCluster()
-    c.has_state_dumps, c.name = False, "external"
+    c.no_state_dumps, c.name = "a system we did not build gives none", "external"
     n = scenario(bind("L", "leader"), wait("log-reaches", "L", nodes=("broker-2",), timeout=5))
     assert "reports no replica's log end offset" in run(n, c)[-1][2]
 
@@ -245,7 +256,7 @@ def test_zombie_follower_cuts_z_from_the_controllers_and_f_from_l_then_bounces_l
 
 def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster():
     c = FakeCluster()
-    c.isolated_nodes = False
+    c.not_isolated = "the fake cluster runs every node on loopback"
     with pytest.raises(NemesisRefused, match="needs nodes of their own"):
         ScenarioNemesis("last-replica-standing", {}).setup(c, fault_actions(c))
 

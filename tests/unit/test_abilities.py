@@ -1,0 +1,378 @@
+"""Abilities are declared, not probed (clusters/base.py, nemesis/requirements.py).
+
+Each backend class declares what it can do by implementing small protocols; where the answer
+depends on the run it says why not in one clause. These tests ask every ability of every backend
+without starting anything, check that the faults refuse through nemesis/requirements.py with
+those answers, that every nemesis has the shape the runner and the composite use, and that no
+code of the project looks for attributes on a cluster or a nemesis any more (a new probe fails
+here).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from clusters.base import (
+    ABILITIES,
+    ClockControl,
+    Cluster,
+    ClusterSpec,
+    ControllerAdmin,
+    HasRemotes,
+    IsolatedNodes,
+    LossyDisk,
+    NetDevice,
+    PageCacheDrop,
+    Pausable,
+    SegmentFiles,
+    StateDumps,
+)
+from clusters.capabilities import CAPABILITIES, Capability
+from clusters.docker import DockerCluster
+from clusters.external import ExternalCluster
+from clusters.local import LocalCluster
+from clusters.netns import NetnsCluster
+from clusters.remote import RemoteResult
+from clusters.ssh import SshCluster, SshNode
+from clusters.ssh_remote import SshTarget
+from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
+from nemesis.registry import NEMESIS_NAMES, make_nemesis
+from nemesis.requirements import can, why_not
+from tests.unit.fakes import FakeCluster, fault_actions
+from tests.unit.test_external_cluster_file import GOOD
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = {Pausable, HasRemotes, NetDevice, IsolatedNodes, ClockControl, SegmentFiles, ControllerAdmin, StateDumps,
+             PageCacheDrop}
+DECLARED = {
+    "local": REFERENCE,
+    "local-netns": REFERENCE | {LossyDisk},
+    "docker": REFERENCE | {LossyDisk},
+    "ssh": REFERENCE | {LossyDisk},
+    # a system we did not build: no hooks into its clock, storage or controller
+    "external": {Pausable, HasRemotes, NetDevice, IsolatedNodes, StateDumps, PageCacheDrop},
+}
+
+
+class Answers:
+    """A Remote whose every command exits with one status (`test -w`, `iptables -S`), recording them."""
+
+    def __init__(self, exit_status: int = 0):
+        self.exit = exit_status
+        self.commands: list[list[str]] = []
+
+    def run(self, argv, timeout=30.0, check=False):
+        self.commands.append(argv)
+        return RemoteResult(self.exit, "", "")
+
+
+def ssh_nodes(hosts=("10.0.0.1", "10.0.0.2", "10.0.0.3"), lossy=False) -> list[SshNode]:
+    names = ["controller-0", *(f"broker-{i}" for i in range(1, len(hosts)))]
+    return [SshNode(n, SshTarget(host=h), "/var/lib/kafkaesque", 9092, "python3", lossy)
+            for n, h in zip(names, hosts, strict=True)]
+
+
+def backend(kind: str, tmp_path: Path):
+    spec = ClusterSpec()
+    if kind == "local":
+        return LocalCluster(spec, str(tmp_path))
+    if kind == "local-netns":
+        return NetnsCluster(spec, str(tmp_path))
+    if kind == "docker":
+        return DockerCluster(spec, str(tmp_path))
+    if kind == "ssh":
+        return SshCluster(spec, str(tmp_path), ssh_nodes())
+    f = tmp_path / "cluster.toml"
+    f.write_text(GOOD)
+    return ExternalCluster.from_file(str(f), None, str(tmp_path))
+
+
+# --- each backend declares its abilities ------------------------------------------------------------------
+@pytest.mark.parametrize("kind", sorted(DECLARED))
+def test_every_backend_has_the_core_shape_and_declares_exactly_its_abilities(kind, tmp_path):
+    c = backend(kind, tmp_path)
+    assert c.name == kind and isinstance(c, Cluster)
+    assert {a for a in ABILITIES if isinstance(c, a)} == DECLARED[kind]
+    for ability in set(ABILITIES) - DECLARED[kind]:  # undeclared: refused with a reason naming the cluster
+        assert not can(c, ability) and why_not(c, ability)
+
+
+def test_the_local_backend_runs_on_loopback_and_its_clock_depends_on_the_preload_build(tmp_path, monkeypatch):
+    from clusters import clock_preload
+
+    c = LocalCluster(ClusterSpec(), str(tmp_path))
+    assert why_not(c, IsolatedNodes) == "the local cluster runs every node as a process on this host's loopback"
+    assert c.netem_probe_unavailable() == "not probed: the nodes share this host's network devices"
+    assert "has not" in why_not(c, ClockControl)  # the preload is built at start-up
+    assert why_not(c, LossyDisk) == "this cluster was started without it"  # no lossy file system at all
+
+    def no_gcc(*a, **k):
+        raise clock_preload.PreloadBuildError("No C compiler found for the clock preload library")
+
+    monkeypatch.setattr(clock_preload, "build_preload", no_gcc)
+    c._build_clock_preload()
+    assert why_not(c, ClockControl) == "the clock preload library could not be built here (install gcc)"
+    assert "LD_PRELOAD" not in c.node_env("broker-1")
+    monkeypatch.setattr(clock_preload, "build_preload", lambda *a, **k: tmp_path / "libclockoffset.so")
+    c._build_clock_preload()
+    assert can(c, ClockControl) and "LD_PRELOAD" in c.node_env("broker-1")
+    assert can(c, StateDumps) and can(c, SegmentFiles) and can(c, ControllerAdmin) and can(c, Pausable)
+    assert c.pid_command("broker-1") == f"cat {c.pidfile('broker-1')} 2>/dev/null"
+
+
+def test_the_netns_backend_isolates_its_nodes_on_lossy_disks_and_shapes_their_own_devices(tmp_path):
+    c = NetnsCluster(ClusterSpec(), str(tmp_path))
+    assert can(c, IsolatedNodes) and can(c, LossyDisk) and c.isolated_nodes
+    assert c.netem_probe_unavailable() is None and c.net_device("broker-1") == f"kqn{c.tag}1"
+
+
+def test_the_docker_backend_says_lossy_by_its_flag_and_read_only_proc_sys_by_its_containers(tmp_path):
+    c = DockerCluster(ClusterSpec(), str(tmp_path))
+    assert can(c, IsolatedNodes) and can(c, ClockControl) and can(c, LossyDisk)
+    assert c.net_device("broker-1") == "eth0"
+    plain = DockerCluster(ClusterSpec(), str(tmp_path), lossy=False)
+    assert why_not(plain, LossyDisk) == "this cluster was started without it"
+    c.remotes = {n: Answers(1) for n in c.nodes()}  # `test -w` fails, as in every container
+    assert why_not(c, PageCacheDrop) == ("/proc/sys/vm/drop_caches is not writable on broker-1 "
+                                         "(/proc/sys is read-only in the containers)")
+    assert c.remotes["broker-1"].commands == [["test", "-w", "/proc/sys/vm/drop_caches"]]  # asked, never written
+
+
+def test_the_ssh_backend_answers_isolation_and_clock_from_what_it_probed_at_start_up(tmp_path, monkeypatch):
+    from clusters import clock_preload
+
+    c = SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes())
+    assert "has not" in why_not(c, IsolatedNodes) and "has not" in why_not(c, ClockControl)
+    assert why_not(c, LossyDisk) == "this cluster was started without it"
+    assert can(SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes(lossy=True)), LossyDisk)
+    c.remotes = {n: Answers(0) for n in c.nodes()}
+    c._probe_isolation()
+    assert can(c, IsolatedNodes) and c.isolated_nodes
+    c.remotes["broker-2"] = Answers(1)  # iptables does not run there
+    c._probe_isolation()
+    assert why_not(c, IsolatedNodes).startswith("iptables does not run for the SSH user on broker-2")
+    shared = SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes(("10.0.0.1", "10.0.0.1", "10.0.0.2")))
+    shared.remotes = {n: Answers(0) for n in shared.nodes()}
+    shared._probe_isolation()
+    assert why_not(shared, IsolatedNodes) == "in the ssh node file, several nodes share 10.0.0.1"
+
+    def no_gcc(*a, **k):
+        raise clock_preload.PreloadBuildError("No C compiler found for the clock preload library")
+
+    monkeypatch.setattr(clock_preload, "build_preload", no_gcc)
+    assert c._install_clock_preload() is None
+    assert why_not(c, ClockControl) == "the clock preload library could not be built here (install gcc)"
+
+
+def test_the_external_backend_is_isolated_only_when_the_probe_found_iptables_everywhere(tmp_path):
+    c = backend("external", tmp_path)
+    assert "iptables does not run for the node's user on k1, k2" in why_not(c, IsolatedNodes)  # not probed yet
+    c.capabilities = {n: {k: Capability(True) for k in CAPABILITIES} for n in c.nodes()}
+    assert can(c, IsolatedNodes)
+    assert why_not(c, StateDumps) == "a system we did not build gives no admin dump of its partitions and logs"
+    assert why_not(c, ClockControl) == "external nodes are not"
+    assert why_not(c, SegmentFiles) == "external does not say where"
+    c.remotes = {n: Answers(0) for n in c.nodes()}  # /proc/sys writable on the nodes
+    assert can(c, PageCacheDrop)
+
+
+# --- the faults ask through nemesis/requirements.py, and say why -----------------------------------------
+class Isolated(FakeCluster):
+    def isolation_unavailable(self):
+        return None
+
+
+def test_undeclared_abilities_are_refused_with_a_sentence_naming_the_cluster():
+    c = FakeCluster()
+    assert why_not(c, Pausable) == "the fake cluster cannot pause processes"
+    assert why_not(c, IsolatedNodes) == "the fake cluster does not say its nodes have their own network, disk and clock"
+    assert not can(c, ControllerAdmin) and not can(c, StateDumps)
+    with pytest.raises(NemesisRefused, match="the pause fault needs a cluster that can pause processes; fake cannot"):
+        make_nemesis(["pause"], {}).setup(c, fault_actions(c))
+    with pytest.raises(NemesisRefused, match="the partition fault needs nodes with their own network.*the fake "
+                                             "cluster does not say"):
+        make_nemesis(["partition"], {}).setup(c, fault_actions(c))
+    with pytest.raises(NemesisRefused, match="the disk fault needs the broker's data dir; fake does not say where"):
+        make_nemesis(["disk"], {}).setup(c, fault_actions(c))
+    with pytest.raises(NemesisRefused, match="drop-caches fault cannot run: the fake cluster does not say whether"):
+        make_nemesis(["drop-caches"], {}).setup(c, fault_actions(c))
+    with pytest.raises(NemesisRefused, match="controller: the fake cluster does not have one; drop membership"):
+        make_nemesis(["membership"], {}).setup(c, fault_actions(c))
+
+
+def test_a_declared_ability_that_is_unavailable_now_is_refused_with_the_clusters_own_reason():
+    class NoGcc(Isolated):
+        def clock_file(self, node):
+            return f"/tmp/{node}/clock-offset"
+
+        def clock_unavailable(self):
+            return "the clock preload library could not be built here (install gcc)"
+
+        def lossyfs_files(self, node):
+            return "/run/lossyfs.pid", "/run/lossyfs.status"
+
+        def lossy_unavailable(self):
+            return "this cluster was started without it"
+
+    c = NoGcc()
+    for fault in ("clock", "clock-jump", "clock-strobe"):
+        with pytest.raises(NemesisRefused, match=f"the {fault} fault needs nodes started with the clock preload; "
+                                                 r"the clock preload library could not be built here \(install gcc\)"):
+            make_nemesis([fault], {}).setup(c, fault_actions(c))
+    with pytest.raises(NemesisRefused, match="needs brokers writing through the lossy file system; this cluster was "
+                                             "started without it"):
+        make_nemesis(["lossy-crash"], {"min_isr": 2}).setup(c, fault_actions(c))
+    NoGcc.clock_unavailable = lambda self: None
+    make_nemesis(["clock"], {}).setup(c, fault_actions(c))  # now it can
+
+
+def test_isolation_decides_the_moves_of_the_protocol_and_controller_nemeses():
+    from nemesis.controller import ControllerNemesis
+
+    class Quorum(FakeCluster):
+        def pause(self, node):
+            pass
+
+        def resume(self, node):
+            pass
+
+        def remote(self, node):
+            return Answers(0)
+
+    plain = ControllerNemesis({})
+    plain.setup(Quorum(), fault_actions(Quorum()))
+    assert "isolate-active" not in plain.moves()
+
+    class IsolatedQuorum(Quorum, Isolated):
+        pass
+
+    isolated = ControllerNemesis({})
+    isolated.setup(IsolatedQuorum(), fault_actions(IsolatedQuorum()))
+    assert "isolate-active" in isolated.moves()
+
+
+# --- the nemesis shape ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", [*NEMESIS_NAMES, "scenario:zombie-leader"])
+def test_every_nemesis_has_the_shape_the_runner_and_the_composite_use(name):
+    (part,) = make_nemesis([name], {}).parts
+    assert isinstance(part, NemesisBase)
+    drives = name in ("protocol", "scenario:zombie-leader")
+    assert can(part, SelfDriven) is drives and (part.drivers() == [part]) is drives
+    assert (part.pairs() == []) is drives  # a self-driven nemesis has no schedule
+    assert part.heal_last is (name == "membership")  # it waits for every broker: healed after the others
+    assert list(part.not_run) == []  # nothing left out before setup
+    assert isinstance(part.target, str)
+
+
+def test_the_composite_gathers_drivers_pairs_and_what_its_parts_left_out():
+    nem = make_nemesis(["kill", "net"], {})
+    assert nem.drivers() == [] and nem.schedule() == [("start-kill", "stop-kill"), ("start-net", "stop-net")]
+    nem.parts[1].not_run.append("netem (delay/duplicate/reorder): the kernel has no netem qdisc (x)")
+    assert nem.not_run == ["netem (delay/duplicate/reorder): the kernel has no netem qdisc (x)"]
+    scenario = make_nemesis(["scenario:zombie-leader"], {})
+    assert scenario.drivers() == scenario.parts
+
+
+# --- no probes: nothing outside nemesis/requirements.py looks for attributes on a cluster or a nemesis -------
+ABILITY_NAMES = {a.__name__ for a in ABILITIES} | {"SelfDriven", "Cluster", "Nemesis"}
+SUBJECT = re.compile(r"^(cluster|\w+_cluster|nemesis|\w+_nemesis|part)$")
+OWN_CLASS = re.compile(r"(Cluster|Nemesis|Fault)$")  # `self` there is a cluster or a nemesis
+ASKER = "nemesis/requirements.py"
+
+
+def probes(source: str, path: str = "x.py") -> list[str]:
+    """Where `source` asks a cluster or a nemesis what it can do other than through nemesis/requirements.py:
+    hasattr or getattr-with-a-default on one, a read of a cluster's private attribute from outside its
+    class, an isinstance against an ability, or a branch on the backend's name."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    parts_vars = {t.id for node in ast.walk(tree) if isinstance(node, ast.For | ast.comprehension)
+                  for t in [node.target] if isinstance(t, ast.Name)
+                  and isinstance(node.iter, ast.Attribute) and node.iter.attr == "parts"}
+
+    def last_name(e: ast.AST) -> str:
+        return e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else ""
+
+    def is_subject(e: ast.AST, owner: str) -> bool:
+        """A cluster or a nemesis by its name; `self` in a class of one (`owner`)."""
+        if isinstance(e, ast.Name) and e.id == "self":
+            return bool(OWN_CLASS.search(owner))
+        return bool(SUBJECT.match(last_name(e))) or (isinstance(e, ast.Name) and e.id in parts_vars)
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            here = child.name if isinstance(child, ast.ClassDef) else owner
+
+            def subject(e: ast.AST, here: str = here) -> bool:
+                return is_subject(e, here)
+
+            where = f"{path}:{getattr(child, 'lineno', '?')}"
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.args:
+                fn, first = child.func.id, child.args[0]
+                if fn == "hasattr" and subject(first):
+                    found.append(f"{where} hasattr({ast.unparse(first)}, ...)")
+                if fn == "getattr" and len(child.args) == 3 and subject(first):
+                    found.append(f"{where} getattr({ast.unparse(first)}, ..., default)")
+                if (fn == "isinstance" and len(child.args) == 2 and path != ASKER
+                        and any(last_name(n) in ABILITY_NAMES for n in ast.walk(child.args[1]))):
+                    found.append(f"{where} isinstance(..., {ast.unparse(child.args[1])})")
+            if (isinstance(child, ast.Attribute) and child.attr.startswith("_") and not child.attr.startswith("__")
+                    and subject(child.value) and not (isinstance(child.value, ast.Name) and child.value.id == "self")):
+                found.append(f"{where} {ast.unparse(child)}")
+            if isinstance(child, ast.Compare):
+                sides = [child.left, *child.comparators]
+                named = any(isinstance(s, ast.Attribute) and s.attr == "name" and subject(s.value) for s in sides)
+                literal = any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides)
+                if named and literal:
+                    found.append(f"{where} {ast.unparse(child)}")
+            visit(child, here)
+
+    visit(tree, "")
+    return found
+
+
+def test_the_probe_finder_sees_each_kind_of_probe_and_nothing_else():
+    bad = {
+        'hasattr(cluster, "clock_file")': "hasattr(cluster",
+        'getattr(cluster, "isolated_nodes", False)': "getattr(cluster",
+        'getattr(self.cluster, "lossy", False)': "getattr(self.cluster",
+        'cluster._clock_lib is None': "cluster._clock_lib",
+        'self.cluster._secret': "self.cluster._secret",
+        'isinstance(cluster, Pausable)': "isinstance(",
+        'isinstance(p, (SelfDriven, int))': "isinstance(",
+        'cluster.name == "docker"': "cluster.name",
+        '"local" != host_cluster.name': "host_cluster.name",
+        'getattr(nemesis, "parts", [])': "getattr(nemesis",
+        '[p for p in self.parts if hasattr(p, "drive")]': "hasattr(p",
+        'class DockerCluster:\n    def f(self):\n        return hasattr(self, "_docker_client")': "hasattr(self",
+        'class MembershipNemesis:\n    heal_last = getattr(self, "heal_last", False)': "getattr(self",
+    }
+    for source, says in bad.items():
+        (hit,) = probes(source)
+        assert says in hit, (source, hit)
+    fine = [
+        'hasattr(token, "lexpos") and hasattr(token, "value")',  # checkers/formats/edn.py: not a cluster
+        'getattr(importlib.import_module(module), cls)(options)',
+        'getattr(self, "_" + move.replace("-", "_"))(cluster)',  # dispatch on one's own methods, no default
+        'class LocalCluster:\n    def env(self):\n        return self._clock_lib',  # a cluster's own state
+        'class Thing:\n    def f(self):\n        return hasattr(self, "x")',
+        'if spec.cluster == "docker": pass',  # the user's choice of backend, not a probe of one
+        'cluster.capabilities or probe_cluster(cluster)',
+        'for p in partitions: hasattr(p, "leader")',
+    ]
+    for source in fine:
+        assert probes(source) == [], source
+    assert probes("isinstance(cluster, Pausable)", ASKER) == []  # the one place that asks
+
+
+def test_no_code_of_the_project_probes_a_cluster_or_a_nemesis():
+    files = sorted(p for room in ("nemesis", "harness", "checkers", "results", "workloads")
+                   for p in (ROOT / room).rglob("*.py")) + sorted((ROOT / "clusters").glob("*.py"))
+    assert len(files) > 50
+    found = [hit for f in files for hit in probes(f.read_text(), str(f.relative_to(ROOT)))]
+    assert found == [], ("ask through nemesis/requirements.py (can, why_not) and declare the ability on the "
+                         "backend (clusters/base.py) instead of probing for it:\n" + "\n".join(found))
