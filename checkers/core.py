@@ -8,9 +8,10 @@ every part's reasons, so an unknown verdict always carries at least one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from types import MappingProxyType
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from checkers.reasons import say
 from history import Op, gc_paused
@@ -85,6 +86,26 @@ class Checker(Protocol):
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result: ...
 
 
+@dataclass(frozen=True)
+class CheckContext:
+    """What a checker may read besides (test, history), handed in by whoever composes the checks (the
+    runner, `kafkaesque analyze`): `previous`, the results of the checkers before it in the list, by name
+    (a later checker builds on an earlier one's findings instead of computing them again); `data`, the
+    run's recorded inputs other than its history, by name ("replicas": the replicas' normalised state,
+    clusters/replica_dumps.py). The checker itself reads no file."""
+
+    previous: Mapping[str, Result] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ContextualChecker(Checker, Protocol):
+    """A checker that also reads its context (earlier results, the run's other inputs): run_checkers calls
+    `check_in` with it; `check` is the same check with an empty context."""
+
+    def check_in(self, test: dict[str, Any], history: Sequence[Op], context: CheckContext) -> Result: ...
+
+
 def reasons_of(r: Result) -> list[str]:
     """Why `r` could not decide, each sentence naming the checker; never empty for an unknown verdict."""
     out = [f"{r.checker}: {s}" for s in r.unknown_reasons]
@@ -111,19 +132,28 @@ def compose(results: Sequence[Result]) -> dict[str, Any]:
 NO_CLIENT_OPS = say("no-client-ops")
 
 
-def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op]) -> dict[str, Any]:
-    """Run each checker; a checker that raises is reported as unknown with its error, not lost.
-    A history without a single client op proves nothing: every checker is unknown (a valid verdict
+def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op],
+                 data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run each checker in order, handing each contextual one the results before it and `data` (the
+    run's other inputs, CheckContext); a checker that raises is reported as unknown with its error, not
+    lost. A history without a single client op proves nothing: every checker is unknown (a valid verdict
     on it would be vacuous)."""
     if not any(op.is_client for op in history):
         out = compose([Result(checker=c.name, valid=UNKNOWN, unknown_reasons=[NO_CLIENT_OPS]) for c in checkers])
         out["unknown_reasons"] = [NO_CLIENT_OPS]  # once, not once per checker: it is one fact
         return out
-    results = []
+    results: list[Result] = []
+    previous: dict[str, Result] = {}
+    data = MappingProxyType(dict(data or {}))
     for c in checkers:
         try:
             with gc_paused():
-                results.append(c.check(test, history))
+                if isinstance(c, ContextualChecker):
+                    result = c.check_in(test, history, CheckContext(MappingProxyType(dict(previous)), data))
+                else:
+                    result = c.check(test, history)
         except Exception as e:  # noqa: BLE001 - a crashing checker must not hide the others
-            results.append(Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}"))
+            result = Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}")
+        results.append(result)
+        previous[c.name] = result
     return compose(results)

@@ -434,7 +434,7 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
     only when some acknowledgement or read proves a record is there; a jump over offsets
     nothing proves, a transaction marker's, continues the prefix).
     """
-    from checkers.queue import poll_items, proven_between
+    from checkers.queue import QUEUE_VALUES, poll_items, proven_between
 
     pairs = pair_ops(history)
     proven = _proven_offsets(pairs)
@@ -446,7 +446,7 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
             continue
         t = comp.type if comp is not None else INFO
         if inv.f == "send":
-            key, value = int(inv.value[0]), inv.value[1]
+            key, _, value = QUEUE_VALUES.written(inv)
             mops = [["append", key, value]]
             out.append(Op("invoke", "txn", inv.process, mops, time=inv.time, index=inv.index))
             if comp is not None:
@@ -475,14 +475,15 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
 
 def _proven_offsets(pairs: Sequence[tuple[Op, Op | None]]) -> dict[int, list[int]]:
     """key -> the sorted offsets proven to hold a record: acknowledged sends' and every record read."""
-    from checkers.queue import poll_items
+    from checkers.queue import QUEUE_VALUES, poll_items
 
     out: dict[int, set[int]] = defaultdict(set)
     for inv, comp in pairs:
         if comp is None or comp.type != OK or inv.process == NEMESIS:
             continue
         if inv.f == "send":
-            out[int(comp.value[0])].add(int(comp.value[1][0]))
+            key, offset, _ = QUEUE_VALUES.written(comp)
+            out[key].add(int(offset))
         elif inv.f in ("poll", "final-poll"):
             for key, recs in poll_items(inv.f, comp.value):
                 out[key].update(int(o) for o, _ in recs)

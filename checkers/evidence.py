@@ -44,7 +44,7 @@ class ProgressChecker:
         self.partitions = partitions
 
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
-        from checkers.queue import poll_items
+        from checkers.queue import QUEUE_VALUES, poll_items
 
         acked: Counter[int] = Counter()
         read: Counter[int] = Counter()
@@ -52,8 +52,8 @@ class ProgressChecker:
         for inv, comp in pair_ops(history):
             if inv.process == NEMESIS:
                 continue
-            if inv.f == "send" and isinstance(inv.value, list) and inv.value:
-                key = int(inv.value[0])
+            key = QUEUE_VALUES.key(inv) if inv.f == "send" else None
+            if key is not None:
                 named.add(key)
                 if comp is not None and comp.type == OK:
                     acked[key] += 1

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.queue import poll_items
+from checkers.queue import QUEUE_VALUES, poll_items
 from checkers.reasons import say
 from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
 
@@ -107,17 +107,17 @@ def _check_history(history: Sequence[Op], found: _Found, in_era) -> int:
         t = comp.type if comp is not None else INFO
         ret = pos[id(comp)] if comp is not None and t != INFO else len(history) + 1
         if inv.f == "send":
-            key, value = int(inv.value[0]), inv.value[1]
+            key, _, value = QUEUE_VALUES.written(inv)
             if t != FAIL:
                 carried[key].add(value)
             if in_era is not None and not in_era(comp if comp is not None and t != INFO else inv):
                 continue
             if t == OK:
-                sends[key][value] = (pos[id(inv)], ret, int(comp.value[1][0]), comp)
+                sends[key][value] = (pos[id(inv)], ret, int(QUEUE_VALUES.written(comp)[1]), comp)
             elif t != FAIL:
                 sends[key][value] = (pos[id(inv)], ret, None, inv)  # may or may not have happened
         elif inv.f in ("poll", "final-poll") and t == OK and (in_era is None or in_era(comp)):
-            end = int(comp.value[1]) if inv.f == "final-poll" else None
+            end = int(QUEUE_VALUES.drained(comp)[1]) if inv.f == "final-poll" else None
             for key, recs in poll_items(inv.f, comp.value):
                 # reach: how far this read saw the log go (records come in offset order; a read
                 # that is not is the queue checker's nonmonotonic-poll)

@@ -77,6 +77,54 @@ def poll_items(f: str, value: Any) -> Iterator[tuple[int, list]]:
             yield int(k), recs or []
 
 
+class QueueValues:
+    """How the queue workload's op values read (the schema above), defined once: the checkers here read
+    them through it (and poll_items), and so do the views that are not checkers (the report, the Spark
+    pipeline's ingest), through the workload's declaration (workloads/base.py ValueReader). A key is an
+    int (a poll's JSON object keys are its decimal text); offsets and values are as the history holds them."""
+
+    op_names = frozenset({"send", "poll", "final-poll"})  # the client ops whose values it reads
+
+    @staticmethod
+    def key(op: Op) -> int | None:
+        """The one key an op is about: a send's, a final read's (invoke [key], ok [key, hwm, records])."""
+        v = op.value
+        if isinstance(v, list) and ((op.f == "send" and len(v) == 2) or (op.f == "final-poll" and len(v) in (1, 3))):
+            return int(v[0])
+        return None
+
+    @staticmethod
+    def written(op: Op) -> tuple[int, Any, Any] | None:
+        """(key, offset, value) of a send: offset None until its ok completion ([key, [offset, value]])."""
+        v = op.value
+        if op.f != "send" or not isinstance(v, list) or len(v) != 2:
+            return None
+        placed = v[1]
+        if isinstance(placed, list) and len(placed) == 2:
+            return int(v[0]), placed[0], placed[1]
+        return int(v[0]), None, placed
+
+    @staticmethod
+    def records(op: Op) -> Iterator[tuple[int, Any, Any]]:
+        """(key, offset, value) of each record a poll or final-poll completion returned, in order (a record
+        that is not an [offset, value] pair is passed over here; the checkers fail on it)."""
+        for key, recs in poll_items(op.f, op.value):
+            for rec in recs:
+                if isinstance(rec, list | tuple) and len(rec) == 2:
+                    yield key, rec[0], rec[1]
+
+    @staticmethod
+    def drained(op: Op) -> tuple[int, Any] | None:
+        """(key, end offset) of a final read's ok completion: it drained the key up to that HWM."""
+        v = op.value
+        if op.f == "final-poll" and isinstance(v, list) and len(v) == 3:
+            return int(v[0]), v[1]
+        return None
+
+
+QUEUE_VALUES = QueueValues()
+
+
 @dataclass
 class _Examples:
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -96,6 +144,7 @@ class QueueChecker:
 
 
 def check_queue(history: Sequence[Op]) -> Result:
+    written, drained = QUEUE_VALUES.written, QUEUE_VALUES.drained
     cutoff = beyond_budget_time(history)
     pairs = pair_ops(history)
     found = _Examples()
@@ -124,7 +173,7 @@ def check_queue(history: Sequence[Op]) -> Result:
         if inv.process == NEMESIS:
             continue
         if inv.f == "send":
-            key, value = int(inv.value[0]), inv.value[1]
+            key, _, value = written(inv)
             sent_values[key][value] = inv
             t = comp.type if comp is not None else INFO
             stats[f"send-{t}"] += 1
@@ -174,7 +223,7 @@ def check_queue(history: Sequence[Op]) -> Result:
                 if prev is not None and inv.f == "poll":
                     last_offset[(inv.process, key, e)] = prev
                 if inv.f == "final-poll":
-                    hwm = int(comp.value[1])
+                    hwm = int(drained(comp)[1])
                     final_hwm[key] = max(final_hwm.get(key, -1), hwm)
                     for off, val in recs:
                         final_values[key][val] = int(off)
@@ -208,7 +257,7 @@ def check_queue(history: Sequence[Op]) -> Result:
     uncovered = set()
     beyond_budget: list[dict[str, Any]] = []
     for inv, comp in acked:
-        key, (off, val) = int(comp.value[0]), comp.value[1]
+        key, off, val = written(comp)
         off = int(off)
         if key not in final_hwm:
             uncovered.add(key)
@@ -291,9 +340,9 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
     for key, e in jumps:
         proof[(key, e)] = {off: next(iter(readers.values())) for off, readers in seen.get((key, e), {}).items()}
     for _, comp in acked:
-        key, e = int(comp.value[0]), era(comp)
+        (key, off, _), e = QUEUE_VALUES.written(comp), era(comp)
         if (key, e) in jumps:
-            proof[(key, e)].setdefault(int(comp.value[1][0]), comp)
+            proof[(key, e)].setdefault(int(off), comp)
     gaps: list[dict[str, Any]] = []
     gap_count = 0
     for (key, e), jumped in jumps.items():
@@ -318,5 +367,5 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
     return gap_count, gaps
 
 
-__all__ = ["ANOMALY_TYPES", "QueueChecker", "check_queue", "poll_items",
+__all__ = ["ANOMALY_TYPES", "QUEUE_VALUES", "QueueChecker", "QueueValues", "check_queue", "poll_items",
            "proven_between"]

@@ -69,6 +69,10 @@ REASONS: dict[str, CannotDecide] = {r.code: r for r in (
                  "cannot be checked without it", {"node": "broker-1", "where": "nodes/broker-1/metadata.log",
                                                  "past": " past offset 41",
                                                  "why": "line 42 is not the next log entry and more lines follow"}),
+    CannotDecide("no-queue-losses", "checker inputs",
+                 "a fault went beyond the fault budget, but the acknowledged writes lost after it are not known "
+                 "({why}), so whether the cluster reported each loss (an unclean recovery of its partition) "
+                 "cannot be checked", {"why": "the queue checker could not finish (MemoryError: )"}),
     # --- the faults happened ---------------------------------------------------------------------
     CannotDecide("fault-never-applied", "faults",
                  "the {fault} fault was planned but never applied ({why})",

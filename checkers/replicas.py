@@ -3,8 +3,9 @@
 A client sees only what leaders serve; replicas can disagree underneath (two logs with
 different records at one offset below both HWMs: the divergence of 004's second scenario)
 without any client noticing until leadership moves. At the end of a run the harness
-collects every node's `admin dump` (nodes/<node>/state.json: a broker's partitions with
-their physical logs, the controller's partition states); this checker reads them:
+collects every node's `admin dump` (a broker's partitions with their physical logs, the
+controller's partition states) and metadata log, normalised into the run's replicas.json
+(clusters/replica_dumps.py has its schema); this checker judges that document:
 
 - log-divergence (Log Matching): two replicas of a partition hold different records (leader
   epoch or value digest) at an offset below both their HWMs;
@@ -16,9 +17,10 @@ are listed in the result's stats and details, not counted as anomalies: they are
 protocol doing what it was configured to do. The other side of that promise is checked:
 
 - unreported-data-loss: acknowledged writes of a partition were lost after a fault beyond the
-  budget (the queue checker excuses those from lost-write), yet the controller reported no
-  unclean recovery of that partition: a replica that lost committed data led silently (the
-  last replica standing of 002 2.4.2, without the ELR).
+  budget (the queue checker excuses those from lost-write, and counts them: its result is
+  handed on to this checker), yet the controller reported no unclean recovery of that
+  partition: a replica that lost committed data led silently (the last replica standing of
+  002 2.4.2, without the ELR).
 - metadata-log-divergence (a controller quorum): every controller's metadata log is a prefix of
   the longest one (Raft's log matching, seen from the dumps);
 - controller-split-brain: two controllers claim to be active leaders in one Raft term;
@@ -33,18 +35,18 @@ makes it false. The nodes' metadata.log files are optional, but one that cannot 
 line in its middle is unknown the same way. A cluster that gives no dumps at all (one we did not
 build) is not applicable: valid, with a note in stats, never a guess.
 
-`check_states` is the pure function; `ReplicaStateChecker` reads the dumps a run stored.
+`check_states` judges the states; `check_replicas` adds the rules on inputs above. Both are pure:
+`ReplicaStateChecker` is declared in the workload's checker list like any other, and is handed
+replicas.json's document and the queue checker's result (checkers/core.py CheckContext) by the runner
+and `kafkaesque analyze`; it reads no file and knows no broker format.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.queue import check_queue
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result
 from checkers.reasons import say
 from history import Op, beyond_budget_time
 
@@ -314,117 +316,98 @@ def _controller_structure(c: dict[str, Any]) -> list[dict[str, Any]]:
 
 NOT_APPLICABLE = ("the cluster gives no state dumps (a Kafka-protocol system we did not build), so the "
                   "broker-side invariants do not apply to this run")
+REPLICAS = "replicas"  # the name of its input in CheckContext.data: replicas.json's document
 
 
 class ReplicaStateChecker:
-    """The dumps a run collected into <run dir>/nodes/<node>/state.json, checked by `check_states`.
+    """`check_states` over the replicas' normalised state at the end of the run (replicas.json, handed in as
+    CheckContext.data["replicas"], schema in clusters/replica_dumps.py), and over the queue checker's losses
+    beyond the fault budget (its result, handed on as CheckContext.previous["queue"]).
 
-    Every node's dump is an input: one that is missing, unreadable or marked unreachable makes the
-    verdict unknown (an anomaly found in the dumps that were read still makes it false). A cluster
-    that gives no dumps at all is not applicable: valid, with the note in stats."""
+    Every node's dump is an input: one that could not be used makes the verdict unknown (an anomaly found in
+    the dumps that were read still makes it false). A cluster that gives no dumps at all is not applicable:
+    valid, with the note in stats."""
 
     name = "replicas"
 
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
-        nodes = Path(test["run_dir"]) / "nodes" if test.get("run_dir") else None
-        if not _dumps_expected(test, nodes):
-            return Result(self.name, True, stats={"not_applicable": NOT_APPLICABLE})
-        if nodes is None:
-            return Result(self.name, UNKNOWN, unknown_reasons=[
-                say("no-state-dumps", why="the run directory is not known, so the nodes' state dumps cannot be read")])
-        states, reasons = read_state_dumps(nodes, test.get("nodes"))
-        metadata_logs, log_reasons = read_metadata_logs(nodes)
-        lost = None
-        if beyond_budget_time(history) is not None:  # rare: only then is the queue check run again here
-            lost = check_queue(history).details.get("lost_beyond_fault_budget", {}).get("by_key", {})
-        result = check_states(states, lost, metadata_logs=metadata_logs)
-        result.unknown_reasons = reasons + log_reasons
-        result.stats["dumps_read"] = len(states)
-        if result.unknown_reasons:
-            result.stats["inputs_unreadable"] = len(result.unknown_reasons)
-            if result.valid is True:  # a proven anomaly stays proven; an unread dump may hide one
-                result.valid = UNKNOWN
-        return result
+        return self.check_in(test, history, CheckContext())
+
+    def check_in(self, test: dict[str, Any], history: Sequence[Op], context: CheckContext) -> Result:
+        return check_replicas(test, history, context.data.get(REPLICAS), context.previous.get("queue"))
 
 
-def _dumps_expected(test: dict[str, Any], nodes: Path | None) -> bool:
+def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[str, Any] | None,
+                   queue: Result | None = None) -> Result:
+    """The replica checker's verdict from test.json, the history, replicas.json's document (None: none was
+    handed in) and the queue checker's result (None: it did not run before this one)."""
+    if not _dumps_expected(test, replicas):
+        return Result(REPLICAS, True, stats={"not_applicable": NOT_APPLICABLE})
+    if replicas is None:
+        why = ("the run directory is not known, so the nodes' state dumps cannot be read" if not test.get("run_dir")
+               else "the replicas' state (replicas.json) was not handed to the checker")
+        return Result(REPLICAS, UNKNOWN, unknown_reasons=[say("no-state-dumps", why=why)])
+    nodes = replicas.get("nodes") or {}
+    if not nodes:
+        return Result(REPLICAS, UNKNOWN, unknown_reasons=[
+            say("no-state-dumps", why="no node left a state dump in nodes/ and test.json names no nodes")])
+    states, reasons = {}, []
+    for node, entry in sorted(nodes.items()):
+        if isinstance(entry.get("state"), dict):
+            states[node] = entry["state"]
+        else:
+            reasons.append(say("state-dump-unreadable", node=node, where=entry.get("dump"), why=entry.get("why")))
+    metadata_logs, log_reasons = _metadata_logs(nodes)
+    lost, lost_reasons = _lost_beyond_budget(history, queue)
+    result = check_states(states, lost, metadata_logs=metadata_logs)
+    result.unknown_reasons = reasons + log_reasons + lost_reasons
+    result.stats["dumps_read"] = len(states)
+    if result.unknown_reasons:
+        result.stats["inputs_unreadable"] = len(result.unknown_reasons)
+        if result.valid is True:  # a proven anomaly stays proven; an unread dump may hide one
+            result.valid = UNKNOWN
+    return result
+
+
+def _dumps_expected(test: dict[str, Any], replicas: dict[str, Any] | None) -> bool:
     """Whether this run's cluster gives state dumps: as test.json says (`state_dumps`); a run stored
-    before it said so expects them when any node left one."""
+    before it said so, as replicas.json says (normalised from such a run: when any node left a dump)."""
     declared = test.get("state_dumps")
     if declared is not None:
         return bool(declared)
-    return nodes is not None and any(nodes.glob("*/state.json"))
+    return bool(replicas and replicas.get("state_dumps"))
 
 
-def read_state_dumps(nodes: Path, expected: Sequence[str] | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """(node -> its dump, one sentence per node whose dump could not be read). The nodes expected to
-    have one: every directory under `nodes` and every name in `expected` (test.json's node list)."""
-    names = {d.name for d in nodes.iterdir() if d.is_dir()} if nodes.is_dir() else set()
-    names |= {str(n) for n in expected or []}
-    if not names:
-        return {}, [say("no-state-dumps", why=f"no node left a state dump in {nodes.name}/ and test.json names no nodes")]
-    states, reasons = {}, []
-    for node in sorted(names):
-        state, why = _read_dump(nodes / node / "state.json")
-        if state is None:
-            reasons.append(say("state-dump-unreadable", node=node, where=f"{nodes.name}/{node}/state.json", why=why))
-        else:
-            states[node] = state
-    return states, reasons
-
-
-def _read_dump(path: Path) -> tuple[dict[str, Any] | None, str]:
-    """The dump, or None and why it cannot be used."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, "the file is missing"
-    except OSError as e:
-        return None, f"the file cannot be opened ({e.strerror or e})"
-    if not data.strip():
-        return None, "the file is empty"
-    try:
-        state = json.loads(data)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both
-        return None, f"it is not valid JSON, truncated or corrupt ({e})"
-    if not isinstance(state, dict):
-        return None, f"it holds a JSON {type(state).__name__}, not an object"
-    if state.get("unreachable"):
-        return None, "the node did not answer the dump request when the run ended"
-    if state.get("role") not in ("broker", "controller"):
-        return None, f"it names no role a dump has (broker or controller), but {state.get('role')!r}"
-    if state["role"] == "broker":
-        # Log Matching is checked on the physical logs: a partition dumped without one would be left out.
-        bare = [f"{p.get('topic')}-{p.get('partition')}" for p in state.get("partitions", [])
-                if not isinstance(p, dict) or not isinstance(p.get("log"), list)]
-        if bare:
-            return None, f"it holds no physical log of partition(s) {', '.join(map(str, bare[:4]))}"
-    return state, ""
-
-
-def read_metadata_logs(nodes: Path) -> tuple[dict[str, MetadataLog], list[str]]:
-    """nodes/<node>/metadata.log (JSON lines of {"offset", "record"}) as records, and one sentence per
-    log that could not be read. The file is optional (a node may not have kept one). A torn last line
-    (a node killed mid-append) ends its log, as it does when the node replays it; anything past the
-    first bad line other than that one line is unreadable: the node truncates a bad tail when it
-    opens the file, so what follows a bad line in the middle is corruption, and the records there
-    would be silently left out of the comparison. A log that starts after a snapshot (its first
-    offset > 0) comes back as {"base", "records"}."""
-    from clusters.broker.metadata import parse_log_lines
-
+def _metadata_logs(nodes: dict[str, Any]) -> tuple[dict[str, MetadataLog], list[str]]:
+    """Each node's metadata log as records ({"base", "records"} after a snapshot), and one sentence per log
+    that could not be read whole. The logs are optional (a node may not have kept one); one unreadable past
+    a bad line in its middle is unknown past it: what follows was not compared."""
     out: dict[str, MetadataLog] = {}
     reasons: list[str] = []
-    for f in sorted(nodes.glob("*/metadata.log")):
-        node, where = f.parent.name, f"{nodes.name}/{f.parent.name}/metadata.log"
-        try:
-            data = f.read_bytes()
-        except OSError as e:
-            reasons.append(say("metadata-log-unreadable", node=node, where=where, past="", why=e.strerror or e))
+    for node, entry in sorted(nodes.items()):
+        log = entry.get("metadata_log")
+        if not isinstance(log, dict):
             continue
-        base, records, good = parse_log_lines(data)
-        if b"\n" in data[good:].rstrip(b"\n"):
-            line = data[:good].count(b"\n") + 1
-            reasons.append(say("metadata-log-unreadable", node=node, where=where, past=f" past offset {base + len(records)}",
-                               why=f"line {line} is not the next log entry and more lines follow"))
-        out[node] = {"base": base, "records": records} if base else records
+        if "why" in log:
+            past = log.get("unreadable_past")
+            reasons.append(say("metadata-log-unreadable", node=node, where=log.get("where"),
+                               past="" if past is None else f" past offset {past}", why=log["why"]))
+        if isinstance(log.get("records"), list):
+            base = int(log.get("base") or 0)
+            out[node] = {"base": base, "records": log["records"]} if base else log["records"]
     return out, reasons
+
+
+def _lost_beyond_budget(history: Sequence[Op], queue: Result | None) -> tuple[dict[str, int] | None, list[str]]:
+    """Partition -> acknowledged writes lost after a fault beyond the budget, from the queue checker's result
+    (checkers/queue.py counts them, apart from lost writes); None without such a fault. With one, and no
+    queue result that counted them, unreported-data-loss cannot be checked: one sentence why."""
+    if beyond_budget_time(history) is None:
+        return None, []
+    counted = (queue.details.get("lost_beyond_fault_budget") if queue is not None else None) or {}
+    if "by_key" in counted:
+        return counted["by_key"], []
+    why = ("the queue checker did not run before this one" if queue is None
+           else f"the queue checker could not finish ({queue.error})" if queue.error
+           else "the queue checker's result does not count them")
+    return None, [say("no-queue-losses", why=why)]

@@ -100,7 +100,9 @@ class Cluster(Protocol):
         """The node's own state dump (admin request); None when unreachable or when the backend has none."""
 
     def collect(self, dest_dir: str) -> None:
-        """Copy node logs and state dumps into dest_dir/<node>/ (called before teardown)."""
+        """Copy node logs and state dumps into dest_dir/<node>/ (called before teardown), and write the
+        replicas' state, normalised, into replicas.json beside dest_dir (the run's nodes/ directory): the
+        replica checker's input, whose schema is clusters/replica_dumps.py's."""
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None: ...
 

@@ -114,6 +114,7 @@ from clusters.ownership import (
     state_dir,
 )
 from clusters.remote import RemoteError
+from clusters.replica_dumps import no_dumps, write_replicas
 from clusters.waiting import WaitTimeout, wait_until
 
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
@@ -809,7 +810,8 @@ class ExternalCluster:
         create_topic_or_fail(self.bootstrap(), topic, partitions, replication_factor, min_isr)
 
     def collect(self, dest_dir: str) -> None:
-        """The log files the cluster file names into dest_dir/<node>/; what is not there is skipped."""
+        """The log files the cluster file names into dest_dir/<node>/ (what is not there is skipped), and
+        beside dest_dir a replicas.json saying the cluster gives no state dumps (clusters/replica_dumps.py)."""
         for node in self.nodes():
             out = Path(dest_dir) / node
             out.mkdir(parents=True, exist_ok=True)
@@ -818,6 +820,7 @@ class ExternalCluster:
                     (out / Path(path).name).write_bytes(self.remote(node).get(path))
                 except Exception:  # noqa: BLE001 - a file that is not there (yet) is simply absent
                     pass
+        write_replicas(Path(dest_dir).parent, no_dumps())
 
 
 # --- `--cluster FILE.toml`: either kind ----------------------------------------------------------------

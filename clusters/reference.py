@@ -21,6 +21,7 @@ from typing import Any
 from clusters.base import DEFAULT_NET_DEVICE, ClusterError, ClusterSpec, PartitionView, proc_sys_refusal
 from clusters.broker import rpc
 from clusters.broker.admin import create_topic, dump_state
+from clusters.replica_dumps import collect_replicas
 from clusters.waiting import WaitTimeout, wait_until
 
 CONTROLLER_ID = 1000
@@ -286,7 +287,8 @@ class ReferenceCluster:
         create_topic_or_fail(self.bootstrap(), topic, partitions, replication_factor, min_isr)
 
     def collect(self, dest_dir: str) -> None:
-        """Node logs and state dumps into dest_dir/<node>/; an unreachable node is noted, not fatal.
+        """Node logs and state dumps into dest_dir/<node>/ (an unreachable node is noted, not fatal), then
+        the replicas' state normalised from them into replicas.json beside dest_dir (clusters/replica_dumps.py).
 
         Brokers first, controllers last: metadata may still be committing (a run cut short has no
         recovery wait), and a broker's copy of the metadata log taken after the controller's could be
@@ -304,6 +306,7 @@ class ReferenceCluster:
             state = self.dump_state(node)
             (out / "state.json").write_text(json.dumps(state, indent=1) if state is not None
                                             else json.dumps({"unreachable": True}))
+        collect_replicas(Path(dest_dir), self.nodes())
 
 
 def _hostport(addr: tuple[str, int]) -> str:

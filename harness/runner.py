@@ -32,6 +32,7 @@ from checkers.core import UNKNOWN, run_checkers
 from checkers.coverage import SAME_HOST_CLUSTERS, MetadataObservations, log_events, reached_states, read_jsonl
 from checkers.evidence import FaultEvidenceChecker, decide
 from clusters.base import ClusterError, ClusterSpec
+from clusters.replica_dumps import load_replicas
 from clusters.waiting import WaitTimeout, wait_until
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
@@ -470,7 +471,8 @@ class Run:
         self.stats.phase = "checking"
         facts = {**self.facts, **{k: v for k, v in outcome.items() if k != "traceback"}}
         facts["cluster"] = test.get("cluster")
-        results = check_run(run_dir, test, facts, workload)
+        history, problems = read_run_history(run_dir)  # read once: the checks and the report share it
+        results = check_history(run_dir, test, facts, history, problems, workload)
         results.update({k: v for k, v in outcome.items() if k != "traceback"})
         if "traceback" in outcome:
             (run_dir / "harness-error.txt").write_text(outcome["traceback"])
@@ -481,7 +483,7 @@ class Run:
         try:
             from results.report import render_report
 
-            render_report(run_dir)
+            render_report(run_dir, history)
         except Exception as e:  # noqa: BLE001 - a report failure never hides the verdict
             self.errors.append(f"report failed: {e}")
         code = EXIT_HARNESS if "error" in outcome else exit_code(results["valid"])
@@ -489,24 +491,40 @@ class Run:
 
 
 def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, Any]:
-    """Check a history with the workload's checkers, the broker-side invariants from the nodes' dumps and
-    the fault evidence: the composite of the checkers (checkers/core.py), before the harness's own facts."""
+    """Check a history with the workload's checkers (the broker-side invariants among them, handed the run's
+    replicas.json) and the fault evidence: the composite of the checkers (checkers/core.py), before the
+    harness's own facts."""
     if workload is None:
         from workloads.registry import make_workload
 
         spec = TestSpec.from_dict(test)
         workload = make_workload(spec.workload, spec.workload_opts())
-    from checkers.replicas import ReplicaStateChecker
+    return run_checkers([*workload.checkers(test), FaultEvidenceChecker()], test, history, run_data(test))
 
-    return run_checkers([*workload.checkers(test), ReplicaStateChecker(), FaultEvidenceChecker()], test, history)
+
+def run_data(test: dict) -> dict[str, Any]:
+    """The run's recorded inputs besides its history, for the checkers (checkers/core.py CheckContext.data):
+    "replicas", the replicas' normalised state (clusters/replica_dumps.py; None when the run dir is not known)."""
+    run_dir = test.get("run_dir")
+    return {"replicas": load_replicas(Path(run_dir), test.get("nodes")) if run_dir else None}
+
+
+def read_run_history(run_dir: Path) -> tuple[list[Op], list[str]]:
+    """A stored run's history, and what was wrong with it (a torn last line)."""
+    problems: list[str] = []
+    return read_history(run_dir / "history.jsonl", problems), problems
 
 
 def check_run(run_dir: Path, test: dict, facts: dict[str, Any] | None, workload=None) -> dict[str, Any]:
     """The verdict of a stored run: its history checked, the evidence rules applied with the harness's
     facts (None: not known, e.g. a run whose harness died), and the states it reached. What `run` and
     `kafkaesque analyze` both call, so a stored run re-checks to the same verdict."""
-    problems: list[str] = []
-    history = read_history(run_dir / "history.jsonl", problems)
+    return check_history(run_dir, test, facts, *read_run_history(run_dir), workload)
+
+
+def check_history(run_dir: Path, test: dict, facts: dict[str, Any] | None, history: list[Op], problems: list[str],
+                  workload=None) -> dict[str, Any]:
+    """check_run on a history already read (read_run_history: the ops and the problems reading found)."""
     if facts is not None and problems:
         facts = {**facts, "history_torn": "history.jsonl"}
     results = decide(analyze_history(test, history, workload), facts)

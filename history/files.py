@@ -98,7 +98,9 @@ class HistoryWriter:
     """Appends ops to history.jsonl as they happen; thread-safe; every line flushed.
 
     Assigns `index` and `time` (ns since `start_ns`, monotonic). Each op is written with one
-    os.write call so a line is either whole or, at worst, the torn last line.
+    os.write call so a line is either whole or, at worst, the torn last line. Nothing is kept in
+    memory: the live panel counts outcomes itself (harness/runner.py LiveStats), and the checks read
+    the history back from the file, as `kafkaesque analyze` does.
     """
 
     def __init__(self, path: str | os.PathLike, start_ns: int | None = None):
@@ -107,7 +109,6 @@ class HistoryWriter:
         self._lock = threading.Lock()
         self._next_index = 0
         self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
-        self.ops: list[Op] = []  # kept in memory too, for the live panel and the checkers
 
     def now(self) -> int:
         return time.monotonic_ns() - self.start_ns
@@ -120,7 +121,6 @@ class HistoryWriter:
                 op.time = self.now()
             line = (json.dumps(op.to_dict(), separators=(",", ":"), default=str) + "\n").encode()
             os.write(self._fd, line)
-            self.ops.append(op)
         return op
 
     def close(self) -> None:

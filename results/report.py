@@ -26,7 +26,9 @@ from typing import Any
 import jinja2
 
 from checkers.coverage import STATES
-from history import INVOKE, NEMESIS, FaultWindow, fault_records, fault_windows, pair_ops, read_history
+from history import INVOKE, NEMESIS, FaultWindow, Op, fault_records, fault_windows, pair_ops, read_history
+from workloads.base import ValueReader
+from workloads.registry import value_reader
 
 MAX_TIMELINE_OPS = 4000  # beyond this the timeline shows the first ops only (the page stays usable)
 MAX_SCATTER_POINTS = 60000
@@ -96,20 +98,20 @@ def _latency_and_throughput(pairs, windows, end_s):
     return latency, throughput
 
 
-def _offsets(pairs, windows, end_s):
+def _offsets(pairs, windows, end_s, values: ValueReader):
     """Per partition: the offsets acknowledged sends got over time, and the final HWM."""
     sends: dict[str, dict[str, list]] = defaultdict(lambda: {"x": [], "y": []})
     hwm: dict[str, tuple[float, int]] = {}
-    for inv, comp in pairs:
-        if comp is None or comp.type != "ok":
+    for _, comp in pairs:
+        if comp is None or comp.type != "ok" or comp.process == NEMESIS:
             continue
-        v = comp.value
-        if inv.f == "send" and isinstance(v, list) and len(v) == 2 and isinstance(v[1], list):
-            s = sends[str(v[0])]
+        written, drained = values.written(comp), values.drained(comp)
+        if written is not None and written[1] is not None:
+            s = sends[str(written[0])]
             s["x"].append(round(comp.time / 1e9, 4))
-            s["y"].append(v[1][0])
-        elif inv.f == "final-poll" and isinstance(v, list) and len(v) == 3:
-            hwm[str(v[0])] = (comp.time / 1e9, v[1])
+            s["y"].append(written[1])
+        elif drained is not None:
+            hwm[str(drained[0])] = (comp.time / 1e9, drained[1])
     traces = [{"type": "scattergl", "mode": "markers", "name": f"partition {k} acked offset",
                "x": d["x"][:MAX_SCATTER_POINTS], "y": d["y"][:MAX_SCATTER_POINTS], "marker": {"size": 3}}
               for k, d in sorted(sends.items())]
@@ -188,7 +190,8 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
 MAX_SUMMARY_LOST = 8  # lost writes listed on the first screen (the checkers keep at most 8 examples each)
 
 
-def first_screen_summary(results: dict[str, Any], pairs, windows: list[FaultWindow]) -> dict[str, Any]:
+def first_screen_summary(results: dict[str, Any], pairs, windows: list[FaultWindow],
+                         values: ValueReader) -> dict[str, Any]:
     """What a reader needs from the first screen: one line per anomaly type, and the lost writes.
 
     Lines: {"name", "count", "checker", "text"}, the text being the checker's explanation and its
@@ -196,7 +199,8 @@ def first_screen_summary(results: dict[str, Any], pairs, windows: list[FaultWind
     8 of them), the partition, offset and value, when it was acknowledged and under which fault,
     and when it disappeared: by the first op that saw another value at its offset (a read, or a
     send acknowledged there after a new leader reused the offset), or else by the final read that
-    missed it, with the faults active between its last sighting and then.
+    missed it, with the faults active between its last sighting and then. `values`: how the ops' values
+    read (the workload's, workloads/base.py).
     """
     lines: list[dict[str, Any]] = []
     lost_examples: list[dict[str, Any]] = []
@@ -210,13 +214,14 @@ def first_screen_summary(results: dict[str, Any], pairs, windows: list[FaultWind
             if a.get("name") == "lost-write":
                 lost_examples += [ex for ex in examples if isinstance(ex, dict)]
     lines.sort(key=lambda x: x["name"] != "lost-write")  # stable: lost writes first, then the checkers' order
-    lost = _lost_write_rows(lost_examples[:MAX_SUMMARY_LOST], pairs, windows)
+    lost = _lost_write_rows(lost_examples[:MAX_SUMMARY_LOST], pairs, windows, values)
     return {"lines": lines, "lost": lost, "lost_groups": _lost_write_groups(lost),
             "lost_total": sum(int(x["count"] or 0) for x in lines if x["name"] == "lost-write"
                               and isinstance(x["count"], int))}
 
 
-def _lost_write_rows(examples: list[dict[str, Any]], pairs, windows: list[FaultWindow]) -> list[dict[str, Any]]:
+def _lost_write_rows(examples: list[dict[str, Any]], pairs, windows: list[FaultWindow],
+                     values: ValueReader) -> list[dict[str, Any]]:
     """Rows for the first screen's lost-write table; times are seconds into the run.
 
     Each row: partition, offset, value (as JSON text), acked_s, acked_fault, and when it
@@ -246,9 +251,10 @@ def _lost_write_rows(examples: list[dict[str, Any]], pairs, windows: list[FaultW
         if comp is None or comp.type != "ok" or inv.process == NEMESIS:
             continue
         t = comp.time / 1e9
-        if inv.f == "final-poll" and isinstance(comp.value, list) and comp.value:
-            final_read_s[_norm(comp.value[0])] = max(final_read_s.get(_norm(comp.value[0]), 0.0), t)
-        for key, off, val, what in _records(inv.f, comp.value):
+        drained = values.drained(comp)
+        if drained is not None:
+            final_read_s[_norm(drained[0])] = max(final_read_s.get(_norm(drained[0]), 0.0), t)
+        for key, off, val, what in _sightings(comp, values):
             for row in wanted.get((_norm(key), _norm(off)), []):
                 if row["gone_to_s"] is not None:
                     continue
@@ -291,21 +297,15 @@ def _span(a: float, b: float) -> str:
     return f"{a:.2f}" if f"{a:.2f}" == f"{b:.2f}" else f"{a:.2f}–{b:.2f}"
 
 
-def _records(f: str, value: Any):
-    """(partition, offset, value, what) for each record an ok queue op names (workloads/queue.py's schema);
+def _sightings(comp, values: ValueReader):
+    """(partition, offset, value, what) for each record an ok op names, as the workload's values read;
     `what` describes the sighting, with {v} for the value seen."""
-    if f == "send" and isinstance(value, list) and len(value) == 2 and isinstance(value[1], list) \
-            and len(value[1]) == 2:
-        yield value[0], value[1][0], value[1][1], "{v} was acked at that offset later"
-    elif f == "final-poll" and isinstance(value, list) and len(value) == 3 and isinstance(value[2], list):
-        for rec in value[2]:
-            if isinstance(rec, list) and len(rec) == 2:
-                yield value[0], rec[0], rec[1], "the final read had {v} there"
-    elif f == "poll" and isinstance(value, dict):
-        for key, recs in value.items():
-            for rec in recs if isinstance(recs, list) else []:
-                if isinstance(rec, list) and len(rec) == 2:
-                    yield key, rec[0], rec[1], "a poll read {v} there"
+    written = values.written(comp)
+    if written is not None and written[1] is not None:
+        yield *written, "{v} was acked at that offset later"
+    what = "the final read had {v} there" if values.drained(comp) is not None else "a poll read {v} there"
+    for key, off, val in values.records(comp):
+        yield key, off, val, what
 
 
 def _fault_row(r) -> dict[str, Any]:
@@ -353,18 +353,21 @@ def _script_json(obj: Any) -> str:
     return json.dumps(obj, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_report(run_dir: str | os.PathLike) -> Path:
-    """Write <run_dir>/report.html from test.json, history.jsonl and results.json; return its path."""
+def render_report(run_dir: str | os.PathLike, history: list[Op] | None = None) -> Path:
+    """Write <run_dir>/report.html from test.json, history.jsonl and results.json; return its path.
+    `history`: the run's history when the caller has read it already (the runner, after its checks)."""
     run = Path(run_dir)
     test = json.loads((run / "test.json").read_text()) if (run / "test.json").exists() else {}
     results = json.loads((run / "results.json").read_text()) if (run / "results.json").exists() else {}
-    history = read_history(run / "history.jsonl") if (run / "history.jsonl").exists() else []
+    if history is None:
+        history = read_history(run / "history.jsonl") if (run / "history.jsonl").exists() else []
+    values = value_reader(test.get("workload") or "queue")
     pairs = pair_ops(history)
     end_s = max((op.time for op in history), default=0) / 1e9
     windows = fault_windows(history)
     latency, throughput = _latency_and_throughput(pairs, windows, end_s)
     reached = results.get("reached") if isinstance(results.get("reached"), dict) else {}
-    plots = {"latency": latency, "throughput": throughput, "offsets": _offsets(pairs, windows, end_s),
+    plots = {"latency": latency, "throughput": throughput, "offsets": _offsets(pairs, windows, end_s, values),
              "timeline": _timeline(pairs, end_s, reached)}
     node_logs = sorted(str(p.relative_to(run)) for p in (run / "nodes").rglob("*") if p.is_file()) \
         if (run / "nodes").exists() else []
@@ -379,7 +382,7 @@ def render_report(run_dir: str | os.PathLike) -> Path:
         anomalies=_anomaly_sections(results, windows), windows=windows, node_logs=node_logs,
         faults=[_fault_row(r) for r in fault_records(history)], reached=reached, state_meaning=STATES,
         unknown_reasons=[str(x) for x in results.get("unknown_reasons") or []],
-        summary=first_screen_summary(results, pairs, windows),
+        summary=first_screen_summary(results, pairs, windows, values),
         counts=dict(counts), n_ops=len(history), duration=f"{end_s:.1f}",
         test_json=json.dumps(test, indent=2, default=str),
         plots_json=_script_json(plots), plotly_js=jinja2.utils.markupsafe.Markup(get_plotlyjs()),

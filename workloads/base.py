@@ -1,12 +1,14 @@
 """The Client and Workload shapes (DESIGN.md).
 
 A Client is one per logical process and uses a real Kafka client library. A Workload
-bundles: how to make clients, which ops the generator issues, the final reads, and the
-checkers that judge the history.
+bundles: how to make clients, which ops the generator issues, the final reads, the
+checkers that judge the history, and how its ops' values read (a ValueReader, for the
+views of a history that are not its checkers: the report, the Spark pipeline's ingest).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from typing import Any, Protocol
 
 from checkers.core import Checker
@@ -26,8 +28,30 @@ class Client(Protocol):
     def close(self) -> None: ...
 
 
+class ValueReader(Protocol):
+    """How a workload's op values read: the keys, offsets and values its ops carry, defined once beside
+    its checker's own parsing (the queue's: checkers/queue.py QueueValues), so the report and the
+    pipeline read a history of any workload without knowing its value shapes. Keys are ints; offsets
+    and values as the history holds them; an op whose value does not have the shape gives nothing."""
+
+    op_names: Collection[str]  # the client ops (f) whose values it reads; others' values are opaque payloads
+
+    def key(self, op: Op) -> int | None:
+        """The one key the op is about (a write's, a final read's), None for an op on many (a poll)."""
+
+    def written(self, op: Op) -> tuple[int, Any, Any] | None:
+        """(key, offset, value) of the record a write carries: offset None until an ok completion placed it."""
+
+    def records(self, op: Op) -> Iterable[tuple[int, Any, Any]]:
+        """(key, offset, value) of each record a read's completion returned, in order."""
+
+    def drained(self, op: Op) -> tuple[int, Any] | None:
+        """(key, end offset) of a final read's ok completion: the key read from its start up to there."""
+
+
 class Workload(Protocol):
     name: str
+    values: ValueReader  # how its ops' values read
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
         """(topic, partitions) to create before the main phase."""

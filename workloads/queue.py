@@ -31,6 +31,7 @@ import threading
 import time
 from typing import Any
 
+from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
 
 DEFINITE_SEND_ERRORS = {
@@ -221,6 +222,7 @@ def _completion(op: Op, type_: str, value: Any, error: Any = None) -> Op:
 
 class QueueWorkload:
     name = "queue"
+    values = QUEUE_VALUES  # the history's value shapes (above), as the checkers read them
 
     def __init__(self, options: dict[str, Any]):
         self.topic = options.get("topic", "queue")
@@ -255,6 +257,7 @@ class QueueWorkload:
         from checkers.evidence import ProgressChecker
         from checkers.log_order import LogOrderChecker
         from checkers.queue import QueueChecker
+        from checkers.replicas import ReplicaStateChecker
 
         # Progress first: a run that did nothing on a partition proved nothing there (checkers/evidence.py).
         checkers = [ProgressChecker(self.partitions), QueueChecker(), LogOrderChecker()]
@@ -262,4 +265,7 @@ class QueueWorkload:
             from checkers.elle import QueueElleChecker
 
             checkers.append(QueueElleChecker())
+        # The replicas' own states (replicas.json, handed in by the runner), after the queue checker: the
+        # losses beyond the fault budget it counts must each have been reported by the cluster.
+        checkers.append(ReplicaStateChecker())
         return checkers

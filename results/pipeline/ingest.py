@@ -8,13 +8,13 @@ not needed here (no JVM start-up); the checks and aggregates that read these tab
 
 Tables under the warehouse (default store/pipeline), Hive-partitioned by campaign and run:
 
-  ops/campaign=C/run=R/part-0.parquet     one row per op, queue values flattened:
-      seq (line order, what pairing follows), index, time, process (null: nemesis), type, f,
-      key, value, offset (send: [key, value] / ok [key, [offset, value]]; final-poll: [key] /
-      ok [key, hwm, ...] gives key and hwm), node, error, value_json (nemesis and other payloads)
-  reads/campaign=C/run=R/part-0.parquet   one row per record a poll or final-poll returned:
-      seq (of the completion), pos (order inside it), kind ("poll" for a {key: recs} value,
-      "final-poll" for [key, hwm, recs]), key, offset, value
+  ops/campaign=C/run=R/part-0.parquet     one row per op, its value flattened as the run's workload
+      reads it (workloads/base.py ValueReader; the queue's: send [key, value] / ok [key, [offset,
+      value]], final-poll [key] / ok [key, hwm, ...]): seq (line order, what pairing follows), index,
+      time, process (null: nemesis), type, f, key, value, offset (a write's), hwm (a final read's),
+      node, error, value_json (nemesis ops' and other ops' values the workload does not read)
+  reads/campaign=C/run=R/part-0.parquet   one row per record a read returned (a poll, a final-poll):
+      seq (of the completion), pos (order inside it), kind (the op's f), key, offset, value
   runs/campaign=C/run=R/part-0.parquet    one row per run: the spec fields, results.json's
       verdicts and in-process queue anomaly counts, fault windows from the nemesis ops, and
       the history's size and mtime (a run already ingested from the same file is skipped)
@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checkers.queue import ANOMALY_TYPES as QUEUE_ANOMALIES
 from results.pipeline import PipelineError
+from workloads.base import ValueReader
+from workloads.registry import value_reader
 
 NO_CAMPAIGN = "none"
 ROW_GROUP = 1_000_000
-QUEUE_ANOMALIES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip")
 
 
 def _column(name: str) -> str:
@@ -166,9 +168,8 @@ def _int(x: Any, what: str, path: Path, line: int) -> int:
         return int(x)
     if isinstance(x, str) and re.fullmatch(r"-?\d+", x):  # poll keys are JSON object keys: strings
         return int(x)
-    raise PipelineError(f"{path} line {line}: {what} {x!r} is not an integer; the pipeline's tables hold the "
-                        "queue workload's integer keys, offsets and values (check other workloads with "
-                        "`kafkaesque analyze`).")
+    raise PipelineError(f"{path} line {line}: {what} {x!r} is not an integer; the pipeline's tables hold "
+                        "integer keys, offsets and values (check other runs with `kafkaesque analyze`).")
 
 
 def _verdict(v: Any) -> str | None:
@@ -210,8 +211,9 @@ class _TableWriter:
         os.replace(self.tmp, self.final)
 
 
-def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str, Any]:
-    """Write the ops and reads tables of one history; return counts, times and fault windows."""
+def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: ValueReader) -> dict[str, Any]:
+    """Write the ops and reads tables of one history, its values read with `values` (the run's workload's);
+    return counts, times and fault windows."""
     from history import BEYOND_BUDGET, NEMESIS, FaultWindows, iter_history
 
     ops_w, reads_w = _TableWriter(ops_dir, ops_schema()), _TableWriter(reads_dir, reads_schema())
@@ -224,6 +226,7 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
     beyond_budget_ns = None
     n_ops = n_reads = 0
     first_ns = last_ns = None
+    read_ops = frozenset(values.op_names)
     for op in iter_history(history):
         seq = n_ops  # pairing follows the file's order (history.pair_ops), whatever `index` says
         line = n_ops + 1
@@ -233,47 +236,33 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
             windows.see(op)
             if op.type != "invoke" and isinstance(v, dict) and v.get(BEYOND_BUDGET):
                 beyond_budget_ns = op.time
-            if v is not None:
-                vjson = json.dumps(v, separators=(",", ":"), default=str)
-        elif isinstance(v, dict):  # poll completion {"key": [[offset, value], ...]}
-            pos = 0
-            for k, recs in v.items():
-                ik = _int(k, "key", history, line)
-                for rec in recs or ():
-                    r_seq.append(seq)
-                    r_pos.append(pos)
-                    r_kind.append("poll")
-                    r_key.append(ik)
-                    r_offset.append(_int(rec[0], "offset", history, line))
-                    r_value.append(_int(rec[1], "value", history, line))
-                    pos += 1
-            n_reads += pos
-        elif isinstance(v, list):
-            if len(v) == 2:  # send [key, value] or ok [key, [offset, value]]
-                key = _int(v[0], "key", history, line)
-                if isinstance(v[1], list) and len(v[1]) == 2:
-                    offset = _int(v[1][0], "offset", history, line)
-                    value = _int(v[1][1], "value", history, line)
-                else:
-                    value = _int(v[1], "value", history, line)
-            elif len(v) == 1:  # final-poll invoke [key]
-                key = _int(v[0], "key", history, line)
-            elif len(v) == 3:  # final-poll ok [key, hwm, [[offset, value], ...]]
-                key = _int(v[0], "key", history, line)
-                hwm = _int(v[1], "hwm", history, line)
-                pos = 0
-                for rec in v[2] or ():
-                    r_seq.append(seq)
-                    r_pos.append(pos)
-                    r_kind.append("final-poll")
-                    r_key.append(key)
-                    r_offset.append(_int(rec[0], "offset", history, line))
-                    r_value.append(_int(rec[1], "value", history, line))
-                    pos += 1
-                n_reads += pos
-            else:
-                vjson = json.dumps(v, separators=(",", ":"), default=str)
-        elif v is not None:
+        elif op.f in read_ops:
+            try:
+                key, written, drained = values.key(op), values.written(op), values.drained(op)
+                records = list(values.records(op))
+            except (ValueError, TypeError) as e:  # e.g. a poll keyed by something that is not a number
+                raise PipelineError(f"{history} line {line}: the {op.f} value {json.dumps(v, default=str)[:80]} "
+                                    f"cannot be read ({e}); the pipeline's tables hold integer keys, offsets "
+                                    "and values (check other runs with `kafkaesque analyze`).") from None
+            if written is not None:
+                key, offset, value = written
+                value = _int(value, "value", history, line)
+                if offset is not None:
+                    offset = _int(offset, "offset", history, line)
+            if drained is not None:
+                key, hwm = drained
+                hwm = _int(hwm, "hwm", history, line)
+            if key is not None:
+                key = _int(key, "key", history, line)
+            for pos, (k, o, val) in enumerate(records):
+                r_seq.append(seq)
+                r_pos.append(pos)
+                r_kind.append(op.f)
+                r_key.append(_int(k, "key", history, line))
+                r_offset.append(_int(o, "offset", history, line))
+                r_value.append(_int(val, "value", history, line))
+            n_reads += len(records)
+        if vjson is None and v is not None and (op.process == NEMESIS or op.f not in read_ops):
             vjson = json.dumps(v, separators=(",", ":"), default=str)
         o_seq.append(seq)
         o_index.append(op.index)
@@ -305,8 +294,7 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path) -> dict[str,
             "beyond_budget_ns": beyond_budget_ns}
 
 
-def _run_row(src: RunSource, flat: dict[str, Any], history: Path) -> dict[str, Any]:
-    test = json.loads((src.run_dir / "test.json").read_text())
+def _run_row(src: RunSource, test: dict[str, Any], flat: dict[str, Any], history: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     if (src.run_dir / "results.json").is_file():
         try:
@@ -364,12 +352,19 @@ def ingest_run(src: RunSource, warehouse: Path) -> dict[str, Any]:
             shutil.rmtree(d)
     history = src.run_dir / "history.jsonl"
     try:
-        flat = _flatten_history(history, dirs["ops"], dirs["reads"])
-        row = _run_row(src, flat, history)
-    except HistoryFormatError as e:
-        raise PipelineError(f"{e} Fix or remove that run, then ingest again.") from None
+        test = json.loads((src.run_dir / "test.json").read_text())
     except ValueError as e:  # test.json that is not JSON
         raise PipelineError(f"{src.run_dir / 'test.json'} is not valid JSON ({e}); fix or remove that run.") from None
+    try:
+        values = value_reader(test.get("workload") or "queue")
+    except ValueError as e:
+        raise PipelineError(f"{src.run_dir / 'test.json'}: {e}; the pipeline reads the values of the workloads it "
+                            "knows only.") from None
+    try:
+        flat = _flatten_history(history, dirs["ops"], dirs["reads"], values)
+        row = _run_row(src, test, flat, history)
+    except HistoryFormatError as e:
+        raise PipelineError(f"{e} Fix or remove that run, then ingest again.") from None
     dirs["runs"].mkdir(parents=True, exist_ok=True)
     tmp = dirs["runs"] / ".part-0.parquet.tmp"
     pq.write_table(pa.Table.from_pylist([row], schema=runs_schema()), tmp)

@@ -149,6 +149,9 @@ def test_collect_and_cleanup_leave_nothing_behind(cluster, tmp_path):
         state = json.loads((tmp_path / "nodes" / node / "state.json").read_text())
         assert state.get("node_id") == cluster.node_id(node)
     assert (tmp_path / "nodes" / "broker-1" / "broker.log").stat().st_size > 0
+    replicas = json.loads((tmp_path / "replicas.json").read_text())  # normalised beside nodes/
+    assert {n: e["state"]["node_id"] for n, e in replicas["nodes"].items()} == \
+        {n: cluster.node_id(n) for n in cluster.nodes()}
     owner = cluster.owner
     cluster.down()
     client = docker_client()

@@ -22,10 +22,15 @@ def test_run_with_kill_and_pause_is_valid_and_stored(kafkaesque_history, kafkaes
     run = kafkaesque_history  # made by the plugin from the marker; its verdict (valid) already asserted
     run_dir = run.run_dir
     assert run_dir.parent.parent == kafkaesque_store
-    for name in ("test.json", "history.jsonl", "results.json", "report.html"):
+    for name in ("test.json", "history.jsonl", "results.json", "report.html", "replicas.json"):
         assert (run_dir / name).exists(), name
-    for node in ("controller-0", "broker-1", "broker-2", "broker-3"):
+    nodes = ("controller-0", "broker-1", "broker-2", "broker-3")
+    for node in nodes:
         assert (run_dir / "nodes" / node / "state.json").exists()
+    # the replicas' state as the checker reads it, every node's dump usable (clusters/replica_dumps.py)
+    replicas = json.loads((run_dir / "replicas.json").read_text())
+    assert replicas["state_dumps"] is True and set(replicas["nodes"]) == set(nodes)
+    assert all(replicas["nodes"][n]["state"]["role"] in ("broker", "controller") for n in nodes)
     assert list((run_dir / "nodes" / "broker-1").glob("broker.log"))
     results_before = (run_dir / "results.json").read_bytes()
     res = json.loads(results_before)

@@ -91,3 +91,46 @@ def test_a_non_integer_value_is_one_sentence(tmp_path):
 def test_bad_inputs_name_the_fix(tmp_path, make, words):
     with pytest.raises(PipelineError, match=words):
         discover_runs([make(tmp_path)])
+
+
+class _KeyValueValues:
+    """A second workload's value shapes: write {"k", "v"} / ok {"k", "v", "at"}, read ok {"k", "log"}."""
+
+    op_names = frozenset({"write", "read"})
+
+    def key(self, op):
+        return op.value["k"] if isinstance(op.value, dict) and "k" in op.value else None
+
+    def written(self, op):
+        v = op.value
+        return (v["k"], v.get("at"), v["v"]) if op.f == "write" and isinstance(v, dict) else None
+
+    def records(self, op):
+        v = op.value
+        return [(v["k"], o, x) for o, x in v["log"]] if op.f == "read" and isinstance(v, dict) and "log" in v else []
+
+    def drained(self, op):
+        return None
+
+
+def test_a_second_workload_is_ingested_as_its_values_read_with_no_change_here(tmp_path, monkeypatch):
+    class KeyValueWorkload:
+        values = _KeyValueValues()
+
+    monkeypatch.setattr("workloads.registry.workload_class",
+                        lambda name: KeyValueWorkload if name == "kv" else pytest.fail(name))
+    run = make_run(tmp_path / "store", ops=[Op("invoke", "write", 0, {"k": 3, "v": 9}),
+                                            Op("ok", "write", 0, {"k": 3, "v": 9, "at": 4}),
+                                            Op("invoke", "read", 1, {"k": 3}),
+                                            Op("ok", "read", 1, {"k": 3, "log": [[4, 9]]}),
+                                            Op("invoke", "cas", 1, [1, 2])])
+    test = json.loads((run / "test.json").read_text())
+    write_json(run / "test.json", {**test, "workload": "kv"})
+    wh = tmp_path / "wh"
+    assert ingest([tmp_path / "store"], wh, jobs=1)["reads"] == 1
+    part = "campaign=none/run=queue-20260101T000000/part-0.parquet"
+    ops = pq.read_table(wh / "ops" / part).to_pylist()
+    assert [(o["key"], o["offset"], o["value"], o["value_json"]) for o in ops] == [
+        (3, None, 9, None), (3, 4, 9, None), (3, None, None, None), (3, None, None, None), (None, None, None, "[1,2]")]
+    reads = pq.read_table(wh / "reads" / part).to_pylist()
+    assert [(r["kind"], r["key"], r["offset"], r["value"]) for r in reads] == [("read", 3, 4, 9)]

@@ -226,3 +226,18 @@ def test_the_log_order_checker_compares_observations_within_each_side_of_the_cut
     h = power_cut(H().send(0, 0, 10, 0), beyond=True)
     h = h.send(1, 0, 11, 1).poll(2, {0: [[1, 11]]}).poll(4, {0: [[1, 99]]}).final(3, 0, 2, [[0, 10], [1, 11]])
     assert {"inconsistent-offsets", "unexpected"} <= {a.name for a in check_log_order(h.ops).anomalies}
+
+
+def test_the_queue_values_read_every_shape_of_the_schema_once():
+    from checkers.queue import QUEUE_VALUES as v
+    from workloads.registry import value_reader
+
+    assert value_reader("queue") is v  # what the report and the pipeline read a queue history with
+    h = clean().send(4, 2, 30, outcome="info").ops
+    send, acked, poll, final_inv, final = h[0], h[1], h[7], h[8], h[9]
+    assert (v.key(send), v.written(send), list(v.records(send)), v.drained(send)) == (0, (0, None, 10), [], None)
+    assert v.written(acked) == (0, 0, 10) and v.written(h[-1]) == (2, None, 30)  # an info send echoes its value
+    assert v.key(poll) is None and list(v.records(poll)) == [(0, 0, 10), (0, 1, 11), (1, 0, 20)]
+    assert (v.key(final_inv), v.drained(final_inv)) == (0, None)
+    assert (v.key(final), v.drained(final), list(v.records(final))) == (0, (0, 2), [(0, 0, 10), (0, 1, 11)])
+    assert set(v.op_names) == {"send", "poll", "final-poll"}

@@ -5,7 +5,16 @@ import json
 
 import pytest
 
-from checkers.replicas import ReplicaStateChecker, check_states
+from checkers.core import CheckContext
+from checkers.queue import check_queue
+from checkers.replicas import REPLICAS, ReplicaStateChecker, check_states
+from harness.runner import run_data
+
+
+def check_stored(test, history=(), previous=None):
+    """The checker as the runner and `kafkaesque analyze` run it: handed the run's replicas.json (normalised
+    again from nodes/ when the run has none, as for these hand-made runs) and the results before it."""
+    return ReplicaStateChecker().check_in(test, list(history), CheckContext(previous or {}, run_data(test)))
 
 
 def broker(node_id, hwm, log, topic="q", partition=0):
@@ -81,27 +90,27 @@ DIVERGENT = broker(2, 3, [(0, 0, "a"), (1, 0, "B")])
 
 def test_checker_reads_a_runs_dumps(tmp_path):
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT})
-    r = ReplicaStateChecker().check(test, [])
+    r = check_stored(test, [])
     assert r.valid is False and r.stats["brokers_dumped"] == 2 and not r.unknown_reasons
 
 
 def test_a_cluster_without_state_dumps_is_not_applicable_and_stays_valid(tmp_path):
     (tmp_path / "nodes" / "broker-1").mkdir(parents=True)
     (tmp_path / "nodes" / "broker-1" / "server.log").write_text("a foreign broker's log\n")
-    r = ReplicaStateChecker().check({"run_dir": str(tmp_path), "state_dumps": False}, [])
+    r = check_stored({"run_dir": str(tmp_path), "state_dumps": False}, [])
     assert r.valid is True and "no state dumps" in r.stats["not_applicable"] and not r.unknown_reasons
 
 
 def test_an_old_run_without_dumps_is_not_applicable(tmp_path):
     (tmp_path / "nodes" / "broker-1").mkdir(parents=True)
-    r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, [])
+    r = check_stored({"run_dir": str(tmp_path)}, [])
     assert r.valid is True and r.stats["not_applicable"]
 
 
 def test_an_unreadable_dump_of_the_divergent_broker_makes_the_check_unknown(tmp_path):
     text = json.dumps(DIVERGENT)
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": text[: len(text) // 2]})
-    r = ReplicaStateChecker().check(test, [])
+    r = check_stored(test, [])
     assert r.valid == "unknown"
     (reason,) = r.unknown_reasons
     assert reason.startswith("the state dump of broker-2 (nodes/broker-2/state.json) could not be read: ")
@@ -110,7 +119,7 @@ def test_an_unreadable_dump_of_the_divergent_broker_makes_the_check_unknown(tmp_
 
 def test_every_dump_unreadable_is_unknown_with_one_reason_per_node(tmp_path):
     test = write_nodes(tmp_path, {n: "{not json" for n in ("broker-1", "broker-2", "controller-0")})
-    r = ReplicaStateChecker().check(test, [])
+    r = check_stored(test, [])
     assert r.valid == "unknown"
     assert [s.split(" (")[0] for s in r.unknown_reasons] == [
         "the state dump of broker-1", "the state dump of broker-2", "the state dump of controller-0"]
@@ -129,7 +138,7 @@ def test_every_dump_unreadable_is_unknown_with_one_reason_per_node(tmp_path):
 ])
 def test_a_dump_that_cannot_be_used_makes_the_check_unknown(tmp_path, dump, why):
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": dump})
-    r = ReplicaStateChecker().check(test, [])
+    r = check_stored(test, [])
     assert r.valid == "unknown"
     (reason,) = r.unknown_reasons
     assert "broker-2" in reason and why in reason
@@ -137,30 +146,30 @@ def test_a_dump_that_cannot_be_used_makes_the_check_unknown(tmp_path, dump, why)
 
 def test_an_anomaly_in_the_dumps_that_were_read_stays_false_beside_an_unreadable_one(tmp_path):
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT, "broker-3": "{"})
-    r = ReplicaStateChecker().check(test, [])
+    r = check_stored(test, [])
     assert r.valid is False and [a.name for a in r.anomalies] == ["log-divergence"]
     assert len(r.unknown_reasons) == 1 and "broker-3" in r.unknown_reasons[0]
 
 
 def test_a_node_test_json_names_without_a_directory_is_missing_its_dump(tmp_path):
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG)})
-    r = ReplicaStateChecker().check({**test, "nodes": ["broker-1", "broker-2"]}, [])
+    r = check_stored({**test, "nodes": ["broker-1", "broker-2"]}, [])
     assert r.valid == "unknown" and "broker-2 (nodes/broker-2/state.json)" in r.unknown_reasons[0]
 
 
 def test_dumps_declared_but_none_collected_is_unknown(tmp_path):
-    r = ReplicaStateChecker().check({"run_dir": str(tmp_path), "state_dumps": True}, [])
+    r = check_stored({"run_dir": str(tmp_path), "state_dumps": True}, [])
     assert r.valid == "unknown" and r.unknown_reasons
 
 
 def test_dumps_declared_without_a_run_directory_is_unknown():
-    r = ReplicaStateChecker().check({"state_dumps": True}, [])
+    r = check_stored({"state_dumps": True}, [])
     assert r.valid == "unknown" and "run directory" in r.unknown_reasons[0]
 
 
 def test_an_old_run_with_some_dumps_expects_every_nodes_dump(tmp_path):
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": None})
-    r = ReplicaStateChecker().check({"run_dir": test["run_dir"]}, [])  # no state_dumps key: stored before it
+    r = check_stored({"run_dir": test["run_dir"]}, [])  # no state_dumps key: stored before it
     assert r.valid == "unknown" and "broker-2" in r.unknown_reasons[0] and "missing" in r.unknown_reasons[0]
 
 
@@ -185,9 +194,9 @@ def test_checker_takes_the_losses_beyond_the_budget_from_the_history(tmp_path):
            Op("invoke", "scenario-lossy-crash", "nemesis", {}, time=3),
            Op("info", "scenario-lossy-crash", "nemesis", {"beyond_fault_budget": True}, time=4),
            Op("invoke", "final-poll", 1, [0], time=5), Op("ok", "final-poll", 1, [0, 0, []], time=6)]
-    r = ReplicaStateChecker().check({"run_dir": str(tmp_path)}, ops)
+    r = check_stored({"run_dir": str(tmp_path)}, ops, {"queue": check_queue(ops)})
     assert [a.name for a in r.anomalies] == ["unreported-data-loss"]
-    assert ReplicaStateChecker().check({"run_dir": str(tmp_path)}, ops[:2] + ops[4:]).valid is True
+    assert check_stored({"run_dir": str(tmp_path)}, ops[:2] + ops[4:], {"queue": check_queue(ops[:2] + ops[4:])}).valid
 
 
 def test_an_unclean_recovery_must_elect_the_candidate_with_the_highest_epoch_and_end_offset():
@@ -280,15 +289,12 @@ def test_metadata_logs_with_base_offsets_are_compared_on_the_offsets_both_hold()
 
 
 def test_metadata_log_files_after_a_snapshot_come_back_with_their_base(tmp_path):
-    import json as _json
+    from clusters.replica_dumps import read_metadata_log
 
-    from checkers.replicas import read_metadata_logs
-
-    (tmp_path / "broker-1").mkdir()
-    lines = [_json.dumps({"offset": o, "record": {"type": "topic", "topic": str(o)}}) for o in (5, 6)]
-    (tmp_path / "broker-1" / "metadata.log").write_text("\n".join(lines) + '\n{"offset":7,"rec')
-    assert read_metadata_logs(tmp_path) == ({"broker-1": {"base": 5, "records": [
-        {"type": "topic", "topic": "5"}, {"type": "topic", "topic": "6"}]}}, [])
+    lines = [json.dumps({"offset": o, "record": {"type": "topic", "topic": str(o)}}) for o in (5, 6)]
+    (tmp_path / "metadata.log").write_text("\n".join(lines) + '\n{"offset":7,"rec')
+    assert read_metadata_log(tmp_path / "metadata.log") == {"base": 5, "records": [
+        {"type": "topic", "topic": "5"}, {"type": "topic", "topic": "6"}]}
 
 
 def test_a_follower_outside_the_isr_and_short_of_the_hwm_at_the_end_is_noted_not_counted():
@@ -322,7 +328,7 @@ def test_a_metadata_log_unreadable_in_its_middle_makes_the_check_unknown(tmp_pat
     # line 2 is garbage; line 3, which the comparison would silently leave out, forks from the controller's
     forked = _metadata_lines([METADATA[0], {"type": "topic", "topic": "other"}, METADATA[2]])
     test = _run_with_metadata_logs(tmp_path, [forked[0], "\x00\x00garbage", forked[1]])
-    r = ReplicaStateChecker().check(test, [])
+    r = check_stored(test, [])
     assert r.valid == "unknown"
     (reason,) = r.unknown_reasons
     assert reason.startswith("the metadata log of broker-1 (nodes/broker-1/metadata.log) could not be read past "
@@ -331,12 +337,93 @@ def test_a_metadata_log_unreadable_in_its_middle_makes_the_check_unknown(tmp_pat
 
 def test_a_divergence_before_the_unreadable_part_of_a_metadata_log_stays_false(tmp_path):
     forked = _metadata_lines([{"type": "topic", "topic": "other"}, METADATA[1]])
-    r = ReplicaStateChecker().check(_run_with_metadata_logs(tmp_path, [forked[0], "garbage", forked[1]]), [])
+    r = check_stored(_run_with_metadata_logs(tmp_path, [forked[0], "garbage", forked[1]]), [])
     assert r.valid is False and [a.name for a in r.anomalies] == ["broker-metadata-divergence"]
     assert r.unknown_reasons
 
 
 def test_a_torn_last_line_of_a_metadata_log_is_no_reason_for_doubt(tmp_path):
     lines = _metadata_lines(METADATA[:2])
-    r = ReplicaStateChecker().check(_run_with_metadata_logs(tmp_path, [*lines, lines[1][:7]]), [])
+    r = check_stored(_run_with_metadata_logs(tmp_path, [*lines, lines[1][:7]]), [])
     assert r.valid is True and not r.unknown_reasons
+
+
+# --- replicas.json: written when the logs are collected, read by the runner, handed to the checker ---------
+def test_collect_writes_replicas_json_beside_nodes_and_the_run_reads_it_rather_than_the_dumps(tmp_path):
+    from clusters.replica_dumps import REPLICAS_FILE, collect_replicas, load_replicas
+
+    write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT, "controller-0": CTRL})
+    path = collect_replicas(tmp_path / "nodes", ["controller-0", "broker-1", "broker-2", "broker-3"])
+    assert path == tmp_path / REPLICAS_FILE
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "kafkaesque-replicas/1" and doc["state_dumps"] is True
+    assert doc["nodes"]["broker-3"] == {"dump": "nodes/broker-3/state.json", "state": None,
+                                        "why": "the file is missing"}
+    assert doc["nodes"]["broker-2"]["state"]["partitions"][0]["log"] == [[0, 0, "a"], [1, 0, "B"]]
+    # The checker reads the file, not the dumps: a dump changed afterwards is not seen.
+    (tmp_path / "nodes" / "broker-2" / "state.json").write_text(json.dumps(broker(2, 3, LOG)))
+    assert load_replicas(tmp_path) == doc
+    r = check_stored({"run_dir": str(tmp_path), "state_dumps": True})
+    assert r.valid is False and [a.name for a in r.anomalies] == ["log-divergence"]
+    assert len(r.unknown_reasons) == 1 and "broker-3 (nodes/broker-3/state.json)" in r.unknown_reasons[0]
+
+
+def test_a_damaged_replicas_json_is_normalised_again_from_the_dumps(tmp_path):
+    from clusters.replica_dumps import REPLICAS_FILE
+
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT})
+    (tmp_path / REPLICAS_FILE).write_text('{"format": "kafkaesque-replicas/1", "nod')
+    r = check_stored(test)
+    assert r.valid is False and r.stats["dumps_read"] == 2 and not r.unknown_reasons
+
+
+def test_a_cluster_that_says_it_gives_no_dumps_in_replicas_json_is_not_applicable(tmp_path):
+    from clusters.replica_dumps import no_dumps, write_replicas
+
+    write_replicas(tmp_path, no_dumps())
+    r = check_stored({"run_dir": str(tmp_path)})
+    assert r.valid is True and r.stats["not_applicable"] == "the cluster gives no state dumps (a Kafka-protocol " \
+        "system we did not build), so the broker-side invariants do not apply to this run"
+
+
+def test_the_checker_reads_only_what_it_is_handed(tmp_path):
+    doc = {"format": "kafkaesque-replicas/1", "state_dumps": True, "nodes": {
+        "broker-1": {"dump": "nodes/broker-1/state.json", "state": broker(1, 3, LOG)},
+        "broker-2": {"dump": "nodes/broker-2/state.json", "state": DIVERGENT}}}
+    r = ReplicaStateChecker().check_in({"run_dir": str(tmp_path / "nowhere")}, [], CheckContext(data={REPLICAS: doc}))
+    assert r.valid is False and r.stats["dumps_read"] == 2
+    # Without its input it says so, never valid.
+    r = ReplicaStateChecker().check({"run_dir": str(tmp_path), "state_dumps": True}, [])
+    assert r.valid == "unknown" and "replicas.json" in r.unknown_reasons[0]
+
+
+def _beyond_budget_ops():
+    from history import Op
+
+    return [Op("invoke", "send", 0, [0, 10], time=1), Op("ok", "send", 0, [0, [0, 10]], time=2),
+            Op("invoke", "scenario-lossy-crash", "nemesis", {}, time=3),
+            Op("info", "scenario-lossy-crash", "nemesis", {"beyond_fault_budget": True}, time=4),
+            Op("invoke", "final-poll", 1, [0], time=5), Op("ok", "final-poll", 1, [0, 0, []], time=6)]
+
+
+def test_checkers_hand_their_results_on_so_the_queue_check_is_not_run_twice(tmp_path):
+    from checkers.core import run_checkers
+    from checkers.queue import QueueChecker
+
+    test = write_nodes(tmp_path, {"controller-0": controller([{"isr": [2], "elr": []}])})
+    out = run_checkers([QueueChecker(), ReplicaStateChecker()], test, _beyond_budget_ops(), run_data(test))
+    assert out["checkers"]["replicas"]["anomaly_types"] == ["unreported-data-loss"]
+
+
+def test_losses_beyond_the_budget_without_the_queue_checkers_count_are_unknown(tmp_path):
+    from checkers.core import Result
+
+    test = write_nodes(tmp_path, {"controller-0": controller([{"isr": [2], "elr": []}])})
+    r = check_stored(test, _beyond_budget_ops())
+    assert r.valid == "unknown" and r.unknown_reasons[0].startswith(
+        "a fault went beyond the fault budget, but the acknowledged writes lost after it are not known (the queue "
+        "checker did not run before this one)")
+    crashed = Result("queue", "unknown", error="MemoryError: ")
+    r = check_stored(test, _beyond_budget_ops(), {"queue": crashed})
+    assert r.valid == "unknown" and "(the queue checker could not finish (MemoryError: ))" in r.unknown_reasons[0]
+    assert check_stored(test, _beyond_budget_ops()[:2]).valid is True  # no such fault: nothing to count

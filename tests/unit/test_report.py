@@ -2,6 +2,7 @@
 
 import json
 
+from checkers.queue import QUEUE_VALUES
 from history import HistoryWriter, Op, pair_ops, read_history
 from results.report import fault_at, fault_windows, faults_during, first_screen_summary, render_report
 
@@ -127,7 +128,7 @@ def _lost_write_run(tmp_path, valid=False):
 def test_first_screen_summary_names_the_lost_writes_their_faults_and_times(tmp_path):
     run, results = _lost_write_run(tmp_path)
     history = read_history(run / "history.jsonl")
-    summary = first_screen_summary(results, pair_ops(history), fault_windows(history))
+    summary = first_screen_summary(results, pair_ops(history), fault_windows(history), QUEUE_VALUES)
     assert [(x["name"], x["count"]) for x in summary["lines"]] == [("lost-write", 30), ("duplicate", 3)]
     assert summary["lines"][1]["text"] == "value 7 appears at offsets [1, 2] of partition 0"
     assert summary["lost_total"] == 30
@@ -162,7 +163,7 @@ def test_report_first_screen_comes_before_the_details_and_is_escaped(tmp_path):
 def test_report_first_screen_of_a_valid_run_says_so_without_a_lost_write_table(tmp_path):
     run, results = _lost_write_run(tmp_path, valid=True)
     history = read_history(run / "history.jsonl")
-    summary = first_screen_summary(results, pair_ops(history), fault_windows(history))
+    summary = first_screen_summary(results, pair_ops(history), fault_windows(history), QUEUE_VALUES)
     assert summary == {"lines": [], "lost": [], "lost_groups": [], "lost_total": 0}
     html = render_report(run).read_text()
     assert 'id="summary-valid"' in html and "No anomalies: queue found none, and the run proved" in html
@@ -212,3 +213,12 @@ def test_histories_from_before_the_ledger_keep_their_start_stop_windows():
             Op("info", "start-pause", "nemesis", {"pause": ["broker-2"]}, time=6 * s),
             Op("info", "heal", "nemesis", {"errors": []}, time=8 * s)]
     assert [(w.name, w.start_s, w.end_s) for w in fault_windows(hist)] == [("kill", 2.0, 5.0), ("pause", 6.0, 8.0)]
+
+
+def test_the_report_takes_the_history_the_runner_already_read(tmp_path):
+    run = _make_run(tmp_path)
+    history = read_history(run / "history.jsonl")
+    (run / "history.jsonl").unlink()  # not read again
+    html = render_report(run, history).read_text()
+    assert f"{len(history)} history events over 7.1 s" in html
+    assert "partition 0 final HWM" in html  # the final read, as the queue workload's values read
