@@ -5,7 +5,8 @@ The table comes from clusters/capabilities.py (probed at set-up, kept as
 and the probed reason, before any fault or client op runs (CompositeNemesis.setup calls
 `capability_refusal` for every part before setting any of them up), never in the middle.
 
-Faults not listed need nothing the probe measures: the clock faults shift a process's clock
+Each fault's needs are declared by its kind (nemesis/kinds/); faults that declare none need
+nothing the probe measures: the clock faults shift a process's clock
 through the preload (their own setup refuses where it does not work), and drop-caches is
 skipped and noted where /proc/sys is read-only. A scenario needs what its steps do (`STEP_FAULTS`):
 it is refused as a whole when a node lacks it; the protocol nemesis leaves out the moves whose
@@ -15,17 +16,15 @@ steps a node cannot do, and says which.
 from __future__ import annotations
 
 from clusters.capabilities import Capability
+from nemesis.kinds import kind
 
-# fault -> (capabilities it needs, on which nodes: "all" or "brokers")
-FAULT_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "kill": (("sigstop",), "brokers"),
-    "pause": (("sigstop",), "brokers"),
-    "disk": (("sigstop",), "brokers"),
-    "partition": (("iptables",), "all"),
-    "net": (("iptables", "tc"), "brokers"),
-    "lossy-crash": (("fuse", "sigstop"), "brokers"),
-    "membership": (("sigstop",), "brokers"),  # decommissioning stops a broker's process
-}
+
+def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
+    """(capabilities the fault needs, on which nodes: "all" or "brokers"), as its kind declares them
+    (nemesis/kinds/)."""
+    k = kind(fault)
+    return (k.capabilities, k.on) if k else ((), "all")
+
 
 # A scenario step's action -> the fault whose needs it shares (bind, wait and sleep need nothing).
 STEP_FAULTS = {"kill": "kill", "stop": "kill", "start": "kill", "pause": "pause", "resume": "pause",
@@ -54,7 +53,7 @@ def steps_refusal(what: str, steps, cluster, capabilities: dict[str, dict[str, C
 def capability_refusal(fault: str, cluster, capabilities: dict[str, dict[str, Capability]],
                        target: str = "") -> str | None:
     """One sentence refusing `fault` because a node lacks what it needs, or None when every node has it."""
-    needs, where = FAULT_NEEDS.get(fault, ((), "all"))
+    needs, where = fault_needs(fault)
     if not needs:
         return None
     nodes = cluster.nodes() if where == "all" or target == "controller" else cluster.broker_nodes()
