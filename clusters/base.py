@@ -192,6 +192,9 @@ class SegmentFiles(Protocol):
 
     def data_dir(self, node: str) -> str: ...
 
+    def log_path(self, node: str) -> str:
+        """The broker's JSON log on the node, where its start-up recovery says what it cut."""
+
 
 @runtime_checkable
 class ControllerAdmin(Protocol):

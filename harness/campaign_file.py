@@ -179,7 +179,8 @@ def expand(campaign: Campaign, base: TestSpec) -> list[PlannedRun]:
             spec = dataclasses.replace(base, workload=cell.workload, nemesis=list(cell.nemesis),
                                        broker_variant=cell.broker_variant, acks=cell.acks,
                                        flush_policy=cell.flush_policy, seed=campaign.seed + i,
-                                       workload_options=dict(base.workload_options))
+                                       workload_options=dict(base.workload_options),
+                                       nemesis_options=dict(base.nemesis_options))
             runs.append(PlannedRun(i, cell, rep, spec))
     return runs
 

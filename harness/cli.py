@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
 from harness.console import err, fail, fail_all
+from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
 
 EXIT_HARNESS = 3
@@ -110,9 +111,9 @@ app.add_typer(pipeline_app, name="pipeline")
 @app.command()
 def run(
     workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
-    nemesis: Annotated[str, typer.Option(help="comma list of faults: kill, pause, partition, lossy-crash, clock, "
-                                            "clock-jump, clock-strobe, net, disk, drop-caches, controller, membership; or protocol, "
-                                            "or scenario:NAME, alone")] = "",
+    nemesis: Annotated[str, typer.Option(help=nemesis_help())] = "",
+    nemesis_option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a fault's own setting (repeatable); "
+                                                                  "`kafkaesque faults` lists them")] = None,
     nemesis_interval: Annotated[float, typer.Option(help="mean seconds between fault starts and stops")] = 10.0,
     nemesis_schedule: Annotated[str, typer.Option(help="mix: a random fault toggled each interval, so different "
                                                        "faults overlap; sequential: one fault at a time")] = "mix",
@@ -155,6 +156,9 @@ def run(
     from results.store import StoreError
 
     faults = [n.strip() for n in nemesis.split(",") if n.strip()]
+    nemesis_options, option_problems = parse_nemesis_options(nemesis_option or [])
+    if option_problems:
+        fail_all(option_problems)
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_schedule=nemesis_schedule,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
@@ -162,7 +166,7 @@ def run(
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,
-                    recovery_wait=recovery_wait, elle=elle)
+                    recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options)
     file_brokers = spec.cluster_file_brokers()
     if file_brokers is not None:
         spec.brokers = file_brokers  # the cluster or node file decides; --brokers would only contradict it
@@ -178,6 +182,21 @@ def run(
     _print_verdict(run_dir)
     print(run_dir)
     raise typer.Exit(code)
+
+
+@app.command()
+def faults() -> None:
+    """List the faults --nemesis takes: what each does, its options (--nemesis-option KEY=VALUE) and needs."""
+    from nemesis.kinds import all_kinds
+
+    for k in all_kinds().values():
+        print(f"{k.name}{'  (alone)' if k.alone else ''}\n    {k.help}")
+        for o in k.options:
+            choices = f" ({'|'.join(map(str, o.choices))})" if o.choices else ""
+            print(f"    --nemesis-option {o.key}={o.default}{choices}: {o.help}")
+        needs = [*k.abilities, *(f"{c} on {k.on}" for c in k.capabilities)]
+        if needs:
+            print(f"    needs: {', '.join(needs)}")
 
 
 def _print_verdict(run_dir: Path) -> None:

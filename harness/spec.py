@@ -89,6 +89,7 @@ class TestSpec:
     recovery_wait: float = 10.0
     elle: bool = False
     workload_options: dict[str, Any] = field(default_factory=dict)
+    nemesis_options: dict[str, Any] = field(default_factory=dict)  # the options fault kinds declare (nemesis/kinds/)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -197,7 +198,7 @@ class _Wording:
 
 
 _KIND_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-               list: "a list of strings", dict: "a table of workload options"}
+               list: "a list of strings", dict: "a table of options"}
 
 
 def _type_problem(said: _Wording, name: str, value: Any) -> str | None:
@@ -228,7 +229,7 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
     from clusters.reference import BROKER_VARIANTS
     from harness.generator import NEMESIS_SCHEDULES
     from nemesis.faults import PARTITION_TARGETS
-    from nemesis.registry import nemesis_problem
+    from nemesis.registry import nemesis_options_problems, nemesis_problem
     from nemesis.targets import TARGETS
     from workloads.registry import WORKLOAD_NAMES
 
@@ -242,6 +243,8 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
         problem = nemesis_problem(spec.nemesis)
         if problem:
             out.append(problem + ".")
+    if "nemesis_options" in typed:
+        out += nemesis_options_problems(spec.nemesis_options)
     choices: dict[str, tuple[str, ...] | list[str]] = {
         "nemesis_target": list(dict.fromkeys(TARGETS + PARTITION_TARGETS)),
         "nemesis_schedule": NEMESIS_SCHEDULES,

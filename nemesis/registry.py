@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from history import Op
 from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
+from nemesis.fault import FaultKind, Option
+from nemesis.kinds import all_kinds
 
-# name -> the class that does it (module, class), imported only when asked for.
-_NEMESES = {
-    "kill": ("nemesis.process", "KillNemesis"),
-    "pause": ("nemesis.process", "PauseNemesis"),
-    "partition": ("nemesis.faults", "PartitionNemesis"),
-    "lossy-crash": ("nemesis.faults", "LossyCrashNemesis"),
-    "clock": ("nemesis.faults", "ClockNemesis"),
-    "clock-jump": ("nemesis.faults", "ClockJumpNemesis"),
-    "clock-strobe": ("nemesis.faults", "ClockStrobeNemesis"),
-    "net": ("nemesis.faults", "NetNemesis"),
-    "disk": ("nemesis.faults", "DiskNemesis"),
-    "protocol": ("nemesis.protocol", "ProtocolNemesis"),
-    "drop-caches": ("nemesis.faults", "DropCachesNemesis"),
-    "controller": ("nemesis.controller", "ControllerNemesis"),
-    "membership": ("nemesis.membership", "MembershipNemesis"),
-}
-NEMESIS_NAMES = tuple(_NEMESES)
+
+def nemesis_names() -> tuple[str, ...]:
+    """Every fault kind's name: each module of nemesis/kinds/ that defines KIND (nemesis/fault.py).
+    Nothing to edit here to add one."""
+    return tuple(all_kinds())
 
 
 SCENARIO_PREFIX = "scenario:"  # `--nemesis scenario:NAME` runs one protocol-aware scenario (nemesis/scenario.py)
@@ -36,13 +25,20 @@ def scenario_names() -> tuple[str, ...]:
     return tuple(SCENARIO_PREFIX + s for s in SCENARIOS)
 
 
+def nemesis_help() -> str:
+    """The --nemesis help: the kinds' names, from the kinds themselves."""
+    alone = [n for n, k in all_kinds().items() if k.alone]
+    return (f"comma list of faults: {', '.join(n for n, k in all_kinds().items() if not k.alone)}; or "
+            f"{', '.join(alone)}, or scenario:NAME, alone (`kafkaesque faults` says what each does)")
+
+
 def nemesis_problem(names: list[str], where: str = "") -> str | None:
     """Why this list of nemesis names cannot run, in one sentence, or None: the one check the CLI
     and campaign files share (`where` says where the names came from)."""
     files = [n for n in names if n.startswith(SCENARIO_PREFIX) and n.endswith(".toml")]
-    bad = [n for n in names if n not in NEMESIS_NAMES and n not in scenario_names() and n not in files]
+    bad = [n for n in names if n not in nemesis_names() and n not in scenario_names() and n not in files]
     if bad:
-        return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(NEMESIS_NAMES)}, "
+        return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(nemesis_names())}, "
                 f"one of {', '.join(scenario_names())}, or scenario:FILE.toml")
     for n in files:
         from nemesis.scenario import ScenarioFileError, load_scenario_file
@@ -51,9 +47,51 @@ def nemesis_problem(names: list[str], where: str = "") -> str | None:
             load_scenario_file(n[len(SCENARIO_PREFIX):])
         except ScenarioFileError as e:
             return str(e).rstrip(".") + where
-    if any(n.startswith(SCENARIO_PREFIX) or n == "protocol" for n in names) and len(names) > 1:
+    alone = [n for n in names if n.startswith(SCENARIO_PREFIX) or (n in nemesis_names() and all_kinds()[n].alone)]
+    if alone and len(names) > 1:
         return f"a scenario or the protocol nemesis times its own faults against the cluster's state: give it alone{where}"
     return None
+
+
+def nemesis_option(key: str) -> tuple[FaultKind, Option] | None:
+    """The kind that declares option `key`, and the option."""
+    for k in all_kinds().values():
+        for o in k.options:
+            if o.key == key:
+                return k, o
+    return None
+
+
+def parse_nemesis_options(pairs: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """`KEY=VALUE` texts (--nemesis-option) as typed options, and one sentence per text that is not one."""
+    out: dict[str, Any] = {}
+    problems = []
+    for text in pairs:
+        key, eq, value = text.partition("=")
+        found = nemesis_option(key.strip())
+        if not eq or found is None:
+            problems.append(f"--nemesis-option {text!r} is not KEY=VALUE with a KEY a fault declares; valid keys: "
+                            f"{', '.join(o.key for k in all_kinds().values() for o in k.options)}.")
+            continue
+        try:
+            out[key.strip()] = found[1].parse(value.strip())
+        except ValueError as e:
+            problems.append(f"--nemesis-option {text!r}: {value.strip()!r} {e}; {found[1].help}.")
+    return out, problems
+
+
+def nemesis_options_problems(options: dict[str, Any]) -> list[str]:
+    """One sentence per option no fault kind declares, or whose value its kind refuses (a campaign's
+    options may belong to faults that only some of its runs have)."""
+    out = []
+    for key, value in options.items():
+        found = nemesis_option(key)
+        if found is None:
+            out.append(f"unknown nemesis option {key!r}; valid: "
+                       f"{', '.join(o.key for k in all_kinds().values() for o in k.options)}.")
+        elif (why := found[1].problem(value)):
+            out.append(f"nemesis option {key!r} = {value!r} {why}; {found[1].help}.")
+    return out
 
 
 def _make_one(name: str, options: dict[str, Any]):
@@ -61,10 +99,10 @@ def _make_one(name: str, options: dict[str, Any]):
         from nemesis.scenario import ScenarioNemesis
 
         return ScenarioNemesis(name[len(SCENARIO_PREFIX):], options)
-    if name not in _NEMESES:
-        raise ValueError(f"unknown nemesis {name!r}; valid: {', '.join(NEMESIS_NAMES)}")
-    module, cls = _NEMESES[name]
-    return getattr(importlib.import_module(module), cls)(options)
+    if name not in nemesis_names():
+        raise ValueError(f"unknown nemesis {name!r}; valid: {', '.join(nemesis_names())}")
+    kind = all_kinds()[name]
+    return kind.make({**kind.defaults(), **options})  # the kind's declared defaults, then what the run set
 
 
 class CompositeNemesis(NemesisBase):

@@ -14,11 +14,12 @@ as `cluster.capabilities`. A fault whose need a node lacks is refused by name, w
 and the probed reason, before any fault or client op runs (CompositeNemesis.setup calls each
 part's `capability_refusal` before setting any of them up), never in the middle.
 
-Faults not listed in FAULT_NEEDS need nothing the probe measures: the clock faults shift a
-process's clock through the preload (their own setup refuses where it does not work: the
-ClockControl ability), and drop-caches is refused where /proc/sys is read-only (PageCacheDrop).
-A scenario needs what its steps do (`STEP_FAULTS`): it is refused as a whole when a node lacks
-it; the protocol nemesis leaves out the moves whose steps a node cannot do, and says which.
+Each fault's needs are declared by its kind (nemesis/kinds/); faults that declare none need
+nothing the probe measures: the clock faults shift a process's clock through the preload (their
+own setup refuses where it does not work: the ClockControl ability), and drop-caches is refused
+where /proc/sys is read-only (PageCacheDrop). A scenario needs what its steps do (`STEP_FAULTS`):
+it is refused as a whole when a node lacks it; the protocol nemesis leaves out the moves whose
+steps a node cannot do, and says which.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ from clusters.base import (
     StateDumps,
 )
 from clusters.capabilities import Capability
+from nemesis.kinds import kind
+
+
+def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
+    """(capabilities the fault needs, on which nodes: "all" or "brokers"), as its kind declares them
+    (nemesis/kinds/)."""
+    k = kind(fault)
+    return (k.capabilities, k.on) if k else ((), "all")
 
 __all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyDisk", "NetDevice",
            "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "can", "capability_refusal", "steps_refusal",
@@ -83,18 +92,6 @@ def can(subject: Any, ability: type) -> bool:
     """Whether `subject` can do what `ability` names right now (why_not says why not)."""
     return why_not(subject, ability) is None
 
-
-# fault -> (capabilities it needs, on which nodes: "all" or "brokers")
-FAULT_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "kill": (("sigstop",), "brokers"),
-    "pause": (("sigstop",), "brokers"),
-    "disk": (("sigstop",), "brokers"),
-    "partition": (("iptables",), "all"),
-    "net": (("iptables", "tc"), "brokers"),
-    "lossy-crash": (("fuse", "sigstop"), "brokers"),
-    "membership": (("sigstop",), "brokers"),  # decommissioning stops a broker's process
-}
-
 # A scenario step's action -> the fault whose needs it shares (bind, wait and sleep need nothing).
 STEP_FAULTS = {"kill": "kill", "stop": "kill", "start": "kill", "pause": "pause", "resume": "pause",
                "lossy-crash": "lossy-crash", "isolate": "partition", "cut": "partition", "heal": "partition"}
@@ -122,7 +119,7 @@ def steps_refusal(what: str, steps, cluster, capabilities: dict[str, dict[str, C
 def capability_refusal(fault: str, cluster, capabilities: dict[str, dict[str, Capability]],
                        target: str = "") -> str | None:
     """One sentence refusing `fault` because a node lacks what it needs, or None when every node has it."""
-    needs, where = FAULT_NEEDS.get(fault, ((), "all"))
+    needs, where = fault_needs(fault)
     if not needs:
         return None
     nodes = cluster.nodes() if where == "all" or target == "controller" else cluster.broker_nodes()

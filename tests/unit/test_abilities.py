@@ -40,7 +40,7 @@ from clusters.remote import RemoteResult
 from clusters.ssh import SshCluster, SshNode
 from clusters.ssh_remote import SshTarget
 from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
-from nemesis.registry import NEMESIS_NAMES, make_nemesis
+from nemesis.registry import make_nemesis, nemesis_names
 from nemesis.requirements import can, why_not
 from tests.unit.fakes import FakeCluster, fault_actions
 from tests.unit.test_external_cluster_file import GOOD
@@ -256,7 +256,7 @@ def test_isolation_decides_the_moves_of_the_protocol_and_controller_nemeses():
 
 
 # --- the nemesis shape ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", [*NEMESIS_NAMES, "scenario:zombie-leader"])
+@pytest.mark.parametrize("name", [*nemesis_names(), "scenario:zombie-leader"])
 def test_every_nemesis_has_the_shape_the_runner_and_the_composite_use(name):
     (part,) = make_nemesis([name], {}).parts
     assert isinstance(part, NemesisBase)
