@@ -115,10 +115,19 @@ class Broker:
         self.variants = frozenset(args.variant)
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, self.node_id, "broker")
+        self.recovery_cuts: list[dict[str, Any]] = []  # what start-up recovery cut (_log_event)
         self.logs = LogManager(os.path.join(args.data_dir, "logs"), parse_flush_policy(args.flush_policy),
                                args.segment_bytes, logger=self._log_event)
         self.previous_broker_epoch = self.logs.take_clean_shutdown()
         self.logs.load_all()
+        if self.recovery_cuts and self.previous_broker_epoch >= 0:
+            # The clean-shutdown marker vouches for a log flushed whole at shutdown (001 5.1, 5.2). If
+            # recovery still had to cut records, the files changed after it (a damaged disk), so this
+            # restart is unclean: registering with the old epoch would keep the replica in the ELR and
+            # let it lead with the records it lost (Unclean Exclusion, PROTOCOL.md).
+            self.log({"event": "clean-shutdown-void", "previous_broker_epoch": self.previous_broker_epoch,
+                      "partitions": sorted({c.get("partition") for c in self.recovery_cuts})})
+            self.previous_broker_epoch = -1
         self.checkpointed_hwm = self.logs.read_hwm_checkpoint()
         self.metadata_file = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
         self.image = self.metadata_file.image()
@@ -145,6 +154,8 @@ class Broker:
         self.metadata_changed = asyncio.Event()
 
     def _log_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "log-recovery-truncated":
+            self.recovery_cuts.append(event)
         self.log(event)
 
     # --- change notification (long polls) --------------------------------------------------

@@ -3,8 +3,9 @@ or a cut tail under load, with min ISR 1 (acks=all); the broker restarted at eac
 log that its recovery found the damage, or the run must be found invalid. Either way every damage is
 in the ledger, read back from the file, and healed by a restart.
 
-The last test is a finding the fault led to, kept as a strict xfail until the broker is fixed: a replica
-whose start-up recovery cut acknowledged records still registers as cleanly shut down."""
+The last test is a finding the fault led to, now fixed in the broker (clusters/broker/server.py): a replica
+whose start-up recovery cut acknowledged records registered as cleanly shut down, stayed in the ELR and was
+elected with the records it lost."""
 
 import time
 
@@ -39,11 +40,7 @@ def test_damaged_segments_are_found_by_the_broker_or_the_checkers(kafkaesque_run
         assert '"event": "log-recovery-truncated"' in line and detected[0].detail["file"] in line
 
 
-# --- a finding: a recovery that cut acknowledged records still registers as a clean restart ---------------------
-@pytest.mark.xfail(strict=True, reason="finding (issue 21): the broker's start-up recovery cuts a damaged segment "
-                                       "but the broker still registers as cleanly shut down, so it stays in the ELR "
-                                       "and is elected with the records it lost (clusters/broker/server.py takes the "
-                                       "clean-shutdown marker before LogManager.load_all and never revisits it)")
+# --- a finding, fixed: a recovery that cut acknowledged records made the restart count as clean ---------------
 def test_a_replica_whose_recovery_cut_acknowledged_records_is_not_elected_as_clean(tmp_path):
     """001 5.2.2's clean ELR recovery with one change: the ELR member's segment loses its tail while it is
     down after a controlled shutdown (the file-corruption fault's truncate). RF 3, min ISR 2: 2 falls out of
