@@ -64,15 +64,25 @@ class SelfDriven(Protocol):
 
 
 class NemesisBase:
-    """The defaults of the Nemesis shape; every nemesis of the project derives from it."""
+    """The defaults of the Nemesis shape; every nemesis of the project derives from it. A nemesis whose
+    fault starts and stops names its two ops in `start_f` and `stop_f`: they are its pair and its fs."""
 
     name = ""
     heal_last = False
     target = ""
     not_run: Sequence[str] = ()
+    start_f = ""
+    stop_f = ""
+    faults: FaultActions | None = None  # the run's FaultActions, from setup
 
     def pairs(self) -> list[tuple[str, str]]:
-        return []
+        return [(self.start_f, self.stop_f)] if self.start_f else []
+
+    def fs(self) -> set[str]:
+        return {self.start_f, self.stop_f} if self.start_f else set()
+
+    def setup(self, cluster, faults: FaultActions) -> None:
+        self.faults = faults
 
     def drivers(self) -> list[SelfDriven]:
         return [self] if can(self, SelfDriven) else []

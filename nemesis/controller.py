@@ -30,13 +30,6 @@ class ControllerNemesis(NemesisBase):
         self.rng = random.Random(options.get("seed", 0) + 9)
         self.options = options
         self.can_isolate = False
-        self.faults = None  # the run's FaultActions, from setup
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(self.start_f, self.stop_f)]
-
-    def fs(self) -> set[str]:
-        return {self.start_f, self.stop_f}
 
     def moves(self) -> tuple[str, ...]:
         return MOVES if self.can_isolate else tuple(m for m in MOVES if m != "isolate-active")

@@ -58,16 +58,6 @@ class _Fault(NemesisBase):
         # crc32, not hash(): str hashes change from process to process, and --seed must replay a run
         self.rng = random.Random(options.get("seed", 0) + zlib.crc32(self.name.encode()) % 1000)
         self.topic = options.get("topic", "queue")
-        self.faults = None  # the run's FaultActions, from setup
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(self.start_f, self.stop_f)]
-
-    def fs(self) -> set[str]:
-        return {self.start_f, self.stop_f}
-
-    def setup(self, cluster, faults) -> None:
-        self.faults = faults
 
     def teardown(self, cluster) -> None:
         if self.faults is not None:

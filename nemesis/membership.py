@@ -50,13 +50,6 @@ class MembershipNemesis(NemesisBase):
         self.rng = random.Random(options.get("seed", 0) + 17)
         self.removed: str | None = None  # the decommissioned broker, stopped and wiped
         self.unsettled = False  # a move's reassignments did not complete in time
-        self.faults = None  # the run's FaultActions, from setup
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(self.start_f, self.stop_f)]
-
-    def fs(self) -> set[str]:
-        return {self.start_f, self.stop_f}
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults

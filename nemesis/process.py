@@ -24,13 +24,6 @@ class _ProcessFault(NemesisBase):
         self.target = options.get("target", "random-node")
         self.topic = options.get("topic", "queue")
         self.rng = random.Random(options.get("seed", 0))
-        self.faults = None  # the run's FaultActions, from setup
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(self.start_f, self.stop_f)]
-
-    def fs(self) -> set[str]:
-        return {self.start_f, self.stop_f}
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults

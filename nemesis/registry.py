@@ -113,7 +113,6 @@ class CompositeNemesis(NemesisBase):
 
     def __init__(self, parts: list):
         self.parts = parts
-        self.faults = None  # the run's FaultActions, from setup
 
     def drivers(self) -> list[SelfDriven]:
         """Parts that time their own faults (scenarios) instead of following the schedule."""

@@ -325,7 +325,6 @@ class ScenarioNemesis(NemesisBase):
         self.min_isr = int(options.get("min_isr", 2))
         self.bound: dict[str, str] = {}
         self.by = f"scenario:{self.scenario.name}"  # how the ledger knows this scenario's faults
-        self.faults = None  # the run's FaultActions, from setup
 
     # --- the Nemesis shape (the runner drives scenarios through drive()) --------------------------
     def pairs(self) -> list[tuple[str, str]]:

@@ -42,15 +42,14 @@ import asyncio
 import copy
 import os
 import random
-import signal
-import sys
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from clusters.broker import rpc
 from clusters.broker.controller import Controller, ControllerConfig
 from clusters.broker.controller_server import ControllerServer, JsonLog, now_ms
-from clusters.broker.listener import Limits, log_loop_exceptions
+from clusters.broker.listener import Limits, serve
 from clusters.broker.metadata import MetadataImage
 from clusters.broker.raft import (
     LEADER,
@@ -379,43 +378,23 @@ class QuorumControllerServer(ControllerServer):
                 "error": rpc.REQUEST_TIMED_OUT, "message": "metadata records not committed in time"}
         return response
 
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        log_loop_exceptions(loop, self.log)
-        server = await self.listener().start(self.host, self.port)
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    def background(self) -> list[Coroutine[Any, Any, None]]:
+        """The ticker, and one sender per peer voter (its outbox keeps the order of what it is sent)."""
         self._outbox = {p: asyncio.Queue() for p in self.voters if p != self.node_id}
-        tasks = [asyncio.create_task(self.peer_sender(p)) for p in self._outbox]
-        tasks.append(asyncio.create_task(self.ticker()))
-        await stop.wait()
-        for t in tasks:
-            t.cancel()
-        server.close()
+        return [*(self.peer_sender(p) for p in self._outbox), self.ticker()]
+
+    def close_storage(self) -> None:
         self.store.close()
-        self.log({"event": "controller_stopped"})
-        return 0
 
 
 def run_controller(args: Any) -> int:
     """The controller role's entry point: the single controller (controller_server.py), or, with
     --quorum, a member of the Raft quorum. Here, above both, so neither imports the other back."""
-    server_class: type[ControllerServer] = ControllerServer
-    try:
-        if getattr(args, "quorum", None):
-            if args.node_id not in parse_quorum(args.quorum):
-                raise ValueError(f"--node-id {args.node_id} is not a member of --quorum {args.quorum}")
-            server_class = QuorumControllerServer
-        problem = Limits.from_args(args).problem()
-        if problem:
-            raise ValueError(problem)
-        secret = rpc.node_secret(args.secret_file)
-    except (ValueError, rpc.SecretError) as e:
-        print(f"error: controller {args.node_id}: {e}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(server_class(args, secret).run())
-    except OSError as e:
-        print(f"error: controller cannot listen on {args.listen} ({e.strerror}); pick a free port.", file=sys.stderr)
-        return 3
+    quorum = bool(getattr(args, "quorum", None))
+
+    def check() -> None:
+        if quorum and args.node_id not in parse_quorum(args.quorum):
+            raise ValueError(f"--node-id {args.node_id} is not a member of --quorum {args.quorum}")
+
+    server_class = QuorumControllerServer if quorum else ControllerServer
+    return serve("controller", args, check, lambda secret: server_class(args, secret))

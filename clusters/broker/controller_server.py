@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from clusters.broker import rpc
@@ -149,11 +150,19 @@ class ControllerServer:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        ticker = asyncio.create_task(self.ticker())
+        tasks = [asyncio.create_task(c) for c in self.background()]
         await stop.wait()
-        ticker.cancel()
+        for t in tasks:
+            t.cancel()
         server.close()
         self.persist()
-        self.metadata.close()
+        self.close_storage()
         self.log({"event": "controller_stopped"})
         return 0
+
+    def background(self) -> list[Coroutine[Any, Any, None]]:
+        """What runs beside the listener until the controller stops: the ticker."""
+        return [self.ticker()]
+
+    def close_storage(self) -> None:
+        self.metadata.close()

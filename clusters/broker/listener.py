@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -415,3 +416,24 @@ def log_loop_exceptions(loop: asyncio.AbstractEventLoop, log: Log) -> None:
              "error": repr(exc)[:300] if exc is not None else None})
 
     loop.set_exception_handler(handler)
+
+
+def serve(role: str, args: Any, check: Callable[[], None], server: Callable[[bytes], Any]) -> int:
+    """A node role's entry point (broker, controller): `check` raises ValueError for a bad flag, the
+    limits and the cluster's secret are read, then `server(secret).run()` serves until stopped. Exit 2
+    with one sentence for bad flags or a missing secret, 3 when the port cannot be had."""
+    try:
+        check()
+        problem = Limits.from_args(args).problem()
+        if problem:
+            raise ValueError(problem)
+        secret = rpc.node_secret(args.secret_file)
+    except (ValueError, rpc.SecretError) as e:
+        print(f"error: {role} {args.node_id}: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(server(secret).run())
+    except OSError as e:
+        print(f"error: {role} {args.node_id} cannot listen on {args.listen} ({e.strerror}); pick a free port.",
+              file=sys.stderr)
+        return 3

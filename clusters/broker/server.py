@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 import uuid
 from collections import deque
@@ -23,7 +22,7 @@ from typing import Any
 
 from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
-from clusters.broker.listener import Limits, Listener, log_loop_exceptions
+from clusters.broker.listener import Limits, Listener, log_loop_exceptions, serve
 from clusters.broker.log import BatchHeader, LogManager, NonContiguousAppendError, parse_flush_policy
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
@@ -627,7 +626,7 @@ class Broker:
 
 
 def run_broker(args: Any) -> int:
-    try:
+    def check() -> None:
         if args.replica_lag_time_max_ms <= 0 or args.heartbeat_interval_ms <= 0 or args.replica_fetch_wait_max_ms < 0:
             raise ValueError("timeouts must be positive milliseconds; fix --replica-lag-time-max-ms, "
                              "--heartbeat-interval-ms or --replica-fetch-wait-max-ms")
@@ -635,16 +634,5 @@ def run_broker(args: Any) -> int:
             _hostport(a)
         controller_addresses(args.controller)
         parse_flush_policy(args.flush_policy)
-        problem = Limits.from_args(args).problem()
-        if problem:
-            raise ValueError(problem)
-        secret = rpc.node_secret(args.secret_file)
-    except (ValueError, rpc.SecretError) as e:
-        print(f"error: broker {args.node_id}: {e}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(Broker(args, secret).run())
-    except OSError as e:
-        print(f"error: broker {args.node_id} cannot listen on {args.listen} ({e.strerror}); pick a free port.",
-              file=sys.stderr)
-        return 3
+
+    return serve("broker", args, check, lambda secret: Broker(args, secret))

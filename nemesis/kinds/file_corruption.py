@@ -175,13 +175,6 @@ class FileCorruptionNemesis(NemesisBase):
         self.rng = random.Random(o.get("seed", 0) + zlib.crc32(NAME.encode()) % 1000)
         self.chosen: list[str] = []  # the minority of brokers this run may damage, fixed at the first start
         self.snapshots: list[dict[str, Any]] = []  # rollback: taken at a start, restored at the stop
-        self.faults = None  # the run's FaultActions, from setup
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(self.start_f, self.stop_f)]
-
-    def fs(self) -> set[str]:
-        return {self.start_f, self.stop_f}
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults
