@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from history import Op
-from nemesis.requirements import can, capability_refusal
+from nemesis.requirements import can, capability_refusal, why_not
 
 if TYPE_CHECKING:
     from nemesis.actions import FaultActions
@@ -83,6 +83,13 @@ class NemesisBase:
 
     def setup(self, cluster, faults: FaultActions) -> None:
         self.faults = faults
+
+    def require(self, cluster, ability: type, need: str) -> None:
+        """Refuse, in one sentence, a cluster without `ability` (nemesis/requirements.py): "the NAME fault
+        <need>: <why not>; drop NAME from --nemesis"."""
+        why = why_not(cluster, ability)
+        if why:
+            raise NemesisRefused(f"the {self.name} fault {need}: {why}; drop {self.name} from --nemesis")
 
     def drivers(self) -> list[SelfDriven]:
         return [self] if can(self, SelfDriven) else []

@@ -31,8 +31,8 @@ import random
 from typing import Any
 
 from history import INFO, Op
-from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.requirements import ControllerAdmin, why_not
+from nemesis.base import NemesisBase
+from nemesis.requirements import ControllerAdmin
 from nemesis.targets import running_brokers
 
 MOVES = ("remove-broker", "reassign", "preferred-election")
@@ -53,10 +53,7 @@ class MembershipNemesis(NemesisBase):
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults
-        why = why_not(cluster, ControllerAdmin)
-        if why:
-            raise NemesisRefused(f"the membership fault changes replica sets through the reference broker's "
-                                 f"controller: {why}; drop membership from --nemesis")
+        self.require(cluster, ControllerAdmin, "changes replica sets through the reference broker's controller")
 
     def _call(self, cluster):
         return lambda api, body: cluster.controller_call(api, body)

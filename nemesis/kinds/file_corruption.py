@@ -45,7 +45,7 @@ from typing import Any
 from history import INFO, Op
 from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.fault import FaultKind, Option
-from nemesis.requirements import SegmentFiles, why_not
+from nemesis.requirements import SegmentFiles
 
 NAME = "file-corruption"
 MODES = ("bitflip", "truncate", "rollback")
@@ -178,10 +178,7 @@ class FileCorruptionNemesis(NemesisBase):
 
     def setup(self, cluster, faults) -> None:
         self.faults = faults
-        why = why_not(cluster, SegmentFiles)
-        if why:
-            raise NemesisRefused(f"the {NAME} fault needs the brokers' data dirs and logs: {why}; "
-                                 f"drop {NAME} from --nemesis")
+        self.require(cluster, SegmentFiles, "needs the brokers' data dirs and logs")
         brokers = cluster.broker_nodes()
         replicas = min((len(p.replicas) for p in cluster.partitions(self.topic)), default=0)
         if minority(len(brokers)) < 1 or minority(replicas) < 1:

@@ -107,6 +107,20 @@ def wait_until(predicate, timeout: float, what: str, run: HarnessRun | None = No
                          + (f":\n{run.output()[-3000:]}" if run else ""))
 
 
+def start_partition_and_pause_run(tmp_path: Path, env: dict[str, str], name: str) -> HarnessRun:
+    """A 120 s run that cuts and pauses every 2 s: something is always there to heal or leave behind."""
+    return start_run(tmp_path, env, name, "--nemesis", "partition,pause", "--time-limit", "120",
+                     "--nemesis-interval", "2", "--recovery-wait", "1")
+
+
+def wait_for_partition_and_pause(run: HarnessRun) -> None:
+    def both_active() -> bool:
+        now = leftovers(run.owner, run.run_dir)
+        return bool(now["paused processes"] and now["rules in them"])
+
+    wait_until(both_active, 180, "a partition and a pause at the same time", run)
+
+
 def kafkaesque(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
                           cwd=PROJECT, timeout=timeout)
@@ -211,14 +225,9 @@ def test_cleanup_during_a_live_local_run_skips_it_and_the_run_still_ends_valid(t
 
 
 def test_cleanup_removes_what_a_harness_killed_mid_partition_left_and_dry_run_only_lists_it(tmp_path, env):
-    run = start_run(tmp_path, env, "killed", "--nemesis", "partition,pause", "--time-limit", "120",
-                    "--nemesis-interval", "2", "--recovery-wait", "1")
+    run = start_partition_and_pause_run(tmp_path, env, "killed")
     try:
-        def both_active() -> bool:
-            now = leftovers(run.owner, run.run_dir)
-            return bool(now["paused processes"] and now["rules in them"])
-
-        wait_until(both_active, 180, "a partition and a pause at the same time", run)
+        wait_for_partition_and_pause(run)
     finally:
         run.proc.send_signal(signal.SIGKILL)  # the harness dies: no heal, no teardown
         run.proc.wait(30)

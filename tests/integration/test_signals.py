@@ -10,20 +10,20 @@ import signal
 
 import pytest
 
-from tests.integration.test_cleanup_live import env, leftovers, nothing_left, start_run, wait_until  # noqa: F401
+from tests.integration.test_cleanup_live import (  # noqa: F401 - env is a fixture
+    env,
+    nothing_left,
+    start_partition_and_pause_run,
+    wait_for_partition_and_pause,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_sigterm_during_a_partition_heals_tears_down_and_writes_unknown_results(tmp_path, env):  # noqa: F811
-    run = start_run(tmp_path, env, "sigterm", "--nemesis", "partition,pause", "--time-limit", "120",
-                    "--nemesis-interval", "2", "--recovery-wait", "1")
+    run = start_partition_and_pause_run(tmp_path, env, "sigterm")
     try:
-        def both_active() -> bool:
-            now = leftovers(run.owner, run.run_dir)
-            return bool(now["paused processes"] and now["rules in them"])
-
-        wait_until(both_active, 180, "a partition and a pause at the same time", run)
+        wait_for_partition_and_pause(run)
         run.proc.send_signal(signal.SIGTERM)
         code = run.wait(240)
     finally:

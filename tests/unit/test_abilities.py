@@ -16,21 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.base import (
-    ABILITIES,
-    ClockControl,
-    Cluster,
-    ClusterSpec,
-    ControllerAdmin,
-    HasRemotes,
-    IsolatedNodes,
-    LossyDisk,
-    NetDevice,
-    PageCacheDrop,
-    Pausable,
-    SegmentFiles,
-    StateDumps,
-)
+import clusters.base as ab  # the abilities: ab.Pausable, ab.ClockControl, ...
+from clusters.base import ABILITIES, Cluster, ClusterSpec
 from clusters.capabilities import CAPABILITIES, Capability
 from clusters.docker import DockerCluster
 from clusters.external import ExternalCluster
@@ -46,15 +33,15 @@ from tests.unit.fakes import FakeCluster, fault_actions
 from tests.unit.test_external_cluster_file import GOOD
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = {Pausable, HasRemotes, NetDevice, IsolatedNodes, ClockControl, SegmentFiles, ControllerAdmin, StateDumps,
-             PageCacheDrop}
+REFERENCE = {ab.Pausable, ab.HasRemotes, ab.NetDevice, ab.IsolatedNodes, ab.ClockControl, ab.SegmentFiles, ab.ControllerAdmin, ab.StateDumps,
+             ab.PageCacheDrop}
 DECLARED = {
     "local": REFERENCE,
-    "local-netns": REFERENCE | {LossyDisk},
-    "docker": REFERENCE | {LossyDisk},
-    "ssh": REFERENCE | {LossyDisk},
+    "local-netns": REFERENCE | {ab.LossyDisk},
+    "docker": REFERENCE | {ab.LossyDisk},
+    "ssh": REFERENCE | {ab.LossyDisk},
     # a system we did not build: no hooks into its clock, storage or controller
-    "external": {Pausable, HasRemotes, NetDevice, IsolatedNodes, StateDumps, PageCacheDrop},
+    "external": {ab.Pausable, ab.HasRemotes, ab.NetDevice, ab.IsolatedNodes, ab.StateDumps, ab.PageCacheDrop},
 }
 
 
@@ -105,39 +92,39 @@ def test_the_local_backend_runs_on_loopback_and_its_clock_depends_on_the_preload
     from clusters import clock_preload
 
     c = LocalCluster(ClusterSpec(), str(tmp_path))
-    assert why_not(c, IsolatedNodes) == "the local cluster runs every node as a process on this host's loopback"
+    assert why_not(c, ab.IsolatedNodes) == "the local cluster runs every node as a process on this host's loopback"
     assert c.netem_probe_unavailable() == "not probed: the nodes share this host's network devices"
-    assert "has not" in why_not(c, ClockControl)  # the preload is built at start-up
-    assert why_not(c, LossyDisk) == "this cluster was started without it"  # no lossy file system at all
+    assert "has not" in why_not(c, ab.ClockControl)  # the preload is built at start-up
+    assert why_not(c, ab.LossyDisk) == "this cluster was started without it"  # no lossy file system at all
 
     def no_gcc(*a, **k):
         raise clock_preload.PreloadBuildError("No C compiler found for the clock preload library")
 
     monkeypatch.setattr(clock_preload, "build_preload", no_gcc)
     c._build_clock_preload()
-    assert why_not(c, ClockControl) == "the clock preload library could not be built here (install gcc)"
+    assert why_not(c, ab.ClockControl) == "the clock preload library could not be built here (install gcc)"
     assert "LD_PRELOAD" not in c.node_env("broker-1")
     monkeypatch.setattr(clock_preload, "build_preload", lambda *a, **k: tmp_path / "libclockoffset.so")
     c._build_clock_preload()
-    assert can(c, ClockControl) and "LD_PRELOAD" in c.node_env("broker-1")
-    assert can(c, StateDumps) and can(c, SegmentFiles) and can(c, ControllerAdmin) and can(c, Pausable)
+    assert can(c, ab.ClockControl) and "LD_PRELOAD" in c.node_env("broker-1")
+    assert can(c, ab.StateDumps) and can(c, ab.SegmentFiles) and can(c, ab.ControllerAdmin) and can(c, ab.Pausable)
     assert c.pid_command("broker-1") == f"cat {c.pidfile('broker-1')} 2>/dev/null"
 
 
 def test_the_netns_backend_isolates_its_nodes_on_lossy_disks_and_shapes_their_own_devices(tmp_path):
     c = NetnsCluster(ClusterSpec(), str(tmp_path))
-    assert can(c, IsolatedNodes) and can(c, LossyDisk) and c.isolated_nodes
+    assert can(c, ab.IsolatedNodes) and can(c, ab.LossyDisk) and c.isolated_nodes
     assert c.netem_probe_unavailable() is None and c.net_device("broker-1") == f"kqn{c.tag}1"
 
 
 def test_the_docker_backend_says_lossy_by_its_flag_and_read_only_proc_sys_by_its_containers(tmp_path):
     c = DockerCluster(ClusterSpec(), str(tmp_path))
-    assert can(c, IsolatedNodes) and can(c, ClockControl) and can(c, LossyDisk)
+    assert can(c, ab.IsolatedNodes) and can(c, ab.ClockControl) and can(c, ab.LossyDisk)
     assert c.net_device("broker-1") == "eth0"
     plain = DockerCluster(ClusterSpec(), str(tmp_path), lossy=False)
-    assert why_not(plain, LossyDisk) == "this cluster was started without it"
+    assert why_not(plain, ab.LossyDisk) == "this cluster was started without it"
     c.remotes = {n: Answers(1) for n in c.nodes()}  # `test -w` fails, as in every container
-    assert why_not(c, PageCacheDrop) == ("/proc/sys/vm/drop_caches is not writable on broker-1 "
+    assert why_not(c, ab.PageCacheDrop) == ("/proc/sys/vm/drop_caches is not writable on broker-1 "
                                          "(/proc/sys is read-only in the containers)")
     assert c.remotes["broker-1"].commands == [["test", "-w", "/proc/sys/vm/drop_caches"]]  # asked, never written
 
@@ -146,38 +133,38 @@ def test_the_ssh_backend_answers_isolation_and_clock_from_what_it_probed_at_star
     from clusters import clock_preload
 
     c = SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes())
-    assert "has not" in why_not(c, IsolatedNodes) and "has not" in why_not(c, ClockControl)
-    assert why_not(c, LossyDisk) == "this cluster was started without it"
-    assert can(SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes(lossy=True)), LossyDisk)
+    assert "has not" in why_not(c, ab.IsolatedNodes) and "has not" in why_not(c, ab.ClockControl)
+    assert why_not(c, ab.LossyDisk) == "this cluster was started without it"
+    assert can(SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes(lossy=True)), ab.LossyDisk)
     c.remotes = {n: Answers(0) for n in c.nodes()}
     c._probe_isolation()
-    assert can(c, IsolatedNodes) and c.isolated_nodes
+    assert can(c, ab.IsolatedNodes) and c.isolated_nodes
     c.remotes["broker-2"] = Answers(1)  # iptables does not run there
     c._probe_isolation()
-    assert why_not(c, IsolatedNodes).startswith("iptables does not run for the SSH user on broker-2")
+    assert why_not(c, ab.IsolatedNodes).startswith("iptables does not run for the SSH user on broker-2")
     shared = SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes(("10.0.0.1", "10.0.0.1", "10.0.0.2")))
     shared.remotes = {n: Answers(0) for n in shared.nodes()}
     shared._probe_isolation()
-    assert why_not(shared, IsolatedNodes) == "in the ssh node file, several nodes share 10.0.0.1"
+    assert why_not(shared, ab.IsolatedNodes) == "in the ssh node file, several nodes share 10.0.0.1"
 
     def no_gcc(*a, **k):
         raise clock_preload.PreloadBuildError("No C compiler found for the clock preload library")
 
     monkeypatch.setattr(clock_preload, "build_preload", no_gcc)
     assert c._install_clock_preload() is None
-    assert why_not(c, ClockControl) == "the clock preload library could not be built here (install gcc)"
+    assert why_not(c, ab.ClockControl) == "the clock preload library could not be built here (install gcc)"
 
 
 def test_the_external_backend_is_isolated_only_when_the_probe_found_iptables_everywhere(tmp_path):
     c = backend("external", tmp_path)
-    assert "iptables does not run for the node's user on k1, k2" in why_not(c, IsolatedNodes)  # not probed yet
+    assert "iptables does not run for the node's user on k1, k2" in why_not(c, ab.IsolatedNodes)  # not probed yet
     c.capabilities = {n: {k: Capability(True) for k in CAPABILITIES} for n in c.nodes()}
-    assert can(c, IsolatedNodes)
-    assert why_not(c, StateDumps) == "a system we did not build gives no admin dump of its partitions and logs"
-    assert why_not(c, ClockControl) == "external nodes are not"
-    assert why_not(c, SegmentFiles) == "external does not say where"
+    assert can(c, ab.IsolatedNodes)
+    assert why_not(c, ab.StateDumps) == "a system we did not build gives no admin dump of its partitions and logs"
+    assert why_not(c, ab.ClockControl) == "external nodes are not"
+    assert why_not(c, ab.SegmentFiles) == "external does not say where"
     c.remotes = {n: Answers(0) for n in c.nodes()}  # /proc/sys writable on the nodes
-    assert can(c, PageCacheDrop)
+    assert can(c, ab.PageCacheDrop)
 
 
 # --- the faults ask through nemesis/requirements.py, and say why -----------------------------------------
@@ -188,9 +175,9 @@ class Isolated(FakeCluster):
 
 def test_undeclared_abilities_are_refused_with_a_sentence_naming_the_cluster():
     c = FakeCluster()
-    assert why_not(c, Pausable) == "the fake cluster cannot pause processes"
-    assert why_not(c, IsolatedNodes) == "the fake cluster does not say its nodes have their own network, disk and clock"
-    assert not can(c, ControllerAdmin) and not can(c, StateDumps)
+    assert why_not(c, ab.Pausable) == "the fake cluster cannot pause processes"
+    assert why_not(c, ab.IsolatedNodes) == "the fake cluster does not say its nodes have their own network, disk and clock"
+    assert not can(c, ab.ControllerAdmin) and not can(c, ab.StateDumps)
     with pytest.raises(NemesisRefused, match="the pause fault needs a cluster that can pause processes; fake cannot"):
         make_nemesis(["pause"], {}).setup(c, fault_actions(c))
     with pytest.raises(NemesisRefused, match="the partition fault needs nodes with their own network.*the fake "
