@@ -47,8 +47,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from clusters.broker import rpc
-from clusters.broker.controller import Controller, ControllerConfig
-from clusters.broker.controller_server import ControllerServer, JsonLog, now_ms
+from clusters.broker.controller import Controller
+from clusters.broker.controller_server import ControllerServer, JsonLog, controller_config, now_ms
 from clusters.broker.listener import Limits, serve
 from clusters.broker.metadata import MetadataImage
 from clusters.broker.raft import (
@@ -123,14 +123,7 @@ class QuorumControllerServer(ControllerServer):
             raise ValueError(f"--node-id {self.node_id} is not in --quorum {args.quorum}")
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, args.node_id, "controller")
-        self.config = ControllerConfig(
-            node_id=args.node_id,
-            session_timeout_ms=args.session_timeout_ms,
-            unclean_leader_election=args.unclean_leader_election,
-            unclean_recovery_strategy=args.unclean_recovery_strategy,
-            unclean_recovery_timeout_ms=args.unclean_recovery_timeout_ms,
-            variants=frozenset(args.variant),
-        )
+        self.config = controller_config(args)
         raft_config = RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.voters)),
                                  heartbeat_interval=HEARTBEAT_MS, election_timeout_min=ELECTION_TIMEOUT_MS[0],
                                  election_timeout_max=ELECTION_TIMEOUT_MS[1])
@@ -304,20 +297,6 @@ class QuorumControllerServer(ControllerServer):
                 self.send_log_info_requests()
             await asyncio.sleep(RAFT_TICK_S)
 
-    async def _ask_log_info(self, key: tuple[str, int], bid: int, host: str, port: int) -> None:
-        try:
-            client = self._broker_clients.get((host, port))
-            if client is None:
-                client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port, secret=self.secret)
-            reply = await client.call("get_replica_log_info", {"topic": key[0], "partition": key[1]}, timeout=1.0)
-            if self.controller is not None:  # leadership may have moved while we waited
-                self.controller.on_replica_log_info(key, bid, reply, now_ms())
-                self.persist()
-        except rpc.RpcError:
-            await asyncio.sleep(0.5)
-        finally:
-            self._log_info_in_flight.discard((key, bid))
-
     async def fetch_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.controller is None:
             return self.not_controller()
@@ -329,12 +308,7 @@ class QuorumControllerServer(ControllerServer):
             # controllers (the active one holds all of them); kept for a broker's damaged copy.
             return {"error": rpc.OFFSET_OUT_OF_RANGE, "records": [], "end_offset": end}
         if offset == end:
-            wait_s = min(int(body.get("max_wait_ms", 0)), 10_000) / 1000
-            if wait_s > 0:
-                try:
-                    await asyncio.wait_for(self._new_records.wait(), wait_s)
-                except TimeoutError:
-                    pass
+            await self.long_poll(body)
         base = self.base_offset
         if offset < base:
             # Compacted away (perhaps while we waited): the broker replaces its image with our

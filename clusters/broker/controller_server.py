@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Coroutine
@@ -19,7 +18,7 @@ from typing import Any
 
 from clusters.broker import rpc
 from clusters.broker.controller import Controller, ControllerConfig
-from clusters.broker.listener import Limits, Listener, log_loop_exceptions
+from clusters.broker.listener import Limits, Listener, start_serving
 from clusters.broker.metadata import MetadataImage, MetadataLogFile
 
 TICK_S = 0.1
@@ -46,6 +45,18 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def controller_config(args: Any) -> ControllerConfig:
+    """The controller's settings from its command line (__main__.py), for the single controller and the quorum."""
+    return ControllerConfig(
+        node_id=args.node_id,
+        session_timeout_ms=args.session_timeout_ms,
+        unclean_leader_election=args.unclean_leader_election,
+        unclean_recovery_strategy=args.unclean_recovery_strategy,
+        unclean_recovery_timeout_ms=args.unclean_recovery_timeout_ms,
+        variants=frozenset(args.variant),
+    )
+
+
 class ControllerServer:
     def __init__(self, args: Any, secret: str):
         self.host, port = args.listen.rsplit(":", 1)
@@ -58,14 +69,7 @@ class ControllerServer:
         image = MetadataImage()
         for offset, record in enumerate(self.metadata.records):
             image.apply(offset, record)
-        config = ControllerConfig(
-            node_id=args.node_id,
-            session_timeout_ms=args.session_timeout_ms,
-            unclean_leader_election=args.unclean_leader_election,
-            unclean_recovery_strategy=args.unclean_recovery_strategy,
-            unclean_recovery_timeout_ms=args.unclean_recovery_timeout_ms,
-            variants=frozenset(args.variant),
-        )
+        config = controller_config(args)
         self.controller = Controller(config, image, log=self.log)
         self.controller.start(now_ms())
         self._new_records = asyncio.Event()
@@ -105,12 +109,22 @@ class ControllerServer:
             if client is None:
                 client = self._broker_clients[(host, port)] = rpc.RpcClient(host, port, secret=self.secret)
             reply = await client.call("get_replica_log_info", {"topic": key[0], "partition": key[1]}, timeout=1.0)
-            self.controller.on_replica_log_info(key, bid, reply, now_ms())
-            self.persist()
+            if self.controller is not None:  # in a quorum, leadership may have moved while we waited
+                self.controller.on_replica_log_info(key, bid, reply, now_ms())
+                self.persist()
         except rpc.RpcError:
             await asyncio.sleep(0.5)  # a broker that is down: ask again later, not in a tight loop
         finally:
             self._log_info_in_flight.discard((key, bid))
+
+    async def long_poll(self, body: dict[str, Any]) -> None:
+        """A metadata fetch at the end of the log waits for the next record, up to its max_wait_ms (10 s at most)."""
+        wait_s = min(int(body.get("max_wait_ms", 0)), 10_000) / 1000
+        if wait_s > 0:
+            try:
+                await asyncio.wait_for(self._new_records.wait(), wait_s)
+            except TimeoutError:
+                pass
 
     async def fetch_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
         offset = int(body.get("offset", 0))
@@ -119,12 +133,7 @@ class ControllerServer:
             # The broker holds records this log does not: its copy must be cut back.
             return {"error": rpc.OFFSET_OUT_OF_RANGE, "records": [], "end_offset": self.metadata.end_offset}
         if offset == self.metadata.end_offset:
-            wait_s = min(int(body.get("max_wait_ms", 0)), 10_000) / 1000
-            if wait_s > 0:
-                try:
-                    await asyncio.wait_for(self._new_records.wait(), wait_s)
-                except TimeoutError:
-                    pass
+            await self.long_poll(body)
         records = self.controller.records_since(self.metadata.records, offset, max_records)
         return {"error": rpc.NONE, "records": records, "end_offset": self.metadata.end_offset}
 
@@ -144,12 +153,7 @@ class ControllerServer:
         return Listener(self.limits, self.secret, self.log, self.dispatch)
 
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        log_loop_exceptions(loop, self.log)
-        server = await self.listener().start(self.host, self.port)
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        server, stop = await start_serving(self.listener(), self.host, self.port, self.log)
         tasks = [asyncio.create_task(c) for c in self.background()]
         await stop.wait()
         for t in tasks:

@@ -30,6 +30,7 @@ JSON line too.
 from __future__ import annotations
 
 import asyncio
+import signal
 import struct
 import sys
 import time
@@ -437,3 +438,16 @@ def serve(role: str, args: Any, check: Callable[[], None], server: Callable[[byt
         print(f"error: {role} {args.node_id} cannot listen on {args.listen} ({e.strerror}); pick a free port.",
               file=sys.stderr)
         return 3
+
+
+async def start_serving(listener: Listener, host: str, port: int, log: Callable[[dict[str, Any]], None]
+                        ) -> tuple[asyncio.AbstractServer, asyncio.Event]:
+    """Open the node's port and arm SIGTERM and SIGINT: (the server, the event they set). The loop's own
+    exceptions go to the node's log (log_loop_exceptions)."""
+    loop = asyncio.get_running_loop()
+    log_loop_exceptions(loop, log)
+    server = await listener.start(host, port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return server, stop

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 import uuid
 from collections import deque
@@ -22,7 +21,7 @@ from typing import Any
 
 from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
-from clusters.broker.listener import Limits, Listener, log_loop_exceptions, serve
+from clusters.broker.listener import Limits, Listener, serve, start_serving
 from clusters.broker.log import BatchHeader, LogManager, NonContiguousAppendError, parse_flush_policy
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
@@ -584,12 +583,7 @@ class Broker:
 
     # --- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        log_loop_exceptions(loop, self.log)
-        server = await self.listener().start(self.listen_host, self.listen_port)
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        server, stop = await start_serving(self.listener(), self.listen_host, self.listen_port, self.log)
         self.log({"event": "broker_started", "listen": self.args.listen, "variants": sorted(self.variants),
                   "flush_policy": self.args.flush_policy, "previous_broker_epoch": self.previous_broker_epoch})
         await self.register()
