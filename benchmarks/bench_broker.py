@@ -55,6 +55,21 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def report_single_sends(client: str, run, producers: int, lat: list[list[float]], errors: list[int]) -> None:
+    """Run `run(i)` in one thread per producer and print the acked sends/s and latencies they recorded."""
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    all_lat = [x for xs in lat for x in xs]
+    print(f"single-record acks=all, {producers} {client} producers, 3 partitions: "
+          f"{len(all_lat) / elapsed:,.0f} acked sends/s ({len(all_lat)} in {elapsed:.1f} s, {sum(errors)} errors); "
+          f"latency p50 {pct(all_lat, 0.5):.1f} ms, p99 {pct(all_lat, 0.99):.1f} ms")
+
+
 def single_sends(bootstrap: str, topic: str, producers: int, seconds: float) -> None:
     from kafka import KafkaProducer
 
@@ -74,17 +89,7 @@ def single_sends(bootstrap: str, topic: str, producers: int, seconds: float) -> 
                 errors[i] += 1
         p.close()
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.monotonic() - t0
-    all_lat = [x for xs in lat for x in xs]
-    print(f"single-record acks=all, {producers} kafka-python producers, 3 partitions: "
-          f"{len(all_lat) / elapsed:,.0f} acked sends/s ({len(all_lat)} in {elapsed:.1f} s, {sum(errors)} errors); "
-          f"latency p50 {pct(all_lat, 0.5):.1f} ms, p99 {pct(all_lat, 0.99):.1f} ms")
+    report_single_sends("kafka-python", run, producers, lat, errors)
 
 
 def single_sends_confluent(bootstrap: str, topic: str, producers: int, seconds: float) -> None:
@@ -111,17 +116,7 @@ def single_sends_confluent(bootstrap: str, topic: str, producers: int, seconds: 
                 errors[i] += 1
         p.flush(10)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.monotonic() - t0
-    all_lat = [x for xs in lat for x in xs]
-    print(f"single-record acks=all, {producers} confluent-kafka producers, 3 partitions: "
-          f"{len(all_lat) / elapsed:,.0f} acked sends/s ({len(all_lat)} in {elapsed:.1f} s, {sum(errors)} errors); "
-          f"latency p50 {pct(all_lat, 0.5):.1f} ms, p99 {pct(all_lat, 0.99):.1f} ms")
+    report_single_sends("confluent-kafka", run, producers, lat, errors)
 
 
 def batched_kafka_python(bootstrap: str, topic: str, n: int) -> None:
