@@ -81,6 +81,16 @@ class RunSummary:
     nemesis: str
 
 
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in a file, or None when it is unreadable, not JSON, or JSON but not an object
+    (a hand-edited or truncated file must not end `kafkaesque ls` in a traceback)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def list_runs(store: str | os.PathLike) -> list[RunSummary]:
     """Every run in the store, newest first."""
     root = Path(store)
@@ -93,20 +103,21 @@ def list_runs(store: str | os.PathLike) -> list[RunSummary]:
         for run in test_dir.iterdir():
             if run.is_symlink() or not run.is_dir() or not (run / "test.json").exists():
                 continue
-            try:
-                test = json.loads((run / "test.json").read_text())
-            except ValueError:
-                continue
+            test = _json_object(run / "test.json")
+            if test is None:
+                continue  # not a run this listing can describe: skipped, as a directory without test.json is
             valid: Any = "incomplete"
             anomalies: list[str] = []
             if (run / "results.json").exists():
-                try:
-                    res = json.loads((run / "results.json").read_text())
-                    valid = res.get("valid", "unknown")
-                    for c in (res.get("checkers") or {}).values():
-                        anomalies += c.get("anomaly_types", [])
-                except ValueError:
+                res = _json_object(run / "results.json")
+                if res is None:
                     valid = "unreadable"
+                else:
+                    valid = res.get("valid", "unknown")
+                    checkers = res.get("checkers")
+                    for c in (checkers.values() if isinstance(checkers, dict) else ()):
+                        kinds = c.get("anomaly_types") if isinstance(c, dict) else None
+                        anomalies += [str(k) for k in kinds] if isinstance(kinds, list) else []
             runs.append(RunSummary(run, test_dir.name, run.name, valid, sorted(set(anomalies)),
                                    test.get("workload", "?"), ",".join(test.get("nemesis") or []) or "none"))
     return sorted(runs, key=lambda r: (r.started, r.test), reverse=True)

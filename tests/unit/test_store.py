@@ -32,3 +32,21 @@ def test_unwritable_store_is_one_clear_error(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(StoreError, match="pass a writable --store directory"):
         create_run_dir(blocker, "queue")
+
+
+def test_ls_survives_json_that_is_not_an_object(tmp_path):
+    """A hand-edited or foreign run dir: test.json or results.json valid JSON but not an object, or a
+    checker entry of the wrong shape. The listing skips or marks it; it never ends in a traceback."""
+    odd_test, odd_results, odd_checkers, good = (create_run_dir(tmp_path, "queue") for _ in range(4))
+    (odd_test / "test.json").write_text("[1, 2]")
+    for r in (odd_results, odd_checkers, good):
+        (r / "test.json").write_text(json.dumps({"workload": "queue", "nemesis": ["kill"]}))
+    (odd_results / "results.json").write_text('"valid"')
+    (odd_checkers / "results.json").write_text(json.dumps({"valid": False, "checkers": {"queue": 5, "x": {
+        "anomaly_types": "lost-write"}}}))
+    (good / "results.json").write_text(json.dumps({"valid": True, "checkers": {}}))
+    listed = {r.path: r for r in list_runs(tmp_path)}
+    assert odd_test not in listed
+    assert listed[odd_results].valid == "unreadable"
+    assert listed[odd_checkers].valid is False and listed[odd_checkers].anomalies == []
+    assert listed[good].valid is True
