@@ -8,6 +8,7 @@ a traceback on the terminal with exit 1, the code that means "invalid".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -24,10 +25,11 @@ from rich.table import Table
 
 # typer vendors click (typer._click) and re-exports none of its exception classes.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer._click.utils import PacifyFlushWrapper
 from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
-from harness.console import err, fail, fail_all
+from harness.console import OutputClosed, err, fail, fail_all, stdout_closed
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
 
@@ -52,6 +54,7 @@ class _GuardedGroup(TyperGroup):
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                               **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+            sys.stdout.flush()  # here, not at the interpreter's exit: a closed pipe is then caught below
         except NoArgsIsHelpError:
             code = EXIT_HARNESS  # the help was printed already: nothing was asked
         except UsageError as e:
@@ -64,12 +67,27 @@ class _GuardedGroup(TyperGroup):
         except typer.Abort:
             err.print("[red]error:[/] aborted before the command finished; nothing more was done.")
             code = EXIT_HARNESS
+        except (OutputClosed, BrokenPipeError):
+            code = _output_closed()
+        except SystemExit:
+            if not isinstance(sys.stdout, PacifyFlushWrapper):
+                raise
+            code = _output_closed()  # typer's answer to a broken pipe in a command: sys.exit(1), "invalid"
         except Exception as e:  # noqa: BLE001 - the guard: any escaping exception is a harness bug
             err.print(f"[red]error:[/] {escape(harness_failure(e))}")
             code = EXIT_HARNESS
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def _output_closed() -> int:
+    """A closed stdout (`kafkaesque ... | head`): one sentence on stderr and exit 3, never 1 ("invalid")."""
+    with contextlib.suppress(OutputClosed):
+        stdout_closed()  # /dev/null behind stdout, so that the interpreter's last flush cannot fail again
+    err.print("[red]error:[/] the reader of kafkaesque's output closed the pipe before all of it was "
+              "written (e.g. `| head`); nothing else failed.")
+    return EXIT_HARNESS
 
 
 def harness_failure(e: BaseException) -> str:

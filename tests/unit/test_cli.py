@@ -93,3 +93,18 @@ def test_the_verdict_is_followed_by_every_reason_it_is_unknown(tmp_path, capsys)
     err = capsys.readouterr().err.splitlines()
     assert err[:3] == ["valid: unknown", "  unknown: queue: partition 2 was never read",
                        "  unknown: replicas: the dump of broker-1 [x] is missing"]
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_in_exit_3_not_1():
+    """`kafkaesque faults | head -c 10`: the broken pipe is the harness's own failure to deliver its
+    output (exit 3, one sentence), never exit 1, which means "invalid" (rich and typer both exit 1)."""
+    import subprocess
+    import sys
+
+    for args in (["faults"], ["--help"]):
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdout.close()  # the reader goes away before a byte is read
+        _, err_text = proc.communicate(timeout=60)
+        assert proc.returncode == 3, (args, proc.returncode, err_text)
+        assert b"closed the pipe" in err_text and b"Traceback" not in err_text
