@@ -8,7 +8,6 @@ a traceback on the terminal with exit 1, the code that means "invalid".
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -29,7 +28,7 @@ from typer._click.utils import PacifyFlushWrapper
 from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
-from harness.console import OutputClosed, err, fail, fail_all, stdout_closed
+from harness.console import OutputClosed, err, fail, fail_all, silence_stdout
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
 
@@ -83,8 +82,7 @@ class _GuardedGroup(TyperGroup):
 
 def _output_closed() -> int:
     """A closed stdout (`kafkaesque ... | head`): one sentence on stderr and exit 3, never 1 ("invalid")."""
-    with contextlib.suppress(OutputClosed):
-        stdout_closed()  # /dev/null behind stdout, so that the interpreter's last flush cannot fail again
+    silence_stdout()
     err.print("[red]error:[/] the reader of kafkaesque's output closed the pipe before all of it was "
               "written (e.g. `| head`); nothing else failed.")
     return EXIT_HARNESS

@@ -1,6 +1,6 @@
 """The CLI's one error channel: every command, in any of the CLI's files, refuses the same way.
 
-One message, one line on stderr (easy to grep in CI logs), and the exit status EXIT 3 unless the
+One message, one line on stderr (easy to grep in CI logs), and exit status 3 unless the
 caller says otherwise (docs/VERDICTS.md: 3 is the harness's own failure or bad input).
 """
 
@@ -19,20 +19,23 @@ class OutputClosed(Exception):
     """The reader of our standard output went away (`kafkaesque ls | head`) before all was written."""
 
 
-def stdout_closed(console: Console | None = None) -> None:
-    """Point stdout at /dev/null (so the interpreter's last flush cannot fail again) and raise
-    OutputClosed, which the CLI's guard ends in exit 3: a broken pipe is not a verdict, and rich's own
-    answer to it, SystemExit(1), would read as "invalid"."""
-    if console is not None:
-        console.quiet = True
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush cannot fail on a closed pipe again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+
+
+def _on_broken_pipe(console: Console) -> None:
+    """Rich's hook for a closed stdout. Rich's own answer, SystemExit(1), would read as "invalid"; this
+    raises OutputClosed, which the CLI's guard ends in exit 3 (a broken pipe is not a verdict)."""
+    console.quiet = True
+    silence_stdout()
     raise OutputClosed
 
 
 # Rich documents on_broken_pipe as the hook to override; every console of the CLI, typer's help
 # included, is a rich Console, so the hook is set once here, where the CLI's output is defined.
-rich.console.Console.on_broken_pipe = stdout_closed  # type: ignore[method-assign]
+rich.console.Console.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]
 
 err = Console(stderr=True, soft_wrap=True)
 

@@ -31,6 +31,7 @@ code that runs there.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import inspect
 import json
@@ -38,14 +39,16 @@ import math
 import os
 import random
 import shlex
-import time
 import zlib
 from typing import Any
 
+from clusters.remote import RemoteError, RemoteResult
+from clusters.waiting import WaitTimeout, wait_until
 from history import INFO, Op
 from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.fault import FaultKind, Option
 from nemesis.requirements import SegmentFiles
+from nemesis.targets import running_brokers
 
 NAME = "file-corruption"
 MODES = ("bitflip", "truncate", "rollback")
@@ -142,10 +145,18 @@ NODE_PROGRAM = "\n".join(
     ["call = json.loads(sys.argv[1])", "print(json.dumps(globals()[call['op']](**call['args'])))"])
 
 
+def run_on_node(cluster, node: str, op: str, **args: Any) -> RemoteResult:
+    """Run one of the functions above on the node, through its Remote."""
+    return cluster.remote(node).run([cluster.python, "-c", NODE_PROGRAM, json.dumps({"op": op, "args": args})],
+                                    timeout=60.0)
+
+
 def on_node(cluster, node: str, op: str, **args: Any) -> Any:
-    """Run one of the functions above on the node, through its Remote; its JSON answer."""
-    r = cluster.remote(node).run([cluster.python, "-c", NODE_PROGRAM, json.dumps({"op": op, "args": args})],
-                                 timeout=60.0, check=True)
+    """run_on_node's JSON answer; RemoteError (naming the node, the function and the node's error, not
+    the whole program) when it failed."""
+    r = run_on_node(cluster, node, op, **args)
+    if not r.ok:
+        raise RemoteError(f"{node}: {op} on the node exited {r.exit}: {(r.err or r.out).strip()[-300:]}")
     return json.loads(r.out.strip().splitlines()[-1])
 
 
@@ -185,8 +196,8 @@ class FileCorruptionNemesis(NemesisBase):
             raise NemesisRefused(f"the {NAME} fault damages at most floor((n-1)/2) brokers and replicas of a partition, "
                                  f"which is 0 with {len(brokers)} broker(s) and replication factor {replicas}; use 3 "
                                  f"or more of each, or drop {NAME} from --nemesis")
-        probe = cluster.remote(brokers[0]).run([cluster.python, "-c", NODE_PROGRAM, json.dumps(
-            {"op": "list_segments", "args": {"data_dir": cluster.data_dir(brokers[0]), "partition": self.topic}})])
+        probe = run_on_node(cluster, brokers[0], "list_segments", data_dir=cluster.data_dir(brokers[0]),
+                            partition=self.topic)
         if not probe.ok:
             raise NemesisRefused(f"the {NAME} fault runs Python on the brokers' nodes, which failed on {brokers[0]} "
                                  f"({(probe.err or probe.out).strip()[-200:]}); drop {NAME} from --nemesis")
@@ -200,8 +211,6 @@ class FileCorruptionNemesis(NemesisBase):
         raise ValueError(f"{NAME} nemesis cannot do {op.f!r}")
 
     def _start(self, cluster) -> dict[str, Any]:
-        from nemesis.targets import running_brokers
-
         if not self.chosen:
             brokers = sorted(cluster.broker_nodes())
             self.chosen = self.rng.sample(brokers, minority(len(brokers)))
@@ -299,13 +308,17 @@ class FileCorruptionNemesis(NemesisBase):
         if seen < 0:
             return []
         path = shlex.quote(cluster.log_path(node))
-        deadline = time.monotonic() + RESTART_WAIT_S
-        while True:
+        lines: list[str] = []
+
+        def started() -> bool:
+            nonlocal lines
             r = cluster.remote(node).run(["sh", "-c", f"tail -n +{seen + 1} {path}"])
             lines = r.out.splitlines() if r.ok else []
-            if any('"broker_started"' in line for line in lines) or time.monotonic() > deadline:
-                return [line[:400] for line in lines if "log-recovery" in line]
-            time.sleep(0.2)
+            return any('"broker_started"' in line for line in lines)
+
+        with contextlib.suppress(WaitTimeout):  # not started in time: what it logged so far is the answer
+            wait_until(started, RESTART_WAIT_S, 0.2, f"{node}'s broker_started line")
+        return [line[:400] for line in lines if "log-recovery" in line]
 
     def teardown(self, cluster) -> None:
         """Restart what is still damaged and running on it (snapshots not yet restored are dropped:
