@@ -210,9 +210,10 @@ def faults() -> None:
         for o in k.options:
             choices = f" ({'|'.join(map(str, o.choices))})" if o.choices else ""
             print(f"    --nemesis-option {o.key}={o.default}{choices}: {o.help}")
-        needs = [*k.abilities, *(f"{c} on {k.on}" for c in k.capabilities)]
-        if needs:
-            print(f"    needs: {', '.join(needs)}")
+        for need in k.abilities:
+            print(f"    {need.why}")
+        if k.capabilities:
+            print(f"    needs on {'every node' if k.on == 'all' else 'the brokers'}: {', '.join(k.capabilities)}")
 
 
 def _print_verdict(run_dir: Path) -> None:

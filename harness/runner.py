@@ -40,6 +40,7 @@ from history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from nemesis.actions import FaultActions
 from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
+from nemesis.plan import PlanStep, drive
 from nemesis.requirements import StateDumps, can
 from results.store import create_run_dir, write_json
 
@@ -200,44 +201,32 @@ class Run:
         return comp
 
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
-        drivers = nemesis.drivers()
-        if drivers:
-            # A scenario or the protocol nemesis times its own steps against the cluster's state; it
-            # stops at the time limit, with the clients, so no fault lands on an idle cluster.
-            time_limit_ns = self.spec.time_limit * 1e9
+        """The one scheduler (nemesis/plan.py) runs the nemesis's plan: the schedule's random faults, or the
+        steps of a scenario or the protocol nemesis, which stop at the time limit with the clients, so no
+        fault lands on an idle cluster."""
+        time_limit_ns = self.spec.time_limit * 1e9
 
-            def stopped() -> bool:
-                return self.stop.is_set() or writer.now() >= time_limit_ns
+        def stopped() -> bool:
+            return self.stop.is_set() or writer.now() >= time_limit_ns
 
-            for d in drivers:
-                d.drive(cluster, lambda f, value, thunk: self._record_nemesis_op(writer, f, value, thunk), stopped)
-            return
-        for ev in schedule.events():
-            delay = ev.at - writer.now() / 1e9
-            if delay > 0 and self.stop.wait(delay):
-                return
-            if self.stop.is_set():
-                return
-            inv = writer.append(Op(INVOKE, ev.f, NEMESIS, None))
-            try:
-                comp = nemesis.invoke(cluster, inv)
-            except Exception as e:  # noqa: BLE001 - recorded, and healed at the end regardless
-                comp = Op(INFO, ev.f, NEMESIS, None, error=f"{type(e).__name__}: {e}"[:300])
-            comp.process = NEMESIS
-            comp.value = self._with_fault_records(comp.value)
-            writer.append(comp)
-            self.stats.fault = "none" if ev.f.startswith("stop-") else f"{ev.f[6:]} {json.dumps(comp.value)}"
+        drive(nemesis.plan(cluster, schedule.events(), stopped), lambda step: self._perform(writer, step),
+              self.stop, lambda: writer.now() / 1e9)
 
-    def _record_nemesis_op(self, writer: HistoryWriter, f: str, value: Any, thunk) -> Any:
-        """One scenario step as an invoke/info pair; its exception is recorded, then raised on."""
-        writer.append(Op(INVOKE, f, NEMESIS, value))
-        self.stats.fault = f"{f[len('scenario-'):]} {json.dumps(value)}"
+    def _perform(self, writer: HistoryWriter, step: PlanStep) -> Any:
+        """One nemesis step as an invoke/info pair; its error is recorded with the completion, then raised on
+        for the plan to decide what it means."""
+        writer.append(Op(INVOKE, step.f, NEMESIS, step.value))
+        what = step.f.removeprefix("scenario-").removeprefix("start-")
+        if not step.f.startswith("stop-"):
+            self.stats.fault = what if step.value is None else f"{what} {json.dumps(step.value, default=str)}"
         try:
-            result = thunk()
+            result = step.act()
         except Exception as e:
-            writer.append(Op(INFO, f, NEMESIS, self._with_fault_records(value), error=f"{type(e).__name__}: {e}"[:300]))
+            writer.append(Op(INFO, step.f, NEMESIS, self._with_fault_records(step.value),
+                             error=f"{type(e).__name__}: {e}"[:300]))
             raise
-        writer.append(Op(INFO, f, NEMESIS, self._with_fault_records(result)))
+        writer.append(Op(INFO, step.f, NEMESIS, self._with_fault_records(result)))
+        self.stats.fault = "none" if step.f.startswith("stop-") else f"{what} {json.dumps(result, default=str)}"
         return result
 
     def _with_fault_records(self, value: Any) -> Any:

@@ -4,19 +4,23 @@ Every nemesis acts on the cluster only through the run's FaultActions (nemesis/a
 which it is handed at setup: that is what puts each fault in the run's ledger, with its
 evidence, and what lets the final heal undo everything whoever did it.
 
-What the runner and the composite ask of a nemesis beyond that (its start/stop pairs, whether
-it drives itself, what it left out, whether it heals last, its target, its refusal for what
-the nodes lack) is part of the shape, with defaults in NemesisBase, so nobody has to look for
-an attribute. Driving itself is an ability (SelfDriven), asked through nemesis/requirements.py.
+What the runner and the composite ask of a nemesis beyond that (its start/stop pairs, its plan,
+what it left out, whether it heals last, its target, its refusal for what the cluster or the
+nodes lack) is part of the shape, with defaults in NemesisBase, so nobody has to look for an
+attribute. Every nemesis's faults are a plan run by the one scheduler (nemesis/plan.py): the
+random faults follow the run's schedule; a nemesis that times its own faults against the
+cluster's state (SelfDriven: scenarios, the protocol nemesis) makes its own plan. Driving
+itself is an ability, asked through nemesis/requirements.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from history import Op
-from nemesis.requirements import can, capability_refusal, why_not
+from nemesis.plan import Event, Plan, timed
+from nemesis.requirements import ability_refusal, can, capability_refusal
 
 if TYPE_CHECKING:
     from nemesis.actions import FaultActions
@@ -38,8 +42,12 @@ class Nemesis(Protocol):
     def pairs(self) -> list[tuple[str, str]]:
         """The (start, stop) op pairs the schedule times; none for a nemesis that drives itself."""
 
-    def drivers(self) -> list[SelfDriven]:
-        """The nemeses (itself, or its parts) that time their own faults instead of following the schedule."""
+    def plan(self, cluster, events: Iterable[Event], stopped: Callable[[], bool]) -> Plan:
+        """Its faults as the one scheduler's plan (nemesis/plan.py): the schedule's start/stop `events`, or
+        for a nemesis that drives itself, its own steps."""
+
+    def ability_refusal(self, cluster) -> str | None:
+        """One sentence refusing this nemesis for an ability the cluster lacks (nemesis/requirements.py), or None."""
 
     def capability_refusal(self, cluster, capabilities: dict[str, dict[str, Any]]) -> str | None:
         """One sentence refusing this nemesis for what the probed nodes lack (nemesis/requirements.py), or None."""
@@ -58,9 +66,8 @@ class Nemesis(Protocol):
 class SelfDriven(Protocol):
     """A nemesis that times its own faults against the cluster's state (scenarios, the protocol nemesis)."""
 
-    def drive(self, cluster, record: Callable[[str, Any, Callable[[], Any]], Any], stopped: Callable[[], bool]
-              ) -> None:
-        """Run until done or `stopped()`; `record(f, value, thunk)` writes each step's invoke and completion."""
+    def own_plan(self, cluster, stopped: Callable[[], bool]) -> Plan:
+        """Its steps, decided one at a time against the cluster's state, until done or `stopped()`."""
 
 
 class NemesisBase:
@@ -82,17 +89,17 @@ class NemesisBase:
         return {self.start_f, self.stop_f} if self.start_f else set()
 
     def setup(self, cluster, faults: FaultActions) -> None:
+        """Refuse a cluster without the abilities the kind declares; keep `faults`. Subclasses call it first."""
+        why = self.ability_refusal(cluster)
+        if why:
+            raise NemesisRefused(why)
         self.faults = faults
 
-    def require(self, cluster, ability: type, need: str) -> None:
-        """Refuse, in one sentence, a cluster without `ability` (nemesis/requirements.py): "the NAME fault
-        <need>: <why not>; drop NAME from --nemesis"."""
-        why = why_not(cluster, ability)
-        if why:
-            raise NemesisRefused(f"the {self.name} fault {need}: {why}; drop {self.name} from --nemesis")
+    def ability_refusal(self, cluster) -> str | None:
+        return ability_refusal(self.name, cluster)
 
-    def drivers(self) -> list[SelfDriven]:
-        return [self] if can(self, SelfDriven) else []
+    def plan(self, cluster, events: Iterable[Event], stopped: Callable[[], bool]) -> Plan:
+        return self.own_plan(cluster, stopped) if can(self, SelfDriven) else timed(events, self, cluster)
 
     def capability_refusal(self, cluster, capabilities: dict[str, dict[str, Any]]) -> str | None:
         return capability_refusal(self.name, cluster, capabilities, self.target)

@@ -35,7 +35,7 @@ class ControllerNemesis(NemesisBase):
         return MOVES if self.can_isolate else tuple(m for m in MOVES if m != "isolate-active")
 
     def setup(self, cluster, faults) -> None:
-        self.faults = faults
+        super().setup(cluster, faults)
         if not cluster.controller_nodes():
             raise NemesisRefused(f"the controller fault acts on controllers, and the {cluster.name} cluster names "
                                  "none; drop controller from --nemesis")

@@ -2,7 +2,8 @@
 
 A fault kind says its name (`--nemesis NAME`), one line of help, the options it reads (each with
 its type, default and help: `--nemesis-option KEY=VALUE`), what it needs of the cluster
-(abilities: names for now, the Protocols of nemesis/requirements.py to come) and of each node
+(abilities: the Protocols of clusters/base.py, each with the phrase that says why, checked for
+every kind by nemesis/requirements.py before any fault is set up) and of each node
 (capabilities the set-up probe measures, clusters/capabilities.py), and the factory of the
 nemesis that acts and heals. The registry (nemesis/registry.py) finds every kind by itself, so
 adding a fault is adding one file to nemesis/kinds/ that defines `KIND`.
@@ -18,16 +19,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# What a kind may say it needs of the cluster (checked by the nemesis's own setup today):
-ABILITIES = {
-    "remotes": "a shell on each node, and nodes with a network, disk and clock of their own",
-    "data-dir": "the broker's data dir on its node (our reference broker)",
-    "lossy-disk": "brokers writing through the lossy file system",
-    "clock": "nodes started with the clock preload",
-    "pausable": "processes that can be paused and resumed",
-    "controller-admin": "the reference broker's controller (membership changes)",
-    "drop-caches": "a writable /proc/sys/vm/drop_caches on the nodes",
-}
+from clusters.base import (
+    ClockControl,
+    ControllerAdmin,
+    IsolatedNodes,
+    LossyDisk,
+    PageCacheDrop,
+    Pausable,
+    SegmentFiles,
+)
+
+
+@dataclass(frozen=True)
+class Need:
+    """An ability a kind needs of the cluster (a Protocol of clusters/base.py) and why, as the refusal
+    says it: "the NAME fault <why>: <what the cluster lacks>; drop NAME from --nemesis"."""
+
+    ability: type
+    why: str
+
+
+# What the kinds need of the cluster, said once.
+OWN_NODES = Need(IsolatedNodes, "needs nodes with their own network, disk and clock (--cluster docker, or "
+                                "--cluster local as root for a namespace per node)")
+LOSSY_DISK = Need(LossyDisk, "needs brokers writing through the lossy file system")
+CLOCK_PRELOAD = Need(ClockControl, "needs nodes started with the clock preload")
+PAUSABLE = Need(Pausable, "needs a cluster that can pause processes")
+DATA_DIRS = Need(SegmentFiles, "needs the brokers' data dirs and logs")
+CONTROLLER_ADMIN = Need(ControllerAdmin, "changes replica sets through the reference broker's controller")
+PAGE_CACHE_DROP = Need(PageCacheDrop, "needs the nodes' page-cache control")
 
 
 @dataclass(frozen=True)
@@ -80,15 +100,16 @@ class FaultKind:
     help: str                                # one line: what it does to the cluster, and how it is undone
     make: Callable[[dict[str, Any]], Any]    # options -> the nemesis (nemesis/base.py's shape)
     options: tuple[Option, ...] = ()
-    abilities: tuple[str, ...] = ()          # keys of ABILITIES
+    abilities: tuple[Need, ...] = ()         # what it needs of the cluster (nemesis/requirements.py checks)
     capabilities: tuple[str, ...] = ()       # what the set-up probe must find on the nodes (iptables, fuse, ...)
     on: Literal["brokers", "all"] = "brokers"  # ... on which nodes
     alone: bool = False                      # times its own faults against the cluster: no other part beside it
 
     def __post_init__(self) -> None:
-        unknown = [a for a in self.abilities if a not in ABILITIES]
-        if unknown:
-            raise ValueError(f"fault kind {self.name}: unknown ability {unknown[0]!r}; valid: {', '.join(ABILITIES)}")
+        wrong = [a for a in self.abilities if not isinstance(a, Need)]
+        if wrong:
+            raise ValueError(f"fault kind {self.name}: ability {wrong[0]!r} is not a Need; declare it as "
+                             "Need(a Protocol of clusters/base.py, why)")
 
     def defaults(self) -> dict[str, Any]:
         return {o.key: o.default for o in self.options}

@@ -34,7 +34,6 @@ from nemesis import grudge
 from nemesis.actions import CLOCK_FAULTS
 from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.observe import cached_kib
-from nemesis.requirements import ClockControl, IsolatedNodes, LossyDisk, PageCacheDrop, SegmentFiles, why_not
 from nemesis.targets import running_brokers
 
 __all__ = ["DROP_CACHES", "PARTITION_TARGETS", "beyond_fault_budget"]
@@ -65,12 +64,6 @@ class _Fault(NemesisBase):
             if errors:
                 raise RuntimeError(f"{self.name}: " + "; ".join(errors))
 
-    def _needs_remotes(self, cluster) -> None:
-        why = why_not(cluster, IsolatedNodes)
-        if why:
-            raise NemesisRefused(f"the {self.name} fault needs nodes with their own network, disk and clock "
-                                 "(--cluster docker, or --cluster local as root for a namespace per node); " + why)
-
     def _leader_nodes(self, cluster) -> list[str]:
         return sorted({cluster.node_name(p.leader) for p in cluster.partitions(self.topic) if p.leader >= 0})
 
@@ -90,7 +83,6 @@ class PartitionNemesis(_Fault):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
-        self._needs_remotes(cluster)
         nodes = cluster.nodes()
         if len(nodes) < 2:
             raise NemesisRefused(f"the partition fault needs at least two nodes to cut apart; the {cluster.name} "
@@ -151,10 +143,6 @@ class LossyCrashNemesis(_Fault):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
-        self._needs_remotes(cluster)
-        why = why_not(cluster, LossyDisk)
-        if why:
-            raise NemesisRefused("the lossy-crash fault needs brokers writing through the lossy file system; " + why)
         if not self.exceed_budget and self.min_isr - 1 < 1:
             raise NemesisRefused(f"the lossy-crash fault may power-cut at most min ISR - 1 brokers at once (001's "
                                  f"fault budget), which is 0 with --min-isr {self.min_isr}: it would never act; raise "
@@ -194,12 +182,6 @@ class _ClockFault(_Fault):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.target = options.get("target", "random-node")
-
-    def setup(self, cluster, faults) -> None:
-        super().setup(cluster, faults)
-        why = why_not(cluster, ClockControl)  # e.g. a local backend without gcc: no preload library
-        if why:
-            raise NemesisRefused(f"the {self.name} fault needs nodes started with the clock preload; {why}")
 
     def set_offset(self, cluster, node: str, offset_s: float) -> None:
         from clusters.clock_preload import offset_file_text
@@ -314,7 +296,6 @@ class NetNemesis(_Fault):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
-        self._needs_remotes(cluster)
         node = cluster.broker_nodes()[0]
         probe = cluster.remote(node).run(netrules.netem_probe(cluster.net_device(node)))
         if not probe.ok:
@@ -348,12 +329,6 @@ class DropCachesNemesis(_Fault):
     refills by itself, so each drop is healed as soon as it is seen."""
 
     name, start_f, stop_f = "drop-caches", "start-drop-caches", "stop-drop-caches"
-
-    def setup(self, cluster, faults) -> None:
-        super().setup(cluster, faults)
-        why = why_not(cluster, PageCacheDrop)
-        if why:
-            raise NemesisRefused(f"the drop-caches fault cannot run: {why}; drop drop-caches from --nemesis")
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:
@@ -414,12 +389,6 @@ class DiskNemesis(_Fault):
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
         self.mode = options.get("disk_mode", "random")  # flip | truncate | random
-
-    def setup(self, cluster, faults) -> None:
-        super().setup(cluster, faults)
-        why = why_not(cluster, SegmentFiles)
-        if why:
-            raise NemesisRefused(f"the disk fault needs the broker's data dir; {why}")
 
     def invoke(self, cluster, op: Op) -> Op:
         if op.f == self.start_f:

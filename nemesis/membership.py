@@ -32,7 +32,6 @@ from typing import Any
 
 from history import INFO, Op
 from nemesis.base import NemesisBase
-from nemesis.requirements import ControllerAdmin
 from nemesis.targets import running_brokers
 
 MOVES = ("remove-broker", "reassign", "preferred-election")
@@ -52,8 +51,7 @@ class MembershipNemesis(NemesisBase):
         self.unsettled = False  # a move's reassignments did not complete in time
 
     def setup(self, cluster, faults) -> None:
-        self.faults = faults
-        self.require(cluster, ControllerAdmin, "changes replica sets through the reference broker's controller")
+        super().setup(cluster, faults)
 
     def _call(self, cluster):
         return lambda api, body: cluster.controller_call(api, body)

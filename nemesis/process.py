@@ -12,7 +12,6 @@ from typing import Any
 
 from history import INFO, Op
 from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.requirements import Pausable, can
 from nemesis.targets import choose, running_brokers
 
 
@@ -26,7 +25,7 @@ class _ProcessFault(NemesisBase):
         self.rng = random.Random(options.get("seed", 0))
 
     def setup(self, cluster, faults) -> None:
-        self.faults = faults
+        super().setup(cluster, faults)
         if self.target == "controller" and not cluster.controller_nodes():
             raise NemesisRefused(f"the {self.name} fault targets the controller, and the {cluster.name} cluster "
                                  "names no controller node; pick another --nemesis-target")
@@ -98,11 +97,6 @@ class PauseNemesis(_ProcessFault):
     """SIGSTOP the targets; `stop-pause` resumes them (a GC pause or a frozen VM)."""
 
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"
-
-    def setup(self, cluster, faults) -> None:
-        if not can(cluster, Pausable):
-            raise NemesisRefused(f"the pause fault needs a cluster that can pause processes; {cluster.name} cannot")
-        super().setup(cluster, faults)
 
     def _hit(self, node: str) -> None:
         self.faults.pause(node, by=self.name)

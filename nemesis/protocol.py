@@ -40,11 +40,11 @@ run's final heal undoes everything.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from nemesis.base import NemesisRefused
+from nemesis.plan import Plan, PlanStep
 from nemesis.requirements import IsolatedNodes, can, steps_refusal
 from nemesis.scenario import (
     CONTROLLERS,
@@ -56,6 +56,7 @@ from nemesis.scenario import (
     act,
     bind,
     cut,
+    idle,
     sleep,
     wait,
 )
@@ -105,7 +106,7 @@ class ProtocolNemesis(ScenarioNemesis):
         self.left_out: dict[str, str] = {}  # move -> why the nodes cannot do it
 
     def setup(self, cluster, faults) -> None:
-        self.faults = faults
+        super().setup(cluster, faults)
         if can(cluster, IsolatedNodes):
             faults.prepare_network()
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
@@ -133,23 +134,17 @@ class ProtocolNemesis(ScenarioNemesis):
     def fs(self) -> set[str]:
         return {f"scenario-{s.do}" for steps in MOVES.values() for s in steps}
 
-    def drive(self, cluster, record: Callable[[str, Any, Callable[[], Any]], Any], stopped: Callable[[], bool]
-              ) -> None:
-        first = True
-        while not stopped():
-            pause = self.delay if first else self.rng.uniform(self.interval / 2, self.interval)
-            first = False
-            end = time.monotonic() + pause
-            while time.monotonic() < end and not stopped():
-                time.sleep(0.1)
-            if stopped():
-                return
-            self._one_move(cluster, record, stopped)
+    def own_plan(self, cluster, stopped: Callable[[], bool]) -> Plan:
+        """One move after another, `interval` seconds apart on average, until the run stops."""
+        pause = self.delay
+        while idle(pause, stopped):
+            yield from self._one_move(cluster, stopped)
+            pause = self.rng.uniform(self.interval / 2, self.interval)
 
     def _down(self) -> int:
         return len(self.down_nodes() | self.active_nodes(("pause",)))
 
-    def _one_move(self, cluster, record, stopped) -> None:
+    def _one_move(self, cluster, stopped: Callable[[], bool]) -> Plan:
         singles = sorted(m for m in self.moves if not m.startswith(SEQUENCE_PREFIX))
         sequences = sorted(m for m in self.moves if m.startswith(SEQUENCE_PREFIX))
         down, cut_off = self._down(), self.cut_off()
@@ -176,7 +171,7 @@ class ProtocolNemesis(ScenarioNemesis):
                     if stopped():
                         return  # the run is over: the rest of the move would land after the heal
                     value = {**self._describe(step), "move": move, "partition": self.partition}
-                    record(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
+                    yield PlanStep(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
                     if move in self.deck and self.bound:
                         self.deck.remove(move)  # it has begun: its turn in this round is taken
                 return

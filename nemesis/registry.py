@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from history import Op
 from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
 from nemesis.fault import FaultKind, Option
 from nemesis.kinds import all_kinds
+from nemesis.plan import Event, Plan, in_turn, timed
+from nemesis.requirements import can
 
 
 def nemesis_names() -> tuple[str, ...]:
@@ -114,9 +117,13 @@ class CompositeNemesis(NemesisBase):
     def __init__(self, parts: list):
         self.parts = parts
 
-    def drivers(self) -> list[SelfDriven]:
-        """Parts that time their own faults (scenarios) instead of following the schedule."""
-        return [d for p in self.parts for d in p.drivers()]
+    def plan(self, cluster, events: Iterable[Event], stopped: Callable[[], bool]) -> Plan:
+        """The parts that time their own faults (a scenario, the protocol nemesis) drive, one after another;
+        otherwise every part's start/stop pairs follow the run's schedule."""
+        driven = [p for p in self.parts if can(p, SelfDriven)]
+        if driven:
+            return in_turn(p.own_plan(cluster, stopped) for p in driven)
+        return timed(events, self, cluster)
 
     def pairs(self) -> list[tuple[str, str]]:
         return [pair for p in self.parts for pair in p.pairs()]
@@ -136,6 +143,10 @@ class CompositeNemesis(NemesisBase):
     def setup(self, cluster, faults) -> None:
         # What the nodes cannot do is refused for every part before any part is set up
         # (nemesis/requirements.py), so a refusal never leaves a half-prepared fault behind.
+        for p in self.parts:
+            why = p.ability_refusal(cluster)
+            if why:
+                raise NemesisRefused(why)
         caps = cluster.capabilities
         if caps:
             for p in self.parts:

@@ -14,10 +14,9 @@ as `cluster.capabilities`. A fault whose need a node lacks is refused by name, w
 and the probed reason, before any fault or client op runs (CompositeNemesis.setup calls each
 part's `capability_refusal` before setting any of them up), never in the middle.
 
-Each fault's needs are declared by its kind (nemesis/kinds/); faults that declare none need
-nothing the probe measures: the clock faults shift a process's clock through the preload (their
-own setup refuses where it does not work: the ClockControl ability), and drop-caches is refused
-where /proc/sys is read-only (PageCacheDrop). A scenario needs what its steps do (`STEP_FAULTS`):
+Each fault's needs are declared by its kind (nemesis/kinds/): the abilities it needs of the
+cluster (`ability_refusal`, asked for every part before any is set up, and again by each
+nemesis's own setup) and the capabilities it needs of the nodes (`capability_refusal`). A scenario needs what its steps do (`STEP_FAULTS`):
 it is refused as a whole when a node lacks it; the protocol nemesis leaves out the moves whose
 steps a node cannot do, and says which.
 """
@@ -43,6 +42,17 @@ from clusters.capabilities import Capability
 from nemesis.kinds import kind
 
 
+def ability_refusal(fault: str, cluster) -> str | None:
+    """One sentence refusing `fault` for an ability the cluster lacks, as its kind declares them
+    (nemesis/kinds/, nemesis/fault.py's Need), or None."""
+    k = kind(fault)
+    for need in k.abilities if k else ():
+        why = why_not(cluster, need.ability)
+        if why:
+            return f"the {fault} fault {need.why}: {why}; drop {fault} from --nemesis"
+    return None
+
+
 def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     """(capabilities the fault needs, on which nodes: "all" or "brokers"), as its kind declares them
     (nemesis/kinds/)."""
@@ -50,7 +60,7 @@ def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     return (k.capabilities, k.on) if k else ((), "all")
 
 __all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyDisk", "NetDevice",
-           "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "can", "capability_refusal", "steps_refusal",
+           "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
            "why_not"]
 
 

@@ -39,7 +39,8 @@ from typing import Any
 from history import BEYOND_BUDGET, Op
 from nemesis import grudge
 from nemesis.actions import PROCESS_FAULTS
-from nemesis.base import NemesisBase, NemesisRefused
+from nemesis.base import NemesisBase
+from nemesis.plan import Plan, PlanStep
 from nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
 
 
@@ -302,6 +303,16 @@ def _file_step(path: Path, i: int, raw: Any, bound: set[str]) -> Step:
                 nodes=tuple(str(n) for n in nodes), peer=peer, seconds=float(seconds))
 
 
+def idle(seconds: float, stopped: Callable[[], bool]) -> bool:
+    """Wait `seconds`, or less if the run stops first; whether the time passed (False: stopped)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if stopped():
+            return False
+        time.sleep(min(0.1, max(end - time.monotonic(), 0)))
+    return not stopped()
+
+
 class ScenarioStalled(RuntimeError):
     """A wait timed out: the cluster did not reach the state the next step needs."""
 
@@ -326,7 +337,7 @@ class ScenarioNemesis(NemesisBase):
         self.bound: dict[str, str] = {}
         self.by = f"scenario:{self.scenario.name}"  # how the ledger knows this scenario's faults
 
-    # --- the Nemesis shape (the runner drives scenarios through drive()) --------------------------
+    # --- the Nemesis shape (its plan is its steps: own_plan()) -----------------------------------------
     def pairs(self) -> list[tuple[str, str]]:
         return []
 
@@ -337,11 +348,14 @@ class ScenarioNemesis(NemesisBase):
         """Refused as a whole when a node lacks what one of its steps needs (nemesis/requirements.py)."""
         return steps_refusal(f"scenario {self.scenario.name}", self.scenario.steps, cluster, capabilities)
 
-    def setup(self, cluster, faults) -> None:
-        self.faults = faults
+    def ability_refusal(self, cluster) -> str | None:
         if self.scenario.needs_isolated_nodes and not can(cluster, IsolatedNodes):
-            raise NemesisRefused(f"scenario {self.scenario.name} cuts nodes off or power-cuts them, which needs "
-                                 f"nodes of their own (--cluster docker, or local as root); {cluster.name} has not")
+            return (f"scenario {self.scenario.name} cuts nodes off or power-cuts them, which needs nodes of their "
+                    f"own (--cluster docker, or local as root); {cluster.name} has not")
+        return None
+
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
         if self.scenario.needs_isolated_nodes:
             faults.prepare_network()
 
@@ -357,26 +371,22 @@ class ScenarioNemesis(NemesisBase):
         return bool(self.active_nodes(("partition",)))
 
     def invoke(self, cluster, op: Op) -> Op:
-        raise ValueError("a scenario runs as a whole through drive(), not op by op")
+        raise ValueError("a scenario runs as a whole through its plan (own_plan()), not op by op")
 
-    def drive(self, cluster, record: Callable[[str, Any, Callable[[], Any]], Any], stopped: Callable[[], bool]
-              ) -> None:
-        """Run the steps in order; `record(f, value, thunk)` writes the invoke, runs the thunk and
-        writes its completion (or its error). Stops early when the run is over or a wait stalls."""
-        deadline = time.monotonic() + self.delay
-        while time.monotonic() < deadline:
-            if stopped():
-                return
-            time.sleep(0.1)
+    def own_plan(self, cluster, stopped: Callable[[], bool]) -> Plan:
+        """The steps in order, `delay` seconds into the main phase, each decided when the one before it
+        has ended. It ends early when the run is over or a step fails (a wait that stalls): the rest
+        needs that step."""
+        if not idle(self.delay, stopped):
+            return
         steps = self.scenario.steps
         for i, step in enumerate(steps, 1):
             if stopped():
                 return
-            f = f"scenario-{step.do}"
             # "step i of n" lets a stored run show whether the scenario ran to its end (checkers/evidence.py)
             value = {**self._describe(step), "step": i, "steps": len(steps)}
             try:
-                record(f, value, lambda step=step: self._perform(cluster, step, stopped))
+                yield PlanStep(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
             except Exception:  # noqa: BLE001 - recorded as the step's error; the rest needs this step
                 return
 
@@ -403,9 +413,7 @@ class ScenarioNemesis(NemesisBase):
         if step.do == "wait":
             return self._wait(cluster, step, stopped)
         if step.do == "sleep":
-            end = time.monotonic() + step.seconds
-            while time.monotonic() < end and not stopped():
-                time.sleep(0.1)
+            idle(step.seconds, stopped)
             return None
         node = self.node(step.node) if step.node else ""
         if step.do == "kill":

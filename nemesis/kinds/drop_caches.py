@@ -1,6 +1,6 @@
 """drop-caches: evict the kernel's page cache on a broker's node (it refills by itself)."""
 
-from nemesis.fault import FaultKind, lazy
+from nemesis.fault import PAGE_CACHE_DROP, FaultKind, lazy
 
 KIND = FaultKind("drop-caches", "evict the page cache on a random broker's node, so its next reads go to the disk",
-                 lazy("nemesis.faults:DropCachesNemesis"), abilities=("drop-caches",))
+                 lazy("nemesis.faults:DropCachesNemesis"), abilities=(PAGE_CACHE_DROP,))

@@ -46,8 +46,7 @@ from clusters.remote import RemoteError, RemoteResult
 from clusters.waiting import WaitTimeout, wait_until
 from history import INFO, Op
 from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.fault import FaultKind, Option
-from nemesis.requirements import SegmentFiles
+from nemesis.fault import DATA_DIRS, FaultKind, Option
 from nemesis.targets import running_brokers
 
 NAME = "file-corruption"
@@ -188,8 +187,7 @@ class FileCorruptionNemesis(NemesisBase):
         self.snapshots: list[dict[str, Any]] = []  # rollback: taken at a start, restored at the stop
 
     def setup(self, cluster, faults) -> None:
-        self.faults = faults
-        self.require(cluster, SegmentFiles, "needs the brokers' data dirs and logs")
+        super().setup(cluster, faults)
         brokers = cluster.broker_nodes()
         replicas = min((len(p.replicas) for p in cluster.partitions(self.topic)), default=0)
         if minority(len(brokers)) < 1 or minority(replicas) < 1:
@@ -343,4 +341,4 @@ KIND = FaultKind(
                                             "stop it cleanly and start it (stop), or leave it running (none)",
                choices=RESTARTS),
     ),
-    abilities=("data-dir",), capabilities=("sigstop",))
+    abilities=(DATA_DIRS,), capabilities=("sigstop",))

@@ -1,6 +1,6 @@
 """pause: SIGSTOP the targets (a GC pause, a frozen VM); the stop resumes them."""
 
-from nemesis.fault import FaultKind, lazy
+from nemesis.fault import PAUSABLE, FaultKind, lazy
 
 KIND = FaultKind("pause", "SIGSTOP the --nemesis-target brokers (a long GC pause); the stop resumes them",
-                 lazy("nemesis.process:PauseNemesis"), abilities=("pausable",), capabilities=("sigstop",))
+                 lazy("nemesis.process:PauseNemesis"), abilities=(PAUSABLE,), capabilities=("sigstop",))

@@ -26,9 +26,12 @@ from clusters.netns import NetnsCluster
 from clusters.remote import RemoteResult
 from clusters.ssh import SshCluster, SshNode
 from clusters.ssh_remote import SshTarget
+from harness.generator import NemesisEvent
 from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
+from nemesis.fault import Need
+from nemesis.kinds import kind
 from nemesis.registry import make_nemesis, nemesis_names
-from nemesis.requirements import can, why_not
+from nemesis.requirements import ability_refusal, can, why_not
 from tests.unit.fakes import FakeCluster, fault_actions
 from tests.unit.test_external_cluster_file import GOOD
 
@@ -178,17 +181,43 @@ def test_undeclared_abilities_are_refused_with_a_sentence_naming_the_cluster():
     assert why_not(c, ab.Pausable) == "the fake cluster cannot pause processes"
     assert why_not(c, ab.IsolatedNodes) == "the fake cluster does not say its nodes have their own network, disk and clock"
     assert not can(c, ab.ControllerAdmin) and not can(c, ab.StateDumps)
-    with pytest.raises(NemesisRefused, match="the pause fault needs a cluster that can pause processes; fake cannot"):
+    with pytest.raises(NemesisRefused, match="^the pause fault needs a cluster that can pause processes: the fake "
+                                             "cluster cannot pause processes; drop pause from --nemesis$"):
         make_nemesis(["pause"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="the partition fault needs nodes with their own network.*the fake "
+    with pytest.raises(NemesisRefused, match="the partition fault needs nodes with their own network.*: the fake "
                                              "cluster does not say"):
         make_nemesis(["partition"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="the disk fault needs the broker's data dir; fake does not say where"):
+    with pytest.raises(NemesisRefused, match="the disk fault needs the brokers' data dirs and logs: fake does not say "
+                                             "where; drop disk from --nemesis"):
         make_nemesis(["disk"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="drop-caches fault cannot run: the fake cluster does not say whether"):
+    with pytest.raises(NemesisRefused, match="drop-caches fault needs the nodes' page-cache control: the fake cluster "
+                                             "does not say whether"):
         make_nemesis(["drop-caches"], {}).setup(c, fault_actions(c))
     with pytest.raises(NemesisRefused, match="controller: the fake cluster does not have one; drop membership"):
         make_nemesis(["membership"], {}).setup(c, fault_actions(c))
+
+
+@pytest.mark.parametrize("name", [n for n in nemesis_names() if kind(n).abilities])
+def test_each_kind_is_refused_for_exactly_the_abilities_it_declares(name):
+    """The kind's declaration is what is checked (nemesis/requirements.py's ability_refusal), for the
+    nemesis set up alone and before any part of a composite is set up."""
+    needs = kind(name).abilities
+    assert all(isinstance(n, Need) and isinstance(n.ability, type) for n in needs)
+    first = needs[0]
+    c = FakeCluster()
+    expected = f"the {name} fault {first.why}: {why_not(c, first.ability)}; drop {name} from --nemesis"
+    assert ability_refusal(name, c) == expected
+    with pytest.raises(NemesisRefused) as refused:
+        (part,) = make_nemesis([name], {"min_isr": 2}).parts
+        part.setup(c, fault_actions(c))
+    assert str(refused.value) == expected
+    # in a composite, the refusal comes before the other part (kill, which this cluster can do) is set up
+    composite = make_nemesis(["kill", name], {"min_isr": 2})
+    set_up = []
+    composite.parts[0].setup = lambda cluster, faults: set_up.append("kill")
+    with pytest.raises(NemesisRefused, match=re.escape(expected)):
+        composite.setup(c, fault_actions(c))
+    assert set_up == []
 
 
 def test_a_declared_ability_that_is_unavailable_now_is_refused_with_the_clusters_own_reason():
@@ -207,10 +236,10 @@ def test_a_declared_ability_that_is_unavailable_now_is_refused_with_the_clusters
 
     c = NoGcc()
     for fault in ("clock", "clock-jump", "clock-strobe"):
-        with pytest.raises(NemesisRefused, match=f"the {fault} fault needs nodes started with the clock preload; "
+        with pytest.raises(NemesisRefused, match=f"the {fault} fault needs nodes started with the clock preload: "
                                                  r"the clock preload library could not be built here \(install gcc\)"):
             make_nemesis([fault], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="needs brokers writing through the lossy file system; this cluster was "
+    with pytest.raises(NemesisRefused, match="needs brokers writing through the lossy file system: this cluster was "
                                              "started without it"):
         make_nemesis(["lossy-crash"], {"min_isr": 2}).setup(c, fault_actions(c))
     NoGcc.clock_unavailable = lambda self: None
@@ -248,20 +277,25 @@ def test_every_nemesis_has_the_shape_the_runner_and_the_composite_use(name):
     (part,) = make_nemesis([name], {}).parts
     assert isinstance(part, NemesisBase)
     drives = name in ("protocol", "scenario:zombie-leader")
-    assert can(part, SelfDriven) is drives and (part.drivers() == [part]) is drives
+    assert can(part, SelfDriven) is drives
     assert (part.pairs() == []) is drives  # a self-driven nemesis has no schedule
     assert part.heal_last is (name == "membership")  # it waits for every broker: healed after the others
     assert list(part.not_run) == []  # nothing left out before setup
     assert isinstance(part.target, str)
 
 
-def test_the_composite_gathers_drivers_pairs_and_what_its_parts_left_out():
+def test_the_composite_gathers_plans_pairs_and_what_its_parts_left_out():
     nem = make_nemesis(["kill", "net"], {})
-    assert nem.drivers() == [] and nem.schedule() == [("start-kill", "stop-kill"), ("start-net", "stop-net")]
+    assert nem.schedule() == [("start-kill", "stop-kill"), ("start-net", "stop-net")]
+    events = [NemesisEvent(1.0, "start-kill"), NemesisEvent(2.0, "stop-net")]
+    plan = nem.plan(FakeCluster(), events, lambda: False)
+    first = next(plan)  # the schedule's events, performed by the composite's invoke
+    assert (first.f, first.value, first.at) == ("start-kill", None, 1.0)
     nem.parts[1].not_run.append("netem (delay/duplicate/reorder): the kernel has no netem qdisc (x)")
     assert nem.not_run == ["netem (delay/duplicate/reorder): the kernel has no netem qdisc (x)"]
-    scenario = make_nemesis(["scenario:zombie-leader"], {})
-    assert scenario.drivers() == scenario.parts
+    scenario = make_nemesis(["scenario:zombie-leader"], {"scenario_delay": 0})
+    step = next(scenario.plan(FakeCluster(), events, lambda: False))  # its own steps, not the schedule's
+    assert step.f == "scenario-bind" and step.at is None and step.value["scenario"] == "zombie-leader"
 
 
 # --- no probes: nothing outside nemesis/requirements.py looks for attributes on a cluster or a nemesis -------

@@ -146,6 +146,9 @@ class TableCluster:
     def controller_nodes(self):
         return ["controller-0"]
 
+    def isolation_unavailable(self):  # nodes of their own (clusters/base.py's IsolatedNodes): the probe decides
+        return None
+
 
 def table(missing: dict[str, dict[str, str]]) -> dict[str, dict[str, Capability]]:
     nodes = ("controller-0", "broker-1", "broker-2")

@@ -63,7 +63,7 @@ def test_a_read_only_proc_sys_refuses_the_fault_by_name_and_writes_nothing():
     remote = ReadOnlyProcSys()
     cluster = Nodes("docker", remote)
     nem = make_nemesis(["drop-caches"], {})
-    with pytest.raises(NemesisRefused, match=f"the drop-caches fault cannot run: {DROP_CACHES} is not writable on "
+    with pytest.raises(NemesisRefused, match=f"the drop-caches fault needs the nodes' page-cache control: {DROP_CACHES} is not writable on "
                                              "broker-1 \\(/proc/sys is read-only in the containers\\); drop "
                                              "drop-caches from --nemesis"):
         nem.setup(cluster, fault_actions(cluster))

@@ -61,7 +61,7 @@ def test_a_new_module_in_the_package_is_a_fault_with_nothing_else_edited(tmp_pat
 
 
 def test_an_unknown_ability_is_a_bug_in_the_declaration():
-    with pytest.raises(ValueError, match="unknown ability 'telepathy'"):
+    with pytest.raises(ValueError, match="ability 'telepathy' is not a Need; declare it as Need"):
         FaultKind("x", "x", dict, abilities=("telepathy",))
 
 
@@ -75,6 +75,8 @@ def test_the_faults_command_lists_each_kind_with_its_options():
     assert r.exit_code == 0
     for k in all_kinds().values():
         assert k.name in r.output and all(f"--nemesis-option {o.key}=" in r.output for o in k.options)
+        assert all(f"\n    {n.why}\n" in r.output for n in k.abilities)
+    assert "needs on the brokers: iptables, tc" in r.output and "needs on every node: iptables\n" in r.output
 
 
 def test_a_bad_nemesis_option_stops_the_run_before_it_starts():

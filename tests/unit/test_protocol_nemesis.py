@@ -4,6 +4,9 @@ before too many brokers are down, absent roles are skipped, teardown undoes ever
 
 from __future__ import annotations
 
+import threading
+
+from nemesis.plan import drive
 from nemesis.protocol import (
     MAX_DOWN,
     MOVES,
@@ -27,16 +30,16 @@ def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[st
         set_up(n, c)
     ops = []
 
-    def record(f, value, thunk):
+    def perform(step):
         try:
-            result = thunk()
+            result = step.act()
         except Exception as e:
-            ops.append((f, value, f"error: {e}"))
+            ops.append((step.f, step.value, f"error: {e}"))
             raise
-        ops.append((f, value, result))
+        ops.append((step.f, step.value, result))
         return result
     for _ in range(moves):
-        n._one_move(c, record, lambda: False)
+        drive(n._one_move(c, lambda: False), perform, threading.Event(), lambda: 0.0)
     return ops
 
 
@@ -175,12 +178,12 @@ def test_a_move_stops_between_steps_once_the_run_is_over():
     n.moves = {"bounce-follower-then-kill-leader": MOVES["bounce-follower-then-kill-leader"]}
     done, over = [], []
 
-    def record(f, value, thunk):
-        done.append(f)
-        if f == "scenario-stop":
+    def perform(step):
+        done.append(step.f)
+        if step.f == "scenario-stop":
             over.append(True)  # the time limit passes while the follower is being stopped
-        return thunk()
-    n._one_move(c, record, lambda: bool(over))
+        return step.act()
+    drive(n._one_move(c, lambda: bool(over)), perform, threading.Event(), lambda: 0.0)
     assert done == ["scenario-bind", "scenario-bind", "scenario-stop"]  # no start, no kill after the end
     assert c.calls == [f"stop {n.bound['F']}"]
 

@@ -225,9 +225,6 @@ class SlowStepsNemesis:
     def __init__(self):
         self.events = []
 
-    def drivers(self):
-        return [self]
-
     def schedule(self):
         return []
 
@@ -237,12 +234,14 @@ class SlowStepsNemesis:
     def setup(self, cluster, faults):
         pass
 
-    def drive(self, cluster, record, stopped):
+    def plan(self, cluster, events, stopped):
         import time
 
+        from nemesis.plan import PlanStep
+
         while not stopped():
-            record("scenario-slow", {}, lambda: (self.events.append(("step", time.monotonic())), time.sleep(0.3),
-                                                 self.events.append(("done", time.monotonic()))))
+            yield PlanStep("scenario-slow", {}, lambda: (self.events.append(("step", time.monotonic())),
+                                                         time.sleep(0.3), self.events.append(("done", time.monotonic()))))
 
     def teardown(self, cluster):
         import time

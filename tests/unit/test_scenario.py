@@ -4,12 +4,16 @@ come, and teardown undoes everything. The real thing runs in tests/integration/t
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from clusters.base import PartitionView
 from clusters.remote import RemoteResult
-from nemesis.base import NemesisRefused
+from nemesis.base import NemesisRefused, SelfDriven
+from nemesis.plan import drive
 from nemesis.registry import make_nemesis, nemesis_problem
+from nemesis.requirements import can
 from nemesis.scenario import CONTROLLERS, SCENARIOS, Scenario, ScenarioNemesis, act, bind, cut, wait
 from tests.unit.fakes import FakeNetwork, fault_actions
 
@@ -144,15 +148,15 @@ def run(nemesis, cluster):
         nemesis.setup(cluster, fault_actions(cluster))
     ops = []
 
-    def record(f, value, thunk):
+    def perform(step):
         try:
-            result = thunk()
+            result = step.act()
         except Exception as e:
-            ops.append((f, value, "error: " + str(e)))
+            ops.append((step.f, step.value, "error: " + str(e)))
             raise
-        ops.append((f, value, result))
+        ops.append((step.f, step.value, result))
         return result
-    nemesis.drive(cluster, record, lambda: False)
+    drive(nemesis.plan(cluster, [], lambda: False), perform, threading.Event(), lambda: 0.0)
     return ops
 
 
@@ -279,7 +283,7 @@ def test_nemesis_names_for_scenarios():
     assert nemesis_problem(["scenario:unclean-election"]) is None
     assert "give it alone" in nemesis_problem(["scenario:unclean-election", "kill"])
     assert "unknown nemesis 'scenario:nope'" in nemesis_problem(["scenario:nope"])
-    assert make_nemesis(["scenario:zombie-leader"], {}).drivers()
+    assert can(make_nemesis(["scenario:zombie-leader"], {}).parts[0], SelfDriven)
 
 
 def test_power_cuts_beyond_min_isr_minus_one_at_once_are_marked_beyond_the_fault_budget(monkeypatch):
