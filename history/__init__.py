@@ -16,9 +16,9 @@ from history.faults import (
                             records_in,
 )
 from history.files import HistoryWriter, gc_paused, iter_history, read_history
-from history.ops import FAIL, INFO, INVOKE, NEMESIS, OK, OP_TYPES, HistoryFormatError, Op, pair_ops
+from history.ops import FAIL, INFO, INVOKE, NEMESIS, OK, OP_TYPES, History, HistoryFormatError, Op, pair_ops
 
 __all__ = ["BEYOND_BUDGET", "FAIL", "FAULTS_KEY", "HEAL_F", "INFO", "INVOKE", "NEMESIS", "OK", "OP_TYPES",
-           "FaultRecord", "FaultWindow", "FaultWindows", "HistoryFormatError", "HistoryWriter", "Op",
+           "FaultRecord", "FaultWindow", "FaultWindows", "History", "HistoryFormatError", "HistoryWriter", "Op",
            "beyond_budget_time", "fault_records", "fault_windows", "gc_paused", "iter_history", "pair_ops",
            "read_history", "records_in"]

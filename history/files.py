@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from history.ops import NEMESIS, OP_TYPES, HistoryFormatError, Op
+from history.ops import NEMESIS, OP_TYPES, History, HistoryFormatError, Op
 
 try:  # orjson parses large histories several times faster; json is the fallback for what it refuses
     import orjson
@@ -89,9 +89,10 @@ def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> 
             yield op
 
 
-def read_history(path: str | os.PathLike, problems: list[str] | None = None) -> list[Op]:
+def read_history(path: str | os.PathLike, problems: list[str] | None = None) -> History:
+    """The whole history, paired at most once however many checkers ask (history/ops.py's History)."""
     with gc_paused():
-        return list(iter_history(path, problems))
+        return History(iter_history(path, problems))
 
 
 class HistoryWriter:

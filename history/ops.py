@@ -76,13 +76,35 @@ class Op:
         return self.process != NEMESIS
 
 
+class History(list):
+    """A run's ops as read from history.jsonl (history/files.py's read_history), paired once.
+
+    Every checker, the evidence rules and the report ask `pair_ops` for the pairs of the same
+    history; for a History the pairing is done on the first ask and shared by the rest. A History
+    is not changed after it is read: build a new one (or use a plain list) to change ops.
+    """
+
+    _pairs: list[tuple[Op, Op | None]] | None = None
+    _paired_len = -1
+
+    def pairs(self) -> list[tuple[Op, Op | None]]:
+        if self._pairs is None or self._paired_len != len(self):
+            self._pairs, self._paired_len = _pair(self), len(self)
+        return self._pairs
+
+
 def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
     """Pair every invocation with its completion, in invocation order.
 
     An invocation without a completion (the harness died, or the history was cut) pairs
     with None; checkers treat it as indeterminate (info). Completions without an
-    invocation are ignored.
+    invocation are ignored. The pairs of a History are computed once and shared: read them,
+    never change the list.
     """
+    return history.pairs() if isinstance(history, History) else _pair(history)
+
+
+def _pair(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
     open_by_process: dict[Any, int] = {}
     pairs: list[list[Any]] = []
     for op in history:

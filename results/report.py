@@ -62,7 +62,10 @@ def _shapes(windows: list[FaultWindow], end_s: float) -> list[dict[str, Any]]:
     return shapes
 
 
-def _latency_and_throughput(pairs, windows, end_s):
+def _latency_and_throughput(pairs, windows, end_s, values: ValueReader):
+    """Latency and throughput per (op, outcome); the workload's writes (what `values` reads a written record
+    from) drawn as circles and solid lines, every other op as diamonds and dotted lines."""
+    writes = {inv.f for inv, _ in pairs if inv.process != NEMESIS and values.written(inv) is not None}
     by_key: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: {"x": [], "y": [], "text": []})
     for inv, comp in pairs:
         if inv.process == NEMESIS or comp is None:
@@ -75,7 +78,7 @@ def _latency_and_throughput(pairs, windows, end_s):
     colours = {"ok": "#2e7d32", "fail": "#c62828", "info": "#f9a825"}
     traces = [{"type": "scattergl", "mode": "markers", "name": f"{f} {t}", "x": v["x"], "y": v["y"],
                "text": v["text"], "marker": {"size": 4, "color": colours.get(t, "#555"),
-                                              "symbol": "circle" if f == "send" else "diamond"}}
+                                              "symbol": "circle" if f in writes else "diamond"}}
               for (f, t), v in sorted(by_key.items())]
     latency = {"data": traces, "layout": {"title": "Latency (ms) by op, coloured by outcome",
                                            "xaxis": {"title": "time (s)"},
@@ -91,7 +94,7 @@ def _latency_and_throughput(pairs, windows, end_s):
         xs = list(range(0, int(end_s) + 1))
         tp_traces.append({"type": "scatter", "mode": "lines", "name": f"{f} {t}", "x": xs,
                           "y": [counts.get(x, 0) for x in xs],
-                          "line": {"color": colours.get(t, "#555"), "dash": "solid" if f == "send" else "dot"}})
+                          "line": {"color": colours.get(t, "#555"), "dash": "solid" if f in writes else "dot"}})
     throughput = {"data": tp_traces, "layout": {"title": "Throughput (completions per second)",
                                                 "xaxis": {"title": "time (s)"}, "yaxis": {"title": "ops/s"},
                                                 "shapes": _shapes(windows, end_s), "height": 320}}
@@ -303,7 +306,7 @@ def _sightings(comp, values: ValueReader):
     written = values.written(comp)
     if written is not None and written[1] is not None:
         yield *written, "{v} was acked at that offset later"
-    what = "the final read had {v} there" if values.drained(comp) is not None else "a poll read {v} there"
+    what = "the final read had {v} there" if values.drained(comp) is not None else f"a {comp.f} read {{v}} there"
     for key, off, val in values.records(comp):
         yield key, off, val, what
 
@@ -365,7 +368,7 @@ def render_report(run_dir: str | os.PathLike, history: list[Op] | None = None) -
     pairs = pair_ops(history)
     end_s = max((op.time for op in history), default=0) / 1e9
     windows = fault_windows(history)
-    latency, throughput = _latency_and_throughput(pairs, windows, end_s)
+    latency, throughput = _latency_and_throughput(pairs, windows, end_s, values)
     reached = results.get("reached") if isinstance(results.get("reached"), dict) else {}
     plots = {"latency": latency, "throughput": throughput, "offsets": _offsets(pairs, windows, end_s, values),
              "timeline": _timeline(pairs, end_s, reached)}

@@ -61,3 +61,30 @@ def test_pairing_treats_unmatched_invocations_as_open():
     h = [Op("invoke", "send", 0, [0, 1]), Op("invoke", "send", 1, [0, 2]), Op("ok", "send", 0, [0, [0, 1]])]
     pairs = pair_ops(h)
     assert pairs[0][1] is h[2] and pairs[1][1] is None
+
+
+def test_a_history_read_from_disk_is_paired_once_for_every_checker_and_the_report(tmp_path, monkeypatch):
+    import history.ops as ops
+    from harness.runner import analyze_history
+    from results.report import render_report
+
+    w = HistoryWriter(tmp_path / "history.jsonl")
+    for p in range(3):
+        w.append(Op("invoke", "send", p, [0, p]))
+        w.append(Op("ok", "send", p, [0, [p, p]]))
+    w.append(Op("invoke", "poll", 0, None))
+    w.append(Op("ok", "poll", 0, {0: [[0, 0], [1, 1], [2, 2]]}))
+    w.close()
+    calls = []
+    real = ops._pair
+    monkeypatch.setattr(ops, "_pair", lambda h: calls.append(len(h)) or real(h))
+    history = read_history(tmp_path / "history.jsonl")
+    test = {"workload": "queue", "nemesis": [], "concurrency": 3, "time_limit": 1}
+    (tmp_path / "test.json").write_text(json.dumps(test))
+    analyze_history(test, history)
+    render_report(tmp_path, history)
+    assert calls == [8]  # every checker and the report shared one pairing
+    assert pair_ops(history) is pair_ops(history)
+    history.append(Op("invoke", "send", 4, [0, 9]))  # a changed history is paired again, not served stale
+    assert len(pair_ops(history)) == 5 and calls == [8, 9]
+    assert pair_ops(list(history)) is not pair_ops(list(history))  # a plain list is paired on every ask
