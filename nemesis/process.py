@@ -8,16 +8,22 @@ pause is in the run's ledger). The stop restarts or resumes everything this neme
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from history import INFO, Op
+from nemesis.actions import FaultActions
 from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.targets import choose, running_brokers
 
 
 class _ProcessFault(NemesisBase):
+    """Each target hit by `act` at the start (one of FaultActions' process faults); `undo` heals it at the stop."""
+
     name = ""
     start_f = stop_f = ""
+    act: Callable[..., Any]    # FaultActions.kill, .pause: (faults, node, by=...)
+    undo: Callable[..., Any]   # FaultActions.start, .resume: (faults, node)
 
     def __init__(self, options: dict[str, Any]):
         self.target = options.get("target", "random-node")
@@ -51,7 +57,7 @@ class _ProcessFault(NemesisBase):
         if op.f == self.start_f:
             nodes = [n for n in self._targets(cluster) if n not in self._mine()]
             for n in nodes:
-                self._hit(n)
+                self.act(self.faults, n, by=self.name)
             return Op(INFO, op.f, op.process, {self.name: nodes})
         if op.f == self.stop_f:
             return Op(INFO, op.f, op.process, {"healed": self._heal_all()})
@@ -62,7 +68,7 @@ class _ProcessFault(NemesisBase):
         healed, errors = [], []
         for n in sorted(self._mine()):
             try:
-                self._heal(n)
+                self.undo(self.faults, n)
                 healed.append(n)
             except Exception as e:  # noqa: BLE001 - reported after the rest are healed
                 errors.append(f"{n}: {type(e).__name__}: {e}")
@@ -74,32 +80,15 @@ class _ProcessFault(NemesisBase):
         if self.faults is not None:
             self._heal_all()
 
-    def _hit(self, node: str) -> None:
-        raise NotImplementedError
-
-    def _heal(self, node: str) -> None:
-        raise NotImplementedError
-
-
 class KillNemesis(_ProcessFault):
     """SIGKILL the targets; `stop-kill` restarts them (kill -9, as a crash)."""
 
     name, start_f, stop_f = "kill", "start-kill", "stop-kill"
-
-    def _hit(self, node: str) -> None:
-        self.faults.kill(node, by=self.name)
-
-    def _heal(self, node: str) -> None:
-        self.faults.start(node)
+    act, undo = staticmethod(FaultActions.kill), staticmethod(FaultActions.start)
 
 
 class PauseNemesis(_ProcessFault):
     """SIGSTOP the targets; `stop-pause` resumes them (a GC pause or a frozen VM)."""
 
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"
-
-    def _hit(self, node: str) -> None:
-        self.faults.pause(node, by=self.name)
-
-    def _heal(self, node: str) -> None:
-        self.faults.resume(node)
+    act, undo = staticmethod(FaultActions.pause), staticmethod(FaultActions.resume)

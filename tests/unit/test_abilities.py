@@ -181,20 +181,17 @@ def test_undeclared_abilities_are_refused_with_a_sentence_naming_the_cluster():
     assert why_not(c, ab.Pausable) == "the fake cluster cannot pause processes"
     assert why_not(c, ab.IsolatedNodes) == "the fake cluster does not say its nodes have their own network, disk and clock"
     assert not can(c, ab.ControllerAdmin) and not can(c, ab.StateDumps)
-    with pytest.raises(NemesisRefused, match="^the pause fault needs a cluster that can pause processes: the fake "
-                                             "cluster cannot pause processes; drop pause from --nemesis$"):
-        make_nemesis(["pause"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="the partition fault needs nodes with their own network.*: the fake "
-                                             "cluster does not say"):
-        make_nemesis(["partition"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="the disk fault needs the brokers' data dirs and logs: fake does not say "
-                                             "where; drop disk from --nemesis"):
-        make_nemesis(["disk"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="drop-caches fault needs the nodes' page-cache control: the fake cluster "
-                                             "does not say whether"):
-        make_nemesis(["drop-caches"], {}).setup(c, fault_actions(c))
-    with pytest.raises(NemesisRefused, match="controller: the fake cluster does not have one; drop membership"):
-        make_nemesis(["membership"], {}).setup(c, fault_actions(c))
+    refusals = {
+        "pause": "^the pause fault needs a cluster that can pause processes: the fake cluster cannot pause processes; "
+                 "drop pause from --nemesis$",
+        "partition": "the partition fault needs nodes with their own network.*: the fake cluster does not say",
+        "disk": "the disk fault needs the brokers' data dirs and logs: fake does not say where; drop disk from --nemesis",
+        "drop-caches": "drop-caches fault needs the nodes' page-cache control: the fake cluster does not say whether",
+        "membership": "controller: the fake cluster does not have one; drop membership",
+    }
+    for name, says in refusals.items():
+        with pytest.raises(NemesisRefused, match=says):
+            make_nemesis([name], {}).setup(c, fault_actions(c))
 
 
 @pytest.mark.parametrize("name", [n for n in nemesis_names() if kind(n).abilities])
