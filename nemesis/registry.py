@@ -141,18 +141,20 @@ class CompositeNemesis(NemesisBase):
         return set().union(*(p.fs() for p in self.parts)) if self.parts else set()
 
     def setup(self, cluster, faults) -> None:
-        # What the nodes cannot do is refused for every part before any part is set up
-        # (nemesis/requirements.py), so a refusal never leaves a half-prepared fault behind.
-        for p in self.parts:
-            why = p.ability_refusal(cluster)
-            if why:
-                raise NemesisRefused(why)
+        # What the nodes or the cluster cannot do is refused for every part before any part is set up
+        # (nemesis/requirements.py), so a refusal never leaves a half-prepared fault behind: first what
+        # a node lacks (the probe names the node, the tool and its fix), then the abilities the kinds
+        # declare that the cluster as a whole does not have.
         caps = cluster.capabilities
         if caps:
             for p in self.parts:
                 why = p.capability_refusal(cluster, caps)
                 if why:
                     raise NemesisRefused(why)
+        for p in self.parts:
+            why = p.ability_refusal(cluster)
+            if why:
+                raise NemesisRefused(why)
         self.faults = faults
         for p in self.parts:
             p.setup(cluster, faults)
