@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml scripts/install-system-packages.sh
 	scripts/install-system-packages.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip uninstall -q -y kafkaesque 2>/dev/null || true  # the distribution's name before 0.1.0 was taken on PyPI
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -41,6 +41,9 @@ from clusters.ownership import (
 from clusters.reference import OWNER_ENV
 from clusters.remote import LocalRemote, RemoteResult
 from clusters.waiting import WaitTimeout, wait_until
+from history.extras import install_hint, installed
+
+LOSSYFS_MODULES = ("pyfuse3", "trio")  # what clusters/lossyfs.py imports, in the lossy extra
 
 PORT = 9092
 SUBNET = "10.213"
@@ -102,7 +105,11 @@ class NetnsCluster(LocalCluster):
         return None  # own network stack per node: partition, net and lossy-crash faults work
 
     def lossy_unavailable(self) -> str | None:
-        return None  # every broker's data dir is a lossyfs mount
+        """Every broker's data dir is a lossyfs mount, when the lossy extra (pyfuse3, trio) is installed."""
+        missing = [m for m in LOSSYFS_MODULES if not installed(m)]
+        if missing:
+            return f"the lossy file system needs the lossy extra ({missing[0]} is not installed): {install_hint('lossy')}"
+        return None
 
     def netem_probe_unavailable(self) -> str | None:
         return None  # each node's device is its own veth end
@@ -137,7 +144,7 @@ class NetnsCluster(LocalCluster):
             os.makedirs(self.node_dir(node), exist_ok=True)
             mark_local_dir(self.node_dir(node), self.owner)
             self.ports[node] = PORT
-            if node in self.broker_nodes():
+            if node in self.broker_nodes() and self.lossy_unavailable() is None:
                 self._mount_lossyfs(node)
             else:
                 os.makedirs(self.data_dir(node), exist_ok=True)

@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-
 from clusters.remote import RemoteError, RemoteResult, ShellDaemons, shell_join
+from history.extras import need
+
+paramiko = need("paramiko", "ssh", "a cluster reached over SSH (--cluster ssh:FILE, or transport ssh)")
 
 HOST_KEY_POLICIES = ("strict", "accept-new")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import traceback
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,7 @@ from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
 from harness.console import OutputClosed, err, fail, fail_all, silence_stdout
+from history.extras import DIST, MissingExtra
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
 
@@ -72,6 +74,9 @@ class _GuardedGroup(TyperGroup):
             if not isinstance(sys.stdout, PacifyFlushWrapper):
                 raise
             code = _output_closed()  # typer's answer to a broken pipe in a command: sys.exit(1), "invalid"
+        except MissingExtra as e:  # not a bug: the command needs an optional dependency (history/extras.py)
+            err.print(f"[red]error:[/] {escape(str(e))}")
+            code = EXIT_HARNESS
         except Exception as e:  # noqa: BLE001 - the guard: any escaping exception is a harness bug
             err.print(f"[red]error:[/] {escape(harness_failure(e))}")
             code = EXIT_HARNESS
@@ -119,6 +124,28 @@ def _one_line(text: str) -> str:
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_GuardedGroup, epilog=EXIT_STATUS,
                   pretty_exceptions_show_locals=False,  # locals may hold secrets (SSH keys, cluster files)
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
+
+
+def version() -> str:
+    """The installed distribution's version (history/extras.py DIST)."""
+    try:
+        return metadata.version(DIST)
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a distribution; run from a source tree)"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        print(f"kafkaesque {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                     help="Print the version and exit.")] = False) -> None:
+    """Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs."""
+
+
 app.add_typer(image_app, name="image")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(pipeline_app, name="pipeline")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clusters.base import ClusterError
+from history.extras import DIST, install_hint, installed
 
 # How a setting is named in a problem's sentence: "--time-limit -5" on the command line, "key
 # 'time_limit' is -5" in a campaign file, "time_limit=-5" for a pytest marker or TestSpec(...).
@@ -256,6 +257,9 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
     for name, valid in choices.items():
         if name in typed and getattr(spec, name) not in valid:
             out.append(said.unknown(name, getattr(spec, name), valid))
+    if "client" in typed and spec.client == "confluent-kafka" and not installed("confluent_kafka"):
+        out.append(f"--client confluent-kafka needs the confluent extra (confluent_kafka is not installed): "
+                   f"{install_hint('confluent')}.")
     if "flush_policy" in typed:
         try:
             parse_flush_policy(spec.flush_policy)
@@ -271,7 +275,7 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in ("kafkaesque", "kafka-python", "confluent-kafka"):
+    for pkg in (DIST, "kafka-python", "confluent-kafka"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

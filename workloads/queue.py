@@ -33,6 +33,7 @@ from typing import Any
 
 from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
+from history.extras import need
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
@@ -153,11 +154,14 @@ def final_poll_kafka_python(bootstrap: str, topic: str, op: Op, timeout_s: float
         c.close()
 
 
+CONFLUENT = ("confluent_kafka", "confluent", "the confluent-kafka client (--client confluent-kafka)")
+
+
 class ConfluentQueueClient(_QueueClient):
     """The same client with confluent-kafka (librdkafka)."""
 
     def open(self, bootstrap: str) -> None:
-        from confluent_kafka import Producer
+        Producer = need(*CONFLUENT).Producer
 
         self.bootstrap = bootstrap
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all" if self.acks == -1 else self.acks,
@@ -189,7 +193,8 @@ class ConfluentQueueClient(_QueueClient):
         return _completion(op, send_outcome(err.name()), [key, value], error=f"{err.name()}: {err.str()}"[:300])
 
     def _poll(self, op: Op) -> Op:
-        from confluent_kafka import Consumer, TopicPartition
+        confluent = need(*CONFLUENT)
+        Consumer, TopicPartition = confluent.Consumer, confluent.TopicPartition
 
         try:
             if self.consumer is None:

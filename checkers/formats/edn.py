@@ -15,11 +15,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import edn_format
-from edn_format import Keyword
-
 from checkers.formats.lines import read_text_lines
 from history import OP_TYPES, HistoryFormatError, Op
+from history.extras import need
+
+edn_format = need("edn_format", "edn", "reading and writing Jepsen's EDN histories")
+Keyword = edn_format.Keyword
 
 
 def _plain(x: Any) -> Any:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from history.extras import need
 from results.pipeline import PipelineError
 
 pipeline_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -72,6 +73,7 @@ def ingest(
     jobs: Annotated[int, typer.Option(help="runs ingested in parallel (processes)")] = 2,
 ) -> None:
     """Stored runs -> Parquet tables ops, reads and runs under the warehouse, partitioned by campaign and run."""
+    need("pyarrow", "spark", "kafkaesque pipeline ingest")
     from results.pipeline.ingest import ingest as run_ingest
 
     t0 = time.perf_counter()

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
+from history.extras import need
 from results.pipeline import PipelineError
 
 MIN_JAVA = 17  # Spark 4 runs on Java 17 or newer
@@ -90,7 +91,8 @@ def start_session(master: str, warehouse: Path, command: str, spark_logs: bool =
                   extra_conf: dict[str, str] | None = None):
     """A SparkSession for one command; returns (session, path of Spark's log file or None)."""
     find_java()
-    from pyspark.sql import SparkSession  # imported late: the CLI must start without a JVM
+    # imported late: the CLI must start without a JVM (and without the spark extra)
+    SparkSession = need("pyspark.sql", "spark", "the Spark pipeline").SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # only DataFrame jobs, but keep workers on our Python
     log_dir = warehouse / "spark-logs"

@@ -1,0 +1,76 @@
+"""The distribution as a user gets it (issue 27): the wheel and sdist build, the wheel installs into a fresh
+venv with `pip install <wheel>` alone, without the source tree, pulls no heavy extra, and that install runs
+`kafkaesque --version`, refuses what needs a missing extra by name, and runs a real 20 s test on the local
+cluster from a directory outside the repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from history.extras import DIST
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("pyspark", "pyarrow", "pyfuse3", "confluent-kafka", "confluent_kafka", "paramiko", "edn-format",
+         "edn_format")
+
+
+def _run(cmd, cwd, timeout=600, check=True):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{cmd} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)
+    wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1 and wheels[0].name.startswith(DIST.replace("-", "_") + "-")
+    venv = tmp_path_factory.mktemp("venv")
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=out)
+    _run([str(venv / "bin" / "pip"), "install", "-q", str(wheels[0])], cwd=out)
+    return venv
+
+
+def test_the_core_install_pulls_no_extra_and_works_outside_the_source_tree(installed, tmp_path):
+    frozen = _run([str(installed / "bin" / "pip"), "list", "--format", "json"], cwd=tmp_path).stdout
+    names = {p["name"].lower() for p in json.loads(frozen)}
+    assert DIST in names and not names & set(HEAVY), names & set(HEAVY)
+    where = _run([str(installed / "bin" / "python"), "-c", "import harness, clusters.broker; "
+                  "print(harness.__file__); print(clusters.broker.__file__)"], cwd=tmp_path).stdout
+    assert all(line.startswith(str(installed)) for line in where.split()), where  # not the repository's code
+    size = sum(f.stat().st_size for f in (installed / "lib").rglob("*") if f.is_file())
+    print(f"core install: {size / 2**20:.0f} MiB in {len(names)} distributions")  # the note quotes it
+    version = _run([str(installed / "bin" / "kafkaesque"), "--version"], cwd=tmp_path).stdout
+    assert version.strip() == f"kafkaesque {_run([str(installed / 'bin' / 'pip'), 'show', DIST], cwd=tmp_path).stdout.split('Version: ')[1].split()[0]}"
+
+
+def test_a_command_that_needs_a_missing_extra_says_which_and_exits_3(installed, tmp_path):
+    (tmp_path / "h.edn").write_text("{:type :invoke, :f :send, :process 0}\n")
+    r = _run([str(installed / "bin" / "kafkaesque"), "check", str(tmp_path / "h.edn"), "--format", "edn"],
+             cwd=tmp_path, check=False)
+    assert r.returncode == 3 and f"needs the edn extra (edn_format is not installed): pip install '{DIST}[edn]'" \
+        in " ".join(r.stderr.split()), r.stderr
+    r = _run([str(installed / "bin" / "kafkaesque"), "run", "--client", "confluent-kafka", "--time-limit", "5"],
+             cwd=tmp_path, check=False)
+    assert r.returncode == 3 and f"pip install '{DIST}[confluent]'" in " ".join(r.stderr.split()), r.stderr
+
+
+def test_the_core_install_runs_a_real_test_on_the_local_cluster(installed, tmp_path):
+    store = tmp_path / "store"
+    r = _run([str(installed / "bin" / "kafkaesque"), "run", "--cluster", "local", "--workload", "queue",
+              "--nemesis", "kill", "--time-limit", "20", "--store", str(store)], cwd=tmp_path, timeout=300,
+             check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]  # valid: the run proved what it claims
+    run_dir = Path(r.stdout.strip().splitlines()[-1])
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True and (run_dir / "report.html").stat().st_size > 100_000
