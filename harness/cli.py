@@ -184,8 +184,10 @@ def run(
                     seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options)
     file_brokers = spec.cluster_file_brokers()
-    if file_brokers is not None:
-        spec.brokers = file_brokers  # the cluster or node file decides; --brokers would only contradict it
+    if file_brokers is not None:  # the cluster or node file decides; --brokers would only contradict it
+        note = spec.take_file_brokers(file_brokers)
+        if note:
+            err.print(note)
     problems = spec.problems("flag")  # every setting checked before anything starts (harness/spec.py)
     if problems:
         fail_all(problems)

@@ -143,6 +143,17 @@ class TestSpec:
             out.append(said.replication(self))
         return out
 
+    def take_file_brokers(self, brokers: int) -> str | None:
+        """The cluster file decides how many brokers there are; a replication factor above that (the
+        default 3 on a one-broker file) is lowered to it, and min ISR with it. Returns that note, or None."""
+        self.brokers = brokers
+        if brokers < 1 or self.replication_factor <= brokers:
+            return None
+        was = (self.replication_factor, self.min_isr)
+        self.replication_factor, self.min_isr = brokers, min(self.min_isr, brokers)
+        return (f"the cluster file has {brokers} broker(s): replication factor {was[0]} -> {self.replication_factor}, "
+                f"min ISR {was[1]} -> {self.min_isr}")
+
     def cluster_file_brokers(self) -> int | None:
         """How many brokers the cluster file or node file in `cluster` describes (the file decides, not
         `brokers`), or None for our own clusters and for a file that cannot be read (problems() says why)."""
