@@ -122,6 +122,7 @@ KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
 TRANSPORTS = ("ssh", "docker")
 ROLES = ("broker", "controller")
 COMMANDS = ("start", "stop", "pid")
+OPTIONAL_COMMANDS = ("version",)  # prints the system's version; kept in test.json (node_versions)
 SSH_KEYS: dict[str, tuple[type, Any]] = {
     "user": (str, "root"), "key": (str, ""), "port": (int, 22), "sudo": (bool, False),
     "known_hosts": (str, "~/.ssh/known_hosts"), "host_key_policy": (str, "strict"),
@@ -233,7 +234,7 @@ def load_cluster_file(path: str) -> ClusterFile:
     for k in DOCKER_KEYS:
         if k in docker:
             _want(path, "[docker]", k, docker[k], str)
-    _unknown(path, "[commands]", commands, COMMANDS)
+    _unknown(path, "[commands]", commands, COMMANDS + OPTIONAL_COMMANDS)
     _unknown(path, "[paths]", paths, PATH_KEYS)
     _unknown(path, "[install]", install, INSTALL_KEYS)
     for k, v in vars_.items():
@@ -353,7 +354,7 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     own = raw.get("commands", {})
     if not isinstance(own, dict):
         raise ClusterFileError(f"{where} of the cluster file {path}: commands should be a table ([nodes.commands]).")
-    _unknown(path, f"[nodes.commands] of {where}", own, COMMANDS)
+    _unknown(path, f"[nodes.commands] of {where}", own, COMMANDS + OPTIONAL_COMMANDS)
     merged = {**commands, **own}
     for c in COMMANDS:
         if not isinstance(merged.get(c), str) or not merged[c].strip():
@@ -986,6 +987,34 @@ class ExternalCluster:
         if mismatch:
             raise ClusterError(mismatch + ".")
 
+    def node_versions(self) -> dict[str, dict[str, Any]]:
+        """What each node says of its version: the first line its version command prints (if the file gives
+        one), and the Kafka version kafka-python reads off its ApiVersions answer (the protocol carries no
+        software name; only the API ranges). Kept in test.json, so a stored run says what it ran against."""
+        from kafka import KafkaAdminClient
+
+        def one(node: str) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            version = self.rendered(node)["commands"].get("version")
+            if version:
+                r = self._sh(node, version, timeout=30)
+                out["command"] = (r.out.strip() or r.err.strip()).splitlines()[0] if r.ok and (r.out + r.err).strip() \
+                    else f"exit {r.exit}"
+            if "broker" in self.by_name[node].roles:
+                host, port = self.address(node)
+                try:
+                    admin = KafkaAdminClient(bootstrap_servers=f"{host}:{port}", request_timeout_ms=5000,
+                                             client_id="kafkaesque-versions")
+                    try:
+                        out["api_versions"] = ".".join(map(str, admin._client.check_version()))
+                    finally:
+                        admin.close()
+                except Exception as e:  # noqa: BLE001 - a version is evidence, not a step of the run
+                    out["api_versions"] = f"unknown ({type(e).__name__})"
+            return out
+
+        return dict(zip(self.nodes(), self._each(one), strict=True))
+
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
         return None  # a system we did not build has no state dump: the replica checks are skipped
 
@@ -1006,6 +1035,61 @@ class ExternalCluster:
                 except Exception:  # noqa: BLE001 - a file that is not there (yet) is simply absent
                     pass
         write_replicas(Path(dest_dir).parent, no_dumps())
+
+
+# --- what a run keeps of its cluster file -----------------------------------------------------------------
+SECRET_KEY = re.compile(r"(?P<key>\b[A-Za-z0-9_-]*(?:key|password|secret|token)[A-Za-z0-9_-]*\s*=\s*)"
+                        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,}\s#]+)", re.IGNORECASE)
+MASK = '"***"'
+KEPT_FILE = "cluster-file.toml"
+
+
+def mask_secrets(text: str) -> tuple[str, list[str]]:
+    """The TOML text with the value of every key named like key, password, secret or token replaced by
+    "***" (also inside inline tables), and the keys masked. Comments are left as they are."""
+    masked: list[str] = []
+
+    def hide(m: re.Match) -> str:
+        masked.append(m.group("key").split("=")[0].strip())
+        return m.group("key") + MASK
+
+    lines = []
+    for line in text.splitlines(keepends=True):
+        code, hash_, comment = line.partition("#") if not line.lstrip().startswith("#") else ("", "", line)
+        lines.append(SECRET_KEY.sub(hide, code) + hash_ + comment)
+    return "".join(lines), sorted(set(masked))
+
+
+def keep_cluster_file(path: str, run_dir: Path) -> dict[str, Any]:
+    """Copy the cluster file (either kind) into the run dir with its secrets masked (KEPT_FILE); returns what
+    test.json keeps of it: the absolute path, its sha256 (to tell whether `run --from` finds it unchanged),
+    the copy's name and the keys masked. Files the cluster file names (a tarball, a config template) are
+    not copied: a template may hold secrets of its own."""
+    import hashlib
+
+    p = Path(path).expanduser().resolve()
+    raw = p.read_bytes()
+    text, masked = mask_secrets(raw.decode(errors="replace"))
+    (Path(run_dir) / KEPT_FILE).write_text(text)
+    return {"path": str(p), "sha256": hashlib.sha256(raw).hexdigest(), "kept": KEPT_FILE, "masked": masked}
+
+
+def cluster_file_for_rerun(run_dir: Path, kept: dict[str, Any]) -> tuple[str, str | None]:
+    """(the cluster file a repeat of the stored run uses, a note or None): the original when it is still
+    there (a note when it changed since), else the run dir's copy when nothing in it was masked; else a
+    ClusterFileError sentence."""
+    import hashlib
+
+    original = Path(kept.get("path", ""))
+    if original.is_file():
+        same = hashlib.sha256(original.read_bytes()).hexdigest() == kept.get("sha256")
+        return str(original), None if same else f"the cluster file {original} changed since the stored run"
+    copy = Path(run_dir) / kept.get("kept", KEPT_FILE)
+    if copy.is_file() and not kept.get("masked"):
+        return str(copy), f"the cluster file {original} is gone; using the run's copy {copy}"
+    raise ClusterFileError(f"the stored run's cluster file {original} is gone and its copy {copy} has masked "
+                           f"values ({', '.join(kept.get('masked', [])) or 'none kept'}); put the file back, or fill "
+                           f"them in a copy and run with --cluster instead of --from.")
 
 
 # --- `--cluster FILE.toml`: either kind ----------------------------------------------------------------

@@ -72,7 +72,9 @@ _UNDECLARED: dict[type, str] = {
     NetDevice: "the {name} cluster does not say which network device its nodes use",
     IsolatedNodes: "the {name} cluster does not say its nodes have their own network, disk and clock",
     ClockControl: "{name} nodes are not",
-    LossyDisk: "this cluster was started without it",
+    # Not "started without it": no setting of an undeclaring cluster gives it (a foreign broker's storage, say).
+    LossyDisk: "the {name} cluster's brokers do not write through the harness's lossy file system, which only "
+               "the docker, netns and SSH clusters of our own broker mount",
     SegmentFiles: "{name} does not say where",
     ControllerAdmin: "the {name} cluster does not have one",
     StateDumps: "the {name} cluster gives no state dumps",

@@ -362,3 +362,39 @@ def test_a_one_broker_file_lowers_the_replication_factor_and_says_so():
                                          "min ISR 2 -> 1")
     assert (spec.brokers, spec.replication_factor, spec.min_isr) == (1, 1, 1)
     assert TestSpec().take_file_brokers(3) is None
+
+
+def test_a_kept_cluster_file_masks_keys_named_like_secrets_and_nothing_else():
+    from clusters.external import mask_secrets
+
+    text = ('[ssh]\nkey = "~/.ssh/id"  # the login key\nuser = "root"\n[vars]\nsasl_password = \'p4ss\'\n'
+            'api_token = "t0k"\nkafka_port_x = 9\ncreds = {secret = "s", name = "n"}\n# token = "a comment stays"\n')
+    masked, keys = mask_secrets(text)
+    assert keys == ["api_token", "key", "sasl_password", "secret"]
+    assert 'key = "***"  # the login key' in masked and 'user = "root"' in masked and "kafka_port_x = 9" in masked
+    assert 'creds = {secret = "***", name = "n"}' in masked and '# token = "a comment stays"' in masked
+    assert not any(s in masked for s in ("p4ss", "t0k", '"s"'))
+
+
+def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_path):
+    from clusters.external import keep_cluster_file
+    from harness.spec import TestSpec
+
+    cluster = Path(write(tmp_path, GOOD, "c.toml"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stored = TestSpec(cluster=str(cluster), nemesis=["kill"], seed=9, time_limit=12).to_dict()
+    stored["cluster_file"] = keep_cluster_file(str(cluster), run_dir)
+    (run_dir / "test.json").write_text(json.dumps(stored))
+    spec, notes = TestSpec.from_run_dir(run_dir)
+    assert (spec.cluster, spec.nemesis, spec.seed, spec.time_limit, notes) == (str(cluster), ["kill"], 9, 12, [])
+    cluster.write_text(GOOD + "\n")
+    assert TestSpec.from_run_dir(run_dir)[1] == [f"the cluster file {cluster} changed since the stored run"]
+    cluster.unlink()  # gone: the run dir's copy (nothing was masked in it)
+    assert TestSpec.from_run_dir(run_dir)[0].cluster == str(run_dir / "cluster-file.toml")
+    stored["cluster_file"]["masked"] = ["key"]
+    (run_dir / "test.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match=r"is gone and its copy .* has masked values \(key\)"):
+        TestSpec.from_run_dir(run_dir)
+    with pytest.raises(ValueError, match="cannot read"):
+        TestSpec.from_run_dir(tmp_path / "nowhere")
