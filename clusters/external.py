@@ -647,10 +647,26 @@ class ExternalCluster:
         return self.rendered(node)["logs"]
 
     # --- what the nodes allow: abilities (clusters/base.py) -----------------------------------------------
-    # Pausable, HasRemotes, NetDevice, IsolatedNodes (when the probe says so), StateDumps and PageCacheDrop
-    # (each saying why not where it cannot). Not ClockControl, LossyDisk, SegmentFiles nor ControllerAdmin:
-    # those need hooks into the broker's clock, storage and controller that a system we did not build
-    # does not give.
+    # Pausable, HasRemotes, NetDevice, IsolatedNodes (when the probe says so), StateDumps, PageCacheDrop and
+    # ClockControl (each saying why not where it cannot: ClockControl never, with the probed reason). Not
+    # LossyDisk, SegmentFiles nor ControllerAdmin: those need hooks into the broker's storage and controller
+    # that a system we did not build does not give.
+    def clock_file(self, node: str) -> str:
+        return f"{self.rendered(node)['vars']['dir']}/clock-offset"  # never written: clock_unavailable says why
+
+    def clock_unavailable(self) -> str | None:
+        """Always a reason: the file's start commands do not run the broker under the clock preload. Where the
+        probe found a static binary, that too: no LD_PRELOAD can reach it, and a time namespace (unshare
+        --time) offsets only CLOCK_MONOTONIC and CLOCK_BOOTTIME, never the wall clock the faults skew."""
+        caps = self.capabilities or {}
+        static = [f"{n} ({caps[n]['preload'].detail})" for n in self.nodes()
+                  if caps.get(n, {}).get("preload") and not caps[n]["preload"].ok and "static" in caps[n]["preload"].detail]
+        why = "the cluster file's start commands do not run the brokers under the clock preload"
+        if static:
+            why += (f"; and on {', '.join(static)} no preload could act; a time namespace (unshare --time) would "
+                    "offset only CLOCK_MONOTONIC and CLOCK_BOOTTIME, not the wall clock these faults skew")
+        return why
+
     def isolation_unavailable(self) -> str | None:
         hosts = [self.address(n)[0] for n in self.nodes()]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})

@@ -81,6 +81,7 @@ def test_a_harness_made_tansu_container_is_labelled_for_cleanup_and_faults_it_ca
         container = docker_client().containers.get(name)
         assert container.attrs["HostConfig"]["CapAdd"] == ["NET_ADMIN"]
         assert container.labels["kafkaesque.node"] == "tansu-1"
+        assert not c.capabilities["tansu-1"]["preload"].ok  # the probe read the ELF header of /proc/<pid>/exe
         assert c.broker_listing() == [(111, c.address("tansu-1")[0], 9092)]
         c.create_topic("t", 2, 1, 1)
         assert {c.node_name(p.leader) for p in c.partitions("t")} == {"tansu-1"}
@@ -88,7 +89,10 @@ def test_a_harness_made_tansu_container_is_labelled_for_cleanup_and_faults_it_ca
                                                              "cluster has 1 \\(tansu-1\\)"),
                             (LossyCrashNemesis({}), "the external cluster's brokers do not write through the "
                                                     "harness's lossy file system"),
-                            (ClockNemesis({}), "clock preload")):
+                            (ClockNemesis({}), r"tansu-1 \(/opt/tansu/bin/tansu is a static binary \(no PT_INTERP "
+                                               r"program header\): LD_PRELOAD cannot act in it\) no preload could "
+                                               r"act; a time namespace \(unshare --time\) would offset only "
+                                               "CLOCK_MONOTONIC")):
             with pytest.raises(NemesisRefused, match=says) as e:
                 set_up_nemesis(fault, c)
             assert "/dev/fuse" not in str(e.value)
