@@ -533,6 +533,13 @@ class ExternalCluster:
                     return at
         return f"id-{node_id}"
 
+    def shared_ids_reason(self) -> str | None:
+        """SharedIds (clusters/base.py): why an id the cluster reports may name several of its nodes."""
+        if not self.shared_ids:
+            return None
+        ids = ", ".join(f"{n.name}: {'none' if n.id is None else n.id}" for n in self.cf.nodes)
+        return f"the cluster file {self.cf.path} gives no node an id of its own ({ids})"
+
     @property
     def shared_ids(self) -> bool:
         """Whether the file leaves a node's id open or gives one id to several nodes: then an id names no

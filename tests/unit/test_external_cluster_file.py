@@ -398,3 +398,16 @@ def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_p
         TestSpec.from_run_dir(run_dir)
     with pytest.raises(ValueError, match="cannot read"):
         TestSpec.from_run_dir(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("target, refused", [("isr-member", True), ("last-isr-member", True), ("leader", False)])
+def test_isr_targets_are_not_applicable_where_nodes_share_an_id(tmp_path, target, refused):
+    from nemesis.registry import make_nemesis
+
+    shared = ExternalCluster.from_file(write(tmp_path, SHARED), None, str(tmp_path))
+    own = ExternalCluster.from_file(write(tmp_path, GOOD, "own.toml"), None, str(tmp_path))
+    why = make_nemesis(["kill"], {"target": target}).parts[0].ability_refusal(shared)
+    assert (why is not None) is refused and make_nemesis(["kill"], {"target": target}).parts[0].ability_refusal(own) is None
+    if refused:
+        assert why.startswith(f"--nemesis-target {target} is not applicable to the kill fault here: the cluster "
+                              f"file {shared.cf.path} gives no node an id of its own (k1: 111, k2: 111)")
