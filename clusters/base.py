@@ -223,6 +223,16 @@ class PageCacheDrop(Protocol):
         """None when a broker's node may write it; else why not, one clause naming the node."""
 
 
+@runtime_checkable
+class SharedIds(Protocol):
+    """A cluster whose nodes may share a Kafka node id or have none fixed (clusters/external.py): an ISR or a
+    replica list then names no single node, and faults aimed at ISR members do not apply. Not an ability
+    (ABILITIES): a cluster without it gives each node an id of its own."""
+
+    def shared_ids_reason(self) -> str | None:
+        """None when every node has an id of its own; else why an id may name several nodes, one clause."""
+
+
 def proc_sys_refusal(cluster, why_denied: str) -> str | None:
     """PageCacheDrop's answer for a backend whose nodes reach their kernel's /proc/sys: ask the first broker's
     node whether it may write drop_caches. `test -w` asks access(2), which answers EROFS for a read-only

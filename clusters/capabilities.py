@@ -12,6 +12,9 @@ cluster file names) answers six questions, one line each:
                 installed (the lossy file system behind lossy-crash)
 - cap_sys_time: CAP_SYS_TIME is in the effective set (reported only: our clock faults shift a
                 process's clock through an LD_PRELOAD library and never need it)
+- preload:      the node's process is dynamically linked (its /proc/<pid>/exe has a PT_INTERP
+                program header), so an LD_PRELOAD library such as the clock preload can act in it;
+                a static binary (tansu's static-pie build, say) runs no preload (reported only)
 - sigstop:      the node's process (found by its pid file or the cluster file's pid command)
                 may be signalled, and a SIGSTOP really stops a process there (kill, pause, disk)
 
@@ -30,7 +33,7 @@ from typing import Any
 
 from clusters.base import DEFAULT_NET_DEVICE
 
-CAPABILITIES = ("iptables", "tc", "netem", "fuse", "cap_sys_time", "sigstop")
+CAPABILITIES = ("iptables", "tc", "netem", "fuse", "cap_sys_time", "preload", "sigstop")
 CAP_SYS_TIME_BIT = 25  # linux/capability.h
 NET_DEVICE = DEFAULT_NET_DEVICE  # the device the net fault shapes where a node names none of its own
 
@@ -63,6 +66,19 @@ def _sigstop(pid_command: str) -> str:
             "case $st in T*) ;; *) echo \"a SIGSTOP did not stop a process (state ${st:-unknown})\"; exit 1;; esac")
 
 
+def _preload(pid_command: str) -> str:
+    """Whether the node's process has a PT_INTERP program header (type 3), read with od from its ELF header:
+    without one the kernel maps no dynamic loader, and LD_PRELOAD is never read."""
+    return (f"p=$({pid_command}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
+            "test -n \"$p\" || { echo 'the node has no running process (its pid is unknown)'; exit 1; }; "
+            "f=/proc/$p/exe; x=$(readlink $f); test -r $f || { echo \"cannot read $f\"; exit 1; }; "
+            "n() { od -An -t u$1 -j $2 -N $1 $f | tr -d ' '; }; "
+            "if [ \"$(n 1 4)\" = 2 ]; then off=$(n 8 32); ent=$(n 2 54); num=$(n 2 56); "
+            "else off=$(n 4 28); ent=$(n 2 42); num=$(n 2 44); fi; "
+            "i=0; while [ $i -lt ${num:-0} ]; do [ \"$(n 4 $((off + i * ent)))\" = 3 ] && exit 0; i=$((i + 1)); done; "
+            "echo \"$x is a static binary (no PT_INTERP program header): LD_PRELOAD cannot act in it\"; exit 1")
+
+
 def _unavailable(name: str, why: str) -> str:
     return f"printf '%s\\tno\\t%s\\n' {name} {shlex.quote(why)}"
 
@@ -81,8 +97,10 @@ def probe_script(pid_command: str | None, device: str = NET_DEVICE, netem_unavai
     lines.append(f"check fuse sh -c {shlex.quote(_FUSE)}")
     lines.append(f"check cap_sys_time sh -c {shlex.quote(_CAP_SYS_TIME)}")
     if pid_command:
+        lines.append(f"check preload sh -c {shlex.quote(_preload(pid_command))}")
         lines.append(f"check sigstop sh -c {shlex.quote(_sigstop(pid_command))}")
     else:
+        lines.append(_unavailable("preload", "the cluster does not say how to find the node's pid"))
         lines.append(_unavailable("sigstop", "the cluster does not say how to find the node's pid"))
     return "\n".join(lines) + "\n"
 

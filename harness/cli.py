@@ -192,6 +192,9 @@ def run(
     recovery_wait: Annotated[float, typer.Option(help="seconds to let the cluster recover after healing")] = 10.0,
     no_panel: Annotated[bool, typer.Option(help="no live panel (the default when not on a terminal)")] = False,
     elle: Annotated[bool, typer.Option(help="also check the history with the Elle-style cycle checker")] = False,
+    from_run: Annotated[Path | None, typer.Option("--from", help="repeat a stored run: every setting (and the "
+                                                                 "cluster file) from RUN_DIR/test.json; only "
+                                                                 "--store and --no-panel apply")] = None,
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
     from harness.runner import HarnessError, run_test
@@ -210,9 +213,19 @@ def run(
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options)
+    if from_run is not None:
+        try:
+            spec, notes = TestSpec.from_run_dir(from_run)
+        except ValueError as e:
+            fail(f"{e}.")
+        spec.store = store if store != "store" else spec.store
+        for note in notes:
+            err.print(note)
     file_brokers = spec.cluster_file_brokers()
-    if file_brokers is not None:
-        spec.brokers = file_brokers  # the cluster or node file decides; --brokers would only contradict it
+    if file_brokers is not None:  # the cluster or node file decides; --brokers would only contradict it
+        note = spec.take_file_brokers(file_brokers)
+        if note:
+            err.print(note)
     problems = spec.problems("flag")  # every setting checked before anything starts (harness/spec.py)
     if problems:
         fail_all(problems)

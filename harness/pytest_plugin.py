@@ -183,7 +183,7 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
     spec = TestSpec(**values)
     file_brokers = spec.cluster_file_brokers() if isinstance(spec.cluster, str) else None
     if file_brokers is not None:
-        spec.brokers = file_brokers  # the file decides, as on the command line
+        spec.take_file_brokers(file_brokers)  # the file decides, as on the command line
     problems = spec.problems("setting")  # the checks `kafkaesque run` makes (harness/spec.py)
     if problems:
         raise ValueError(problems[0].rstrip("."))

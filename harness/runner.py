@@ -103,6 +103,20 @@ def make_cluster(spec: TestSpec, run_dir: Path):
     raise HarnessError(f"unknown cluster {spec.cluster!r}; valid: {', '.join(CLUSTER_NAMES)}")
 
 
+def _cluster_file_facts(spec: TestSpec, cluster, run_dir: Path) -> dict[str, Any]:
+    """For a run on a cluster file: the file itself, kept in the run dir with secrets masked, and the versions
+    its nodes report, so that `kafkaesque run --from RUN_DIR` can repeat the run (clusters/external.py)."""
+    from clusters.external import ExternalCluster, is_cluster_file, keep_cluster_file
+
+    path = spec.cluster.removeprefix(SSH_PREFIX)
+    if not (is_cluster_file(path) or spec.cluster.startswith(SSH_PREFIX)):
+        return {}
+    facts: dict[str, Any] = {"cluster_file": keep_cluster_file(path, run_dir)}
+    if isinstance(cluster, ExternalCluster):
+        facts["node_versions"] = cluster.node_versions()
+    return facts
+
+
 @dataclass
 class LiveStats:
     """What the live panel shows; updated by workers and the nemesis thread."""
@@ -293,6 +307,7 @@ class Run:
                     from clusters.capabilities import report_capabilities
 
                     test["capabilities"] = report_capabilities(cluster, self.log)
+                    test.update(_cluster_file_facts(spec, cluster, run_dir))
                     write_json(run_dir / "test.json", test)
                     for topic, parts in workload.topics(test):
                         cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)

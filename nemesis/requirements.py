@@ -36,6 +36,7 @@ from clusters.base import (
     PageCacheDrop,
     Pausable,
     SegmentFiles,
+    SharedIds,
     StateDumps,
 )
 from clusters.capabilities import Capability
@@ -50,6 +51,19 @@ def ability_refusal(fault: str, cluster) -> str | None:
         why = why_not(cluster, need.ability)
         if why:
             return f"the {fault} fault {need.why}: {why}; drop {fault} from --nemesis"
+    return None
+
+
+ROLE_TARGETS = ("isr-member", "last-isr-member")  # targets picked by the replica ids of ISRs (nemesis/targets.py)
+
+
+def target_refusal(fault: str, target: str, cluster) -> str | None:
+    """One sentence saying that `target` does not apply where the cluster's node ids name no single replica
+    (SharedIds), at set-up instead of a fault that waits for an ISR member it cannot tell apart; or None."""
+    why = cluster.shared_ids_reason() if target in ROLE_TARGETS and isinstance(cluster, SharedIds) else None
+    if why:
+        return (f"--nemesis-target {target} is not applicable to the {fault} fault here: {why}, so an ISR's ids "
+                "name no single node; pick random-node, leader, minority, majority or all")
     return None
 
 
@@ -72,7 +86,9 @@ _UNDECLARED: dict[type, str] = {
     NetDevice: "the {name} cluster does not say which network device its nodes use",
     IsolatedNodes: "the {name} cluster does not say its nodes have their own network, disk and clock",
     ClockControl: "{name} nodes are not",
-    LossyDisk: "this cluster was started without it",
+    # Not "started without it": no setting of an undeclaring cluster gives it (a foreign broker's storage, say).
+    LossyDisk: "the {name} cluster's brokers do not write through the harness's lossy file system, which only "
+               "the docker, netns and SSH clusters of our own broker mount",
     SegmentFiles: "{name} does not say where",
     ControllerAdmin: "the {name} cluster does not have one",
     StateDumps: "the {name} cluster gives no state dumps",

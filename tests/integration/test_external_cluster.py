@@ -139,7 +139,8 @@ def test_the_cluster_file_path_has_the_docker_backends_verdict_on_the_same_seed(
     assert r.returncode == 0, r.stderr[-3000:]
     assert "cluster external" in r.stderr
     table = r.stderr[r.stderr.index("node capabilities"):]
-    assert table.splitlines()[1].split() == ["node", "iptables", "tc", "netem", "fuse", "cap_sys_time", "sigstop"]
+    assert table.splitlines()[1].split() == ["node", "iptables", "tc", "netem", "fuse", "cap_sys_time", "preload",
+                                          "sigstop"]
     assert "no netem on controller-0, broker-1, broker-2, broker-3: " in table
     external = Path(r.stdout.strip().splitlines()[-1])
     test = json.loads((external / "test.json").read_text())

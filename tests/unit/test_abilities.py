@@ -44,7 +44,8 @@ DECLARED = {
     "docker": REFERENCE | {ab.LossyDisk},
     "ssh": REFERENCE | {ab.LossyDisk},
     # a system we did not build: no hooks into its clock, storage or controller
-    "external": {ab.Pausable, ab.HasRemotes, ab.NetDevice, ab.IsolatedNodes, ab.StateDumps, ab.PageCacheDrop},
+    "external": {ab.Pausable, ab.HasRemotes, ab.NetDevice, ab.IsolatedNodes, ab.StateDumps, ab.PageCacheDrop,
+                 ab.ClockControl},  # ClockControl with a reason, always (the preload is not in its brokers)
 }
 
 
@@ -98,7 +99,8 @@ def test_the_local_backend_runs_on_loopback_and_its_clock_depends_on_the_preload
     assert why_not(c, ab.IsolatedNodes) == "the local cluster runs every node as a process on this host's loopback"
     assert c.netem_probe_unavailable() == "not probed: the nodes share this host's network devices"
     assert "has not" in why_not(c, ab.ClockControl)  # the preload is built at start-up
-    assert why_not(c, ab.LossyDisk) == "this cluster was started without it"  # no lossy file system at all
+    assert why_not(c, ab.LossyDisk).startswith("the local cluster's brokers do not write through the harness's "
+                                               "lossy file system")  # no lossy file system at all
 
     def no_gcc(*a, **k):
         raise clock_preload.PreloadBuildError("No C compiler found for the clock preload library")
@@ -164,7 +166,8 @@ def test_the_external_backend_is_isolated_only_when_the_probe_found_iptables_eve
     c.capabilities = {n: {k: Capability(True) for k in CAPABILITIES} for n in c.nodes()}
     assert can(c, ab.IsolatedNodes)
     assert why_not(c, ab.StateDumps) == "a system we did not build gives no admin dump of its partitions and logs"
-    assert why_not(c, ab.ClockControl) == "external nodes are not"
+    assert why_not(c, ab.ClockControl) == ("the cluster file's start commands do not run the brokers under the "
+                                           "clock preload")
     assert why_not(c, ab.SegmentFiles) == "external does not say where"
     c.remotes = {n: Answers(0) for n in c.nodes()}  # /proc/sys writable on the nodes
     assert can(c, ab.PageCacheDrop)

