@@ -41,7 +41,7 @@ class CheckInputError(ValueError):
     """Input `check` cannot judge; the message is one sentence naming the cause and the fix."""
 
 
-def check_command(file: str, format: str, model: str | None, time_limit: float) -> int:
+def check_command(file: str, format: str, model: str | None, time_limit: float, as_json: bool = False) -> int:
     from checkers.core import run_checkers
 
     out = Console(stderr=True, soft_wrap=True)
@@ -73,7 +73,7 @@ def check_command(file: str, format: str, model: str | None, time_limit: float) 
             ce = r["details"]["counterexample"]
             for c in ce.get("concurrent", [])[:10]:
                 out.print(f"      concurrent: op #{c['op_index']} {escape(str(c['op']))}")
-    print(json.dumps({"valid": valid}))
+    print(json.dumps(results, indent=2, default=str) if as_json else json.dumps({"valid": valid}))
     return 0 if valid is True else 1 if valid is False else 2
 
 

@@ -30,9 +30,11 @@ from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
 from harness.console import OutputClosed, err, fail, fail_all, silence_stdout
+from harness.doctor import diagnose
 from history.extras import DIST, MissingExtra
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
+from results.store import format_problem
 
 EXIT_HARNESS = 3
 EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
@@ -121,7 +123,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_GuardedGroup, epilog=EXIT_STATUS,
+app = typer.Typer(add_completion=True, no_args_is_help=True, cls=_GuardedGroup, epilog=EXIT_STATUS,
                   pretty_exceptions_show_locals=False,  # locals may hold secrets (SSH keys, cluster files)
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
 
@@ -241,6 +243,24 @@ def run(
 
 
 @app.command()
+def doctor(as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False) -> None:
+    """What this machine offers (Docker engine, node image, root, namespaces, iptables, tc and netem, FUSE, Java
+    for Spark, free ports), with the fix for each missing part. Exit 0 when the default cluster can run."""
+    found = diagnose()
+    if as_json:
+        print(json.dumps(found, indent=2))
+    else:
+        table = Table("check", "", "detail", "fix (needed for)", box=None, pad_edge=False)
+        for f in found["findings"]:
+            fix = "" if f["ok"] else f"{f['fix']}" + (f" ({f['needed_for']})" if f["needed_for"] else "")
+            table.add_row(f["name"], "[green]yes[/]" if f["ok"] else "[red]no[/]", escape(f["detail"]), escape(fix))
+        Console().print(table)
+        print(f"the default cluster runs here as: {found['default_cluster']}" if found["can_run"] else
+              "the default cluster cannot run here: not even local processes can listen on 127.0.0.1")
+    raise typer.Exit(0 if found["can_run"] else EXIT_HARNESS)
+
+
+@app.command()
 def faults() -> None:
     """List the faults --nemesis takes: what each does, its options (--nemesis-option KEY=VALUE) and needs."""
     from nemesis.kinds import all_kinds
@@ -291,9 +311,11 @@ def _print_verdict(run_dir: Path) -> None:
 
 
 @app.command()
-def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
+def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")],
+            as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False) -> None:
     """Re-check a stored run offline (its history, node dumps and the harness's facts in results.json); rewrites
-    results.json (identically, for a run of this version) and prints the verdict."""
+    results.json (identically, for a run of this version) and prints the verdict (--json: results.json's
+    content)."""
     from harness.runner import analyze_run, exit_code
     from harness.spec import TestSpec
     from history import HistoryFormatError
@@ -302,6 +324,9 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
         fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
     test = _run_json(run_dir / "test.json", RESTORE_TEST_JSON)
+    too_new = format_problem(test, run_dir / "test.json")
+    if too_new:
+        fail(too_new + ".")
     # The settings the workload's checkers are built from; the others were the run's business.
     problems = TestSpec.from_dict(test).problems("key", only=("workload", "partitions", "client",
                                                               "workload_options"))
@@ -323,8 +348,11 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
         write_json(old, results)
     except OSError as e:
         fail(f"cannot write {old} ({e.strerror or e}); make the run directory writable.")
-    _print_verdict(run_dir)
-    print(run_dir)
+    if as_json:
+        print(json.dumps(results, indent=2, default=str))
+    else:
+        _print_verdict(run_dir)
+        print(run_dir)
     raise typer.Exit(exit_code(results["valid"]))
 
 
@@ -370,11 +398,17 @@ def _run_json(path: Path, fix: str) -> dict[str, Any]:
 
 
 @app.command("ls")
-def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] = "store") -> None:
-    """Runs in the store with their verdicts, newest first."""
+def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
+              as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False) -> None:
+    """Runs in the store with their verdicts, newest first (--json: a JSON list, [] for none)."""
     from results.store import list_runs as runs_in
 
     runs = runs_in(store)
+    if as_json:
+        print(json.dumps([{"started": r.started, "test": r.test, "valid": r.valid, "anomalies": r.anomalies,
+                           "workload": r.workload, "nemesis": r.nemesis, "path": str(r.path)} for r in runs],
+                         indent=2, default=str))
+        return
     if not runs:
         err.print(f"no runs in {store}")
         return
@@ -396,6 +430,8 @@ def cleanup(
     dry_run: Annotated[bool, typer.Option(help="list what would be removed, and remove nothing")] = False,
     all_dead: Annotated[bool, typer.Option(help="the leftovers of every run whose harness is gone (the "
                                                 "default)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="with --dry-run: what would be removed and what is left "
+                                                         "alone, as one JSON object")] = False,
 ) -> None:
     """Heal and remove what runs whose harness is gone left behind: processes (paused ones too), lossy mounts,
     network namespaces, bridges and rules, containers and networks, and the faults on the nodes of SSH and
@@ -418,6 +454,14 @@ def cleanup(
             err.print(f"left alone {len(items)} thing(s) of {escape(owner)}, which no run registered on this machine "
                       f"owns (an older kafkaesque, another user or another host), e.g. {escape(items[0].what)}; "
                       f"`kafkaesque cleanup --run RUN` removes a run's things once you know it is over")
+    if as_json and not dry_run:
+        fail("--json goes with --dry-run (a cleanup that removes things reports as it goes); add --dry-run.")
+    if as_json:
+        print(json.dumps({"would_remove": [item.what for item in plan.remove],
+                          "live_runs": [record.describe() for record in plan.live] if not run else [],
+                          "left_alone": {owner: [i.what for i in items] for owner, items in plan.unverified.items()}
+                          if not run else {}}, indent=2))
+        return
     if dry_run:
         for item in plan.remove:
             err.print(f"would remove {escape(item.what)}")
@@ -437,13 +481,15 @@ def check(
     format: Annotated[str, typer.Option(help="jsonl, edn, porcupine-etcd, porcupine-kv")] = "jsonl",
     model: Annotated[str, typer.Option(help="queue, register, cas-register, etcd, kv, log (default: from the format)")] = "",
     time_limit: Annotated[float, typer.Option(help="checker budget in seconds")] = 60.0,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False,
 ) -> None:
-    """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown."""
+    """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown. --json prints the
+    checkers' whole results (verdict, anomalies with examples, unknown reasons) as one JSON object."""
     try:
         from harness.check_cli import check_command
     except ImportError:
         fail("the history checker command is not available in this build.")
-    raise typer.Exit(check_command(str(file), format, model or None, time_limit))
+    raise typer.Exit(check_command(str(file), format, model or None, time_limit, as_json))
 
 
 @app.command()

@@ -42,7 +42,7 @@ from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
 from nemesis.plan import PlanStep, drive
 from nemesis.requirements import StateDumps, can
-from results.store import create_run_dir, write_json
+from results.store import STORE_FORMAT, create_run_dir, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
@@ -533,6 +533,7 @@ def check_history(run_dir: Path, test: dict, facts: dict[str, Any] | None, histo
         facts = {**facts, "history_torn": "history.jsonl"}
     results = decide(analyze_history(test, history, workload), facts)
     results["run"] = facts
+    results["store_format"] = STORE_FORMAT
     results["reached"] = reached_in_run(run_dir, (facts or {}).get("clock") or {}, (facts or {}).get("cluster"))
     return results
 

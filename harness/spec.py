@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from clusters.base import ClusterError
 from history.extras import DIST, install_hint, installed
+from results.store import STORE_FORMAT
 
 # How a setting is named in a problem's sentence: "--time-limit -5" on the command line, "key
 # 'time_limit' is -5" in a campaign file, "time_limit=-5" for a pytest marker or TestSpec(...).
@@ -95,6 +96,7 @@ class TestSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["versions"] = versions()
+        d["store_format"] = STORE_FORMAT
         return d
 
     @classmethod

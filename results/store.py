@@ -14,6 +14,21 @@ class StoreError(RuntimeError):
     """The store cannot be written or read; the message says which path and what to do."""
 
 
+# The layout of a stored run (test.json, history.jsonl, results.json, nodes/): written into test.json
+# and results.json, raised whenever a change would make an older reader misread a run. A reader meeting
+# a newer format says so instead of guessing (format_problem).
+STORE_FORMAT = 1
+
+
+def format_problem(doc: dict[str, Any], path: Path) -> str | None:
+    """Why this version cannot read a stored run's JSON file, or None (runs from before the field: format 1)."""
+    found = doc.get("store_format", 1)
+    if not isinstance(found, int) or found > STORE_FORMAT:
+        return (f"{path} was written in store format {found!r}, newer than this kafkaesque reads ({STORE_FORMAT}); "
+                "check it with the version that wrote it (test.json's versions), or upgrade")
+    return None
+
+
 def create_run_dir(store: str | os.PathLike, test_name: str) -> Path:
     """A new run dir <store>/<test_name>/<timestamp>/, confined to the store: the name is one plain folder
     name, and neither it nor a link in its place may lead out of the store."""
