@@ -50,6 +50,11 @@ def test_the_core_install_pulls_no_extra_and_works_outside_the_source_tree(insta
     assert all(line.startswith(str(installed)) for line in where.split()), where  # not the repository's code
     size = sum(f.stat().st_size for f in (installed / "lib").rglob("*") if f.is_file())
     print(f"core install: {size / 2**20:.0f} MiB in {len(names)} distributions")  # the note quotes it
+    doctor = _run([str(installed / "bin" / "kafkaesque"), "doctor", "--json"], cwd=tmp_path, check=False)
+    found = json.loads(doctor.stdout)
+    assert doctor.returncode == (0 if found["can_run"] else 3) and found["findings"]
+    extras = {f["name"]: f["ok"] for f in found["findings"]}
+    assert extras["spark extra"] is False and extras["lossy extra"] is False  # the core has neither
     version = _run([str(installed / "bin" / "kafkaesque"), "--version"], cwd=tmp_path).stdout
     assert version.strip() == f"kafkaesque {_run([str(installed / 'bin' / 'pip'), 'show', DIST], cwd=tmp_path).stdout.split('Version: ')[1].split()[0]}"
 
