@@ -210,16 +210,27 @@ def build_base(client, p: ImagePlan, log: Callable[[str], None]) -> bool:
         for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(rootfs / sub, ignore_errors=True)
         log("docker import ...")
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            ["docker", "import", "--change", f"LABEL {LABEL}=base", "-", p.base_tag],
-            stdin=tar.stdout, capture_output=True, text=True,
-        )
-        tar.wait()
-        if imp.returncode != 0:
-            raise ImageError(f"docker import failed: {imp.stderr.strip()}; is the Docker engine running?")
+        _import_rootfs(client, rootfs, Path(tmp) / "rootfs.tar", p.base_tag)
     log(f"base image {p.base_tag} built in {time.monotonic() - t0:.1f} s")
     return True
+
+
+def _import_rootfs(client, rootfs: Path, tar_path: Path, tag: str) -> None:
+    """`docker import` through the engine's API (the docker SDK; no docker CLI needed): the root file
+    system as a tar, imported as `tag` with our label. Owners, modes and device files are kept as they
+    are (tar's numeric owners, as `tar -c` would)."""
+    subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tar_path), "."], check=True,
+                   capture_output=True)
+    repository, _, version = tag.rpartition(":")
+    try:
+        answer = client.api.import_image_from_file(str(tar_path), repository=repository, tag=version,
+                                                   changes=[f"LABEL {LABEL}=base"])
+    except Exception as e:  # noqa: BLE001 - docker.errors.APIError and connection errors
+        raise ImageError(f"importing the base image {tag} into the Docker engine failed ({type(e).__name__}: "
+                         f"{e}); check that the engine runs and has disk space.") from None
+    if not _image_exists(client, tag):
+        raise ImageError(f"the Docker engine did not create {tag} from the imported root file system (it said: "
+                         f"{str(answer).strip()[-300:]}); check the engine's log.")
 
 
 def _download_wheels(dest: Path) -> None:
