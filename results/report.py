@@ -80,9 +80,9 @@ def _latency_and_throughput(pairs, windows, end_s, values: ValueReader):
                "text": v["text"], "marker": {"size": 4, "color": colours.get(t, "#555"),
                                               "symbol": "circle" if f in writes else "diamond"}}
               for (f, t), v in sorted(by_key.items())]
-    latency = {"data": traces, "layout": {"title": "Latency (ms) by op, coloured by outcome",
-                                           "xaxis": {"title": "time (s)"},
-                                           "yaxis": {"title": "latency (ms)", "type": "log"},
+    latency = {"data": traces, "layout": {"title": {"text": "Latency (ms) by op, coloured by outcome"},
+                                           "xaxis": {"title": {"text": "time (s)"}},
+                                           "yaxis": {"title": {"text": "latency (ms)"}, "type": "log"},
                                            "shapes": _shapes(windows, end_s), "height": 380}}
     buckets: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for inv, comp in pairs:
@@ -95,8 +95,8 @@ def _latency_and_throughput(pairs, windows, end_s, values: ValueReader):
         tp_traces.append({"type": "scatter", "mode": "lines", "name": f"{f} {t}", "x": xs,
                           "y": [counts.get(x, 0) for x in xs],
                           "line": {"color": colours.get(t, "#555"), "dash": "solid" if f in writes else "dot"}})
-    throughput = {"data": tp_traces, "layout": {"title": "Throughput (completions per second)",
-                                                "xaxis": {"title": "time (s)"}, "yaxis": {"title": "ops/s"},
+    throughput = {"data": tp_traces, "layout": {"title": {"text": "Throughput (completions per second)"},
+                                                "xaxis": {"title": {"text": "time (s)"}}, "yaxis": {"title": {"text": "ops/s"}},
                                                 "shapes": _shapes(windows, end_s), "height": 320}}
     return latency, throughput
 
@@ -122,8 +122,8 @@ def _offsets(pairs, windows, end_s, values: ValueReader):
         traces.append({"type": "scatter", "mode": "markers+text", "name": f"partition {k} final HWM",
                        "x": [t], "y": [h], "text": [f"HWM {h}"], "textposition": "top center",
                        "marker": {"size": 10, "symbol": "x"}})
-    return {"data": traces, "layout": {"title": "Offsets acknowledged per partition, and the final HWM",
-                                       "xaxis": {"title": "time (s)"}, "yaxis": {"title": "offset"},
+    return {"data": traces, "layout": {"title": {"text": "Offsets acknowledged per partition, and the final HWM"},
+                                       "xaxis": {"title": {"text": "time (s)"}}, "yaxis": {"title": {"text": "offset"}},
                                        "shapes": _shapes(windows, end_s), "height": 340}}
 
 
@@ -156,9 +156,9 @@ def _timeline(pairs, end_s, reached: dict[str, Any] | None = None):
                      "hovertext": [f"{state} at {t:.2f} s ({seen.get('source')})" for t in times],
                      "hoverinfo": "text"})
     n_proc = len({y for r in rows.values() for y in r["y"]})
-    return {"data": data, "layout": {"title": f"Timeline (first {shown} ops, one row per process)",
-                                     "barmode": "overlay", "xaxis": {"title": "time (s)"},
-                                     "yaxis": {"title": "process", "type": "category"},
+    return {"data": data, "layout": {"title": {"text": f"Timeline (first {shown} ops, one row per process)"},
+                                     "barmode": "overlay", "xaxis": {"title": {"text": "time (s)"}},
+                                     "yaxis": {"title": {"text": "process"}, "type": "category"},
                                      "height": max(300, 18 * n_proc + 120)}}
 
 

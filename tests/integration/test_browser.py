@@ -117,6 +117,12 @@ def test_failing_run_report_draws_its_plots_without_errors(browser, campaign, ar
     assert sorted(state) == sorted(f"plot-{p}" for p in PLOTS), state
     for plot, s in state.items():
         assert s["svg"] > 0 and s["rendered"] == "1" and s["traces"] + s["canvas"] > 0, f"{plot} was not drawn: {s}"
+    # Every plot's title and both axis titles drawn (plotly.js 3 ignores a title given as a bare string).
+    titles = json.loads(browser.evaluate(
+        "JSON.stringify([...document.querySelectorAll('div.plot')].map(d => [d.id, "
+        "[...d.querySelectorAll('.gtitle, .g-xtitle, .g-ytitle')].map(t => t.textContent)]))"))
+    for plot, texts in titles:
+        assert len([t for t in texts if t.strip()]) == 3, f"{plot} lacks a title or an axis title: {texts}"
     # the verdict, the first-screen summary, and the detailed anomaly sections
     assert browser.evaluate("document.getElementById('verdict').textContent.trim()") == "INVALID"
     lines = browser.evaluate("[...document.querySelectorAll('#summary-lines li b')].map(b => b.textContent)")
