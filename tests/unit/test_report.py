@@ -44,6 +44,11 @@ def test_report_is_self_contained_and_verdict_first(tmp_path):
     assert html.index('id="verdict"') < html.index('id="anomalies"') < html.index("plot-latency")
     assert "INVALID" in html
     assert 'href="nodes/broker-1/broker.log"' in html
+    # one plotly bundle, and the report's size is that bundle plus the run's own data
+    from plotly.offline import get_plotlyjs
+
+    assert html.count("* plotly.js v") == 1
+    assert len(html.encode()) < len(get_plotlyjs().encode()) + 1_000_000
 
 
 def test_every_history_value_is_escaped(tmp_path):
