@@ -14,7 +14,6 @@ import sys
 import tempfile
 import time
 import traceback
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,7 +30,7 @@ from typer.core import TyperGroup
 from harness.cluster_cli import cluster_app, image_app
 from harness.console import OutputClosed, err, fail, fail_all, silence_stdout
 from harness.doctor import diagnose
-from history.extras import DIST, MissingExtra
+from history.extras import MissingExtra, dist_version
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
 from results.store import format_problem
@@ -128,17 +127,9 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, cls=_GuardedGroup, 
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
 
 
-def version() -> str:
-    """The installed distribution's version (history/extras.py DIST)."""
-    try:
-        return metadata.version(DIST)
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed as a distribution; run from a source tree)"
-
-
 def _print_version(asked: bool) -> None:
     if asked:
-        print(f"kafkaesque {version()}")
+        print(f"kafkaesque {dist_version()}")
         raise typer.Exit()
 
 

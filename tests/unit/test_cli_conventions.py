@@ -58,6 +58,7 @@ def test_ls_and_analyze_speak_json(tmp_path):
     r = runner.invoke(app, ["analyze", str(run), "--json"])
     results = json.loads(r.output)
     assert results["store_format"] == STORE_FORMAT and "checkers" in results and r.exit_code in (0, 1, 2)
+    assert results["checked_by"] == f"{DIST} {metadata.version(DIST)}"
     listed = json.loads(runner.invoke(app, ["ls", "--store", str(tmp_path / "store"), "--json"]).output)
     assert [x["path"] for x in listed] == [str(run)] and listed[0]["valid"] == results["valid"]
     assert json.loads(runner.invoke(app, ["ls", "--store", str(tmp_path / "empty"), "--json"]).output) == []
