@@ -32,6 +32,7 @@ from checkers.reasons import say
 from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 WW, WR, RW, PROCESS, REALTIME = "ww", "wr", "rw", "process", "realtime"
+KIND_BIT = {WW: 1, WR: 2, RW: 4, PROCESS: 8, REALTIME: 16}
 
 # Which anomalies each consistency model forbids (Adya / Elle), smallest model first.
 FORBIDDEN = {
@@ -149,19 +150,89 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
 
     # --- 2. the dependency graph ---------------------------------------------------------------
     committed = [t for t in txns if t.type in (OK, INFO)]
-    # (a, b) -> {kind: why}; "why" is a format string and its arguments, rendered only for the
-    # edges of a reported cycle (a history has millions of edges and a handful of cycles).
-    edges: dict[tuple[int, int], dict[str, tuple]] = {}
+    forbidden = set().union(*(FORBIDDEN[m] for m in models))
+    n = len(txns) + 1
+    # (a, b) as one int -> its kinds as bits: a history has millions of edges and a handful of cycles,
+    # so the first pass keeps no explanation; the edges of a cyclic component get theirs from a second
+    # pass over the same inference, restricted to that component (below).
+    edges: dict[int, int] = {}
+    succ: dict[int, list[int]] = defaultdict(list)
 
     def edge(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
         if a is None or b is None or a is b or a.type == FAIL or b.type == FAIL:
             return
-        kinds = edges.get((a.id, b.id))
-        if kinds is None:
-            edges[(a.id, b.id)] = {kind: why}
-        elif kind not in kinds:
-            kinds[kind] = why
+        key = a.id * n + b.id
+        bits = edges.get(key)
+        if bits is None:
+            edges[key] = KIND_BIT[kind]
+            succ[a.id].append(b.id)
+        else:
+            edges[key] = bits | KIND_BIT[kind]
 
+    _dependency_edges(orders, appender, reads, committed, forbidden, edge)
+
+    # --- 3. cycles -------------------------------------------------------------------------------
+    deadline = time.monotonic() + cycle_budget_s
+    id_to_txn = {t.id: t for t in txns}
+    timed_out = False
+    sccs = _nontrivial_sccs(succ)
+    explained: dict[tuple[int, int], dict[str, tuple]] = {}  # the cyclic components' edges: {kind: why}
+    if sccs:
+        members = set().union(*sccs)
+
+        def explain(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
+            if a is None or b is None or a.id not in members or b.id not in members or a is b \
+                    or a.type == FAIL or b.type == FAIL:
+                return
+            explained.setdefault((a.id, b.id), {}).setdefault(kind, why)  # the first reason, as the first pass
+
+        _dependency_edges(orders, appender, reads, committed, forbidden, explain)
+    for scc in sccs:
+        # networkx only for the (usually absent) cyclic parts: millions of edges stay plain ints.
+        sub = nx.DiGraph()
+        sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a in scc for b in succ[a] if b in scc)
+        try:
+            for name, cycle in _classify_cycles(sub, deadline):
+                found[name].append(_explain(cycle, sub, id_to_txn))
+        except TimeoutError:
+            timed_out = True
+            found["cycle-search-timeout"].append({"summary": f"the cycle search ran out of its {cycle_budget_s:.0f} s "
+                                                             f"budget in a strongly connected component of "
+                                                             f"{len(scc)} transactions: a cycle exists"})
+            break
+
+    anomaly_types = sorted(found)
+    bad = set().union(*(FORBIDDEN[m] for m in models)) | ALWAYS_BAD
+    violated = [a for a in anomaly_types if a in bad]
+    reasons = []
+    if timed_out:
+        # A cycle exists, but its class is unknown: it proves a violation only of a model that
+        # forbids every class the graph's edge kinds allow; otherwise the verdict is unknown.
+        seen_bits = 0
+        for bits in edges.values():
+            seen_bits |= bits
+        kinds = {k for k, bit in KIND_BIT.items() if seen_bits & bit}
+        if any(_forbids_every_cycle(m, kinds) for m in models):
+            violated.append("cycle-search-timeout")
+        else:
+            reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
+    if not any(t.type == OK and any(f != "append" for f, *_ in t.mops) for t in txns):
+        reasons.append(NOTHING_READ)
+    valid: Any = False if violated else UNKNOWN if reasons else True
+    anomalies = [Anomaly(a, len(found[a]), found[a][:MAX_EXAMPLES], _EXPLAIN.get(a, "")) for a in anomaly_types]
+    not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
+    return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
+                  stats={"transactions": len(txns), "edges": len(edges), "models": models,
+                         "violated": violated, "not": not_models},
+                  details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in found[a][:2]]},
+                  unknown_reasons=reasons)
+
+
+
+def _dependency_edges(orders: dict[Any, list], appender: dict[tuple[Any, Any], Txn],
+                      reads: list[tuple[Txn, Any, list, list]], committed: list[Txn], forbidden: set[str],
+                      edge) -> None:
+    """Every dependency edge the inference gives, handed to `edge(a, b, kind, why-format, *args)`."""
     for k, order in orders.items():
         for x, y in zip(order, order[1:], strict=False):
             edge(appender.get((k, x)), appender.get((k, y)), WW, "appended {} to {} before {} was appended", x, k, y)
@@ -188,7 +259,6 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
                  k, lst, order[len(lst)])
     # Process and real-time order only matter to the models that forbid their cycles (as in
     # Elle): without them, cycles through them are no anomaly and would only cost search time.
-    forbidden = set().union(*(FORBIDDEN[m] for m in models))
     if any(a.endswith("-process") for a in forbidden):
         by_process: dict[Any, list[Txn]] = defaultdict(list)
         for t in committed:
@@ -198,50 +268,6 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
                 edge(a, b, PROCESS, "came first in the same process")
     if any(a.endswith("-realtime") for a in forbidden):
         _realtime_edges(committed, edge)
-    succ: dict[int, list[int]] = defaultdict(list)
-    for a, b in edges:
-        succ[a].append(b)
-
-    # --- 3. cycles -------------------------------------------------------------------------------
-    deadline = time.monotonic() + cycle_budget_s
-    id_to_txn = {t.id: t for t in txns}
-    timed_out = False
-    for scc in _nontrivial_sccs(succ):
-        # networkx only for the (usually absent) cyclic parts: millions of edges stay plain dicts.
-        sub = nx.DiGraph()
-        sub.add_edges_from((a, b, {"kinds": edges[(a, b)]}) for a in scc for b in succ[a] if b in scc)
-        try:
-            for name, cycle in _classify_cycles(sub, deadline):
-                found[name].append(_explain(cycle, sub, id_to_txn))
-        except TimeoutError:
-            timed_out = True
-            found["cycle-search-timeout"].append({"summary": f"the cycle search ran out of its {cycle_budget_s:.0f} s "
-                                                             f"budget in a strongly connected component of "
-                                                             f"{len(scc)} transactions: a cycle exists"})
-            break
-
-    anomaly_types = sorted(found)
-    bad = set().union(*(FORBIDDEN[m] for m in models)) | ALWAYS_BAD
-    violated = [a for a in anomaly_types if a in bad]
-    reasons = []
-    if timed_out:
-        # A cycle exists, but its class is unknown: it proves a violation only of a model that
-        # forbids every class the graph's edge kinds allow; otherwise the verdict is unknown.
-        kinds = {k for ks in edges.values() for k in ks}
-        if any(_forbids_every_cycle(m, kinds) for m in models):
-            violated.append("cycle-search-timeout")
-        else:
-            reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
-    if not any(t.type == OK and any(f != "append" for f, *_ in t.mops) for t in txns):
-        reasons.append(NOTHING_READ)
-    valid: Any = False if violated else UNKNOWN if reasons else True
-    anomalies = [Anomaly(a, len(found[a]), found[a][:MAX_EXAMPLES], _EXPLAIN.get(a, "")) for a in anomaly_types]
-    not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
-    return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
-                  stats={"transactions": len(txns), "edges": len(edges), "models": models,
-                         "violated": violated, "not": not_models},
-                  details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in found[a][:2]]},
-                  unknown_reasons=reasons)
 
 
 def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
