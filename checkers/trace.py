@@ -24,6 +24,9 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
 - leader-incomplete: a replica became leader of a clean epoch with a log end offset below an HWM a
   leader of an earlier epoch had reached (TLA+ LeaderCompleteness, PROTOCOL.md 8; the True HWM is
   counted from the last unclean election on, which may lose it by design).
+- truncated-below-hwm: a replica truncated its log below its own HWM, removing committed records, with no
+  unclean election of the partition before it (PROTOCOL.md 2 and 3: a replica's HWM is committed; 004
+  and KIP-101: truncation only of an uncommitted divergent suffix).
 - log-matching: two replicas' epoch caches give one leader epoch different start offsets (TLA+
   LogMatching, PROTOCOL.md 8: records of one epoch are written by its one leader, so equal
   (offset, epoch) means the same batch).
@@ -71,6 +74,8 @@ RULES: dict[str, str] = {
                            "001 5.2; PROTOCOL.md 4 Election)",
     "leader-incomplete": "a leader of a clean epoch lacked offsets below an HWM an earlier leader had reached "
                          "(TLA+ LeaderCompleteness; PROTOCOL.md 8)",
+    "truncated-below-hwm": "a replica truncated committed records below its own HWM with no unclean election "
+                           "before it (PROTOCOL.md 2, 3; 004, KIP-101)",
     "log-matching": "two replicas' epoch caches start one leader epoch at different offsets (TLA+ LogMatching; "
                     "PROTOCOL.md 8)",
     "epoch-reuse": "a leader epoch or broker epoch was used twice or went backwards (PROTOCOL.md 1 and 8, Epochs)",
@@ -217,6 +222,22 @@ def _leader_completeness(lines: list[tuple[str, dict[str, Any]]], found: _Found)
     return judged
 
 
+def _truncations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    unclean: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for _, e in lines:
+        if e.get("event") == "leader_elected" and e.get("unclean"):
+            unclean[(e.get("topic"), e.get("partition"))].append(e.get("leader_epoch", 0))
+    for node, e in lines:
+        if e.get("event") not in TRUNCATIONS or not isinstance(e.get("hwm_before"), int):
+            continue
+        epochs = unclean[(e.get("topic"), e.get("partition"))]
+        if e.get("to", 0) < e["hwm_before"] and not any(u <= e.get("leader_epoch", 0) for u in epochs):
+            found.add("truncated-below-hwm",
+                      f"{node} truncated {_where(e)} from {e.get('from')} to {e.get('to')}, below its HWM "
+                      f"{e['hwm_before']}, in leader epoch {e.get('leader_epoch')} ({e.get('reason')})",
+                      _cite(node, e, "from", "to", "hwm_before", "reason", "diverging_epoch", "epoch_cache"))
+
+
 def _log_matching(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
     starts: dict[tuple[Any, Any, int], dict[int, tuple[str, dict[str, Any]]]] = defaultdict(dict)
     for node, e in lines:
@@ -292,6 +313,7 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     ordered = sorted(((n, e) for n, ls in traces.items() for e in ls),
                      key=lambda ne: (ne[1].get("mono") or 0, ne[0], ne[1].get("line") or 0))
     judged = _leader_completeness(ordered, found)
+    _truncations(ordered, found)
     _log_matching(ordered, found)
     _epoch_reuse(ordered, found)
     anomalies = found.anomalies()

@@ -362,10 +362,11 @@ class Replica:
         if err == rpc.OFFSET_OUT_OF_RANGE and "truncate-to-hw" in self.config.variants and "log_end_offset" in resp:
             # Pre-KIP-101 handleOffsetOutOfRange: a follower ahead of its leader cuts back to the
             # leader's LEO, whatever its records there were.
-            before = self.leo
+            before, hwm_before = self.leo, self.hwm
             self.log.truncate_to(int(resp["log_end_offset"]))
             self.hwm = min(self.hwm, self.leo)
             self._event("truncated_to_leader_leo_variant", **{"from": before, "to": self.leo}, hwm=self.hwm,
+                        hwm_before=hwm_before,
                         reason="truncate-to-hw variant: the leader's LEO is below ours",
                         epoch_cache=self.epoch_cache())
             return rpc.NONE
@@ -376,11 +377,12 @@ class Replica:
             # Truncate first; apply no HWM from this reply (KAFKA-14704).
             target = follower_truncation_offset(self.log.epoch_cache, self.leo, int(div["epoch"]),
                                                 int(div["end_offset"]))
-            before = self.leo
+            before, hwm_before = self.leo, self.hwm
             self.log.truncate_to(target)
             self.hwm = min(self.hwm, self.leo)
             self._event("truncated_on_divergence", diverging_epoch=div, **{"from": before, "to": self.leo},
-                        hwm=self.hwm, reason="the leader answered a diverging epoch", epoch_cache=self.epoch_cache())
+                        hwm=self.hwm, hwm_before=hwm_before, reason="the leader answered a diverging epoch",
+                        epoch_cache=self.epoch_cache())
             return rpc.NONE
         if req["last_fetched_epoch"] >= 0 and req["sent_in_epoch"] == self.leader_epoch:
             self._epoch_validated = True  # the leader found no divergence (only the variant reads this)

@@ -34,7 +34,8 @@ Events and their facts (a broker's unless marked controller):
   alter_partition_failed            proposed, error
   truncated_on_divergence, truncate_to_hw_variant, truncated_to_leader_leo_variant
                        a truncation: reason (why, in words), from, to (the LEO before and after), hwm,
-                       epoch_cache (after), diverging_epoch (the leader's answer, on divergence)
+                       hwm_before (the replica's HWM when it decided), epoch_cache (after), diverging_epoch
+                       (the leader's answer, on divergence)
   log-recovery-truncated  start-up recovery cut a damaged or torn tail: partition ("topic-p"), offset
   produce_acked        first, last (offsets), acks, hwm (at the ack), isr_size, min_isr
   consumer_fetch       offset (asked), first, last (offsets served), bound ("hwm"; the LSO equals

@@ -211,3 +211,22 @@ def test_a_violation_stays_proven_beside_a_missing_trace():
 def test_our_broker_without_any_trace_handed_in_is_unknown():
     result = check_trace_input({"protocol_trace": True, "run_dir": "/x"}, None)
     assert result.valid == UNKNOWN and result.unknown_reasons
+
+
+# --- truncation of committed records (PROTOCOL.md 2, 3; KIP-101) ----------------------------------------
+def truncation(to: int, hwm_before: int, epoch: int = 3) -> dict:
+    return line(6, "truncated_on_divergence", leader_epoch=epoch, **{"from": 12, "to": to}, hwm=min(to, hwm_before),
+                hwm_before=hwm_before, reason="the leader answered a diverging epoch", epoch_cache=[[1, 0]])
+
+
+def test_truncating_an_uncommitted_suffix_passes():
+    assert names({"broker-3": [truncation(10, 10)]}) == []
+
+
+def test_truncating_below_the_replicas_own_hwm_is_caught():
+    assert names({"broker-3": [truncation(8, 10)]}) == ["truncated-below-hwm"]
+
+
+def test_truncating_below_the_hwm_after_an_unclean_election_is_by_design():
+    unclean = elected(1, "unclean", [], [], unclean=True, epoch=3)
+    assert names({"controller-0": [unclean], "broker-3": [truncation(8, 10)]}) == []
