@@ -58,7 +58,7 @@ NO_LEADER = -1
 NOT_APPLICABLE = ("the cluster writes no protocol trace (a Kafka-protocol system we did not build), so the "
                   "protocol's rules are not checked from the inside on this run")
 TRUNCATIONS = ("truncated_on_divergence", "truncate_to_hw_variant", "truncated_to_leader_leo_variant")
-EPOCH_CACHE_EVENTS = ("become_leader", "become_follower") + TRUNCATIONS
+EPOCH_CACHE_EVENTS = ("become_leader", "become_follower", "follower_epoch_appended") + TRUNCATIONS
 
 RULES: dict[str, str] = {
     "hwm-past-member-leo": "the HWM advanced past a Maximal ISR member's LEO, or on a fetch from another leader "

@@ -390,7 +390,11 @@ class Replica:
         if raw:
             raw = _from_offset(raw, self.leo)
             if raw:
+                last_epoch = self.log.last_epoch
                 self.log.append_as_follower(raw)
+                if self.log.last_epoch != last_epoch:
+                    # Once per leader epoch the follower copies: where its cache starts that epoch (log matching).
+                    self._event("follower_epoch_appended", leo=self.leo, epoch_cache=self.epoch_cache())
         # 002 2.7: a follower's HWM is the leader's, bounded by its own LEO (it can go down).
         self.hwm = min(int(resp["high_watermark"]), self.leo)
         return rpc.NONE

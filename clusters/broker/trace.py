@@ -25,6 +25,7 @@ Events and their facts (a broker's unless marked controller):
   become_leader        from, to, isr, replicas, leso (= its LEO), leo, hwm, min_isr, epoch_cache
                        ([[epoch, start offset], ...], after KAFKA-7415's entry for the new epoch)
   become_follower      from, to, leader, leo, hwm, epoch_cache
+  follower_epoch_appended  leo, epoch_cache: a follower appended the first records of a new leader epoch
   hwm_advanced         from, to (the new HWM), isr, maximal_isr, min_isr, members:
                        {id: {"leo", "fetch_epoch"}} for every Maximal ISR member (the leader's own LEO,
                        a follower's fetch offset and the leader epoch it was recorded in, -1: none)
@@ -62,7 +63,7 @@ FORMAT = "kafkaesque-trace/1"
 TRACE_FILE = "trace.jsonl"
 HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch"})
 TRACED = HOT | frozenset({
-    "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower",
+    "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
     "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",
     "truncated_on_divergence", "truncate_to_hw_variant", "truncated_to_leader_leo_variant", "log-recovery-truncated",
     "broker_registered", "broker_fenced", "broker_unfenced", "partition_change", "leader_elected",

@@ -70,3 +70,23 @@ def test_the_writer_flushes_by_itself_when_its_buffer_fills(tmp_path):
     for i in range(600):
         w.write({"event": "consumer_fetch", "i": i})
     assert len((tmp_path / "t.jsonl").read_text().splitlines()) >= 512
+
+
+def test_a_follower_records_its_epoch_cache_when_it_copies_a_new_leader_epoch(tmp_path):
+    leader_events: list[dict] = []
+    follower_events: list[dict] = []
+    leader, follower = replica(tmp_path, 1, leader_events), replica(tmp_path, 2, follower_events)
+    state = PartitionState("t", 0, [1, 2, 3], [1, 2, 3], 1, 4, 4)
+    leader.apply_partition_state(state, now_ms=0)
+    follower.apply_partition_state(state, now_ms=0)
+    raw = build_batch([b"a", b"b"])
+    leader.append(raw, validate_batches(raw))
+    for _ in range(2):  # the second round trip copies nothing new: no second event
+        req = follower.fetch_request(10, 1 << 20)
+        resp = leader.record_follower_fetch(req, 1) or leader.read_for_follower(req["fetch_offset"], 1 << 20)
+        follower.on_fetch_response(req, resp)
+    appended = [e for e in follower_events if e["event"] == "follower_epoch_appended"]
+    assert len(appended) == 1 and appended[0]["epoch_cache"] == [[4, 0]] and appended[0]["leo"] == 2
+    lines = {"broker-1": [dict(e, line=i + 1) for i, e in enumerate(leader_events)],
+             "broker-2": [dict(e, line=i + 1) for i, e in enumerate(follower_events)]}
+    assert check_traces(lines).valid is True
