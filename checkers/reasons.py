@@ -69,6 +69,13 @@ REASONS: dict[str, CannotDecide] = {r.code: r for r in (
                  "cannot be checked without it", {"node": "broker-1", "where": "nodes/broker-1/metadata.log",
                                                  "past": " past offset 41",
                                                  "why": "line 42 is not the next log entry and more lines follow"}),
+    CannotDecide("trace-unreadable", "checker inputs",
+                 "the protocol trace of {node} ({where}) could not be read: {why}; the protocol's rules cannot be "
+                 "checked on that node's decisions without it", {"node": "broker-3", "where": "nodes/broker-3/trace.jsonl",
+                                                                 "why": "the file is missing"}),
+    CannotDecide("no-trace", "checker inputs",
+                 "{why}; the protocol's rules cannot be checked from the inside without them",
+                 {"why": "no node left a trace in nodes/ and test.json names no nodes"}),
     CannotDecide("no-queue-losses", "checker inputs",
                  "a fault went beyond the fault budget, but the acknowledged writes lost after it are not known "
                  "({why}), so whether the cluster reported each loss (an unclean recovery of its partition) "

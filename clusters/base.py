@@ -216,6 +216,15 @@ class StateDumps(Protocol):
 
 
 @runtime_checkable
+class ProtocolTrace(Protocol):
+    """Check every protocol decision from the inside (checkers/trace.py): each node writes the protocol
+    trace of clusters/broker/trace.py, and the collect step brings it into the run dir."""
+
+    def trace_path(self, node: str) -> str:
+        """The node's trace file, on the node."""
+
+
+@runtime_checkable
 class PageCacheDrop(Protocol):
     """Evict a node's page cache (drop-caches): the nodes may write /proc/sys/vm/drop_caches."""
 
@@ -244,4 +253,4 @@ def proc_sys_refusal(cluster, why_denied: str) -> str | None:
 
 
 ABILITIES = (Pausable, HasRemotes, NetDevice, IsolatedNodes, ClockControl, LossyDisk, SegmentFiles, ControllerAdmin,
-             StateDumps, PageCacheDrop)
+             StateDumps, ProtocolTrace, PageCacheDrop)

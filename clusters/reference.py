@@ -5,7 +5,7 @@ A backend (local processes, Docker containers, SSH hosts) says only where a node
 its Remote, the address the harness reaches it on, the address it listens on, and its
 paths. Everything else (start, kill -9, pause, role lookups, collecting logs and state
 dumps) is written once, here, with the abilities of clusters/base.py every such backend
-has (Pausable, HasRemotes, NetDevice, SegmentFiles, ControllerAdmin, StateDumps,
+has (Pausable, HasRemotes, NetDevice, SegmentFiles, ControllerAdmin, StateDumps, ProtocolTrace,
 PageCacheDrop); each backend adds the ones only it has, or says why not.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 from clusters.base import DEFAULT_NET_DEVICE, ClusterError, ClusterSpec, PartitionView, proc_sys_refusal
 from clusters.broker import rpc
 from clusters.broker.admin import create_topic, dump_state
+from clusters.broker.trace import TRACE_FILE
 from clusters.replica_dumps import collect_replicas
 from clusters.waiting import WaitTimeout, wait_until
 
@@ -128,6 +129,10 @@ class ReferenceCluster:
     def log_path(self, node: str) -> str:
         return f"{self.node_dir(node)}/{'controller' if node in self.controller_nodes() else 'broker'}.log"
 
+    def trace_path(self, node: str) -> str:
+        """The node's protocol trace (clusters/broker/trace.py), beside its log."""
+        return f"{self.node_dir(node)}/{TRACE_FILE}"
+
     def pidfile(self, node: str) -> str:
         return f"{self.node_dir(node)}/node.pid"
 
@@ -144,7 +149,8 @@ class ReferenceCluster:
         cfg = self.spec.broker_config
         common = ["--node-id", str(self.node_id(node)), "--listen", self.listen(node),
                   "--advertise", _hostport(self.address(node)), "--data-dir", self.data_dir(node),
-                  "--log-file", self.log_path(node), "--secret-file", self.secret_file(node)]
+                  "--log-file", self.log_path(node), "--trace-file", self.trace_path(node),
+                  "--secret-file", self.secret_file(node)]
         controllers = self.controller_nodes()
         if node in controllers:
             argv = [self.python, "-m", "clusters.broker", "controller", *common,
@@ -297,7 +303,7 @@ class ReferenceCluster:
         for node in self.broker_nodes() + self.controller_nodes():
             out = Path(dest_dir) / node
             out.mkdir(parents=True, exist_ok=True)
-            for path in (self.log_path(node), f"{self.node_dir(node)}/stdout.log",
+            for path in (self.log_path(node), self.trace_path(node), f"{self.node_dir(node)}/stdout.log",
                          f"{self.data_dir(node)}/metadata.log"):
                 try:
                     (out / Path(path).name).write_bytes(self.remote(node).get(path))

@@ -312,7 +312,7 @@ class SshCluster(ReferenceCluster):
         r, d = self.remote(node), self.node_dir(node)
         self._stop_processes(node)
         r.run(["rm", "-rf", f"{d}/code", f"{d}/data", f"{d}/backing", f"{d}/lib", self.log_path(node),
-               f"{d}/stdout.log", f"{d}/lossyfs.log", f"{d}/lossyfs.status", self.pidfile(node)], check=True)
+               self.trace_path(node), f"{d}/stdout.log", f"{d}/lossyfs.log", f"{d}/lossyfs.status", self.pidfile(node)], check=True)
         r.run(["mkdir", "-p", f"{d}/code", f"{d}/data", f"{d}/backing"], check=True)
         r.put(f"{d}/clusters.tar.gz", tarball)
         r.run(["tar", "-xzf", f"{d}/clusters.tar.gz", "-C", f"{d}/code"], check=True)

@@ -31,8 +31,9 @@ from typing import Any
 from checkers.core import UNKNOWN, run_checkers
 from checkers.coverage import SAME_HOST_CLUSTERS, MetadataObservations, log_events, reached_states, read_jsonl
 from checkers.evidence import FaultEvidenceChecker, decide
-from clusters.base import ClusterError, ClusterSpec
+from clusters.base import ClusterError, ClusterSpec, ProtocolTrace
 from clusters.replica_dumps import load_replicas
+from clusters.trace_files import load_traces
 from clusters.waiting import WaitTimeout, wait_until
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
@@ -291,8 +292,10 @@ class Run:
         writer = HistoryWriter(run_dir / "history.jsonl")
         self.ledger.clock = writer.now
         cluster = make_cluster(spec, run_dir)
-        # What the checkers need to know of the cluster: which nodes, and whether they give state dumps.
-        test.update(nodes=cluster.nodes(), state_dumps=can(cluster, StateDumps))
+        # What the checkers need to know of the cluster: which nodes, whether they give state dumps and
+        # whether they write the protocol trace.
+        test.update(nodes=cluster.nodes(), state_dumps=can(cluster, StateDumps),
+                    protocol_trace=can(cluster, ProtocolTrace))
         faults = FaultActions(cluster, self.ledger, spec.workload_opts()["topic"])
         self.log(f"run {run_dir} · cluster {cluster.name} · workload {spec.workload} · nemesis "
                  f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
@@ -509,9 +512,13 @@ def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, A
 
 def run_data(test: dict) -> dict[str, Any]:
     """The run's recorded inputs besides its history, for the checkers (checkers/core.py CheckContext.data):
-    "replicas", the replicas' normalised state (clusters/replica_dumps.py; None when the run dir is not known)."""
+    "replicas", the replicas' normalised state (clusters/replica_dumps.py); "trace", the nodes' protocol traces
+    (clusters/trace_files.py); each None when the run dir is not known."""
     run_dir = test.get("run_dir")
-    return {"replicas": load_replicas(Path(run_dir), test.get("nodes")) if run_dir else None}
+    if not run_dir:
+        return {"replicas": None, "trace": None}
+    return {"replicas": load_replicas(Path(run_dir), test.get("nodes")),
+            "trace": load_traces(Path(run_dir), test.get("nodes")) if test.get("protocol_trace") else None}
 
 
 def read_run_history(run_dir: Path) -> tuple[list[Op], list[str]]:

@@ -176,6 +176,11 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                              "process": o.get("process"), "type": o.get("type"), "f": o.get("f"),
                              "value": json.dumps(o.get("value"), default=str)[:300],
                              "fault": fault_at(windows, o.get("time", 0) / 1e9)} for o in ops],
+                    # Trace lines that prove a protocol-rule violation (checkers/trace.py).
+                    "trace": [{"node": t.get("node"), "line": t.get("line"), "event": t.get("event"),
+                               "facts": json.dumps({k: v for k, v in t.items() if k not in ("node", "line", "event")},
+                                                   default=str)[:400]}
+                              for t in ex.get("trace") or [] if isinstance(t, dict)],
                     "raw": json.dumps(ex, default=str, indent=1)[:4000],
                 })
             sections.append({"checker": cname, "name": a.get("name"), "count": a.get("count"),

@@ -263,6 +263,7 @@ class QueueWorkload:
         from checkers.log_order import LogOrderChecker
         from checkers.queue import QueueChecker
         from checkers.replicas import ReplicaStateChecker
+        from checkers.trace import TraceChecker
 
         # Progress first: a run that did nothing on a partition proved nothing there (checkers/evidence.py).
         checkers = [ProgressChecker(self.partitions), QueueChecker(), LogOrderChecker()]
@@ -273,4 +274,6 @@ class QueueWorkload:
         # The replicas' own states (replicas.json, handed in by the runner), after the queue checker: the
         # losses beyond the fault budget it counts must each have been reported by the cluster.
         checkers.append(ReplicaStateChecker())
+        # Every protocol decision the nodes traced (checkers/trace.py; not applicable where none is written).
+        checkers.append(TraceChecker())
         return checkers

@@ -27,6 +27,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advertise", default=None, help="HOST:PORT given to others (default: --listen)")
     p.add_argument("--data-dir", required=True)
     p.add_argument("--log-file", default=None, help="JSON state-change log (default: stderr)")
+    p.add_argument("--trace-file", default=None,
+                   help="the protocol trace, JSON lines (clusters/broker/trace.py; default: trace.jsonl beside "
+                        "--log-file, none without it)")
     _add_secret(p)
     # The listener's caps (listener.py, docs/SAFETY.md), named after Kafka's settings.
     p.add_argument("--socket-request-max-bytes", type=int, default=_LIMITS.request_max_bytes,

@@ -209,6 +209,7 @@ class Controller:
             if len(new.isr) < self._min_isr(p) and bid not in new.last_known_elr:
                 new.last_known_elr = [r for r in p.replicas if r in set(p.last_known_elr) | {bid}]
             if p.leader == bid:
+                self._elected(p, NO_LEADER, p.leader_epoch + 1, "none", exclude=bid)
                 new.leader, new.leader_epoch = NO_LEADER, p.leader_epoch + 1
             new.partition_epoch += 1
             self._write_partition(p, new, f"broker {bid} restarted uncleanly (unclean exclusion)")
@@ -322,9 +323,19 @@ class Controller:
                     return r, "unclean"
         return NO_LEADER, "none"
 
+    def _elected(self, before: PartitionState, leader: int, leader_epoch: int, how: str,
+                 exclude: int | None = None) -> None:
+        """The trace's election record: who was chosen, how, and the sets it was chosen from (trace.py)."""
+        self._event("leader_elected", topic=before.topic, partition=before.partition, leader=leader,
+                    leader_epoch=leader_epoch, how=how, unclean=how == "unclean" or how.startswith("recovery"),
+                    isr=list(before.isr), elr=list(before.elr), last_known_elr=list(before.last_known_elr),
+                    replicas=list(before.replicas),
+                    candidates=[r for r in before.replicas if r != exclude and self._eligible(r)])
+
     def _elect_into(self, new: PartitionState, exclude: int | None = None) -> None:
         """Set a new leader on `new` (a copy being written) and bump its leader epoch."""
         leader, how = self._choose_leader(new, exclude)
+        self._elected(new, leader, new.leader_epoch + 1, how, exclude)
         new.leader = leader
         new.leader_epoch += 1
         if how == "elr":  # case B: the elected ELR member moves to the ISR
@@ -441,6 +452,7 @@ class Controller:
         new = copy.deepcopy(p)
         new.leader_epoch += 1
         new.partition_epoch += 1
+        self._elected(p, leader, new.leader_epoch, f"recovery:{strategy}")
         self._record_unclean_leader(new, leader, strategy, candidates)
         self._write_partition(p, new, f"unclean recovery ({strategy})")
 
@@ -609,6 +621,7 @@ class Controller:
         if new.leader in leaving or new.leader == NO_LEADER:
             self._elect_into(new)  # bumps the leader epoch
         else:
+            self._elected(new, new.leader, new.leader_epoch + 1, "reassignment")
             new.leader_epoch += 1
         new.partition_epoch += 1
 
@@ -645,6 +658,7 @@ class Controller:
                            message=f"preferred replica {p.replicas[0]} is not a live ISR member (ISR {p.isr})")
             else:
                 new = copy.deepcopy(p)
+                self._elected(p, p.replicas[0], p.leader_epoch + 1, "preferred")
                 new.leader = p.replicas[0]
                 new.leader_epoch += 1
                 new.partition_epoch += 1

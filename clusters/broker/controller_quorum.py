@@ -48,7 +48,13 @@ from typing import Any
 
 from clusters.broker import rpc
 from clusters.broker.controller import Controller
-from clusters.broker.controller_server import ControllerServer, JsonLog, controller_config, now_ms
+from clusters.broker.controller_server import (
+    ControllerServer,
+    JsonLog,
+    controller_config,
+    controller_events,
+    now_ms,
+)
 from clusters.broker.listener import Limits, serve
 from clusters.broker.metadata import MetadataImage
 from clusters.broker.raft import (
@@ -123,6 +129,7 @@ class QuorumControllerServer(ControllerServer):
             raise ValueError(f"--node-id {self.node_id} is not in --quorum {args.quorum}")
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, args.node_id, "controller")
+        self.events = controller_events(args, self.log)
         self.config = controller_config(args)
         raft_config = RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.voters)),
                                  heartbeat_interval=HEARTBEAT_MS, election_timeout_min=ELECTION_TIMEOUT_MS[0],
@@ -210,7 +217,7 @@ class QuorumControllerServer(ControllerServer):
     def check_leadership(self) -> None:
         leads = self.raft.role == LEADER
         if self.controller is not None and (not leads or self.raft.current_term != self.active_term):
-            self.log({"event": "controller_deactivated", "term": self.raft.current_term,
+            self.events({"event": "controller_deactivated", "term": self.raft.current_term,
                       "leader": self.raft.leader_id})
             self.controller = None
             for _, fut in self._waiters:
@@ -227,10 +234,10 @@ class QuorumControllerServer(ControllerServer):
         if self.raft.commit_index >= self._noop[1]:
             # Everything earlier terms left is committed and applied: take over from there.
             # Volatile state (sessions, recoveries) starts afresh, as after a restart.
-            self.controller = Controller(self.config, copy.deepcopy(self.image), log=self.log)
+            self.controller = Controller(self.config, copy.deepcopy(self.image), log=self.events)
             self.controller.start(now_ms())
             self.active_term = self.raft.current_term
-            self.log({"event": "controller_activated", "term": self.active_term,
+            self.events({"event": "controller_activated", "term": self.active_term,
                       "metadata_end_offset": self.end_offset})
 
     async def peer_sender(self, peer: int) -> None:
@@ -295,6 +302,7 @@ class QuorumControllerServer(ControllerServer):
                 self.controller.tick(now)
                 self.persist()
                 self.send_log_info_requests()
+            self.events.flush()
             await asyncio.sleep(RAFT_TICK_S)
 
     async def fetch_metadata(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from clusters.broker import rpc
 from clusters.broker.controller import Controller, ControllerConfig
 from clusters.broker.listener import Limits, Listener, start_serving
 from clusters.broker.metadata import MetadataImage, MetadataLogFile
+from clusters.broker.trace import EventSink, default_trace_path, open_sink
 
 TICK_S = 0.1
 
@@ -45,6 +46,12 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def controller_events(args: Any, log: JsonLog) -> EventSink:
+    """The controller's event sink: its state-change log and its protocol trace (trace.py)."""
+    return open_sink(log, getattr(args, "trace_file", None) or default_trace_path(args.log_file), args.node_id,
+                     "controller", variants=sorted(getattr(args, "variant", []) or []))
+
+
 def controller_config(args: Any) -> ControllerConfig:
     """The controller's settings from its command line (__main__.py), for the single controller and the quorum."""
     return ControllerConfig(
@@ -65,12 +72,13 @@ class ControllerServer:
         self.limits = Limits.from_args(args)
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, args.node_id, "controller")
+        self.events = controller_events(args, self.log)
         self.metadata = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
         image = MetadataImage()
         for offset, record in enumerate(self.metadata.records):
             image.apply(offset, record)
         config = controller_config(args)
-        self.controller = Controller(config, image, log=self.log)
+        self.controller = Controller(config, image, log=self.events)
         self.controller.start(now_ms())
         self._new_records = asyncio.Event()
         self._log_info_in_flight: set[tuple[tuple[str, int], int]] = set()
@@ -92,6 +100,7 @@ class ControllerServer:
             self.controller.tick(now_ms())
             self.persist()
             self.send_log_info_requests()
+            self.events.flush()
             await asyncio.sleep(TICK_S)
 
     def send_log_info_requests(self) -> None:
@@ -162,6 +171,7 @@ class ControllerServer:
         self.persist()
         self.close_storage()
         self.log({"event": "controller_stopped"})
+        self.events.flush()
         return 0
 
     def background(self) -> list[Coroutine[Any, Any, None]]:

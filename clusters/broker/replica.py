@@ -48,6 +48,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_leo_at_last_fetch: int = 0
+    fetch_epoch: int = -1         # the leader epoch its last fetch was recorded in (the trace's fact)
 
 
 class Replica:
@@ -89,6 +90,20 @@ class Replica:
     def _event(self, event: str, **fields: Any) -> None:
         self._event_log({"event": event, "topic": self.topic, "partition": self.partition,
                          "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch, **fields})
+
+    def epoch_cache(self) -> list[list[int]]:
+        return [[e.epoch, e.start_offset] for e in self.log.epoch_cache.entries]
+
+    def _member_facts(self, members: list[int]) -> dict[str, dict[str, int]]:
+        """What the leader knew of each member when it decided (clusters/broker/trace.py)."""
+        out = {}
+        for r in members:
+            if r == self.node_id:
+                out[str(r)] = {"leo": self.leo, "fetch_epoch": self.leader_epoch}
+            else:
+                f = self.followers.get(r, FollowerState())
+                out[str(r)] = {"leo": f.leo, "fetch_epoch": f.fetch_epoch}
+        return out
 
     # --- metadata: role transitions (002 2.10) -------------------------------------------
     def apply_partition_state(self, p: PartitionState, now_ms: int) -> str | None:
@@ -144,15 +159,18 @@ class Replica:
         self.producers = ProducerStateTable.from_headers(self.log.batch_headers())
         self._first_transition = False
         self._event("become_leader", **{"from": f"{old_role}@{old_epoch}", "to": f"leader@{self.leader_epoch}"},
-                    isr=self.isr, leso=self.leso, hwm=self.hwm)
+                    isr=self.isr, replicas=self.replicas, leso=self.leso, leo=self.leo, hwm=self.hwm,
+                    min_isr=self.min_isr, epoch_cache=self.epoch_cache())
 
     def _become_follower(self, p: PartitionState) -> None:
         old_role, old_epoch = self.role, self.leader_epoch
         if self._first_transition and "truncate-to-hw" in self.config.variants:
             # The pre-KIP-101 flaw (004, scenario 1): a restarted follower truncates to its
             # checkpointed HW instead of asking the leader where the logs diverge.
+            before = self.leo
             cut = self.log.truncate_to(self.hwm)
-            self._event("truncate_to_hw_variant", truncated_to=cut)
+            self._event("truncate_to_hw_variant", truncated_to=cut, reason="truncate-to-hw variant: restart",
+                        hwm=self.hwm, epoch_cache=self.epoch_cache(), **{"from": before, "to": cut})
         self._first_transition = False
         self.role = FOLLOWER if p.leader != NO_LEADER else NONE_ROLE
         self.leader = p.leader
@@ -163,7 +181,8 @@ class Replica:
         self.followers = {}
         self._epoch_validated = False
         self._event("become_follower", **{"from": f"{old_role}@{old_epoch}",
-                                         "to": f"{self.role}@{self.leader_epoch}"}, leader=self.leader)
+                                         "to": f"{self.role}@{self.leader_epoch}"}, leader=self.leader,
+                    leo=self.leo, hwm=self.hwm, epoch_cache=self.epoch_cache())
 
     # --- leader: produce (002 2.5, 2.6) ----------------------------------------------------
     def check_produce(self, acks: int) -> int:
@@ -198,6 +217,8 @@ class Replica:
                    for r in self.maximal_isr]
         new = min(reached) if reached else self.leo
         if new > self.hwm:
+            self._event("hwm_advanced", **{"from": self.hwm, "to": new}, isr=self.isr, maximal_isr=self.maximal_isr,
+                        min_isr=self.min_isr, members=self._member_facts(self.maximal_isr))
             self.hwm = new
             return True
         return False
@@ -239,6 +260,7 @@ class Replica:
         f.leo = fetch_offset
         f.broker_epoch = int(req["broker_epoch"])
         f.fetched_this_epoch = True
+        f.fetch_epoch = self.leader_epoch
         f.last_fetch_ms = now_ms
         f.leader_leo_at_last_fetch = self.leo
         self.maybe_advance_hwm()
@@ -276,7 +298,14 @@ class Replica:
             return None
         self.alter_in_flight = proposed
         self.maximal_isr = _union(self.isr, proposed, self.replicas)  # 002 2.9.2: before the reply
-        self._event("alter_partition_sent", **{"from": self.isr, "to": proposed})
+        added = {str(r): {"leo": self.followers[r].leo, "fetch_epoch": self.followers[r].fetch_epoch,
+                          "broker_epoch": self.followers[r].broker_epoch} for r in proposed if r not in self.isr}
+        removed = {str(r): {"leo": self.followers.get(r, FollowerState()).leo,
+                            "lag_ms": now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms,
+                            "reason": "not caught up within replica.lag.time.max.ms"}
+                   for r in self.isr if r not in proposed}
+        self._event("alter_partition_sent", **{"from": self.isr, "to": proposed}, hwm=self.hwm, leso=self.leso,
+                    added=added, removed=removed)
         return {"topic": self.topic, "partition": self.partition, "leader_epoch": self.leader_epoch,
                 "partition_epoch": self.partition_epoch,
                 "new_isr": [{"broker_id": r, "broker_epoch": -1 if r in self.isr or r == self.node_id
@@ -333,10 +362,13 @@ class Replica:
         if err == rpc.OFFSET_OUT_OF_RANGE and "truncate-to-hw" in self.config.variants and "log_end_offset" in resp:
             # Pre-KIP-101 handleOffsetOutOfRange: a follower ahead of its leader cuts back to the
             # leader's LEO, whatever its records there were.
-            before = self.leo
+            before, hwm_before = self.leo, self.hwm
             self.log.truncate_to(int(resp["log_end_offset"]))
             self.hwm = min(self.hwm, self.leo)
-            self._event("truncated_to_leader_leo_variant", **{"from": before, "to": self.leo})
+            self._event("truncated_to_leader_leo_variant", **{"from": before, "to": self.leo}, hwm=self.hwm,
+                        hwm_before=hwm_before,
+                        reason="truncate-to-hw variant: the leader's LEO is below ours",
+                        epoch_cache=self.epoch_cache())
             return rpc.NONE
         if err != rpc.NONE:
             return err
@@ -345,10 +377,12 @@ class Replica:
             # Truncate first; apply no HWM from this reply (KAFKA-14704).
             target = follower_truncation_offset(self.log.epoch_cache, self.leo, int(div["epoch"]),
                                                 int(div["end_offset"]))
-            before = self.leo
+            before, hwm_before = self.leo, self.hwm
             self.log.truncate_to(target)
             self.hwm = min(self.hwm, self.leo)
-            self._event("truncated_on_divergence", diverging_epoch=div, **{"from": before, "to": self.leo})
+            self._event("truncated_on_divergence", diverging_epoch=div, **{"from": before, "to": self.leo},
+                        hwm=self.hwm, hwm_before=hwm_before, reason="the leader answered a diverging epoch",
+                        epoch_cache=self.epoch_cache())
             return rpc.NONE
         if req["last_fetched_epoch"] >= 0 and req["sent_in_epoch"] == self.leader_epoch:
             self._epoch_validated = True  # the leader found no divergence (only the variant reads this)
@@ -356,7 +390,11 @@ class Replica:
         if raw:
             raw = _from_offset(raw, self.leo)
             if raw:
+                last_epoch = self.log.last_epoch
                 self.log.append_as_follower(raw)
+                if self.log.last_epoch != last_epoch:
+                    # Once per leader epoch the follower copies: where its cache starts that epoch (log matching).
+                    self._event("follower_epoch_appended", leo=self.leo, epoch_cache=self.epoch_cache())
         # 002 2.7: a follower's HWM is the leader's, bounded by its own LEO (it can go down).
         self.hwm = min(int(resp["high_watermark"]), self.leo)
         return rpc.NONE

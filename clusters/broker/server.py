@@ -22,9 +22,16 @@ from typing import Any
 from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
 from clusters.broker.listener import Limits, Listener, serve, start_serving
-from clusters.broker.log import BatchHeader, LogManager, NonContiguousAppendError, parse_flush_policy
+from clusters.broker.log import (
+    BatchHeader,
+    LogManager,
+    NonContiguousAppendError,
+    iter_batch_headers,
+    parse_flush_policy,
+)
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
+from clusters.broker.trace import default_trace_path, open_sink
 
 HOUSEKEEPING_S = 0.1
 MAX_FETCH_BYTES = 4 * 1024 * 1024
@@ -97,10 +104,10 @@ def controller_addresses(spec: str) -> list[tuple[str, int]]:
 
 
 class PendingProduce:
-    __slots__ = ("last_offset", "future")
+    __slots__ = ("first_offset", "last_offset", "future")
 
-    def __init__(self, last_offset: int, future: asyncio.Future):
-        self.last_offset, self.future = last_offset, future
+    def __init__(self, first_offset: int, last_offset: int, future: asyncio.Future):
+        self.first_offset, self.last_offset, self.future = first_offset, last_offset, future
 
 
 class Broker:
@@ -113,6 +120,9 @@ class Broker:
         self.variants = frozenset(args.variant)
         os.makedirs(args.data_dir, exist_ok=True)
         self.log = JsonLog(args.log_file, self.node_id, "broker")
+        # The state machines' events: the state-change log and the protocol trace (trace.py).
+        self.events = open_sink(self.log, getattr(args, "trace_file", None) or default_trace_path(args.log_file),
+                                self.node_id, "broker", variants=sorted(self.variants))
         self.recovery_cuts: list[dict[str, Any]] = []  # what start-up recovery cut (_log_event)
         self.logs = LogManager(os.path.join(args.data_dir, "logs"), parse_flush_policy(args.flush_policy),
                                args.segment_bytes, logger=self._log_event)
@@ -154,7 +164,7 @@ class Broker:
     def _log_event(self, event: dict[str, Any]) -> None:
         if event.get("event") == "log-recovery-truncated":
             self.recovery_cuts.append(event)
-        self.log(event)
+        self.events(event)
 
     # --- change notification (long polls) --------------------------------------------------
     def change_event(self, topic: str, partition: int) -> asyncio.Event:
@@ -218,9 +228,10 @@ class Broker:
 
     async def _await_commit(self, r: Replica, first: int, last: int, acks: int, timeout_s: float) -> tuple[int, int, int]:
         if acks != -1 or r.hwm > last:
+            self._trace_ack(r, first, last, acks)
             return rpc.NONE, first, r.log.log_start_offset
         fut = asyncio.get_running_loop().create_future()
-        self.purgatory.setdefault(r.key, deque()).append(PendingProduce(last, fut))
+        self.purgatory.setdefault(r.key, deque()).append(PendingProduce(first, last, fut))
         try:
             err = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
@@ -232,7 +243,13 @@ class Broker:
         while q and q[0].last_offset < r.hwm:
             p = q.popleft()
             if not p.future.done():
+                self._trace_ack(r, p.first_offset, p.last_offset, -1)
                 p.future.set_result(rpc.NONE)
+
+    def _trace_ack(self, r: Replica, first: int, last: int, acks: int) -> None:
+        self.events({"event": "produce_acked", "topic": r.topic, "partition": r.partition,
+                     "leader_epoch": r.leader_epoch, "first": first, "last": last, "acks": acks, "hwm": r.hwm,
+                     "isr_size": len(r.isr), "min_isr": r.min_isr})
 
     def _fail_produces(self, key: tuple[str, int], error: int) -> None:
         q = self.purgatory.pop(key, None)
@@ -267,8 +284,20 @@ class Broker:
             out["error"] = rpc.OFFSET_OUT_OF_RANGE
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
-            out["records"] = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
+            out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
+            if raw:
+                self._trace_consumer_fetch(r, offset, raw)
         return out
+
+    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes) -> None:
+        first = last = -1
+        for _, h in iter_batch_headers(raw, check_crc=False):
+            if first < 0:
+                first = h.base_offset
+            last = h.last_offset
+        self.events({"event": "consumer_fetch", "topic": r.topic, "partition": r.partition,
+                     "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
+                     "bound": "hwm", "hwm": r.hwm})
 
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int) -> tuple[int, int, int]:
         r = self.replicas.get((topic, partition))
@@ -319,8 +348,8 @@ class Broker:
                 resp = await self.controller.call("broker_registration", body, timeout=2.0)
                 if resp.get("error") == rpc.NONE:
                     self.broker_epoch = int(resp["broker_epoch"])
-                    self.log({"event": "registered", "broker_epoch": self.broker_epoch,
-                              "previous_broker_epoch": self.previous_broker_epoch})
+                    self.events({"event": "registered", "broker_epoch": self.broker_epoch,
+                                 "previous_broker_epoch": self.previous_broker_epoch})
                     return
                 self.log({"event": "registration_refused", "error": resp.get("error"), "message": resp.get("message")})
             except rpc.RpcError as e:
@@ -342,8 +371,8 @@ class Broker:
                     await self.register()
                 elif err == rpc.NONE:
                     if self.fenced != resp["is_fenced"]:
-                        self.log({"event": "fenced" if resp["is_fenced"] else "unfenced",
-                                  "broker_epoch": self.broker_epoch})
+                        self.events({"event": "fenced" if resp["is_fenced"] else "unfenced",
+                                     "broker_epoch": self.broker_epoch})
                     self.fenced = resp["is_fenced"]
                     if resp.get("should_shutdown"):
                         self.should_shutdown.set()
@@ -413,7 +442,7 @@ class Broker:
                 log = self.logs.get_or_create(*key)
                 r = self.replicas[key] = Replica(self.node_id, key[0], key[1], log,
                                                  self.checkpointed_hwm.get(key, 0), min_isr,
-                                                 self.replica_config, event_log=self.log)
+                                                 self.replica_config, event_log=self.events)
             r.min_isr = min_isr
             old_role, old_epoch = r.role, r.leader_epoch
             r.apply_partition_state(p, now)
@@ -547,6 +576,7 @@ class Broker:
                     if r.maybe_advance_hwm():
                         self._hwm_may_have_moved(r)
             self.logs.maybe_flush_all(now_ms())
+            self.events.flush()
             if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
                 last_checkpoint = time.monotonic()
                 self.write_hwm_checkpoint()
@@ -617,6 +647,7 @@ class Broker:
         self.logs.close_all()
         self.metadata_file.close()
         self.log({"event": "controlled_shutdown_done", "broker_epoch": self.broker_epoch})
+        self.events.flush()
 
 
 def run_broker(args: Any) -> int:

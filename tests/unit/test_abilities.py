@@ -37,7 +37,7 @@ from tests.unit.test_external_cluster_file import GOOD
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = {ab.Pausable, ab.HasRemotes, ab.NetDevice, ab.IsolatedNodes, ab.ClockControl, ab.SegmentFiles, ab.ControllerAdmin, ab.StateDumps,
-             ab.PageCacheDrop}
+             ab.PageCacheDrop, ab.ProtocolTrace}
 DECLARED = {
     "local": REFERENCE,
     "local-netns": REFERENCE | {ab.LossyDisk},

@@ -227,3 +227,18 @@ def test_the_report_takes_the_history_the_runner_already_read(tmp_path):
     html = render_report(run, history).read_text()
     assert f"{len(history)} history events over 7.1 s" in html
     assert "partition 0 final HWM" in html  # the final read, as the queue workload's values read
+
+
+def test_a_trace_violation_is_shown_with_the_trace_lines_that_prove_it(tmp_path):
+    run = _make_run(tmp_path)
+    results = json.loads((run / "results.json").read_text())
+    results["checkers"]["trace"] = {"checker": "trace", "valid": False, "anomaly_types": ["ack-above-hwm"], "stats": {},
+                                    "anomalies": [{"name": "ack-above-hwm", "count": 1, "explanation": "acked early",
+                                                   "examples": [{"summary": "broker-2 acked 5..6 with the HWM at 5",
+                                                                 "trace": [{"node": "broker-2", "line": 4242,
+                                                                            "event": "produce_acked", "hwm": 5,
+                                                                            "last": 6}]}]}]}
+    (run / "results.json").write_text(json.dumps(results))
+    html = render_report(run).read_text()
+    section = html[html.index("ack-above-hwm"):]
+    assert "broker-2 acked 5..6" in section and "<td>broker-2</td><td>4242</td><td>produce_acked</td>" in section

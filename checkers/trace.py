@@ -1,0 +1,371 @@
+"""The protocol's rules checked from the inside: every decision in the nodes' protocol traces.
+
+Client histories see only what leaders serve; a broken rule in the HWM or ISR logic can leave them
+clean for minutes, because the window in which it loses data is narrow. Our broker writes every
+protocol decision with the facts it was made on (clusters/broker/trace.py has the format), and this
+checker judges each decision against the rule it must follow, as far as the trace shows (a SIGKILL
+loses the last 100 ms of a node's trace; a rule whose facts are missing is not judged):
+
+- hwm-past-member-leo: an HWM advance passes the LEO of a Maximal ISR member, or counts a follower's
+  fetch recorded in another leader epoch (002 2.7; PROTOCOL.md 3 "Advance rule (KIP-966)", 1:
+  follower state is reset on every epoch change).
+- hwm-advanced-below-min-isr: an HWM advance while the committed ISR is below min ISR (KIP-966;
+  PROTOCOL.md 3, 9.10).
+- isr-expansion-ineligible: a follower proposed for the ISR that did not fetch in the current leader
+  epoch, or whose LEO had not reached the HWM and the LESO (002 2.9; PROTOCOL.md 4 "Expand", 9.8).
+- ack-above-hwm: an acks=all write acknowledged before the HWM passed its last offset (002 2.5;
+  PROTOCOL.md 3 "acks=all").
+- ack-below-min-isr: an acks=all write acknowledged while the ISR was below min ISR (002 2.6).
+- read-above-hwm: a consumer served an offset at or above the HWM (002 2.7; the LSO equals the HWM:
+  there are no transactions).
+- leader-not-from-isr: a clean election chose a leader outside the ISR and the ELR, or not eligible
+  (002 2.8; 001 5.2; PROTOCOL.md 4 "Election"); an unclean choice must be flagged as such (004, 001
+  5.3.2), and those are listed in the stats, not counted.
+- leader-incomplete: a replica became leader of a clean epoch with a log end offset below an HWM a
+  leader of an earlier epoch had reached (TLA+ LeaderCompleteness, PROTOCOL.md 8; the True HWM is
+  counted from the last unclean election on, which may lose it by design).
+- truncated-below-hwm: a replica truncated its log below its own HWM, removing committed records, with no
+  unclean election of the partition before it (PROTOCOL.md 2 and 3: a replica's HWM is committed; 004
+  and KIP-101: truncation only of an uncommitted divergent suffix).
+- log-matching: two replicas' epoch caches give one leader epoch different start offsets (TLA+
+  LogMatching, PROTOCOL.md 8: records of one epoch are written by its one leader, so equal
+  (offset, epoch) means the same batch).
+- epoch-reuse: two brokers became leader of one partition in the same leader epoch; an active
+  controller's elections of a partition did not strictly increase its leader epoch; a broker epoch
+  was given twice or did not increase (PROTOCOL.md 1 "Epochs", 8 "Epochs").
+
+Each anomaly's examples carry the trace lines that prove it: node, line number, event and facts.
+
+Inputs (issue 22): a run of our broker (test.json's `protocol_trace`) must have every node's trace; a
+node whose trace is missing or unreadable makes the verdict unknown with one sentence (a violation
+found in the traces that were read still makes it false). A cluster that writes no trace (one we did
+not build) is not applicable: valid, with a note in stats. Pure: `check_traces` takes the parsed lines
+(clusters/trace_files.py reads them into CheckContext.data["trace"]).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result
+from checkers.reasons import say
+from history import Op
+
+TRACE = "trace"  # the checker's name, and its input's name in CheckContext.data
+NO_LEADER = -1
+NOT_APPLICABLE = ("the cluster writes no protocol trace (a Kafka-protocol system we did not build), so the "
+                  "protocol's rules are not checked from the inside on this run")
+TRUNCATIONS = ("truncated_on_divergence", "truncate_to_hw_variant", "truncated_to_leader_leo_variant")
+EPOCH_CACHE_EVENTS = ("become_leader", "become_follower", "follower_epoch_appended") + TRUNCATIONS
+
+RULES: dict[str, str] = {
+    "hwm-past-member-leo": "the HWM advanced past a Maximal ISR member's LEO, or on a fetch from another leader "
+                           "epoch (002 2.7; PROTOCOL.md 3, advance rule of KIP-966)",
+    "hwm-advanced-below-min-isr": "the HWM advanced while the committed ISR was below min ISR (KIP-966; PROTOCOL.md "
+                                  "3, 9.10)",
+    "isr-expansion-ineligible": "a follower was proposed for the ISR without a fetch in the current leader epoch "
+                                "that reached the HWM and the LESO (002 2.9; PROTOCOL.md 4 Expand, 9.8)",
+    "ack-above-hwm": "an acks=all write was acknowledged before the HWM passed it (002 2.5; PROTOCOL.md 3)",
+    "ack-below-min-isr": "an acks=all write was acknowledged with the ISR below min ISR (002 2.6; PROTOCOL.md 3)",
+    "read-above-hwm": "a consumer was served records at or above the HWM (002 2.7)",
+    "leader-not-from-isr": "a clean election chose a leader outside the ISR and ELR, or an ineligible one (002 2.8; "
+                           "001 5.2; PROTOCOL.md 4 Election)",
+    "leader-incomplete": "a leader of a clean epoch lacked offsets below an HWM an earlier leader had reached "
+                         "(TLA+ LeaderCompleteness; PROTOCOL.md 8)",
+    "truncated-below-hwm": "a replica truncated committed records below its own HWM with no unclean election "
+                           "before it (PROTOCOL.md 2, 3; 004, KIP-101)",
+    "log-matching": "two replicas' epoch caches start one leader epoch at different offsets (TLA+ LogMatching; "
+                    "PROTOCOL.md 8)",
+    "epoch-reuse": "a leader epoch or broker epoch was used twice or went backwards (PROTOCOL.md 1 and 8, Epochs)",
+}
+
+
+def _cite(node: str, e: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """One proving trace line: where it is, what it says (the facts the rule read)."""
+    out: dict[str, Any] = {"node": node, "line": e.get("line"), "event": e.get("event")}
+    for k in ("topic", "partition", "leader_epoch", *keys):
+        if k in e:
+            out[k] = e[k]
+    return out
+
+
+def _where(e: dict[str, Any]) -> str:
+    return f"{e.get('topic')}-{e.get('partition')}"
+
+
+class _Found:
+    def __init__(self) -> None:
+        self.by_rule: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+    def add(self, rule: str, summary: str, *lines: dict[str, Any]) -> None:
+        self.by_rule[rule].append({"summary": summary, "trace": list(lines)})
+
+    def anomalies(self) -> list[Anomaly]:
+        return [Anomaly(rule, len(found), found[:MAX_EXAMPLES], RULES[rule])
+                for rule, found in sorted(self.by_rule.items())]
+
+
+# --- leaders' decisions, one line at a time ------------------------------------------------------------------
+def _hwm_advance(node: str, e: dict[str, Any], found: _Found) -> None:
+    members = e.get("members") or {}
+    epoch, to = e.get("leader_epoch"), e.get("to")
+    for m in e.get("maximal_isr") or []:
+        f = members.get(str(m))
+        if f is None:
+            continue
+        if f.get("leo", -1) < to or f.get("fetch_epoch") != epoch:
+            found.add("hwm-past-member-leo",
+                      f"{node} advanced the HWM of {_where(e)} to {to} in leader epoch {epoch}, but Maximal ISR "
+                      f"member {m} had LEO {f.get('leo')} recorded in leader epoch {f.get('fetch_epoch')}",
+                      _cite(node, e, "from", "to", "maximal_isr", "members"))
+            break
+    isr, min_isr = e.get("isr"), e.get("min_isr")
+    if isinstance(isr, list) and isinstance(min_isr, int) and len(isr) < min_isr:
+        found.add("hwm-advanced-below-min-isr",
+                  f"{node} advanced the HWM of {_where(e)} to {to} with ISR {isr}, below min ISR {min_isr}",
+                  _cite(node, e, "from", "to", "isr", "min_isr"))
+
+
+def _isr_expansion(node: str, e: dict[str, Any], found: _Found) -> None:
+    hwm, leso, epoch = e.get("hwm", 0), e.get("leso", 0), e.get("leader_epoch")
+    for r, f in sorted((e.get("added") or {}).items()):
+        why = []
+        if f.get("fetch_epoch") != epoch:
+            why.append(f"its last fetch was in leader epoch {f.get('fetch_epoch')}, not {epoch}")
+        if f.get("leo", -1) < hwm:
+            why.append(f"its LEO {f.get('leo')} is below the HWM {hwm}")
+        if f.get("leo", -1) < leso:
+            why.append(f"its LEO {f.get('leo')} is below the LESO {leso}")
+        if why:
+            found.add("isr-expansion-ineligible",
+                      f"{node} proposed follower {r} for the ISR of {_where(e)}: " + "; ".join(why),
+                      _cite(node, e, "from", "to", "hwm", "leso", "added"))
+
+
+def _ack(node: str, e: dict[str, Any], found: _Found) -> None:
+    if e.get("acks") != -1:
+        return
+    if e.get("last", 0) >= e.get("hwm", 0):
+        found.add("ack-above-hwm", f"{node} acknowledged offsets {e.get('first')}..{e.get('last')} of {_where(e)} "
+                                   f"(acks=all) with the HWM at {e.get('hwm')}",
+                  _cite(node, e, "first", "last", "hwm", "acks"))
+    if e.get("isr_size", 0) < e.get("min_isr", 0):
+        found.add("ack-below-min-isr", f"{node} acknowledged offsets {e.get('first')}..{e.get('last')} of "
+                                       f"{_where(e)} (acks=all) with {e.get('isr_size')} ISR member(s), below min "
+                                       f"ISR {e.get('min_isr')}",
+                  _cite(node, e, "first", "last", "isr_size", "min_isr"))
+
+
+def _consumer_fetch(node: str, e: dict[str, Any], found: _Found) -> None:
+    if e.get("last", -1) >= e.get("hwm", 0):
+        found.add("read-above-hwm", f"{node} served a consumer offsets {e.get('first')}..{e.get('last')} of "
+                                    f"{_where(e)} with the HWM at {e.get('hwm')}",
+                  _cite(node, e, "offset", "first", "last", "hwm", "bound"))
+
+
+def _election(node: str, e: dict[str, Any], found: _Found) -> None:
+    leader, how = e.get("leader"), e.get("how")
+    if leader is None or leader == NO_LEADER or e.get("unclean"):
+        return
+    isr, elr = e.get("isr") or [], e.get("elr") or []
+    if how == "reassignment":
+        return  # the leader stays; only its epoch is bumped (PROTOCOL.md 7)
+    candidates = e.get("candidates")
+    outside = leader not in isr and (how == "preferred" or leader not in elr)
+    ineligible = isinstance(candidates, list) and leader not in candidates
+    if outside or ineligible:
+        what = "outside the ISR" + ("" if how == "preferred" else " and the ELR") if outside else "not eligible"
+        found.add("leader-not-from-isr",
+                  f"{node} elected {leader} leader of {_where(e)} in epoch {e.get('leader_epoch')} ({how}), "
+                  f"{what}: ISR {isr}, ELR {elr}, eligible {candidates}",
+                  _cite(node, e, "leader", "how", "isr", "elr", "last_known_elr", "candidates", "unclean"))
+
+
+LINE_RULES = {"hwm_advanced": _hwm_advance, "alter_partition_sent": _isr_expansion, "produce_acked": _ack,
+              "consumer_fetch": _consumer_fetch, "leader_elected": _election}
+
+
+# --- rules across lines and nodes ---------------------------------------------------------------------------
+def _leader_completeness(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> int:
+    """Every leader of a clean epoch E holds [0, the highest HWM leaders of epochs U..E-1 reached), U the last
+    unclean election before E (which may lose committed data by design). Returns how many leaders were judged."""
+    unclean: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    clean: set[tuple[Any, Any, int]] = set()
+    hwms: dict[tuple[Any, Any], list[tuple[int, int, str, dict[str, Any]]]] = defaultdict(list)
+    for node, e in lines:
+        key = (e.get("topic"), e.get("partition"))
+        ev = e.get("event")
+        if ev == "leader_elected" and e.get("leader", NO_LEADER) != NO_LEADER:
+            (unclean[key].append(e["leader_epoch"]) if e.get("unclean") else clean.add((*key, e["leader_epoch"])))
+        elif ev == "hwm_advanced" and isinstance(e.get("leader_epoch"), int):
+            hwms[key].append((e["leader_epoch"], e.get("to", 0), node, e))
+    judged = 0
+    for node, e in lines:
+        if e.get("event") != "become_leader":
+            continue
+        key, epoch = (e.get("topic"), e.get("partition")), e.get("leader_epoch")
+        if (*key, epoch) not in clean:
+            continue  # an unclean election, or one the controller's trace lost: not judged
+        since = max([u for u in unclean[key] if u <= epoch], default=-1)
+        reached = [h for h in hwms[key] if since <= h[0] < epoch]
+        judged += 1
+        if not reached:
+            continue
+        best = max(reached, key=lambda h: h[1])
+        if e.get("leso", 0) < best[1]:
+            found.add("leader-incomplete",
+                      f"{node} became leader of {_where(e)} in clean epoch {epoch} with LEO {e.get('leso')}, but "
+                      f"{best[2]} had advanced the HWM to {best[1]} in epoch {best[0]}",
+                      _cite(node, e, "leso", "hwm", "epoch_cache"), _cite(best[2], best[3], "from", "to"))
+    return judged
+
+
+def _truncations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    unclean: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for _, e in lines:
+        if e.get("event") == "leader_elected" and e.get("unclean"):
+            unclean[(e.get("topic"), e.get("partition"))].append(e.get("leader_epoch", 0))
+    for node, e in lines:
+        if e.get("event") not in TRUNCATIONS or not isinstance(e.get("hwm_before"), int):
+            continue
+        epochs = unclean[(e.get("topic"), e.get("partition"))]
+        if e.get("to", 0) < e["hwm_before"] and not any(u <= e.get("leader_epoch", 0) for u in epochs):
+            found.add("truncated-below-hwm",
+                      f"{node} truncated {_where(e)} from {e.get('from')} to {e.get('to')}, below its HWM "
+                      f"{e['hwm_before']}, in leader epoch {e.get('leader_epoch')} ({e.get('reason')})",
+                      _cite(node, e, "from", "to", "hwm_before", "reason", "diverging_epoch", "epoch_cache"))
+
+
+def _log_matching(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    starts: dict[tuple[Any, Any, int], dict[int, tuple[str, dict[str, Any]]]] = defaultdict(dict)
+    for node, e in lines:
+        if e.get("event") not in EPOCH_CACHE_EVENTS:
+            continue
+        for entry in e.get("epoch_cache") or []:
+            epoch, start = entry
+            starts[(e.get("topic"), e.get("partition"), epoch)].setdefault(start, (node, e))
+    for (topic, partition, epoch), seen in sorted(starts.items(), key=lambda kv: str(kv[0])):
+        if len(seen) > 1:
+            cites = [_cite(n, e, "epoch_cache") for _, (n, e) in sorted(seen.items())]
+            found.add("log-matching", f"leader epoch {epoch} of {topic}-{partition} starts at offsets "
+                                      f"{sorted(seen)} in different replicas' epoch caches", *cites[:4])
+
+
+def _epoch_reuse(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    leaders: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any]]] = {}
+    session: dict[str, int] = defaultdict(int)
+    elected: dict[tuple[str, int, Any, Any], tuple[int, dict[str, Any]]] = {}
+    granted: dict[int, tuple[Any, str, dict[str, Any]]] = {}
+    registered: dict[str, tuple[int, dict[str, Any]]] = {}
+    for node, e in lines:
+        ev = e.get("event")
+        if ev in ("trace_started", "controller_activated"):
+            session[node] += 1  # a controller's elections are judged within one activation
+        elif ev == "become_leader":
+            key = (e.get("topic"), e.get("partition"), e.get("leader_epoch"))
+            first = leaders.setdefault(key, (node, e))
+            if first[0] != node:
+                found.add("epoch-reuse", f"{first[0]} and {node} both became leader of {key[0]}-{key[1]} in leader "
+                                         f"epoch {key[2]}", _cite(first[0], first[1]), _cite(node, e))
+        elif ev == "leader_elected":
+            key = (node, session[node], e.get("topic"), e.get("partition"))
+            prev = elected.get(key)
+            if prev is not None and e.get("leader_epoch", 0) <= prev[0]:
+                found.add("epoch-reuse", f"{node} elected a leader of {_where(e)} in epoch {e.get('leader_epoch')} "
+                                         f"after epoch {prev[0]}", _cite(node, prev[1], "leader"),
+                          _cite(node, e, "leader"))
+            elected[key] = (e.get("leader_epoch", 0), e)
+        elif ev == "broker_registered":
+            be = e.get("broker_epoch")
+            first_grant = granted.setdefault(be, (e.get("broker"), node, e))
+            if first_grant[0] != e.get("broker"):
+                found.add("epoch-reuse", f"broker epoch {be} was given to brokers {first_grant[0]} and "
+                                         f"{e.get('broker')}", _cite(first_grant[1], first_grant[2], "broker"),
+                          _cite(node, e, "broker", "broker_epoch"))
+        elif ev == "registered":
+            prev_reg = registered.get(node)
+            be = e.get("broker_epoch", -1)
+            if prev_reg is not None and be < prev_reg[0]:
+                found.add("epoch-reuse", f"{node} registered with broker epoch {be} after {prev_reg[0]}",
+                          _cite(node, prev_reg[1], "broker_epoch"), _cite(node, e, "broker_epoch"))
+            registered[node] = (be, e)
+
+
+def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
+    """`traces`: node name -> its trace lines, in file order, each with its "line" number."""
+    found = _Found()
+    counts: dict[str, int] = defaultdict(int)
+    unclean = []
+    variants: set[str] = set()
+    for node, lines in sorted(traces.items()):
+        for e in lines:
+            ev = e.get("event")
+            counts[ev] += 1
+            rule = LINE_RULES.get(ev)
+            if rule is not None:
+                rule(node, e, found)
+            if ev == "leader_elected" and e.get("unclean"):
+                unclean.append(_cite(node, e, "leader", "how", "isr", "elr", "last_known_elr"))
+            elif ev == "trace_started":
+                variants.update(e.get("variants") or [])
+    ordered = sorted(((n, e) for n, ls in traces.items() for e in ls),
+                     key=lambda ne: (ne[1].get("mono") or 0, ne[0], ne[1].get("line") or 0))
+    judged = _leader_completeness(ordered, found)
+    _truncations(ordered, found)
+    _log_matching(ordered, found)
+    _epoch_reuse(ordered, found)
+    anomalies = found.anomalies()
+    stats: dict[str, Any] = {"nodes": len(traces), "lines": sum(len(ls) for ls in traces.values()),
+                             "events": dict(sorted(counts.items(), key=lambda kv: str(kv[0]))),
+                             "leaders_judged_complete": judged, "unclean_elections": len(unclean),
+                             "violations": sum(a.count for a in anomalies)}
+    if variants:
+        stats["variants"] = sorted(variants)
+    details = {"unclean_elections": unclean[:MAX_EXAMPLES]} if unclean else {}
+    return Result(TRACE, not anomalies, anomalies, stats, details)
+
+
+def check_trace_input(test: dict[str, Any], doc: dict[str, Any] | None) -> Result:
+    """The verdict from test.json and the loaded traces (clusters/trace_files.py; None: none was handed in)."""
+    if not test.get("protocol_trace"):
+        return Result(TRACE, True, stats={"not_applicable": NOT_APPLICABLE})
+    if doc is None:
+        why = ("the run directory is not known, so the nodes' traces cannot be read" if not test.get("run_dir")
+               else "the nodes' traces were not handed to the checker")
+        return Result(TRACE, UNKNOWN, unknown_reasons=[say("no-trace", why=why)])
+    nodes = doc.get("nodes") or {}
+    if not nodes:
+        return Result(TRACE, UNKNOWN, unknown_reasons=[
+            say("no-trace", why="no node left a trace in nodes/ and test.json names no nodes")])
+    traces, reasons, torn = {}, [], {}
+    for node, entry in sorted(nodes.items()):
+        if isinstance(entry.get("lines"), list):
+            traces[node] = entry["lines"]
+            if entry.get("torn"):
+                torn[node] = entry["torn"]
+        else:
+            reasons.append(say("trace-unreadable", node=node, where=entry.get("where"), why=entry.get("why")))
+    result = check_traces(traces)
+    result.unknown_reasons = reasons
+    if torn:
+        result.stats["torn_lines"] = torn
+    if reasons:
+        result.stats["inputs_unreadable"] = len(reasons)
+        if result.valid is True:  # a proven violation stays proven; an unread trace may hide one
+            result.valid = UNKNOWN
+    return result
+
+
+class TraceChecker:
+    """`check_traces` over the nodes' protocol traces (CheckContext.data["trace"], read by
+    clusters/trace_files.py). Not applicable where the cluster writes none."""
+
+    name = TRACE
+
+    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
+        return self.check_in(test, history, CheckContext())
+
+    def check_in(self, test: dict[str, Any], history: Sequence[Op], context: CheckContext) -> Result:
+        return check_trace_input(test, context.data.get(TRACE))

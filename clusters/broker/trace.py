@@ -1,0 +1,129 @@
+"""The protocol trace: every protocol decision a broker or controller makes, with the facts it was made on.
+
+The state machines (replica.py, controller.py) stay sans-IO: each says what it decided through its
+one `_event` callback, as it already did for the state-change log (000 point 7a). `EventSink` is that
+callback in the servers: every event goes to the state-change log (`--log-file`) except the hot-path
+ones (HOT: an HWM advance, a produce acknowledgement, a consumer fetch, one per request), and every
+event named in TRACED also goes to the trace, `TraceWriter`, a JSON-lines file beside the log
+(`--trace-file`, default `<the log's directory>/trace.jsonl`). The trace is buffered: it is flushed
+by the servers' housekeeping every 100 ms, when its buffer fills, and at shutdown, never fsynced (it
+is for the checker, not for recovery). A SIGKILL loses at most the last flush interval, and may
+leave the last line torn; readers skip a torn line (checkers/trace.py reads "as far as the trace
+shows").
+
+Format "kafkaesque-trace/1". Every line is one JSON object with
+  mono, ts       the host's monotonic clock and the node's wall clock, seconds (JsonLog's pair)
+  node, role     node id (a controller's id is 1000 + j), "broker" | "controller"
+  event          the name (below)
+  topic, partition, leader_epoch, partition_epoch   where the event is about one partition (the
+                 replica's own view of the epochs when it decided)
+
+Events and their facts (a broker's unless marked controller):
+  trace_started        the process started: pid, variants, previous_broker_epoch (broker)
+  registered           broker_epoch, previous_broker_epoch: the controller accepted this broker
+  fenced, unfenced     broker_epoch: what the heartbeat answered
+  become_leader        from, to, isr, replicas, leso (= its LEO), leo, hwm, min_isr, epoch_cache
+                       ([[epoch, start offset], ...], after KAFKA-7415's entry for the new epoch)
+  become_follower      from, to, leader, leo, hwm, epoch_cache
+  follower_epoch_appended  leo, epoch_cache: a follower appended the first records of a new leader epoch
+  hwm_advanced         from, to (the new HWM), isr, maximal_isr, min_isr, members:
+                       {id: {"leo", "fetch_epoch"}} for every Maximal ISR member (the leader's own LEO,
+                       a follower's fetch offset and the leader epoch it was recorded in, -1: none)
+  alter_partition_sent from (ISR), to (proposed), hwm, leso, added: {id: {"leo", "fetch_epoch",
+                       "broker_epoch"}}, removed: {id: {"leo", "lag_ms", "reason"}}
+  isr_committed, isr_updated        from, to: the ISR the controller's answer / metadata gave
+  alter_partition_failed            proposed, error
+  truncated_on_divergence, truncate_to_hw_variant, truncated_to_leader_leo_variant
+                       a truncation: reason (why, in words), from, to (the LEO before and after), hwm,
+                       hwm_before (the replica's HWM when it decided), epoch_cache (after), diverging_epoch
+                       (the leader's answer, on divergence)
+  log-recovery-truncated  start-up recovery cut a damaged or torn tail: partition ("topic-p"), offset
+  produce_acked        first, last (offsets), acks, hwm (at the ack), isr_size, min_isr
+  consumer_fetch       offset (asked), first, last (offsets served), bound ("hwm"; the LSO equals
+                       the HWM, there are no transactions), hwm
+  controller: broker_registered (broker, broker_epoch, clean, previous_broker_epoch),
+  broker_fenced (broker, reason), broker_unfenced (broker), partition_change (reason, from, to:
+  {leader, isr, elr, last_known_elr, leader_epoch, partition_epoch}),
+  leader_elected (leader, how: "isr" | "elr" | "unclean" | "recovery:<strategy>" | "preferred" |
+  "reassignment" | "none", unclean, isr, elr, last_known_elr, replicas: before the election;
+  candidates: the eligible brokers; leader_epoch: the new one), unclean_recovery,
+  controller_activated (a quorum member became the active controller).
+Lines other events write are kept (a reader ignores names it does not know).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+FORMAT = "kafkaesque-trace/1"
+TRACE_FILE = "trace.jsonl"
+HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch"})
+TRACED = HOT | frozenset({
+    "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
+    "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",
+    "truncated_on_divergence", "truncate_to_hw_variant", "truncated_to_leader_leo_variant", "log-recovery-truncated",
+    "broker_registered", "broker_fenced", "broker_unfenced", "partition_change", "leader_elected",
+    "unclean_recovery", "controller_activated", "controller_deactivated",
+})
+BUFFER_LINES = 512
+
+
+def default_trace_path(log_file: str | None) -> str | None:
+    """Beside the state-change log; no log file (stderr), no trace."""
+    return os.path.join(os.path.dirname(os.path.abspath(log_file)), TRACE_FILE) if log_file else None
+
+
+class TraceWriter:
+    """Buffered JSON lines; `flush` is called by the server's housekeeping and at shutdown."""
+
+    def __init__(self, path: str, node: int, role: str):
+        self.node, self.role = node, role
+        self._fh = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - open for the process's life
+        self._pending = 0
+
+    def write(self, event: dict[str, Any]) -> None:
+        line = {"mono": round(time.monotonic(), 6), "ts": round(time.time(), 6), "node": self.node,
+                "role": self.role, **event}
+        self._fh.write(json.dumps(line, default=str, separators=(",", ":")) + "\n")
+        self._pending += 1
+        if self._pending >= BUFFER_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._pending = 0
+            self._fh.flush()
+
+
+class EventSink:
+    """The state machines' one event callback: the state-change log gets every event but the hot-path
+    ones, the trace (when there is one) every event named in TRACED."""
+
+    def __init__(self, log: Callable[[dict[str, Any]], None], trace: TraceWriter | None):
+        self.log, self.trace = log, trace
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        name = event.get("event")
+        if name not in HOT:
+            self.log(event)
+        if self.trace is not None and name in TRACED:
+            self.trace.write(event)
+
+    def flush(self) -> None:
+        if self.trace is not None:
+            self.trace.flush()
+
+
+def open_sink(log: Callable[[dict[str, Any]], None], trace_file: str | None, node: int, role: str,
+              **started: Any) -> EventSink:
+    """The sink of one node: its trace opened (and its first line written and flushed) when it has one."""
+    writer = TraceWriter(trace_file, node, role) if trace_file else None
+    sink = EventSink(log, writer)
+    if writer is not None:
+        writer.write({"event": "trace_started", "format": FORMAT, "pid": os.getpid(), **started})
+        writer.flush()
+    return sink

@@ -1,0 +1,232 @@
+"""The trace checker (checkers/trace.py): per rule, a hand-written trace that breaks it is caught and a correct one
+passes; and the input rules: a missing trace is unknown, a foreign cluster not applicable."""
+
+from __future__ import annotations
+
+import json
+
+from checkers.core import UNKNOWN
+from checkers.trace import check_trace_input, check_traces
+from clusters.trace_files import load_traces
+
+T = {"topic": "queue", "partition": 0}
+
+
+def line(n: int, event: str, mono: float = 0.0, **facts) -> dict:
+    return {"line": n, "mono": mono or float(n), "event": event, **T, **facts}
+
+
+def names(traces: dict) -> list[str]:
+    result = check_traces(traces)
+    assert result.valid is (not result.anomalies)
+    return [a.name for a in result.anomalies]
+
+
+def hwm(to: int, members: dict, isr=(1, 2, 3), min_isr: int = 2, epoch: int = 1) -> dict:
+    return line(5, "hwm_advanced", leader_epoch=epoch, **{"from": 0, "to": to}, isr=list(isr),
+                maximal_isr=[int(m) for m in members], min_isr=min_isr, members=members)
+
+
+# --- HWM advance: 002 2.7, KIP-966 ------------------------------------------------------------------
+def test_hwm_at_the_smallest_member_leo_passes():
+    m = {"1": {"leo": 7, "fetch_epoch": 1}, "2": {"leo": 5, "fetch_epoch": 1}, "3": {"leo": 6, "fetch_epoch": 1}}
+    assert names({"broker-1": [hwm(5, m)]}) == []
+
+
+def test_hwm_past_a_maximal_isr_member_leo_is_caught():
+    m = {"1": {"leo": 7, "fetch_epoch": 1}, "2": {"leo": 5, "fetch_epoch": 1}, "3": {"leo": 6, "fetch_epoch": 1}}
+    result = check_traces({"broker-1": [hwm(6, m)]})
+    assert [a.name for a in result.anomalies] == ["hwm-past-member-leo"]
+    proof = result.anomalies[0].examples[0]["trace"][0]
+    assert proof["node"] == "broker-1" and proof["line"] == 5 and proof["event"] == "hwm_advanced"
+
+
+def test_hwm_on_a_fetch_from_an_earlier_leader_epoch_is_caught():
+    m = {"1": {"leo": 7, "fetch_epoch": 2}, "2": {"leo": 7, "fetch_epoch": 1}}
+    assert names({"broker-1": [hwm(7, m, isr=(1, 2), epoch=2)]}) == ["hwm-past-member-leo"]
+
+
+def test_hwm_advanced_below_min_isr_is_caught():
+    m = {"1": {"leo": 7, "fetch_epoch": 1}}
+    assert names({"broker-1": [hwm(7, m, isr=(1,), min_isr=2)]}) == ["hwm-advanced-below-min-isr"]
+    assert names({"broker-1": [hwm(7, m, isr=(1,), min_isr=1)]}) == []
+
+
+# --- ISR expansion: 002 2.9, PROTOCOL.md 4 ---------------------------------------------------------
+def expansion(added: dict, hwm_: int = 10, leso: int = 8) -> dict:
+    return line(3, "alter_partition_sent", leader_epoch=4, **{"from": [1, 2], "to": [1, 2, 3]}, hwm=hwm_, leso=leso,
+                added=added, removed={})
+
+
+def test_isr_expansion_of_a_caught_up_follower_of_this_epoch_passes():
+    assert names({"broker-1": [expansion({"3": {"leo": 10, "fetch_epoch": 4, "broker_epoch": 9}})]}) == []
+
+
+def test_isr_expansion_of_a_follower_below_the_hwm_is_caught():
+    assert names({"broker-1": [expansion({"3": {"leo": 9, "fetch_epoch": 4, "broker_epoch": 9}})]}) == \
+        ["isr-expansion-ineligible"]
+
+
+def test_isr_expansion_of_a_follower_that_fetched_in_an_earlier_epoch_is_caught():
+    assert names({"broker-1": [expansion({"3": {"leo": 12, "fetch_epoch": 3, "broker_epoch": 9}})]}) == \
+        ["isr-expansion-ineligible"]
+
+
+# --- acks=all: 002 2.5, 2.6 -------------------------------------------------------------------------------
+def ack(last: int, hwm_: int, isr_size: int = 2, acks: int = -1) -> dict:
+    return line(9, "produce_acked", leader_epoch=1, first=last - 1, last=last, acks=acks, hwm=hwm_, isr_size=isr_size,
+                min_isr=2)
+
+
+def test_ack_below_the_hwm_with_the_isr_at_min_isr_passes():
+    assert names({"broker-2": [ack(4, 5)]}) == []
+
+
+def test_ack_at_or_above_the_hwm_is_caught():
+    assert names({"broker-2": [ack(5, 5)]}) == ["ack-above-hwm"]
+
+
+def test_acks_one_is_acknowledged_before_the_hwm_by_design():
+    assert names({"broker-2": [ack(5, 5, acks=1)]}) == []
+
+
+def test_ack_with_the_isr_below_min_isr_is_caught():
+    assert names({"broker-2": [ack(4, 5, isr_size=1)]}) == ["ack-below-min-isr"]
+
+
+# --- consumer reads: 002 2.7 ------------------------------------------------------------------------------
+def test_a_consumer_served_below_the_hwm_passes_and_at_it_is_caught():
+    ok = line(1, "consumer_fetch", leader_epoch=1, offset=3, first=3, last=6, bound="hwm", hwm=7)
+    bad = line(2, "consumer_fetch", leader_epoch=1, offset=3, first=3, last=7, bound="hwm", hwm=7)
+    assert names({"broker-1": [ok]}) == []
+    assert names({"broker-1": [bad]}) == ["read-above-hwm"]
+
+
+# --- elections: 002 2.8, 001 5.2 ----------------------------------------------------------------------
+def elected(leader: int, how: str, isr, elr, unclean: bool = False, epoch: int = 2, n: int = 1) -> dict:
+    return line(n, "leader_elected", leader=leader, leader_epoch=epoch, how=how, unclean=unclean, isr=isr, elr=elr,
+                last_known_elr=[], replicas=[1, 2, 3], candidates=[1, 2, 3])
+
+
+def test_a_leader_from_the_isr_or_the_elr_passes():
+    assert names({"controller-0": [elected(2, "isr", [2, 3], []), elected(3, "elr", [], [3], epoch=3, n=2)]}) == []
+
+
+def test_a_leader_outside_isr_and_elr_without_the_unclean_flag_is_caught():
+    assert names({"controller-0": [elected(1, "isr", [2, 3], [])]}) == ["leader-not-from-isr"]
+
+
+def test_an_unclean_election_is_listed_not_counted():
+    result = check_traces({"controller-0": [elected(1, "unclean", [], [], unclean=True)]})
+    assert result.valid is True and result.stats["unclean_elections"] == 1
+
+
+# --- leader completeness (TLA+ LeaderCompleteness) ------------------------------------------------------
+def became_leader(node_line: int, epoch: int, leso: int, mono: float) -> dict:
+    return line(node_line, "become_leader", mono=mono, leader_epoch=epoch, leso=leso, leo=leso, hwm=0, isr=[2, 3],
+                epoch_cache=[[1, 0], [epoch, leso]])
+
+
+def completeness_trace(new_leader_leso: int, unclean: bool = False) -> dict:
+    advanced = hwm(10, {"1": {"leo": 10, "fetch_epoch": 1}, "2": {"leo": 10, "fetch_epoch": 1}}, isr=(1, 2))
+    return {"broker-1": [advanced],
+            "controller-0": [elected(2, "unclean" if unclean else "isr", [2, 3], [], unclean=unclean, n=8)],
+            "broker-2": [became_leader(4, 2, new_leader_leso, mono=20.0)]}
+
+
+def test_a_new_leader_holding_the_hwm_it_inherits_passes():
+    assert names(completeness_trace(10)) == []
+
+
+def test_a_new_leader_missing_committed_offsets_is_caught():
+    result = check_traces(completeness_trace(8))
+    assert [a.name for a in result.anomalies] == ["leader-incomplete"]
+    assert {t["node"] for t in result.anomalies[0].examples[0]["trace"]} == {"broker-1", "broker-2"}
+
+
+def test_an_unclean_leader_may_lack_committed_offsets():
+    assert names(completeness_trace(8, unclean=True)) == []
+
+
+# --- log matching (TLA+ LogMatching) -------------------------------------------------------------------
+def test_replicas_agreeing_on_where_each_epoch_starts_pass():
+    a = line(1, "become_follower", leader_epoch=3, epoch_cache=[[1, 0], [2, 5]])
+    b = line(1, "truncated_on_divergence", leader_epoch=3, epoch_cache=[[1, 0], [2, 5], [3, 9]])
+    assert names({"broker-1": [a], "broker-2": [b]}) == []
+
+
+def test_one_epoch_starting_at_two_offsets_is_caught():
+    a = line(1, "become_follower", leader_epoch=3, epoch_cache=[[1, 0], [2, 5]])
+    b = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[[1, 0], [2, 6], [3, 9]])
+    assert names({"broker-1": [a], "broker-2": [b]}) == ["log-matching"]
+
+
+# --- epochs (PROTOCOL.md 1, 8) -------------------------------------------------------------------------------
+def test_two_leaders_of_one_epoch_are_caught():
+    a = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[])
+    b = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[])
+    assert names({"broker-1": [a], "broker-2": [b]}) == ["epoch-reuse"]
+    assert names({"broker-1": [a, dict(b, line=2)]}) == []  # the same broker again (a restart): one leader
+
+
+def test_an_election_not_raising_the_leader_epoch_is_caught():
+    assert names({"controller-0": [elected(2, "isr", [2, 3], [], epoch=4, n=1),
+                                   elected(3, "isr", [2, 3], [], epoch=4, n=2)]}) == ["epoch-reuse"]
+    assert names({"controller-0": [elected(2, "isr", [2, 3], [], epoch=4, n=1),
+                                   elected(3, "isr", [2, 3], [], epoch=5, n=2)]}) == []
+
+
+def test_a_broker_epoch_given_twice_is_caught():
+    def reg(n, broker, epoch):
+        return {"line": n, "mono": float(n), "event": "broker_registered", "broker": broker, "broker_epoch": epoch}
+    assert names({"controller-0": [reg(1, 1, 7), reg(2, 2, 7)]}) == ["epoch-reuse"]
+    assert names({"controller-0": [reg(1, 1, 7), reg(2, 2, 8)]}) == []
+
+
+# --- inputs: issue 22 -------------------------------------------------------------------------------------------
+def test_a_foreign_cluster_is_not_applicable():
+    result = check_trace_input({"protocol_trace": False}, None)
+    assert result.valid is True and "not_applicable" in result.stats
+
+
+def test_a_node_of_our_broker_without_its_trace_makes_the_verdict_unknown(tmp_path):
+    (tmp_path / "nodes" / "broker-1").mkdir(parents=True)
+    (tmp_path / "nodes" / "broker-1" / "trace.jsonl").write_text(
+        json.dumps({"event": "trace_started", "node": 1}) + "\n" + '{"event": "hwm_adv')  # a torn last line
+    doc = load_traces(tmp_path, ["broker-1", "broker-2"])
+    result = check_trace_input({"protocol_trace": True, "run_dir": str(tmp_path)}, doc)
+    assert result.valid == UNKNOWN
+    assert len(result.unknown_reasons) == 1 and "broker-2" in result.unknown_reasons[0]
+    assert result.stats["torn_lines"] == {"broker-1": 1}
+
+
+def test_a_violation_stays_proven_beside_a_missing_trace():
+    bad = line(2, "consumer_fetch", leader_epoch=1, offset=3, first=3, last=7, bound="hwm", hwm=7)
+    doc = {"nodes": {"broker-1": {"where": "nodes/broker-1/trace.jsonl", "lines": [bad]},
+                     "broker-2": {"where": "nodes/broker-2/trace.jsonl", "why": "the file is missing"}}}
+    result = check_trace_input({"protocol_trace": True}, doc)
+    assert result.valid is False and result.unknown_reasons
+
+
+def test_our_broker_without_any_trace_handed_in_is_unknown():
+    result = check_trace_input({"protocol_trace": True, "run_dir": "/x"}, None)
+    assert result.valid == UNKNOWN and result.unknown_reasons
+
+
+# --- truncation of committed records (PROTOCOL.md 2, 3; KIP-101) ----------------------------------------
+def truncation(to: int, hwm_before: int, epoch: int = 3) -> dict:
+    return line(6, "truncated_on_divergence", leader_epoch=epoch, **{"from": 12, "to": to}, hwm=min(to, hwm_before),
+                hwm_before=hwm_before, reason="the leader answered a diverging epoch", epoch_cache=[[1, 0]])
+
+
+def test_truncating_an_uncommitted_suffix_passes():
+    assert names({"broker-3": [truncation(10, 10)]}) == []
+
+
+def test_truncating_below_the_replicas_own_hwm_is_caught():
+    assert names({"broker-3": [truncation(8, 10)]}) == ["truncated-below-hwm"]
+
+
+def test_truncating_below_the_hwm_after_an_unclean_election_is_by_design():
+    unclean = elected(1, "unclean", [], [], unclean=True, epoch=3)
+    assert names({"controller-0": [unclean], "broker-3": [truncation(8, 10)]}) == []
