@@ -572,11 +572,9 @@ def mutate(
             fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
         note_text = notes.read_text()
     command = "kafkaesque mutate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque mutate"
-    settings = (f"Plans: {', '.join(plans)}; {seeds} seed(s) from {seed}; {minutes:g} min per run; "
-                f"cluster {cluster}; acks=all, flush never, min ISR 2.")
 
     def render() -> None:
-        write_mutation_doc(store, out, command, settings, note_text)
+        write_mutation_doc(store, out, command, note_text)
 
     if render_only:
         render()

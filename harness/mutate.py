@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,12 @@ def run_mutant(m: Mutant, plan: str, seed: int, time_limit: float, store: str, c
         problems = spec.problems()
         if problems:
             raise ValueError(" ".join(problems))
+        mono_start = time.monotonic()  # places node lines (trace anomalies) in the run: results/mutation.py
         code, run_dir = run_test(spec, log=log)
         digests = node_digests(run_dir)
         doc = {"mutant": m.name, "plan": plan, "seed": seed, "time_limit": time_limit, "cluster": cluster,
                "digest": copy.digest, "files": m.files, "exit": code, "node_digests": digests,
+               "mono_start": mono_start,
                "code_verified": bool(digests) and all(d == copy.digest for d in digests.values())}
         (run_dir / RUN_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         return {**doc, "run_dir": str(run_dir)}
@@ -74,7 +77,8 @@ def measure(mutants: list[Mutant], plans: list[str], seeds: list[int], time_limi
                         continue
                     log(f"mutate: {m.name} under {plan}, seed {seed}, {time_limit:g} s")
                     doc = run_mutant(m, plan, seed, time_limit, store, cluster, log, copy=copy)
-                    found = classify(json.loads((Path(doc["run_dir"]) / "results.json").read_text()))
+                    found = classify(json.loads((Path(doc["run_dir"]) / "results.json").read_text()),
+                                     doc["mono_start"])
                     log(f"mutate: {m.name} {plan} seed {seed}: " + (", ".join(
                         f"{s} ({', '.join(a)})" for s, a in found["by"].items()) or "not caught")
                         + ("" if doc["code_verified"] else " [nodes did NOT run the mutant's code]"))

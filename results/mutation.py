@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,8 +168,35 @@ def _example_time_s(results: dict[str, Any]) -> float | None:
     return min(ts) if ts else None
 
 
-def classify(results: dict[str, Any]) -> dict[str, Any]:
-    """{"by": {source: [anomaly names]}, "first_s": {source: seconds or None}, "valid": ...}."""
+def _monos(x: Any) -> list[float]:
+    if isinstance(x, dict):
+        own = [float(x["mono"])] if isinstance(x.get("mono"), (int, float)) else []
+        return own + [t for v in x.values() for t in _monos(v)]
+    if isinstance(x, list):
+        return [t for v in x for t in _monos(v)]
+    return []
+
+
+def _mono_time_s(results: dict[str, Any], mono_start: float | None) -> float | None:
+    """For anomalies proven by node lines (the protocol trace's carry each line's `mono`, the node's
+    CLOCK_MONOTONIC, which the harness shares on the local and docker backends: one kernel): per example
+    its latest line, the earliest over the examples, as seconds after `mono_start` (the harness's
+    monotonic clock when the run started, mutant.json)."""
+    if mono_start is None:
+        return None
+    proven = []
+    for c in (results.get("checkers") or {}).values():
+        for a in c.get("anomalies", []):
+            for ex in a.get("examples", []) if isinstance(a, dict) else []:
+                ms = _monos(ex)
+                if ms:
+                    proven.append(max(ms) - mono_start)
+    return max(min(proven), 0.0) if proven else None
+
+
+def classify(results: dict[str, Any], mono_start: float | None = None) -> dict[str, Any]:
+    """{"by": {source: [anomaly names]}, "first_s": {source: seconds or None}, "valid": ...}. `mono_start`: the
+    harness's monotonic clock at the run's start, to place node lines (trace anomalies) in the run."""
     by: dict[str, set[str]] = {}
     first: dict[str, float | None] = {}
     for name, entry in (results.get("checkers") or {}).items():
@@ -178,7 +206,8 @@ def classify(results: dict[str, Any]) -> dict[str, Any]:
         src = source_of(name, entry)
         by.setdefault(src, set()).update(kinds)
         one = {"checkers": {name: entry}}
-        times = [t for t in (first_anomaly_s(one), _example_time_s(one)) if t is not None]
+        times = [t for t in (first_anomaly_s(one), _example_time_s(one), _mono_time_s(one, mono_start))
+                 if t is not None]
         if times:
             t = min(times)
             first[src] = t if first.get(src) is None else min(t, first[src])  # type: ignore[type-var]
@@ -201,6 +230,7 @@ class MutantRow:
     firsts: list[float] = field(default_factory=list)             # per caught run: first proof, any source
     unit: dict[str, Any] | None = None
     caught_runs: int = 0
+    traced: int = 0                   # runs that had a trace checker at all (checkers/trace.py)
 
 
     @property
@@ -230,7 +260,8 @@ def summarize(runs: list[dict[str, Any]], units: dict[str, dict[str, Any]] | Non
             row.unverified += 1
             continue
         row.runs += 1
-        found = classify(d["results"])
+        row.traced += any(source_of(n, c) == "trace" for n, c in (d["results"].get("checkers") or {}).items())
+        found = classify(d["results"], d.get("mono_start"))
         cell = row.by_plan.setdefault(str(d.get("plan")), [0, 0])
         cell[1] += 1
         if d["results"].get("valid") == "unknown" and not found["by"]:
@@ -274,21 +305,22 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         "(results/mutants.py: the edit, the rule and its citation). A run gets a temporary copy of the code "
         "with the mutant applied; it counts only if every node logged the copy's code digest at start-up. "
         "`history` is the client history's checkers, `state` the end-of-run state dumps (`replicas`), "
-        "`trace` the protocol trace checker (checkers/trace.py; none of these runs had it if the column is "
-        "empty). `first proof` is the median over the caught runs of the seconds from the run's start to "
+        "`trace` the protocol trace checker (checkers/trace.py). `first proof` is the median over the caught runs of the seconds from the run's start to "
         "the first op (or trace line) that proved an anomaly; `-` where only the end-of-run dumps or the "
         "final read prove it.", "",
         "## Summary", "",
         f"- Mutants measured: {len(measured)} of {len(rows)} in the catalogue.",
         f"- Caught (any source, in at least one run): {_pct(len(caught), len(measured))}.",
         f"- Caught by the client histories alone: {_pct(len(by_history), len(measured))}.",
-        f"- Caught by the trace checker: {_pct(len(by_trace), len(measured))}.",
+        f"- Caught by the trace checker: {_pct(len(by_trace), len(measured))}"
+        + ("." if any(r.traced for r in measured) else " (no run had a trace checker: checkers/trace.py was not "
+                                                        "in the code these runs were made with)."),
         f"- Caught only by the end-of-run state dumps: {len(by_state_only)}.",
     ]
     units = [r for r in rows if r.unit is not None]
     if units:
         killed = [r for r in units if r.unit["killed"]]
-        lines.append(f"- Killed by the broker's unit tests (`--unit-tests`): {len(killed)} of {len(units)} run "
+        lines.append(f"- Killed by the broker's unit tests (`--unit-tests`): {len(killed)} of {len(units)} tried "
                      "(a mutant they kill is still kept: the question here is what a fault-injection run finds).")
     lines += ["", "## Per mutant", "",
               "| mutant | file | verdict | " + " | ".join(f"`{p}` caught/runs" for p in plans)
@@ -318,12 +350,28 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
     return "\n".join(lines) + "\n"
 
 
-def write_mutation_doc(store: str | Path, out: str | Path, command: str, settings: str, notes: str = "") -> Path:
+def describe_runs(runs: list[dict[str, Any]]) -> str:
+    """What the stored runs were: plans, run lengths, seeds, clusters and when (one sentence)."""
+    counted = [d for d in runs if d.get("results") is not None and d.get("code_verified")]
+    if not counted:
+        return "The store holds no finished mutant run."
+
+    def listed(key: str, fmt: Callable[[Any], str] = str) -> str:
+        return ", ".join(fmt(v) for v in sorted({d.get(key) for d in counted}, key=str))
+
+    stamps = sorted(Path(d["run_dir"]).name for d in counted)
+    return (f"{len(counted)} runs ({stamps[0]} to {stamps[-1]}); plans: {listed('plan')}; run length: "
+            f"{listed('time_limit', lambda t: f'{float(t):g} s')}; seeds: {listed('seed')}; cluster: "
+            f"{listed('cluster')}; acks=all, flush never, min ISR 2.")
+
+
+def write_mutation_doc(store: str | Path, out: str | Path, command: str, notes: str = "") -> Path:
     store = Path(store)
-    rows = summarize(stored_runs(store), stored_unit_tests(store))
+    runs = stored_runs(store)
+    rows = summarize(runs, stored_unit_tests(store))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(rows, command, settings, notes))
+    out.write_text(render_markdown(rows, command, describe_runs(runs), notes))
     return out
 
 

@@ -159,7 +159,8 @@ def _store_run(store: Path, mutant: str, plan: str, seed: int, results: dict, ve
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps(results))
     (d / "mutant.json").write_text(json.dumps({"mutant": mutant, "plan": plan, "seed": seed, "time_limit": 120.0,
-                                               "digest": "abc", "code_verified": verified}))
+                                               "digest": "abc", "code_verified": verified,
+                                               "cluster": "local"}))
     latest = d.parent / "latest"
     if not latest.exists():
         latest.symlink_to(d.name)  # as the store makes it: must not count the run twice
@@ -234,8 +235,20 @@ def test_markdown_gives_shares_and_a_row_per_mutant(store):
 
 
 def test_write_mutation_doc_reads_the_store(store, tmp_path):
-    out = write_mutation_doc(store, tmp_path / "docs" / "MUTATION.md", "cmd", "s")
-    assert out.read_text().startswith("# Mutation table")
+    out = write_mutation_doc(store, tmp_path / "docs" / "MUTATION.md", "cmd")
+    text = out.read_text()
+    assert text.startswith("# Mutation table")
+    # what the table was made of is read from the store, not from the command that rendered it
+    assert ("6 runs (20261121T000000 to 20261126T000000); plans: protocol, random; run length: 120 s; seeds: "
+            "1, 2, 3, 4, 5, 6; cluster: local; acks=all, flush never, min ISR 2.") in text
+
+
+def test_a_trace_anomaly_is_placed_in_the_run_by_its_lines_monotonic_clock():
+    r = _results(trace=_anomalous("hwm-above-member-leo", [[{"node": "broker-1", "mono": 1010.0},
+                                                           {"node": "broker-2", "mono": 1012.5}],
+                                                          [{"node": "broker-1", "mono": 1030.0}]]))
+    assert classify(r, mono_start=1000.0)["first_s"] == {"trace": 12.5}
+    assert classify(r)["first_s"] == {"trace": None}  # no start known: no time claimed
 
 
 def test_node_digests_reads_the_start_up_line_of_every_node(tmp_path):
