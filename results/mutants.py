@@ -25,6 +25,7 @@ CONTROLLER = "clusters/broker/controller.py"
 EPOCHS = "clusters/broker/log/epoch_cache.py"
 PRODUCERS = "clusters/broker/producer_state.py"
 LOG = "clusters/broker/log/partition_log.py"
+CONTROLLER_SERVER = "clusters/broker/controller_server.py"
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,23 @@ MUTANTS: tuple[Mutant, ...] = (
        "001 5 (recovery after an unclean shutdown); partition_log.py module doc (issue 2 item 4)",
        "probably nothing unless a lossy crash leaves a torn batch: the lossy file system drops whole "
        "unsynced writes; file-corruption would (not in these plans)"),
+    _m("truncation-not-fsynced", LOG,
+       "self._flush_locked()  # earlier segments were synced at roll",
+       "pass  # the page cache writes the cut back in its own time",
+       "a truncation is made durable before the replica fetches past it, so a crash cannot resurrect the "
+       "dropped suffix",
+       "PROTOCOL.md 5.5 (lossy unclean shutdown), 9.2 (double power loss: permanent divergence); "
+       "partition_log.py truncate_to",
+       "state dumps: log-divergence only if a lossy crash follows a divergence truncation and the old suffix "
+       "had been synced (at a segment roll); rare under flush never"),
     # --- the controller: elections, ISR, ELR, fencing (PROTOCOL.md 4, 5) --------------------------------
+    _m("controller-metadata-not-fsynced", CONTROLLER_SERVER,
+       "first = self.metadata.append(records, fsync=True)",
+       "first = self.metadata.append(records, fsync=False)",
+       "the controller makes metadata records durable before it answers or serves them",
+       "002 1.2.1 (durable before acted on); controller.py module doc",
+       "nothing under these plans: no fault power-cuts the controller (lossy-crash takes brokers), so this "
+       "mutant is equivalent to the correct broker under this fault model: a gap, not a detection"),
     _m("elect-from-replicas", CONTROLLER,
        'for members, how in ((p.isr, "isr"), (p.elr, "elr")):',
        'for members, how in ((p.replicas, "isr"), (p.elr, "elr")):',
