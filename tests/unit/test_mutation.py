@@ -106,6 +106,28 @@ def test_a_code_copy_is_registered_found_by_cleanup_and_removed_on_close():
     assert not [f for f in find_code_copies() if f.owner == copy.owner]
 
 
+def test_cleanup_removes_the_copy_of_a_harness_that_died_and_spares_a_live_one(tmp_path):
+    from clusters.cleanup import carry_out, plan_cleanup
+    from tests.unit.test_ownership import dead_harness
+
+    dead, live = CodeCopy([], label="dead"), CodeCopy([], label="live")
+    try:
+        # As if the harness that made `dead` was killed before it could remove it.
+        data = json.loads(dead._record.path.read_text())
+        data["harness"] = __import__("dataclasses").asdict(dead_harness())
+        dead._record.path.write_text(json.dumps(data))
+        plan = plan_cleanup(found=find_code_copies())
+        assert [i.what for i in plan.remove if i.owner == dead.owner] == [f"code copy {dead.root}",
+                                                                          f"registration of run {dead.owner}"]
+        assert live.owner in plan.skipped_live
+        carry_out(plan, lambda m: None)
+        assert not dead.root.exists() and live.root.exists()
+    finally:
+        dead._record = None  # its registration went with the cleanup
+        dead.close()
+        live.close()
+
+
 def test_a_copy_that_cannot_apply_leaves_nothing_behind(tmp_path):
     before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("kafkaesque-code-bad*"))
     with pytest.raises(SnippetError):
