@@ -196,7 +196,11 @@ def _mono_time_s(results: dict[str, Any], mono_start: float | None) -> float | N
 
 def classify(results: dict[str, Any], mono_start: float | None = None) -> dict[str, Any]:
     """{"by": {source: [anomaly names]}, "first_s": {source: seconds or None}, "valid": ...}. `mono_start`: the
-    harness's monotonic clock at the run's start, to place node lines (trace anomalies) in the run."""
+    harness's monotonic clock at the run's start, to place node lines (trace anomalies) in the run; by default
+    the history's own start (results.json run.clock.monotonic_start_ns, the op times' zero)."""
+    clock = (results.get("run") or {}).get("clock") or {}
+    if isinstance(clock.get("monotonic_start_ns"), int):
+        mono_start = clock["monotonic_start_ns"] / 1e9
     by: dict[str, set[str]] = {}
     first: dict[str, float | None] = {}
     for name, entry in (results.get("checkers") or {}).items():
@@ -231,6 +235,7 @@ class MutantRow:
     unit: dict[str, Any] | None = None
     caught_runs: int = 0
     traced: int = 0                   # runs that had a trace checker at all (checkers/trace.py)
+    unknown_why: set[str] = field(default_factory=set)  # why an uncaught run's verdict was unknown
 
 
     @property
@@ -242,7 +247,8 @@ class MutantRow:
         if not self.runs:
             return "not run"
         if not self.caught_runs:
-            return "not caught"
+            return "not caught" + (f" ({self.unknown} of {self.runs} run(s) unknown: "
+                                   f"{'; '.join(sorted(self.unknown_why)) or 'see the runs'})" if self.unknown else "")
         srcs = [s for s in SOURCE_ORDER if self.caught.get(s)]
         return "caught by " + " + ".join(srcs)
 
@@ -266,6 +272,9 @@ def summarize(runs: list[dict[str, Any]], units: dict[str, dict[str, Any]] | Non
         cell[1] += 1
         if d["results"].get("valid") == "unknown" and not found["by"]:
             row.unknown += 1
+            row.unknown_why.update(f"{n}: {str(c['unknown_reasons'][0])[:120]}"
+                                   for n, c in (d["results"].get("checkers") or {}).items()
+                                   if isinstance(c, dict) and c.get("valid") == "unknown" and c.get("unknown_reasons"))
         if found["by"]:
             row.caught_runs += 1
             cell[0] += 1

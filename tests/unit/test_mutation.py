@@ -202,7 +202,10 @@ def store(tmp_path) -> Path:
     _store_run(s, names[1], "protocol", 3, _results(queue=CLEAN, trace=_anomalous("hwm-above-member-leo",
                                                                                   [{"time_s": 12.5, "lines": []}])))
     _store_run(s, names[1], "random", 4, _results(queue=CLEAN, trace=CLEAN))
-    _store_run(s, names[2], "protocol", 5, _results(queue=CLEAN, replicas=CLEAN))
+    _store_run(s, names[2], "protocol", 5, {"valid": "unknown", "checkers": {
+        "queue": {"valid": "unknown", "anomaly_types": [], "anomalies": [],
+                  "unknown_reasons": ["partitions [0] have acknowledged sends but no complete final read"]},
+        "replicas": CLEAN}})
     _store_run(s, names[3], "random", 6, _results(queue=CLEAN, replicas=_anomalous("log-divergence",
                                                                                    [{"node": "broker-1"}])))
     _store_run(s, names[4], "random", 7, _results(queue=_anomalous("lost-write", [])), verified=False)
@@ -230,7 +233,8 @@ def test_summary_counts_each_mutant_by_source(store):
     assert a.verdict == "caught by history"
     assert (b.caught, b.by_plan, b.median_first_s, b.verdict) == (
         {"trace": 1}, {"protocol": [1, 1], "random": [0, 1]}, 12.5, "caught by trace")
-    assert (c.runs, c.caught_runs, c.verdict) == (1, 0, "not caught")
+    assert (c.runs, c.caught_runs, c.verdict) == (1, 0, "not caught (1 of 1 run(s) unknown: queue: partitions [0] "
+                                                        "have acknowledged sends but no complete final read)")
     assert (d.caught, d.median_first_s, d.verdict) == ({"state": 1}, None, "caught by state")
     assert (e.runs, e.unverified, e.verdict) == (0, 1, "not run")
 
@@ -271,6 +275,8 @@ def test_a_trace_anomaly_is_placed_in_the_run_by_its_lines_monotonic_clock():
                                                           [{"node": "broker-1", "mono": 1030.0}]]))
     assert classify(r, mono_start=1000.0)["first_s"] == {"trace": 12.5}
     assert classify(r)["first_s"] == {"trace": None}  # no start known: no time claimed
+    r["run"] = {"clock": {"monotonic_start_ns": 1_002_000_000_000}}  # the history's zero, as the runner records it
+    assert classify(r, mono_start=1000.0)["first_s"] == {"trace": 10.5}
 
 
 def test_node_digests_reads_the_start_up_line_of_every_node(tmp_path):
