@@ -165,6 +165,9 @@ def run(
     recovery_wait: Annotated[float, typer.Option(help="seconds to let the cluster recover after healing")] = 10.0,
     no_panel: Annotated[bool, typer.Option(help="no live panel (the default when not on a terminal)")] = False,
     elle: Annotated[bool, typer.Option(help="also check the history with the Elle-style cycle checker")] = False,
+    node_code: Annotated[str, typer.Option(help="a directory holding a copy of clusters/ for the nodes to run "
+                                                "instead of this tree's (local and docker; `kafkaesque mutate` "
+                                                "makes such copies)")] = "",
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
     from harness.runner import HarnessError, run_test
@@ -182,7 +185,8 @@ def run(
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,
-                    recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options)
+                    recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options,
+                    node_code=os.path.abspath(node_code) if node_code else "")
     file_brokers = spec.cluster_file_brokers()
     if file_brokers is not None:
         spec.brokers = file_brokers  # the cluster or node file decides; --brokers would only contradict it
