@@ -23,6 +23,7 @@ from results.mutation import (
     PLANS,
     RUN_FILE,
     classify,
+    counts,
     mutant_copy,
     node_digests,
     run_key,
@@ -66,7 +67,7 @@ def measure(mutants: list[Mutant], plans: list[str], seeds: list[int], time_limi
             cluster: str, log: Callable[[str], None] = print,
             after_each: Callable[[], None] | None = None) -> tuple[int, int]:
     """Run every (mutant, plan, seed) not yet in the store, one at a time; (ran, skipped)."""
-    have = {run_key(d) for d in stored_runs(Path(store)) if d["results"] is not None and d.get("code_verified")}
+    have = {run_key(d) for d in stored_runs(Path(store)) if counts(d)}
     ran = skipped = 0
     for m in mutants:
         with mutant_copy(m) as copy:

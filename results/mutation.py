@@ -47,6 +47,7 @@ SOURCES = {"trace": "trace", "replicas": "state"}  # any other checker: "history
 NOT_FINDINGS = ("faults", "progress")  # evidence checkers: they make a run unknown, never invalid
 SOURCE_ORDER = ("history", "state", "trace")
 RUN_FILE = "mutant.json"
+HARNESS_FAILED = 3  # the exit status of a run the harness itself failed (harness/runner.py EXIT_HARNESS)
 
 
 
@@ -135,6 +136,12 @@ def stored_runs(store: Path) -> list[dict[str, Any]]:
         doc["run_dir"] = str(f.parent)
         out.append(doc)
     return out
+
+
+def counts(doc: dict[str, Any]) -> bool:
+    """Whether a stored run counts (and need not be made again): finished, the nodes proved they ran the
+    mutant's code, and the harness did not fail it."""
+    return doc.get("results") is not None and bool(doc.get("code_verified")) and doc.get("exit") != HARNESS_FAILED
 
 
 def run_key(doc: dict[str, Any]) -> tuple:
@@ -236,6 +243,7 @@ class MutantRow:
     caught_runs: int = 0
     traced: int = 0                   # runs that had a trace checker at all (checkers/trace.py)
     unknown_why: set[str] = field(default_factory=set)  # why an uncaught run's verdict was unknown
+    failed: int = 0                   # runs the harness itself failed (exit 3): not counted, made again
 
 
     @property
@@ -264,6 +272,9 @@ def summarize(runs: list[dict[str, Any]], units: dict[str, dict[str, Any]] | Non
             continue
         if not d.get("code_verified"):
             row.unverified += 1
+            continue
+        if d.get("exit") == HARNESS_FAILED:
+            row.failed += 1
             continue
         row.runs += 1
         row.traced += any(source_of(n, c) == "trace" for n, c in (d["results"].get("checkers") or {}).items())
@@ -341,7 +352,8 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         def src(s: str, r: MutantRow = r) -> str:
             return f"{r.caught[s]} ({', '.join(sorted(r.anomalies[s]))})" if r.caught.get(s) else "-"
 
-        verdict = r.verdict + (f"; {r.unverified} unverified run(s) left out" if r.unverified else "")
+        verdict = r.verdict + (f"; {r.unverified} unverified run(s) left out" if r.unverified else "") + (
+            f"; {r.failed} run(s) the harness failed left out" if r.failed else "")
         unit = "-" if r.unit is None else ("killed" if r.unit["killed"] else "survived")
         first = "-" if r.median_first_s is None else f"{r.median_first_s:g}"
         files = ", ".join(f"`{f.removeprefix('clusters/broker/')}`" for f in r.mutant.files)
@@ -361,7 +373,7 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
 
 def describe_runs(runs: list[dict[str, Any]]) -> str:
     """What the stored runs were: plans, run lengths, seeds, clusters and when (one sentence)."""
-    counted = [d for d in runs if d.get("results") is not None and d.get("code_verified")]
+    counted = [d for d in runs if counts(d)]
     if not counted:
         return "The store holds no finished mutant run."
 

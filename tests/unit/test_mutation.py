@@ -176,12 +176,13 @@ def _anomalous(name: str, examples: list) -> dict:
 CLEAN = {"valid": True, "anomaly_types": [], "anomalies": []}
 
 
-def _store_run(store: Path, mutant: str, plan: str, seed: int, results: dict, verified: bool = True) -> Path:
+def _store_run(store: Path, mutant: str, plan: str, seed: int, results: dict, verified: bool = True,
+               exit: int = 1) -> Path:
     d = store / f"mutant-{mutant}-{plan}" / f"2026112{seed}T000000"
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps(results))
     (d / "mutant.json").write_text(json.dumps({"mutant": mutant, "plan": plan, "seed": seed, "time_limit": 120.0,
-                                               "digest": "abc", "code_verified": verified,
+                                               "digest": "abc", "code_verified": verified, "exit": exit,
                                                "cluster": "local"}))
     latest = d.parent / "latest"
     if not latest.exists():
@@ -209,6 +210,7 @@ def store(tmp_path) -> Path:
     _store_run(s, names[3], "random", 6, _results(queue=CLEAN, replicas=_anomalous("log-divergence",
                                                                                    [{"node": "broker-1"}])))
     _store_run(s, names[4], "random", 7, _results(queue=_anomalous("lost-write", [])), verified=False)
+    _store_run(s, names[4], "protocol", 8, {"valid": "unknown", "checkers": {}}, exit=3)  # the harness failed
     return s
 
 
@@ -224,7 +226,7 @@ def test_classify_names_the_source_of_each_finding_and_its_first_proof():
 
 def test_summary_counts_each_mutant_by_source(store):
     runs = stored_runs(store)
-    assert len(runs) == 7  # the `latest` links are not counted again
+    assert len(runs) == 8  # the `latest` links are not counted again
     rows = {r.mutant.name: r for r in summarize(runs)}
     a, b, c, d, e = (rows[m.name] for m in MUTANTS[:5])
     assert (a.runs, a.caught_runs, a.caught, a.by_plan) == (2, 2, {"history": 2}, {"protocol": [1, 1],
@@ -236,7 +238,7 @@ def test_summary_counts_each_mutant_by_source(store):
     assert (c.runs, c.caught_runs, c.verdict) == (1, 0, "not caught (1 of 1 run(s) unknown: queue: partitions [0] "
                                                         "have acknowledged sends but no complete final read)")
     assert (d.caught, d.median_first_s, d.verdict) == ({"state": 1}, None, "caught by state")
-    assert (e.runs, e.unverified, e.verdict) == (0, 1, "not run")
+    assert (e.runs, e.unverified, e.failed, e.verdict) == (0, 1, 1, "not run")
 
 
 def test_markdown_gives_shares_and_a_row_per_mutant(store):
@@ -252,7 +254,7 @@ def test_markdown_gives_shares_and_a_row_per_mutant(store):
     row = next(line for line in md.splitlines() if line.startswith(f"| `{MUTANTS[0].name}` |"))
     assert "| caught by history | 1/1 | 1/1 | 2 (lost-write, stale-read) | - | - | 40 | killed |" in row
     unverified = next(line for line in md.splitlines() if line.startswith(f"| `{MUTANTS[4].name}` |"))
-    assert "not run; 1 unverified run(s) left out" in unverified
+    assert "not run; 1 unverified run(s) left out; 1 run(s) the harness failed left out" in unverified
     assert f"- `{MUTANTS[2].name}`: expected: {MUTANTS[2].expect}." in md  # a survivor and what should catch it
     header = next(line for line in md.splitlines() if line.startswith("| mutant |"))
     for line in md.splitlines():
