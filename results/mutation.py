@@ -336,6 +336,9 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         + ("." if any(r.traced for r in measured) else " (no run had a trace checker: checkers/trace.py was not "
                                                         "in the code these runs were made with)."),
         f"- Caught only by the end-of-run state dumps: {len(by_state_only)}.",
+        f"- Not caught, with an unknown verdict in every run (e.g. the cluster never answered the final reads "
+        f"after the heal: a liveness failure the checkers do not call a violation): "
+        f"{sum(1 for r in measured if not r.caught_runs and r.unknown == r.runs)}.",
     ]
     units = [r for r in rows if r.unit is not None]
     if units:

@@ -250,6 +250,7 @@ def test_markdown_gives_shares_and_a_row_per_mutant(store):
     assert "- Caught by the client histories alone: 1/4 (25%)." in md
     assert "- Caught by the trace checker: 1/4 (25%)." in md
     assert "- Caught only by the end-of-run state dumps: 1." in md
+    assert "a liveness failure the checkers do not call a violation): 1." in md
     assert "Killed by the broker's unit tests (`--unit-tests`): 1 of 1" in md
     row = next(line for line in md.splitlines() if line.startswith(f"| `{MUTANTS[0].name}` |"))
     assert "| caught by history | 1/1 | 1/1 | 2 (lost-write, stale-read) | - | - | 40 | killed |" in row
