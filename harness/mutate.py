@@ -78,8 +78,12 @@ def measure(mutants: list[Mutant], plans: list[str], seeds: list[int], time_limi
                         continue
                     log(f"mutate: {m.name} under {plan}, seed {seed}, {time_limit:g} s")
                     doc = run_mutant(m, plan, seed, time_limit, store, cluster, log, copy=copy)
-                    found = classify(json.loads((Path(doc["run_dir"]) / "results.json").read_text()),
-                                     doc["mono_start"])
+                    results = json.loads((Path(doc["run_dir"]) / "results.json").read_text())
+                    if results.get("interrupted"):
+                        # Ctrl-C or SIGTERM: the run healed and tore down; stop here (a resume makes it again).
+                        log(f"mutate: interrupted ({results['interrupted']}); stopping, the store keeps what finished")
+                        return ran, skipped
+                    found = classify(results, doc["mono_start"])
                     log(f"mutate: {m.name} {plan} seed {seed}: " + (", ".join(
                         f"{s} ({', '.join(a)})" for s, a in found["by"].items()) or "not caught")
                         + ("" if doc["code_verified"] else " [nodes did NOT run the mutant's code]"))

@@ -141,7 +141,9 @@ def stored_runs(store: Path) -> list[dict[str, Any]]:
 def counts(doc: dict[str, Any]) -> bool:
     """Whether a stored run counts (and need not be made again): finished, the nodes proved they ran the
     mutant's code, and the harness did not fail it."""
-    return doc.get("results") is not None and bool(doc.get("code_verified")) and doc.get("exit") != HARNESS_FAILED
+    results = doc.get("results")
+    return (isinstance(results, dict) and not results.get("interrupted") and bool(doc.get("code_verified"))
+            and doc.get("exit") != HARNESS_FAILED)
 
 
 def run_key(doc: dict[str, Any]) -> tuple:
@@ -243,7 +245,7 @@ class MutantRow:
     caught_runs: int = 0
     traced: int = 0                   # runs that had a trace checker at all (checkers/trace.py)
     unknown_why: set[str] = field(default_factory=set)  # why an uncaught run's verdict was unknown
-    failed: int = 0                   # runs the harness itself failed (exit 3): not counted, made again
+    failed: int = 0                   # runs the harness failed (exit 3) or that were interrupted: made again
 
 
     @property
@@ -273,7 +275,7 @@ def summarize(runs: list[dict[str, Any]], units: dict[str, dict[str, Any]] | Non
         if not d.get("code_verified"):
             row.unverified += 1
             continue
-        if d.get("exit") == HARNESS_FAILED:
+        if d.get("exit") == HARNESS_FAILED or d["results"].get("interrupted"):
             row.failed += 1
             continue
         row.runs += 1
@@ -356,7 +358,7 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
             return f"{r.caught[s]} ({', '.join(sorted(r.anomalies[s]))})" if r.caught.get(s) else "-"
 
         verdict = r.verdict + (f"; {r.unverified} unverified run(s) left out" if r.unverified else "") + (
-            f"; {r.failed} run(s) the harness failed left out" if r.failed else "")
+            f"; {r.failed} run(s) the harness failed or was interrupted in left out" if r.failed else "")
         unit = "-" if r.unit is None else ("killed" if r.unit["killed"] else "survived")
         first = "-" if r.median_first_s is None else f"{r.median_first_s:g}"
         files = ", ".join(f"`{f.removeprefix('clusters/broker/')}`" for f in r.mutant.files)

@@ -211,6 +211,7 @@ def store(tmp_path) -> Path:
                                                                                    [{"node": "broker-1"}])))
     _store_run(s, names[4], "random", 7, _results(queue=_anomalous("lost-write", [])), verified=False)
     _store_run(s, names[4], "protocol", 8, {"valid": "unknown", "checkers": {}}, exit=3)  # the harness failed
+    _store_run(s, names[5], "protocol", 9, {"valid": "unknown", "checkers": {}, "interrupted": "SIGTERM"}, exit=2)
     return s
 
 
@@ -224,9 +225,14 @@ def test_classify_names_the_source_of_each_finding_and_its_first_proof():
     assert classify(_results(queue=CLEAN))["by"] == {}
 
 
+def rows_of(runs):
+    return {r.mutant.name: r for r in summarize(runs)}
+
+
 def test_summary_counts_each_mutant_by_source(store):
     runs = stored_runs(store)
-    assert len(runs) == 8  # the `latest` links are not counted again
+    assert len(runs) == 9  # the `latest` links are not counted again
+    assert rows_of(runs)[MUTANTS[5].name].failed == 1 and rows_of(runs)[MUTANTS[5].name].verdict == "not run"
     rows = {r.mutant.name: r for r in summarize(runs)}
     a, b, c, d, e = (rows[m.name] for m in MUTANTS[:5])
     assert (a.runs, a.caught_runs, a.caught, a.by_plan) == (2, 2, {"history": 2}, {"protocol": [1, 1],
@@ -255,7 +261,8 @@ def test_markdown_gives_shares_and_a_row_per_mutant(store):
     row = next(line for line in md.splitlines() if line.startswith(f"| `{MUTANTS[0].name}` |"))
     assert "| caught by history | 1/1 | 1/1 | 2 (lost-write, stale-read) | - | - | 40 | killed |" in row
     unverified = next(line for line in md.splitlines() if line.startswith(f"| `{MUTANTS[4].name}` |"))
-    assert "not run; 1 unverified run(s) left out; 1 run(s) the harness failed left out" in unverified
+    assert "not run; 1 unverified run(s) left out; 1 run(s) the harness failed or was interrupted in left out" in \
+        unverified
     assert f"- `{MUTANTS[2].name}`: expected: {MUTANTS[2].expect}." in md  # a survivor and what should catch it
     header = next(line for line in md.splitlines() if line.startswith("| mutant |"))
     for line in md.splitlines():
