@@ -29,6 +29,10 @@ class ClusterSpec:
     flush_policy: str = "never"   # every-write | every-N-records:N | every-ms:N | never
     broker_variant: str = "default"
     broker_config: dict[str, Any] = field(default_factory=dict)  # extra broker flags (timeouts, ...)
+    # A directory holding a copy of clusters/ (clusters/code_copy.py: a mutant's code) that the nodes
+    # run instead of this tree's; "" runs this tree's. Local backends put it first on the nodes' Python
+    # path, the docker backend mounts its clusters/ over the image's.
+    node_code: str = ""
 
 
 @dataclass

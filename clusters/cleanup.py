@@ -33,6 +33,7 @@ class CleanupPlan:
 def find_leftovers(owners: tuple[str, ...] = ()) -> list[Leftover]:
     """Everything of ours every backend finds, each with the run it belongs to where anything names it.
     `owners`: run ids to recognise by their tag too (namespaces and bridges carry only the tag)."""
+    from clusters.code_copy import find_code_copies
     from clusters.docker import find_docker
     from clusters.external import find_external
     from clusters.local import find_processes
@@ -41,7 +42,7 @@ def find_leftovers(owners: tuple[str, ...] = ()) -> list[Leftover]:
 
     processes = find_processes()
     network = find_network((*owners, *(p.owner for p in processes)))
-    return processes + network + find_docker() + find_ssh() + find_external()
+    return processes + network + find_docker() + find_ssh() + find_external() + find_code_copies()
 
 
 def plan_cleanup(run: str = "", found: list[Leftover] | None = None) -> CleanupPlan:

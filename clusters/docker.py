@@ -31,6 +31,7 @@ SPEC_LABEL = f"{LABEL}.spec"  # the cluster's spec as JSON, on every container
 RUN_LABEL = f"{LABEL}.run"  # the run that created it: what cleanup goes by (the image has no such label)
 PORT = 9092
 NODE_ROOT = "/var/lib/kafkaesque"
+CODE_DIR = "/opt/kafkaesque"  # where the node image holds the code (clusters/image.py's Dockerfile)
 CLOCK_FILE = "/run/kafkaesque/clock-offset"
 CLOCK_LIB = "/opt/kafkaesque/lib/libclockoffset.so"
 
@@ -113,6 +114,7 @@ class DockerCluster(ReferenceCluster):
     def _spec_label(self) -> str:
         # What `attach` needs to rebuild this object from a fresh process (kafkaesque cluster status).
         return json.dumps({"brokers": self.spec.brokers, "flush_policy": self.spec.flush_policy,
+                           "node_code": self.spec.node_code,
                            "broker_variant": self.spec.broker_variant, "broker_config": self.spec.broker_config,
                            "lossy": self.lossy, "image": self.image})
 
@@ -129,7 +131,8 @@ class DockerCluster(ReferenceCluster):
         spec = ClusterSpec(brokers=int(saved.get("brokers", max(len(found) - 1, 0))),
                            flush_policy=saved.get("flush_policy", "never"),
                            broker_variant=saved.get("broker_variant", "default"),
-                           broker_config=saved.get("broker_config", {}))
+                           broker_config=saved.get("broker_config", {}),
+                           node_code=saved.get("node_code", ""))
         c = cls(spec, owner, owner=owner, lossy=bool(saved.get("lossy", True)))
         c.client, c.image = client, saved.get("image", "")
         c.network = network
@@ -191,6 +194,10 @@ class DockerCluster(ReferenceCluster):
             "cap_add": ["NET_ADMIN"], "command": ["sleep", "infinity"],
             "environment": {OWNER_ENV: self.owner},
         }
+        if self.spec.node_code:
+            # A copy of the node code (a mutant's, clusters/code_copy.py) over the image's, read-only: the
+            # image stays the one built from this tree, and no image or tag is made per copy.
+            kwargs["volumes"] = {f"{self.spec.node_code}/clusters": {"bind": f"{CODE_DIR}/clusters", "mode": "ro"}}
         if self.lossy and node != "controller-0":
             kwargs["cap_add"] = ["NET_ADMIN", "SYS_ADMIN"]
             kwargs["devices"] = ["/dev/fuse:/dev/fuse:rwm"]

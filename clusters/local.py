@@ -88,6 +88,9 @@ class LocalCluster(ReferenceCluster):
 
     def node_env(self, node: str) -> dict[str, str]:
         env = super().node_env(node)
+        if self.spec.node_code:
+            # A copy of the node code (a mutant's, clusters/code_copy.py) before everything else.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (self.spec.node_code, os.environ.get("PYTHONPATH")) if p)
         if self._clock_lib:
             from clusters.clock_preload import preload_env
 

@@ -145,6 +145,11 @@ class ReferenceCluster:
         return f"{self.node_dir(node)}/secret/cluster.secret"
 
     # --- command lines (the flags of clusters/broker/__main__.py) -------------------------------
+    def python_argv(self) -> list[str]:
+        """The interpreter. With another copy of the node code (spec.node_code), `-P`: `python -m` would
+        otherwise put the working directory (this tree, perhaps) before the copy on the path."""
+        return [self.python, "-P"] if self.spec.node_code else [self.python]
+
     def node_argv(self, node: str) -> list[str]:
         cfg = self.spec.broker_config
         common = ["--node-id", str(self.node_id(node)), "--listen", self.listen(node),
@@ -153,13 +158,13 @@ class ReferenceCluster:
                   "--secret-file", self.secret_file(node)]
         controllers = self.controller_nodes()
         if node in controllers:
-            argv = [self.python, "-m", "clusters.broker", "controller", *common,
+            argv = [*self.python_argv(), "-m", "clusters.broker", "controller", *common,
                     "--session-timeout-ms", str(cfg.get("session_timeout_ms", 3000)),
                     "--unclean-recovery-strategy", str(cfg.get("unclean_recovery_strategy", "balanced"))]
             if len(controllers) > 1:
                 argv += ["--quorum", ",".join(f"{self.node_id(c)}@{_hostport(self.address(c))}" for c in controllers)]
         else:
-            argv = [self.python, "-m", "clusters.broker", "broker", *common,
+            argv = [*self.python_argv(), "-m", "clusters.broker", "broker", *common,
                     "--controller", ",".join(_hostport(self.address(c)) for c in controllers),
                     "--flush-policy", self.spec.flush_policy,
                     "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),

@@ -188,6 +188,9 @@ def run(
     from_run: Annotated[Path | None, typer.Option("--from", help="repeat a stored run: every setting (and the "
                                                                  "cluster file) from RUN_DIR/test.json; only "
                                                                  "--store and --no-panel apply")] = None,
+    node_code: Annotated[str, typer.Option(help="a directory holding a copy of clusters/ for the nodes to run "
+                                                "instead of this tree's (local and docker; `kafkaesque mutate` "
+                                                "makes such copies)")] = "",
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
     from harness.runner import HarnessError, run_test
@@ -205,7 +208,8 @@ def run(
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,
-                    recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options)
+                    recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options,
+                    node_code=os.path.abspath(node_code) if node_code else "")
     if from_run is not None:
         try:
             spec, notes = TestSpec.from_run_dir(from_run)
@@ -578,6 +582,102 @@ def detect(
         dirs.append(campaign_dir)
         # Rewritten after every campaign: a long detection run leaves a table at each step.
         err.print(f"wrote {write_detection(dirs, out, command, note_text)} (campaign {campaign_dir})")
+    print(out)
+
+
+@app.command()
+def mutate(
+    mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
+                                                          "catalogue, results/mutants.py)")] = None,
+    plan: Annotated[list[str] | None, typer.Option(help="protocol or random (repeatable; default both)")] = None,
+    seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
+    seed: Annotated[int, typer.Option(help="the first seed")] = 22000,
+    minutes: Annotated[float, typer.Option(help="minutes per run")] = 5.0,
+    cluster: Annotated[str, typer.Option(help="local or docker (a mutant's code reaches the nodes on either)")
+                       ] = "local",
+    store: Annotated[str, typer.Option(help="where runs are stored (a measurement resumes from it)")] = "store",
+    out: Annotated[Path, typer.Option(help="where the table goes")] = Path("docs/MUTATION.md"),
+    notes: Annotated[Path | None, typer.Option(help="a Markdown file appended to the table")] = None,
+    check_only: Annotated[bool, typer.Option(help="only check that every mutant applies exactly once to this "
+                                                  "code and the mutated copy compiles; run nothing")] = False,
+    unit_tests: Annotated[bool, typer.Option(help="run the broker's unit tests against each mutant (quick "
+                                                  "cross-check) instead of clusters")] = False,
+    render_only: Annotated[bool, typer.Option(help="only rewrite the table from the store")] = False,
+    list_mutants: Annotated[bool, typer.Option("--list", help="list the catalogue and exit")] = False,
+) -> None:
+    """Run broker mutants under the protocol nemesis and random faults and write docs/MUTATION.md.
+
+    Each mutant (results/mutants.py) breaks one protocol rule in one place; it is applied to a temporary
+    copy of the code that the nodes run (never to this tree). Runs already in the store (same mutant,
+    plan, seed, length and mutated code) are skipped, so the command resumes. Exit 3 on bad input or a
+    catalogue that no longer applies.
+    """
+    import py_compile
+
+    from harness.mutate import measure, unit_test_mutant
+    from results.mutants import MUTANTS
+    from results.mutation import PLANS, catalogue_problems, mutant_copy, select, write_mutation_doc
+
+    if list_mutants:
+        for m in MUTANTS:
+            print(f"{m.name}\t{', '.join(m.files)}\t{m.rule}")
+        return
+    problems = catalogue_problems()
+    if problems:
+        fail_all(problems)
+    try:
+        chosen = select(mutant)
+    except ValueError as e:
+        fail(str(e))
+    if check_only:
+        for m in chosen:
+            with mutant_copy(m) as copy:
+                for f in m.files:
+                    try:
+                        py_compile.compile(str(copy.root / f), doraise=True)
+                    except py_compile.PyCompileError as e:
+                        fail(f"mutant {m.name}: the mutated {f} does not compile ({e.msg.strip()}); fix its "
+                             "replacement in results/mutants.py.")
+        err.print(f"mutate: all {len(chosen)} mutants apply exactly once and compile")
+        return
+    plans = plan or list(PLANS)
+    bad = [p for p in plans if p not in PLANS]
+    if bad:
+        fail(f"unknown plan {', '.join(bad)}; valid: {', '.join(PLANS)}.")
+    if cluster not in ("local", "docker"):
+        fail(f"--cluster {cluster!r}: a mutant's code reaches only our own nodes; use local or docker.")
+    if minutes <= 0 or seeds < 1:
+        fail("--minutes must be above 0 and --seeds at least 1.")
+    note_text = ""
+    if notes is not None:
+        if not notes.is_file():
+            fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
+        note_text = notes.read_text()
+    command = "kafkaesque mutate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque mutate"
+
+    def render() -> None:
+        write_mutation_doc(store, out, command, note_text)
+
+    if render_only:
+        render()
+        err.print(f"wrote {out}")
+        return
+    if unit_tests:
+        for m in chosen:
+            doc = unit_test_mutant(m, store)
+            err.print(f"mutate: unit tests vs {m.name}: {'killed' if doc['killed'] else 'survived'} ({doc['summary']})")
+        render()
+        err.print(f"wrote {out}")
+        return
+    from results.store import StoreError
+
+    try:
+        ran, skipped = measure(chosen, plans, list(range(seed, seed + seeds)), minutes * 60, store, cluster,
+                               log=lambda m: err.print(m), after_each=render)
+    except StoreError as e:
+        fail(str(e))
+    render()
+    err.print(f"mutate: {ran} run(s) made, {skipped} already in {store}; wrote {out}")
     print(out)
 
 

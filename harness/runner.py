@@ -76,7 +76,7 @@ def exit_code(valid: Any) -> int:
 
 def make_cluster(spec: TestSpec, run_dir: Path):
     cspec = ClusterSpec(brokers=spec.brokers, controllers=spec.controllers, flush_policy=spec.flush_policy,
-                        broker_variant=spec.broker_variant,
+                        broker_variant=spec.broker_variant, node_code=spec.node_code,
                         broker_config={"unclean_recovery_strategy": spec.unclean_recovery_strategy})
     if spec.cluster == "docker":
         from clusters.docker import DockerCluster

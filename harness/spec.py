@@ -92,6 +92,8 @@ class TestSpec:
     elle: bool = False
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)  # the options fault kinds declare (nemesis/kinds/)
+    # A copy of clusters/ for the nodes to run instead of this tree's (a mutant: results/mutation.py); "" runs ours.
+    node_code: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -169,6 +171,13 @@ class TestSpec:
             elif self.controllers > 1 and "cluster" in typed and self.cluster not in OUR_CLUSTERS:
                 out.append(said.bad("controllers", self.controllers, "needs our own cluster (local or docker)",
                                     "a cluster file lists its controllers itself"))
+        if "node_code" in typed and self.node_code:
+            if not Path(self.node_code, "clusters", "broker", "__main__.py").is_file():
+                out.append(said.bad("node_code", self.node_code, "holds no clusters/broker/__main__.py",
+                                    "give a directory holding a copy of clusters/ (clusters/code_copy.py)"))
+            elif "cluster" in typed and self.cluster not in OUR_CLUSTERS:
+                out.append(said.bad("node_code", self.node_code, "needs our own cluster (local or docker)",
+                                    "run it with --cluster local or docker"))
         # (brokers below 1 has its own sentence above; the relation would only repeat it)
         if {"min_isr", "replication_factor", "brokers", "cluster"} <= typed and self.brokers >= 1 and \
                 not 1 <= self.min_isr <= self.replication_factor <= self.brokers:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusters.broker import rpc
+from clusters.broker.code_digest import ROOT as CODE_ROOT
+from clusters.broker.code_digest import code_digest
 
 MiB = 1024 * 1024
 _LEN = struct.Struct(">i")
@@ -446,6 +448,8 @@ async def start_serving(listener: Listener, host: str, port: int, log: Callable[
     exceptions go to the node's log (log_loop_exceptions)."""
     loop = asyncio.get_running_loop()
     log_loop_exceptions(loop, log)
+    # Which code this node runs (a mutant's run checks it: results/mutation.py).
+    log({"event": "node_code", "digest": code_digest(), "root": str(CODE_ROOT)})
     server = await listener.start(host, port)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,32 @@
+"""The digest of the node code a process runs: which code, exactly, a broker or controller started from.
+
+Every node logs it at start-up (listener.start_serving: event `node_code`), so a run can prove which
+code its nodes ran: a mutant's run (results/mutation.py) compares it with the digest of its mutated
+copy. The files are the node code the image carries (clusters/image.py NODE_CODE): the package
+marker, the broker package and the lossy file system, relative to the root that holds `clusters/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding clusters/
+
+
+def node_code_files(root: str | Path = ROOT) -> list[Path]:
+    root = Path(root)
+    files = [root / "clusters" / "__init__.py", root / "clusters" / "lossyfs.py"]
+    files += [p for p in (root / "clusters" / "broker").rglob("*.py") if "__pycache__" not in p.parts]
+    return sorted(p for p in files if p.is_file())
+
+
+def code_digest(root: str | Path = ROOT) -> str:
+    """sha256 (16 hex digits) over each node code file's path relative to `root` and its bytes."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for f in node_code_files(root):
+        rel = f.relative_to(root).as_posix().encode()
+        data = f.read_bytes()
+        h.update(len(rel).to_bytes(8, "big") + rel + len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()[:16]

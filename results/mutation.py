@@ -1,0 +1,406 @@
+"""Detection power measured by mutation (issue 22, deliverable 3): run each mutant of the broker under fault
+plans and write docs/MUTATION.md.
+
+The catalogue is results/mutants.py. A mutant's run gets a temporary copy of clusters/ with the mutant's
+edits (clusters/code_copy.py), named by the run's `node_code`: the local backends put it first on the
+nodes' Python path, the docker backend mounts it over the image's code, so no image or tag is built per
+mutant. Every node logs the digest of the code it runs at start-up (event `node_code`, from
+clusters/broker/code_digest.py); after the run the digests in the collected node logs are compared with
+the copy's, and the run's `mutant.json` says whether they matched (`code_verified`). A run whose nodes
+ran other code is not counted.
+
+Runs are stored as ordinary runs (`<store>/mutant-<name>-<plan>/<stamp>/`) plus `mutant.json` (the
+mutant, plan, seed, run length, the copy's digest and what the nodes logged). A measurement skips a
+(mutant, plan, seed, run length) already in the store with the same mutated-code digest, so an
+interrupted measurement resumes where it stopped, and an edit of the broker (a new digest) runs again.
+
+What caught a run comes from results.json: each checker's entry is named, and a checker's source is
+`SOURCES[name]` (or the entry's own "source" key, if it has one): `trace` for the protocol trace
+checker (checkers/trace.py, named "trace"), `state` for the end-of-run state dumps ("replicas"), and
+`history` for every other checker (the client history). The time of the first proof is the earliest
+op time an anomaly's examples carry (results/detection.py first_anomaly_s), or an example's own
+`time_s` (seconds from the run's start), which a trace anomaly may carry instead of ops.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusters.broker.code_digest import code_digest
+from clusters.code_copy import REPO_ROOT, CodeCopy, snippet_problem
+from results.detection import first_anomaly_s
+from results.mutants import MUTANTS, Mutant
+
+# The fault plans: the protocol-aware nemesis, and random faults of four kinds (as docs/DETECTION.md's
+# rate campaigns: a fault every 6 s or so, on random nodes, recovery wait 5 s).
+PLANS: dict[str, dict[str, Any]] = {
+    "protocol": {"nemesis": ["protocol"]},
+    "random": {"nemesis": ["kill", "pause", "partition", "lossy-crash"], "nemesis_target": "random-node"},
+}
+COMMON = {"nemesis_interval": 6.0, "recovery_wait": 5.0, "min_isr": 2, "acks": "all", "flush_policy": "never"}
+SOURCES = {"trace": "trace", "replicas": "state"}  # any other checker: "history"
+NOT_FINDINGS = ("faults", "progress")  # evidence checkers: they make a run unknown, never invalid
+SOURCE_ORDER = ("history", "state", "trace")
+RUN_FILE = "mutant.json"
+HARNESS_FAILED = 3  # the exit status of a run the harness itself failed (harness/runner.py EXIT_HARNESS)
+
+
+
+# --- the catalogue ------------------------------------------------------------------------------------------
+def catalogue_problems(root: Path = REPO_ROOT, mutants: tuple[Mutant, ...] = MUTANTS) -> list[str]:
+    """One sentence per mutant edit that does not apply exactly once to the code under `root`, per
+    duplicate name, and per mutant with no edit; [] when the catalogue is whole."""
+    out = []
+    seen: set[str] = set()
+    for m in mutants:
+        if m.name in seen:
+            out.append(f"mutant {m.name}: the name is used twice in results/mutants.py; rename one.")
+        seen.add(m.name)
+        if not m.edits:
+            out.append(f"mutant {m.name}: it has no edit; give it one.")
+        texts: dict[str, str] = {}
+        for e in m.edits:
+            path = root / e.file
+            if not path.is_file():
+                out.append(f"mutant {m.name}: {e.file} does not exist; update the catalogue.")
+                continue
+            text = texts.setdefault(e.file, path.read_text())
+            problem = snippet_problem(text, e, f"mutant {m.name}")
+            if problem:
+                out.append(problem + ".")
+            else:
+                texts[e.file] = text.replace(e.old, e.new)
+    return out
+
+
+def select(names: list[str] | None) -> list[Mutant]:
+    """The mutants named (all when none); a ValueError naming the unknown ones."""
+    if not names:
+        return list(MUTANTS)
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown mutant {', '.join(unknown)}; `kafkaesque mutate --list` names them")
+    return [known[n] for n in names]
+
+
+def mutant_copy(m: Mutant) -> CodeCopy:
+    return CodeCopy(m.edits, label=m.name)
+
+
+# --- one run ------------------------------------------------------------------------------------------------
+def test_name(mutant: str, plan: str) -> str:
+    return f"mutant-{mutant}-{plan}"
+
+
+def node_digests(run_dir: Path) -> dict[str, str]:
+    """node -> the code digest it logged at start-up (the last one; every start logs one)."""
+    out = {}
+    nodes = run_dir / "nodes"
+    for log in sorted(nodes.glob("*/*.log")) if nodes.is_dir() else []:
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if '"node_code"' not in line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("event") == "node_code":
+                out.setdefault(log.parent.name, set()).add(e.get("digest"))
+    return {n: ",".join(sorted(str(x) for x in d)) for n, d in out.items()}
+
+
+def stored_runs(store: Path) -> list[dict[str, Any]]:
+    """Every mutant run in the store with its mutant.json and results.json (`results`: None when absent)."""
+    out = []
+    for f in sorted(store.glob(f"mutant-*/*/{RUN_FILE}")):
+        if f.parent.is_symlink():
+            continue  # `latest`: the same run again
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            doc["results"] = json.loads((f.parent / "results.json").read_text())
+        except (OSError, ValueError):
+            doc["results"] = None
+        doc["run_dir"] = str(f.parent)
+        out.append(doc)
+    return out
+
+
+def counts(doc: dict[str, Any]) -> bool:
+    """Whether a stored run counts (and need not be made again): finished, the nodes proved they ran the
+    mutant's code, and the harness did not fail it."""
+    results = doc.get("results")
+    return (isinstance(results, dict) and not results.get("interrupted") and bool(doc.get("code_verified"))
+            and doc.get("exit") != HARNESS_FAILED)
+
+
+def run_key(doc: dict[str, Any]) -> tuple:
+    return (doc.get("mutant"), doc.get("plan"), doc.get("seed"), float(doc.get("time_limit", 0)), doc.get("digest"))
+
+
+def stored_unit_tests(store: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for f in sorted((store / "unit-tests").glob("*.json")):
+        try:
+            d = json.loads(f.read_text())
+            out[d["mutant"]] = d
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+# --- what caught a run ----------------------------------------------------------------------------------------
+def source_of(name: str, entry: dict[str, Any]) -> str:
+    s = entry.get("source") if isinstance(entry, dict) else None
+    return s if isinstance(s, str) and s else SOURCES.get(name, "history")
+
+
+def _example_time_s(results: dict[str, Any]) -> float | None:
+    ts = []
+    for c in (results.get("checkers") or {}).values():
+        for a in c.get("anomalies", []):
+            for ex in a.get("examples", []) if isinstance(a, dict) else []:
+                if isinstance(ex, dict) and isinstance(ex.get("time_s"), (int, float)):
+                    ts.append(float(ex["time_s"]))
+    return min(ts) if ts else None
+
+
+def _monos(x: Any) -> list[float]:
+    if isinstance(x, dict):
+        own = [float(x["mono"])] if isinstance(x.get("mono"), (int, float)) else []
+        return own + [t for v in x.values() for t in _monos(v)]
+    if isinstance(x, list):
+        return [t for v in x for t in _monos(v)]
+    return []
+
+
+def _mono_time_s(results: dict[str, Any], mono_start: float | None) -> float | None:
+    """For anomalies proven by node lines (the protocol trace's carry each line's `mono`, the node's
+    CLOCK_MONOTONIC, which the harness shares on the local and docker backends: one kernel): per example
+    its latest line, the earliest over the examples, as seconds after `mono_start` (the harness's
+    monotonic clock when the run started, mutant.json)."""
+    if mono_start is None:
+        return None
+    proven = []
+    for c in (results.get("checkers") or {}).values():
+        for a in c.get("anomalies", []):
+            for ex in a.get("examples", []) if isinstance(a, dict) else []:
+                ms = _monos(ex)
+                if ms:
+                    proven.append(max(ms) - mono_start)
+    return max(min(proven), 0.0) if proven else None
+
+
+def classify(results: dict[str, Any], mono_start: float | None = None) -> dict[str, Any]:
+    """{"by": {source: [anomaly names]}, "first_s": {source: seconds or None}, "valid": ...}. `mono_start`: the
+    harness's monotonic clock at the run's start, to place node lines (trace anomalies) in the run; by default
+    the history's own start (results.json run.clock.monotonic_start_ns, the op times' zero)."""
+    clock = (results.get("run") or {}).get("clock") or {}
+    if isinstance(clock.get("monotonic_start_ns"), int):
+        mono_start = clock["monotonic_start_ns"] / 1e9
+    by: dict[str, set[str]] = {}
+    first: dict[str, float | None] = {}
+    for name, entry in (results.get("checkers") or {}).items():
+        if not isinstance(entry, dict) or name in NOT_FINDINGS or entry.get("valid") is not False:
+            continue
+        kinds = [str(k) for k in entry.get("anomaly_types") or []] or [name]
+        src = source_of(name, entry)
+        by.setdefault(src, set()).update(kinds)
+        one = {"checkers": {name: entry}}
+        times = [t for t in (first_anomaly_s(one), _example_time_s(one), _mono_time_s(one, mono_start))
+                 if t is not None]
+        if times:
+            t = min(times)
+            first[src] = t if first.get(src) is None else min(t, first[src])  # type: ignore[type-var]
+        else:
+            first.setdefault(src, None)
+    return {"by": {s: sorted(by[s]) for s in SOURCE_ORDER if s in by} | {s: sorted(v) for s, v in by.items()
+                                                                       if s not in SOURCE_ORDER},
+            "first_s": first, "valid": results.get("valid")}
+
+
+@dataclass
+class MutantRow:
+    mutant: Mutant
+    runs: int = 0
+    unverified: int = 0               # runs whose nodes did not prove they ran the mutant's code
+    unknown: int = 0
+    by_plan: dict[str, list[int]] = field(default_factory=dict)   # plan -> [caught, runs]
+    caught: dict[str, int] = field(default_factory=dict)          # source -> runs it caught
+    anomalies: dict[str, set[str]] = field(default_factory=dict)  # source -> anomaly names
+    firsts: list[float] = field(default_factory=list)             # per caught run: first proof, any source
+    unit: dict[str, Any] | None = None
+    caught_runs: int = 0
+    traced: int = 0                   # runs that had a trace checker at all (checkers/trace.py)
+    unknown_why: set[str] = field(default_factory=set)  # why an uncaught run's verdict was unknown
+    failed: int = 0                   # runs the harness failed (exit 3) or that were interrupted: made again
+
+
+    @property
+    def median_first_s(self) -> float | None:
+        return round(statistics.median(self.firsts), 1) if self.firsts else None
+
+    @property
+    def verdict(self) -> str:
+        if not self.runs:
+            return "not run"
+        if not self.caught_runs:
+            return "not caught" + (f" ({self.unknown} of {self.runs} run(s) unknown: "
+                                   f"{'; '.join(sorted(self.unknown_why)) or 'see the runs'})" if self.unknown else "")
+        srcs = [s for s in SOURCE_ORDER if self.caught.get(s)]
+        return "caught by " + " + ".join(srcs)
+
+
+def summarize(runs: list[dict[str, Any]], units: dict[str, dict[str, Any]] | None = None,
+              mutants: tuple[Mutant, ...] = MUTANTS) -> list[MutantRow]:
+    """One row per catalogue mutant over the stored runs (only runs of the mutant's current digest count
+    when `digest` is known for it; a run of an older mutation of the code is left out)."""
+    rows = {m.name: MutantRow(m) for m in mutants}
+    for d in runs:
+        row = rows.get(d.get("mutant"))
+        if row is None or d.get("results") is None:
+            continue
+        if not d.get("code_verified"):
+            row.unverified += 1
+            continue
+        if d.get("exit") == HARNESS_FAILED or d["results"].get("interrupted"):
+            row.failed += 1
+            continue
+        row.runs += 1
+        row.traced += any(source_of(n, c) == "trace" for n, c in (d["results"].get("checkers") or {}).items())
+        found = classify(d["results"], d.get("mono_start"))
+        cell = row.by_plan.setdefault(str(d.get("plan")), [0, 0])
+        cell[1] += 1
+        if d["results"].get("valid") == "unknown" and not found["by"]:
+            row.unknown += 1
+            row.unknown_why.update(f"{n}: {str(c['unknown_reasons'][0])[:120]}"
+                                   for n, c in (d["results"].get("checkers") or {}).items()
+                                   if isinstance(c, dict) and c.get("valid") == "unknown" and c.get("unknown_reasons"))
+        if found["by"]:
+            row.caught_runs += 1
+            cell[0] += 1
+            for s, names in found["by"].items():
+                row.caught[s] = row.caught.get(s, 0) + 1
+                row.anomalies.setdefault(s, set()).update(names)
+            times = [t for t in found["first_s"].values() if t is not None]
+            if times:
+                row.firsts.append(min(times))
+    for name, u in (units or {}).items():
+        if name in rows:
+            rows[name].unit = u
+    return list(rows.values())
+
+
+# --- docs/MUTATION.md ---------------------------------------------------------------------------------------
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (a `|` in a rule, such as |ISR|, would split it)."""
+    return text.replace("|", "\\|")
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d} ({n / d:.0%})" if d else "0/0"
+
+
+def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: str = "") -> str:
+    measured = [r for r in rows if r.runs]
+    caught = [r for r in measured if r.caught_runs]
+    by_history = [r for r in measured if r.caught.get("history")]
+    by_trace = [r for r in measured if r.caught.get("trace")]
+    by_state_only = [r for r in caught if not r.caught.get("history") and not r.caught.get("trace")]
+    plans = sorted({p for r in rows for p in r.by_plan})
+    lines = [
+        "# Mutation table", "",
+        f"Generated by `{command}` on this machine. {settings}", "",
+        "Each mutant breaks one protocol rule in one place of the reference broker's default code path "
+        "(results/mutants.py: the edit, the rule and its citation). A run gets a temporary copy of the code "
+        "with the mutant applied; it counts only if every node logged the copy's code digest at start-up. "
+        "`history` is the client history's checkers, `state` the end-of-run state dumps (`replicas`), "
+        "`trace` the protocol trace checker (checkers/trace.py). `first proof` is the median over the caught runs of the seconds from the run's start to "
+        "the first op (or trace line) that proved an anomaly; `-` where only the end-of-run dumps or the "
+        "final read prove it.", "",
+        "## Summary", "",
+        f"- Mutants measured: {len(measured)} of {len(rows)} in the catalogue.",
+        f"- Caught (any source, in at least one run): {_pct(len(caught), len(measured))}.",
+        f"- Caught by the client histories alone: {_pct(len(by_history), len(measured))}.",
+        f"- Caught by the trace checker: {_pct(len(by_trace), len(measured))}"
+        + ("." if any(r.traced for r in measured) else " (no run had a trace checker: checkers/trace.py was not "
+                                                        "in the code these runs were made with)."),
+        f"- Caught only by the end-of-run state dumps: {len(by_state_only)}.",
+        f"- Not caught, with an unknown verdict in every run (e.g. the cluster never answered the final reads "
+        f"after the heal: a liveness failure the checkers do not call a violation): "
+        f"{sum(1 for r in measured if not r.caught_runs and r.unknown == r.runs)}.",
+    ]
+    units = [r for r in rows if r.unit is not None]
+    if units:
+        killed = [r for r in units if r.unit["killed"]]
+        lines.append(f"- Killed by the broker's unit tests (`--unit-tests`): {len(killed)} of {len(units)} tried "
+                     "(a mutant they kill is still kept: the question here is what a fault-injection run finds).")
+    lines += ["", "## Per mutant", "",
+              "| mutant | file | verdict | " + " | ".join(f"`{p}` caught/runs" for p in plans)
+              + " | history | state | trace | first proof (s, median) | unit tests | rule |",
+              "|---|---|---|" + "---|" * len(plans) + "---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{r.by_plan[p][0]}/{r.by_plan[p][1]}" if p in r.by_plan else "-" for p in plans]
+
+        def src(s: str, r: MutantRow = r) -> str:
+            return f"{r.caught[s]} ({', '.join(sorted(r.anomalies[s]))})" if r.caught.get(s) else "-"
+
+        verdict = r.verdict + (f"; {r.unverified} unverified run(s) left out" if r.unverified else "") + (
+            f"; {r.failed} run(s) the harness failed or was interrupted in left out" if r.failed else "")
+        unit = "-" if r.unit is None else ("killed" if r.unit["killed"] else "survived")
+        first = "-" if r.median_first_s is None else f"{r.median_first_s:g}"
+        files = ", ".join(f"`{f.removeprefix('clusters/broker/')}`" for f in r.mutant.files)
+        lines.append(f"| `{r.mutant.name}` | {files} | {verdict} | " + " | ".join(cells)
+                     + f" | {src('history')} | {src('state')} | {src('trace')} | {first} | {unit} | "
+                       f"{_cell(r.mutant.rule)} ({_cell(r.mutant.cite)}) |")
+    survivors = [r for r in measured if not r.caught_runs]
+    lines += ["", "## Survivors", ""]
+    if survivors:
+        lines += [f"- `{r.mutant.name}`: expected: {r.mutant.expect}." for r in survivors]
+    else:
+        lines.append("None among the mutants measured.")
+    if notes.strip():
+        lines += ["", notes.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def describe_runs(runs: list[dict[str, Any]]) -> str:
+    """What the stored runs were: plans, run lengths, seeds, clusters and when (one sentence)."""
+    counted = [d for d in runs if counts(d)]
+    if not counted:
+        return "The store holds no finished mutant run."
+
+    def listed(key: str, fmt: Callable[[Any], str] = str) -> str:
+        return ", ".join(fmt(v) for v in sorted({d.get(key) for d in counted}, key=str))
+
+    stamps = sorted(Path(d["run_dir"]).name for d in counted)
+    return (f"{len(counted)} runs ({stamps[0]} to {stamps[-1]}); plans: {listed('plan')}; run length: "
+            f"{listed('time_limit', lambda t: f'{float(t):g} s')}; seeds: {listed('seed')}; cluster: "
+            f"{listed('cluster')}; acks=all, flush never, min ISR 2.")
+
+
+def write_mutation_doc(store: str | Path, out: str | Path, command: str, notes: str = "") -> Path:
+    store = Path(store)
+    runs = stored_runs(store)
+    rows = summarize(runs, stored_unit_tests(store))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_markdown(rows, command, describe_runs(runs), notes))
+    return out
+
+
+def current_digest() -> str:
+    """The digest of this tree's node code (what an unmutated run logs)."""
+    return code_digest(REPO_ROOT)
