@@ -38,7 +38,8 @@ def test_hwm_at_leader_leo_runs_on_the_mutated_code_and_is_caught(tmp_path):
     assert results["valid"] is False
     assert {"lost-write", "stale-read", "future-read", "inconsistent-offsets"} & set(
         results["checkers"]["queue"]["anomaly_types"] + results["checkers"]["log-order"]["anomaly_types"])
-    assert "| `hwm-leader-leo` | `replica.py` | caught by history |" in out.read_text()
+    # the history checkers and the protocol trace (checkers/trace.py: hwm-past-member-leo) both catch it
+    assert "| `hwm-leader-leo` | `replica.py` | caught by history + trace |" in out.read_text()
     assert set(Path(tempfile.gettempdir()).glob("kafkaesque-code-*")) <= copies_before  # the copy is gone
     # Resumable: the same measurement again makes no run.
     again = subprocess.run([sys.executable, "-m", "harness.cli", "mutate", "--mutant", "hwm-leader-leo", "--plan",
