@@ -157,3 +157,19 @@ def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Seq
         results.append(result)
         previous[c.name] = result
     return compose(results)
+
+
+def missing_node_files(checker: str, test: dict[str, Any], doc: dict[str, Any] | None, reason: str,
+                       what: str, handed: str) -> Result | None:
+    """The unknown verdict of a checker whose input is a file per node collected into the run dir (the
+    replicas' state dumps, the protocol traces) when that input is missing as a whole; None when `doc`
+    names nodes. `reason` is the checkers/reasons.py key, `what` the files in words ("traces"), `handed`
+    the document the checker is handed, in words."""
+    if doc is None:
+        why = (f"the run directory is not known, so the nodes' {what} cannot be read" if not test.get("run_dir")
+               else f"{handed} was not handed to the checker")
+        return Result(checker, UNKNOWN, unknown_reasons=[say(reason, why=why)])
+    if not doc.get("nodes"):
+        return Result(checker, UNKNOWN, unknown_reasons=[
+            say(reason, why=f"no node left its {what} in nodes/ and test.json names no nodes")])
+    return None

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result, missing_node_files
 from checkers.reasons import say
 from history import Op, beyond_budget_time
 
@@ -343,14 +343,11 @@ def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[s
     handed in) and the queue checker's result (None: it did not run before this one)."""
     if not _dumps_expected(test, replicas):
         return Result(REPLICAS, True, stats={"not_applicable": NOT_APPLICABLE})
-    if replicas is None:
-        why = ("the run directory is not known, so the nodes' state dumps cannot be read" if not test.get("run_dir")
-               else "the replicas' state (replicas.json) was not handed to the checker")
-        return Result(REPLICAS, UNKNOWN, unknown_reasons=[say("no-state-dumps", why=why)])
-    nodes = replicas.get("nodes") or {}
-    if not nodes:
-        return Result(REPLICAS, UNKNOWN, unknown_reasons=[
-            say("no-state-dumps", why="no node left a state dump in nodes/ and test.json names no nodes")])
+    missing = missing_node_files(REPLICAS, test, replicas, "no-state-dumps", "state dumps",
+                                 "the replicas' state (replicas.json)")
+    if missing is not None:
+        return missing
+    nodes = replicas["nodes"]
     states, reasons = {}, []
     for node, entry in sorted(nodes.items()):
         if isinstance(entry.get("state"), dict):

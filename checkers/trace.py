@@ -49,7 +49,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result
+from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result, missing_node_files
 from checkers.reasons import say
 from history import Op
 
@@ -331,14 +331,10 @@ def check_trace_input(test: dict[str, Any], doc: dict[str, Any] | None) -> Resul
     """The verdict from test.json and the loaded traces (clusters/trace_files.py; None: none was handed in)."""
     if not test.get("protocol_trace"):
         return Result(TRACE, True, stats={"not_applicable": NOT_APPLICABLE})
-    if doc is None:
-        why = ("the run directory is not known, so the nodes' traces cannot be read" if not test.get("run_dir")
-               else "the nodes' traces were not handed to the checker")
-        return Result(TRACE, UNKNOWN, unknown_reasons=[say("no-trace", why=why)])
-    nodes = doc.get("nodes") or {}
-    if not nodes:
-        return Result(TRACE, UNKNOWN, unknown_reasons=[
-            say("no-trace", why="no node left a trace in nodes/ and test.json names no nodes")])
+    missing = missing_node_files(TRACE, test, doc, "no-trace", "traces", "the nodes' traces document")
+    if missing is not None:
+        return missing
+    nodes = doc["nodes"]
     traces, reasons, torn = {}, [], {}
     for node, entry in sorted(nodes.items()):
         if isinstance(entry.get("lines"), list):
