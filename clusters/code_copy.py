@@ -54,18 +54,31 @@ def snippet_problem(text: str, edit: Edit, who: str) -> str | None:
             f"the code moved under it: update the snippet in the catalogue")
 
 
-def apply_edits(root: Path, edits: list[Edit] | tuple[Edit, ...], who: str) -> None:
-    """Apply every edit to the files under `root`; SnippetError before any write if one cannot apply."""
+def edited_texts(root: Path, edits: list[Edit] | tuple[Edit, ...], who: str) -> tuple[dict[str, str], list[str]]:
+    """The texts of the files under `root` with `edits` applied in order (file -> text), and one sentence per
+    edit that cannot apply (its file is missing, or its snippet does not occur exactly once); nothing is
+    written. An edit that cannot apply leaves its file's text as it was for the edits after it."""
     texts: dict[str, str] = {}
+    problems: list[str] = []
     for e in edits:
         path = root / e.file
         if not path.is_file():
-            raise SnippetError(f"{who}: {e.file} does not exist; update the catalogue.")
-        text = texts.get(e.file, path.read_text())
+            problems.append(f"{who}: {e.file} does not exist; update the catalogue.")
+            continue
+        text = texts.setdefault(e.file, path.read_text())
         problem = snippet_problem(text, e, who)
         if problem:
-            raise SnippetError(problem + ".")
-        texts[e.file] = text.replace(e.old, e.new)
+            problems.append(problem + ".")
+        else:
+            texts[e.file] = text.replace(e.old, e.new)
+    return texts, problems
+
+
+def apply_edits(root: Path, edits: list[Edit] | tuple[Edit, ...], who: str) -> None:
+    """Apply every edit to the files under `root`; SnippetError before any write if one cannot apply."""
+    texts, problems = edited_texts(root, edits, who)
+    if problems:
+        raise SnippetError(problems[0])
     for f, text in texts.items():
         (root / f).write_text(text)
 

@@ -41,9 +41,7 @@ from clusters.ownership import (
 from clusters.reference import OWNER_ENV
 from clusters.remote import LocalRemote, RemoteResult
 from clusters.waiting import WaitTimeout, wait_until
-from history.extras import install_hint, installed
-
-LOSSYFS_MODULES = ("pyfuse3", "trio")  # what clusters/lossyfs.py imports, in the lossy extra
+from history.extras import extra_missing
 
 PORT = 9092
 SUBNET = "10.213"
@@ -106,10 +104,7 @@ class NetnsCluster(LocalCluster):
 
     def lossy_unavailable(self) -> str | None:
         """Every broker's data dir is a lossyfs mount, when the lossy extra (pyfuse3, trio) is installed."""
-        missing = [m for m in LOSSYFS_MODULES if not installed(m)]
-        if missing:
-            return f"the lossy file system needs the lossy extra ({missing[0]} is not installed): {install_hint('lossy')}"
-        return None
+        return extra_missing("lossy", "the lossy file system")
 
     def netem_probe_unavailable(self) -> str | None:
         return None  # each node's device is its own veth end

@@ -29,7 +29,6 @@ from typer.core import TyperGroup
 
 from harness.cluster_cli import cluster_app, image_app
 from harness.console import OutputClosed, err, fail, fail_all, silence_stdout
-from harness.doctor import diagnose
 from history.extras import MissingExtra, dist_version
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
@@ -241,6 +240,8 @@ def run(
 def doctor(as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False) -> None:
     """What this machine offers (Docker engine, node image, root, namespaces, iptables, tc and netem, FUSE, Java
     for Spark, free ports), with the fix for each missing part. Exit 0 when the default cluster can run."""
+    from harness.doctor import diagnose  # here, like the other commands' imports: it loads the cluster code
+
     found = diagnose()
     if as_json:
         print(json.dumps(found, indent=2))

@@ -23,7 +23,7 @@ from typing import Any
 from clusters.base import ClusterError
 from clusters.docker import docker_client
 from clusters.image import plan
-from history.extras import install_hint, installed
+from history.extras import extra_missing, install_hint
 from results.pipeline import PipelineError
 from results.pipeline.session import find_java
 
@@ -108,9 +108,9 @@ def _tools() -> list[Finding]:
     out.append(Finding("fuse", fuse, "/dev/fuse and fusermount3" if fuse else
                        "no /dev/fuse" if not os.path.exists("/dev/fuse") else "no fusermount3 on PATH",
                        "apt-get install fuse3 (and give containers /dev/fuse)", "lossy-crash on --cluster local"))
-    lossy = all(installed(m) for m in ("pyfuse3", "trio"))
-    out.append(Finding("lossy extra", lossy, "pyfuse3 and trio installed" if lossy else "pyfuse3 or trio missing",
-                       install_hint("lossy"), "lossy-crash on --cluster local (the docker nodes bring their own)"))
+    missing = extra_missing("lossy", "the lossy file system")
+    out.append(Finding("lossy extra", missing is None, missing or "pyfuse3 and trio installed", install_hint("lossy"),
+                       "lossy-crash on --cluster local (the docker nodes bring their own)"))
     return out
 
 
@@ -122,25 +122,25 @@ def _spark() -> list[Finding]:
     except PipelineError as e:
         out.append(Finding("java 17+", False, str(e), "apt-get install openjdk-17-jre-headless",
                            "kafkaesque pipeline (Spark)"))
-    spark = installed("pyspark") and installed("pyarrow")
-    out.append(Finding("spark extra", spark, "pyspark and pyarrow installed" if spark else "pyspark or pyarrow missing",
+    missing = extra_missing("spark", "the Spark pipeline")
+    out.append(Finding("spark extra", missing is None, missing or "pyspark and pyarrow installed",
                        install_hint("spark"), "kafkaesque pipeline"))
     return out
 
 
 def _ports() -> Finding:
+    socks: list[socket.socket] = []
     try:
-        socks = []
         for _ in range(8):  # a broker, a controller, their peers: a few at once
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        for s in socks:
-            s.close()
+            socks.append(socket.socket())
+            socks[-1].bind(("127.0.0.1", 0))
         return Finding("free ports", True, "8 ports on 127.0.0.1 bound and released")
     except OSError as e:
         return Finding("free ports", False, f"cannot bind on 127.0.0.1: {e}", "free some ports or raise the limit "
                        "of open files (ulimit -n)", "every local cluster")
+    finally:
+        for s in socks:
+            s.close()
 
 
 def diagnose() -> dict[str, Any]:

@@ -8,6 +8,7 @@ where the setting came from (a command-line flag, a campaign file's key, a marke
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import platform
 import re
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clusters.base import ClusterError
-from history.extras import DIST, install_hint, installed
+from history.extras import DIST, extra_missing
 from results.store import STORE_FORMAT
 
 # How a setting is named in a problem's sentence: "--time-limit -5" on the command line, "key
@@ -112,9 +113,6 @@ class TestSpec:
         on a cluster file uses that file again (clusters/external.py cluster_file_for_rerun), or the run
         dir's copy when the file is gone. Returns the spec and notes to print; a ValueError sentence when
         the dir holds no usable test.json."""
-        import json
-
-        from clusters.base import ClusterError
         from clusters.external import cluster_file_for_rerun
 
         test_json = Path(run_dir) / "test.json"
@@ -308,9 +306,10 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
     for name, valid in choices.items():
         if name in typed and getattr(spec, name) not in valid:
             out.append(said.unknown(name, getattr(spec, name), valid))
-    if "client" in typed and spec.client == "confluent-kafka" and not installed("confluent_kafka"):
-        out.append(f"--client confluent-kafka needs the confluent extra (confluent_kafka is not installed): "
-                   f"{install_hint('confluent')}.")
+    if "client" in typed and spec.client == "confluent-kafka":
+        missing = extra_missing("confluent", "--client confluent-kafka")
+        if missing:
+            out.append(missing + ".")
     if "flush_policy" in typed:
         try:
             parse_flush_policy(spec.flush_policy)

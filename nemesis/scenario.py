@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusters.waiting import WaitTimeout, wait_until
 from history import BEYOND_BUDGET, Op
 from nemesis import grudge
 from nemesis.actions import PROCESS_FAULTS
@@ -305,12 +306,11 @@ def _file_step(path: Path, i: int, raw: Any, bound: set[str]) -> Step:
 
 def idle(seconds: float, stopped: Callable[[], bool]) -> bool:
     """Wait `seconds`, or less if the run stops first; whether the time passed (False: stopped)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if stopped():
-            return False
-        time.sleep(min(0.1, max(end - time.monotonic(), 0)))
-    return not stopped()
+    try:
+        wait_until(stopped, seconds, 0.1, "the end of the run")
+    except WaitTimeout:
+        return True
+    return False
 
 
 class ScenarioStalled(RuntimeError):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.broker.code_digest import code_digest
-from clusters.code_copy import REPO_ROOT, CodeCopy, snippet_problem
+from clusters.code_copy import REPO_ROOT, CodeCopy, edited_texts
 from results.detection import first_anomaly_s
 from results.mutants import MUTANTS, Mutant
 
@@ -63,18 +63,7 @@ def catalogue_problems(root: Path = REPO_ROOT, mutants: tuple[Mutant, ...] = MUT
         seen.add(m.name)
         if not m.edits:
             out.append(f"mutant {m.name}: it has no edit; give it one.")
-        texts: dict[str, str] = {}
-        for e in m.edits:
-            path = root / e.file
-            if not path.is_file():
-                out.append(f"mutant {m.name}: {e.file} does not exist; update the catalogue.")
-                continue
-            text = texts.setdefault(e.file, path.read_text())
-            problem = snippet_problem(text, e, f"mutant {m.name}")
-            if problem:
-                out.append(problem + ".")
-            else:
-                texts[e.file] = text.replace(e.old, e.new)
+        out += edited_texts(root, m.edits, f"mutant {m.name}")[1]
     return out
 
 
