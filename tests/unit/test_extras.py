@@ -70,3 +70,22 @@ def test_every_extra_the_code_asks_for_is_declared_and_not_in_the_core():
     for heavy in ("pyspark", "pyarrow", "pyfuse3", "confluent-kafka"):
         assert heavy not in core
     assert install_hint("all") == f"pip install '{DIST}[all]'"
+
+
+def test_a_missing_extra_is_said_once_for_every_feature_that_needs_it(monkeypatch):
+    """extra_missing: need()'s sentence without importing, for the first absent module of the extra; the
+    local-netns cluster's lossy file system and the confluent-client check say exactly that."""
+    import history.extras as extras
+    from clusters.base import ClusterSpec
+    from clusters.netns import NetnsCluster
+    from harness.spec import TestSpec
+
+    assert extras.extra_missing("lossy", "x") is None  # the dev venv has every extra
+    monkeypatch.setattr(extras, "installed", lambda module: module != "trio")
+    said = extras.extra_missing("lossy", "the lossy file system")
+    assert said == f"the lossy file system needs the lossy extra (trio is not installed): pip install '{DIST}[lossy]'"
+    assert NetnsCluster(ClusterSpec(), "run-x").lossy_unavailable() == said
+    monkeypatch.setattr(extras, "installed", lambda module: module != "confluent_kafka")
+    assert any(p.startswith("--client confluent-kafka needs the confluent extra (confluent_kafka is not installed)")
+               for p in TestSpec(client="confluent-kafka").problems())
+    assert not any("confluent extra" in p for p in TestSpec(client="kafka-python").problems())
