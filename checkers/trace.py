@@ -33,6 +33,25 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
 - epoch-reuse: two brokers became leader of one partition in the same leader epoch; an active
   controller's elections of a partition did not strictly increase its leader epoch; a broker epoch
   was given twice or did not increase (PROTOCOL.md 1 "Epochs", 8 "Epochs").
+- hwm-regressed: a leader moved its HWM backwards (PROTOCOL.md 3 "advance rule": newHWM > HWM; 8
+  "Consistent reads": a served offset stays served).
+- hwm-above-leo: a replica's HWM above its own LEO when it changed role (PROTOCOL.md 2 "Follower":
+  HWM = min(leader's HWM, LEO); 002 2.7).
+- elr-at-min-isr: a partition change left an ELR or LastKnownELR beside an ISR at or above min ISR
+  (PROTOCOL.md 8 "Controller structure": |ISR| >= MinISR => ELR empty; 4 "ELR").
+- elr-dropped-removed: a partition change below min ISR dropped a replica from the ISR without
+  putting it into the ELR, other than by an unclean restart, an unclean election or a reassignment
+  (PROTOCOL.md 4 "ELR", 6 KIP-966; 001 5.2).
+- fenced-in-isr: a broker the controller fenced was still in an ISR once the controller had acted on
+  the fencing (by its next broker event) (PROTOCOL.md 4 "Shrink", 5.4, 8 "Controller structure").
+  The controller's state of a partition is what its partition_change lines said last, read from
+  each activation on (a killed controller's unflushed tail cannot leave a stale ISR behind).
+- alter-partition-stale: the controller accepted an AlterPartition whose partition epoch was not the
+  partition's, or that added a member with a broker epoch other than its registered one (PROTOCOL.md
+  4 "AlterPartition": INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA; 9.6 KIP-903; 9.8). The request is
+  the leader's last alter_partition_sent of the partition before the change that proposed its ISR.
+The ELR rules and the last-member exception of fenced-in-isr follow the controller's `no-elr` variant
+(its trace_started line), under which there is no ELR and the last ISR member stays.
 
 Each anomaly's examples carry the trace lines that prove it: node, line number, event and facts.
 
@@ -79,7 +98,20 @@ RULES: dict[str, str] = {
     "log-matching": "two replicas' epoch caches start one leader epoch at different offsets (TLA+ LogMatching; "
                     "PROTOCOL.md 8)",
     "epoch-reuse": "a leader epoch or broker epoch was used twice or went backwards (PROTOCOL.md 1 and 8, Epochs)",
+    "hwm-regressed": "a leader moved its HWM backwards (PROTOCOL.md 3, advance rule: newHWM > HWM; 8, Consistent "
+                     "reads)",
+    "hwm-above-leo": "a replica's HWM was above its own LEO (PROTOCOL.md 2, Follower: HWM = min(leader HWM, LEO); "
+                     "002 2.7)",
+    "elr-at-min-isr": "an ELR or LastKnownELR was kept beside an ISR at or above min ISR (PROTOCOL.md 8, Controller "
+                      "structure; 4, ELR)",
+    "elr-dropped-removed": "a replica left an ISR below min ISR without joining the ELR (PROTOCOL.md 4, ELR; 6, "
+                           "KIP-966; 001 5.2)",
+    "alter-partition-stale": "the controller accepted an AlterPartition with a stale partition epoch or a stale "
+                             "broker epoch for an added member (PROTOCOL.md 4, AlterPartition; 9.6 KIP-903; 9.8)",
+    "fenced-in-isr": "a fenced broker stayed in an ISR after the controller acted on its fencing (PROTOCOL.md 4, "
+                     "Shrink; 5.4; 8, Controller structure)",
 }
+NO_ELR = "no-elr"  # the controller variant without the ELR (3.5's rules: the last ISR member stays)
 
 
 def _cite(node: str, e: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -111,6 +143,9 @@ class _Found:
 def _hwm_advance(node: str, e: dict[str, Any], found: _Found) -> None:
     members = e.get("members") or {}
     epoch, to = e.get("leader_epoch"), e.get("to")
+    if isinstance(to, int) and isinstance(e.get("from"), int) and to < e["from"]:
+        found.add("hwm-regressed", f"{node} moved the HWM of {_where(e)} back from {e['from']} to {to} in leader "
+                                   f"epoch {epoch}", _cite(node, e, "from", "to", "maximal_isr", "members"))
     for m in e.get("maximal_isr") or []:
         f = members.get(str(m))
         if f is None:
@@ -183,8 +218,17 @@ def _election(node: str, e: dict[str, Any], found: _Found) -> None:
                   _cite(node, e, "leader", "how", "isr", "elr", "last_known_elr", "candidates", "unclean"))
 
 
+def _role_change(node: str, e: dict[str, Any], found: _Found) -> None:
+    hwm_, leo = e.get("hwm"), e.get("leo")
+    if isinstance(hwm_, int) and isinstance(leo, int) and hwm_ > leo:
+        found.add("hwm-above-leo", f"{node} had HWM {hwm_} above its LEO {leo} for {_where(e)} when it became "
+                                   f"{str(e.get('to', '?')).split('@')[0]} in leader epoch {e.get('leader_epoch')}",
+                  _cite(node, e, "from", "to", "hwm", "leo"))
+
+
 LINE_RULES = {"hwm_advanced": _hwm_advance, "alter_partition_sent": _isr_expansion, "produce_acked": _ack,
-              "consumer_fetch": _consumer_fetch, "leader_elected": _election}
+              "consumer_fetch": _consumer_fetch, "leader_elected": _election, "become_leader": _role_change,
+              "become_follower": _role_change}
 
 
 # --- rules across lines and nodes ---------------------------------------------------------------------------
@@ -293,6 +337,112 @@ def _epoch_reuse(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None
             registered[node] = (be, e)
 
 
+def _min_isrs(lines: list[tuple[str, dict[str, Any]]]) -> dict[Any, int]:
+    """Each topic's min ISR, as the brokers' leaders saw it (the controller's lines do not carry it)."""
+    return {e.get("topic"): e["min_isr"] for _, e in lines
+            if e.get("event") in ("become_leader", "hwm_advanced") and isinstance(e.get("min_isr"), int)}
+
+
+def _elr_rules(lines: list[tuple[str, dict[str, Any]]], found: _Found, no_elr: bool) -> None:
+    """The ELR after each of the controller's partition changes (its `from` and `to` on one line)."""
+    if no_elr:
+        return
+    min_isr = _min_isrs(lines)
+    unclean = {(e.get("topic"), e.get("partition"), e.get("leader_epoch")) for _, e in lines
+               if e.get("event") == "leader_elected" and e.get("unclean")}
+    for node, e in lines:
+        if e.get("event") != "partition_change" or e.get("topic") not in min_isr:
+            continue
+        old, new, m = e.get("from") or {}, e.get("to") or {}, min_isr[e.get("topic")]
+        isr, elr, lke = new.get("isr") or [], new.get("elr") or [], new.get("last_known_elr") or []
+        if len(isr) >= m and (elr or lke):
+            found.add("elr-at-min-isr", f"{node} left ELR {elr} and LastKnownELR {lke} on {_where(e)} beside ISR "
+                                        f"{isr}, at or above min ISR {m} ({e.get('reason')})",
+                      _cite(node, e, "reason", "from", "to"))
+        reason = str(e.get("reason", ""))
+        if (len(isr) >= m or reason.startswith(("unclean recovery", "reassignment")) or "restarted uncleanly" in reason
+                or (e.get("topic"), e.get("partition"), new.get("leader_epoch")) in unclean):
+            continue  # an unclean restart or election empties the ELR by design; a reassignment moves replicas
+        dropped = [r for r in old.get("isr") or [] if r not in isr and r not in elr]
+        if dropped:
+            found.add("elr-dropped-removed", f"{node} dropped {dropped} from the ISR of {_where(e)} (now {isr}, below "
+                                             f"min ISR {m}) without putting them into the ELR {elr} ({reason})",
+                      _cite(node, e, "reason", "from", "to"))
+
+
+def _fenced_in_isr(lines: list[tuple[str, dict[str, Any]]], found: _Found, no_elr: bool) -> None:
+    """Replays the controller's lines: at each broker event, every broker it fenced before must be out of
+    every ISR it knows (its last partition_change of each partition, since the controller's activation)."""
+    state: dict[tuple[Any, Any], tuple[str, dict[str, Any]]] = {}
+    fenced: dict[Any, tuple[str, dict[str, Any]]] = {}
+    reported: set[tuple[Any, Any, Any]] = set()
+    for node, e in lines:
+        ev = e.get("event")
+        if e.get("role") != "controller":
+            continue
+        if ev in ("trace_started", "controller_activated"):
+            state.clear()
+            fenced.clear()
+        elif ev == "partition_change":
+            state[(e.get("topic"), e.get("partition"))] = (node, e)
+        elif ev in ("broker_fenced", "broker_unfenced", "broker_registered"):
+            for key, (pnode, pe) in sorted(state.items(), key=lambda kv: str(kv[0])):
+                isr = (pe.get("to") or {}).get("isr") or []
+                if no_elr and len(isr) == 1:
+                    continue  # 3.5's Last Replica Standing
+                for b in isr:
+                    if b in fenced and (*key, b) not in reported:
+                        reported.add((*key, b))
+                        fnode, fe = fenced[b]
+                        found.add("fenced-in-isr", f"broker {b} was still in the ISR {isr} of {key[0]}-{key[1]} "
+                                                   f"after {fnode} fenced it ({fe.get('reason')})",
+                                  _cite(fnode, fe, "broker", "reason"), _cite(pnode, pe, "reason", "to"))
+            b = e.get("broker")
+            if ev == "broker_unfenced":
+                fenced.pop(b, None)
+            else:
+                fenced[b] = (node, e)  # a registration is fenced until the broker catches up
+
+
+def _alter_partition_accepted(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> int:
+    """Each ISR change the controller made on a leader's AlterPartition against the request it answered;
+    returns how many were judged (their request found)."""
+    judged = 0
+    sent: dict[tuple[Any, Any, Any], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    registered: dict[Any, int] = {}
+    for node, e in lines:
+        ev = e.get("event")
+        if ev == "alter_partition_sent":
+            sent[(e.get("node"), e.get("topic"), e.get("partition"))].append((node, e))
+        elif ev == "broker_registered":
+            registered[e.get("broker")] = e.get("broker_epoch")
+        elif ev == "partition_change" and str(e.get("reason", "")).startswith("AlterPartition from leader "):
+            try:
+                leader = int(str(e["reason"]).rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+            old, new = e.get("from") or {}, e.get("to") or {}
+            asked = [(n, s) for n, s in sent[(leader, e.get("topic"), e.get("partition"))]
+                     if set(s.get("to") or []) == set(new.get("isr") or [])]
+            if not asked:
+                continue  # the leader's line was lost with its unflushed tail: not judged
+            snode, req = asked[-1]
+            judged += 1
+            why = []
+            if isinstance(req.get("partition_epoch"), int) and req["partition_epoch"] != old.get("partition_epoch"):
+                why.append(f"it was made at partition epoch {req['partition_epoch']}, the partition's was "
+                           f"{old.get('partition_epoch')}")
+            for r, f in sorted((req.get("added") or {}).items()):
+                be, now = f.get("broker_epoch", -1), registered.get(int(r))
+                if be != -1 and now is not None and be != now:
+                    why.append(f"it added {r} with broker epoch {be}, registered as {now}")
+            if why:
+                found.add("alter-partition-stale", f"{node} accepted {snode}'s AlterPartition of {_where(e)} to ISR "
+                                                   f"{new.get('isr')}: " + "; ".join(why),
+                          _cite(snode, req, "from", "to", "added"), _cite(node, e, "reason", "from", "to"))
+    return judged
+
+
 def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     """`traces`: node name -> its trace lines, in file order, each with its "line" number."""
     found = _Found()
@@ -316,10 +466,16 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     _truncations(ordered, found)
     _log_matching(ordered, found)
     _epoch_reuse(ordered, found)
+    no_elr = any(NO_ELR in (e.get("variants") or []) for _, e in ordered
+                 if e.get("event") == "trace_started" and e.get("role") == "controller")
+    _elr_rules(ordered, found, no_elr)
+    _fenced_in_isr(ordered, found, no_elr)
+    alters = _alter_partition_accepted(ordered, found)
     anomalies = found.anomalies()
     stats: dict[str, Any] = {"nodes": len(traces), "lines": sum(len(ls) for ls in traces.values()),
                              "events": dict(sorted(counts.items(), key=lambda kv: str(kv[0]))),
-                             "leaders_judged_complete": judged, "unclean_elections": len(unclean),
+                             "leaders_judged_complete": judged, "alter_partitions_judged": alters,
+                             "unclean_elections": len(unclean),
                              "violations": sum(a.count for a in anomalies)}
     if variants:
         stats["variants"] = sorted(variants)

@@ -603,7 +603,13 @@ def mutate(
                                                   "code and the mutated copy compiles; run nothing")] = False,
     unit_tests: Annotated[bool, typer.Option(help="run the broker's unit tests against each mutant (quick "
                                                   "cross-check) instead of clusters")] = False,
-    render_only: Annotated[bool, typer.Option(help="only rewrite the table from the store")] = False,
+    render_only: Annotated[bool, typer.Option(help="only rewrite the table from the store and the ledger")] = False,
+    reanalyze: Annotated[bool, typer.Option(help="first check every stored run of the chosen mutants again with "
+                                                 "this tree's checkers (as `kafkaesque analyze`), then render")
+                         ] = False,
+    ledger: Annotated[Path, typer.Option(help="the committed record of every counted run's outcome: the table is "
+                                              "rendered from it and the store, and a measurement resumes from "
+                                              "both")] = Path("docs/MUTATION-runs.jsonl"),
     list_mutants: Annotated[bool, typer.Option("--list", help="list the catalogue and exit")] = False,
 ) -> None:
     """Run broker mutants under the protocol nemesis and random faults and write docs/MUTATION.md.
@@ -657,8 +663,14 @@ def mutate(
     command = "kafkaesque mutate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque mutate"
 
     def render() -> None:
-        write_mutation_doc(store, out, command, note_text)
+        write_mutation_doc(store, out, command, note_text, ledger=ledger)
 
+    if reanalyze:
+        from harness.mutate import reanalyze as recheck
+
+        n = recheck(store, chosen, log=lambda m: err.print(m))
+        err.print(f"mutate: {n} stored run(s) checked again")
+        render_only = True
     if render_only:
         render()
         err.print(f"wrote {out}")
@@ -674,7 +686,7 @@ def mutate(
 
     try:
         ran, skipped = measure(chosen, plans, list(range(seed, seed + seeds)), minutes * 60, store, cluster,
-                               log=lambda m: err.print(m), after_each=render)
+                               log=lambda m: err.print(m), after_each=render, ledger=ledger)
     except StoreError as e:
         fail(str(e))
     render()

@@ -22,6 +22,7 @@ from results.mutation import (
     COMMON,
     PLANS,
     RUN_FILE,
+    all_records,
     classify,
     counts,
     mutant_copy,
@@ -65,9 +66,9 @@ def run_mutant(m: Mutant, plan: str, seed: int, time_limit: float, store: str, c
 
 def measure(mutants: list[Mutant], plans: list[str], seeds: list[int], time_limit: float, store: str,
             cluster: str, log: Callable[[str], None] = print,
-            after_each: Callable[[], None] | None = None) -> tuple[int, int]:
-    """Run every (mutant, plan, seed) not yet in the store, one at a time; (ran, skipped)."""
-    have = {run_key(d) for d in stored_runs(Path(store)) if counts(d)}
+            after_each: Callable[[], None] | None = None, ledger: str | Path | None = None) -> tuple[int, int]:
+    """Run every (mutant, plan, seed) not yet in the store or the ledger, one at a time; (ran, skipped)."""
+    have = {run_key(d) for d in all_records(store, ledger) if counts(d)}
     ran = skipped = 0
     for m in mutants:
         with mutant_copy(m) as copy:
@@ -91,6 +92,26 @@ def measure(mutants: list[Mutant], plans: list[str], seeds: list[int], time_limi
                     if after_each:
                         after_each()
     return ran, skipped
+
+
+def reanalyze(store: str, mutants: list[Mutant], log: Callable[[str], None] = print) -> int:
+    """Check every stored run of these mutants again with this tree's checkers (`kafkaesque analyze`: the same
+    history, node dumps and traces), so the table says what the current checkers find in them; the count."""
+    from harness.runner import analyze_run
+    from results.store import write_json
+
+    names = {m.name for m in mutants}
+    done = 0
+    for doc in stored_runs(Path(store)):
+        if doc.get("mutant") not in names or not counts(doc):
+            continue
+        run_dir = Path(doc["run_dir"])
+        test = json.loads((run_dir / "test.json").read_text())
+        test["run_dir"] = str(run_dir)
+        write_json(run_dir / "results.json", analyze_run(run_dir, test, doc["results"]))
+        done += 1
+        log(f"mutate: re-checked {run_dir}")
+    return done
 
 
 # --- unit tests against a mutant --------------------------------------------------------------------------

@@ -47,6 +47,7 @@ SOURCES = {"trace": "trace", "replicas": "state"}  # any other checker: "history
 NOT_FINDINGS = ("faults", "progress")  # evidence checkers: they make a run unknown, never invalid
 SOURCE_ORDER = ("history", "state", "trace")
 RUN_FILE = "mutant.json"
+LEDGER = "docs/MUTATION-runs.jsonl"  # every counted run's outcome, committed: a table outlives the store it came from
 HARNESS_FAILED = 3  # the exit status of a run the harness itself failed (harness/runner.py EXIT_HARNESS)
 
 
@@ -127,9 +128,71 @@ def stored_runs(store: Path) -> list[dict[str, Any]]:
     return out
 
 
+# --- the ledger: each run's outcome without its files --------------------------------------------------------
+RECORD_KEYS = ("mutant", "plan", "seed", "time_limit", "cluster", "digest", "code_verified", "exit", "mono_start")
+
+
+def run_record(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored run (stored_runs) as one ledger line: its mutant.json facts, the run dir's name, and what
+    caught it (classify) with the checkers' verdicts, as of the checkers that wrote its results.json."""
+    if "found" in doc:
+        return doc  # already a record
+    results = doc.get("results") if isinstance(doc.get("results"), dict) else None
+    rec: dict[str, Any] = {k: doc.get(k) for k in RECORD_KEYS}
+    rec["run"] = Path(doc.get("run_dir", "")).name
+    if results is None:
+        return {**rec, "finished": False}
+    checkers = results.get("checkers") or {}
+    rec.update(
+        finished=True, interrupted=results.get("interrupted"), valid=results.get("valid"),
+        found=classify(results, doc.get("mono_start")),
+        traced=any(source_of(n, c) == "trace" for n, c in checkers.items()),
+        unknown_why=sorted(f"{n}: {str(c['unknown_reasons'][0])[:120]}" for n, c in checkers.items()
+                           if isinstance(c, dict) and c.get("valid") == "unknown" and c.get("unknown_reasons")),
+        checked_by=results.get("checked_by"))
+    return rec
+
+
+def read_ledger(path: str | Path | None) -> list[dict[str, Any]]:
+    """The ledger's records (none when there is no ledger); a torn or foreign line is skipped."""
+    if path is None or not Path(path).is_file():
+        return []
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "found" in rec and "mutant" in rec:
+            out.append(rec)
+    return out
+
+
+def all_records(store: str | Path, ledger: str | Path | None) -> list[dict[str, Any]]:
+    """The ledger's records updated by the store's runs (a run in both: the store's, as re-checked last)."""
+    by_run = {(r.get("run"), r.get("mutant"), r.get("plan")): r for r in read_ledger(ledger)}
+    for doc in stored_runs(Path(store)):
+        rec = run_record(doc)
+        if rec.get("finished"):
+            by_run[(rec["run"], rec["mutant"], rec["plan"])] = rec
+    return sorted(by_run.values(), key=lambda r: (str(r.get("run")), str(r.get("mutant")), str(r.get("plan"))))
+
+
+def write_ledger(records: list[dict[str, Any]], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records))
+    tmp.replace(path)
+    return path
+
+
 def counts(doc: dict[str, Any]) -> bool:
     """Whether a stored run counts (and need not be made again): finished, the nodes proved they ran the
     mutant's code, and the harness did not fail it."""
+    if "found" in doc:  # a ledger record
+        return bool(doc.get("finished")) and not doc.get("interrupted") and bool(doc.get("code_verified")) \
+            and doc.get("exit") != HARNESS_FAILED
     results = doc.get("results")
     return (isinstance(results, dict) and not results.get("interrupted") and bool(doc.get("code_verified"))
             and doc.get("exit") != HARNESS_FAILED)
@@ -257,26 +320,24 @@ def summarize(runs: list[dict[str, Any]], units: dict[str, dict[str, Any]] | Non
     """One row per catalogue mutant over the stored runs (only runs of the mutant's current digest count
     when `digest` is known for it; a run of an older mutation of the code is left out)."""
     rows = {m.name: MutantRow(m) for m in mutants}
-    for d in runs:
+    for d in map(run_record, runs):
         row = rows.get(d.get("mutant"))
-        if row is None or d.get("results") is None:
+        if row is None or not d.get("finished"):
             continue
         if not d.get("code_verified"):
             row.unverified += 1
             continue
-        if d.get("exit") == HARNESS_FAILED or d["results"].get("interrupted"):
+        if d.get("exit") == HARNESS_FAILED or d.get("interrupted"):
             row.failed += 1
             continue
         row.runs += 1
-        row.traced += any(source_of(n, c) == "trace" for n, c in (d["results"].get("checkers") or {}).items())
-        found = classify(d["results"], d.get("mono_start"))
+        row.traced += bool(d.get("traced"))
+        found = d["found"]
         cell = row.by_plan.setdefault(str(d.get("plan")), [0, 0])
         cell[1] += 1
-        if d["results"].get("valid") == "unknown" and not found["by"]:
+        if d.get("valid") == "unknown" and not found["by"]:
             row.unknown += 1
-            row.unknown_why.update(f"{n}: {str(c['unknown_reasons'][0])[:120]}"
-                                   for n, c in (d["results"].get("checkers") or {}).items()
-                                   if isinstance(c, dict) and c.get("valid") == "unknown" and c.get("unknown_reasons"))
+            row.unknown_why.update(d.get("unknown_why") or [])
         if found["by"]:
             row.caught_runs += 1
             cell[0] += 1
@@ -367,22 +428,26 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
 
 def describe_runs(runs: list[dict[str, Any]]) -> str:
     """What the stored runs were: plans, run lengths, seeds, clusters and when (one sentence)."""
-    counted = [d for d in runs if counts(d)]
+    counted = [run_record(d) for d in runs if counts(d)]
     if not counted:
         return "The store holds no finished mutant run."
 
     def listed(key: str, fmt: Callable[[Any], str] = str) -> str:
         return ", ".join(fmt(v) for v in sorted({d.get(key) for d in counted}, key=str))
 
-    stamps = sorted(Path(d["run_dir"]).name for d in counted)
+    stamps = sorted(str(d["run"]) for d in counted)
     return (f"{len(counted)} runs ({stamps[0]} to {stamps[-1]}); plans: {listed('plan')}; run length: "
             f"{listed('time_limit', lambda t: f'{float(t):g} s')}; seeds: {listed('seed')}; cluster: "
             f"{listed('cluster')}; acks=all, flush never, min ISR 2.")
 
 
-def write_mutation_doc(store: str | Path, out: str | Path, command: str, notes: str = "") -> Path:
+def write_mutation_doc(store: str | Path, out: str | Path, command: str, notes: str = "",
+                       ledger: str | Path | None = None) -> Path:
+    """The table from the ledger's records and the store's runs; with a ledger, it is brought up to date first."""
     store = Path(store)
-    runs = stored_runs(store)
+    runs = all_records(store, ledger)
+    if ledger is not None:
+        write_ledger(runs, ledger)
     rows = summarize(runs, stored_unit_tests(store))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

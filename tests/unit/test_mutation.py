@@ -19,7 +19,9 @@ from clusters.ownership import run_state
 from harness.spec import TestSpec
 from results.mutants import MUTANTS, Mutant
 from results.mutation import (
+    all_records,
     catalogue_problems,
+    read_ledger,
     classify,
     node_digests,
     render_markdown,
@@ -277,6 +279,28 @@ def test_write_mutation_doc_reads_the_store(store, tmp_path):
     # what the table was made of is read from the store, not from the command that rendered it
     assert ("6 runs (20261121T000000 to 20261126T000000); plans: protocol, random; run length: 120 s; seeds: "
             "1, 2, 3, 4, 5, 6; cluster: local; acks=all, flush never, min ISR 2.") in text
+
+
+def test_the_ledger_keeps_the_table_when_the_store_is_gone(store, tmp_path):
+    ledger = tmp_path / "docs" / "MUTATION-runs.jsonl"
+    first = write_mutation_doc(store, tmp_path / "a.md", "cmd", ledger=ledger).read_text()
+    records = read_ledger(ledger)
+    assert len(records) == 9 and all("found" in r and "run" in r for r in records)
+    # A fresh machine: no store, only the committed ledger; the same table comes out of it.
+    again = write_mutation_doc(tmp_path / "no-store", tmp_path / "b.md", "cmd", ledger=ledger).read_text()
+    assert again == first
+    rows = {r.mutant.name: r for r in summarize(read_ledger(ledger))}
+    assert rows[MUTANTS[1].name].caught == {"trace": 1} and rows[MUTANTS[1].name].median_first_s == 12.5
+
+
+def test_a_store_run_replaces_its_ledger_line_when_checked_again(store, tmp_path):
+    ledger = tmp_path / "runs.jsonl"
+    write_mutation_doc(store, tmp_path / "a.md", "cmd", ledger=ledger)
+    stale = [dict(r, found={"by": {}, "first_s": {}, "valid": True}) for r in read_ledger(ledger)]
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in stale) + "{torn\n")
+    merged = all_records(store, ledger)
+    assert len(merged) == 9  # the torn line is skipped, no run counted twice
+    assert any(r["found"]["by"] for r in merged)  # the store's verdicts win over the ledger's old ones
 
 
 def test_a_trace_anomaly_is_placed_in_the_run_by_its_lines_monotonic_clock():

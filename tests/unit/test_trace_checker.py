@@ -230,3 +230,113 @@ def test_truncating_below_the_replicas_own_hwm_is_caught():
 def test_truncating_below_the_hwm_after_an_unclean_election_is_by_design():
     unclean = elected(1, "unclean", [], [], unclean=True, epoch=3)
     assert names({"controller-0": [unclean], "broker-3": [truncation(8, 10)]}) == []
+
+
+# --- HWM monotonic and bounded by the LEO: PROTOCOL.md 2, 3 ------------------------------------------------
+def test_a_leader_moving_its_hwm_back_is_caught():
+    back = line(5, "hwm_advanced", leader_epoch=2, **{"from": 9, "to": 4}, isr=[1, 2], maximal_isr=[1, 2],
+                min_isr=2, members={"1": {"leo": 9, "fetch_epoch": 2}, "2": {"leo": 4, "fetch_epoch": 2}})
+    result = check_traces({"broker-1": [back]})
+    assert [a.name for a in result.anomalies] == ["hwm-regressed"]
+    assert result.anomalies[0].examples[0]["trace"][0]["from"] == 9
+    forward = {**back, "from": 3}
+    assert names({"broker-1": [forward]}) == []
+
+
+def role(n: int, to: str, hwm_: int, leo: int) -> dict:
+    return line(n, "become_leader" if to == "leader" else "become_follower", leader_epoch=3,
+                **{"from": "follower@2", "to": f"{to}@3"}, hwm=hwm_, leo=leo, leso=leo, isr=[1, 2],
+                replicas=[1, 2], min_isr=2, epoch_cache=[[3, leo]])
+
+
+def test_a_replica_whose_hwm_exceeds_its_leo_is_caught_when_it_changes_role():
+    assert names({"broker-2": [role(4, "leader", hwm_=12, leo=9)]}) == ["hwm-above-leo"]
+    assert names({"broker-2": [role(4, "follower", hwm_=12, leo=9)]}) == ["hwm-above-leo"]
+    assert names({"broker-2": [role(4, "leader", hwm_=9, leo=9), role(5, "follower", hwm_=3, leo=9)]}) == []
+
+
+# --- the controller's structure: PROTOCOL.md 4, 8 ----------------------------------------------------------
+def ctl(n: int, event: str, **facts) -> dict:
+    return {"line": n, "mono": float(n), "event": event, "role": "controller", "node": 1000, **facts}
+
+
+def change(n: int, before: dict, after: dict, reason: str = "AlterPartition from leader 1") -> dict:
+    base = {"leader": 1, "isr": [1, 2, 3], "elr": [], "last_known_elr": [], "leader_epoch": 4, "partition_epoch": 7}
+    return ctl(n, "partition_change", **T, reason=reason, **{"from": {**base, **before}, "to": {**base, **after}})
+
+
+LEADER_SEES_MIN_ISR = line(1, "become_leader", leader_epoch=4, **{"from": "follower@3", "to": "leader@4"}, hwm=0,
+                           leo=0, leso=0, isr=[1, 2, 3], replicas=[1, 2, 3], min_isr=2, epoch_cache=[[4, 0]])
+
+
+def ctl_names(*lines_: dict, variants: tuple[str, ...] = ()) -> list[str]:
+    start = ctl(0, "trace_started", variants=list(variants))
+    return names({"broker-1": [LEADER_SEES_MIN_ISR], "controller-0": [start, *lines_]})
+
+
+def test_an_elr_kept_beside_an_isr_at_min_isr_is_caught():
+    kept = change(2, {"isr": [1], "elr": [2, 3]}, {"isr": [1, 2], "elr": [3]})
+    assert ctl_names(kept) == ["elr-at-min-isr"]
+    cleared = change(2, {"isr": [1], "elr": [2, 3]}, {"isr": [1, 2], "elr": []})
+    assert ctl_names(cleared) == []
+    kept_last_known = change(2, {"isr": [1]}, {"isr": [1, 2, 3], "last_known_elr": [3]})
+    assert ctl_names(kept_last_known) == ["elr-at-min-isr"]
+
+
+def test_a_replica_dropped_below_min_isr_must_join_the_elr():
+    dropped = change(2, {"isr": [1, 2]}, {"isr": [1], "elr": []}, reason="broker 2 fenced (session timeout)")
+    assert ctl_names(dropped) == ["elr-dropped-removed"]
+    kept = change(2, {"isr": [1, 2]}, {"isr": [1], "elr": [2]}, reason="broker 2 fenced (session timeout)")
+    assert ctl_names(kept) == []
+    # By design: an unclean restart moves the broker to the LastKnownELR, an unclean election empties the ELR.
+    unclean_restart = change(2, {"isr": [1, 2]}, {"isr": [1], "last_known_elr": [2]},
+                             reason="broker 2 restarted uncleanly (unclean exclusion)")
+    unclean_recovery = change(2, {"isr": [], "elr": [2, 3], "leader": -1}, {"isr": [3], "elr": [], "leader": 3},
+                              reason="unclean recovery (balanced)")
+    assert ctl_names(unclean_restart) == [] and ctl_names(unclean_recovery) == []
+    # Under the no-elr variant there is no ELR to join.
+    assert ctl_names(dropped, variants=("no-elr",)) == []
+
+
+def test_a_fenced_broker_left_in_an_isr_is_caught_at_the_controllers_next_broker_event():
+    before = change(1, {"isr": [1, 2]}, {"isr": [1, 2, 3]})
+    fence = ctl(2, "broker_fenced", broker=3, reason="session timeout")
+    later = ctl(3, "broker_fenced", broker=2, reason="session timeout")
+    assert ctl_names(before, fence, later) == ["fenced-in-isr"]
+    shrunk = change(2.5, {"isr": [1, 2, 3]}, {"isr": [1, 2]}, reason="broker 3 fenced (session timeout)")
+    shrunk["mono"] = 2.5
+    assert ctl_names(before, fence, shrunk, later) == []
+    # An unfenced broker may rejoin; a new controller's activation starts its view afresh.
+    readded = change(2.9, {"isr": [1, 2]}, {"isr": [1, 2, 3]})
+    assert ctl_names(before, fence, shrunk, ctl(2.7, "broker_unfenced", broker=3), readded, later) == []
+    activated = ctl(2.8, "controller_activated")
+    assert ctl_names(before, fence, activated, later) == []
+    # no-elr: the last ISR member stays (3.5's Last Replica Standing).
+    last = change(1, {"isr": [3, 1]}, {"isr": [3], "elr": [1]})
+    assert ctl_names(last, fence, later, variants=("no-elr",)) == []
+    assert ctl_names(last, fence, later) == ["fenced-in-isr"]
+
+
+# --- AlterPartition answered against the request: PROTOCOL.md 4, 9.6, 9.8 ---------------------------------
+def proposal(n: float, partition_epoch: int, added: dict) -> dict:
+    return {**line(int(n), "alter_partition_sent", mono=n, leader_epoch=4, **{"from": [1, 2], "to": [1, 2, 3]},
+                   hwm=5, leso=5, added=added, removed={}), "node": 1, "partition_epoch": partition_epoch}
+
+
+def test_an_alter_partition_accepted_with_a_stale_partition_epoch_is_caught():
+    accepted = change(3, {"isr": [1, 2], "partition_epoch": 7}, {"isr": [1, 2, 3], "partition_epoch": 8})
+    fresh = proposal(2, 7, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 40}})
+    stale = proposal(2, 6, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 40}})
+    assert ctl_names(accepted) == [] and names({"broker-1": [fresh], "controller-0": [accepted]}) == []
+    result = check_traces({"broker-1": [stale], "controller-0": [accepted]})
+    assert [a.name for a in result.anomalies] == ["alter-partition-stale"]
+    assert "partition epoch 6" in result.anomalies[0].examples[0]["summary"]
+
+
+def test_an_alter_partition_adding_a_member_of_an_old_broker_epoch_is_caught():
+    reg = ctl(1, "broker_registered", broker=3, broker_epoch=55, clean=False, previous_broker_epoch=-1)
+    accepted = change(3, {"isr": [1, 2], "partition_epoch": 7}, {"isr": [1, 2, 3], "partition_epoch": 8})
+    old_epoch = proposal(2, 7, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 40}})
+    current = proposal(2, 7, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 55}})
+    assert names({"broker-1": [old_epoch], "controller-0": [reg, accepted]}) == ["alter-partition-stale"]
+    assert names({"broker-1": [current], "controller-0": [reg, accepted]}) == []
