@@ -50,6 +50,15 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
   partition's, or that added a member with a broker epoch other than its registered one (PROTOCOL.md
   4 "AlterPartition": INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA; 9.6 KIP-903; 9.8). The request is
   the leader's last alter_partition_sent of the partition before the change that proposed its ISR.
+- leader-epoch-not-cached: a new leader's epoch cache did not start its leader epoch at once
+  (PROTOCOL.md 2, trap KAFKA-7415: a follower asking before the first append would be told the
+  previous epoch's end).
+- truncated-past-epoch-end: a follower told it diverged kept records of an epoch above the leader's
+  diverging epoch: it cut at the leader's end offset rather than at min(its own end of that epoch,
+  the leader's) (PROTOCOL.md 2 "Follower, on divergence", KIP-279; 9.3 KAFKA-6361).
+- registration-clean: the controller called a restart clean without the clean-shutdown file's broker
+  epoch (the epoch it last gave that broker), or unclean with it (PROTOCOL.md 5.1-5.2, 6 "Unclean
+  Exclusion"; 001 5.2). Judged only where the trace shows the broker's previous registration.
 The ELR rules and the last-member exception of fenced-in-isr follow the controller's `no-elr` variant
 (its trace_started line), under which there is no ELR and the last ISR member stays.
 
@@ -108,6 +117,12 @@ RULES: dict[str, str] = {
                            "KIP-966; 001 5.2)",
     "alter-partition-stale": "the controller accepted an AlterPartition with a stale partition epoch or a stale "
                              "broker epoch for an added member (PROTOCOL.md 4, AlterPartition; 9.6 KIP-903; 9.8)",
+    "leader-epoch-not-cached": "a new leader did not start its leader epoch in its epoch cache at once "
+                               "(PROTOCOL.md 2, trap KAFKA-7415)",
+    "truncated-past-epoch-end": "a follower truncating on divergence kept records of an epoch above the leader's "
+                                "diverging epoch (PROTOCOL.md 2, KIP-279; 9.3)",
+    "registration-clean": "a registration was judged clean without the broker epoch of its clean shutdown, or "
+                          "unclean with it (PROTOCOL.md 5.1-5.2, 6; 001 5.2)",
     "fenced-in-isr": "a fenced broker stayed in an ISR after the controller acted on its fencing (PROTOCOL.md 4, "
                      "Shrink; 5.4; 8, Controller structure)",
 }
@@ -193,6 +208,18 @@ def _ack(node: str, e: dict[str, Any], found: _Found) -> None:
                   _cite(node, e, "first", "last", "isr_size", "min_isr"))
 
 
+def _divergence(node: str, e: dict[str, Any], found: _Found) -> None:
+    div = e.get("diverging_epoch")
+    if not isinstance(div, dict) or not isinstance(div.get("epoch"), int):
+        return
+    later = [entry for entry in e.get("epoch_cache") or [] if entry[0] > div["epoch"]]
+    if later:
+        found.add("truncated-past-epoch-end",
+                  f"{node} truncated {_where(e)} from {e.get('from')} to {e.get('to')} on the leader's diverging epoch "
+                  f"{div['epoch']} (ending at {div.get('end_offset')}) but kept epoch(s) {[x[0] for x in later]} "
+                  f"starting below the cut", _cite(node, e, "from", "to", "diverging_epoch", "epoch_cache"))
+
+
 def _consumer_fetch(node: str, e: dict[str, Any], found: _Found) -> None:
     if e.get("last", -1) >= e.get("hwm", 0):
         found.add("read-above-hwm", f"{node} served a consumer offsets {e.get('first')}..{e.get('last')} of "
@@ -219,6 +246,12 @@ def _election(node: str, e: dict[str, Any], found: _Found) -> None:
 
 
 def _role_change(node: str, e: dict[str, Any], found: _Found) -> None:
+    cache = e.get("epoch_cache")
+    if e.get("event") == "become_leader" and isinstance(cache, list) and isinstance(e.get("leader_epoch"), int):
+        if not cache or cache[-1][0] != e["leader_epoch"]:
+            found.add("leader-epoch-not-cached", f"{node} became leader of {_where(e)} in epoch {e['leader_epoch']} "
+                                                 f"with epoch cache {cache} (no entry for its own epoch)",
+                      _cite(node, e, "leo", "epoch_cache"))
     hwm_, leo = e.get("hwm"), e.get("leo")
     if isinstance(hwm_, int) and isinstance(leo, int) and hwm_ > leo:
         found.add("hwm-above-leo", f"{node} had HWM {hwm_} above its LEO {leo} for {_where(e)} when it became "
@@ -228,7 +261,7 @@ def _role_change(node: str, e: dict[str, Any], found: _Found) -> None:
 
 LINE_RULES = {"hwm_advanced": _hwm_advance, "alter_partition_sent": _isr_expansion, "produce_acked": _ack,
               "consumer_fetch": _consumer_fetch, "leader_elected": _election, "become_leader": _role_change,
-              "become_follower": _role_change}
+              "become_follower": _role_change, "truncated_on_divergence": _divergence}
 
 
 # --- rules across lines and nodes ---------------------------------------------------------------------------
@@ -405,15 +438,25 @@ def _fenced_in_isr(lines: list[tuple[str, dict[str, Any]]], found: _Found, no_el
 
 
 def _alter_partition_accepted(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> int:
-    """Each ISR change the controller made on a leader's AlterPartition against the request it answered;
-    returns how many were judged (their request found)."""
+    """Each ISR change the controller made on a leader's AlterPartition against the request it answered: the
+    leader's last alter_partition_sent of the partition before the change. Judged only where the leader's
+    process wrote a line after the change (a SIGKILL loses the unflushed tail, which may hold the request
+    answered, and an earlier proposal of the same ISR must not stand in for it); returns how many were judged."""
     judged = 0
-    sent: dict[tuple[Any, Any, Any], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    last_mono: dict[Any, list[tuple[float, float]]] = defaultdict(list)  # node id -> per process (start, last)
+    for _, e in lines:
+        if e.get("role") == "broker" and isinstance(e.get("mono"), (int, float)):
+            runs = last_mono[e.get("node")]
+            if e.get("event") == "trace_started" or not runs:
+                runs.append((e["mono"], e["mono"]))
+            else:
+                runs[-1] = (runs[-1][0], e["mono"])
+    sent: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any]]] = {}
     registered: dict[Any, int] = {}
     for node, e in lines:
         ev = e.get("event")
         if ev == "alter_partition_sent":
-            sent[(e.get("node"), e.get("topic"), e.get("partition"))].append((node, e))
+            sent[(e.get("node"), e.get("topic"), e.get("partition"))] = (node, e)
         elif ev == "broker_registered":
             registered[e.get("broker")] = e.get("broker_epoch")
         elif ev == "partition_change" and str(e.get("reason", "")).startswith("AlterPartition from leader "):
@@ -422,11 +465,12 @@ def _alter_partition_accepted(lines: list[tuple[str, dict[str, Any]]], found: _F
             except ValueError:
                 continue
             old, new = e.get("from") or {}, e.get("to") or {}
-            asked = [(n, s) for n, s in sent[(leader, e.get("topic"), e.get("partition"))]
-                     if set(s.get("to") or []) == set(new.get("isr") or [])]
-            if not asked:
-                continue  # the leader's line was lost with its unflushed tail: not judged
-            snode, req = asked[-1]
+            asked = sent.get((leader, e.get("topic"), e.get("partition")))
+            t = e.get("mono") or 0
+            if asked is None or set(asked[1].get("to") or []) != set(new.get("isr") or []) or not any(
+                    start <= asked[1].get("mono", 0) and end > t for start, end in last_mono[leader]):
+                continue  # the request answered is not in the leader's trace: not judged
+            snode, req = asked
             judged += 1
             why = []
             if isinstance(req.get("partition_epoch"), int) and req["partition_epoch"] != old.get("partition_epoch"):
@@ -441,6 +485,23 @@ def _alter_partition_accepted(lines: list[tuple[str, dict[str, Any]]], found: _F
                                                    f"{new.get('isr')}: " + "; ".join(why),
                           _cite(snode, req, "from", "to", "added"), _cite(node, e, "reason", "from", "to"))
     return judged
+
+
+def _registrations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    """A restart is clean exactly when the broker brings the epoch the controller last gave it (written to
+    its clean-shutdown file by a controlled shutdown)."""
+    last: dict[Any, tuple[int, str, dict[str, Any]]] = {}
+    for node, e in lines:
+        if e.get("event") != "broker_registered" or not isinstance(e.get("broker_epoch"), int):
+            continue
+        b, prev = e.get("broker"), e.get("previous_broker_epoch", -1)
+        if b in last and isinstance(e.get("clean"), bool) and e["clean"] != (prev == last[b][0]):
+            found.add("registration-clean",
+                      f"{node} registered broker {b} as {'clean' if e['clean'] else 'unclean'} with previous broker "
+                      f"epoch {prev}; the epoch it last gave the broker was {last[b][0]}",
+                      _cite(last[b][1], last[b][2], "broker", "broker_epoch"),
+                      _cite(node, e, "broker", "broker_epoch", "clean", "previous_broker_epoch"))
+        last[b] = (e["broker_epoch"], node, e)
 
 
 def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
@@ -471,6 +532,7 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     _elr_rules(ordered, found, no_elr)
     _fenced_in_isr(ordered, found, no_elr)
     alters = _alter_partition_accepted(ordered, found)
+    _registrations(ordered, found)
     anomalies = found.anomalies()
     stats: dict[str, Any] = {"nodes": len(traces), "lines": sum(len(ls) for ls in traces.values()),
                              "events": dict(sorted(counts.items(), key=lambda kv: str(kv[0]))),

@@ -163,8 +163,8 @@ def test_one_epoch_starting_at_two_offsets_is_caught():
 
 # --- epochs (PROTOCOL.md 1, 8) -------------------------------------------------------------------------------
 def test_two_leaders_of_one_epoch_are_caught():
-    a = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[])
-    b = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[])
+    a = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[[3, 9]])
+    b = line(1, "become_leader", leader_epoch=3, leso=9, epoch_cache=[[3, 9]])
     assert names({"broker-1": [a], "broker-2": [b]}) == ["epoch-reuse"]
     assert names({"broker-1": [a, dict(b, line=2)]}) == []  # the same broker again (a restart): one leader
 
@@ -320,17 +320,31 @@ def test_a_fenced_broker_left_in_an_isr_is_caught_at_the_controllers_next_broker
 # --- AlterPartition answered against the request: PROTOCOL.md 4, 9.6, 9.8 ---------------------------------
 def proposal(n: float, partition_epoch: int, added: dict) -> dict:
     return {**line(int(n), "alter_partition_sent", mono=n, leader_epoch=4, **{"from": [1, 2], "to": [1, 2, 3]},
-                   hwm=5, leso=5, added=added, removed={}), "node": 1, "partition_epoch": partition_epoch}
+                   hwm=5, leso=5, added=added, removed={}), "node": 1, "role": "broker",
+            "partition_epoch": partition_epoch}
+
+
+def leader_trace(*proposals: dict, last_mono: float = 9.0) -> list[dict]:
+    """The leader's trace: its start, the proposals, and a later line (its process outlived the answer)."""
+    start = {"line": 0, "mono": 0.5, "event": "trace_started", "node": 1, "role": "broker"}
+    return [start, *proposals, {"line": 99, "mono": last_mono, "event": "fenced", "node": 1, "role": "broker"}]
 
 
 def test_an_alter_partition_accepted_with_a_stale_partition_epoch_is_caught():
     accepted = change(3, {"isr": [1, 2], "partition_epoch": 7}, {"isr": [1, 2, 3], "partition_epoch": 8})
     fresh = proposal(2, 7, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 40}})
     stale = proposal(2, 6, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 40}})
-    assert ctl_names(accepted) == [] and names({"broker-1": [fresh], "controller-0": [accepted]}) == []
-    result = check_traces({"broker-1": [stale], "controller-0": [accepted]})
+    assert ctl_names(accepted) == [] and names({"broker-1": leader_trace(fresh), "controller-0": [accepted]}) == []
+    result = check_traces({"broker-1": leader_trace(stale), "controller-0": [accepted]})
     assert [a.name for a in result.anomalies] == ["alter-partition-stale"]
     assert "partition epoch 6" in result.anomalies[0].examples[0]["summary"]
+    assert result.stats["alter_partitions_judged"] == 1
+    # The leader's process died before the answer: its last request may be lost with the unflushed tail.
+    cut = leader_trace(stale, last_mono=2.5)
+    assert names({"broker-1": cut, "controller-0": [accepted]}) == []
+    # A later proposal of another ISR is the last request: the earlier one of this ISR does not stand in.
+    other = {**proposal(2.5, 7, {}), "to": [1]}
+    assert names({"broker-1": leader_trace(stale, other), "controller-0": [accepted]}) == []
 
 
 def test_an_alter_partition_adding_a_member_of_an_old_broker_epoch_is_caught():
@@ -338,5 +352,37 @@ def test_an_alter_partition_adding_a_member_of_an_old_broker_epoch_is_caught():
     accepted = change(3, {"isr": [1, 2], "partition_epoch": 7}, {"isr": [1, 2, 3], "partition_epoch": 8})
     old_epoch = proposal(2, 7, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 40}})
     current = proposal(2, 7, {"3": {"leo": 5, "fetch_epoch": 4, "broker_epoch": 55}})
-    assert names({"broker-1": [old_epoch], "controller-0": [reg, accepted]}) == ["alter-partition-stale"]
-    assert names({"broker-1": [current], "controller-0": [reg, accepted]}) == []
+    assert names({"broker-1": leader_trace(old_epoch), "controller-0": [reg, accepted]}) == ["alter-partition-stale"]
+    assert names({"broker-1": leader_trace(current), "controller-0": [reg, accepted]}) == []
+
+
+# --- epoch caches and registrations: PROTOCOL.md 2, 5 ------------------------------------------------------
+def test_a_new_leader_without_its_own_epoch_entry_is_caught():
+    assert names({"broker-1": [LEADER_SEES_MIN_ISR]}) == []  # epoch 4 -> 0: KAFKA-7415's entry
+    stale = {**LEADER_SEES_MIN_ISR, "epoch_cache": [[3, 0]]}
+    assert names({"broker-1": [stale]}) == ["leader-epoch-not-cached"]
+
+
+def divergence(cache: list) -> dict:
+    return line(6, "truncated_on_divergence", leader_epoch=6, diverging_epoch={"epoch": 4, "end_offset": 15},
+                **{"from": 13, "to": 13}, hwm=8, hwm_before=8, reason="the leader answered a diverging epoch",
+                epoch_cache=cache)
+
+
+def test_a_follower_keeping_a_later_epoch_after_a_divergence_is_caught():
+    # Its epoch 4 ended at 10, where its own short epoch 5 began; the leader's epoch 4 ended at 15.
+    assert names({"broker-2": [divergence([[2, 0], [4, 6], [5, 10]])]}) == ["truncated-past-epoch-end"]
+    assert names({"broker-2": [divergence([[2, 0], [4, 6]])]}) == []  # cut at min(10, 15): epoch 5 gone
+
+
+def registration(n: int, epoch: int, clean: bool, previous: int) -> dict:
+    return ctl(n, "broker_registered", broker=2, broker_epoch=epoch, clean=clean, previous_broker_epoch=previous)
+
+
+def test_a_restart_called_clean_without_its_shutdown_epoch_is_caught():
+    first = registration(1, 27, True, -1)
+    assert ctl_names(first, registration(2, 64, False, -1)) == []  # a kill: no clean-shutdown file
+    assert ctl_names(first, registration(2, 64, True, 27)) == []  # a controlled shutdown wrote 27
+    assert ctl_names(first, registration(2, 64, True, -1)) == ["registration-clean"]
+    assert ctl_names(first, registration(2, 64, False, 27)) == ["registration-clean"]
+    assert ctl_names(registration(2, 64, True, -1)) == []  # no earlier registration in the trace: not judged
