@@ -590,7 +590,8 @@ def detect(
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, results/mutants.py)")] = None,
-    plan: Annotated[list[str] | None, typer.Option(help="protocol or random (repeatable; default both)")] = None,
+    plan: Annotated[list[str] | None, typer.Option(help="protocol, random or disk (repeatable; default protocol and "
+                                                        "random)")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
     seed: Annotated[int, typer.Option(help="the first seed")] = 22000,
     minutes: Annotated[float, typer.Option(help="minutes per run")] = 5.0,
@@ -623,7 +624,14 @@ def mutate(
 
     from harness.mutate import measure, unit_test_mutant
     from results.mutants import MUTANTS
-    from results.mutation import PLANS, catalogue_problems, mutant_copy, select, write_mutation_doc
+    from results.mutation import (
+        DEFAULT_PLANS,
+        PLANS,
+        catalogue_problems,
+        mutant_copy,
+        select,
+        write_mutation_doc,
+    )
 
     if list_mutants:
         for m in MUTANTS:
@@ -647,7 +655,7 @@ def mutate(
                              "replacement in results/mutants.py.")
         err.print(f"mutate: all {len(chosen)} mutants apply exactly once and compile")
         return
-    plans = plan or list(PLANS)
+    plans = plan or list(DEFAULT_PLANS)
     bad = [p for p in plans if p not in PLANS]
     if bad:
         fail(f"unknown plan {', '.join(bad)}; valid: {', '.join(PLANS)}.")

@@ -21,9 +21,9 @@ from results.mutants import MUTANTS, Mutant
 from results.mutation import (
     all_records,
     catalogue_problems,
-    read_ledger,
     classify,
     node_digests,
+    read_ledger,
     render_markdown,
     stored_runs,
     summarize,
@@ -320,3 +320,12 @@ def test_node_digests_reads_the_start_up_line_of_every_node(tmp_path):
         (d / f"{role}.log").write_text(json.dumps({"event": "broker_started"}) + "\n"
                                        + json.dumps({"event": "node_code", "digest": "d1"}) + "\n")
     assert node_digests(tmp_path) == {"broker-1": "d1", "controller-0": "d1"}
+
+
+def test_every_plan_is_a_valid_spec_and_disk_runs_only_when_named():
+    from results.mutation import COMMON, DEFAULT_PLANS, PLANS
+
+    for name, plan in PLANS.items():
+        spec = TestSpec(name=f"mutant-x-{name}", time_limit=300, cluster="local", **COMMON, **plan)
+        assert spec.problems() == [], name
+    assert set(DEFAULT_PLANS) == {"protocol", "random"} and "disk" in PLANS
