@@ -157,8 +157,7 @@ def run_record(doc: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def read_ledger(path: str | Path | None) -> list[dict[str, Any]]:
-    """The ledger's records (none when there is no ledger); a torn or foreign line is skipped."""
+def _ledger_lines(path: str | Path | None) -> list[dict[str, Any]]:
     if path is None or not Path(path).is_file():
         return []
     out = []
@@ -166,10 +165,21 @@ def read_ledger(path: str | Path | None) -> list[dict[str, Any]]:
         try:
             rec = json.loads(line)
         except ValueError:
-            continue
-        if isinstance(rec, dict) and "found" in rec and "mutant" in rec:
+            continue  # a torn line
+        if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+def read_ledger(path: str | Path | None) -> list[dict[str, Any]]:
+    """The ledger's run records (none when there is no ledger); a torn or foreign line is skipped."""
+    return [r for r in _ledger_lines(path) if "found" in r and "mutant" in r]
+
+
+def ledger_unit_tests(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    """The ledger's `--unit-tests` outcomes (lines {"unit_tests": {"mutant", "digest", "killed", "summary"}})."""
+    return {r["unit_tests"]["mutant"]: r["unit_tests"] for r in _ledger_lines(path)
+            if isinstance(r.get("unit_tests"), dict) and "mutant" in r["unit_tests"]}
 
 
 def all_records(store: str | Path, ledger: str | Path | None) -> list[dict[str, Any]]:
@@ -182,11 +192,13 @@ def all_records(store: str | Path, ledger: str | Path | None) -> list[dict[str, 
     return sorted(by_run.values(), key=lambda r: (str(r.get("run")), str(r.get("mutant")), str(r.get("plan"))))
 
 
-def write_ledger(records: list[dict[str, Any]], path: str | Path) -> Path:
+def write_ledger(records: list[dict[str, Any]], path: str | Path,
+                 units: dict[str, dict[str, Any]] | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records))
+    lines = records + [{"unit_tests": u} for _, u in sorted((units or {}).items())]
+    tmp.write_text("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in lines))
     tmp.replace(path)
     return path
 
@@ -450,9 +462,10 @@ def write_mutation_doc(store: str | Path, out: str | Path, command: str, notes: 
     """The table from the ledger's records and the store's runs; with a ledger, it is brought up to date first."""
     store = Path(store)
     runs = all_records(store, ledger)
+    units = ledger_unit_tests(ledger) | stored_unit_tests(store)
     if ledger is not None:
-        write_ledger(runs, ledger)
-    rows = summarize(runs, stored_unit_tests(store))
+        write_ledger(runs, ledger, units)
+    rows = summarize(runs, units)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_markdown(rows, command, describe_runs(runs), notes))

@@ -286,6 +286,11 @@ def test_the_ledger_keeps_the_table_when_the_store_is_gone(store, tmp_path):
     first = write_mutation_doc(store, tmp_path / "a.md", "cmd", ledger=ledger).read_text()
     records = read_ledger(ledger)
     assert len(records) == 9 and all("found" in r and "run" in r for r in records)
+    (store / "unit-tests").mkdir(exist_ok=True)
+    (store / "unit-tests" / f"{MUTANTS[0].name}.json").write_text(json.dumps(
+        {"mutant": MUTANTS[0].name, "digest": "d", "killed": True, "summary": "1 failed"}))
+    first = write_mutation_doc(store, tmp_path / "a.md", "cmd", ledger=ledger).read_text()
+    assert "Killed by the broker's unit tests (`--unit-tests`): 1 of 1" in first
     # A fresh machine: no store, only the committed ledger; the same table comes out of it.
     again = write_mutation_doc(tmp_path / "no-store", tmp_path / "b.md", "cmd", ledger=ledger).read_text()
     assert again == first
