@@ -483,7 +483,7 @@ def _alter_partition_accepted(lines: list[tuple[str, dict[str, Any]]], found: _F
             if why:
                 found.add("alter-partition-stale", f"{node} accepted {snode}'s AlterPartition of {_where(e)} to ISR "
                                                    f"{new.get('isr')}: " + "; ".join(why),
-                          _cite(snode, req, "from", "to", "added"), _cite(node, e, "reason", "from", "to"))
+                          _cite(snode, req, "partition_epoch", "from", "to", "added"), _cite(node, e, "reason", "from", "to"))
     return judged
 
 
