@@ -405,10 +405,12 @@ class Broker:
 
     async def find_coordinator(self, group_id: str) -> tuple[int, Any]:
         """(error, BrokerInfo of the group's coordinator): the leader of its __consumer_offsets
-        partition. The topic is created on first use, as Kafka does, with min(3, brokers) replicas."""
+        partition. The topic is created on first use, as Kafka does, with min(3, registered brokers)
+        replicas: while fewer brokers are alive the controller refuses it and clients are told
+        COORDINATOR_NOT_AVAILABLE (Kafka's offsets.topic.replication.factor rule), rather than
+        getting a topic with fewer replicas for good."""
         if OFFSETS_TOPIC not in self.image.topics:
-            live = [b for b in self.image.brokers.values() if not b.fenced]
-            rf = max(1, min(3, len(live)))
+            rf = max(1, min(3, len(self.image.brokers)))
             await self.create_topic(OFFSETS_TOPIC, self.groups.config.offsets_partitions, rf,
                                     {"min.insync.replicas": str(min(self.offsets_topic_min_isr, rf))}, 5.0)
         p = self.image.partitions.get((OFFSETS_TOPIC, self.groups.partition_for(group_id)))

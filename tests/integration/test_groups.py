@@ -199,3 +199,55 @@ def test_committed_offsets_survive_the_coordinators_death(tmp_path, client):
         if watcher is not None:
             watcher.stop()
         cluster.down()
+
+
+def group_state(cluster, broker: int, group: str) -> str | None:
+    """The group's state as its coordinator's dump shows it (None: not known there)."""
+    st = cluster.broker_state(broker, include_log=False)
+    groups = (st or {}).get("group_coordinator", {}).get("groups", [])
+    return next((g["state"] for g in groups if g["group"] == group), None)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+def test_coordinator_killed_in_the_middle_of_a_rebalance(tmp_path, client):
+    cluster = start_local_cluster(tmp_path, broker_flags=GROUP_FLAGS)
+    members: list[Member] = []
+    watcher = None
+    group = "g-rebalance-failover"
+    try:
+        partitions, per_partition = 6, 200
+        cluster.create_topic("jobs", partitions=partitions, rf=3, min_isr=2)
+        produce(cluster.bootstrap, "jobs", partitions, per_partition)
+        members = [Member(tmp_path, f"member-{i}", client, cluster.bootstrap, group, "jobs") for i in range(2)]
+        cluster.wait_for(lambda: all(m.acked_commits() for m in members), timeout=60, what="both members committing")
+        watcher = CommittedWatcher(cluster.bootstrap, group, "jobs", partitions)
+        watcher.start()
+        group_partition = GroupCoordinator(CoordinatorConfig()).partition_for(group)
+        coordinator = cluster.partition(OFFSETS_TOPIC, group_partition)["leader"]
+        assert group_state(cluster, coordinator, group) == "Stable"
+        members.append(Member(tmp_path, "member-2", client, cluster.bootstrap, group, "jobs"))  # a rebalance
+        state = cluster.wait_for(lambda: group_state(cluster, coordinator, group) in ("PreparingRebalance",
+                                                                                     "CompletingRebalance")
+                                 and group_state(cluster, coordinator, group), timeout=30, interval=0.02,
+                                 what="the third member's rebalance to begin")
+        cluster.kill(coordinator)
+        acked_before_kill = [m.acked_commits() for m in members]
+        cluster.wait_for(lambda: cluster.partition(OFFSETS_TOPIC, group_partition)["leader"] not in (coordinator, -1),
+                         timeout=30, what="a new coordinator")
+        # The rebalance that the kill cut short is done again by the new coordinator: three members.
+        cluster.wait_for(lambda: all(m.assignment() for m in members)
+                         and set().union(*(m.assignment() for m in members)) == set(range(partitions)),
+                         timeout=60, what=f"three members sharing every partition (killed in {state})")
+        for acked in acked_before_kill:
+            cluster.wait_for(lambda acked=acked: all(watcher.latest().get(p, -1) >= o for p, o in acked.items()),
+                             timeout=30, what="every commit acknowledged before the kill to be there after it")
+        cluster.wait_for(lambda: watcher.latest() == {p: per_partition for p in range(partitions)},
+                         timeout=90, what="the group to go on committing to the end after the fail-over")
+        assert_never_backwards(watcher)
+        assert_no_acked_commit_lost(members, watcher.latest())
+    finally:
+        for m in members:
+            m.stop()
+        if watcher is not None:
+            watcher.stop()
+        cluster.down()
