@@ -14,7 +14,8 @@ of that partition, and its committed offsets are records written with acks=all t
 replication path (002 2.5: acknowledged once the HWM passes them), so a coordinator fail-over is a
 leader change (002 2.8) and the new leader rebuilds the offsets from its log (load()).
 
-Only offsets are stored, not group membership: a new coordinator knows a group's offsets but not
+Static membership (KIP-345) is not implemented: a group.instance.id is ignored, and such a member
+is treated as a dynamic one. Only offsets are stored, not group membership: a new coordinator knows a group's offsets but not
 its members, so after a fail-over every member is told UNKNOWN_MEMBER_ID and joins again (a
 rebalance). Member ids are random, so a member of the old coordinator's generations can never be
 taken for one of the new coordinator's.
@@ -368,6 +369,10 @@ class GroupCoordinator:
     # --- Heartbeat and LeaveGroup -------------------------------------------------------------------
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> int:
         err = self.status(group_id)
+        if err == rpc.COORDINATOR_LOAD_IN_PROGRESS:
+            # Kafka's handleHeartbeat answers a loading group's heartbeats blindly with NONE: the member
+            # learns of the new coordinator's verdict on its next heartbeat, not by an error now.
+            return rpc.NONE
         if err != rpc.NONE:
             return err
         g = self.groups.get(group_id)

@@ -118,7 +118,7 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 7),
     22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     8: (OffsetCommitRequest, OffsetCommitResponse, 2, 8),
-    9: (OffsetFetchRequest, OffsetFetchResponse, 1, 8),
+    9: (OffsetFetchRequest, OffsetFetchResponse, 2, 8),  # v0-1 have no group-level error to say "not here"
     10: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 4),
     11: (JoinGroupRequest, JoinGroupResponse, 0, 9),
     12: (HeartbeatRequest, HeartbeatResponse, 0, 4),

@@ -373,8 +373,9 @@ class Broker:
             return None
 
     def _group_partition_changed(self, r: Replica, old_role: str, old_epoch: int) -> None:
-        """A __consumer_offsets partition's leadership moved: the leader of a new epoch loads its
-        groups from the log; a former leader forgets them (a coordinator fail-over is a leader change)."""
+        """A __consumer_offsets partition's leadership moved (002 2.10's transitions): the leader of a new
+        epoch loads its groups from the log; a former leader forgets them (a coordinator fail-over is a
+        leader change)."""
         if r.role == LEADER and (old_role != LEADER or r.leader_epoch != old_epoch):
             self.deliver(self.groups.begin_loading(r.partition))
             self.group_loads[r.key] = asyncio.create_task(self._load_groups(r, r.leader_epoch))

@@ -70,6 +70,8 @@ def test_a_loading_partition_answers_load_in_progress_until_loaded():
     c.begin_loading(0)
     assert only(join(c, "w"), "w").error == rpc.COORDINATOR_LOAD_IN_PROGRESS
     assert c.committed_offsets(G, None)[0] == rpc.COORDINATOR_LOAD_IN_PROGRESS
+    assert c.check_commit(G, -1, "", 0) == rpc.COORDINATOR_LOAD_IN_PROGRESS
+    assert c.heartbeat(G, 1, "m", 0) == rpc.NONE  # Kafka answers a loading group's heartbeats blindly
     c.load(0, [])
     assert only(join(c, "w"), "w").error == rpc.NONE
 

@@ -91,7 +91,7 @@ def test_api_versions_advertises_the_group_apis():
     resp = roundtrip(GroupStubBroker(), ApiVersionsRequest(version=3, client_software_name="x",
                                                            client_software_version="1"), ApiVersionsResponse, 3)
     caps = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert caps[8] == (2, 8) and caps[9] == (1, 8) and caps[10] == (0, 4)
+    assert caps[8] == (2, 8) and caps[9] == (2, 8) and caps[10] == (0, 4)
     assert caps[11] == (0, 9) and caps[12] == (0, 4) and caps[13] == (0, 5) and caps[14] == (0, 5)
 
 
