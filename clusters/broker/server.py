@@ -7,7 +7,9 @@ frame, its caps and the internal requests' tags before a handler sees it); a ses
 controller registers, heartbeats and pulls the metadata log (002 1.2, 2.3.2); one fetcher
 task per followed partition pulls from its leader (002 2.2); acks=all produce requests wait
 in a purgatory until the HWM passes them (002 2.5); SIGTERM is a controlled shutdown that
-ends with the clean-shutdown marker (001 5.1).
+ends with the clean-shutdown marker (001 5.1). Consumer groups: the group coordinator
+(group_coordinator.py) serves the groups of the __consumer_offsets partitions this broker
+leads; their commits go through the same produce path and purgatory.
 """
 
 from __future__ import annotations
