@@ -386,7 +386,7 @@ class Broker:
 
     async def _load_groups(self, r: Replica, epoch: int) -> None:
         def still_leading() -> bool:
-            return self.replicas.get(r.key) is r and r.role == LEADER and r.leader_epoch == epoch
+            return not self.stopping and self.replicas.get(r.key) is r and r.role == LEADER and r.leader_epoch == epoch
 
         # PROTOCOL.md 3: a new leader's local HWM may be below the True HWM until it reaches the
         # LESO; reading before then could miss acknowledged commits (and so rewind the group).
