@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--hwm-checkpoint-interval-ms", type=int, default=1000,
                    help="replica.high.watermark.checkpoint.interval.ms")
     b.add_argument("--variant", action="append", default=[], help="historic flaw to switch on (repeatable)")
+    b.add_argument("--offsets-topic-min-isr", type=int, default=2,
+                   help="min.insync.replicas of __consumer_offsets when this broker creates it (capped at its "
+                        "replication factor, min(3, brokers))")
+    b.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000,
+                   help="group.initial.rebalance.delay.ms (KIP-134)")
+    b.add_argument("--group-min-session-timeout-ms", type=int, default=6000, help="group.min.session.timeout.ms")
 
     cl = sub.add_parser("cluster", help="run a controller and N brokers on this machine, in the foreground (the "
                         "cluster secret for admin commands: DATA_DIR/cluster.secret)")

@@ -1,6 +1,7 @@
 """Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics,
 InitProducerId, AlterPartitionReassignments and ListPartitionReassignments (the last three forwarded
-to the controller, as KRaft brokers do).
+to the controller, as KRaft brokers do), and the consumer-group APIs (FindCoordinator, JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) served by group_coordinator.py.
 
 Codecs are kafka-python's generated protocol classes used server-side (PROTOCOL.md 10):
 requests decode with `Req[version].decode(payload, header=True)`, responses are built with
@@ -9,7 +10,8 @@ the version in the constructor and encoded with `.with_header(correlation_id=...
 they never touch sockets or logs directly.
 
 Versions are capped where the clients' choices would need more than we implement: Fetch at
-12 (v13+ names topics by id), Produce at 10 (v13 by id), Metadata at 12.
+12 (v13+ names topics by id), Produce at 10 (v13 by id), Metadata at 12, OffsetCommit at 8 and
+OffsetFetch at 8 (v9+ belong to KIP-848's consumer protocol), FindCoordinator at 4.
 """
 
 from __future__ import annotations
@@ -30,7 +32,28 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -39,6 +62,7 @@ from kafka.protocol.producer import (
 )
 
 from clusters.broker import rpc
+from clusters.broker.group_coordinator import MAX_METADATA_CHARS, JoinResult, SyncResult
 from clusters.broker.log import InvalidBatchError, validate_batches
 from clusters.broker.metadata import NO_LEADER
 
@@ -51,6 +75,7 @@ class Broker(Protocol):
     node_id: int
     image: Any        # the metadata image (metadata.MetadataImage)
     controller: Any   # the client of the active controller (rpc.ControllerClient)
+    groups: Any       # the group coordinator (group_coordinator.GroupCoordinator)
 
     def change_event(self, topic: str, partition: int) -> asyncio.Event: ...
 
@@ -70,6 +95,15 @@ class Broker(Protocol):
 
     def next_producer_id(self) -> int: ...
 
+    async def group_wait(self, call: Any, timeout_s: float) -> Any: ...
+
+    def deliver(self, replies: list[Any]) -> None: ...
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, Any]: ...
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int: ...
+
 UNSUPPORTED_VERSION = 35
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -83,6 +117,13 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4),
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 7),
     22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
+    8: (OffsetCommitRequest, OffsetCommitResponse, 2, 8),
+    9: (OffsetFetchRequest, OffsetFetchResponse, 2, 8),  # v0-1 have no group-level error to say "not here"
+    10: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 4),
+    11: (JoinGroupRequest, JoinGroupResponse, 0, 9),
+    12: (HeartbeatRequest, HeartbeatResponse, 0, 4),
+    13: (LeaveGroupRequest, LeaveGroupResponse, 0, 5),
+    14: (SyncGroupRequest, SyncGroupResponse, 0, 5),
     45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0),
     46: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
 }
@@ -320,5 +361,137 @@ async def list_partition_reassignments(broker: Broker, req: Any, version: int) -
              topics=[R.OngoingTopicReassignment(name=n, partitions=ps) for n, ps in by_topic.items()])
 
 
-HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 18: api_versions, 19: create_topics,
-            22: init_producer_id, 45: alter_partition_reassignments, 46: list_partition_reassignments}
+# --- consumer groups (group_coordinator.py; Kafka's request and response schemas) -------------------------
+GROUP_KEY_TYPE = 0   # FindCoordinator key_type: 0 group, 1 transaction
+COMMIT_TIMEOUT_S = 5.0
+
+
+async def find_coordinator(broker: Broker, req: Any, version: int) -> Any:
+    R = FindCoordinatorResponse
+    keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+    found = []
+    for key in keys:
+        if getattr(req, "key_type", GROUP_KEY_TYPE) != GROUP_KEY_TYPE:
+            err, b = rpc.COORDINATOR_NOT_AVAILABLE, None  # transactions: not served (yet)
+        else:
+            err, b = await broker.find_coordinator(key)
+        found.append((key, err, b))
+    if version >= 4:
+        return R(version=version, throttle_time_ms=0, coordinators=[
+            R.Coordinator(key=k, node_id=b.broker_id if b else -1, host=b.host if b else "", port=b.port if b else -1,
+                          error_code=err, error_message=None) for k, err, b in found])
+    _, err, b = found[0]
+    return R(version=version, throttle_time_ms=0, error_code=err, error_message=None,
+             node_id=b.broker_id if b else -1, host=b.host if b else "", port=b.port if b else -1)
+
+
+async def join_group(broker: Broker, req: Any, version: int) -> Any:
+    # JoinGroup v0 has no rebalance timeout: Kafka takes the session timeout for it.
+    rebalance_timeout_ms = req.rebalance_timeout_ms if version >= 1 else req.session_timeout_ms
+    protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
+    result = await broker.group_wait(lambda waiter: broker.groups.join(
+        waiter, req.group_id, req.member_id, req.protocol_type, protocols, req.session_timeout_ms,
+        rebalance_timeout_ms, version >= 4, _now_ms()), rebalance_timeout_ms / 1000 + 5)
+    if result is None:
+        result = JoinResult(rpc.REBALANCE_IN_PROGRESS, member_id=req.member_id)
+    R = JoinGroupResponse
+    return R(version=version, throttle_time_ms=0, error_code=result.error, generation_id=result.generation_id,
+             protocol_type=result.protocol_type, protocol_name=result.protocol_name or "", leader=result.leader,
+             skip_assignment=False, member_id=result.member_id,
+             members=[R.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
+                      for m, meta in result.members])
+
+
+async def sync_group(broker: Broker, req: Any, version: int) -> Any:
+    assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+    protocol_type = req.protocol_type if version >= 5 else None
+    protocol_name = req.protocol_name if version >= 5 else None
+    result = await broker.group_wait(lambda waiter: broker.groups.sync(
+        waiter, req.group_id, req.generation_id, req.member_id, protocol_type, protocol_name, assignments,
+        _now_ms()), 60.0)
+    if result is None:
+        result = SyncResult(rpc.REBALANCE_IN_PROGRESS)
+    return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=result.error,
+                             protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                             assignment=result.assignment)
+
+
+async def heartbeat(broker: Broker, req: Any, version: int) -> Any:
+    err = broker.groups.heartbeat(req.group_id, req.generation_id, req.member_id, _now_ms())
+    return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=err)
+
+
+async def leave_group(broker: Broker, req: Any, version: int) -> Any:
+    member_ids = [m.member_id for m in req.members] if version >= 3 else [req.member_id]
+    err, per_member, replies = broker.groups.leave(req.group_id, member_ids, _now_ms())
+    broker.deliver(replies)  # parked requests of the members that left, and others a completed join answers
+    R = LeaveGroupResponse
+    if version < 3:
+        return R(version=version, throttle_time_ms=0, error_code=err if err != rpc.NONE else per_member[0])
+    return R(version=version, throttle_time_ms=0, error_code=err,
+             members=[R.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
+                      for m, e in zip(member_ids, per_member, strict=True)])
+
+
+async def offset_commit(broker: Broker, req: Any, version: int) -> Any:
+    offsets, too_large = [], set()
+    for t in req.topics:
+        for p in t.partitions:
+            metadata = p.committed_metadata or ""
+            if len(metadata) > MAX_METADATA_CHARS:
+                too_large.add((t.name, p.partition_index))
+                continue
+            offsets.append((t.name, p.partition_index, p.committed_offset,
+                            getattr(p, "committed_leader_epoch", -1), metadata))
+    err = await broker.commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id, offsets,
+                                      COMMIT_TIMEOUT_S)
+    R = OffsetCommitResponse
+    return R(version=version, throttle_time_ms=0, topics=[R.OffsetCommitResponseTopic(name=t.name, partitions=[
+        R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+            partition_index=p.partition_index,
+            error_code=rpc.OFFSET_METADATA_TOO_LARGE if (t.name, p.partition_index) in too_large else err)
+        for p in t.partitions]) for t in req.topics])
+
+
+async def offset_fetch(broker: Broker, req: Any, version: int) -> Any:
+    R = OffsetFetchResponse
+    if version < 8:
+        err, topics = _fetch_group_offsets(broker, req.group_id, req.topics)
+        return R(version=version, throttle_time_ms=0, error_code=err, topics=[R.OffsetFetchResponseTopic(
+            name=name, partitions=[R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(**p) for p in parts])
+            for name, parts in topics])
+    groups = []
+    for g in req.groups:
+        err, topics = _fetch_group_offsets(broker, g.group_id, g.topics)
+        G = R.OffsetFetchResponseGroup
+        groups.append(G(group_id=g.group_id, error_code=err, topics=[G.OffsetFetchResponseTopics(
+            name=name, partitions=[G.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(**p) for p in parts])
+            for name, parts in topics]))
+    return R(version=version, throttle_time_ms=0, groups=groups)
+
+
+def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any) -> tuple[int, list[tuple[str, list[dict]]]]:
+    """(group error, [(topic, [partition fields])]): -1 for a partition without a committed offset;
+    topics None asks for every partition the group has committed."""
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    err, committed = broker.groups.committed_offsets(group_id, wanted)
+    if err != rpc.NONE:
+        return err, []
+    by_topic: dict[str, list[dict]] = {}
+    for tp in (wanted if wanted is not None else sorted(committed)):
+        c = committed.get(tp)
+        by_topic.setdefault(tp[0], []).append({
+            "partition_index": tp[1], "committed_offset": c.offset if c else -1,
+            "committed_leader_epoch": c.leader_epoch if c else -1, "metadata": c.metadata if c else "",
+            "error_code": rpc.NONE})
+    return rpc.NONE, list(by_topic.items())
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000  # the shell's clock (server.now_ms): session timers must not jump
+
+
+HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch,
+            10: find_coordinator, 11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group,
+            18: api_versions, 19: create_topics, 22: init_producer_id, 45: alter_partition_reassignments,
+            46: list_partition_reassignments}

@@ -7,7 +7,9 @@ frame, its caps and the internal requests' tags before a handler sees it); a ses
 controller registers, heartbeats and pulls the metadata log (002 1.2, 2.3.2); one fetcher
 task per followed partition pulls from its leader (002 2.2); acks=all produce requests wait
 in a purgatory until the HWM passes them (002 2.5); SIGTERM is a controlled shutdown that
-ends with the clean-shutdown marker (001 5.1).
+ends with the clean-shutdown marker (001 5.1). Consumer groups: the group coordinator
+(group_coordinator.py) serves the groups of the __consumer_offsets partitions this broker
+leads; their commits go through the same produce path and purgatory.
 """
 
 from __future__ import annotations
@@ -21,13 +23,23 @@ from typing import Any
 
 from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
+from clusters.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    CoordinatorConfig,
+    GroupCoordinator,
+    Reply,
+    offset_record,
+)
 from clusters.broker.listener import Limits, Listener, serve, start_serving
 from clusters.broker.log import (
     BatchHeader,
     LogManager,
     NonContiguousAppendError,
+    build_batch,
+    iter_all_records,
     iter_batch_headers,
     parse_flush_policy,
+    validate_batches,
 )
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
@@ -159,6 +171,11 @@ class Broker:
         self.fetchers: dict[tuple[str, int], asyncio.Task] = {}
         self.alter_tasks: dict[tuple[str, int], asyncio.Task] = {}
         self._producer_ids = int(time.time() * 1000) % (1 << 40)
+        self.groups = GroupCoordinator(CoordinatorConfig(
+            initial_rebalance_delay_ms=getattr(args, "group_initial_rebalance_delay_ms", 3000),
+            min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)))
+        self.offsets_topic_min_isr = getattr(args, "offsets_topic_min_isr", 2)
+        self.group_loads: dict[tuple[str, int], asyncio.Task] = {}
         self.metadata_changed = asyncio.Event()
 
     def _log_event(self, event: dict[str, Any]) -> None:
@@ -339,6 +356,95 @@ class Broker:
         self._producer_ids += 1
         return (self.node_id << 44) | (self._producer_ids & ((1 << 44) - 1))
 
+    # --- consumer groups: the shell around group_coordinator.py ------------------------------
+    def deliver(self, replies: list[Reply]) -> None:
+        """Answer the parked JoinGroup / SyncGroup requests the coordinator completed (their waiters
+        are the futures their handlers await)."""
+        for waiter, result in replies:
+            if not waiter.done():
+                waiter.set_result(result)
+
+    async def group_wait(self, call: Any, timeout_s: float) -> Any:
+        """Run a JoinGroup or SyncGroup on the coordinator and wait for its answer, which may come
+        from a later event (another member's request, a tick). None if it never came."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.deliver(call(waiter))
+        try:
+            return await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            return None
+
+    def _group_partition_changed(self, r: Replica, old_role: str, old_epoch: int) -> None:
+        """A __consumer_offsets partition's leadership moved (002 2.10's transitions): the leader of a new
+        epoch loads its groups from the log; a former leader forgets them (a coordinator fail-over is a
+        leader change)."""
+        if r.role == LEADER and (old_role != LEADER or r.leader_epoch != old_epoch):
+            self.deliver(self.groups.begin_loading(r.partition))
+            self.group_loads[r.key] = asyncio.create_task(self._load_groups(r, r.leader_epoch))
+        elif r.role != LEADER and old_role == LEADER:
+            self.deliver(self.groups.unload(r.partition))
+
+    async def _load_groups(self, r: Replica, epoch: int) -> None:
+        def still_leading() -> bool:
+            return not self.stopping and self.replicas.get(r.key) is r and r.role == LEADER and r.leader_epoch == epoch
+
+        # PROTOCOL.md 3: a new leader's local HWM may be below the True HWM until it reaches the
+        # LESO; reading before then could miss acknowledged commits (and so rewind the group).
+        while still_leading() and r.hwm < r.leso:
+            await self.wait_any([self.change_event(*r.key)], 0.5)
+        if not still_leading():
+            return
+        records, offset, end = [], r.log.log_start_offset, r.hwm
+        while offset < end:
+            raw = r.log.read(offset, MAX_FETCH_BYTES, max_offset=end)
+            if not raw:
+                break
+            for h, rec in iter_all_records(raw):
+                records.append((rec.offset, rec.key, rec.value))
+                offset = h.next_offset
+        self.groups.load(r.partition, records)
+        self.events({"event": "group_partition_loaded", "topic": OFFSETS_TOPIC, "partition": r.partition,
+                     "leader_epoch": epoch, "hwm": end, "records": len(records)})
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, Any]:
+        """(error, BrokerInfo of the group's coordinator): the leader of its __consumer_offsets
+        partition. The topic is created on first use, as Kafka does, with min(3, registered brokers)
+        replicas: while fewer brokers are alive the controller refuses it and clients are told
+        COORDINATOR_NOT_AVAILABLE (Kafka's offsets.topic.replication.factor rule), rather than
+        getting a topic with fewer replicas for good."""
+        if OFFSETS_TOPIC not in self.image.topics:
+            rf = max(1, min(3, len(self.image.brokers)))
+            await self.create_topic(OFFSETS_TOPIC, self.groups.config.offsets_partitions, rf,
+                                    {"min.insync.replicas": str(min(self.offsets_topic_min_isr, rf))}, 5.0)
+        p = self.image.partitions.get((OFFSETS_TOPIC, self.groups.partition_for(group_id)))
+        b = self.image.brokers.get(p.leader) if p is not None else None
+        if b is None or b.fenced:
+            return rpc.COORDINATOR_NOT_AVAILABLE, None
+        return rpc.NONE, b
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int:
+        """Write the offsets (topic, partition, offset, leader epoch, metadata) to the group's
+        __consumer_offsets partition with acks=all, and answer only once the HWM has passed them
+        (002 2.5), so an acknowledged commit survives a coordinator fail-over."""
+        err = self.groups.check_commit(group_id, generation_id, member_id, now_ms())
+        if err != rpc.NONE or not offsets:
+            return err
+        records = [offset_record(group_id, t, p, (o, e, m)) for t, p, o, e, m in offsets]
+        raw = build_batch([v for _, v in records], keys=[k for k, _ in records])
+        err, base, _ = await self.produce(OFFSETS_TOPIC, self.groups.partition_for(group_id), raw,
+                                          validate_batches(raw), -1, timeout_s)
+        if err == rpc.NONE:
+            if self.groups.status(group_id) == rpc.NONE:
+                for i, (k, v) in enumerate(records):
+                    self.groups.apply_record(base + i, k, v)
+            return rpc.NONE
+        # Kafka's mapping (GroupMetadataManager.storeOffsets): lost leadership means another
+        # coordinator; anything else that kept the write from committing, try again later.
+        if err in (rpc.NOT_LEADER_OR_FOLLOWER, rpc.UNKNOWN_TOPIC_OR_PARTITION):
+            return rpc.NOT_COORDINATOR
+        return rpc.COORDINATOR_NOT_AVAILABLE
+
     # --- the controller session (PROTOCOL.md 5) ---------------------------------------------
     async def register(self) -> None:
         body = {"broker_id": self.node_id, "incarnation_id": self.incarnation_id, "host": self.adv_host,
@@ -457,6 +563,8 @@ class Broker:
                 self.fetchers.pop(key).cancel()
             if r.role == FOLLOWER and key not in self.fetchers:
                 self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
+            if key[0] == OFFSETS_TOPIC:
+                self._group_partition_changed(r, old_role, old_epoch)
             self._hwm_may_have_moved(r)
             self.signal_change(key, wake_followers=True)  # waiting follower polls see the new role
 
@@ -465,6 +573,8 @@ class Broker:
         PROTOCOL.md 7): stop following, fail waiting produces, delete the log and forget its
         HWM. A later re-add starts from a fresh empty log and catches up from the leader."""
         r = self.replicas.pop(key, None)
+        if key[0] == OFFSETS_TOPIC:
+            self.deliver(self.groups.unload(key[1]))
         fetcher = self.fetchers.pop(key, None)
         if fetcher is not None:
             fetcher.cancel()
@@ -575,6 +685,7 @@ class Broker:
                     self._maybe_alter_isr(r)
                     if r.maybe_advance_hwm():
                         self._hwm_may_have_moved(r)
+            self.deliver(self.groups.tick(now_ms()))
             self.logs.maybe_flush_all(now_ms())
             self.events.flush()
             if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
@@ -603,7 +714,8 @@ class Broker:
         return {"node_id": self.node_id, "role": "broker", "broker_epoch": self.broker_epoch, "fenced": self.fenced,
                 "metadata_offset": self.image.offset, "time_ms": int(time.time() * 1000),
                 "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
-                "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())]}
+                "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())],
+                "group_coordinator": self.groups.dump()}
 
     # --- connections: listener.py -------------------------------------------------------------------
     def listener(self) -> Listener:
