@@ -12,7 +12,8 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
 - hwm-advanced-below-min-isr: an HWM advance while the committed ISR is below min ISR (KIP-966;
   PROTOCOL.md 3, 9.10).
 - isr-expansion-ineligible: a follower proposed for the ISR that did not fetch in the current leader
-  epoch, or whose LEO had not reached the HWM and the LESO (002 2.9; PROTOCOL.md 4 "Expand", 9.8).
+  epoch, whose LEO had not reached the HWM and the LESO, or whose fetches carried a broker epoch other
+  than the one the leader's metadata registers (002 2.9; PROTOCOL.md 4 "Expand", 9.6 KIP-903, 9.8).
 - ack-above-hwm: an acks=all write acknowledged before the HWM passed its last offset (002 2.5;
   PROTOCOL.md 3 "acks=all").
 - ack-below-min-isr: an acks=all write acknowledged while the ISR was below min ISR (002 2.6).
@@ -35,8 +36,8 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
   was given twice or did not increase (PROTOCOL.md 1 "Epochs", 8 "Epochs").
 - hwm-regressed: a leader moved its HWM backwards (PROTOCOL.md 3 "advance rule": newHWM > HWM; 8
   "Consistent reads": a served offset stays served).
-- hwm-above-leo: a replica's HWM above its own LEO when it changed role (PROTOCOL.md 2 "Follower":
-  HWM = min(leader's HWM, LEO); 002 2.7).
+- hwm-above-leo: a replica's HWM above its own LEO when it changed role or at an HWM checkpoint (PROTOCOL.md
+  2 "Follower": HWM = min(leader's HWM, LEO); 002 2.7).
 - elr-at-min-isr: a partition change left an ELR or LastKnownELR beside an ISR at or above min ISR
   (PROTOCOL.md 8 "Controller structure": |ISR| >= MinISR => ELR empty; 4 "ELR").
 - elr-dropped-removed: a partition change below min ISR dropped a replica from the ISR without
@@ -50,6 +51,8 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
   partition's, or that added a member with a broker epoch other than its registered one (PROTOCOL.md
   4 "AlterPartition": INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA; 9.6 KIP-903; 9.8). The request is
   the leader's last alter_partition_sent of the partition before the change that proposed its ISR.
+- follower-state-not-reset: a new leader started its epoch with follower state (a fetch recorded in an
+  earlier epoch) instead of none (PROTOCOL.md 1, 4 "Expand", 9.8; 002 2.9).
 - leader-epoch-not-cached: a new leader's epoch cache did not start its leader epoch at once
   (PROTOCOL.md 2, trap KAFKA-7415: a follower asking before the first append would be told the
   previous epoch's end).
@@ -117,6 +120,8 @@ RULES: dict[str, str] = {
                            "KIP-966; 001 5.2)",
     "alter-partition-stale": "the controller accepted an AlterPartition with a stale partition epoch or a stale "
                              "broker epoch for an added member (PROTOCOL.md 4, AlterPartition; 9.6 KIP-903; 9.8)",
+    "follower-state-not-reset": "a new leader kept follower state from an earlier epoch (PROTOCOL.md 1, 4 Expand; "
+                                "002 2.9: follower state is cleared on every epoch change)",
     "leader-epoch-not-cached": "a new leader did not start its leader epoch in its epoch cache at once "
                                "(PROTOCOL.md 2, trap KAFKA-7415)",
     "truncated-past-epoch-end": "a follower truncating on divergence kept records of an epoch above the leader's "
@@ -188,6 +193,9 @@ def _isr_expansion(node: str, e: dict[str, Any], found: _Found) -> None:
             why.append(f"its LEO {f.get('leo')} is below the HWM {hwm}")
         if f.get("leo", -1) < leso:
             why.append(f"its LEO {f.get('leo')} is below the LESO {leso}")
+        registered = f.get("registered_broker_epoch")
+        if isinstance(registered, int) and f.get("broker_epoch") != registered:
+            why.append(f"its fetch's broker epoch {f.get('broker_epoch')} is not the registered {registered} (KIP-903)")
         if why:
             found.add("isr-expansion-ineligible",
                       f"{node} proposed follower {r} for the ISR of {_where(e)}: " + "; ".join(why),
@@ -246,6 +254,11 @@ def _election(node: str, e: dict[str, Any], found: _Found) -> None:
 
 
 def _role_change(node: str, e: dict[str, Any], found: _Found) -> None:
+    kept = {r: ep for r, ep in (e.get("followers") or {}).items() if ep != -1}
+    if e.get("event") == "become_leader" and kept:
+        found.add("follower-state-not-reset", f"{node} became leader of {_where(e)} in epoch {e.get('leader_epoch')} "
+                                              f"keeping follower state of earlier epochs: {kept}",
+                  _cite(node, e, "from", "to", "followers"))
     cache = e.get("epoch_cache")
     if e.get("event") == "become_leader" and isinstance(cache, list) and isinstance(e.get("leader_epoch"), int):
         if not cache or cache[-1][0] != e["leader_epoch"]:
@@ -259,9 +272,19 @@ def _role_change(node: str, e: dict[str, Any], found: _Found) -> None:
                   _cite(node, e, "from", "to", "hwm", "leo"))
 
 
+def _checkpoint(node: str, e: dict[str, Any], found: _Found) -> None:
+    for entry in e.get("replicas") or []:
+        topic, partition, role, hwm_, leo = entry
+        if isinstance(hwm_, int) and isinstance(leo, int) and hwm_ > leo:
+            found.add("hwm-above-leo", f"{node} checkpointed HWM {hwm_} above its LEO {leo} for {topic}-{partition} "
+                                       f"as {role}", _cite(node, e) | {"replica": entry})
+            return  # one line, one finding: the next checkpoint says it again if it persists
+
+
 LINE_RULES = {"hwm_advanced": _hwm_advance, "alter_partition_sent": _isr_expansion, "produce_acked": _ack,
               "consumer_fetch": _consumer_fetch, "leader_elected": _election, "become_leader": _role_change,
-              "become_follower": _role_change, "truncated_on_divergence": _divergence}
+              "become_follower": _role_change, "truncated_on_divergence": _divergence,
+              "hwm_checkpointed": _checkpoint}
 
 
 # --- rules across lines and nodes ---------------------------------------------------------------------------

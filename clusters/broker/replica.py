@@ -160,7 +160,8 @@ class Replica:
         self._first_transition = False
         self._event("become_leader", **{"from": f"{old_role}@{old_epoch}", "to": f"leader@{self.leader_epoch}"},
                     isr=self.isr, replicas=self.replicas, leso=self.leso, leo=self.leo, hwm=self.hwm,
-                    min_isr=self.min_isr, epoch_cache=self.epoch_cache())
+                    min_isr=self.min_isr, epoch_cache=self.epoch_cache(),
+                    followers={str(r): f.fetch_epoch for r, f in self.followers.items()})
 
     def _become_follower(self, p: PartitionState) -> None:
         old_role, old_epoch = self.role, self.leader_epoch
@@ -299,7 +300,10 @@ class Replica:
         self.alter_in_flight = proposed
         self.maximal_isr = _union(self.isr, proposed, self.replicas)  # 002 2.9.2: before the reply
         added = {str(r): {"leo": self.followers[r].leo, "fetch_epoch": self.followers[r].fetch_epoch,
-                          "broker_epoch": self.followers[r].broker_epoch} for r in proposed if r not in self.isr}
+                          "broker_epoch": self.followers[r].broker_epoch,
+                          # the leader's metadata: the epoch the fetch's must equal (KIP-903)
+                          "registered_broker_epoch": brokers[r].broker_epoch if r in brokers else None}
+                 for r in proposed if r not in self.isr}
         removed = {str(r): {"leo": self.followers.get(r, FollowerState()).leo,
                             "lag_ms": now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms,
                             "reason": "not caught up within replica.lag.time.max.ms"}

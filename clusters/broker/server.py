@@ -695,6 +695,9 @@ class Broker:
     def write_hwm_checkpoint(self) -> None:
         if self.replicas:
             self.logs.write_hwm_checkpoint({k: r.hwm for k, r in self.replicas.items()})
+            # What a restart would start from: each replica's role, HWM and LEO (the trace's hwm-above-leo).
+            self.events({"event": "hwm_checkpointed", "replicas": [
+                [t, p, r.role, r.hwm, r.leo] for (t, p), r in sorted(self.replicas.items())]})
 
     # --- internal RPC and admin ------------------------------------------------------------------
     async def dispatch_rpc(self, api: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -23,14 +23,17 @@ Events and their facts (a broker's unless marked controller):
   registered           broker_epoch, previous_broker_epoch: the controller accepted this broker
   fenced, unfenced     broker_epoch: what the heartbeat answered
   become_leader        from, to, isr, replicas, leso (= its LEO), leo, hwm, min_isr, epoch_cache
-                       ([[epoch, start offset], ...], after KAFKA-7415's entry for the new epoch)
+                       ([[epoch, start offset], ...], after KAFKA-7415's entry for the new epoch),
+                       followers ({id: the leader epoch of the follower state it starts with, -1: none})
   become_follower      from, to, leader, leo, hwm, epoch_cache
   follower_epoch_appended  leo, epoch_cache: a follower appended the first records of a new leader epoch
   hwm_advanced         from, to (the new HWM), isr, maximal_isr, min_isr, members:
                        {id: {"leo", "fetch_epoch"}} for every Maximal ISR member (the leader's own LEO,
                        a follower's fetch offset and the leader epoch it was recorded in, -1: none)
   alter_partition_sent from (ISR), to (proposed), hwm, leso, added: {id: {"leo", "fetch_epoch",
-                       "broker_epoch"}}, removed: {id: {"leo", "lag_ms", "reason"}}
+                       "broker_epoch" (its fetch's), "registered_broker_epoch" (the leader's metadata)}},
+                       removed: {id: {"leo", "lag_ms", "reason"}}
+  hwm_checkpointed     replicas: [[topic, partition, role, hwm, leo], ...] at each HWM checkpoint
   isr_committed, isr_updated        from, to: the ISR the controller's answer / metadata gave
   alter_partition_failed            proposed, error
   truncated_on_divergence, truncate_to_hw_variant, truncated_to_leader_leo_variant
@@ -61,7 +64,7 @@ from typing import Any
 
 FORMAT = "kafkaesque-trace/1"
 TRACE_FILE = "trace.jsonl"
-HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch"})
+HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch", "hwm_checkpointed"})
 TRACED = HOT | frozenset({
     "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
     "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",

@@ -35,7 +35,8 @@ def test_hwm_advance_and_isr_expansion_carry_the_facts_they_were_decided_on(tmp_
     assert advanced["to"] == 3 and advanced["leader_epoch"] == 3 and advanced["maximal_isr"] == [1, 2]
     assert advanced["members"] == {"1": {"leo": 3, "fetch_epoch": 3}, "2": {"leo": 3, "fetch_epoch": 3}}
     sent = next(e for e in events if e["event"] == "alter_partition_sent")
-    assert sent["added"] == {"3": {"leo": 3, "fetch_epoch": 3, "broker_epoch": 10}} and sent["hwm"] == 3
+    assert sent["added"] == {"3": {"leo": 3, "fetch_epoch": 3, "broker_epoch": 10, "registered_broker_epoch": 10}}
+    assert sent["hwm"] == 3
     leader = next(e for e in events if e["event"] == "become_leader")
     assert leader["epoch_cache"] == [[3, 0]] and leader["leso"] == 0
     assert check_traces({"broker-1": [dict(e, line=i + 1) for i, e in enumerate(events)]}).valid is True

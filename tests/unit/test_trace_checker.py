@@ -386,3 +386,26 @@ def test_a_restart_called_clean_without_its_shutdown_epoch_is_caught():
     assert ctl_names(first, registration(2, 64, True, -1)) == ["registration-clean"]
     assert ctl_names(first, registration(2, 64, False, 27)) == ["registration-clean"]
     assert ctl_names(registration(2, 64, True, -1)) == []  # no earlier registration in the trace: not judged
+
+
+def test_a_new_leader_keeping_follower_state_of_an_earlier_epoch_is_caught():
+    fresh = {**LEADER_SEES_MIN_ISR, "followers": {"2": -1, "3": -1}}
+    kept = {**LEADER_SEES_MIN_ISR, "followers": {"2": -1, "3": 2}}
+    assert names({"broker-1": [fresh]}) == []
+    assert names({"broker-1": [kept]}) == ["follower-state-not-reset"]
+
+
+def test_an_hwm_checkpoint_above_the_leo_is_caught():
+    ok = line(7, "hwm_checkpointed", replicas=[["queue", 0, "follower", 5, 9], ["queue", 1, "leader", 9, 9]])
+    bad = line(8, "hwm_checkpointed", replicas=[["queue", 0, "follower", 12, 9]])
+    assert names({"broker-2": [ok]}) == []
+    result = check_traces({"broker-2": [ok, bad]})
+    assert [a.name for a in result.anomalies] == ["hwm-above-leo"]
+    assert result.anomalies[0].examples[0]["trace"][0]["replica"] == ["queue", 0, "follower", 12, 9]
+
+
+def test_an_expansion_with_a_broker_epoch_the_leader_does_not_register_is_caught():
+    current = {"3": {"leo": 12, "fetch_epoch": 4, "broker_epoch": 55, "registered_broker_epoch": 55}}
+    stale = {"3": {"leo": 12, "fetch_epoch": 4, "broker_epoch": 40, "registered_broker_epoch": 55}}
+    assert names({"broker-1": [expansion(current)]}) == []
+    assert names({"broker-1": [expansion(stale)]}) == ["isr-expansion-ineligible"]
