@@ -39,11 +39,14 @@ from results.mutants import MUTANTS, Mutant
 # The fault plans: the protocol-aware nemesis, and random faults of four kinds (as docs/DETECTION.md's
 # rate campaigns: a fault every 6 s or so, on random nodes, recovery wait 5 s). `disk`, run only when named
 # (--plan disk), is for the durability mutants the other two cannot reach: segment files damaged (bit flips,
-# a cut tail, a chunk rolled back) and read back at a restart, and power cuts.
+# a cut tail, a chunk rolled back) and read back at a restart, and power cuts. `idempotent`, also only when
+# named, runs the protocol nemesis with idempotent producers (the queue workload's default producers have no
+# producer id, so the broker's producer-state rules are never exercised).
 PLANS: dict[str, dict[str, Any]] = {
     "protocol": {"nemesis": ["protocol"]},
     "random": {"nemesis": ["kill", "pause", "partition", "lossy-crash"], "nemesis_target": "random-node"},
     "disk": {"nemesis": ["file-corruption", "lossy-crash"]},
+    "idempotent": {"nemesis": ["protocol"], "workload_options": {"idempotent": True}},
 }
 DEFAULT_PLANS = ("protocol", "random")
 COMMON = {"nemesis_interval": 6.0, "recovery_wait": 5.0, "min_isr": 2, "acks": "all", "flush_policy": "never"}

@@ -21,6 +21,11 @@ requests still waiting when it loses the leadership, whose records may already b
 new leader and commit there (Kafka's DelayedProduce does the same); a scenario run caught
 such a "failed" send being read back.
 Reads change nothing, so a failed poll is "fail".
+
+Option `idempotent` (workload_options {"idempotent": true}): the producers run idempotent (KIP-98: a
+producer id and per-partition sequences, retries on), as most deployments do; a retry the broker
+appended twice shows as a duplicate. Every failed send is then info: the client retried it, and an
+earlier attempt may have been appended.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ def send_outcome(error_name: str) -> str:
 class _QueueClient:
     """What both client libraries share: the topic, and one op dispatch."""
 
-    def __init__(self, topic: str, partitions: int, acks: int):
-        self.topic, self.partitions, self.acks = topic, partitions, acks
+    def __init__(self, topic: str, partitions: int, acks: int, idempotent: bool = False):
+        self.topic, self.partitions, self.acks, self.idempotent = topic, partitions, acks, idempotent
         self.producer = None
         self.consumer = None
         self.bootstrap = ""
@@ -69,6 +74,10 @@ class _QueueClient:
     def _send(self, op: Op) -> Op:
         raise NotImplementedError
 
+    def outcome(self, error_name: str) -> str:
+        """A failed send's type: with retries on (idempotent), no error is definite."""
+        return INFO if self.idempotent else send_outcome(error_name)
+
     def _poll(self, op: Op) -> Op:
         raise NotImplementedError
 
@@ -82,7 +91,8 @@ class KafkaPythonQueueClient(_QueueClient):
         self.bootstrap = bootstrap
         self.producer = KafkaProducer(
             bootstrap_servers=bootstrap.split(","), acks="all" if self.acks == -1 else self.acks,
-            retries=0, enable_idempotence=False, linger_ms=0, request_timeout_ms=3000, max_block_ms=3000,
+            retries=5 if self.idempotent else 0, enable_idempotence=self.idempotent, linger_ms=0,
+            request_timeout_ms=3000, max_block_ms=3000,
             delivery_timeout_ms=4000, reconnect_backoff_max_ms=500, metadata_max_age_ms=2000)
 
     def _consumer(self):
@@ -106,7 +116,7 @@ class KafkaPythonQueueClient(_QueueClient):
             return _completion(op, OK, [key, [md.offset, value]])
         except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
             name = type(e).__name__
-            return _completion(op, send_outcome(name), [key, value], error=f"{name}: {e}"[:300])
+            return _completion(op, self.outcome(name), [key, value], error=f"{name}: {e}"[:300])
 
     def _poll(self, op: Op) -> Op:
         try:
@@ -165,7 +175,8 @@ class ConfluentQueueClient(_QueueClient):
 
         self.bootstrap = bootstrap
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all" if self.acks == -1 else self.acks,
-                                  "enable.idempotence": False, "retries": 0, "linger.ms": 0,
+                                  "enable.idempotence": self.idempotent, "retries": 5 if self.idempotent else 0,
+                                  "linger.ms": 0,
                                   "message.timeout.ms": 4000, "request.timeout.ms": 3000,
                                   "topic.metadata.refresh.interval.ms": 2000, "log_level": 0})
 
@@ -190,7 +201,7 @@ class ConfluentQueueClient(_QueueClient):
         err = result["err"]
         if err is None:
             return _completion(op, OK, [key, [result["offset"], value]])
-        return _completion(op, send_outcome(err.name()), [key, value], error=f"{err.name()}: {err.str()}"[:300])
+        return _completion(op, self.outcome(err.name()), [key, value], error=f"{err.name()}: {err.str()}"[:300])
 
     def _poll(self, op: Op) -> Op:
         confluent = need(*CONFLUENT)
@@ -235,6 +246,7 @@ class QueueWorkload:
         self.client = options.get("client", "kafka-python")
         self.send_ratio = float(options.get("send_ratio", 0.7))
         self.elle = bool(options.get("elle", False))
+        self.idempotent = bool(options.get("idempotent", False))
         self._values = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -244,7 +256,7 @@ class QueueWorkload:
     def new_client(self, test: dict[str, Any]):
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[str(test.get("acks", "all"))]
         cls = ConfluentQueueClient if self.client == "confluent-kafka" else KafkaPythonQueueClient
-        return cls(self.topic, self.partitions, acks)
+        return cls(self.topic, self.partitions, acks, self.idempotent)
 
     def op_mix(self, test: dict[str, Any]):
         def next_op(rng: random.Random, process: int) -> tuple[str, Any]:

@@ -55,3 +55,22 @@ def test_librdkafka_error_names_map_the_same_way():
     assert send_outcome("NOT_ENOUGH_REPLICAS") == "fail"
     assert send_outcome("NOT_ENOUGH_REPLICAS_AFTER_APPEND") == "info"
     assert send_outcome("_MSG_TIMED_OUT") == "info"
+
+
+def test_an_idempotent_producers_failed_send_is_never_definite():
+    # With retries on, an earlier attempt of a send that finally failed may have been appended.
+    c = KafkaPythonQueueClient("queue", 2, -1, idempotent=True)
+    c.producer = FakeProducer(kerr.NotEnoughReplicasError())
+    done = c.invoke(Op("invoke", "send", 3, [1, 42]))
+    assert done.type == "info"
+    plain = KafkaPythonQueueClient("queue", 2, -1)
+    plain.producer = FakeProducer(kerr.NotEnoughReplicasError())
+    assert plain.invoke(Op("invoke", "send", 3, [1, 42])).type == "fail"
+
+
+def test_the_idempotent_option_reaches_the_real_producers_configuration():
+    from workloads.queue import QueueWorkload
+
+    client = QueueWorkload({"idempotent": True}).new_client({"acks": "all"})
+    assert client.idempotent is True
+    assert QueueWorkload({}).new_client({"acks": "all"}).idempotent is False
