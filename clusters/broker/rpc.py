@@ -126,6 +126,13 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
+# Transactions (txn_coordinator.py; Kafka's codes)
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTION_COORDINATOR_FENCED = 52
+PRODUCER_FENCED = 90
 
 _LEN = struct.Struct(">i")
 # What a client accepts in one response: a state dump with the physical log of a long run is the
