@@ -60,9 +60,17 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+)
 
 from clusters.broker import rpc
-from clusters.broker.group_coordinator import MAX_METADATA_CHARS, JoinResult, SyncResult
+from clusters.broker.group_coordinator import MAX_METADATA_CHARS, OFFSETS_TOPIC, JoinResult, SyncResult
 from clusters.broker.log import InvalidBatchError, validate_batches
 from clusters.broker.metadata import NO_LEADER
 
@@ -76,6 +84,7 @@ class Broker(Protocol):
     image: Any        # the metadata image (metadata.MetadataImage)
     controller: Any   # the client of the active controller (rpc.ControllerClient)
     groups: Any       # the group coordinator (group_coordinator.GroupCoordinator)
+    txn: Any          # transactions (txn_shell.TxnShell)
 
     def change_event(self, topic: str, partition: int) -> asyncio.Event: ...
 
@@ -85,7 +94,7 @@ class Broker(Protocol):
                       timeout_s: float) -> tuple[int, int, int]: ...
 
     def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
-                      max_bytes: int) -> dict[str, Any]: ...
+                      max_bytes: int, read_committed: bool = False) -> dict[str, Any]: ...
 
     def list_offset(self, topic: str, partition: int, timestamp: int,
                     current_leader_epoch: int) -> tuple[int, int, int]: ...
@@ -105,6 +114,7 @@ class Broker(Protocol):
                              offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int: ...
 
 UNSUPPORTED_VERSION = 35
+READ_COMMITTED = 1  # Fetch isolation_level
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
@@ -126,6 +136,11 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     14: (SyncGroupRequest, SyncGroupResponse, 0, 5),
     45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0),
     46: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
+    # Transactions (txn_shell.py), capped below the versions of KIP-890 part 2 and of
+    # TRANSACTION_ABORTABLE; AddPartitionsToTxn v4+ is the inter-broker form.
+    24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+    26: (EndTxnRequest, EndTxnResponse, 0, 3),
 }
 
 
@@ -238,7 +253,8 @@ async def produce(broker: Broker, req: Any, version: int) -> Any:
     for t in req.topic_data:
         for pd in t.partition_data:
             jobs.append((t.name, pd.index, pd.records))
-    results = await asyncio.gather(*(_produce_partition(broker, name, index, records, acks, timeout_s)
+    txn_id = getattr(req, "transactional_id", None)
+    results = await asyncio.gather(*(_produce_partition(broker, name, index, records, acks, timeout_s, txn_id)
                                      for name, index, records in jobs))
     if acks == 0:
         return None
@@ -253,7 +269,7 @@ async def produce(broker: Broker, req: Any, version: int) -> Any:
 
 
 async def _produce_partition(broker: Broker, topic: str, partition: int, records: Any, acks: int,
-                             timeout_s: float) -> tuple[int, int, int]:
+                             timeout_s: float, txn_id: str | None = None) -> tuple[int, int, int]:
     raw = bytes(records) if records is not None else b""
     try:
         headers = validate_batches(raw)
@@ -261,6 +277,12 @@ async def _produce_partition(broker: Broker, topic: str, partition: int, records
         return rpc.CORRUPT_MESSAGE, -1, -1
     if not headers:
         return rpc.INVALID_REQUEST, -1, -1
+    if any(h.is_control for h in headers):
+        return rpc.INVALID_REQUEST, -1, -1  # markers are the coordinator's to write (Kafka: INVALID_RECORD)
+    if any(h.is_transactional for h in headers):
+        err = await broker.txn.verify_produce(txn_id, topic, partition, headers)
+        if err != rpc.NONE:
+            return err, -1, -1
     return await broker.produce(topic, partition, raw, headers, acks, timeout_s)
 
 
@@ -268,9 +290,11 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
     wanted = [(t.topic, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1), p.partition_max_bytes)
               for t in req.topics for p in t.partitions]
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     while True:
         waiters = [broker.change_event(t, p) for t, p, *_ in wanted]
-        parts = [broker.consumer_read(t, p, off, cle, max_bytes) for t, p, off, cle, max_bytes in wanted]
+        parts = [broker.consumer_read(t, p, off, cle, max_bytes, read_committed)
+                 for t, p, off, cle, max_bytes in wanted]
         total = sum(len(x["records"]) for x in parts)
         remaining = deadline - time.monotonic()
         if total >= max(req.min_bytes, 1) or remaining <= 0 or any(x["error"] for x in parts) or not wanted:
@@ -280,8 +304,11 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
     by_topic: dict[str, list] = {}
     for (topic, partition, *_), x in zip(wanted, parts, strict=True):
         by_topic.setdefault(topic, []).append(R.FetchableTopicResponse.PartitionData(
-            partition_index=partition, error_code=x["error"], high_watermark=x["hwm"], last_stable_offset=x["hwm"],
-            log_start_offset=x["log_start"], aborted_transactions=None, preferred_read_replica=-1,
+            partition_index=partition, error_code=x["error"], high_watermark=x["hwm"], last_stable_offset=x["lso"],
+            log_start_offset=x["log_start"], preferred_read_replica=-1,
+            aborted_transactions=None if x["aborted"] is None else [
+                R.FetchableTopicResponse.PartitionData.AbortedTransaction(producer_id=pid, first_offset=first)
+                for pid, first in x["aborted"]],
             records=x["records"]))
     return R(version=version, throttle_time_ms=0, error_code=0, session_id=0,
              responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])
@@ -315,8 +342,47 @@ async def create_topics(broker: Broker, req: Any, version: int) -> Any:
 
 
 async def init_producer_id(broker: Broker, req: Any, version: int) -> Any:
-    return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
-                                  producer_id=broker.next_producer_id(), producer_epoch=0)
+    if not req.transactional_id:  # an idempotent producer: an id of its own, no coordinator
+        return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
+                                      producer_id=broker.next_producer_id(), producer_epoch=0)
+    pid, epoch = (req.producer_id, req.producer_epoch) if version >= 3 else (-1, -1)
+    err, pid, epoch = await broker.txn.init_producer_id(req.transactional_id, req.transaction_timeout_ms, pid, epoch)
+    return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 4),
+                                  producer_id=pid, producer_epoch=epoch)
+
+
+def _fenced(err: int, version: int, first_version: int) -> int:
+    """KIP-588: PRODUCER_FENCED exists for clients from `first_version` of a request on; older ones are
+    told INVALID_PRODUCER_EPOCH, which they also treat as fatal."""
+    return rpc.INVALID_PRODUCER_EPOCH if err == rpc.PRODUCER_FENCED and version < first_version else err
+
+
+async def add_partitions_to_txn(broker: Broker, req: Any, version: int) -> Any:
+    wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+    err = await broker.txn.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                          req.v3_and_below_producer_epoch, wanted)
+    err = _fenced(err, version, 2)
+    R = AddPartitionsToTxnResponse
+    T = R.AddPartitionsToTxnTopicResult
+    by_topic: dict[str, list[int]] = {}
+    for t, p in wanted:
+        by_topic.setdefault(t, []).append(p)
+    return R(version=version, throttle_time_ms=0, results_by_topic_v3_and_below=[
+        T(name=t, results_by_partition=[T.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=err)
+                                        for p in ps]) for t, ps in by_topic.items()])
+
+
+async def add_offsets_to_txn(broker: Broker, req: Any, version: int) -> Any:
+    # Kafka: the group's __consumer_offsets partition joins the transaction, so its markers reach the
+    # group coordinator, which makes the transaction's offsets visible on commit.
+    partition = (OFFSETS_TOPIC, broker.groups.partition_for(req.group_id))
+    err = await broker.txn.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [partition])
+    return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
+
+
+async def end_txn(broker: Broker, req: Any, version: int) -> Any:
+    err = await broker.txn.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    return EndTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
 
 
 async def alter_partition_reassignments(broker: Broker, req: Any, version: int) -> Any:
@@ -363,6 +429,7 @@ async def list_partition_reassignments(broker: Broker, req: Any, version: int) -
 
 # --- consumer groups (group_coordinator.py; Kafka's request and response schemas) -------------------------
 GROUP_KEY_TYPE = 0   # FindCoordinator key_type: 0 group, 1 transaction
+TXN_KEY_TYPE = 1
 COMMIT_TIMEOUT_S = 5.0
 
 
@@ -371,8 +438,8 @@ async def find_coordinator(broker: Broker, req: Any, version: int) -> Any:
     keys = list(req.coordinator_keys) if version >= 4 else [req.key]
     found = []
     for key in keys:
-        if getattr(req, "key_type", GROUP_KEY_TYPE) != GROUP_KEY_TYPE:
-            err, b = rpc.COORDINATOR_NOT_AVAILABLE, None  # transactions: not served (yet)
+        if getattr(req, "key_type", GROUP_KEY_TYPE) == TXN_KEY_TYPE:
+            err, b = await broker.txn.find_coordinator(key)
         else:
             err, b = await broker.find_coordinator(key)
         found.append((key, err, b))
@@ -493,5 +560,5 @@ def _now_ms() -> int:
 
 HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch,
             10: find_coordinator, 11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group,
-            18: api_versions, 19: create_topics, 22: init_producer_id, 45: alter_partition_reassignments,
-            46: list_partition_reassignments}
+            18: api_versions, 19: create_topics, 22: init_producer_id, 24: add_partitions_to_txn,
+            25: add_offsets_to_txn, 26: end_txn, 45: alter_partition_reassignments, 46: list_partition_reassignments}

@@ -76,6 +76,11 @@ API: dict[str, str] = {
     "elect_leader": "req {topic, partition, broker_id} -> {error, message}",
     # controller <-> controller in a quorum (controller_quorum.py)
     "raft": "req {messages: [Raft message as a JSON object, ...]} -> {error}",
+    # transaction coordinator -> partition leader (txn_shell.py; Kafka's WriteTxnMarkers)
+    "write_txn_markers": "req {topic, partition, producer_id, producer_epoch, commit: bool, coordinator_epoch} "
+    "-> {error}",
+    # partition leader -> transaction coordinator (KIP-890 part 1; txn_shell.py)
+    "verify_txn": "req {txn_id, producer_id, producer_epoch, topic, partition} -> {error}",
     # harness / operator -> any node
     "dump_state": "req {include_log: bool} -> {error, state: see the node's dump_state docs}",
 }

@@ -44,6 +44,8 @@ from clusters.broker.log import (
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
 from clusters.broker.trace import default_trace_path, open_sink
+from clusters.broker.txn_coordinator import TXN_STATE_TOPIC
+from clusters.broker.txn_shell import TxnShell
 
 HOUSEKEEPING_S = 0.1
 MAX_FETCH_BYTES = 4 * 1024 * 1024
@@ -176,6 +178,7 @@ class Broker:
             min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)))
         self.offsets_topic_min_isr = getattr(args, "offsets_topic_min_isr", 2)
         self.group_loads: dict[tuple[str, int], asyncio.Task] = {}
+        self.txn = TxnShell(self)
         self.metadata_changed = asyncio.Event()
 
     def _log_event(self, event: dict[str, Any]) -> None:
@@ -285,9 +288,9 @@ class Broker:
 
     # --- consumer reads ---------------------------------------------------------------------
     def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
-                      max_bytes: int) -> dict[str, Any]:
+                      max_bytes: int, read_committed: bool = False) -> dict[str, Any]:
         r = self.replicas.get((topic, partition))
-        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b""}
+        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b"", "lso": -1, "aborted": None}
         if r is None:
             out["error"] = (rpc.UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) not in self.image.partitions
                             else rpc.NOT_LEADER_OR_FOLLOWER)
@@ -297,8 +300,19 @@ class Broker:
             out["error"] = err
             return out
         out["hwm"], out["log_start"] = r.hwm, r.log.log_start_offset
+        out["lso"] = lso = r.last_stable_offset()
         if offset < r.log.log_start_offset or offset > r.leo:
             out["error"] = rpc.OFFSET_OUT_OF_RANGE
+        elif read_committed:
+            # KIP-98: read_committed consumers read below the LSO, and are told which transactions in
+            # what they read were aborted, so they can drop those records.
+            out["aborted"] = []
+            if offset < lso:
+                out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=lso)
+                if raw:
+                    self._trace_consumer_fetch(r, offset, raw)
+                    end = max(h.next_offset for _, h in iter_batch_headers(raw, check_crc=False))
+                    out["aborted"] = r.producers.aborted_between(offset, end)
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
             out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
@@ -384,7 +398,9 @@ class Broker:
         elif r.role != LEADER and old_role == LEADER:
             self.deliver(self.groups.unload(r.partition))
 
-    async def _load_groups(self, r: Replica, epoch: int) -> None:
+    async def read_to_hwm_as_leader(self, r: Replica, epoch: int) -> list[tuple[int, bytes | None, bytes | None]] | None:
+        """The (offset, key, value) of every committed record of an internal partition, read by its new
+        leader of `epoch` once it may trust its HWM; None if it stopped leading meanwhile."""
         def still_leading() -> bool:
             return not self.stopping and self.replicas.get(r.key) is r and r.role == LEADER and r.leader_epoch == epoch
 
@@ -393,7 +409,7 @@ class Broker:
         while still_leading() and r.hwm < r.leso:
             await self.wait_any([self.change_event(*r.key)], 0.5)
         if not still_leading():
-            return
+            return None
         records, offset, end = [], r.log.log_start_offset, r.hwm
         while offset < end:
             raw = r.log.read(offset, MAX_FETCH_BYTES, max_offset=end)
@@ -402,9 +418,15 @@ class Broker:
             for h, rec in iter_all_records(raw):
                 records.append((rec.offset, rec.key, rec.value))
                 offset = h.next_offset
+        return records
+
+    async def _load_groups(self, r: Replica, epoch: int) -> None:
+        records = await self.read_to_hwm_as_leader(r, epoch)
+        if records is None:
+            return
         self.groups.load(r.partition, records)
         self.events({"event": "group_partition_loaded", "topic": OFFSETS_TOPIC, "partition": r.partition,
-                     "leader_epoch": epoch, "hwm": end, "records": len(records)})
+                     "leader_epoch": epoch, "hwm": r.hwm, "records": len(records)})
 
     async def find_coordinator(self, group_id: str) -> tuple[int, Any]:
         """(error, BrokerInfo of the group's coordinator): the leader of its __consumer_offsets
@@ -412,11 +434,18 @@ class Broker:
         replicas: while fewer brokers are alive the controller refuses it and clients are told
         COORDINATOR_NOT_AVAILABLE (Kafka's offsets.topic.replication.factor rule), rather than
         getting a topic with fewer replicas for good."""
-        if OFFSETS_TOPIC not in self.image.topics:
+        return await self.internal_topic_leader(OFFSETS_TOPIC, self.groups.config.offsets_partitions,
+                                                self.groups.partition_for(group_id))
+
+    async def internal_topic_leader(self, topic: str, partitions: int, partition: int) -> tuple[int, Any]:
+        """(error, BrokerInfo) of the leader of an internal topic's partition, creating the topic on
+        first use (the rule of find_coordinator above; __transaction_state follows it too, as Kafka's
+        transaction.state.log.replication.factor and min.isr do)."""
+        if topic not in self.image.topics:
             rf = max(1, min(3, len(self.image.brokers)))
-            await self.create_topic(OFFSETS_TOPIC, self.groups.config.offsets_partitions, rf,
+            await self.create_topic(topic, partitions, rf,
                                     {"min.insync.replicas": str(min(self.offsets_topic_min_isr, rf))}, 5.0)
-        p = self.image.partitions.get((OFFSETS_TOPIC, self.groups.partition_for(group_id)))
+        p = self.image.partitions.get((topic, partition))
         b = self.image.brokers.get(p.leader) if p is not None else None
         if b is None or b.fenced:
             return rpc.COORDINATOR_NOT_AVAILABLE, None
@@ -565,6 +594,8 @@ class Broker:
                 self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
             if key[0] == OFFSETS_TOPIC:
                 self._group_partition_changed(r, old_role, old_epoch)
+            if key[0] == TXN_STATE_TOPIC:
+                self.txn.partition_changed(r, old_role, old_epoch)
             self._hwm_may_have_moved(r)
             self.signal_change(key, wake_followers=True)  # waiting follower polls see the new role
 
@@ -686,6 +717,7 @@ class Broker:
                     if r.maybe_advance_hwm():
                         self._hwm_may_have_moved(r)
             self.deliver(self.groups.tick(now_ms()))
+            self.txn.tick()
             self.logs.maybe_flush_all(now_ms())
             self.events.flush()
             if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
@@ -700,6 +732,10 @@ class Broker:
     async def dispatch_rpc(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
         if api == "replica_fetch":
             return await self.replica_fetch(body)
+        if api == "write_txn_markers":
+            return await self.txn.write_marker(body)
+        if api == "verify_txn":
+            return self.txn.verify(body)
         if api == "dump_state":
             return {"error": rpc.NONE, "state": self.dump(bool(body.get("include_log", True)))}
         if api == "get_replica_log_info":
@@ -715,7 +751,7 @@ class Broker:
                 "metadata_offset": self.image.offset, "time_ms": int(time.time() * 1000),
                 "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
                 "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())],
-                "group_coordinator": self.groups.dump()}
+                "group_coordinator": self.groups.dump(), "txn_coordinator": self.txn.dump()}
 
     # --- connections: listener.py -------------------------------------------------------------------
     def listener(self) -> Listener:

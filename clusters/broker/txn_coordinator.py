@@ -245,6 +245,20 @@ class TransactionCoordinator:
             return rpc.INVALID_TXN_STATE, None
         return (rpc.CONCURRENT_TRANSACTIONS if s.state in (PREPARE_COMMIT, PREPARE_ABORT) else rpc.NONE), None
 
+    # --- KIP-890 part 1 -----------------------------------------------------------------------------------
+    def verify(self, txn_id: str, producer_id: int, producer_epoch: int, partition: tuple[str, int]) -> int:
+        """Is the partition part of this producer's ongoing transaction? A partition leader asks before a
+        transactional batch opens a transaction there (Kafka: AddPartitionsToTxn v4, verify_only)."""
+        err = self.status(txn_id)
+        if err != rpc.NONE:
+            return err
+        s = self.txns.get(txn_id)
+        if s is None or s.producer_id != producer_id:
+            return rpc.INVALID_PRODUCER_ID_MAPPING
+        if s.producer_epoch != producer_epoch:
+            return rpc.INVALID_PRODUCER_EPOCH
+        return rpc.NONE if s.state == ONGOING and partition in s.partitions else rpc.INVALID_TXN_STATE
+
     # --- timeouts --------------------------------------------------------------------------------------
     def expired(self, now_ms: int) -> list[Transition]:
         """Abort every ongoing transaction past its timeout, bumping the epoch so that its producer,

@@ -336,3 +336,17 @@ def test_an_ongoing_transaction_loaded_keeps_its_timeout():
     c.load(0, [txn_record(T, TxnState(1, 0, TIMEOUT, ONGOING, frozenset({TP1}), 50))])
     assert c.expired(50 + TIMEOUT - 1) == []
     assert len(c.expired(50 + TIMEOUT)) == 1
+
+
+# --- KIP-890 part 1: verification for partition leaders --------------------------------------------------
+def test_verify_accepts_only_partitions_of_the_producers_ongoing_transaction():
+    c = loaded()
+    pid, epoch = init(c)
+    assert c.verify(T, pid, epoch, TP1) == rpc.INVALID_TXN_STATE  # no transaction yet
+    write(c, c.add_partitions(T, pid, epoch, [TP1], 0))
+    assert c.verify(T, pid, epoch, TP1) == rpc.NONE
+    assert c.verify(T, pid, epoch, TP2) == rpc.INVALID_TXN_STATE  # not added
+    assert c.verify(T, pid, epoch - 1, TP1) == rpc.INVALID_PRODUCER_EPOCH
+    assert c.verify(T, pid + 1, epoch, TP1) == rpc.INVALID_PRODUCER_ID_MAPPING
+    _, job = write(c, c.end_txn(T, pid, epoch, False, 0))
+    assert c.verify(T, pid, epoch, TP1) == rpc.INVALID_TXN_STATE  # a late produce of the ended transaction
