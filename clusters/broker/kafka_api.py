@@ -67,6 +67,8 @@ from kafka.protocol.producer.transaction import (
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 from clusters.broker import rpc
@@ -113,6 +115,10 @@ class Broker(Protocol):
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int: ...
 
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                                 member_id: str, offsets: list[tuple[str, int, int, int, str]],
+                                 timeout_s: float) -> int: ...
+
 UNSUPPORTED_VERSION = 35
 READ_COMMITTED = 1  # Fetch isolation_level
 LATEST_TIMESTAMP = -1
@@ -141,6 +147,7 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
     25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
     26: (EndTxnRequest, EndTxnResponse, 0, 3),
+    28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
 }
 
 
@@ -380,6 +387,28 @@ async def add_offsets_to_txn(broker: Broker, req: Any, version: int) -> Any:
     return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
 
 
+async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
+    offsets, too_large = [], set()
+    for t in req.topics:
+        for p in t.partitions:
+            metadata = p.committed_metadata or ""
+            if len(metadata) > MAX_METADATA_CHARS:
+                too_large.add((t.name, p.partition_index))
+                continue
+            offsets.append((t.name, p.partition_index, p.committed_offset,
+                            getattr(p, "committed_leader_epoch", -1), metadata))
+    generation_id, member_id = (req.generation_id, req.member_id) if version >= 3 else (-1, "")
+    err = await broker.txn_commit_offsets(req.group_id, req.producer_id, req.producer_epoch, generation_id,
+                                          member_id, offsets, COMMIT_TIMEOUT_S)
+    err = _fenced(err, version, 3)
+    R = TxnOffsetCommitResponse
+    return R(version=version, throttle_time_ms=0, topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
+            partition_index=p.partition_index,
+            error_code=rpc.OFFSET_METADATA_TOO_LARGE if (t.name, p.partition_index) in too_large else err)
+        for p in t.partitions]) for t in req.topics])
+
+
 async def end_txn(broker: Broker, req: Any, version: int) -> Any:
     err = await broker.txn.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
     return EndTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
@@ -523,13 +552,13 @@ async def offset_commit(broker: Broker, req: Any, version: int) -> Any:
 async def offset_fetch(broker: Broker, req: Any, version: int) -> Any:
     R = OffsetFetchResponse
     if version < 8:
-        err, topics = _fetch_group_offsets(broker, req.group_id, req.topics)
+        err, topics = _fetch_group_offsets(broker, req.group_id, req.topics, version >= 7 and req.require_stable)
         return R(version=version, throttle_time_ms=0, error_code=err, topics=[R.OffsetFetchResponseTopic(
             name=name, partitions=[R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(**p) for p in parts])
             for name, parts in topics])
     groups = []
     for g in req.groups:
-        err, topics = _fetch_group_offsets(broker, g.group_id, g.topics)
+        err, topics = _fetch_group_offsets(broker, g.group_id, g.topics, req.require_stable)
         G = R.OffsetFetchResponseGroup
         groups.append(G(group_id=g.group_id, error_code=err, topics=[G.OffsetFetchResponseTopics(
             name=name, partitions=[G.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(**p) for p in parts])
@@ -537,9 +566,12 @@ async def offset_fetch(broker: Broker, req: Any, version: int) -> Any:
     return R(version=version, throttle_time_ms=0, groups=groups)
 
 
-def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any) -> tuple[int, list[tuple[str, list[dict]]]]:
+def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any,
+                         require_stable: bool = False) -> tuple[int, list[tuple[str, list[dict]]]]:
     """(group error, [(topic, [partition fields])]): -1 for a partition without a committed offset;
-    topics None asks for every partition the group has committed."""
+    topics None asks for every partition the group has committed. KIP-447: with require_stable, a
+    partition with an offset committed in a transaction not yet ended is UNSTABLE_OFFSET_COMMIT (the
+    consumer asks again) rather than the older offset, which would make it process records twice."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     err, committed = broker.groups.committed_offsets(group_id, wanted)
     if err != rpc.NONE:
@@ -550,7 +582,8 @@ def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any) -> tuple[in
         by_topic.setdefault(tp[0], []).append({
             "partition_index": tp[1], "committed_offset": c.offset if c else -1,
             "committed_leader_epoch": c.leader_epoch if c else -1, "metadata": c.metadata if c else "",
-            "error_code": rpc.NONE})
+            "error_code": rpc.UNSTABLE_OFFSET_COMMIT if require_stable and broker.groups.txn_pending(group_id, tp)
+            else rpc.NONE})
     return rpc.NONE, list(by_topic.items())
 
 
@@ -561,4 +594,4 @@ def _now_ms() -> int:
 HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch,
             10: find_coordinator, 11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group,
             18: api_versions, 19: create_topics, 22: init_producer_id, 24: add_partitions_to_txn,
-            25: add_offsets_to_txn, 26: end_txn, 45: alter_partition_reassignments, 46: list_partition_reassignments}
+            25: add_offsets_to_txn, 26: end_txn, 28: txn_offset_commit, 45: alter_partition_reassignments, 46: list_partition_reassignments}

@@ -138,6 +138,7 @@ INVALID_TRANSACTION_TIMEOUT = 50
 CONCURRENT_TRANSACTIONS = 51
 TRANSACTION_COORDINATOR_FENCED = 52
 PRODUCER_FENCED = 90
+UNSTABLE_OFFSET_COMMIT = 88
 
 _LEN = struct.Struct(">i")
 # What a client accepts in one response: a state dump with the physical log of a long run is the

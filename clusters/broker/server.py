@@ -25,6 +25,9 @@ from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
 from clusters.broker.group_coordinator import (
     OFFSETS_TOPIC,
+    TXN_ABORT,
+    TXN_COMMIT,
+    TXN_DATA,
     CoordinatorConfig,
     GroupCoordinator,
     Reply,
@@ -41,6 +44,7 @@ from clusters.broker.log import (
     parse_flush_policy,
     validate_batches,
 )
+from clusters.broker.log.batch import control_key_commits
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
 from clusters.broker.trace import default_trace_path, open_sink
@@ -416,7 +420,11 @@ class Broker:
             if not raw:
                 break
             for h, rec in iter_all_records(raw):
-                records.append((rec.offset, rec.key, rec.value))
+                if not h.is_transactional:
+                    records.append((rec.offset, rec.key, rec.value))
+                else:  # transactional offsets and their markers (GroupCoordinator.load)
+                    tag = TXN_DATA if not h.is_control else TXN_COMMIT if control_key_commits(rec.key) else TXN_ABORT
+                    records.append((rec.offset, rec.key, rec.value, (h.producer_id, tag)))
                 offset = h.next_offset
         return records
 
@@ -470,6 +478,33 @@ class Broker:
             return rpc.NONE
         # Kafka's mapping (GroupMetadataManager.storeOffsets): lost leadership means another
         # coordinator; anything else that kept the write from committing, try again later.
+        if err in (rpc.NOT_LEADER_OR_FOLLOWER, rpc.UNKNOWN_TOPIC_OR_PARTITION):
+            return rpc.NOT_COORDINATOR
+        return rpc.COORDINATOR_NOT_AVAILABLE
+
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                                 member_id: str, offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int:
+        """TxnOffsetCommit (KIP-98): the offsets go to the group's __consumer_offsets partition as a
+        transactional batch of the producer (acks=all), pending in the group coordinator until the
+        transaction's marker reaches that partition. A member's generation, when the producer sends one
+        (KIP-447, v3+), is checked as for a plain commit, so a zombie member cannot commit."""
+        err = self.groups.status(group_id)
+        if err == rpc.NONE and generation_id >= 0:
+            err = self.groups.check_commit(group_id, generation_id, member_id, now_ms())
+        if err != rpc.NONE or not offsets:
+            return err
+        records = [offset_record(group_id, t, p, (o, e, m)) for t, p, o, e, m in offsets]
+        raw = build_batch([v for _, v in records], keys=[k for k, _ in records], producer_id=producer_id,
+                          producer_epoch=producer_epoch, transactional=True)
+        err, base, _ = await self.produce(OFFSETS_TOPIC, self.groups.partition_for(group_id), raw,
+                                          validate_batches(raw), -1, timeout_s)
+        if err == rpc.NONE:
+            if self.groups.status(group_id) == rpc.NONE:
+                for i, (k, v) in enumerate(records):
+                    self.groups.apply_txn_record(producer_id, base + i, k, v)
+            return rpc.NONE
+        if err == rpc.INVALID_PRODUCER_EPOCH:
+            return rpc.PRODUCER_FENCED  # a marker with a newer epoch reached the partition: fenced
         if err in (rpc.NOT_LEADER_OR_FOLLOWER, rpc.UNKNOWN_TOPIC_OR_PARTITION):
             return rpc.NOT_COORDINATOR
         return rpc.COORDINATOR_NOT_AVAILABLE

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from clusters.broker import rpc
+from clusters.broker.group_coordinator import OFFSETS_TOPIC
 from clusters.broker.log import BatchHeader, build_batch, validate_batches
 from clusters.broker.log.batch import build_control_batch
 from clusters.broker.replica import LEADER, Replica
@@ -59,7 +60,7 @@ class TxnShell:
         records = await self.b.read_to_hwm_as_leader(r, epoch)
         if records is None:
             return
-        jobs = self.coord.load(r.partition, [(k, v) for _, k, v in records])
+        jobs = self.coord.load(r.partition, [(k, v) for _, k, v, *_ in records])
         self.b.events({"event": "txn_partition_loaded", "topic": TXN_STATE_TOPIC, "partition": r.partition,
                        "leader_epoch": epoch, "records": len(records), "prepared": len(jobs)})
         for job in jobs:  # decided before the fail-over: finish them
@@ -178,6 +179,9 @@ class TxnShell:
             return {"error": err}
         raw = build_control_batch(pid, epoch, bool(body["commit"]), int(body["coordinator_epoch"]), _now_ms())
         err, _, _ = await self.b.produce(key[0], key[1], raw, validate_batches(raw), -1, WRITE_TIMEOUT_S)
+        if err == rpc.NONE and key[0] == OFFSETS_TOPIC:
+            # the transaction's offsets (TxnOffsetCommit) become visible, or are dropped
+            self.b.groups.end_txn(key[1], pid, bool(body["commit"]))
         return {"error": err}
 
     async def verify_produce(self, txn_id: str | None, topic: str, partition: int, headers: list[BatchHeader]) -> int:

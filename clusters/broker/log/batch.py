@@ -211,11 +211,16 @@ def build_control_batch(producer_id: int, producer_epoch: int, commit: bool, coo
     return bytes(buf)
 
 
+def control_key_commits(key: bytes | None) -> bool:
+    """Does a control record's key say commit (type 1) rather than abort (type 0)?"""
+    return key is not None and len(key) >= _CONTROL_KEY.size and _CONTROL_KEY.unpack_from(key)[1] == 1
+
+
 def parse_control(raw_batch: bytes | bytearray | memoryview) -> tuple[bool, int]:
     """(commit, coordinator epoch) of a control batch's marker."""
     batch = DefaultRecordBatch(bytes(raw_batch))
     rec = next(iter(batch))
-    commit = _CONTROL_KEY.unpack(rec.key)[1] == 1
+    commit = control_key_commits(rec.key)
     epoch = _CONTROL_VALUE.unpack(rec.value)[1] if rec.value and len(rec.value) >= _CONTROL_VALUE.size else -1
     return commit, epoch
 
