@@ -1,7 +1,9 @@
 """Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics,
 InitProducerId, AlterPartitionReassignments and ListPartitionReassignments (the last three forwarded
 to the controller, as KRaft brokers do), and the consumer-group APIs (FindCoordinator, JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) served by group_coordinator.py.
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) served by group_coordinator.py, and the
+transaction APIs (FindCoordinator key type 1, InitProducerId with a transactional.id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit; Fetch read_committed) served by txn_shell.py.
 
 Codecs are kafka-python's generated protocol classes used server-side (PROTOCOL.md 10):
 requests decode with `Req[version].decode(payload, header=True)`, responses are built with
@@ -11,7 +13,9 @@ they never touch sockets or logs directly.
 
 Versions are capped where the clients' choices would need more than we implement: Fetch at
 12 (v13+ names topics by id), Produce at 10 (v13 by id), Metadata at 12, OffsetCommit at 8 and
-OffsetFetch at 8 (v9+ belong to KIP-848's consumer protocol), FindCoordinator at 4.
+OffsetFetch at 8 (v9+ belong to KIP-848's consumer protocol), FindCoordinator at 4, the transaction
+APIs below the versions of KIP-890 part 2 (AddPartitionsToTxn 3, AddOffsetsToTxn 3, EndTxn 3,
+TxnOffsetCommit 3).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ task per followed partition pulls from its leader (002 2.2); acks=all produce re
 in a purgatory until the HWM passes them (002 2.5); SIGTERM is a controlled shutdown that
 ends with the clean-shutdown marker (001 5.1). Consumer groups: the group coordinator
 (group_coordinator.py) serves the groups of the __consumer_offsets partitions this broker
-leads; their commits go through the same produce path and purgatory.
+leads; their commits go through the same produce path and purgatory. Transactions: txn_shell.py
+(the transaction coordinator of the __transaction_state partitions this broker leads, and the
+partition leader's markers and KIP-890 verification) uses the same path.
 """
 
 from __future__ import annotations
