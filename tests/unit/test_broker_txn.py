@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from clusters.broker import kafka_api, rpc
-from clusters.broker.log import build_batch, validate_batches
+from clusters.broker.log import build_batch, iter_all_records, validate_batches
 from clusters.broker.txn_coordinator import (
     COMPLETE_COMMIT,
     ONGOING,
@@ -47,6 +47,11 @@ async def produce(b, raw: bytes, topic: str = "t") -> int:
     return err
 
 
+def values(raw: bytes) -> list[bytes | None]:
+    """The data records' values (control batches left out)."""
+    return [rec.value for h, rec in iter_all_records(raw) if not h.is_control]
+
+
 def marker(commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> dict:
     return {"topic": "t", "partition": 0, "producer_id": PID, "producer_epoch": epoch, "commit": commit,
             "coordinator_epoch": coordinator_epoch}
@@ -56,18 +61,21 @@ def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transaction(tmp_p
     async def scenario() -> None:
         b = make_broker(tmp_path)
         lead(b, "t", 1, 0)
+        assert await produce(b, build_batch([b"before"])) == rpc.NONE
         assert await produce(b, txn_batch(0, b"aborted")) == rpc.NONE
-        assert await produce(b, build_batch([b"plain"])) == rpc.NONE
+        assert await produce(b, build_batch([b"after"])) == rpc.NONE
         committed = b.consumer_read("t", 0, 0, -1, 1 << 20, read_committed=True)
         uncommitted = b.consumer_read("t", 0, 0, -1, 1 << 20)
-        assert (committed["hwm"], committed["lso"], committed["records"], committed["aborted"]) == (2, 0, b"", [])
-        assert uncommitted["records"] and uncommitted["aborted"] is None
+        assert (committed["hwm"], committed["lso"], committed["aborted"]) == (3, 1, [])
+        assert values(committed["records"]) == [b"before"]  # not a record from the LSO on
+        assert values(uncommitted["records"]) == [b"before", b"aborted", b"after"] and uncommitted["aborted"] is None
+        assert b.consumer_read("t", 0, 1, -1, 1 << 20, read_committed=True)["records"] == b""
         assert (await b.txn.write_marker(marker(commit=False)))["error"] == rpc.NONE
         after = b.consumer_read("t", 0, 0, -1, 1 << 20, read_committed=True)
-        assert after["lso"] == after["hwm"] == 3
-        assert after["records"] and after["aborted"] == [(PID, 0)]
-        # a fetch starting past the aborted transaction's marker is not told of it
-        assert b.consumer_read("t", 0, 3, -1, 1 << 20, read_committed=True)["aborted"] == []
+        assert after["lso"] == after["hwm"] == 4
+        assert values(after["records"]) == [b"before", b"aborted", b"after"] and after["aborted"] == [(PID, 1)]
+        # a fetch from the marker on is still told of it (Kafka: last offset >= fetch offset)
+        assert b.consumer_read("t", 0, 3, -1, 1 << 20, read_committed=True)["aborted"] == [(PID, 1)]
         b.logs.close_all()
 
     asyncio.run(scenario())
