@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from clusters.broker.txn_coordinator import TXN_STATE_TOPIC, TransactionCoordinator
 from tests.integration.conftest import start_local_cluster
@@ -188,5 +188,51 @@ def test_every_committed_transaction_survives_the_txn_coordinators_death(tmp_pat
         assert len(producer.txns("committed")) > committed_before + 5  # it went on committing after the kill
         seen = by_txn(read_all(cluster.bootstrap, "ledger", partitions, "read_committed"))
         assert_atomic(seen, producer, partitions * 2, outcome_known=False)
+    finally:
+        cluster.down()
+
+
+def test_a_zombie_producer_is_fenced_and_its_open_transaction_aborted(tmp_path):
+    cluster = start_local_cluster(tmp_path)
+    try:
+        cluster.create_topic("z", partitions=1, rf=3, min_isr=2)
+        zombie = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-z"})
+        zombie.init_transactions(30)
+        zombie.begin_transaction()
+        zombie.produce("z", value=b"0:0:zombie", partition=0)
+        zombie.flush(30)
+        # A new instance with the same transactional.id: InitProducerId aborts the zombie's open
+        # transaction with a bumped epoch, then gives the new instance the epoch after it.
+        successor = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-z"})
+        successor.init_transactions(30)
+        with pytest.raises(KafkaException) as fenced:
+            zombie.commit_transaction(30)
+        assert fenced.value.args[0].fatal(), fenced.value
+        successor.begin_transaction()
+        successor.produce("z", value=b"1:0:successor", partition=0)
+        successor.commit_transaction(30)
+        assert read_all(cluster.bootstrap, "z", 1, "read_committed", idle_s=2) == ["1:0:successor"]
+        assert read_all(cluster.bootstrap, "z", 1, "read_uncommitted", idle_s=2) == ["0:0:zombie", "1:0:successor"]
+    finally:
+        cluster.down()
+
+
+def test_an_abandoned_transaction_is_aborted_at_its_timeout(tmp_path):
+    cluster = start_local_cluster(tmp_path)
+    try:
+        cluster.create_topic("abandoned", partitions=1, rf=3, min_isr=2)
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-abandoned",
+                      "transaction.timeout.ms": 3000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("abandoned", value=b"0:0:abandoned", partition=0)
+        p.flush(30)  # and never committed nor aborted
+        plain = Producer({"bootstrap.servers": cluster.bootstrap})
+        plain.produce("abandoned", value=b"1:0:plain", partition=0)
+        plain.flush(30)
+        assert read_all(cluster.bootstrap, "abandoned", 1, "read_committed", idle_s=1) == []  # held at the LSO
+        # the coordinator aborts it after 3 s: the LSO moves past it, its record stays hidden
+        cluster.wait_for(lambda: read_all(cluster.bootstrap, "abandoned", 1, "read_committed", idle_s=1)
+                         == ["1:0:plain"], timeout=30, what="the abandoned transaction aborted by its timeout")
     finally:
         cluster.down()
