@@ -103,7 +103,7 @@ class Broker(Protocol):
                       max_bytes: int, read_committed: bool = False) -> dict[str, Any]: ...
 
     def list_offset(self, topic: str, partition: int, timestamp: int,
-                    current_leader_epoch: int) -> tuple[int, int, int]: ...
+                    current_leader_epoch: int, read_committed: bool = False) -> tuple[int, int, int]: ...
 
     async def create_topic(self, topic: str, partitions: int, rf: int, configs: dict[str, Any],
                            timeout_s: float) -> tuple[int, str | None]: ...
@@ -327,12 +327,13 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
 
 async def list_offsets(broker: Broker, req: Any, version: int) -> Any:
     R = ListOffsetsResponse
+    read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED  # KIP-98: the latest is the LSO
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             err, offset, epoch = broker.list_offset(t.name, p.partition_index, p.timestamp,
-                                                    getattr(p, "current_leader_epoch", -1))
+                                                    getattr(p, "current_leader_epoch", -1), read_committed)
             parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=err, timestamp=-1, offset=offset, leader_epoch=epoch))
         topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))

@@ -336,7 +336,8 @@ class Broker:
                      "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
                      "bound": "hwm", "hwm": r.hwm})
 
-    def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int) -> tuple[int, int, int]:
+    def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
+                    read_committed: bool = False) -> tuple[int, int, int]:
         r = self.replicas.get((topic, partition))
         if r is None:
             return rpc.NOT_LEADER_OR_FOLLOWER, -1, -1
@@ -347,6 +348,8 @@ class Broker:
             return rpc.NONE, r.log.log_start_offset, r.leader_epoch
         if timestamp == kafka_api.LATEST_TIMESTAMP:
             err, off = r.list_offset_latest()
+            if read_committed and err == rpc.NONE:
+                off = min(off, r.last_stable_offset())  # KIP-98: a read_committed consumer's end is the LSO
             return err, off, r.leader_epoch
         found = r.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= r.hwm:

@@ -145,3 +145,18 @@ def test_a_new_coordinator_writes_the_markers_of_a_transaction_it_finds_prepared
         b.logs.close_all()
 
     asyncio.run(scenario())
+
+
+def test_the_latest_offset_of_a_read_committed_consumer_is_the_lso(tmp_path):
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        lead(b, "t", 1, 0)
+        await produce(b, build_batch([b"before"]))
+        await produce(b, txn_batch(0))
+        await produce(b, build_batch([b"after"]))
+        latest = kafka_api.LATEST_TIMESTAMP
+        assert b.list_offset("t", 0, latest, -1)[1] == 3
+        assert b.list_offset("t", 0, latest, -1, read_committed=True)[1] == 1
+        b.logs.close_all()
+
+    asyncio.run(scenario())

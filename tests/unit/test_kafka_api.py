@@ -66,7 +66,7 @@ class StubBroker:
     async def wait_any(self, events, timeout) -> None:
         await asyncio.sleep(timeout)
 
-    def list_offset(self, topic, partition, timestamp, current_leader_epoch):
+    def list_offset(self, topic, partition, timestamp, current_leader_epoch, read_committed=False):
         return rpc.NONE, (3 if timestamp == kafka_api.LATEST_TIMESTAMP else 0), 4
 
     def next_producer_id(self) -> int:
