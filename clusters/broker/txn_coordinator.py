@@ -166,11 +166,17 @@ class TransactionCoordinator:
         """The record was not acknowledged: the state stays as it was; the client retries."""
         self.pending.discard(t.txn_id)
 
+    def owns(self, job: MarkerJob) -> bool:
+        """Is the job still this coordinator's? Not after the partition was lost, nor after a later
+        leadership of ours (a new coordinator epoch) loaded it again and made a job of its own."""
+        state = self.partitions.get(self.partition_for(job.txn_id))
+        return state is not None and state == (LOADED, job.coordinator_epoch)
+
     def markers_done(self, job: MarkerJob) -> Transition | None:
         """Every marker of the job is written: the Complete record to write next (None if the
         transaction has moved on or is no longer ours)."""
         s = self.txns.get(job.txn_id)
-        if (self.status(job.txn_id) != rpc.NONE or job.txn_id in self.pending or s is None
+        if (not self.owns(job) or job.txn_id in self.pending or s is None
                 or s.state != (PREPARE_COMMIT if job.commit else PREPARE_ABORT) or s.producer_epoch != job.producer_epoch):
             return None
         return self._begin(job.txn_id, replace(s, state=COMPLETE_COMMIT if job.commit else COMPLETE_ABORT,

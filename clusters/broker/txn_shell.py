@@ -132,7 +132,7 @@ class TxnShell:
         them), then the Complete record. Gives up if this broker stops coordinating the id: the new
         coordinator finds the transaction prepared and does the same."""
         left = set(job.partitions)
-        while left and self.coord.status(job.txn_id) == rpc.NONE and not self.b.stopping:
+        while left and self.coord.owns(job) and not self.b.stopping:
             for topic, partition in sorted(left):
                 if await self._send_marker(job, topic, partition) in (rpc.NONE, rpc.UNKNOWN_TOPIC_OR_PARTITION):
                     left.discard((topic, partition))

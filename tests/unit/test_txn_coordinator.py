@@ -350,3 +350,15 @@ def test_verify_accepts_only_partitions_of_the_producers_ongoing_transaction():
     assert c.verify(T, pid + 1, epoch, TP1) == rpc.INVALID_PRODUCER_ID_MAPPING
     _, job = write(c, c.end_txn(T, pid, epoch, False, 0))
     assert c.verify(T, pid, epoch, TP1) == rpc.INVALID_TXN_STATE  # a late produce of the ended transaction
+
+
+def test_a_job_of_an_earlier_leadership_is_not_ours_any_more():
+    c = loaded(coordinator_epoch=3)
+    pid, epoch = ongoing(c)
+    _, job = write(c, c.end_txn(T, pid, epoch, True, 0))
+    assert c.owns(job)
+    records = [txn_record(T, c.txns[T])]
+    c.begin_loading(0, 5)  # we lead the partition again, in a later epoch: the load makes a new job
+    [new_job] = c.load(0, records)
+    assert not c.owns(job) and c.markers_done(job) is None
+    assert new_job.coordinator_epoch == 5 and finish(c, new_job).state == COMPLETE_COMMIT
