@@ -74,6 +74,21 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, idle_s
     return values
 
 
+def read_all_kafka_python(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[str]:
+    """The same with kafka-python's KafkaConsumer (it drops aborted records itself, by the aborted list)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), isolation_level=isolation, enable_auto_commit=False,
+                      consumer_timeout_ms=3000)
+    tps = [KTopicPartition(topic, p) for p in range(partitions)]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    values = [m.value.decode() for m in c]
+    c.close()
+    return values
+
+
 def by_txn(values: list[str]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = defaultdict(list)
     for v in values:
@@ -111,6 +126,11 @@ def test_committed_visible_and_aborted_invisible_to_read_committed(tmp_path, cli
         # from read_committed consumers)
         uncommitted = by_txn(read_all(cluster.bootstrap, "txns", partitions, "read_uncommitted"))
         assert set(uncommitted) == set(range(count)) and all(len(v) == per_txn for v in uncommitted.values())
+        # kafka-python's consumer, too
+        kp_committed = by_txn(read_all_kafka_python(cluster.bootstrap, "txns", partitions, "read_committed"))
+        assert_atomic(kp_committed, producer, per_txn, outcome_known=True)
+        kp_uncommitted = by_txn(read_all_kafka_python(cluster.bootstrap, "txns", partitions, "read_uncommitted"))
+        assert set(kp_uncommitted) == set(range(count))
     finally:
         cluster.down()
 
