@@ -3,7 +3,12 @@ committed transactions visible whole and aborted ones invisible to read_committe
 visible to read_uncommitted ones); offsets sent to a transaction visible only when it commits; and the
 transaction coordinator's broker (the leader of the transactional.id's __transaction_state partition)
 SIGKILLed while a producer runs transactions, with every committed transaction intact afterwards. The
-producer is a process of its own (tests/integration/txn_producer.py)."""
+producer is a process of its own (tests/integration/txn_producer.py).
+
+The coordinator kill runs with confluent-kafka only: kafka-python 3.0.12's transactional producer, asked
+FindCoordinator right after the kill (before the controller has fenced the dead broker, so the answer is
+still the dead broker, as Kafka's would be), kept that coordinator and never looked it up again; its
+transaction expired after delivery.timeout.ms (120 s) instead of moving to the new coordinator."""
 
 from __future__ import annotations
 
