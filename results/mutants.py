@@ -150,7 +150,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "state dumps: log-divergence when a follower with a longer old-epoch log asks before the first "
        "append of the new epoch; possibly nothing in 5 minutes (the lookup falls back to the LEO)"),
     _m("producer-state-not-rebuilt", REPLICA,
-       "self.producers = ProducerStateTable.from_headers(self.log.batch_headers())",
+       "self.producers = ProducerStateTable.from_headers(self.log.batch_headers(), self._read_batch)",
        "self.producers = ProducerStateTable()",
        "a new leader rebuilds the idempotent producers' state from its log, so a retry is not appended twice",
        "PROTOCOL.md 3 (acks=all: producers need idempotent retries), 10 (KIP-98 producer id and sequence)",

@@ -49,6 +49,9 @@ LOADED = "loaded"
 
 MAX_METADATA_CHARS = 4096  # Kafka's offset.metadata.max.bytes
 
+# How a record of __consumer_offsets took part in a transaction (load()).
+TXN_DATA, TXN_COMMIT, TXN_ABORT = "data", "commit", "abort"
+
 
 @dataclass
 class CoordinatorConfig:
@@ -155,6 +158,10 @@ class GroupCoordinator:
         self.config = config or CoordinatorConfig()
         self.partitions: dict[int, str] = {}  # the __consumer_offsets partitions this broker leads -> LOADING/LOADED
         self.groups: dict[str, Group] = {}
+        # Offsets committed in transactions not yet ended (TxnOffsetCommit, KIP-98): producer id ->
+        # (group, topic, partition) -> offset. Visible to OffsetFetch only once a commit marker ends the
+        # producer's transaction at the group's partition; an abort marker drops them.
+        self.pending_txn: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
 
     # --- where a group lives, and the partitions' load / unload ------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -184,14 +191,23 @@ class GroupCoordinator:
         (PROTOCOL.md 3: a new leader's local HWM may be stale until then)."""
         if self.partitions.get(partition) != LOADING:
             return  # unloaded (leadership lost) while the shell was reading
-        for record_offset, key, value in records:
-            self.apply_record(record_offset, key, value)
+        for record_offset, key, value, *txn in records:
+            # txn: for a record of a transactional batch, (producer id, TXN_DATA / TXN_COMMIT / TXN_ABORT)
+            if not txn:
+                self.apply_record(record_offset, key, value)
+            elif txn[0][1] == TXN_DATA:
+                self.apply_txn_record(txn[0][0], record_offset, key, value)
+            else:
+                self.end_txn(partition, txn[0][0], txn[0][1] == TXN_COMMIT)
         self.partitions[partition] = LOADED
 
     def unload(self, partition: int) -> list[Reply]:
         """This broker no longer leads the partition: forget its groups and answer their parked requests
         NOT_COORDINATOR (the clients look the coordinator up again)."""
         self.partitions.pop(partition, None)
+        for pending in self.pending_txn.values():
+            for k in [k for k in pending if self.partition_for(k[0]) == partition]:
+                del pending[k]
         replies: list[Reply] = []
         for gid in [g for g in self.groups if self.partition_for(g) == partition]:
             for m in self.groups.pop(gid).members.values():
@@ -208,6 +224,34 @@ class GroupCoordinator:
         old = g.offsets.get(tp)
         if old is None or record_offset > old.record_offset:
             g.offsets[tp] = CommittedOffset(int(v["offset"]), int(v["leader_epoch"]), v["metadata"], record_offset)
+
+    def apply_txn_record(self, producer_id: int, record_offset: int, key: bytes | None, value: bytes | None) -> None:
+        """An offset committed in a transaction (TxnOffsetCommit), acknowledged: pending until its marker."""
+        if key is None or value is None:
+            return
+        k, v = json.loads(key), json.loads(value)
+        self.pending_txn.setdefault(producer_id, {})[(k["group"], k["topic"], int(k["partition"]))] = CommittedOffset(
+            int(v["offset"]), int(v["leader_epoch"]), v["metadata"], record_offset)
+
+    def txn_pending(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """Has a transaction not yet ended committed an offset of this partition for the group?"""
+        return any((group_id, *tp) in pending for pending in self.pending_txn.values())
+
+    def end_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker at one of our __consumer_offsets partitions: its offsets for groups of that
+        partition become committed (unless a newer plain commit already superseded one, Kafka's rule)
+        or are dropped."""
+        pending = self.pending_txn.get(producer_id, {})
+        for k in [k for k in pending if self.partition_for(k[0]) == partition]:
+            c = pending.pop(k)
+            if not commit:
+                continue
+            g = self.groups.get(k[0]) or self.groups.setdefault(k[0], Group(k[0]))
+            old = g.offsets.get((k[1], k[2]))
+            if old is None or c.record_offset > old.record_offset:
+                g.offsets[(k[1], k[2])] = c
+        if not pending:
+            self.pending_txn.pop(producer_id, None)
 
     # --- JoinGroup -------------------------------------------------------------------------------------
     def join(self, waiter: Any, group_id: str, member_id: str, protocol_type: str, protocols: list[tuple[str, bytes]],

@@ -1,7 +1,9 @@
 """Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics,
 InitProducerId, AlterPartitionReassignments and ListPartitionReassignments (the last three forwarded
 to the controller, as KRaft brokers do), and the consumer-group APIs (FindCoordinator, JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) served by group_coordinator.py.
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) served by group_coordinator.py, and the
+transaction APIs (FindCoordinator key type 1, InitProducerId with a transactional.id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit; Fetch read_committed) served by txn_shell.py.
 
 Codecs are kafka-python's generated protocol classes used server-side (PROTOCOL.md 10):
 requests decode with `Req[version].decode(payload, header=True)`, responses are built with
@@ -11,7 +13,9 @@ they never touch sockets or logs directly.
 
 Versions are capped where the clients' choices would need more than we implement: Fetch at
 12 (v13+ names topics by id), Produce at 10 (v13 by id), Metadata at 12, OffsetCommit at 8 and
-OffsetFetch at 8 (v9+ belong to KIP-848's consumer protocol), FindCoordinator at 4.
+OffsetFetch at 8 (v9+ belong to KIP-848's consumer protocol), FindCoordinator at 4, the transaction
+APIs below the versions of KIP-890 part 2 (AddPartitionsToTxn 3, AddOffsetsToTxn 3, EndTxn 3,
+TxnOffsetCommit 3).
 """
 
 from __future__ import annotations
@@ -60,9 +64,19 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 
 from clusters.broker import rpc
-from clusters.broker.group_coordinator import MAX_METADATA_CHARS, JoinResult, SyncResult
+from clusters.broker.group_coordinator import MAX_METADATA_CHARS, OFFSETS_TOPIC, JoinResult, SyncResult
 from clusters.broker.log import InvalidBatchError, validate_batches
 from clusters.broker.metadata import NO_LEADER
 
@@ -76,6 +90,7 @@ class Broker(Protocol):
     image: Any        # the metadata image (metadata.MetadataImage)
     controller: Any   # the client of the active controller (rpc.ControllerClient)
     groups: Any       # the group coordinator (group_coordinator.GroupCoordinator)
+    txn: Any          # transactions (txn_shell.TxnShell)
 
     def change_event(self, topic: str, partition: int) -> asyncio.Event: ...
 
@@ -85,10 +100,10 @@ class Broker(Protocol):
                       timeout_s: float) -> tuple[int, int, int]: ...
 
     def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
-                      max_bytes: int) -> dict[str, Any]: ...
+                      max_bytes: int, read_committed: bool = False) -> dict[str, Any]: ...
 
     def list_offset(self, topic: str, partition: int, timestamp: int,
-                    current_leader_epoch: int) -> tuple[int, int, int]: ...
+                    current_leader_epoch: int, read_committed: bool = False) -> tuple[int, int, int]: ...
 
     async def create_topic(self, topic: str, partitions: int, rf: int, configs: dict[str, Any],
                            timeout_s: float) -> tuple[int, str | None]: ...
@@ -104,7 +119,12 @@ class Broker(Protocol):
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int: ...
 
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                                 member_id: str, offsets: list[tuple[str, int, int, int, str]],
+                                 timeout_s: float) -> int: ...
+
 UNSUPPORTED_VERSION = 35
+READ_COMMITTED = 1  # Fetch isolation_level
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
@@ -126,6 +146,12 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     14: (SyncGroupRequest, SyncGroupResponse, 0, 5),
     45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0),
     46: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
+    # Transactions (txn_shell.py), capped below the versions of KIP-890 part 2 and of
+    # TRANSACTION_ABORTABLE; AddPartitionsToTxn v4+ is the inter-broker form.
+    24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+    26: (EndTxnRequest, EndTxnResponse, 0, 3),
+    28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
 }
 
 
@@ -238,7 +264,8 @@ async def produce(broker: Broker, req: Any, version: int) -> Any:
     for t in req.topic_data:
         for pd in t.partition_data:
             jobs.append((t.name, pd.index, pd.records))
-    results = await asyncio.gather(*(_produce_partition(broker, name, index, records, acks, timeout_s)
+    txn_id = getattr(req, "transactional_id", None)
+    results = await asyncio.gather(*(_produce_partition(broker, name, index, records, acks, timeout_s, txn_id)
                                      for name, index, records in jobs))
     if acks == 0:
         return None
@@ -253,7 +280,7 @@ async def produce(broker: Broker, req: Any, version: int) -> Any:
 
 
 async def _produce_partition(broker: Broker, topic: str, partition: int, records: Any, acks: int,
-                             timeout_s: float) -> tuple[int, int, int]:
+                             timeout_s: float, txn_id: str | None = None) -> tuple[int, int, int]:
     raw = bytes(records) if records is not None else b""
     try:
         headers = validate_batches(raw)
@@ -261,6 +288,12 @@ async def _produce_partition(broker: Broker, topic: str, partition: int, records
         return rpc.CORRUPT_MESSAGE, -1, -1
     if not headers:
         return rpc.INVALID_REQUEST, -1, -1
+    if any(h.is_control for h in headers):
+        return rpc.INVALID_REQUEST, -1, -1  # markers are the coordinator's to write (Kafka: INVALID_RECORD)
+    if any(h.is_transactional for h in headers):
+        err = await broker.txn.verify_produce(txn_id, topic, partition, headers)
+        if err != rpc.NONE:
+            return err, -1, -1
     return await broker.produce(topic, partition, raw, headers, acks, timeout_s)
 
 
@@ -268,9 +301,11 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
     wanted = [(t.topic, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1), p.partition_max_bytes)
               for t in req.topics for p in t.partitions]
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     while True:
         waiters = [broker.change_event(t, p) for t, p, *_ in wanted]
-        parts = [broker.consumer_read(t, p, off, cle, max_bytes) for t, p, off, cle, max_bytes in wanted]
+        parts = [broker.consumer_read(t, p, off, cle, max_bytes, read_committed)
+                 for t, p, off, cle, max_bytes in wanted]
         total = sum(len(x["records"]) for x in parts)
         remaining = deadline - time.monotonic()
         if total >= max(req.min_bytes, 1) or remaining <= 0 or any(x["error"] for x in parts) or not wanted:
@@ -280,8 +315,11 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
     by_topic: dict[str, list] = {}
     for (topic, partition, *_), x in zip(wanted, parts, strict=True):
         by_topic.setdefault(topic, []).append(R.FetchableTopicResponse.PartitionData(
-            partition_index=partition, error_code=x["error"], high_watermark=x["hwm"], last_stable_offset=x["hwm"],
-            log_start_offset=x["log_start"], aborted_transactions=None, preferred_read_replica=-1,
+            partition_index=partition, error_code=x["error"], high_watermark=x["hwm"], last_stable_offset=x["lso"],
+            log_start_offset=x["log_start"], preferred_read_replica=-1,
+            aborted_transactions=None if x["aborted"] is None else [
+                R.FetchableTopicResponse.PartitionData.AbortedTransaction(producer_id=pid, first_offset=first)
+                for pid, first in x["aborted"]],
             records=x["records"]))
     return R(version=version, throttle_time_ms=0, error_code=0, session_id=0,
              responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])
@@ -289,12 +327,13 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
 
 async def list_offsets(broker: Broker, req: Any, version: int) -> Any:
     R = ListOffsetsResponse
+    read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED  # KIP-98: the latest is the LSO
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             err, offset, epoch = broker.list_offset(t.name, p.partition_index, p.timestamp,
-                                                    getattr(p, "current_leader_epoch", -1))
+                                                    getattr(p, "current_leader_epoch", -1), read_committed)
             parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=err, timestamp=-1, offset=offset, leader_epoch=epoch))
         topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
@@ -315,8 +354,69 @@ async def create_topics(broker: Broker, req: Any, version: int) -> Any:
 
 
 async def init_producer_id(broker: Broker, req: Any, version: int) -> Any:
-    return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
-                                  producer_id=broker.next_producer_id(), producer_epoch=0)
+    if not req.transactional_id:  # an idempotent producer: an id of its own, no coordinator
+        return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
+                                      producer_id=broker.next_producer_id(), producer_epoch=0)
+    pid, epoch = (req.producer_id, req.producer_epoch) if version >= 3 else (-1, -1)
+    err, pid, epoch = await broker.txn.init_producer_id(req.transactional_id, req.transaction_timeout_ms, pid, epoch)
+    return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 4),
+                                  producer_id=pid, producer_epoch=epoch)
+
+
+def _fenced(err: int, version: int, first_version: int) -> int:
+    """KIP-588: PRODUCER_FENCED exists for clients from `first_version` of a request on; older ones are
+    told INVALID_PRODUCER_EPOCH, which they also treat as fatal."""
+    return rpc.INVALID_PRODUCER_EPOCH if err == rpc.PRODUCER_FENCED and version < first_version else err
+
+
+async def add_partitions_to_txn(broker: Broker, req: Any, version: int) -> Any:
+    wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+    err = await broker.txn.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                          req.v3_and_below_producer_epoch, wanted)
+    err = _fenced(err, version, 2)
+    R = AddPartitionsToTxnResponse
+    T = R.AddPartitionsToTxnTopicResult
+    by_topic: dict[str, list[int]] = {}
+    for t, p in wanted:
+        by_topic.setdefault(t, []).append(p)
+    return R(version=version, throttle_time_ms=0, results_by_topic_v3_and_below=[
+        T(name=t, results_by_partition=[T.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=err)
+                                        for p in ps]) for t, ps in by_topic.items()])
+
+
+async def add_offsets_to_txn(broker: Broker, req: Any, version: int) -> Any:
+    # Kafka: the group's __consumer_offsets partition joins the transaction, so its markers reach the
+    # group coordinator, which makes the transaction's offsets visible on commit.
+    partition = (OFFSETS_TOPIC, broker.groups.partition_for(req.group_id))
+    err = await broker.txn.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [partition])
+    return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
+
+
+async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
+    offsets, too_large = [], set()
+    for t in req.topics:
+        for p in t.partitions:
+            metadata = p.committed_metadata or ""
+            if len(metadata) > MAX_METADATA_CHARS:
+                too_large.add((t.name, p.partition_index))
+                continue
+            offsets.append((t.name, p.partition_index, p.committed_offset,
+                            getattr(p, "committed_leader_epoch", -1), metadata))
+    generation_id, member_id = (req.generation_id, req.member_id) if version >= 3 else (-1, "")
+    err = await broker.txn_commit_offsets(req.group_id, req.producer_id, req.producer_epoch, generation_id,
+                                          member_id, offsets, COMMIT_TIMEOUT_S)
+    err = _fenced(err, version, 3)
+    R = TxnOffsetCommitResponse
+    return R(version=version, throttle_time_ms=0, topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
+            partition_index=p.partition_index,
+            error_code=rpc.OFFSET_METADATA_TOO_LARGE if (t.name, p.partition_index) in too_large else err)
+        for p in t.partitions]) for t in req.topics])
+
+
+async def end_txn(broker: Broker, req: Any, version: int) -> Any:
+    err = await broker.txn.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    return EndTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
 
 
 async def alter_partition_reassignments(broker: Broker, req: Any, version: int) -> Any:
@@ -363,6 +463,7 @@ async def list_partition_reassignments(broker: Broker, req: Any, version: int) -
 
 # --- consumer groups (group_coordinator.py; Kafka's request and response schemas) -------------------------
 GROUP_KEY_TYPE = 0   # FindCoordinator key_type: 0 group, 1 transaction
+TXN_KEY_TYPE = 1
 COMMIT_TIMEOUT_S = 5.0
 
 
@@ -371,8 +472,8 @@ async def find_coordinator(broker: Broker, req: Any, version: int) -> Any:
     keys = list(req.coordinator_keys) if version >= 4 else [req.key]
     found = []
     for key in keys:
-        if getattr(req, "key_type", GROUP_KEY_TYPE) != GROUP_KEY_TYPE:
-            err, b = rpc.COORDINATOR_NOT_AVAILABLE, None  # transactions: not served (yet)
+        if getattr(req, "key_type", GROUP_KEY_TYPE) == TXN_KEY_TYPE:
+            err, b = await broker.txn.find_coordinator(key)
         else:
             err, b = await broker.find_coordinator(key)
         found.append((key, err, b))
@@ -456,13 +557,13 @@ async def offset_commit(broker: Broker, req: Any, version: int) -> Any:
 async def offset_fetch(broker: Broker, req: Any, version: int) -> Any:
     R = OffsetFetchResponse
     if version < 8:
-        err, topics = _fetch_group_offsets(broker, req.group_id, req.topics)
+        err, topics = _fetch_group_offsets(broker, req.group_id, req.topics, version >= 7 and req.require_stable)
         return R(version=version, throttle_time_ms=0, error_code=err, topics=[R.OffsetFetchResponseTopic(
             name=name, partitions=[R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(**p) for p in parts])
             for name, parts in topics])
     groups = []
     for g in req.groups:
-        err, topics = _fetch_group_offsets(broker, g.group_id, g.topics)
+        err, topics = _fetch_group_offsets(broker, g.group_id, g.topics, req.require_stable)
         G = R.OffsetFetchResponseGroup
         groups.append(G(group_id=g.group_id, error_code=err, topics=[G.OffsetFetchResponseTopics(
             name=name, partitions=[G.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(**p) for p in parts])
@@ -470,9 +571,12 @@ async def offset_fetch(broker: Broker, req: Any, version: int) -> Any:
     return R(version=version, throttle_time_ms=0, groups=groups)
 
 
-def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any) -> tuple[int, list[tuple[str, list[dict]]]]:
+def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any,
+                         require_stable: bool = False) -> tuple[int, list[tuple[str, list[dict]]]]:
     """(group error, [(topic, [partition fields])]): -1 for a partition without a committed offset;
-    topics None asks for every partition the group has committed."""
+    topics None asks for every partition the group has committed. KIP-447: with require_stable, a
+    partition with an offset committed in a transaction not yet ended is UNSTABLE_OFFSET_COMMIT (the
+    consumer asks again) rather than the older offset, which would make it process records twice."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     err, committed = broker.groups.committed_offsets(group_id, wanted)
     if err != rpc.NONE:
@@ -483,7 +587,8 @@ def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any) -> tuple[in
         by_topic.setdefault(tp[0], []).append({
             "partition_index": tp[1], "committed_offset": c.offset if c else -1,
             "committed_leader_epoch": c.leader_epoch if c else -1, "metadata": c.metadata if c else "",
-            "error_code": rpc.NONE})
+            "error_code": rpc.UNSTABLE_OFFSET_COMMIT if require_stable and broker.groups.txn_pending(group_id, tp)
+            else rpc.NONE})
     return rpc.NONE, list(by_topic.items())
 
 
@@ -493,5 +598,5 @@ def _now_ms() -> int:
 
 HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch,
             10: find_coordinator, 11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group,
-            18: api_versions, 19: create_topics, 22: init_producer_id, 45: alter_partition_reassignments,
-            46: list_partition_reassignments}
+            18: api_versions, 19: create_topics, 22: init_producer_id, 24: add_partitions_to_txn,
+            25: add_offsets_to_txn, 26: end_txn, 28: txn_offset_commit, 45: alter_partition_reassignments, 46: list_partition_reassignments}

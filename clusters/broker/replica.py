@@ -156,7 +156,7 @@ class Replica:
         # 002 2.9 / PROTOCOL.md 4: follower state is cleared on every epoch change; ISR
         # members get a full lag timeout of grace before they can be shrunk away.
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in self.replicas if r != self.node_id}
-        self.producers = ProducerStateTable.from_headers(self.log.batch_headers())
+        self.producers = ProducerStateTable.from_headers(self.log.batch_headers(), self._read_batch)
         self._first_transition = False
         self._event("become_leader", **{"from": f"{old_role}@{old_epoch}", "to": f"leader@{self.leader_epoch}"},
                     isr=self.isr, replicas=self.replicas, leso=self.leso, leo=self.leo, hwm=self.hwm,
@@ -195,9 +195,15 @@ class Replica:
 
     def append(self, raw: bytes, headers: list[BatchHeader]) -> tuple[int, int]:
         first, last = self.log.append_as_leader(raw, self.leader_epoch, headers)
-        self.producers.record(headers, first)
+        self.producers.record(headers, first, raw)
         self.maybe_advance_hwm()
         return first, last
+
+    def _read_batch(self, h: BatchHeader) -> bytes:
+        return self.log.read(h.base_offset, h.size)[:h.size]
+
+    def last_stable_offset(self) -> int:
+        return self.producers.last_stable_offset(self.hwm)
 
     # --- leader: the HWM (002 2.7, KIP-966) ---------------------------------------------
     def below_min_isr(self) -> bool:

@@ -76,6 +76,11 @@ API: dict[str, str] = {
     "elect_leader": "req {topic, partition, broker_id} -> {error, message}",
     # controller <-> controller in a quorum (controller_quorum.py)
     "raft": "req {messages: [Raft message as a JSON object, ...]} -> {error}",
+    # transaction coordinator -> partition leader (txn_shell.py; Kafka's WriteTxnMarkers)
+    "write_txn_markers": "req {topic, partition, producer_id, producer_epoch, commit: bool, coordinator_epoch} "
+    "-> {error}",
+    # partition leader -> transaction coordinator (KIP-890 part 1; txn_shell.py)
+    "verify_txn": "req {txn_id, producer_id, producer_epoch, topic, partition} -> {error}",
     # harness / operator -> any node
     "dump_state": "req {include_log: bool} -> {error, state: see the node's dump_state docs}",
 }
@@ -126,6 +131,14 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
+# Transactions (txn_coordinator.py; Kafka's codes)
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTION_COORDINATOR_FENCED = 52
+PRODUCER_FENCED = 90
+UNSTABLE_OFFSET_COMMIT = 88
 
 _LEN = struct.Struct(">i")
 # What a client accepts in one response: a state dump with the physical log of a long run is the

@@ -9,7 +9,9 @@ task per followed partition pulls from its leader (002 2.2); acks=all produce re
 in a purgatory until the HWM passes them (002 2.5); SIGTERM is a controlled shutdown that
 ends with the clean-shutdown marker (001 5.1). Consumer groups: the group coordinator
 (group_coordinator.py) serves the groups of the __consumer_offsets partitions this broker
-leads; their commits go through the same produce path and purgatory.
+leads; their commits go through the same produce path and purgatory. Transactions: txn_shell.py
+(the transaction coordinator of the __transaction_state partitions this broker leads, and the
+partition leader's markers and KIP-890 verification) uses the same path.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from clusters.broker import kafka_api, rpc
 from clusters.broker.controller_server import JsonLog
 from clusters.broker.group_coordinator import (
     OFFSETS_TOPIC,
+    TXN_ABORT,
+    TXN_COMMIT,
+    TXN_DATA,
     CoordinatorConfig,
     GroupCoordinator,
     Reply,
@@ -41,9 +46,12 @@ from clusters.broker.log import (
     parse_flush_policy,
     validate_batches,
 )
+from clusters.broker.log.batch import control_key_commits
 from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
 from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
 from clusters.broker.trace import default_trace_path, open_sink
+from clusters.broker.txn_coordinator import TXN_STATE_TOPIC
+from clusters.broker.txn_shell import TxnShell
 
 HOUSEKEEPING_S = 0.1
 MAX_FETCH_BYTES = 4 * 1024 * 1024
@@ -176,6 +184,7 @@ class Broker:
             min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)))
         self.offsets_topic_min_isr = getattr(args, "offsets_topic_min_isr", 2)
         self.group_loads: dict[tuple[str, int], asyncio.Task] = {}
+        self.txn = TxnShell(self)
         self.metadata_changed = asyncio.Event()
 
     def _log_event(self, event: dict[str, Any]) -> None:
@@ -285,9 +294,9 @@ class Broker:
 
     # --- consumer reads ---------------------------------------------------------------------
     def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
-                      max_bytes: int) -> dict[str, Any]:
+                      max_bytes: int, read_committed: bool = False) -> dict[str, Any]:
         r = self.replicas.get((topic, partition))
-        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b""}
+        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b"", "lso": -1, "aborted": None}
         if r is None:
             out["error"] = (rpc.UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) not in self.image.partitions
                             else rpc.NOT_LEADER_OR_FOLLOWER)
@@ -297,8 +306,19 @@ class Broker:
             out["error"] = err
             return out
         out["hwm"], out["log_start"] = r.hwm, r.log.log_start_offset
+        out["lso"] = lso = r.last_stable_offset()
         if offset < r.log.log_start_offset or offset > r.leo:
             out["error"] = rpc.OFFSET_OUT_OF_RANGE
+        elif read_committed:
+            # KIP-98: read_committed consumers read below the LSO, and are told which transactions in
+            # what they read were aborted, so they can drop those records.
+            out["aborted"] = []
+            if offset < lso:
+                out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=lso)
+                if raw:
+                    self._trace_consumer_fetch(r, offset, raw)
+                    end = max(h.next_offset for _, h in iter_batch_headers(raw, check_crc=False))
+                    out["aborted"] = r.producers.aborted_between(offset, end)
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
             out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
@@ -316,7 +336,8 @@ class Broker:
                      "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
                      "bound": "hwm", "hwm": r.hwm})
 
-    def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int) -> tuple[int, int, int]:
+    def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
+                    read_committed: bool = False) -> tuple[int, int, int]:
         r = self.replicas.get((topic, partition))
         if r is None:
             return rpc.NOT_LEADER_OR_FOLLOWER, -1, -1
@@ -327,6 +348,8 @@ class Broker:
             return rpc.NONE, r.log.log_start_offset, r.leader_epoch
         if timestamp == kafka_api.LATEST_TIMESTAMP:
             err, off = r.list_offset_latest()
+            if read_committed and err == rpc.NONE:
+                off = min(off, r.last_stable_offset())  # KIP-98: a read_committed consumer's end is the LSO
             return err, off, r.leader_epoch
         found = r.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= r.hwm:
@@ -384,7 +407,9 @@ class Broker:
         elif r.role != LEADER and old_role == LEADER:
             self.deliver(self.groups.unload(r.partition))
 
-    async def _load_groups(self, r: Replica, epoch: int) -> None:
+    async def read_to_hwm_as_leader(self, r: Replica, epoch: int) -> list[tuple[int, bytes | None, bytes | None]] | None:
+        """The (offset, key, value) of every committed record of an internal partition, read by its new
+        leader of `epoch` once it may trust its HWM; None if it stopped leading meanwhile."""
         def still_leading() -> bool:
             return not self.stopping and self.replicas.get(r.key) is r and r.role == LEADER and r.leader_epoch == epoch
 
@@ -393,18 +418,28 @@ class Broker:
         while still_leading() and r.hwm < r.leso:
             await self.wait_any([self.change_event(*r.key)], 0.5)
         if not still_leading():
-            return
+            return None
         records, offset, end = [], r.log.log_start_offset, r.hwm
         while offset < end:
             raw = r.log.read(offset, MAX_FETCH_BYTES, max_offset=end)
             if not raw:
                 break
             for h, rec in iter_all_records(raw):
-                records.append((rec.offset, rec.key, rec.value))
+                if not h.is_transactional:
+                    records.append((rec.offset, rec.key, rec.value))
+                else:  # transactional offsets and their markers (GroupCoordinator.load)
+                    tag = TXN_DATA if not h.is_control else TXN_COMMIT if control_key_commits(rec.key) else TXN_ABORT
+                    records.append((rec.offset, rec.key, rec.value, (h.producer_id, tag)))
                 offset = h.next_offset
+        return records
+
+    async def _load_groups(self, r: Replica, epoch: int) -> None:
+        records = await self.read_to_hwm_as_leader(r, epoch)
+        if records is None:
+            return
         self.groups.load(r.partition, records)
         self.events({"event": "group_partition_loaded", "topic": OFFSETS_TOPIC, "partition": r.partition,
-                     "leader_epoch": epoch, "hwm": end, "records": len(records)})
+                     "leader_epoch": epoch, "hwm": r.hwm, "records": len(records)})
 
     async def find_coordinator(self, group_id: str) -> tuple[int, Any]:
         """(error, BrokerInfo of the group's coordinator): the leader of its __consumer_offsets
@@ -412,11 +447,18 @@ class Broker:
         replicas: while fewer brokers are alive the controller refuses it and clients are told
         COORDINATOR_NOT_AVAILABLE (Kafka's offsets.topic.replication.factor rule), rather than
         getting a topic with fewer replicas for good."""
-        if OFFSETS_TOPIC not in self.image.topics:
+        return await self.internal_topic_leader(OFFSETS_TOPIC, self.groups.config.offsets_partitions,
+                                                self.groups.partition_for(group_id))
+
+    async def internal_topic_leader(self, topic: str, partitions: int, partition: int) -> tuple[int, Any]:
+        """(error, BrokerInfo) of the leader of an internal topic's partition, creating the topic on
+        first use (the rule of find_coordinator above; __transaction_state follows it too, as Kafka's
+        transaction.state.log.replication.factor and min.isr do)."""
+        if topic not in self.image.topics:
             rf = max(1, min(3, len(self.image.brokers)))
-            await self.create_topic(OFFSETS_TOPIC, self.groups.config.offsets_partitions, rf,
+            await self.create_topic(topic, partitions, rf,
                                     {"min.insync.replicas": str(min(self.offsets_topic_min_isr, rf))}, 5.0)
-        p = self.image.partitions.get((OFFSETS_TOPIC, self.groups.partition_for(group_id)))
+        p = self.image.partitions.get((topic, partition))
         b = self.image.brokers.get(p.leader) if p is not None else None
         if b is None or b.fenced:
             return rpc.COORDINATOR_NOT_AVAILABLE, None
@@ -441,6 +483,33 @@ class Broker:
             return rpc.NONE
         # Kafka's mapping (GroupMetadataManager.storeOffsets): lost leadership means another
         # coordinator; anything else that kept the write from committing, try again later.
+        if err in (rpc.NOT_LEADER_OR_FOLLOWER, rpc.UNKNOWN_TOPIC_OR_PARTITION):
+            return rpc.NOT_COORDINATOR
+        return rpc.COORDINATOR_NOT_AVAILABLE
+
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                                 member_id: str, offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int:
+        """TxnOffsetCommit (KIP-98): the offsets go to the group's __consumer_offsets partition as a
+        transactional batch of the producer (acks=all), pending in the group coordinator until the
+        transaction's marker reaches that partition. A member's generation, when the producer sends one
+        (KIP-447, v3+), is checked as for a plain commit, so a zombie member cannot commit."""
+        err = self.groups.status(group_id)
+        if err == rpc.NONE and generation_id >= 0:
+            err = self.groups.check_commit(group_id, generation_id, member_id, now_ms())
+        if err != rpc.NONE or not offsets:
+            return err
+        records = [offset_record(group_id, t, p, (o, e, m)) for t, p, o, e, m in offsets]
+        raw = build_batch([v for _, v in records], keys=[k for k, _ in records], producer_id=producer_id,
+                          producer_epoch=producer_epoch, transactional=True)
+        err, base, _ = await self.produce(OFFSETS_TOPIC, self.groups.partition_for(group_id), raw,
+                                          validate_batches(raw), -1, timeout_s)
+        if err == rpc.NONE:
+            if self.groups.status(group_id) == rpc.NONE:
+                for i, (k, v) in enumerate(records):
+                    self.groups.apply_txn_record(producer_id, base + i, k, v)
+            return rpc.NONE
+        if err == rpc.INVALID_PRODUCER_EPOCH:
+            return rpc.PRODUCER_FENCED  # a marker with a newer epoch reached the partition: fenced
         if err in (rpc.NOT_LEADER_OR_FOLLOWER, rpc.UNKNOWN_TOPIC_OR_PARTITION):
             return rpc.NOT_COORDINATOR
         return rpc.COORDINATOR_NOT_AVAILABLE
@@ -565,6 +634,8 @@ class Broker:
                 self.fetchers[key] = asyncio.create_task(self.follower_loop(key))
             if key[0] == OFFSETS_TOPIC:
                 self._group_partition_changed(r, old_role, old_epoch)
+            if key[0] == TXN_STATE_TOPIC:
+                self.txn.partition_changed(r, old_role, old_epoch)
             self._hwm_may_have_moved(r)
             self.signal_change(key, wake_followers=True)  # waiting follower polls see the new role
 
@@ -686,6 +757,7 @@ class Broker:
                     if r.maybe_advance_hwm():
                         self._hwm_may_have_moved(r)
             self.deliver(self.groups.tick(now_ms()))
+            self.txn.tick()
             self.logs.maybe_flush_all(now_ms())
             self.events.flush()
             if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
@@ -703,6 +775,10 @@ class Broker:
     async def dispatch_rpc(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
         if api == "replica_fetch":
             return await self.replica_fetch(body)
+        if api == "write_txn_markers":
+            return await self.txn.write_marker(body)
+        if api == "verify_txn":
+            return self.txn.verify(body)
         if api == "dump_state":
             return {"error": rpc.NONE, "state": self.dump(bool(body.get("include_log", True)))}
         if api == "get_replica_log_info":
@@ -718,7 +794,7 @@ class Broker:
                 "metadata_offset": self.image.offset, "time_ms": int(time.time() * 1000),
                 "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
                 "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())],
-                "group_coordinator": self.groups.dump()}
+                "group_coordinator": self.groups.dump(), "txn_coordinator": self.txn.dump()}
 
     # --- connections: listener.py -------------------------------------------------------------------
     def listener(self) -> Listener:

@@ -341,3 +341,54 @@ def test_results_are_the_declared_types():
     c = loaded()
     assert isinstance(only(join(c, "a"), "a"), JoinResult)
     assert isinstance(only(c.sync("s", G, 9, "x", None, None, {}, 0), "s"), SyncResult)
+
+
+# --- offsets committed in transactions (TxnOffsetCommit, KIP-98) -------------------------------------------
+def txn_offset(c, pid, record_offset, offset, topic="t", partition=0):
+    c.apply_txn_record(pid, record_offset, *offset_record(G, topic, partition, (offset, -1, "")))
+
+
+def test_transactional_offsets_are_invisible_until_the_commit_marker():
+    c = loaded()
+    txn_offset(c, 7, 10, 42)
+    assert c.committed_offsets(G, [("t", 0)]) == (rpc.NONE, {})
+    c.end_txn(0, 7, True)
+    assert c.committed_offsets(G, [("t", 0)])[1][("t", 0)].offset == 42
+    assert c.pending_txn == {}
+
+
+def test_transactional_offsets_are_dropped_by_an_abort_marker():
+    c = loaded()
+    c.apply_record(5, *offset_record(G, "t", 0, (3, -1, "")))
+    txn_offset(c, 7, 10, 42)
+    c.end_txn(0, 7, False)
+    assert c.committed_offsets(G, [("t", 0)])[1][("t", 0)].offset == 3
+
+
+def test_a_newer_plain_commit_wins_over_an_older_transactional_one():
+    c = loaded()
+    txn_offset(c, 7, 10, 42)
+    c.apply_record(11, *offset_record(G, "t", 0, (50, -1, "")))
+    c.end_txn(0, 7, True)
+    assert c.committed_offsets(G, [("t", 0)])[1][("t", 0)].offset == 50
+
+
+def test_load_replays_transactional_offsets_and_their_markers_in_log_order():
+    c = GroupCoordinator(CoordinatorConfig(offsets_partitions=1))
+    c.begin_loading(0)
+    k1, v1 = offset_record(G, "t", 0, (42, -1, ""))
+    k2, v2 = offset_record(G, "t", 1, (9, -1, ""))
+    c.load(0, [(0, k1, v1, (7, "data")), (1, b"\0\0\0\1", b"", (7, "commit")),
+               (2, k2, v2, (8, "data")), (3, b"\0\0\0\0", b"", (8, "abort")),
+               (4, k2, v2, (9, "data"))])  # producer 9's transaction still open
+    offsets = c.committed_offsets(G, None)[1]
+    assert {tp: o.offset for tp, o in offsets.items()} == {("t", 0): 42}
+    assert list(c.pending_txn) == [9]
+
+
+def test_a_partition_is_unstable_while_a_transaction_holds_an_offset_for_it():
+    c = loaded()
+    txn_offset(c, 7, 10, 42)
+    assert c.txn_pending(G, ("t", 0)) and not c.txn_pending(G, ("t", 1)) and not c.txn_pending("other", ("t", 0))
+    c.end_txn(0, 7, True)
+    assert not c.txn_pending(G, ("t", 0))

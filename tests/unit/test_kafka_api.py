@@ -52,10 +52,12 @@ class StubBroker:
         self.produced.append((topic, partition, raw, acks))
         return rpc.NONE, 42, 0
 
-    def consumer_read(self, topic, partition, offset, current_leader_epoch, max_bytes) -> dict[str, Any]:
+    def consumer_read(self, topic, partition, offset, current_leader_epoch, max_bytes,
+                      read_committed=False) -> dict[str, Any]:
         if current_leader_epoch not in (-1, 4):
-            return {"error": rpc.FENCED_LEADER_EPOCH, "hwm": -1, "log_start": -1, "records": b""}
-        return {"error": rpc.NONE, "hwm": 3, "log_start": 0,
+            return {"error": rpc.FENCED_LEADER_EPOCH, "hwm": -1, "log_start": -1, "records": b"", "lso": -1,
+                    "aborted": None}
+        return {"error": rpc.NONE, "hwm": 3, "log_start": 0, "lso": 3, "aborted": [] if read_committed else None,
                 "records": build_batch([b"a", b"b", b"c"], base_offset=0, leader_epoch=4)}
 
     def change_event(self, topic, partition) -> asyncio.Event:
@@ -64,7 +66,7 @@ class StubBroker:
     async def wait_any(self, events, timeout) -> None:
         await asyncio.sleep(timeout)
 
-    def list_offset(self, topic, partition, timestamp, current_leader_epoch):
+    def list_offset(self, topic, partition, timestamp, current_leader_epoch, read_committed=False):
         return rpc.NONE, (3 if timestamp == kafka_api.LATEST_TIMESTAMP else 0), 4
 
     def next_producer_id(self) -> int:

@@ -103,11 +103,6 @@ def test_find_coordinator_old_and_batched_shapes():
     assert [(c.key, c.node_id, c.error_code) for c in new.coordinators] == [(G, 3, 0), ("h", 3, 0)]
 
 
-def test_find_coordinator_for_a_transaction_is_not_served():
-    r = roundtrip(GroupStubBroker(), FindCoordinatorRequest(version=2, key="tx", key_type=1), FindCoordinatorResponse, 2)
-    assert r.error_code == rpc.COORDINATOR_NOT_AVAILABLE and r.node_id == -1
-
-
 def test_join_sync_heartbeat_leave_on_the_wire():
     b = GroupStubBroker()
     r = joined_leader(b)

@@ -186,6 +186,45 @@ def value_digest(value: bytes | None) -> str | None:
     return hashlib.sha256(value).hexdigest()[:16]
 
 
+# A control record (https://kafka.apache.org/documentation/#controlbatch): key = version int16, type
+# int16 (0 abort, 1 commit); value = version int16, coordinator epoch int32.
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+_CRC = struct.Struct(">I")
+_CRC_POS = 17
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                        timestamp_ms: int | None = None) -> bytes:
+    """One transaction marker (KIP-98): a transactional control batch of one record, as a partition
+    leader appends it on WriteTxnMarkers. kafka-python's builder cannot set the control bit, so it is
+    set here and the CRC (which covers the attributes) recomputed."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+                                        producer_epoch=producer_epoch, base_sequence=-1, batch_size=2**30)
+    builder.append(0, timestamp=timestamp_ms, key=_CONTROL_KEY.pack(0, 1 if commit else 0),
+                   value=_CONTROL_VALUE.pack(0, coordinator_epoch), headers=[])
+    buf = bytearray(builder.build())
+    attrs_pos = ATTRIBUTES_OFFSET
+    attrs = struct.unpack_from(">h", buf, attrs_pos)[0] | DefaultRecordBatch.CONTROL_MASK
+    struct.pack_into(">h", buf, attrs_pos, attrs)
+    _CRC.pack_into(buf, _CRC_POS, calc_crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def control_key_commits(key: bytes | None) -> bool:
+    """Does a control record's key say commit (type 1) rather than abort (type 0)?"""
+    return key is not None and len(key) >= _CONTROL_KEY.size and _CONTROL_KEY.unpack_from(key)[1] == 1
+
+
+def parse_control(raw_batch: bytes | bytearray | memoryview) -> tuple[bool, int]:
+    """(commit, coordinator epoch) of a control batch's marker."""
+    batch = DefaultRecordBatch(bytes(raw_batch))
+    rec = next(iter(batch))
+    commit = control_key_commits(rec.key)
+    epoch = _CONTROL_VALUE.unpack(rec.value)[1] if rec.value and len(rec.value) >= _CONTROL_VALUE.size else -1
+    return commit, epoch
+
+
 def build_batch(
     values: list[bytes | None],
     keys: list[bytes | None] | None = None,
@@ -196,12 +235,13 @@ def build_batch(
     base_sequence: int = -1,
     timestamp_ms: int | None = None,
     compression_type: int = 0,
+    transactional: bool = False,
 ) -> bytes:
     """Build one RecordBatch v2 with kafka-python's builder (tests, benchmarks, broker-made batches)."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression_type,
-        is_transactional=False,
+        is_transactional=transactional,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,

@@ -1,0 +1,162 @@
+"""The broker shell's transaction glue (server.py, txn_shell.py, kafka_api.py) on a real Broker object on a
+temporary directory, with no sockets and one replica per partition (so the HWM follows the leader's own
+appends): read_committed reads bounded by the LSO with the aborted list, markers fenced by epoch, the
+KIP-890 part 1 check of a transactional produce, and a new coordinator finishing a transaction it finds
+prepared in its log."""
+
+from __future__ import annotations
+
+import asyncio
+
+from clusters.broker import kafka_api, rpc
+from clusters.broker.log import build_batch, iter_all_records, validate_batches
+from clusters.broker.txn_coordinator import (
+    COMPLETE_COMMIT,
+    ONGOING,
+    PREPARE_COMMIT,
+    TXN_STATE_TOPIC,
+    TxnState,
+    txn_record,
+)
+from tests.unit.test_broker_groups import NODE, make_broker
+
+PID = 7000
+
+
+def lead(b, topic: str, partitions: int, partition: int, leader_epoch: int = 0) -> None:
+    """This broker alone leads the partition (replicas = ISR = [NODE], min ISR 1)."""
+    records = [
+        {"type": "register_broker", "broker_id": NODE, "broker_epoch": 5, "incarnation_id": "a", "host": "h",
+         "port": 1, "fenced": False},
+        {"type": "topic", "topic": topic, "partitions": partitions, "replication_factor": 1,
+         "configs": {"min.insync.replicas": "1"}},
+        {"type": "partition", "topic": topic, "partition": partition, "replicas": [NODE], "isr": [NODE],
+         "leader": NODE, "leader_epoch": leader_epoch, "partition_epoch": leader_epoch},
+    ]
+    for r in records:
+        b.image.apply(b.image.offset + 1, r)
+    b.apply_metadata({(topic, partition)})
+
+
+def txn_batch(seq: int, value: bytes = b"v", epoch: int = 0) -> bytes:
+    return build_batch([value], producer_id=PID, producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+async def produce(b, raw: bytes, topic: str = "t") -> int:
+    err, _, _ = await b.produce(topic, 0, raw, validate_batches(raw), -1, 1.0)
+    return err
+
+
+def values(raw: bytes) -> list[bytes | None]:
+    """The data records' values (control batches left out)."""
+    return [rec.value for h, rec in iter_all_records(raw) if not h.is_control]
+
+
+def marker(commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> dict:
+    return {"topic": "t", "partition": 0, "producer_id": PID, "producer_epoch": epoch, "commit": commit,
+            "coordinator_epoch": coordinator_epoch}
+
+
+def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transaction(tmp_path):
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        lead(b, "t", 1, 0)
+        assert await produce(b, build_batch([b"before"])) == rpc.NONE
+        assert await produce(b, txn_batch(0, b"aborted")) == rpc.NONE
+        assert await produce(b, build_batch([b"after"])) == rpc.NONE
+        committed = b.consumer_read("t", 0, 0, -1, 1 << 20, read_committed=True)
+        uncommitted = b.consumer_read("t", 0, 0, -1, 1 << 20)
+        assert (committed["hwm"], committed["lso"], committed["aborted"]) == (3, 1, [])
+        assert values(committed["records"]) == [b"before"]  # not a record from the LSO on
+        assert values(uncommitted["records"]) == [b"before", b"aborted", b"after"] and uncommitted["aborted"] is None
+        assert b.consumer_read("t", 0, 1, -1, 1 << 20, read_committed=True)["records"] == b""
+        assert (await b.txn.write_marker(marker(commit=False)))["error"] == rpc.NONE
+        after = b.consumer_read("t", 0, 0, -1, 1 << 20, read_committed=True)
+        assert after["lso"] == after["hwm"] == 4
+        assert values(after["records"]) == [b"before", b"aborted", b"after"] and after["aborted"] == [(PID, 1)]
+        # a fetch from the marker on is still told of it (Kafka: last offset >= fetch offset)
+        assert b.consumer_read("t", 0, 3, -1, 1 << 20, read_committed=True)["aborted"] == [(PID, 1)]
+        b.logs.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_a_marker_of_an_older_coordinator_is_fenced_and_one_of_an_older_epoch_is_a_no_op(tmp_path):
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        lead(b, "t", 1, 0)
+        await produce(b, txn_batch(0, epoch=1))
+        assert (await b.txn.write_marker(marker(True, epoch=1, coordinator_epoch=4)))["error"] == rpc.NONE
+        await produce(b, txn_batch(1, epoch=1))
+        leo = b.replicas[("t", 0)].leo
+        assert (await b.txn.write_marker(marker(True, epoch=1, coordinator_epoch=3)))["error"] == \
+            rpc.TRANSACTION_COORDINATOR_FENCED
+        assert (await b.txn.write_marker(marker(True, epoch=0, coordinator_epoch=4)))["error"] == rpc.NONE
+        assert b.replicas[("t", 0)].leo == leo  # neither was written
+        b.logs.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_kip890_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(tmp_path):
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        txn_id = "tx"
+        lead(b, TXN_STATE_TOPIC, b.txn.coord.config.txn_partitions, b.txn.coord.partition_for(txn_id))
+        lead(b, "t", 1, 0)
+        await asyncio.sleep(0.05)  # the coordinator loads its (empty) partition
+        err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
+        assert err == rpc.NONE
+
+        async def send(seq: int) -> int:
+            raw = build_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+            return (await kafka_api._produce_partition(b, "t", 0, raw, -1, 1.0, txn_id))[0]
+        assert await send(0) == rpc.INVALID_TXN_STATE  # AddPartitionsToTxn never sent
+        assert b.replicas[("t", 0)].leo == 0
+        assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
+        assert await send(0) == rpc.NONE
+        assert b.txn.coord.txns[txn_id].state == ONGOING
+        b.logs.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_coordinator_writes_the_markers_of_a_transaction_it_finds_prepared(tmp_path):
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        txn_id = "tx"
+        p = b.txn.coord.partition_for(txn_id)
+        lead(b, "t", 1, 0)
+        await produce(b, txn_batch(0))
+        # An earlier coordinator wrote PrepareCommit and died before the marker.
+        log = b.logs.get_or_create(TXN_STATE_TOPIC, p)
+        key, value = txn_record(txn_id, TxnState(PID, 0, 60_000, PREPARE_COMMIT, frozenset({("t", 0)}), 0))
+        raw = build_batch([value], keys=[key])
+        log.append_as_leader(raw, 0, validate_batches(raw))
+        b.checkpointed_hwm[(TXN_STATE_TOPIC, p)] = 1
+        lead(b, TXN_STATE_TOPIC, b.txn.coord.config.txn_partitions, p, leader_epoch=1)
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if b.txn.coord.txns.get(txn_id) and b.txn.coord.txns[txn_id].state == COMPLETE_COMMIT:
+                break
+        assert b.txn.coord.txns[txn_id].state == COMPLETE_COMMIT
+        r = b.replicas[("t", 0)]
+        assert r.last_stable_offset() == r.hwm == 2  # the commit marker ended the transaction
+        b.logs.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_the_latest_offset_of_a_read_committed_consumer_is_the_lso(tmp_path):
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        lead(b, "t", 1, 0)
+        await produce(b, build_batch([b"before"]))
+        await produce(b, txn_batch(0))
+        await produce(b, build_batch([b"after"]))
+        latest = kafka_api.LATEST_TIMESTAMP
+        assert b.list_offset("t", 0, latest, -1)[1] == 3
+        assert b.list_offset("t", 0, latest, -1, read_committed=True)[1] == 1
+        b.logs.close_all()
+
+    asyncio.run(scenario())
