@@ -137,6 +137,8 @@ NO_ELR = "no-elr"  # the controller variant without the ELR (3.5's rules: the la
 def _cite(node: str, e: dict[str, Any], *keys: str) -> dict[str, Any]:
     """One proving trace line: where it is, what it says (the facts the rule read)."""
     out: dict[str, Any] = {"node": node, "line": e.get("line"), "event": e.get("event")}
+    if isinstance(e.get("mono"), (int, float)):
+        out["mono"] = e["mono"]  # when the node decided (its monotonic clock): the time of the proof
     for k in ("topic", "partition", "leader_epoch", *keys):
         if k in e:
             out[k] = e[k]

@@ -41,12 +41,14 @@ from results.mutants import MUTANTS, Mutant
 # (--plan disk), is for the durability mutants the other two cannot reach: segment files damaged (bit flips,
 # a cut tail, a chunk rolled back) and read back at a restart, and power cuts. `idempotent`, also only when
 # named, runs the protocol nemesis with idempotent producers (the queue workload's default producers have no
-# producer id, so the broker's producer-state rules are never exercised).
+# producer id, so the broker's producer-state rules are never exercised). `membership` adds partition
+# reassignment, the one path on which a leader stays leader across a leader-epoch bump.
 PLANS: dict[str, dict[str, Any]] = {
     "protocol": {"nemesis": ["protocol"]},
     "random": {"nemesis": ["kill", "pause", "partition", "lossy-crash"], "nemesis_target": "random-node"},
     "disk": {"nemesis": ["file-corruption", "lossy-crash"]},
     "idempotent": {"nemesis": ["protocol"], "workload_options": {"idempotent": True}},
+    "membership": {"nemesis": ["membership", "kill"]},
 }
 DEFAULT_PLANS = ("protocol", "random")
 COMMON = {"nemesis_interval": 6.0, "recovery_wait": 5.0, "min_isr": 2, "acks": "all", "flush_policy": "never"}
