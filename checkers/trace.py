@@ -61,7 +61,8 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
   the leader's) (PROTOCOL.md 2 "Follower, on divergence", KIP-279; 9.3 KAFKA-6361).
 - registration-clean: the controller called a restart clean without the clean-shutdown file's broker
   epoch (the epoch it last gave that broker), or unclean with it (PROTOCOL.md 5.1-5.2, 6 "Unclean
-  Exclusion"; 001 5.2). Judged only where the trace shows the broker's previous registration.
+  Exclusion"; 001 5.2). Judged only where the trace shows the broker's previous registration and no
+  unregistration (decommission) since.
 The ELR rules and the last-member exception of fenced-in-isr follow the controller's `no-elr` variant
 (its trace_started line), under which there is no ELR and the last ISR member stays.
 
@@ -517,6 +518,9 @@ def _registrations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> No
     its clean-shutdown file by a controlled shutdown)."""
     last: dict[Any, tuple[int, str, dict[str, Any]]] = {}
     for node, e in lines:
+        if e.get("event") == "broker_unregistered":
+            last.pop(e.get("broker"), None)  # forgotten: its next registration is a first one (clean)
+            continue
         if e.get("event") != "broker_registered" or not isinstance(e.get("broker_epoch"), int):
             continue
         b, prev = e.get("broker"), e.get("previous_broker_epoch", -1)

@@ -44,7 +44,8 @@ Events and their facts (a broker's unless marked controller):
   produce_acked        first, last (offsets), acks, hwm (at the ack), isr_size, min_isr
   consumer_fetch       offset (asked), first, last (offsets served), bound ("hwm"; the LSO equals
                        the HWM, there are no transactions), hwm
-  controller: broker_registered (broker, broker_epoch, clean, previous_broker_epoch),
+  controller: broker_registered (broker, broker_epoch, clean, previous_broker_epoch), broker_unregistered
+  (broker, broker_epoch: a decommissioned broker forgotten),
   broker_fenced (broker, reason), broker_unfenced (broker), partition_change (reason, from, to:
   {leader, isr, elr, last_known_elr, leader_epoch, partition_epoch}),
   leader_elected (leader, how: "isr" | "elr" | "unclean" | "recovery:<strategy>" | "preferred" |
@@ -69,7 +70,8 @@ TRACED = HOT | frozenset({
     "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
     "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",
     "truncated_on_divergence", "truncate_to_hw_variant", "truncated_to_leader_leo_variant", "log-recovery-truncated",
-    "broker_registered", "broker_fenced", "broker_unfenced", "partition_change", "leader_elected",
+    "broker_registered", "broker_unregistered", "broker_fenced", "broker_unfenced", "partition_change",
+    "leader_elected",
     "unclean_recovery", "controller_activated", "controller_deactivated",
 })
 BUFFER_LINES = 512

@@ -386,6 +386,9 @@ def test_a_restart_called_clean_without_its_shutdown_epoch_is_caught():
     assert ctl_names(first, registration(2, 64, True, -1)) == ["registration-clean"]
     assert ctl_names(first, registration(2, 64, False, 27)) == ["registration-clean"]
     assert ctl_names(registration(2, 64, True, -1)) == []  # no earlier registration in the trace: not judged
+    # A decommissioned broker is forgotten (unregister_broker): it comes back as a new one, clean.
+    gone = ctl(1.5, "broker_unregistered", broker=2, broker_epoch=27)
+    assert ctl_names(first, gone, registration(2, 64, True, -1)) == []
 
 
 def test_a_new_leader_keeping_follower_state_of_an_earlier_epoch_is_caught():
