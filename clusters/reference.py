@@ -30,7 +30,12 @@ CONTROLLER = "controller-0"
 OWNER_ENV = "KAFKAESQUE_OWNER"
 # Historic flaws (issue 4), each a `--variant` of both node roles: the controller acts on no-elr and
 # unclean-election, brokers on truncate-to-hw, no-elr and no-epoch-fencing.
-FLAW_VARIANTS = ("truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing")
+REPLICATION_VARIANTS = ("truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing")
+# The transaction and consumer-group flaws (issue 24), acted on by brokers alone (their coordinators
+# and partition leaders): see README "Recovery, and the historic flaws on demand".
+TXN_GROUP_VARIANTS = ("txn-markers-no-epoch-bump", "read-committed-to-hwm", "offsets-commit-acks-1",
+                      "zombie-not-fenced")
+FLAW_VARIANTS = REPLICATION_VARIANTS + TXN_GROUP_VARIANTS
 BROKER_VARIANTS = ("default",) + FLAW_VARIANTS
 
 

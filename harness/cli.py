@@ -173,7 +173,9 @@ def run(
                                              "clusters/ssh.py)")] = "auto",
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
     broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to switch "
-                                                     "on: truncate-to-hw, no-elr, unclean-election, no-epoch-fencing")
+                                                     "on: truncate-to-hw, no-elr, unclean-election, no-epoch-fencing, "
+                                                     "txn-markers-no-epoch-bump, read-committed-to-hwm, "
+                                                     "offsets-commit-acks-1, zombie-not-fenced")
                               ] = "default",
     unclean_recovery_strategy: Annotated[str, typer.Option(help="the controller's unclean.recovery.strategy: "
                                                                 "balanced, proactive or manual")] = "balanced",

@@ -74,7 +74,9 @@ def cluster_up(
     brokers: Annotated[int, typer.Option(help="brokers, beside the one controller")] = 3,
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
     broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw: truncate-to-hw, no-elr, "
-                                                     "unclean-election, no-epoch-fencing")] = "default",
+                                                     "unclean-election, no-epoch-fencing, "
+                                                     "txn-markers-no-epoch-bump, read-committed-to-hwm, "
+                                                     "offsets-commit-acks-1, zombie-not-fenced")] = "default",
     unclean_recovery_strategy: Annotated[str, typer.Option(help="balanced, proactive or manual")] = "balanced",
 ) -> None:
     """Start a docker cluster (building the image if needed); print its status, then the bootstrap servers."""

@@ -306,7 +306,7 @@ class Broker:
             out["error"] = err
             return out
         out["hwm"], out["log_start"] = r.hwm, r.log.log_start_offset
-        out["lso"] = lso = r.last_stable_offset()
+        out["lso"] = lso = self._read_committed_bound(r)
         if offset < r.log.log_start_offset or offset > r.leo:
             out["error"] = rpc.OFFSET_OUT_OF_RANGE
         elif read_committed:
@@ -325,6 +325,13 @@ class Broker:
             if raw:
                 self._trace_consumer_fetch(r, offset, raw)
         return out
+
+    def _read_committed_bound(self, r: Replica) -> int:
+        """Where read_committed reads end: the LSO (KIP-98), below the first offset of any open
+        transaction. The `read-committed-to-hwm` variant bounds them by the HWM, as read_uncommitted:
+        records of open transactions are served, some of them later aborted (uncommitted and aborted
+        reads, G1a; the class Jepsen found in Redpanda 2022 and Bufstream 2024)."""
+        return r.hwm if "read-committed-to-hwm" in self.variants else r.last_stable_offset()
 
     def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes) -> None:
         first = last = -1
@@ -349,7 +356,7 @@ class Broker:
         if timestamp == kafka_api.LATEST_TIMESTAMP:
             err, off = r.list_offset_latest()
             if read_committed and err == rpc.NONE:
-                off = min(off, r.last_stable_offset())  # KIP-98: a read_committed consumer's end is the LSO
+                off = min(off, self._read_committed_bound(r))  # KIP-98: a read_committed consumer's end is the LSO
             return err, off, r.leader_epoch
         found = r.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= r.hwm:
@@ -468,14 +475,18 @@ class Broker:
                              offsets: list[tuple[str, int, int, int, str]], timeout_s: float) -> int:
         """Write the offsets (topic, partition, offset, leader epoch, metadata) to the group's
         __consumer_offsets partition with acks=all, and answer only once the HWM has passed them
-        (002 2.5), so an acknowledged commit survives a coordinator fail-over."""
+        (002 2.5), so an acknowledged commit survives a coordinator fail-over (not so under the
+        `offsets-commit-acks-1` variant)."""
         err = self.groups.check_commit(group_id, generation_id, member_id, now_ms())
         if err != rpc.NONE or not offsets:
             return err
         records = [offset_record(group_id, t, p, (o, e, m)) for t, p, o, e, m in offsets]
         raw = build_batch([v for _, v in records], keys=[k for k, _ in records])
+        # The `offsets-commit-acks-1` variant answers once the leader appended the commit (acks=1),
+        # before the ISR has it: a coordinator fail-over to a follower without it rewinds the group.
+        acks = 1 if "offsets-commit-acks-1" in self.variants else -1
         err, base, _ = await self.produce(OFFSETS_TOPIC, self.groups.partition_for(group_id), raw,
-                                          validate_batches(raw), -1, timeout_s)
+                                          validate_batches(raw), acks, timeout_s)
         if err == rpc.NONE:
             if self.groups.status(group_id) == rpc.NONE:
                 for i, (k, v) in enumerate(records):

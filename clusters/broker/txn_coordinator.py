@@ -24,6 +24,13 @@ request gets CONCURRENT_TRANSACTIONS (Kafka's pendingState). The shell reports t
 written() or write_failed(); written() of a Prepare state returns the MarkerJob to carry out, and
 markers_done() the Complete record that ends it. expired(now_ms) aborts transactions past their
 timeout. Transactional-id expiration (transactional.id.expiration.ms) is not implemented.
+
+Historic flaws as variants (TxnConfig.variants, off by default): `txn-markers-no-epoch-bump` writes the
+markers of an abort the coordinator begins (a timeout, or InitProducerId finding the transaction
+ongoing) at the producer's own epoch, so the producer is not fenced and a late produce of the aborted
+transaction lands in its next one (KIP-890's hanging transaction); `zombie-not-fenced` answers
+InitProducerId of a known transactional.id with the epoch it already has, so the previous producer of
+the id (a zombie) keeps writing beside the new one (the fencing KIP-98 introduced).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ MAX_EPOCH = 32767
 class TxnConfig:
     txn_partitions: int = 5  # transaction.state.log.num.partitions (Kafka: 50)
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    variants: frozenset[str] = frozenset()  # historic flaws (the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -210,7 +218,11 @@ class TransactionCoordinator:
             return rpc.CONCURRENT_TRANSACTIONS, None  # markers in flight: retry once complete
         if s.state == ONGOING:
             return rpc.CONCURRENT_TRANSACTIONS, self._begin(txn_id, replace(s, state=PREPARE_ABORT,
-                                                                            producer_epoch=_fence(s.producer_epoch)))
+                                                                            producer_epoch=self._abort_epoch(s.producer_epoch)))
+        if "zombie-not-fenced" in self.config.variants:
+            # The flaw: the new producer gets the epoch the old one holds, so the old one's requests
+            # still pass _check_producer and the partition leaders' epoch check (KIP-98 fences it).
+            return rpc.NONE, self._begin(txn_id, replace(s, timeout_ms=timeout_ms))
         if s.producer_epoch >= MAX_EPOCH - 1:
             new = TxnState(self.allocate_producer_id(), 0, timeout_ms)
         else:
@@ -274,7 +286,8 @@ class TransactionCoordinator:
         for txn_id, s in list(self.txns.items()):
             if (s.state == ONGOING and txn_id not in self.pending and self.status(txn_id) == rpc.NONE
                     and now_ms >= s.start_ms + s.timeout_ms):
-                out.append(self._begin(txn_id, replace(s, state=PREPARE_ABORT, producer_epoch=_fence(s.producer_epoch))))
+                out.append(self._begin(txn_id, replace(s, state=PREPARE_ABORT,
+                                                       producer_epoch=self._abort_epoch(s.producer_epoch))))
         return out
 
     # --- internals -------------------------------------------------------------------------------------
@@ -293,6 +306,16 @@ class TransactionCoordinator:
         if txn_id in self.pending:
             return rpc.CONCURRENT_TRANSACTIONS, None
         return rpc.NONE, s
+
+    def _abort_epoch(self, epoch: int) -> int:
+        """The epoch of an abort the coordinator begins, which its markers carry: _fence's, one above the
+        producer's. Under `txn-markers-no-epoch-bump` (and `zombie-not-fenced`, which never fences) the
+        producer's own epoch: the markers then leave the producer's epoch valid at every partition, and
+        the producer, unaware of the abort, carries on into its next transaction, which a late produce
+        of the aborted one joins (KIP-890: hanging transactions and late markers)."""
+        if self.config.variants & {"txn-markers-no-epoch-bump", "zombie-not-fenced"}:
+            return epoch
+        return _fence(epoch)
 
     def _begin(self, txn_id: str, new: TxnState) -> Transition:
         self.pending.add(txn_id)

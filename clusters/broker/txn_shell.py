@@ -44,7 +44,8 @@ def _now_ms() -> int:
 class TxnShell:
     def __init__(self, broker: Any):
         self.b = broker  # server.Broker
-        self.coord = TransactionCoordinator(broker.next_producer_id, TxnConfig())
+        self.coord = TransactionCoordinator(broker.next_producer_id,
+                                            TxnConfig(variants=frozenset(getattr(broker, "variants", ()))))
         self.loads: dict[tuple[str, int], asyncio.Task] = {}
         self.jobs: set[asyncio.Task] = set()  # marker writers and timeout aborts in flight
 

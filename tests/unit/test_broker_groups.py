@@ -16,9 +16,10 @@ from clusters.broker.server import Broker
 NODE, FOLLOWER = 1, 2
 
 
-def make_broker(tmp_path) -> Broker:
+def make_broker(tmp_path, variant: tuple[str, ...] = ()) -> Broker:
     args = SimpleNamespace(node_id=NODE, listen="127.0.0.1:1", advertise=None, data_dir=str(tmp_path),
-                           log_file=str(tmp_path / "broker.log"), trace_file=None, variant=[], flush_policy="never",
+                           log_file=str(tmp_path / "broker.log"), trace_file=None, variant=list(variant),
+                           flush_policy="never",
                            segment_bytes=1 << 20, controller="127.0.0.1:2", replica_lag_time_max_ms=10_000,
                            heartbeat_interval_ms=500, replica_fetch_wait_max_ms=100,
                            hwm_checkpoint_interval_ms=1000, group_initial_rebalance_delay_ms=0)

@@ -24,7 +24,8 @@ def test_unknown_broker_variant_lists_the_historic_flaws():
     r = runner.invoke(app, ["run", "--broker-variant", "no-fsync"])
     assert r.exit_code == 3
     assert ("unknown --broker-variant 'no-fsync'; valid: default, truncate-to-hw, no-elr, unclean-election, "
-            "no-epoch-fencing") in r.output
+            "no-epoch-fencing, txn-markers-no-epoch-bump, read-committed-to-hwm, offsets-commit-acks-1, "
+            "zombie-not-fenced.") in r.output
 
 
 def test_unknown_unclean_recovery_strategy_is_refused():

@@ -23,7 +23,9 @@ def parsed(cluster, node):
     return build_parser().parse_args(argv[argv.index("clusters.broker") + 1:])
 
 
-@pytest.mark.parametrize("variant", ["truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"])
+@pytest.mark.parametrize("variant", ["truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing",
+                                     "txn-markers-no-epoch-bump", "read-committed-to-hwm", "offsets-commit-acks-1",
+                                     "zombie-not-fenced"])
 def test_a_variant_is_passed_to_the_controller_and_every_broker(tmp_path, variant):
     c = PathsOnly(ClusterSpec(brokers=3, broker_variant=variant), str(tmp_path))
     for node in c.nodes():
