@@ -610,9 +610,10 @@ def mutate(
     reanalyze: Annotated[bool, typer.Option(help="first check every stored run of the chosen mutants again with "
                                                  "this tree's checkers (as `kafkaesque analyze`), then render")
                          ] = False,
-    ledger: Annotated[Path, typer.Option(help="the committed record of every counted run's outcome: the table is "
-                                              "rendered from it and the store, and a measurement resumes from "
-                                              "both")] = Path("docs/MUTATION-runs.jsonl"),
+    ledger: Annotated[Path | None, typer.Option(help="the record of every counted run's outcome (default: beside "
+                                                     "--out, docs/MUTATION-runs.jsonl for the default table): the "
+                                                     "table is rendered from it and the store, and a measurement "
+                                                     "resumes from both")] = None,
     list_mutants: Annotated[bool, typer.Option("--list", help="list the catalogue and exit")] = False,
 ) -> None:
     """Run broker mutants under the protocol nemesis and random faults and write docs/MUTATION.md.
@@ -671,6 +672,10 @@ def mutate(
             fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
         note_text = notes.read_text()
     command = "kafkaesque mutate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque mutate"
+
+    # The ledger lives beside the table it renders: a table written elsewhere (a test's, a trial's) never
+    # touches the committed one.
+    ledger = ledger or out.with_name(f"{out.stem}-runs.jsonl")
 
     def render() -> None:
         write_mutation_doc(store, out, command, note_text, ledger=ledger)

@@ -41,6 +41,8 @@ def test_hwm_at_leader_leo_runs_on_the_mutated_code_and_is_caught(tmp_path):
     # the history checkers and the protocol trace (checkers/trace.py: hwm-past-member-leo) both catch it
     assert "| `hwm-leader-leo` | `replica.py` | caught by history + trace |" in out.read_text()
     assert set(Path(tempfile.gettempdir()).glob("kafkaesque-code-*")) <= copies_before  # the copy is gone
+    # The run's outcome went to the ledger beside the table, not to the committed docs/MUTATION-runs.jsonl.
+    assert (tmp_path / "MUTATION-runs.jsonl").read_text().count('"mutant": "hwm-leader-leo"') == 1
     # Resumable: the same measurement again makes no run.
     again = subprocess.run([sys.executable, "-m", "harness.cli", "mutate", "--mutant", "hwm-leader-leo", "--plan",
                             "random", "--minutes", "0.75", "--cluster", "local", "--store", str(store), "--out",
