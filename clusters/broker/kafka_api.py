@@ -392,7 +392,9 @@ async def add_offsets_to_txn(broker: Broker, req: Any, version: int) -> Any:
     return AddOffsetsToTxnResponse(version=version, throttle_time_ms=0, error_code=_fenced(err, version, 2))
 
 
-async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
+def _requested_offsets(req: Any) -> tuple[list[tuple[str, int, int, int, str]], set[tuple[str, int]]]:
+    """An OffsetCommit's or TxnOffsetCommit's offsets as (topic, partition, offset, leader epoch, metadata),
+    and the partitions left out because their metadata is too long (OFFSET_METADATA_TOO_LARGE)."""
     offsets, too_large = [], set()
     for t in req.topics:
         for p in t.partitions:
@@ -402,6 +404,15 @@ async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
                 continue
             offsets.append((t.name, p.partition_index, p.committed_offset,
                             getattr(p, "committed_leader_epoch", -1), metadata))
+    return offsets, too_large
+
+
+def _commit_error(topic: str, partition: int, too_large: set[tuple[str, int]], err: int) -> int:
+    return rpc.OFFSET_METADATA_TOO_LARGE if (topic, partition) in too_large else err
+
+
+async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
+    offsets, too_large = _requested_offsets(req)
     generation_id, member_id = (req.generation_id, req.member_id) if version >= 3 else (-1, "")
     err = await broker.txn_commit_offsets(req.group_id, req.producer_id, req.producer_epoch, generation_id,
                                           member_id, offsets, COMMIT_TIMEOUT_S)
@@ -409,8 +420,7 @@ async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
     R = TxnOffsetCommitResponse
     return R(version=version, throttle_time_ms=0, topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
         R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
-            partition_index=p.partition_index,
-            error_code=rpc.OFFSET_METADATA_TOO_LARGE if (t.name, p.partition_index) in too_large else err)
+            partition_index=p.partition_index, error_code=_commit_error(t.name, p.partition_index, too_large, err))
         for p in t.partitions]) for t in req.topics])
 
 
@@ -535,22 +545,13 @@ async def leave_group(broker: Broker, req: Any, version: int) -> Any:
 
 
 async def offset_commit(broker: Broker, req: Any, version: int) -> Any:
-    offsets, too_large = [], set()
-    for t in req.topics:
-        for p in t.partitions:
-            metadata = p.committed_metadata or ""
-            if len(metadata) > MAX_METADATA_CHARS:
-                too_large.add((t.name, p.partition_index))
-                continue
-            offsets.append((t.name, p.partition_index, p.committed_offset,
-                            getattr(p, "committed_leader_epoch", -1), metadata))
+    offsets, too_large = _requested_offsets(req)
     err = await broker.commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id, offsets,
                                       COMMIT_TIMEOUT_S)
     R = OffsetCommitResponse
     return R(version=version, throttle_time_ms=0, topics=[R.OffsetCommitResponseTopic(name=t.name, partitions=[
         R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-            partition_index=p.partition_index,
-            error_code=rpc.OFFSET_METADATA_TOO_LARGE if (t.name, p.partition_index) in too_large else err)
+            partition_index=p.partition_index, error_code=_commit_error(t.name, p.partition_index, too_large, err))
         for p in t.partitions]) for t in req.topics])
 
 
