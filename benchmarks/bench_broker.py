@@ -32,7 +32,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_cluster(root: str, brokers: int, flush_policy: str) -> tuple[list[subprocess.Popen], str]:
+def start_cluster(root: str, brokers: int, flush_policy: str,
+                  extra: list[str] | None = None) -> tuple[list[subprocess.Popen], str]:
+    """A controller and `brokers` brokers as local processes under `root` (output in root/nodes.out), started
+    and unfenced; (their processes, the bootstrap list). `extra`: more broker flags. Also used by
+    bench_groups.py and bench_txn.py."""
     cport = free_port()
     ports = {i: free_port() for i in range(1, brokers + 1)}
     procs = []
@@ -43,11 +47,20 @@ def start_cluster(root: str, brokers: int, flush_policy: str) -> tuple[list[subp
     for i, port in ports.items():
         d = os.path.join(root, f"broker-{i}")
         os.makedirs(d)
-        procs.append(subprocess.Popen(broker_argv(i, "127.0.0.1", port, f"127.0.0.1:{cport}", d, flush_policy, []),
-                                      stdout=out, stderr=out))
+        procs.append(subprocess.Popen(broker_argv(i, "127.0.0.1", port, f"127.0.0.1:{cport}", d, flush_policy, [],
+                                                  extra), stdout=out, stderr=out))
     if not wait_until_unfenced("127.0.0.1", cport, list(ports), 60):
         raise SystemExit(f"error: brokers did not unfence within 60 s; see {root}/nodes.out")
     return procs, ",".join(f"127.0.0.1:{p}" for p in ports.values())
+
+
+def stop_cluster(procs: list[subprocess.Popen], root: str) -> None:
+    """SIGKILL what start_cluster started and remove its directory."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(10)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -180,11 +193,7 @@ def main() -> int:
         batched_confluent(bootstrap, "batched-ck", args.batched)
         return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_cluster(procs, root)
 
 
 if __name__ == "__main__":

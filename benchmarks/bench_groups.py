@@ -13,10 +13,6 @@ Prints figures (never asserts), over --rounds fresh groups per client:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -24,32 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from bench_broker import start_cluster, stop_cluster  # a sibling script: benchmarks/ is on the path
+
 from clusters.broker.admin import create_topic
-from clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_cluster(root: str, initial_delay_ms: int) -> tuple[list[subprocess.Popen], str]:
-    cport = free_port()
-    ports = {i: free_port() for i in range(1, 4)}
-    out = open(os.path.join(root, "nodes.out"), "ab")
-    os.makedirs(os.path.join(root, "controller"))
-    procs = [subprocess.Popen(controller_argv("127.0.0.1", cport, os.path.join(root, "controller")),
-                              stdout=out, stderr=out)]
-    for i, port in ports.items():
-        d = os.path.join(root, f"broker-{i}")
-        os.makedirs(d)
-        procs.append(subprocess.Popen(broker_argv(i, "127.0.0.1", port, f"127.0.0.1:{cport}", d, "never", [],
-                                                  ["--group-initial-rebalance-delay-ms", str(initial_delay_ms)]),
-                                      stdout=out, stderr=out))
-    if not wait_until_unfenced("127.0.0.1", cport, list(ports), 60):
-        raise SystemExit(f"error: brokers did not unfence within 60 s; see {root}/nodes.out")
-    return procs, ",".join(f"127.0.0.1:{p}" for p in ports.values())
 
 
 class MemberThread(threading.Thread):
@@ -124,7 +97,7 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="bench-groups-")
     procs: list[subprocess.Popen] = []
     try:
-        procs, bootstrap = start_cluster(root, args.initial_delay_ms)
+        procs, bootstrap = start_cluster(root, 3, "never", ["--group-initial-rebalance-delay-ms", str(args.initial_delay_ms)])
         create_topic(bootstrap, "bench", args.partitions, 3, 2)
         # Create __consumer_offsets (on first FindCoordinator) before any timed round.
         one_round("kafka-python", bootstrap, "warm-up", "bench", args.partitions)
@@ -139,11 +112,7 @@ def main() -> int:
             print(f"{client:13s} join (subscribe -> all assigned): {summary(joins)}")
             print(f"{client:13s} leave (close -> survivors hold all): {summary(leaves)}")
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_cluster(procs, root)
     return 0
 
 

@@ -13,46 +13,14 @@ count of what it reads afterwards, which must equal the number of commits.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 
+from bench_broker import pct, start_cluster, stop_cluster  # a sibling script: benchmarks/ is on the path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from clusters.broker.admin import create_topic
-from clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_cluster(root: str) -> tuple[list[subprocess.Popen], str]:
-    cport = free_port()
-    ports = {i: free_port() for i in range(1, 4)}
-    out = open(os.path.join(root, "nodes.out"), "ab")
-    os.makedirs(os.path.join(root, "controller"))
-    procs = [subprocess.Popen(controller_argv("127.0.0.1", cport, os.path.join(root, "controller")),
-                              stdout=out, stderr=out)]
-    for i, port in ports.items():
-        d = os.path.join(root, f"broker-{i}")
-        os.makedirs(d)
-        procs.append(subprocess.Popen(broker_argv(i, "127.0.0.1", port, f"127.0.0.1:{cport}", d, "never", []),
-                                      stdout=out, stderr=out))
-    if not wait_until_unfenced("127.0.0.1", cport, list(ports), 60):
-        raise SystemExit(f"error: brokers did not unfence within 60 s; see {root}/nodes.out")
-    return procs, ",".join(f"127.0.0.1:{p}" for p in ports.values())
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 def read_committed_count(bootstrap: str, topic: str) -> int:
@@ -80,7 +48,7 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="bench-txn-")
     procs: list[subprocess.Popen] = []
     try:
-        procs, bootstrap = start_cluster(root)
+        procs, bootstrap = start_cluster(root, 3, "never")
         create_topic(bootstrap, "bench-txn", 1, 3, 2)
         producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench", "linger.ms": 0})
         t0 = time.monotonic()
@@ -104,11 +72,7 @@ def main() -> int:
         print(f"read_committed consumer reads {read_committed_count(bootstrap, 'bench-txn')} records "
               f"(expected {committed})")
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_cluster(procs, root)
     return 0
 
 
