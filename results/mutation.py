@@ -211,12 +211,9 @@ def write_ledger(records: list[dict[str, Any]], path: str | Path,
 def counts(doc: dict[str, Any]) -> bool:
     """Whether a stored run counts (and need not be made again): finished, the nodes proved they ran the
     mutant's code, and the harness did not fail it."""
-    if "found" in doc:  # a ledger record
-        return bool(doc.get("finished")) and not doc.get("interrupted") and bool(doc.get("code_verified")) \
-            and doc.get("exit") != HARNESS_FAILED
-    results = doc.get("results")
-    return (isinstance(results, dict) and not results.get("interrupted") and bool(doc.get("code_verified"))
-            and doc.get("exit") != HARNESS_FAILED)
+    rec = run_record(doc)
+    return (bool(rec.get("finished")) and not rec.get("interrupted") and bool(rec.get("code_verified"))
+            and rec.get("exit") != HARNESS_FAILED)
 
 
 def run_key(doc: dict[str, Any]) -> tuple:
