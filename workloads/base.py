@@ -61,7 +61,8 @@ class Workload(Protocol):
     def op_mix(self, test: dict[str, Any]):
         """A callable (rng, process) -> (f, value) generating the next invocation."""
 
-    def final_ops(self, test: dict[str, Any]) -> list[tuple[str, Any]]:
-        """(f, value) invocations for the final-read phase (drain every partition to its HWM)."""
+    def final_ops(self, test: dict[str, Any]) -> list[tuple]:
+        """(f, value) invocations for the final-read phase (drain every partition to its HWM); (f, value,
+        extra) when the invocation carries fields of its own (history/ops.py Op.extra)."""
 
     def checkers(self, test: dict[str, Any]) -> list[Checker]: ...

@@ -236,9 +236,24 @@ def _completion(op: Op, type_: str, value: Any, error: Any = None) -> Op:
     return Op(type=type_, f=op.f, process=op.process, value=value, node=op.node, error=error)
 
 
+QUEUE_OPTIONS = {
+    "send_ratio": "share of ops that are sends (default 0.7)",
+    "elle": "also run the Elle-style cycle checker (default false)",
+    "idempotent": "idempotent producers, retries on (default false)",
+    "queue_mode": "assign (default): each consumer reads every partition from the start; subscribe: consumers "
+                  "join one group, commit their offsets after each poll, and a restarted consumer resumes from "
+                  "its group's committed offsets",
+    "group": "the consumer group in subscribe mode (default kafkaesque-queue)",
+    "crash_clients_interval_s": "mean seconds between deliberate client crashes of each process (0: none; "
+                                "default 0)",
+}
+QUEUE_MODES = ("assign", "subscribe")
+
+
 class QueueWorkload:
     name = "queue"
     values = QUEUE_VALUES  # the history's value shapes (above), as the checkers read them
+    OPTIONS = QUEUE_OPTIONS
 
     def __init__(self, options: dict[str, Any]):
         self.topic = options.get("topic", "queue")
