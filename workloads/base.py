@@ -8,7 +8,9 @@ views of a history that are not its checkers: the report, the Spark pipeline's i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import random
+import time
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Protocol
 
 from checkers.core import Checker
@@ -66,3 +68,25 @@ class Workload(Protocol):
         extra) when the invocation carries fields of its own (history/ops.py Op.extra)."""
 
     def checkers(self, test: dict[str, Any]) -> list[Checker]: ...
+
+
+class CrashSchedule:
+    """When an op mix hands out a deliberate client crash ("crash" op: the client is dropped without a clean
+    shutdown, its worker continues as a fresh process): Jepsen's crash-client generator, crash ops staggered
+    at interval/concurrency over all processes, so each process crashes about once per interval. 0: never.
+    Deterministic given the rng and the clock's readings (`clock` injectable for the tests)."""
+
+    def __init__(self, interval_s: float, concurrency: int, clock: Callable[[], float] = time.monotonic):
+        self.gap = interval_s / max(1, concurrency) if interval_s > 0 else 0.0
+        self.clock = clock
+        self._next: float | None = None
+
+    def due(self, rng: random.Random) -> bool:
+        if self.gap <= 0:
+            return False
+        now = self.clock()
+        if self._next is not None and now < self._next:
+            return False
+        first = self._next is None
+        self._next = now + rng.uniform(0, 2 * self.gap)
+        return not first

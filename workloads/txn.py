@@ -41,6 +41,7 @@ from typing import Any
 
 from history import FAIL, INFO, OK, Op
 from history.extras import need
+from workloads.base import CrashSchedule
 
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
@@ -131,10 +132,10 @@ class TxnOpMix:
         self.o, self.partitions, self.concurrency = options, partitions, max(1, concurrency)
         self.tracker, self.clock = tracker, clock
         self._values = itertools.count(1)
-        self._next_crash: float | None = None
+        self._crashes = CrashSchedule(options["crash_clients_interval_s"], concurrency, clock)
 
     def __call__(self, rng: random.Random, process: int) -> tuple:
-        if self._crash_due(rng):
+        if self._crashes.due(rng):
             return "crash", None
         if rng.random() < self.o["reassign_p"]:
             return self._reassign(rng)
@@ -158,23 +159,6 @@ class TxnOpMix:
             return "assign", sorted(unseen), {"unseen": {str(k): o for k, o in unseen.items()}}
         chosen = sorted(rng.sample(keys, rng.randint(1, len(keys))))
         return "assign", chosen
-
-    def _crash_due(self, rng: random.Random) -> bool:
-        """Jepsen's crash-client generator: crash ops staggered at interval/concurrency over all
-        processes, so each process crashes about once per interval."""
-        interval = self.o["crash_clients_interval_s"]
-        if interval <= 0:
-            return False
-        now = self.clock()
-        gap = interval / self.concurrency
-        if self._next_crash is None:
-            self._next_crash = now + rng.uniform(0, 2 * gap)
-            return False
-        if now < self._next_crash:
-            return False
-        self._next_crash = now + rng.uniform(0, 2 * gap)
-        return True
-
 
 # --- the client library adapters -------------------------------------------------------------------------
 class TxnLibrary:

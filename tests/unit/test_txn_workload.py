@@ -11,7 +11,14 @@ import pytest
 from history import FAIL, INFO, INVOKE, OK, Op
 from workloads.registry import parse_workload_options, workload_options_problems
 from workloads.txn import (
-    CRASHED_ON_REBALANCE, WORKLOAD_ABORT, OffsetTracker, TxnClient, TxnLibrary, TxnOpMix, TxnWorkload, txn_options,
+    CRASHED_ON_REBALANCE,
+    WORKLOAD_ABORT,
+    OffsetTracker,
+    TxnClient,
+    TxnLibrary,
+    TxnOpMix,
+    TxnWorkload,
+    txn_options,
 )
 
 
@@ -61,8 +68,13 @@ class ScriptedLibrary(TxnLibrary):
         return self.records
 
     def assign(self, keys, seek): self._call(f"assign {keys} {seek}")
-    def subscribe(self): self._call("subscribe"); self.subscribed = True
-    def final_read(self, key, timeout_s): self._call("final_read"); return 3, [[0, 1], [2, 5]]
+    def subscribe(self):
+        self._call("subscribe")
+        self.subscribed = True
+
+    def final_read(self, key, timeout_s):
+        self._call("final_read")
+        return 3, [[0, 1], [2, 5]]
     def is_fatal(self, e): return getattr(e, "fatal", False)
     def discard_producer(self): self.calls.append("discard")
     def crash(self): self.calls.append("crash")
