@@ -90,3 +90,16 @@ class CrashSchedule:
         first = self._next is None
         self._next = now + rng.uniform(0, 2 * self.gap)
         return not first
+
+
+def drop_kafka_python_clients(producer: Any, consumer: Any) -> None:
+    """A crash of kafka-python clients: they run sender and heartbeat threads that would outlive a dropped
+    reference, and kafka-python has no close without leave-group, so close them with no grace and without
+    the consumer's offset commit (close(autocommit=False)). Errors are ignored: the broker may be gone."""
+    for closing in ((lambda: producer.close(timeout=0)) if producer is not None else None,
+                    (lambda: consumer.close(autocommit=False)) if consumer is not None else None):
+        if closing is not None:
+            try:
+                closing()
+            except Exception:  # noqa: BLE001
+                pass

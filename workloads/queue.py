@@ -22,6 +22,14 @@ new leader and commit there (Kafka's DelayedProduce does the same); a scenario r
 such a "failed" send being read back.
 Reads change nothing, so a failed poll is "fail".
 
+Option `queue_mode` "subscribe" (with `group`): the consumers join one consumer group instead of each
+assigning every partition, and commit, synchronously, what each poll read (the poll's completion carries
+"committed": {"<key>": next offset}, or "commit_error"; the records read stand either way). Option
+`crash_clients_interval_s`: `crash` ops (invoke null, completion info) drop a process's clients without
+closing them (no commit, and with confluent-kafka no leave-group either); the worker goes on as a fresh
+process whose consumer resumes from its group's committed offsets. The queue checker then judges the
+group as a whole (group-skip), not each consumer's order (checkers/queue.py).
+
 Option `idempotent` (workload_options {"idempotent": true}): the producers run idempotent (KIP-98: a
 producer id and per-partition sequences, retries on), as most deployments do; a retry the broker
 appended twice shows as a duplicate. Every failed send is then info: the client retried it, and an
@@ -39,7 +47,7 @@ from typing import Any
 from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule
+from workloads.base import CrashSchedule, drop_kafka_python_clients
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
@@ -154,16 +162,9 @@ class KafkaPythonQueueClient(_QueueClient):
         return _completion(op, OK, out, extra={"committed": committed})
 
     def crash(self) -> None:
-        # kafka-python has no close without leave-group: close with no grace and no commit
         p, c = self.producer, self.consumer
         self.producer = self.consumer = None
-        for closing in ((lambda: p.close(timeout=0)) if p is not None else None,
-                        (lambda: c.close(autocommit=False)) if c is not None else None):
-            if closing is not None:
-                try:
-                    closing()
-                except Exception:  # noqa: BLE001
-                    pass
+        drop_kafka_python_clients(p, c)
 
     def close(self) -> None:
         for c in (self.producer, self.consumer):

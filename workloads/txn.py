@@ -41,7 +41,7 @@ from typing import Any
 
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule
+from workloads.base import CrashSchedule, drop_kafka_python_clients
 
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
@@ -494,18 +494,10 @@ class KafkaPythonTxnLibrary(TxnLibrary):
         self.producer = None
 
     def crash(self) -> None:
-        # kafka-python runs its sender and heartbeat on threads: close them with no grace, without the
-        # consumer's commit or leave-group (autocommit is off; close(autocommit=False))
         p, c = self.producer, self.consumer
         self.producer = self.consumer = None
         self.subscribed = False
-        for closing in ((lambda: p.close(timeout=0)) if p is not None else None,
-                        (lambda: c.close(autocommit=False)) if c is not None else None):
-            if closing is not None:
-                try:
-                    closing()
-                except Exception:  # noqa: BLE001
-                    pass
+        drop_kafka_python_clients(p, c)
 
     def close(self) -> None:
         self.crash()
