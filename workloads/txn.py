@@ -180,6 +180,8 @@ class TxnLibrary:
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:
         """(end offset, records) of the key read from its start to its high watermark; None when unfinished."""
     def is_fatal(self, e: BaseException) -> bool: ...
+    def commit_retriable(self, e: BaseException) -> bool:
+        """Whether commit may be called again after this error (librdkafka: KafkaError.retriable())."""
     def discard_producer(self) -> None: ...
     def crash(self) -> None:
         """Drop the producer and consumer without closing them (no abort, no leave-group, no commit)."""
@@ -310,9 +312,19 @@ class ConfluentTxnLibrary(TxnLibrary):
         finally:
             c.close()
 
+    def _kafka_error(self, e: BaseException):
+        return e.args[0] if isinstance(e, self.ck.KafkaException) and e.args else None
+
     def is_fatal(self, e: BaseException) -> bool:
-        err = e.args[0] if isinstance(e, self.ck.KafkaException) and e.args else None
+        err = self._kafka_error(e)
         return bool(err is not None and hasattr(err, "fatal") and err.fatal())
+
+    def commit_retriable(self, e: BaseException) -> bool:
+        # librdkafka: a commit_transaction that failed retriably (a timeout) may be called again and
+        # then returns the outcome of the same commit; txn_requires_abort() errors must be aborted instead
+        err = self._kafka_error(e)
+        return bool(err is not None and hasattr(err, "retriable") and err.retriable()
+                    and not err.txn_requires_abort())
 
     def discard_producer(self) -> None:
         self.producer = None
@@ -478,6 +490,11 @@ class KafkaPythonTxnLibrary(TxnLibrary):
         finally:
             c.close()
 
+    def commit_retriable(self, e: BaseException) -> bool:
+        # kafka-python retries inside commit_transaction itself; a commit our bound gave up on is still
+        # running on its thread, so calling it again would race it
+        return False
+
     def is_fatal(self, e: BaseException) -> bool:
         from kafka.errors import KafkaError
 
@@ -595,7 +612,7 @@ class TxnClient:
             if abort:
                 lib.abort()
                 return _completion(op, FAIL, done, error=WORKLOAD_ABORT)
-            lib.commit()
+            _commit(lib)
         except CrashedOnRebalance:
             _fill_offsets(done, offsets)
             if self.lib is not None:
@@ -655,6 +672,17 @@ class TxnClient:
         if self.lib is not None:
             self.lib.close()
             self.lib = None
+
+
+def _commit(lib: TxnLibrary) -> None:
+    """commit_transaction, called once more after a retriable failure (the library says the same commit may
+    be retried): a commit that timed out while the coordinator was moving often completes on the retry."""
+    try:
+        lib.commit()
+    except Exception as e:  # noqa: BLE001 - re-raised unless the library allows the retry
+        if not lib.commit_retriable(e):
+            raise
+        lib.commit()
 
 
 def _fill_offsets(done: list[list], offsets: list[tuple[int, int, int, Callable[[], int | None]]]) -> None:

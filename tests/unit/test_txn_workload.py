@@ -23,9 +23,9 @@ from workloads.txn import (
 
 
 class LibraryError(Exception):
-    def __init__(self, msg: str, fatal: bool = False):
+    def __init__(self, msg: str, fatal: bool = False, retriable: bool = False):
         super().__init__(msg)
-        self.fatal = fatal
+        self.fatal, self.retriable = fatal, retriable
 
 
 class ScriptedLibrary(TxnLibrary):
@@ -76,6 +76,7 @@ class ScriptedLibrary(TxnLibrary):
         self._call("final_read")
         return 3, [[0, 1], [2, 5]]
     def is_fatal(self, e): return getattr(e, "fatal", False)
+    def commit_retriable(self, e): return getattr(e, "retriable", False)
     def discard_producer(self): self.calls.append("discard")
     def crash(self): self.calls.append("crash")
     def close(self): self.calls.append("close")
@@ -117,6 +118,25 @@ def test_workload_abort_is_fail_with_the_delivered_offsets():
     assert comp.type == FAIL and comp.error == WORKLOAD_ABORT
     assert comp.value[0] == ["send", 1, [10, 100]]
     assert "commit" not in lib.calls and lib.calls[-1] == "abort"
+
+
+class FailingTwice(ScriptedLibrary):
+    def commit(self):
+        self.calls.append("commit")
+        if self.calls.count("commit") <= 2:
+            raise LibraryError("timed out", retriable=True)
+
+
+def test_a_retriable_commit_failure_is_retried_once_and_ok_when_the_retry_returns():
+    lib = ScriptedLibrary(fail_at={"commit": LibraryError("timed out", retriable=True)})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == OK and lib.calls.count("commit") == 2
+
+
+def test_a_commit_that_fails_retriably_twice_is_not_retried_again():
+    lib = FailingTwice(fail_at={"abort": LibraryError("bad state")})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == INFO and lib.calls.count("commit") == 2
 
 
 def test_commit_error_then_abort_succeeding_is_fail():
