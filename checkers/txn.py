@@ -160,13 +160,17 @@ class TxnChecker:
 
 # --- reading the history ------------------------------------------------------------------------------------
 
+_KEYS: dict[Any, Any] = {}  # key as written -> key as judged (histories name a handful of keys, millions of times)
+
+
 def _key(k: Any) -> Any:
     """Keys are ints (a poll's JSON object keys are their decimal text); a foreign history's other keys stay."""
-    if isinstance(k, int):
-        return k
-    if isinstance(k, str) and k.lstrip("-").isdigit():
-        return int(k)
-    return k
+    got = _KEYS.get(k)
+    if got is None:
+        got = int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k
+        if len(_KEYS) < 1 << 16:
+            _KEYS[k] = got
+    return got
 
 
 class Txn:
@@ -190,21 +194,29 @@ class Txn:
         self.final = bool((inv.extra or {}).get("final"))
 
     def _add(self, mop: Any) -> None:
-        if isinstance(mop, list | tuple) and len(mop) == 3 and mop[0] == "send":
+        f = mop[0] if isinstance(mop, list | tuple) and mop else None
+        if f == "send" and len(mop) == 3:
             placed = mop[2]
             pair = (placed[0], placed[1]) if isinstance(placed, list | tuple) and len(placed) == 2 else (None, placed)
-            self.writes.setdefault(_key(mop[1]), []).append(pair)
-        elif isinstance(mop, list | tuple) and mop and mop[0] == "poll":
-            if len(mop) == 2 and isinstance(mop[1], dict):
-                for k, recs in mop[1].items():
-                    got = self.reads.setdefault(_key(k), [])
-                    for rec in recs or ():
-                        if not (isinstance(rec, list | tuple) and len(rec) == 2):
-                            raise ValueError(self._bad(mop))
-                        got.append((rec[0], rec[1]))
-            elif len(mop) != 1 and mop[1] is not None:
-                raise ValueError(self._bad(mop))
-        else:
+            k = _key(mop[1])
+            got = self.writes.get(k)
+            if got is None:
+                self.writes[k] = [pair]
+            else:
+                got.append(pair)
+        elif f == "poll" and len(mop) == 2 and isinstance(mop[1], dict):
+            reads = self.reads
+            for k, recs in mop[1].items():
+                k = _key(k)
+                try:
+                    pairs = [(o, v) for o, v in recs or ()]
+                except (TypeError, ValueError):  # a record that is not an [offset, value] pair
+                    raise ValueError(self._bad(mop)) from None
+                if k in reads:
+                    reads[k].extend(pairs)
+                else:
+                    reads[k] = pairs
+        elif f != "poll" or (len(mop) == 2 and mop[1] is not None) or len(mop) > 2:
             raise ValueError(self._bad(mop))
 
     def _bad(self, mop: Any) -> str:
@@ -409,15 +421,27 @@ class _Analysis:
     def internal_order(self) -> None:
         for t in self.txns:
             for k, pairs in t.reads.items():
-                if k in t.rebalanced:
-                    continue  # a rebalance during the op: no claim of contiguity (Jepsen)
-                for (_, v1), (_, v2) in zip(pairs, pairs[1:], strict=False):
-                    self._judge_pair_named("int-poll-", "int-nonmonotonic-poll", f"op #{t.op().index} polled",
-                                           k, v1, v2, [t.op()])
+                if len(pairs) > 1 and k not in t.rebalanced:  # a rebalance during the op: no contiguity (Jepsen)
+                    self._judge_steps(k, pairs, t, "int-poll-", "int-nonmonotonic-poll", "polled")
             for k, pairs in t.writes.items():
-                for (_, v1), (_, v2) in zip(pairs, pairs[1:], strict=False):
-                    self._judge_pair_named("int-send-", "int-nonmonotonic-send", f"op #{t.op().index} sent",
-                                           k, v1, v2, [t.op()])
+                if len(pairs) > 1:
+                    self._judge_steps(k, pairs, t, "int-send-", "int-nonmonotonic-send", "sent")
+
+    def _judge_steps(self, k: Any, pairs: list[tuple[Any, Any]], t: Txn, skip_prefix: str, nonmonotonic: str,
+                     verb: str) -> None:
+        """Each successive pair of one transaction's values of a key, judged only where the indexes do not
+        simply go up by one (the common case, checked here without a call)."""
+        order = self.orders.get(k)
+        if order is None:
+            return
+        index = order.index
+        before = index.get(pairs[0][1])
+        for n in range(1, len(pairs)):
+            now = index.get(pairs[n][1])
+            if before is not None and now is not None and now - before != 1:
+                self._judge_pair_named(skip_prefix, nonmonotonic, f"op #{t.op().index} {verb}", k, pairs[n - 1][1],
+                                       pairs[n][1], [t.op()])
+            before = now
 
     def _judge_pair_named(self, skip_prefix: str, nonmonotonic: str, what: str, k: Any, v1: Any, v2: Any,
                           ops: list[Op], **where: Any) -> None:
@@ -452,7 +476,7 @@ class _Analysis:
                 continue
             for k, pairs in t.reads.items():
                 before = last_read[p].get(k)
-                if before is not None and pairs:
+                if before is not None and pairs and before.reads[k]:  # an empty last read: where it stood is unknown
                     self._judge_pair_named("poll-", "nonmonotonic-poll",
                                            f"process {p}'s op #{before.op().index} polled up to, and its op "
                                            f"#{t.op().index} polled from,", k, before.reads[k][-1][1], pairs[0][1],
@@ -496,14 +520,16 @@ class _Analysis:
         for r in self.txns:
             if r.type != OK or not r.reads:
                 continue
-            spans: dict[Any, tuple[int, int, set]] = {}
+            spans: dict[Any, tuple[int, int, set, bool]] = {}
             for k, pairs in r.reads.items():
                 order = self.orders.get(k)
                 if order is None or k in r.rebalanced:
                     continue
-                idx = [order.index[v] for _, v in pairs if v in order.index]
+                idx = {order.index[v] for _, v in pairs if v in order.index}
                 if idx:
-                    spans[k] = (min(idx), max(idx), {v for _, v in pairs})
+                    spans[k] = (min(idx), max(idx), {v for _, v in pairs}, max(idx) - min(idx) + 1 > len(idx))
+            if not any(span[3] for span in spans.values()):
+                continue  # a read without holes passed over nothing
             writers: dict[int, Txn] = {}
             for k, pairs in r.reads.items():
                 wk = self.writer.get(k, {})
@@ -520,14 +546,14 @@ class _Analysis:
                                    f"read key {k2} across the place of {v2!r} that op also sent, without it",
                                    [r.op(), w.op()], kind="read", seen=[k1, v1], missing=[k2, v2])
 
-    def _torn_read(self, r: Txn, w: Txn, spans: dict[Any, tuple[int, int, set]]):
+    def _torn_read(self, r: Txn, w: Txn, spans: dict[Any, tuple[int, int, set, bool]]):
         seen = next(((k, v) for k, pairs in w.writes.items() if k in spans for _, v in pairs
                      if v in spans[k][2]), None)
         if seen is None:
             return None
         for k, pairs in w.writes.items():
             span = spans.get(k)
-            if span is None:
+            if span is None or not span[3]:
                 continue
             order = self.orders[k]
             for _, v in pairs:
@@ -539,8 +565,9 @@ class _Analysis:
 
 # --- the dependency graph ------------------------------------------------------------------------------------
 
-def _dependency_edges(a: _Analysis, graph_txns: list[Txn], ww_deps: bool, rw_deps: bool, edge) -> None:
-    """Every dependency edge, handed to `edge(t1, t2, kind, why-format, *args)` (failed txns are not nodes)."""
+def _dependency_edges(a: _Analysis, graph_txns: list[Txn], ww_deps: bool, rw_deps: bool, edge, realtime) -> None:
+    """Every dependency edge between `graph_txns`, handed to `edge(id1, id2, kind, why-format, *args)`;
+    `realtime(graph_txns, edge)` adds the real-time order (_realtime_barriers or _realtime_frontier)."""
     in_graph = {t.id for t in graph_txns}
     for r in graph_txns:
         for k, pairs in r.reads.items():
@@ -550,14 +577,14 @@ def _dependency_edges(a: _Analysis, graph_txns: list[Txn], ww_deps: bool, rw_dep
                 w = wk.get(v)
                 if w is not None and w is not r and w.id in in_graph and w.id not in linked:
                     linked.add(w.id)
-                    edge(w, r, WR, "sent {!r} to key {} (offset {}), which T{} polled", v, k, o, r.id)
+                    edge(w.id, r.id, WR, "sent {!r} to key {} (offset {}), which T{} polled", v, k, o, r.id)
             if rw_deps and pairs:
                 order = a.orders.get(k)
                 i = order.index.get(pairs[-1][1]) if order else None
                 if i is not None and i + 1 < len(order.values):
                     w = wk.get(order.values[i + 1])
                     if w is not None and w is not r and w.id in in_graph:
-                        edge(r, w, RW, "polled key {} up to offset {}, not seeing {!r} at offset {}, which T{} sent",
+                        edge(r.id, w.id, RW, "polled key {} up to offset {}, not seeing {!r} at offset {}, which T{} sent",
                              k, order.offsets[i], order.values[i + 1], order.offsets[i + 1], w.id)
     if ww_deps:
         for k, order in a.orders.items():
@@ -565,15 +592,50 @@ def _dependency_edges(a: _Analysis, graph_txns: list[Txn], ww_deps: bool, rw_dep
             for i in range(1, len(order.values)):
                 w1, w2 = wk.get(order.values[i - 1]), wk.get(order.values[i])
                 if w1 is not None and w2 is not None and w1 is not w2 and w1.id in in_graph and w2.id in in_graph:
-                    edge(w1, w2, WW, "sent {!r} to key {} at offset {}, just before T{}'s {!r} at offset {}",
+                    edge(w1.id, w2.id, WW, "sent {!r} to key {} at offset {}, just before T{}'s {!r} at offset {}",
                          order.values[i - 1], k, order.offsets[i - 1], w2.id, order.values[i], order.offsets[i])
     by_process: dict[Any, list[Txn]] = defaultdict(list)
     for t in graph_txns:
         by_process[t.inv.process].append(t)
     for ts in by_process.values():
         for t1, t2 in zip(ts, ts[1:], strict=False):
-            edge(t1, t2, PROCESS, "came before T{} in process {}", t2.id, t1.inv.process)
-    _realtime_edges(graph_txns, edge)
+            edge(t1.id, t2.id, PROCESS, "came before T{} in process {}", t2.id, t1.inv.process)
+    realtime(graph_txns, edge)
+
+
+def _realtime_frontier(txns: list[Txn], edge) -> None:
+    """T1 completed before T2 began, as edges between transactions (checkers/elle.py's frontier): for the
+    few transactions of the cyclic components, whose cycles are explained step by step."""
+    _realtime_edges(txns, lambda t1, t2, kind, *why: edge(t1.id, t2.id, kind, *why))
+
+
+def _realtime_barriers(first_free_id: int):
+    """T1 completed before T2 began, through barrier nodes (ids from `first_free_id` on): each completion
+    links to the newest barrier, each barrier to the one before, each invocation from the newest: T1
+    reaches T2 exactly when T1 completed before T2 began, with three edges a transaction at most (the
+    frontier's edges grow with the concurrency). Only for finding the cyclic components."""
+    def add(txns: list[Txn], edge) -> None:
+        events = []
+        for t in txns:
+            events.append((t.inv.time, 0, t))
+            if t.type == OK:
+                events.append((t.comp.time, 1, t))
+        events.sort(key=lambda e: (e[0], e[1]))  # at equal times invocations first: "before" is strict
+        barrier, read, next_id = None, False, first_free_id
+        for _, completion, t in events:
+            if not completion:
+                if barrier is not None:
+                    edge(barrier, t.id, REALTIME)
+                    read = True
+            elif barrier is None or read:
+                # a new barrier, as invocations already hang on the newest: they must not follow t
+                edge(t.id, next_id, REALTIME)
+                if barrier is not None:
+                    edge(barrier, next_id, REALTIME)
+                barrier, read, next_id = next_id, False, next_id + 1
+            else:
+                edge(t.id, barrier, REALTIME)
+    return add
 
 
 # The order a step's kind is named in: data dependencies first, anti-dependencies last (they make a class worse).
@@ -626,27 +688,25 @@ def _explain_cycle(sub: nx.DiGraph, cycle: list[int], steps: list[str],
 def _cycles(a: _Analysis, ww_deps: bool, rw_deps: bool, budget_s: float) -> tuple[dict[str, Any], bool]:
     graph_txns = [t for t in a.txns if t.type != FAIL]
     succ: dict[int, list[int]] = defaultdict(list)
-    n_edges = 0
 
-    def edge(t1: Txn, t2: Txn, kind: str, *why: Any) -> None:
-        nonlocal n_edges
-        succ[t1.id].append(t2.id)
-        n_edges += 1
+    def edge(x: int, y: int, kind: str, *why: Any) -> None:
+        succ[x].append(y)
 
-    _dependency_edges(a, graph_txns, ww_deps, rw_deps, edge)
-    sccs = _nontrivial_sccs(succ)
+    _dependency_edges(a, graph_txns, ww_deps, rw_deps, edge, _realtime_barriers(len(a.txns)))
+    stats = {"edges": sum(map(len, succ.values()))}
+    sccs = [{x for x in scc if x < len(a.txns)} for scc in _nontrivial_sccs(succ)]
     succ.clear()  # the cyclic parts get their edges again, with reasons, below
-    stats = {"edges": n_edges, "cyclic-components": len(sccs)}
+    stats["cyclic-components"] = len(sccs)
     if not sccs:
         return stats, False
     members = set().union(*sccs)
     kinds: dict[tuple[int, int], dict[str, tuple]] = {}
 
-    def explain(t1: Txn, t2: Txn, kind: str, *why: Any) -> None:
-        if t1.id in members and t2.id in members:
-            kinds.setdefault((t1.id, t2.id), {}).setdefault(kind, why)
+    def explain(x: int, y: int, kind: str, *why: Any) -> None:
+        if x in members and y in members:
+            kinds.setdefault((x, y), {}).setdefault(kind, why)
 
-    _dependency_edges(a, graph_txns, ww_deps, rw_deps, explain)
+    _dependency_edges(a, [t for t in graph_txns if t.id in members], ww_deps, rw_deps, explain, _realtime_frontier)
     by_id = {t.id: t for t in a.txns}
     deadline = time.monotonic() + budget_s
     searches = [s for s in _SEARCHES if (s[1] != WW or ww_deps) and (s[1] != RW or rw_deps)]
