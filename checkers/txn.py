@@ -525,9 +525,11 @@ class _Analysis:
                 order = self.orders.get(k)
                 if order is None or k in r.rebalanced:
                     continue
-                idx = {order.index[v] for _, v in pairs if v in order.index}
+                idx = [order.index[v] for _, v in pairs if v in order.index]
                 if idx:
-                    spans[k] = (min(idx), max(idx), {v for _, v in pairs}, max(idx) - min(idx) + 1 > len(idx))
+                    # holes in a forward read: it passed over values (a read going back is another anomaly)
+                    forward = all(a < b for a, b in zip(idx, idx[1:], strict=False))
+                    spans[k] = (idx[0], idx[-1], {v for _, v in pairs}, forward and idx[-1] - idx[0] + 1 > len(idx))
             if not any(span[3] for span in spans.values()):
                 continue  # a read without holes passed over nothing
             writers: dict[int, Txn] = {}

@@ -2,6 +2,9 @@
 must be flagged and one that must pass; the allowed configuration both ways. Several histories follow the
 cases of Jepsen's own tests (jepsen/test/jepsen/tests/kafka_test.clj), with int keys."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from checkers.txn import ANOMALY_TYPES, TxnChecker, TxnOptionError, check_txn
@@ -375,3 +378,54 @@ def test_every_named_analysis_has_an_explanation():
     from checkers.txn import EXPLANATIONS
 
     assert set(ANOMALY_TYPES) <= set(EXPLANATIONS)
+
+
+# --- Jepsen's EDN ----------------------------------------------------------------------------------------------
+
+KAFKA_EDN = Path(__file__).resolve().parent.parent / "data" / "kafka"
+MANIFEST = json.loads((KAFKA_EDN / "MANIFEST.json").read_text())["histories"]
+JEPSEN_NAMES = set(ANOMALY_TYPES) - {"torn-transaction"}  # torn-transaction is ours: Jepsen has no such analysis
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_a_jepsen_kafka_history_gets_the_verdict_jepsen_gives(name):
+    from checkers.formats.edn import parse_kafka_edn_history
+
+    want = MANIFEST[name]
+    r = TxnChecker().check({"workload_options": want["options"]}, parse_kafka_edn_history(KAFKA_EDN / name))
+    assert sorted(set(r.stats["error-types"]) & JEPSEN_NAMES) == sorted(want["error_types"])
+    assert sorted(set(r.stats["bad-error-types"]) & JEPSEN_NAMES) == sorted(want["bad_error_types"])
+    assert r.valid is want["valid"]
+
+
+def test_the_kafka_edn_reader_maps_jepsen_ops_to_the_txn_schema():
+    from checkers.formats.edn import parse_kafka_edn_history
+
+    ops = parse_kafka_edn_history(KAFKA_EDN / "valid.edn")
+    polled = ops[9]
+    assert polled.f == "txn" and polled.type == "ok" and polled.process == 1
+    assert polled.value == [["poll", {"0": [[0, 1], [2, 3]], "1": [[0, 2]]}], ["send", 1, [2, 4]]]
+    assert ops[19].extra["rebalance_log"] == [{"keys": [0], "type": "revoked"}, {"keys": [0], "type": "assigned"}]
+    assert ops[11].type == "fail" and ops[11].error == "aborted"
+    assert (ops[16].f, ops[17].type) == ("crash", "info")
+
+
+def test_a_txn_history_exported_to_edn_reads_back_with_the_same_verdict(tmp_path):
+    from checkers.formats.edn import export_edn, parse_kafka_edn_history
+
+    for h in (clean(), lost_history(read_all=False), wr_cycle(),
+              three_sends().poll(0, {0: [(1, "a"), (4, "d")]}, rebalance_log=[{"keys": [0], "type": "assigned"}])):
+        export_edn(h.ops, tmp_path / "h.edn")
+        back = parse_kafka_edn_history(tmp_path / "h.edn")
+        before, after = check_txn(h.ops).to_dict(), check_txn(back).to_dict()
+        assert (after["valid"], after["anomaly_types"]) == (before["valid"], before["anomaly_types"])
+
+
+def test_kafkaesque_check_judges_a_jepsen_kafka_history_with_the_tests_options(capsys):
+    from harness.check_cli import EXIT_BAD_INPUT, check_command
+
+    path = str(KAFKA_EDN / "poll-skip-subscribe.edn")
+    assert check_command(path, "edn", "txn", 10.0) == 0
+    assert check_command(path, "edn", "txn", 10.0, options=['sub_via=["assign"]']) == 1
+    assert check_command(path, "edn", "txn", 10.0, options=['allowed=["bogus"]']) == EXIT_BAD_INPUT
+    assert "bogus" in capsys.readouterr().err
