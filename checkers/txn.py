@@ -493,8 +493,9 @@ class _Analysis:
                         if delta < 1:
                             self.found.add("nonmonotonic-send",
                                            f"process {p}'s op #{before.op().index} sent {v1!r} to key {k}, then its op "
-                                           f"#{t.op().index} sent {v2!r}, which landed {-delta + 1} place(s) "
-                                           f"{'at' if delta == 0 else 'before'} it", [before.op(), t.op()],
+                                           f"#{t.op().index} sent {v2!r}, which landed "
+                                           f"{'in the same place' if delta == 0 else f'{-delta} place(s) before it'}",
+                                           [before.op(), t.op()],
                                            key=k, values=[v1, v2], delta=delta, process=p)
                     last_sent[p][k] = t
 
