@@ -53,6 +53,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import networkx as nx
@@ -62,6 +63,7 @@ from checkers.elle import PROCESS, REALTIME, RW, WR, WW, _nontrivial_sccs, _real
 from checkers.reasons import say
 from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
+_second = itemgetter(1)
 CYCLE_BASES = ("G0", "G1c", "G-single", "G2-item")
 CYCLE_TYPES = tuple(b + s for s in ("", "-process", "-realtime") for b in CYCLE_BASES)
 ANOMALY_TYPES = ("inconsistent-offsets", "duplicate", "lost-write", "unseen", "G1a", "precommitted-read",
@@ -208,12 +210,14 @@ class Txn:
             reads = self.reads
             for k, recs in mop[1].items():
                 k = _key(k)
-                try:
-                    pairs = [(o, v) for o, v in recs or ()]
-                except (TypeError, ValueError):  # a record that is not an [offset, value] pair
+                pairs = recs or []
+                try:  # each record an [offset, value] pair; kept as it is (a copy costs more than the check)
+                    if set(map(len, pairs)) - {2} or not isinstance(pairs, list):
+                        raise ValueError
+                except (TypeError, ValueError):
                     raise ValueError(self._bad(mop)) from None
                 if k in reads:
-                    reads[k].extend(pairs)
+                    reads[k] = reads[k] + pairs  # a new list: the op's own value is never changed
                 else:
                     reads[k] = pairs
         elif f != "poll" or (len(mop) == 2 and mop[1] is not None) or len(mop) > 2:
@@ -285,11 +289,13 @@ class _Analysis:
                 for _, v in pairs:
                     wk[v] = t
             for k, pairs in t.reads.items():
+                values = set(map(_second, pairs))
                 rk = self.first_reader[k]
-                for _, v in pairs:
-                    rk.setdefault(v, t)
+                for v in values:  # (not values - rk.keys(): that walks all of rk for every reader)
+                    if v not in rk:
+                        rk[v] = t
                 if t.type == OK:
-                    self.ok_read[k].update(v for _, v in pairs)
+                    self.ok_read[k].update(values)
         self.committed = [t for t in self.txns if self.must_have_committed(t)]
         self.orders = self._version_orders()
 
@@ -303,25 +309,24 @@ class _Analysis:
     def _version_orders(self) -> dict[Any, _Order]:
         logs: dict[Any, dict[int, list[Any]]] = defaultdict(dict)
 
-        def note(k: Any, o: Any, v: Any) -> None:
-            if o is None:
-                return
-            at = logs[k].get(o)
-            if at is None:
-                logs[k][o] = [v]
-            elif v not in at:
-                at.append(v)
+        def note(k: Any, pairs: Iterable) -> None:
+            log = logs[k]
+            for o, v in pairs:
+                at = log.get(o)
+                if at is None:
+                    if o is not None:  # an offset not known (a send that timed out) places nothing
+                        log[o] = [v]
+                elif v not in at:
+                    at.append(v)
 
         committed = {t.id for t in self.committed}
         for t in self.txns:
             if t.id in committed:
                 for k, pairs in t.writes.items():
-                    for o, v in pairs:
-                        note(k, o, v)
+                    note(k, pairs)
             for k, pairs in t.reads.items():
-                for o, v in pairs:
-                    note(k, o, v)
-        return {k: _Order(log) for k, log in logs.items()}
+                note(k, pairs)
+        return {k: _Order(log) for k, log in logs.items() if log}
 
     def op_of(self, k: Any, v: Any) -> Op | None:
         t = self.writer.get(k, {}).get(v) or self.first_reader.get(k, {}).get(v)

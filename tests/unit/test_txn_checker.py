@@ -468,3 +468,12 @@ def test_real_time_through_barrier_nodes_gives_the_same_cyclic_components_as_dir
         assert found[0] == found[1]
         cyclic += bool(found[0])
     assert cyclic > 20  # the property was tested on histories with cycles, not only on acyclic ones
+
+
+def test_checking_leaves_the_history_as_it_was():
+    import copy
+
+    h = three_sends().txn(0, [("poll", {0: [(1, "a")]}), ("poll", {0: [(2, "b"), (4, "d")]})])
+    before = copy.deepcopy([op.to_dict() for op in h.ops])
+    check_txn(h.ops)
+    assert [op.to_dict() for op in h.ops] == before
