@@ -12,7 +12,8 @@ Each analysis is defined once (`_Analysis` methods), named as Jepsen names it:
   inconsistent-offsets   two values at one offset of a key
   duplicate              one value at two offsets of a key
   lost-write             a committed send below the highest offset some committed read reached, never read
-  unseen                 a committed send no committed read ever returned
+  unseen                 a committed send no committed read ever returned (with final reads: in the keys
+                         a final read completed; a key with committed sends and none is unknown)
   G1a                    a committed read of a value sent by a failed (aborted) transaction
   precommitted-read      a transaction polled a value it sent itself (Kafka hides uncommitted records)
   int-poll-skip / int-nonmonotonic-poll   within one transaction, successive reads of a key skip over
@@ -44,8 +45,8 @@ Allowed (Jepsen's allowed-error-types): int-send-skip and G0 (and its forms) alw
 isolates writes; poll-skip and nonmonotonic-poll when consumers subscribe (rebalances move them); G1c
 (and forms) with ww_deps; G-single and G2-item (and forms) with rw_deps (polls are no snapshot); plus the
 test's workload option "allowed". Allowed anomalies are reported in details["allowed"], not as anomalies.
-Verdict: false on any anomaly not allowed; unknown when no transaction completed ok (nothing to judge)
-or the cycle search ran out of its budget where a forbidden cycle class could be; else true.
+Verdict: false on any anomaly not allowed; unknown when no transaction completed ok (nothing to judge),
+a final read of a key with committed sends did not complete, or the cycle search ran out of its budget where a forbidden cycle class could be; else true.
 """
 
 from __future__ import annotations
@@ -384,13 +385,23 @@ class _Analysis:
                                    f"offset {order.offsets[bound]}", [w.op(), top_reader.op()], key=k, value=v,
                                    index=first[v], max_read_index=bound)
 
-    def unseen(self) -> None:
+    def unseen(self) -> list[Any]:
+        """Jepsen's unseen; for a history with final reads (ours mark them), only in the keys a final read
+        completed: returns the keys with committed sends that none did (their verdict is unknown)."""
+        finals = [t for t in self.txns if t.final]
+        covered = {k for t in finals if t.type == OK for k in t.reads}
+        uncovered = []
         for k, wk in self.writer.items():
             read = self.ok_read.get(k, set())
             missing = [(v, t) for v, t in wk.items() if t.type == OK and v not in read]
+            if finals and k not in covered:
+                if missing:
+                    uncovered.append(k)
+                continue
             for v, t in missing:
                 self.found.add("unseen", f"{v!r} sent to key {k} by the committed op #{t.op().index} was never "
                                          f"returned by a committed read", [t.op()], key=k, value=v)
+        return sorted(uncovered, key=str)
 
     def aborted_reads(self) -> None:
         for t in self.txns:
@@ -742,7 +753,7 @@ def check_txn(history: Sequence[Op], *, subscribe: bool = False, ww_deps: bool =
     a.inconsistent_offsets()
     a.duplicates()
     a.lost_writes()
-    a.unseen()
+    uncovered = a.unseen()
     a.aborted_reads()
     a.precommitted_reads()
     a.internal_order()
@@ -754,6 +765,8 @@ def check_txn(history: Sequence[Op], *, subscribe: bool = False, ww_deps: bool =
     names = [n for n in ANOMALY_TYPES if found.counts[n]]
     bad = [n for n in names if n not in ok_allowed and n != "cycle-search-timeout"]
     reasons = []
+    if uncovered:
+        reasons.append(say("no-final-read", partitions=uncovered))
     if timed_out and not ({b + s for b in CYCLE_BASES for s in ("", "-process", "-realtime")} <= ok_allowed):
         reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s,
                            models="the Kafka transaction model (with the allowed anomalies)"))

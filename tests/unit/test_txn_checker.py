@@ -477,3 +477,14 @@ def test_checking_leaves_the_history_as_it_was():
     before = copy.deepcopy([op.to_dict() for op in h.ops])
     check_txn(h.ops)
     assert [op.to_dict() for op in h.ops] == before
+
+
+def test_with_final_reads_a_key_whose_final_read_did_not_complete_is_unknown_not_unseen():
+    h = H().send(0, 0, 0, 1).send(0, 1, 0, 2).poll(9, {0: [(0, 1)]}, final=True)
+    h.op("invoke", "poll", 10, [["poll"]], final=True).op("info", "poll", 10, None, final=True)
+    r = check_txn(h.ops)
+    assert r.valid == "unknown" and "unseen" not in names(r)
+    assert any("partitions [1]" in reason for reason in r.unknown_reasons)
+    r = check_txn(h.ops[:-2] + [Op("invoke", "poll", 10, [["poll"]], index=90, extra={"final": True}),
+                                Op("ok", "poll", 10, [["poll", {"1": []}]], index=91, time=1, extra={"final": True})])
+    assert r.valid is False and example(r, "unseen")["value"] == 2
