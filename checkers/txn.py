@@ -771,7 +771,7 @@ def check_txn(history: Sequence[Op], *, subscribe: bool = False, ww_deps: bool =
         reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s,
                            models="the Kafka transaction model (with the allowed anomalies)"))
     if not any(t.type == OK for t in a.txns):
-        reasons.append(say("no-client-ops") + " (no send, poll or txn operation completed ok)")
+        reasons.append(say("no-committed-transaction"))
     valid: Any = False if bad else UNKNOWN if reasons else True
 
     def anomaly(n: str) -> Anomaly:
@@ -783,9 +783,11 @@ def check_txn(history: Sequence[Op], *, subscribe: bool = False, ww_deps: bool =
              "error-types": names, "bad-error-types": bad, "allowed": sorted(ok_allowed),
              "check-seconds": round(time.monotonic() - started, 3)}
     details: dict[str, Any] = {}
-    allowed_found = [anomaly(n).to_dict() for n in names if n not in bad]
+    allowed_found = [anomaly(n).to_dict() for n in names if n not in bad and n != "cycle-search-timeout"]
     if allowed_found:
         details["allowed"] = allowed_found
+    if timed_out:
+        details["cycle_search_timeout"] = anomaly("cycle-search-timeout").to_dict()
     cycles = [ex["summary"] for n in names if n in CYCLE_TYPES and n in bad for ex in found.examples[n][:2]]
     if cycles:
         details["cycles_text"] = cycles

@@ -488,3 +488,10 @@ def test_with_final_reads_a_key_whose_final_read_did_not_complete_is_unknown_not
     r = check_txn(h.ops[:-2] + [Op("invoke", "poll", 10, [["poll"]], index=90, extra={"final": True}),
                                 Op("ok", "poll", 10, [["poll", {"1": []}]], index=91, time=1, extra={"final": True})])
     assert r.valid is False and example(r, "unseen")["value"] == 2
+
+
+def test_a_cycle_search_out_of_budget_is_unknown_and_says_so():
+    r = check_txn(wr_cycle().ops, cycle_budget_s=0)
+    assert r.valid == "unknown" and "G1c" not in names(r)
+    assert any("budget" in reason for reason in r.unknown_reasons)
+    assert r.details["cycle_search_timeout"]["count"] == 1
