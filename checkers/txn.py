@@ -416,6 +416,7 @@ class _Analysis:
                                               f"op #{w.op().index}, which failed", [t.op(), w.op()], key=k, value=v)
 
     def precommitted_reads(self) -> None:
+        """Once per transaction, as Jepsen counts them (its first key with such a read)."""
         for t in self.txns:
             for k, pairs in t.writes.items():
                 own = {v for _, v in t.reads.get(k, ())} & {v for _, v in pairs}
@@ -423,6 +424,7 @@ class _Analysis:
                     v = next(iter(own))
                     self.found.add("precommitted-read", f"op #{t.op().index} polled {v!r} from key {k}, which it "
                                                         f"sent itself before committing", [t.op()], key=k, value=v)
+                    break
 
     # Order within and between transactions ----------------------------------------------------------------
     def _step(self, k: Any, v1: Any, v2: Any) -> tuple[int, list[Any]]:
