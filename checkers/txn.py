@@ -539,18 +539,25 @@ class _Analysis:
         for r in self.txns:
             if r.type != OK or not r.reads:
                 continue
-            spans: dict[Any, tuple[int, int, set, bool]] = {}
+            places: dict[Any, tuple[list[Any], list[int]]] = {}
+            holes = False
             for k, pairs in r.reads.items():
                 order = self.orders.get(k)
                 if order is None or k in r.rebalanced:
                     continue
-                idx = [order.index[v] for _, v in pairs if v in order.index]
+                index = order.index
+                idx = [index[v] for _, v in pairs if v in index]
                 if idx:
+                    places[k] = (pairs, idx)
                     # holes in a forward read: it passed over values (a read going back is another anomaly)
-                    forward = all(a < b for a, b in zip(idx, idx[1:], strict=False))
-                    spans[k] = (idx[0], idx[-1], {v for _, v in pairs}, forward and idx[-1] - idx[0] + 1 > len(idx))
-            if not any(span[3] for span in spans.values()):
-                continue  # a read without holes passed over nothing
+                    holes = holes or (idx[-1] - idx[0] + 1 > len(idx)
+                                      and all(a < b for a, b in zip(idx, idx[1:], strict=False)))
+            if not holes:
+                continue  # a read without holes passed over nothing (the common case: no sets built)
+            spans: dict[Any, tuple[int, int, set, bool]] = {
+                k: (idx[0], idx[-1], set(map(_second, pairs)),
+                    idx[-1] - idx[0] + 1 > len(idx) and all(a < b for a, b in zip(idx, idx[1:], strict=False)))
+                for k, (pairs, idx) in places.items()}
             writers: dict[int, Txn] = {}
             for k, pairs in r.reads.items():
                 wk = self.writer.get(k, {})
