@@ -483,9 +483,13 @@ def cleanup(
 def check(
     file: Annotated[Path, typer.Argument(help="a history file")],
     format: Annotated[str, typer.Option(help="jsonl, edn, porcupine-etcd, porcupine-kv")] = "jsonl",
-    model: Annotated[str, typer.Option(help="queue, register, cas-register, etcd, kv, log (default: from the format)")] = "",
+    model: Annotated[str, typer.Option(help="queue, register, cas-register, etcd, kv, log, list-append, txn "
+                                            "(default: from the format)")] = "",
     time_limit: Annotated[float, typer.Option(help="checker budget in seconds")] = 60.0,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False,
+    option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a test setting the checker reads (repeatable; "
+                                                          "VALUE read as JSON): for txn sub_via, subscribe_p, "
+                                                          "ww_deps, rw_deps, allowed")] = None,
 ) -> None:
     """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown. --json prints the
     checkers' whole results (verdict, anomalies with examples, unknown reasons) as one JSON object."""
@@ -493,7 +497,7 @@ def check(
         from harness.check_cli import check_command
     except ImportError:
         fail("the history checker command is not available in this build.")
-    raise typer.Exit(check_command(str(file), format, model or None, time_limit, as_json))
+    raise typer.Exit(check_command(str(file), format, model or None, time_limit, as_json, option or []))
 
 
 @app.command()

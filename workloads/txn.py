@@ -56,6 +56,11 @@ TXN_OPTIONS = {
     "group": "the consumer group id (default kafkaesque-txn)",
     "max_txn_len": "most micro-ops in a transaction, 1-4 (default 4)",
     "txn_timeout_ms": "transaction.timeout.ms of the producers (default 10000)",
+    # Read by the checker (checkers/txn.py check_options), set on the same command line:
+    "allowed": "anomaly names the txn checker reports as allowed rather than as anomalies (comma-separated)",
+    "ww_deps": "the checker's dependency graph also links successive writes of a key (ww, as Jepsen's option)",
+    "rw_deps": "the checker's dependency graph also has anti-dependencies (rw, as Jepsen's option)",
+    "sub_via": "how consumers took keys, for the checker's allowed rules (default: from subscribe_p)",
 }
 ISOLATIONS = ("read_committed", "read_uncommitted")
 OP_TIMEOUT_S = 5.0        # each blocking client call (init, commit, abort, flush, send offsets)
