@@ -141,6 +141,15 @@ class CommittedWatcher(threading.Thread):
         self.consumer.close()
 
 
+def tear_down(cluster, members: list[Member], watcher: CommittedWatcher | None) -> None:
+    """A group test's end, passed or not: members stopped (they leave the group), the watcher, the cluster."""
+    for m in members:
+        m.stop()
+    if watcher is not None:
+        watcher.stop()
+    cluster.down()
+
+
 def assert_never_backwards(watcher: CommittedWatcher) -> None:
     for p, series in watcher.seen.items():
         assert series == sorted(series), f"partition {p}: a committed offset went backwards: {series}"

@@ -37,6 +37,7 @@ from tests.integration.group_txn_helpers import (
     group_state,
     produce,
     read_all,
+    tear_down,
 )
 from tests.integration.test_groups import GROUP_FLAGS
 
@@ -159,8 +160,4 @@ def test_consume_transform_produce_is_exactly_once_across_coordinator_kills_and_
               f"{len(outcomes.txns('uncertain'))} of unknown outcome; group coordinator killed in {state}, "
               f"then broker {txn_coordinator} (transaction coordinator)")
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
+        tear_down(cluster, members, watcher)

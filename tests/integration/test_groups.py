@@ -17,6 +17,7 @@ from tests.integration.group_txn_helpers import (
     assert_no_acked_commit_lost,
     group_state,
     produce,
+    tear_down,
 )
 
 pytestmark = pytest.mark.integration
@@ -52,11 +53,7 @@ def test_group_takes_over_a_killed_members_partitions_without_losing_a_commit(tm
         assert_never_backwards(watcher)
         assert_no_acked_commit_lost(members, watcher.latest())
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
+        tear_down(cluster, members, watcher)
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
@@ -93,11 +90,7 @@ def test_committed_offsets_survive_the_coordinators_death(tmp_path, client):
         assert_never_backwards(watcher)
         assert_no_acked_commit_lost(members, watcher.latest())
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
+        tear_down(cluster, members, watcher)
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
@@ -138,8 +131,4 @@ def test_coordinator_killed_in_the_middle_of_a_rebalance(tmp_path, client):
         assert_never_backwards(watcher)
         assert_no_acked_commit_lost(members, watcher.latest())
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
+        tear_down(cluster, members, watcher)
