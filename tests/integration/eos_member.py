@@ -56,8 +56,10 @@ class EosMember:
         """A producer with the member's transactional.id; init_transactions fences any earlier one and
         ends (commits or aborts, as decided) whatever transaction the id left open."""
         for attempt in range(10):
+            # librdkafka's "eos" debug goes to the member's .err file: what the transaction manager
+            # did, should a member stall (a test that fails shows it)
             p = Producer({"bootstrap.servers": self.a.bootstrap, "transactional.id": self.a.txn_id,
-                          "transaction.timeout.ms": 10000, "linger.ms": 1})
+                          "transaction.timeout.ms": 10000, "linger.ms": 1, "debug": "eos"})
             try:
                 p.init_transactions(30)
                 return p
@@ -84,9 +86,11 @@ class EosMember:
         offsets: dict[int, int] = {}
         for m in messages:
             offsets[m.partition()] = max(offsets.get(m.partition(), 0), m.offset() + 1)
+        emit("sending_offsets", txn=txn)
         p.send_offsets_to_transaction([TopicPartition(self.a.topic, q, o) for q, o in offsets.items()],
                                       self.consumer.consumer_group_metadata(), 30)
-        for _ in range(5):
+        for attempt in range(5):
+            emit("committing", txn=txn, attempt=attempt)
             try:
                 p.commit_transaction(30)
                 return offsets
@@ -101,7 +105,8 @@ class EosMember:
         (the producer is made again, which ends the transaction one way or the other)."""
         err = error_of(e)
         if err is not None and not err.fatal():
-            for _ in range(5):
+            for attempt in range(5):
+                emit("aborting", attempt=attempt, error=repr(e)[:300])
                 try:
                     self.producer.abort_transaction(30)
                     return "aborted"
