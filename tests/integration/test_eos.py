@@ -4,9 +4,11 @@ producer of its own, turns every input record into one output record and commits
 with send_offsets_to_transaction in the same transaction, while the test SIGKILLs
 
   1. the group coordinator's broker (leader of the group's __consumer_offsets partition) while a third
-     member's join has the group rebalancing, transactions running, then brings it back;
+     member's join has the group rebalancing, transactions running;
   2. a member (its open transaction left to time out) and, once its death has the group rebalancing,
-     the broker leading the survivors' __transaction_state partition.
+     the broker leading a survivor's __transaction_state partition;
+
+each broker started again once a new leader is elected (restart_after_election says why).
 
 Then: every committed transaction is read whole by read_committed and no aborted one is read
 (atomicity); every input record is in the output exactly once under read_committed; the group's
@@ -78,9 +80,23 @@ def leader(cluster: Cluster, topic: str, partition: int) -> int:
     return cluster.partition(topic, partition)["leader"]
 
 
-def wait_for_new_leader(cluster: Cluster, topic: str, partition: int, dead: int) -> None:
+def restart_after_election(cluster: Cluster, dead: int, topic: str, partition: int, members: list[EosMember]) -> None:
+    """After the kill of broker `dead`, leader of topic-partition: a new leader elected, then `dead` started
+    again and back in the ISR of every internal partition the test's group and members use.
+
+    The restart is not only for the next kill (min ISR 2 of 3 brokers): librdkafka (2.16 here) caches a
+    group's coordinator, and a send_offsets_to_transaction whose cached coordinator is a broker gone from
+    the metadata (fenced) waits, past its own timeout, until some broker's state changes (librdkafka
+    issues 5456 and 5511); without the dead broker's return, a member that sent offsets to it before
+    its death may stall for good."""
     cluster.wait_for(lambda: leader(cluster, topic, partition) not in (dead, -1), timeout=30,
                      what=f"a new leader of {topic}-{partition}")
+    cluster.restart(dead)
+    cluster.wait_unfenced([dead])
+    internal = [(OFFSETS_TOPIC, GroupCoordinator(CoordinatorConfig()).partition_for(GROUP))]
+    internal += [(TXN_STATE_TOPIC, TransactionCoordinator(lambda: 0).partition_for(m.txn_id)) for m in members]
+    cluster.wait_for(lambda: all(dead in cluster.partition(t, p)["isr"] for t, p in internal),
+                     timeout=60, what=f"broker {dead} back in the internal partitions' ISRs")
 
 
 def wait_for_progress(cluster: Cluster, members: list[EosMember], what: str) -> None:
@@ -104,7 +120,6 @@ def test_consume_transform_produce_is_exactly_once_across_coordinator_kills_and_
         watcher = CommittedWatcher(cluster.bootstrap, GROUP, IN, PARTITIONS)
         watcher.start()
         group_partition = GroupCoordinator(CoordinatorConfig()).partition_for(GROUP)
-        txn_partitions = {m.txn_id: TransactionCoordinator(lambda: 0).partition_for(m.txn_id) for m in members}
 
         # 1. The group coordinator dies in the middle of the third member's rebalance.
         group_coordinator = leader(cluster, OFFSETS_TOPIC, group_partition)
@@ -113,17 +128,12 @@ def test_consume_transform_produce_is_exactly_once_across_coordinator_kills_and_
                                  and group_state(cluster, group_coordinator, GROUP), timeout=30, interval=0.02,
                                  what="the third member's rebalance to begin")
         cluster.kill(group_coordinator)
-        wait_for_new_leader(cluster, OFFSETS_TOPIC, group_partition, group_coordinator)
+        restart_after_election(cluster, group_coordinator, OFFSETS_TOPIC, group_partition, members)
         cluster.wait_for(lambda: all(m.assignment() for m in members)
                          and set().union(*(m.assignment() for m in members)) == set(range(PARTITIONS)),
                          timeout=90, what=f"three members sharing every partition (coordinator killed in {state})")
         produce(cluster.bootstrap, IN, PARTITIONS, PER_STAGE)
         wait_for_progress(cluster, members, "all three members committing after the group coordinator's death")
-        cluster.restart(group_coordinator)
-        cluster.wait_unfenced([group_coordinator])
-        internal = [(OFFSETS_TOPIC, group_partition)] + [(TXN_STATE_TOPIC, p) for p in txn_partitions.values()]
-        cluster.wait_for(lambda: all(group_coordinator in cluster.partition(t, p)["isr"] for t, p in internal),
-                         timeout=60, what="the restarted broker back in the internal partitions' ISRs")
 
         # 2. A member dies mid-transaction; while its death has the group rebalancing, the transaction
         # coordinator of the survivors dies too (perhaps the group coordinator's broker as well).
@@ -138,7 +148,7 @@ def test_consume_transform_produce_is_exactly_once_across_coordinator_kills_and_
         txn_coordinator = leader(cluster, TXN_STATE_TOPIC, survivor_txn_partition)
         committed_before = len(Outcomes(survivors).txns("committed"))
         cluster.kill(txn_coordinator)
-        wait_for_new_leader(cluster, TXN_STATE_TOPIC, survivor_txn_partition, txn_coordinator)
+        restart_after_election(cluster, txn_coordinator, TXN_STATE_TOPIC, survivor_txn_partition, members)
 
         end = {p: 3 * PER_STAGE for p in range(PARTITIONS)}
         cluster.wait_for(lambda: watcher.latest() == end, timeout=180,
