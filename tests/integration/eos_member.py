@@ -48,7 +48,7 @@ class EosMember:
         self.consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.name,
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
                                   "isolation.level": "read_committed", "session.timeout.ms": 6000,
-                                  "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000})
+                                  "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 20000})
         self.consumer.subscribe([a.topic])
         self.producer = self.new_producer()
 
