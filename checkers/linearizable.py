@@ -31,85 +31,177 @@ class Budget(Exception):
     """The time or memory budget ran out: the verdict is unknown. The message says which."""
 
 
-class StepsExhausted(Exception):
-    """This round's step budget ran out (check_calls retries with a larger one)."""
+def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
+    """One partition's search as a generator: it yields every 1,024 steps (so several partitions can
+    be raced, and a deadline checked, without restarting anyone) and returns (legal, final state).
 
-
-def _search(calls: Sequence[Call], model: Model, deadline: float, max_cache: int,
-            max_steps: int | None = None) -> tuple[bool, Any]:
-    """One partition: True (and a final state) if some order of `calls` is legal, else False."""
+    Wing & Gong / Lowe over a doubly linked list of call and return entries, memoizing (linearized
+    set as an int bitset, model state), plus three prunings that keep the verdict exact:
+      - a determinate op that never changes the state (a read, per the model's `preserves_state`)
+        is linearized as soon as it is legal, with no alternative tried: if any order works, one
+        that places it first works too, since it changes nothing and only frees later ops;
+      - an indeterminate op whose effect leaves the state as it is is skipped: an order that uses
+        it there works without it;
+      - indeterminate ops with the same input are interchangeable, so they are linearized in
+        invocation order only.
+    The last two need the model's promise that an indeterminate op is always legal
+    (`indeterminate_always_legal`): then the search also stops when every determinate op is
+    placed, as the remaining indeterminate ones may take effect after everything, or never.
+    """
     n = len(calls)
+    init = model.init()
     if n == 0:
-        return True, model.init()
+        return True, init
+    optional = model.indeterminate_always_legal
+    # entries: calls are 0..n-1 by call time, returns n..2n-1; position in the list by time
     events = sorted([(c.call, 0, i) for i, c in enumerate(calls)] + [(c.ret, 1, i) for i, c in enumerate(calls)])
     m = len(events)
     head = m
-    nxt = list(range(1, m + 1)) + [0]
+    nxt = list(range(1, m + 2))
     nxt[m - 1] = -1
+    nxt[head] = 0
     prv = [k - 1 for k in range(m)] + [-1]
     prv[0] = head
-    is_call = [e[1] == 0 for e in events]
-    cid = [e[2] for e in events]
-    match = [0] * m
+    # -1 marks a return entry, the head, and m + 1 (where a failed node sends the scan)
+    cid = [i if kind == 0 else -1 for _, kind, i in events] + [-1, -1]
     pos_of_call = [0] * n
+    match = [0] * m
     for p, (_, kind, i) in enumerate(events):
         if kind == 0:
             pos_of_call[i] = p
-    for p, (_, kind, i) in enumerate(events):
-        if kind == 1:
+        else:
             match[pos_of_call[i]] = p
     step = model.step
     inputs = [c.input for c in calls]
     outputs = [c.output for c in calls]
-    state = model.init()
+    unknown = [c.output is UNKNOWN_OUTPUT for c in calls]
+    observer = [not u and model.preserves_state(c.input, c.output) for u, c in zip(unknown, calls)]
+    transitions: list[dict] = [{} for _ in range(n)]  # per call: state -> step's (legal, new state)
+    # gate[i]: the indeterminate op with input equal to i's invoked just before it (-1: none)
+    gate = [-1] * n
+    if optional:
+        last: dict[Any, int] = {}
+        for i in sorted(range(n), key=lambda i: calls[i].call):
+            if unknown[i]:
+                try:
+                    gate[i] = last.get(inputs[i], -1)
+                    last[inputs[i]] = i
+                except TypeError:  # an unhashable input: no class, no gate
+                    pass
+    determinate_left = n - sum(unknown) if optional else n
+    if determinate_left == 0:
+        return True, init
+    state = init
     linearized = 0
     cache: set = set()
-    stack: list[tuple[int, Any]] = []
-    p = nxt[head]
+    stack: list[tuple[int, Any, bool]] = []  # (call entry, state before it, forced)
     steps = 0
-    while nxt[head] != -1:
-        steps += 1
-        if steps & 0x3FF == 0:
-            if time.monotonic() > deadline:
-                raise Budget("time")
-            if len(cache) > max_cache:
-                raise Budget(f"memo limit of {max_cache:,} states")
-            if max_steps is not None and steps > max_steps:
-                raise StepsExhausted
-        if is_call[p]:
-            i = cid[p]
-            ok, new_state = step(state, inputs[i], outputs[i])
-            if ok:
+    arrived = True  # at a new node: look for a forced op first
+    p = nxt[head]
+    while True:
+        if arrived:
+            arrived = False
+            q = nxt[head]
+            while (i := cid[q]) >= 0:
+                if observer[i]:
+                    tr = transitions[i]
+                    t = tr.get(state)
+                    if t is None:
+                        t = tr[state] = step(state, inputs[i], outputs[i])
+                    if t[0]:
+                        key = (linearized | (1 << i), state)
+                        if key in cache:
+                            q = -2  # this node was judged already: it fails
+                            break
+                        cache.add(key)
+                        stack.append((q, state, True))
+                        linearized = key[0]
+                        r = match[q]
+                        a, b = prv[q], nxt[q]
+                        nxt[a] = b
+                        prv[b] = a
+                        a, b = prv[r], nxt[r]
+                        nxt[a] = b
+                        if b != -1:
+                            prv[b] = a
+                        determinate_left -= 1
+                        if determinate_left == 0:
+                            return True, state
+                        q = -1
+                        break
+                q = nxt[q]
+            if q == -1:
+                arrived = True
+                continue
+            p = nxt[head] if q != -2 else m + 1  # m + 1 is never a call: backtrack at once
+        # scan the calls before the first pending return
+        while (i := cid[p]) >= 0:
+            steps += 1
+            if steps & 0x3FF == 0:
+                if len(cache) > max_cache:
+                    raise Budget(f"memo limit of {max_cache:,} states")
+                yield
+            tr = transitions[i]
+            t = tr.get(state)
+            if t is None:
+                t = tr[state] = step(state, inputs[i], outputs[i])
+            if t[0]:
+                new_state = t[1]
+                if unknown[i] and optional and (new_state is state or new_state == state or (gate[i] >= 0 and not (linearized >> gate[i]) & 1)):
+                    p = nxt[p]
+                    continue
                 key = (linearized | (1 << i), new_state)
                 if key not in cache:
                     cache.add(key)
-                    stack.append((p, state))
+                    stack.append((p, state, False))
                     state, linearized = new_state, key[0]
-                    # lift the call and its return out of the list
                     r = match[p]
-                    nxt[prv[p]] = nxt[p]
-                    if nxt[p] != -1:
-                        prv[nxt[p]] = prv[p]
-                    nxt[prv[r]] = nxt[r]
-                    if nxt[r] != -1:
-                        prv[nxt[r]] = prv[r]
-                    p = nxt[head]
-                    continue
+                    a, b = prv[p], nxt[p]
+                    nxt[a] = b
+                    prv[b] = a
+                    a, b = prv[r], nxt[r]
+                    nxt[a] = b
+                    if b != -1:
+                        prv[b] = a
+                    if not (unknown[i] and optional):
+                        determinate_left -= 1
+                        if determinate_left == 0:
+                            return True, state
+                    arrived = True
+                    break
             p = nxt[p]
-        else:
+        if arrived:
+            continue
+        # a pending return (or a failed node): undo the last choice; a forced one fails its node too
+        while True:
             if not stack:
                 return False, None
-            p, state = stack.pop()
-            linearized &= ~(1 << cid[p])
+            p, state, forced = stack.pop()
+            i = cid[p]
+            linearized &= ~(1 << i)
+            if not (unknown[i] and optional):
+                determinate_left += 1
             r = match[p]
             nxt[prv[r]] = r
-            if nxt[r] != -1:
-                prv[nxt[r]] = r
+            if (b := nxt[r]) != -1:
+                prv[b] = r
             nxt[prv[p]] = p
-            if nxt[p] != -1:
-                prv[nxt[p]] = p
-            p = nxt[p]
-    return True, state
+            prv[nxt[p]] = p
+            if not forced:
+                break
+        p = nxt[p]
+
+
+def _search(calls: Sequence[Call], model: Model, deadline: float, max_cache: int) -> tuple[bool, Any]:
+    """One partition: True (and a final state) if some order of `calls` is legal, else False."""
+    search = _search_steps(calls, model, max_cache)
+    try:
+        while True:
+            next(search)
+            if time.monotonic() > deadline:
+                raise Budget("time")
+    except StopIteration as done:
+        return done.value
 
 
 # --- from histories to calls -------------------------------------------------------------------
@@ -181,16 +273,21 @@ def check_calls(calls: Sequence[Call], model: Model, time_limit: float | None = 
     for c in calls:
         parts.setdefault(c.key, []).append(c)
     verdicts: dict[Any, Any] = {}
-    # Race the partitions with a growing step budget (as Porcupine does): an illegal
-    # partition is usually refuted quickly, while a legal one may take long to confirm.
-    pending = dict(parts)
-    max_steps = 2000
+    # Race the partitions in rounds of a growing number of steps (as Porcupine runs them side by
+    # side): an illegal partition is usually refuted quickly, a legal one may take long to confirm.
+    pending = {key: _search_steps(part, model, max_cache) for key, part in parts.items()}
+    slices = 2  # per partition and round, of 1,024 steps each
     while pending:
         for key in list(pending):
+            search = pending[key]
             try:
-                ok, _ = _search(pending[key], model, deadline, max_cache, max_steps)
-            except StepsExhausted:
+                for _ in range(slices):
+                    next(search)
+                    if time.monotonic() > deadline:
+                        raise Budget("time")
                 continue
+            except StopIteration as done:
+                ok = done.value[0]
             except Budget as spent:
                 verdicts[key] = UNKNOWN
                 if budget_spent is not None:
@@ -201,7 +298,7 @@ def check_calls(calls: Sequence[Call], model: Model, time_limit: float | None = 
             del pending[key]
             if ok is False:
                 return False, verdicts  # one illegal partition decides the verdict
-        max_steps *= 4
+        slices *= 2
     for key in parts:
         verdicts.setdefault(key, UNKNOWN)
     if any(v is False for v in verdicts.values()):

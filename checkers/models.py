@@ -37,12 +37,20 @@ class Call:
 
 class Model:
     name = "model"
+    # True when every op with UNKNOWN_OUTPUT is legal in every state: the search may then leave
+    # such an op out, and treat two with equal inputs as interchangeable (checkers/linearizable.py).
+    indeterminate_always_legal = False
 
     def init(self) -> Hashable:
         raise NotImplementedError
 
     def step(self, state: Hashable, input: Any, output: Any) -> tuple[bool, Hashable]:
         raise NotImplementedError
+
+    def preserves_state(self, input: Any, output: Any) -> bool:
+        """True if the op, wherever it is legal, leaves the state as it is (a read): the search then
+        places it as soon as it is legal, with no alternative to try."""
+        return False
 
     def observes(self, c: Call) -> bool:
         """Whether the call's observed output constrains the state (a read, a cas whose outcome is
@@ -62,6 +70,7 @@ class CasRegister(Model):
     outputs: the value read; for cas True (matched) or False (ran and did not match)."""
 
     name = "cas-register"
+    indeterminate_always_legal = True
 
     def __init__(self, initial: Any = ABSENT):
         self.initial = initial
@@ -81,6 +90,10 @@ class CasRegister(Model):
                 return True, (b if state == a else state)
             return (state == a) == bool(output), (b if output else state)
         raise ValueError(f"cas-register has no operation {f!r}")
+
+    def preserves_state(self, input, output):
+        # a read, or a cas known not to have matched
+        return input[0] == "read" or (input[0] == "cas" and output is not UNKNOWN_OUTPUT and not output)
 
     def observes(self, c: Call) -> bool:
         return c.input[0] in ("read", "cas") and c.output is not UNKNOWN_OUTPUT
@@ -112,6 +125,7 @@ class KV(Model):
     """String registers per key, initially "": ("get", k) -> s, ("put", k, s), ("append", k, s)."""
 
     name = "kv"
+    indeterminate_always_legal = True
 
     def init(self) -> Hashable:
         return ""
@@ -126,6 +140,9 @@ class KV(Model):
             return True, state + input[2]
         raise ValueError(f"kv has no operation {f!r}")
 
+    def preserves_state(self, input, output):
+        return input[0] == "get"
+
     def observes(self, c: Call) -> bool:
         return c.input[0] == "get" and c.output is not UNKNOWN_OUTPUT
 
@@ -139,6 +156,7 @@ class Log(Model):
     (a final read). State: the tuple of committed values."""
 
     name = "log"
+    indeterminate_always_legal = True
 
     def init(self) -> Hashable:
         return ()
@@ -150,12 +168,17 @@ class Log(Model):
                 return True, state + (input[1],)
             return False, state
         if f == "read":
+            if output is UNKNOWN_OUTPUT:
+                return True, state  # a read with no answer constrains nothing (as in the other models)
             records, end = input[1], input[2]
             for o, v in records:
                 if o >= len(state) or state[o] != v:
                     return False, state
             return (end is None or end == len(state)), state
         raise ValueError(f"log has no operation {f!r}")
+
+    def preserves_state(self, input, output):
+        return input[0] == "read"
 
     def observes(self, c: Call) -> bool:
         return c.input[0] == "read" or c.output is not UNKNOWN_OUTPUT  # a read, or an append's offset
