@@ -27,6 +27,9 @@ from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 NEVER = 1 << 60  # the return position of an indeterminate op
 
 
+REACH_TARGETS = 3  # how many upcoming returns a new state is tested against (cost vs pruning)
+
+
 class Budget(Exception):
     """The time or memory budget ran out: the verdict is unknown. The message says which."""
 
@@ -36,10 +39,13 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     be raced, and a deadline checked, without restarting anyone) and returns (legal, final state).
 
     Wing & Gong / Lowe over a doubly linked list of call and return entries, memoizing (linearized
-    set as an int bitset, model state), plus three prunings that keep the verdict exact:
+    set as an int bitset, model state), plus prunings that keep the verdict exact:
       - a determinate op that never changes the state (a read, per the model's `preserves_state`)
         is linearized as soon as it is legal, with no alternative tried: if any order works, one
         that places it first works too, since it changes nothing and only frees later ops;
+      - a new state must still allow the next few pending determinate ops (the model's `reach`):
+        until the first pending op that may overwrite the state (a put), only ops that extend it
+        can come before them, and a kv get of "ab" cannot follow a state "ac";
       - an indeterminate op whose effect leaves the state as it is is skipped: an order that uses
         it there works without it;
       - indeterminate ops with the same input are interchangeable, so they are linearized in
@@ -53,17 +59,19 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     if n == 0:
         return True, init
     optional = model.indeterminate_always_legal
-    # entries: calls are 0..n-1 by call time, returns n..2n-1; position in the list by time
     events = sorted([(c.call, 0, i) for i, c in enumerate(calls)] + [(c.ret, 1, i) for i, c in enumerate(calls)])
     m = len(events)
+    # the entry list: positions 0..m-1 in time order, the head at m; m + 1 is a dead end where a
+    # node that fails at once sends its scan. cid: the call's id at a call entry, -1 elsewhere;
+    # rid: the op's id at a return entry.
     head = m
     nxt = list(range(1, m + 2))
     nxt[m - 1] = -1
     nxt[head] = 0
     prv = [k - 1 for k in range(m)] + [-1]
     prv[0] = head
-    # -1 marks a return entry, the head, and m + 1 (where a failed node sends the scan)
     cid = [i if kind == 0 else -1 for _, kind, i in events] + [-1, -1]
+    rid = [i for _, _, i in events]
     pos_of_call = [0] * n
     match = [0] * m
     for p, (_, kind, i) in enumerate(events):
@@ -75,7 +83,10 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     inputs = [c.input for c in calls]
     outputs = [c.output for c in calls]
     unknown = [c.output is UNKNOWN_OUTPUT for c in calls]
-    observer = [not u and model.preserves_state(c.input, c.output) for u, c in zip(unknown, calls)]
+    optional_op = [u and optional for u in unknown]
+    observer = [not u and model.preserves_state(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
+    extends = [model.extends_state(c.input, c.output) for c in calls]
+    reach = [None if u else model.reach(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
     transitions: list[dict] = [{} for _ in range(n)]  # per call: state -> step's (legal, new state)
     # gate[i]: the indeterminate op with input equal to i's invoked just before it (-1: none)
     gate = [-1] * n
@@ -88,13 +99,14 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
                     last[inputs[i]] = i
                 except TypeError:  # an unhashable input: no class, no gate
                     pass
-    determinate_left = n - sum(unknown) if optional else n
+    determinate_left = n - sum(optional_op)
     if determinate_left == 0:
         return True, init
     state = init
     linearized = 0
     cache: set = set()
     stack: list[tuple[int, Any, bool]] = []  # (call entry, state before it, forced)
+    targets: list = []  # (op, reach test) of the next pending returns a new state must allow
     steps = 0
     arrived = True  # at a new node: look for a forced op first
     p = nxt[head]
@@ -133,7 +145,12 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             if q == -1:
                 arrived = True
                 continue
-            p = nxt[head] if q != -2 else m + 1  # m + 1 is never a call: backtrack at once
+            if q == -2:
+                p = m + 1
+            else:
+                p = nxt[head]
+                # the pending returns up to the first call that may overwrite the state
+                _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         # scan the calls before the first pending return
         while (i := cid[p]) >= 0:
             steps += 1
@@ -147,28 +164,33 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
                 t = tr[state] = step(state, inputs[i], outputs[i])
             if t[0]:
                 new_state = t[1]
-                if unknown[i] and optional and (new_state is state or new_state == state or (gate[i] >= 0 and not (linearized >> gate[i]) & 1)):
+                if optional_op[i] and (new_state is state or new_state == state
+                                       or (gate[i] >= 0 and not (linearized >> gate[i]) & 1)):
                     p = nxt[p]
                     continue
-                key = (linearized | (1 << i), new_state)
-                if key not in cache:
-                    cache.add(key)
-                    stack.append((p, state, False))
-                    state, linearized = new_state, key[0]
-                    r = match[p]
-                    a, b = prv[p], nxt[p]
-                    nxt[a] = b
-                    prv[b] = a
-                    a, b = prv[r], nxt[r]
-                    nxt[a] = b
-                    if b != -1:
+                for o, test in targets:
+                    if o != i and not test(new_state):
+                        break
+                else:
+                    key = (linearized | (1 << i), new_state)
+                    if key not in cache:
+                        cache.add(key)
+                        stack.append((p, state, False))
+                        state, linearized = new_state, key[0]
+                        r = match[p]
+                        a, b = prv[p], nxt[p]
+                        nxt[a] = b
                         prv[b] = a
-                    if not (unknown[i] and optional):
-                        determinate_left -= 1
-                        if determinate_left == 0:
-                            return True, state
-                    arrived = True
-                    break
+                        a, b = prv[r], nxt[r]
+                        nxt[a] = b
+                        if b != -1:
+                            prv[b] = a
+                        if not optional_op[i]:
+                            determinate_left -= 1
+                            if determinate_left == 0:
+                                return True, state
+                        arrived = True
+                        break
             p = nxt[p]
         if arrived:
             continue
@@ -179,7 +201,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             p, state, forced = stack.pop()
             i = cid[p]
             linearized &= ~(1 << i)
-            if not (unknown[i] and optional):
+            if not optional_op[i]:
                 determinate_left += 1
             r = match[p]
             nxt[prv[r]] = r
@@ -189,7 +211,30 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             prv[nxt[p]] = p
             if not forced:
                 break
+        # back at a node whose targets the scan needs again
+        _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         p = nxt[p]
+
+
+def _reach_targets(targets: list, w: int, nxt: list[int], cid: list[int], rid: list[int], extends: list[bool],
+                   unknown: list[bool], reach: list) -> None:
+    """Fill `targets` with (op, reach test) of the first pending returns, walking the entry list from
+    `w` and stopping at the first pending call that may overwrite the state: until then, only ops
+    that extend the state can take effect before those returns."""
+    targets.clear()
+    while w != -1:
+        if (i := cid[w]) >= 0:
+            if not extends[i]:
+                return
+        else:
+            o = rid[w]
+            if unknown[o]:
+                return  # only indeterminate returns remain
+            if (test := reach[o]) is not None:
+                targets.append((o, test))
+                if len(targets) == REACH_TARGETS:
+                    return
+        w = nxt[w]
 
 
 def _search(calls: Sequence[Call], model: Model, deadline: float, max_cache: int) -> tuple[bool, Any]:

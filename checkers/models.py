@@ -52,6 +52,16 @@ class Model:
         places it as soon as it is legal, with no alternative to try."""
         return False
 
+    def extends_state(self, input: Any, output: Any) -> bool:
+        """True if the op, wherever it is legal, leaves a state that `reach` still accepts whenever
+        it accepted the state before (an append, a read); False if it may overwrite (a put)."""
+        return False
+
+    def reach(self, input: Any, output: Any):
+        """For a determinate op: a test of states that is False only if, after ops that extend the
+        state (see extends_state) and nothing else, the op can never be legal; None if no test."""
+        return None
+
     def observes(self, c: Call) -> bool:
         """Whether the call's observed output constrains the state (a read, a cas whose outcome is
         known): a history without one is legal in any order, so it proves nothing."""
@@ -143,6 +153,13 @@ class KV(Model):
     def preserves_state(self, input, output):
         return input[0] == "get"
 
+    def extends_state(self, input, output):
+        return input[0] != "put"
+
+    def reach(self, input, output):
+        # appends only lengthen the string: a get can still see "ab..." only from a prefix of it
+        return output.startswith if input[0] == "get" else None
+
     def observes(self, c: Call) -> bool:
         return c.input[0] == "get" and c.output is not UNKNOWN_OUTPUT
 
@@ -179,6 +196,19 @@ class Log(Model):
 
     def preserves_state(self, input, output):
         return input[0] == "read"
+
+    def extends_state(self, input, output):
+        return True  # the log only grows
+
+    def reach(self, input, output):
+        if input[0] == "append":
+            return lambda state: len(state) <= output  # the log must not have passed its offset
+        records, end = input[1], input[2]
+
+        def can_still_read(state):
+            n = len(state)
+            return (end is None or end >= n) and all(state[o] == v for o, v in records if o < n)
+        return can_still_read
 
     def observes(self, c: Call) -> bool:
         return c.input[0] == "read" or c.output is not UNKNOWN_OUTPUT  # a read, or an append's offset
