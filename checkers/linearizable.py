@@ -87,6 +87,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     observer = [not u and model.preserves_state(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
     extends = [model.extends_state(c.input, c.output) for c in calls]
     reach = [None if u else model.reach(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
+    tests_reach = any(test is not None for test in reach)
     transitions: list[dict] = [{} for _ in range(n)]  # per call: state -> step's (legal, new state)
     # gate[i]: the indeterminate op with input equal to i's invoked just before it (-1: none)
     gate = [-1] * n
@@ -150,7 +151,8 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             else:
                 p = nxt[head]
                 # the pending returns up to the first call that may overwrite the state
-                _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
+                if tests_reach:
+                    _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         # scan the calls before the first pending return
         while (i := cid[p]) >= 0:
             steps += 1
@@ -212,7 +214,8 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             if not forced:
                 break
         # back at a node whose targets the scan needs again
-        _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
+        if tests_reach:
+            _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         p = nxt[p]
 
 
