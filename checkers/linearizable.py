@@ -49,8 +49,10 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
       - an indeterminate op whose effect leaves the state as it is is skipped: an order that uses
         it there works without it;
       - indeterminate ops with the same input are interchangeable, so they are linearized in
-        invocation order only.
-    The last two need the model's promise that an indeterminate op is always legal
+        invocation order only;
+      - an op that overwrites the state whatever it was (a write, a put) is not placed right after
+        an indeterminate op: the order without that indeterminate op does as well, with less used.
+    The last three need the model's promise that an indeterminate op is always legal
     (`indeterminate_always_legal`): then the search also stops when every determinate op is
     placed, as the remaining indeterminate ones may take effect after everything, or never.
     """
@@ -88,6 +90,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     extends = [model.extends_state(c.input, c.output) for c in calls]
     reach = [None if u else model.reach(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
     tests_reach = any(test is not None for test in reach)
+    overwrites = [model.overwrites(c.input, c.output) for c in calls]
     transitions: list[dict] = [{} for _ in range(n)]  # per call: state -> step's (legal, new state)
     # gate[i]: the indeterminate op with input equal to i's invoked just before it (-1: none)
     gate = [-1] * n
@@ -154,12 +157,16 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
                 if tests_reach:
                     _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         # scan the calls before the first pending return
+        after_optional = optional_op[cid[stack[-1][0]]] if stack else False
         while (i := cid[p]) >= 0:
             steps += 1
             if steps & 0x3FF == 0:
                 if len(cache) > max_cache:
                     raise Budget(f"memo limit of {max_cache:,} states")
                 yield
+            if after_optional and overwrites[i]:
+                p = nxt[p]  # the indeterminate op just placed would be wasted: the node before it tries this
+                continue
             tr = transitions[i]
             t = tr.get(state)
             if t is None:

@@ -52,6 +52,11 @@ class Model:
         places it as soon as it is legal, with no alternative to try."""
         return False
 
+    def overwrites(self, input: Any, output: Any) -> bool:
+        """True if the op is legal in every state and leaves a state that does not depend on the
+        one before (a write, a put)."""
+        return False
+
     def extends_state(self, input: Any, output: Any) -> bool:
         """True if the op, wherever it is legal, leaves a state that `reach` still accepts whenever
         it accepted the state before (an append, a read); False if it may overwrite (a put)."""
@@ -100,6 +105,9 @@ class CasRegister(Model):
                 return True, (b if state == a else state)
             return (state == a) == bool(output), (b if output else state)
         raise ValueError(f"cas-register has no operation {f!r}")
+
+    def overwrites(self, input, output):
+        return input[0] == "write"
 
     def preserves_state(self, input, output):
         # a read, or a cas known not to have matched
@@ -152,6 +160,9 @@ class KV(Model):
 
     def preserves_state(self, input, output):
         return input[0] == "get"
+
+    def overwrites(self, input, output):
+        return input[0] == "put"
 
     def extends_state(self, input, output):
         return input[0] != "put"
