@@ -115,6 +115,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     arrived = True  # at a new node: look for a forced op first
     p = nxt[head]
     while True:
+        descend = False  # set with p (the call to place), new_state and forced
         if arrived:
             arrived = False
             q = nxt[head]
@@ -129,79 +130,67 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
                         if key in cache:
                             q = -2  # this node was judged already: it fails
                             break
-                        cache.add(key)
-                        stack.append((q, state, True))
-                        linearized = key[0]
-                        r = match[q]
-                        a, b = prv[q], nxt[q]
-                        nxt[a] = b
-                        prv[b] = a
-                        a, b = prv[r], nxt[r]
-                        nxt[a] = b
-                        if b != -1:
-                            prv[b] = a
-                        determinate_left -= 1
-                        if determinate_left == 0:
-                            return True, state
-                        q = -1
+                        p, new_state, forced, descend = q, state, True, True
                         break
                 q = nxt[q]
-            if q == -1:
-                arrived = True
-                continue
-            if q == -2:
+            if descend:
+                pass
+            elif q == -2:
                 p = m + 1
             else:
                 p = nxt[head]
                 # the pending returns up to the first call that may overwrite the state
                 if tests_reach:
                     _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
-        # scan the calls before the first pending return
-        after_optional = optional_op[cid[stack[-1][0]]] if stack else False
-        while (i := cid[p]) >= 0:
-            steps += 1
-            if steps & 0x3FF == 0:
-                if len(cache) > max_cache:
-                    raise Budget(f"memo limit of {max_cache:,} states")
-                yield
-            if after_optional and overwrites[i]:
-                p = nxt[p]  # the indeterminate op just placed would be wasted: the node before it tries this
-                continue
-            tr = transitions[i]
-            t = tr.get(state)
-            if t is None:
-                t = tr[state] = step(state, inputs[i], outputs[i])
-            if t[0]:
-                new_state = t[1]
-                if optional_op[i] and (new_state is state or new_state == state
-                                       or (gate[i] >= 0 and not (linearized >> gate[i]) & 1)):
-                    p = nxt[p]
+        if not descend:
+            # scan the calls before the first pending return
+            after_optional = optional_op[cid[stack[-1][0]]] if stack else False
+            while (i := cid[p]) >= 0:
+                steps += 1
+                if steps & 0x3FF == 0:
+                    if len(cache) > max_cache:
+                        raise Budget(f"memo limit of {max_cache:,} states")
+                    yield
+                if after_optional and overwrites[i]:
+                    p = nxt[p]  # the indeterminate op just placed would be wasted: the node before it tries this
                     continue
-                for o, test in targets:
-                    if o != i and not test(new_state):
-                        break
-                else:
-                    key = (linearized | (1 << i), new_state)
-                    if key not in cache:
-                        cache.add(key)
-                        stack.append((p, state, False))
-                        state, linearized = new_state, key[0]
-                        r = match[p]
-                        a, b = prv[p], nxt[p]
-                        nxt[a] = b
-                        prv[b] = a
-                        a, b = prv[r], nxt[r]
-                        nxt[a] = b
-                        if b != -1:
-                            prv[b] = a
-                        if not optional_op[i]:
-                            determinate_left -= 1
-                            if determinate_left == 0:
-                                return True, state
-                        arrived = True
-                        break
-            p = nxt[p]
-        if arrived:
+                tr = transitions[i]
+                t = tr.get(state)
+                if t is None:
+                    t = tr[state] = step(state, inputs[i], outputs[i])
+                if t[0]:
+                    new_state = t[1]
+                    if optional_op[i] and (new_state is state or new_state == state
+                                           or (gate[i] >= 0 and not (linearized >> gate[i]) & 1)):
+                        p = nxt[p]
+                        continue
+                    for o, test in targets:
+                        if o != i and not test(new_state):
+                            break
+                    else:
+                        key = (linearized | (1 << i), new_state)
+                        if key not in cache:
+                            forced, descend = False, True
+                            break
+                p = nxt[p]
+        if descend:
+            # place call p: remember the node, lift the call and its return out of the list
+            cache.add(key)
+            stack.append((p, state, forced))
+            state, linearized = new_state, key[0]
+            r = match[p]
+            a, b = prv[p], nxt[p]
+            nxt[a] = b
+            prv[b] = a
+            a, b = prv[r], nxt[r]
+            nxt[a] = b
+            if b != -1:
+                prv[b] = a
+            if not optional_op[i]:
+                determinate_left -= 1
+                if determinate_left == 0:
+                    return True, state
+            arrived = True
             continue
         # a pending return (or a failed node): undo the last choice; a forced one fails its node too
         while True:
@@ -224,7 +213,6 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
         if tests_reach:
             _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         p = nxt[p]
-
 
 def _reach_targets(targets: list, w: int, nxt: list[int], cid: list[int], rid: list[int], extends: list[bool],
                    unknown: list[bool], reach: list) -> None:
