@@ -129,6 +129,8 @@ def main() -> int:
         ours_verdict, go_verdict = {}, {}
         for rnd in range(args.rounds):
             order = ["ours", "go"] if rnd % 2 == 0 else ["go", "ours"]
+            if binary is None:
+                order = ["ours"]
             for side in order:
                 if side == "ours":
                     for name, model in files:

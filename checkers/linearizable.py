@@ -43,6 +43,8 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
       - a determinate op that never changes the state (a read, per the model's `preserves_state`)
         is linearized as soon as it is legal, with no alternative tried: if any order works, one
         that places it first works too, since it changes nothing and only frees later ops;
+      - a new state must pass the model's `invariant` of the partition (a log keeps every offset
+        that some op observed for the value observed there);
       - a new state must still allow the next few pending determinate ops (the model's `reach`):
         until the first pending op that may overwrite the state (a put), only ops that extend it
         can come before them, and a kv get of "ab" cannot follow a state "ac";
@@ -82,7 +84,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
         else:
             match[pos_of_call[i]] = p
     step = model.step
-    inputs = [c.input for c in calls]
+    inputs = model.search_inputs(calls)
     outputs = [c.output for c in calls]
     unknown = [c.output is UNKNOWN_OUTPUT for c in calls]
     optional_op = [u and optional for u in unknown]
@@ -90,6 +92,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     extends = [model.extends_state(c.input, c.output) for c in calls]
     reach = [None if u else model.reach(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
     tests_reach = any(test is not None for test in reach)
+    invariant = model.invariant([(inp, out) for inp, out, u in zip(inputs, outputs, unknown, strict=True) if not u])
     overwrites = [model.overwrites(c.input, c.output) for c in calls]
     transitions: list[dict] = [{} for _ in range(n)]  # per call: state -> step's (legal, new state)
     # gate[i]: the indeterminate op with input equal to i's invoked just before it (-1: none)
@@ -162,6 +165,9 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
                     new_state = t[1]
                     if optional_op[i] and (new_state is state or new_state == state
                                            or (gate[i] >= 0 and not (linearized >> gate[i]) & 1)):
+                        p = nxt[p]
+                        continue
+                    if invariant is not None and not invariant(new_state):
                         p = nxt[p]
                         continue
                     for o, test in targets:

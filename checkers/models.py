@@ -14,11 +14,19 @@ the log, the final read returns everything up to the end).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 UNKNOWN_OUTPUT = object()  # the op's outcome was not observed (info / timeout)
+
+
+class _Unseen:
+    def __repr__(self) -> str:
+        return "<a value no read returned>"
+
+
+UNSEEN = _Unseen()  # the log search's stand-in for values no read returned
 ABSENT = None
 
 
@@ -51,6 +59,16 @@ class Model:
         """True if the op, wherever it is legal, leaves the state as it is (a read): the search then
         places it as soon as it is legal, with no alternative to try."""
         return False
+
+    def search_inputs(self, calls: Sequence[Call]) -> list[Any]:
+        """The inputs the search steps with: the calls' own, or ones that drop what no op can observe
+        (so that states differing only there are one state)."""
+        return [c.input for c in calls]
+
+    def invariant(self, determinate: Sequence[tuple[Any, Any]]):
+        """A test that every state the search reaches must pass, given the (input as searched, output)
+        of the partition's determinate calls (each of which must take effect), or None."""
+        return None
 
     def overwrites(self, input: Any, output: Any) -> bool:
         """True if the op is legal in every state and leaves a state that does not depend on the
@@ -207,6 +225,38 @@ class Log(Model):
 
     def preserves_state(self, input, output):
         return input[0] == "read"
+
+    def search_inputs(self, calls):
+        # A value that no read returned is never compared with anything: sends of such values are
+        # interchangeable, so the search sees one placeholder for all of them.
+        seen = set()
+        try:
+            for c in calls:
+                if c.input[0] == "read":
+                    seen.update(v for _, v in c.input[1])
+            return [("append", UNSEEN) if c.input[0] == "append" and c.input[1] not in seen else c.input
+                    for c in calls]
+        except TypeError:  # an unhashable value: keep every input as it is
+            return [c.input for c in calls]
+
+    def invariant(self, determinate):
+        # Offsets never change value, and every acknowledgement and read must take effect: a state
+        # may only put at its last offset the value that any of them observed there (if any).
+        observed: dict[int, Any] = {}
+        for input, output in determinate:
+            if input[0] == "append":
+                observed.setdefault(output, input[1])
+            else:
+                for o, v in input[1]:
+                    observed.setdefault(o, v)
+        if not observed:
+            return None
+        missing = object()
+
+        def keeps_observed_values(state):
+            v = observed.get(len(state) - 1, missing)
+            return v is missing or (bool(state) and state[-1] == v)
+        return keeps_observed_values
 
     def extends_state(self, input, output):
         return True  # the log only grows

@@ -1,7 +1,8 @@
-"""The pruned search (reads placed at once, reachability of upcoming returns, indeterminate ops left
-out or taken in invocation order) gives exactly the verdict of a brute-force search over every
-order, on small random histories of each model: real executions, and ones with one observation
-corrupted, with crashes (indeterminate ops) mixed in."""
+"""The pruned search (reads placed at once, reachability of upcoming returns, the log's observed
+offsets and unread values, indeterminate ops left out or taken in invocation order, no write right
+after an indeterminate op) gives exactly the verdict of a brute-force search over every order, on
+small random histories of each model: real executions, and ones with one observation corrupted,
+with crashes (indeterminate ops) mixed in."""
 
 from __future__ import annotations
 
