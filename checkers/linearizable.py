@@ -119,8 +119,9 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     state = init
     linearized = 0
     cache: set = set()
-    stack: list[tuple[int, Any, bool]] = []  # (call entry, state before it, forced)
-    targets: list = []  # (op, reach test) of the next pending returns a new state must allow
+    # per placed call: (its call entry, the node's state, forced, the node's targets)
+    stack: list[tuple[int, Any, bool, tuple]] = []
+    targets: tuple = ()  # (op, reach test) of the next pending returns a new state must allow
     steps = 0
     arrived = True  # at a new node: look for a forced op first
     p = nxt[head]
@@ -151,7 +152,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
                 p = nxt[head]
                 # the pending returns up to the first call that may overwrite the state
                 if tests_reach:
-                    _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
+                    targets = _reach_targets(nxt[head], nxt, cid, rid, extends, unknown, reach)
         if not descend:
             # scan the calls before the first pending return
             after_optional = optional_op[cid[stack[-1][0]]] if stack else False
@@ -189,7 +190,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
         if descend:
             # place call p: remember the node, lift the call and its return out of the list
             cache.add(key)
-            stack.append((p, state, forced))
+            stack.append((p, state, forced, targets))
             state, linearized = new_state, key[0]
             r = match[p]
             a, b = prv[p], nxt[p]
@@ -209,7 +210,7 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
         while True:
             if not stack:
                 return False, None
-            p, state, forced = stack.pop()
+            p, state, forced, targets = stack.pop()
             i = cid[p]
             linearized &= ~(1 << i)
             if not optional_op[i]:
@@ -222,30 +223,29 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             prv[nxt[p]] = p
             if not forced:
                 break
-        # back at a node whose targets the scan needs again
-        if tests_reach:
-            _reach_targets(targets, nxt[head], nxt, cid, rid, extends, unknown, reach)
         p = nxt[p]
 
-def _reach_targets(targets: list, w: int, nxt: list[int], cid: list[int], rid: list[int], extends: list[bool],
-                   unknown: list[bool], reach: list) -> None:
-    """Fill `targets` with (op, reach test) of the first pending returns, walking the entry list from
-    `w` and stopping at the first pending call that may overwrite the state: until then, only ops
-    that extend the state can take effect before those returns."""
-    targets.clear()
+
+def _reach_targets(w: int, nxt: list[int], cid: list[int], rid: list[int], extends: list[bool],
+                   unknown: list[bool], reach: list) -> tuple:
+    """(op, reach test) of the first pending returns, walking the entry list from `w` and stopping at
+    the first pending call that may overwrite the state: until then, only ops that extend the
+    state can take effect before those returns."""
+    targets = []
     while w != -1:
         if (i := cid[w]) >= 0:
             if not extends[i]:
-                return
+                break
         else:
             o = rid[w]
             if unknown[o]:
-                return  # only indeterminate returns remain
+                break  # only indeterminate returns remain
             if (test := reach[o]) is not None:
                 targets.append((o, test))
                 if len(targets) == REACH_TARGETS:
-                    return
+                    break
         w = nxt[w]
+    return tuple(targets)
 
 
 def _search(calls: Sequence[Call], model: Model, deadline: float, max_cache: int) -> tuple[bool, Any]:
