@@ -70,44 +70,41 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     if n == 0:
         return True, init
     optional = model.indeterminate_always_legal
-    events = sorted([(c.call, 0, i) for i, c in enumerate(calls)] + [(c.ret, 1, i) for i, c in enumerate(calls)])
-    m = len(events)
-    # the entry list: positions 0..m-1 in time order, the head at m; m + 1 is a dead end where a
-    # node that fails at once sends its scan. cid: the call's id at a call entry, -1 elsewhere;
-    # rid: the op's id at a return entry.
+    # The entry list: positions 0..m-1 in time order (calls before returns at equal times), the
+    # head at m; m + 1 is a dead end where a node that fails at once sends its scan. Entry e < n is
+    # call e, entry n + i the return of call i. cid: the call's id at a call position, -1
+    # elsewhere; rid: the op's id at any position; match: a call position's return position.
+    m = 2 * n
+    times = [c.call * 2 for c in calls] + [c.ret * 2 + 1 for c in calls]
+    order = sorted(range(m), key=times.__getitem__)  # ints sort several times faster than tuples
     head = m
     nxt = list(range(1, m + 2))
     nxt[m - 1] = -1
     nxt[head] = 0
-    prv = [k - 1 for k in range(m)] + [-1]
+    prv = list(range(-1, m))
     prv[0] = head
-    cid = [i if kind == 0 else -1 for _, kind, i in events] + [-1, -1]
-    rid = [i for _, _, i in events]
-    pos_of_call = [0] * n
+    cid = [e if e < n else -1 for e in order] + [-1, -1]
+    rid = [e if e < n else e - n for e in order]
+    pos = [0] * m
+    for p, e in enumerate(order):
+        pos[e] = p
     match = [0] * m
-    for p, (_, kind, i) in enumerate(events):
-        if kind == 0:
-            pos_of_call[i] = p
-        else:
-            match[pos_of_call[i]] = p
+    for i in range(n):
+        match[pos[i]] = pos[n + i]
     step = model.step
     inputs = model.search_inputs(calls)
     outputs = [c.output for c in calls]
     unknown = [c.output is UNKNOWN_OUTPUT for c in calls]
     optional_op = [u and optional for u in unknown]
-    observer = [not u and model.preserves_state(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
-    extends = [model.extends_state(c.input, c.output) for c in calls]
-    reach = [None if u else model.reach(c.input, c.output) for u, c in zip(unknown, calls, strict=True)]
+    observer, extends, reach, overwrites, transitions = _traits(model, calls, unknown)
     tests_reach = any(test is not None for test in reach)
     invariant = model.invariant([(inp, out) for inp, out, u in zip(inputs, outputs, unknown, strict=True) if not u])
-    overwrites = [model.overwrites(c.input, c.output) for c in calls]
-    transitions: list[dict] = [{} for _ in range(n)]  # per call: state -> step's (legal, new state)
     # gate[i]: the indeterminate op with input equal to i's invoked just before it (-1: none)
     gate = [-1] * n
     if optional:
         last: dict[Any, int] = {}
-        for i in sorted(range(n), key=lambda i: calls[i].call):
-            if unknown[i]:
+        for i in order:  # calls come in invocation order
+            if i < n and unknown[i]:
                 try:
                     gate[i] = last.get(inputs[i], -1)
                     last[inputs[i]] = i
@@ -224,6 +221,32 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
             if not forced:
                 break
         p = nxt[p]
+
+
+def _traits(model: Model, calls: Sequence[Call], unknown: list[bool]) -> tuple[list, ...]:
+    """Per call, what the model says of it: observer (a determinate op that never changes the
+    state), extends, reach test, overwrites, and its transition memo (state -> step's result).
+    Calls with equal (input, output) share one answer and one memo."""
+    by_kind: dict[Any, tuple] = {}
+    observer, extends, reach, overwrites, transitions = [], [], [], [], []
+    for c, u in zip(calls, unknown, strict=True):
+        try:
+            kind = by_kind.get((c.input, c.output))
+        except TypeError:  # unhashable: this call's own answer
+            kind = None
+        if kind is None:
+            kind = (not u and model.preserves_state(c.input, c.output), model.extends_state(c.input, c.output),
+                    None if u else model.reach(c.input, c.output), model.overwrites(c.input, c.output), {})
+            try:
+                by_kind[(c.input, c.output)] = kind
+            except TypeError:
+                pass
+        observer.append(kind[0])
+        extends.append(kind[1])
+        reach.append(kind[2])
+        overwrites.append(kind[3])
+        transitions.append(kind[4])
+    return observer, extends, reach, overwrites, transitions
 
 
 def _reach_targets(w: int, nxt: list[int], cid: list[int], rid: list[int], extends: list[bool],
