@@ -76,13 +76,14 @@ def _search_steps(calls: Sequence[Call], model: Model, max_cache: int):
     # elsewhere; rid: the op's id at any position; match: a call position's return position.
     m = 2 * n
     times = [c.call * 2 for c in calls] + [c.ret * 2 + 1 for c in calls]
-    order = sorted(range(m), key=times.__getitem__)  # ints sort several times faster than tuples
+    order = sorted(range(m), key=times.__getitem__)  # int keys: no tuple comparisons
     head = m
     nxt = list(range(1, m + 2))
     nxt[m - 1] = -1
     nxt[head] = 0
     prv = list(range(-1, m))
     prv[0] = head
+    prv[head] = -1
     cid = [e if e < n else -1 for e in order] + [-1, -1]
     rid = [e if e < n else e - n for e in order]
     pos = [0] * m

@@ -187,7 +187,7 @@ class KV(Model):
 
     def reach(self, input, output):
         # appends only lengthen the string: a get can still see "ab..." only from a prefix of it
-        return output.startswith if input[0] == "get" else None
+        return output.startswith if input[0] == "get" and isinstance(output, str) else None
 
     def observes(self, c: Call) -> bool:
         return c.input[0] == "get" and c.output is not UNKNOWN_OUTPUT
@@ -241,7 +241,8 @@ class Log(Model):
 
     def invariant(self, determinate):
         # Offsets never change value, and every acknowledgement and read must take effect: a state
-        # may only put at its last offset the value that any of them observed there (if any).
+        # may only put at its last offset the value that any of them observed there (if any). Each
+        # step appends one record, so testing the last offset of each new state tests them all.
         observed: dict[int, Any] = {}
         for input, output in determinate:
             if input[0] == "append":
