@@ -21,8 +21,11 @@ transaction read anything is unknown: no dependency can be inferred from appends
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import add, and_, le, lt, mul, ne
 from typing import Any
 
 import networkx as nx
@@ -59,6 +62,9 @@ def _forbids_every_cycle(model: str, edge_kinds: set[str]) -> bool:
 
 
 class Txn:
+    """One transaction, made only when an anomaly needs its words: the checker itself works on
+    parallel lists indexed by transaction id (a million objects cost more than the check)."""
+
     __slots__ = ("id", "inv", "comp", "type", "mops")
 
     def __init__(self, id_: int, inv: Op, comp: Op | None):
@@ -73,13 +79,140 @@ class Txn:
         return f"T{self.id} (op #{self.inv.index}, process {self.inv.process}: {', '.join(parts)})"
 
 
-def _txns(history: Sequence[Op]) -> list[Txn]:
-    out = []
-    for inv, comp in pair_ops(history):
-        if inv.process == NEMESIS or inv.f != "txn":
-            continue
-        out.append(Txn(len(out), inv, comp))
-    return out
+class _Txns:
+    """The transactions of a history as parallel lists indexed by id (invocation order)."""
+
+    def __init__(self, history: Sequence[Op]):
+        pairs = [(inv, comp) for inv, comp in pair_ops(history) if inv.process != NEMESIS and inv.f == "txn"]
+        self.invs = [inv for inv, _ in pairs]
+        self.comps = [comp for _, comp in pairs]
+        self.types = [INFO if comp is None else comp.type for comp in self.comps]
+        self.mops = [((comp.value if comp is not None and comp.type == OK else inv.value) or [])
+                     for inv, comp in pairs]
+        self.n = len(pairs)
+
+    def txn(self, i: int) -> Txn:
+        return Txn(i, self.invs[i], self.comps[i])
+
+    def describe(self, i: int) -> str:
+        return self.txn(i).describe()
+
+
+class _Inference:
+    """Step 1: who appended what, each key's version order, the reads; the non-cyclic anomalies
+    land in `found` as they are seen (each kind in read order, as Elle lists them)."""
+
+    def __init__(self, txns: _Txns, found: dict[str, list[dict[str, Any]]]):
+        types, all_mops = txns.types, txns.mops
+        # key -> value -> the (last) transaction that appended it; per-key dicts, not (key, value)
+        # tuples: a million appends would cost a million tuples
+        appender: dict[Any, dict[Any, int]] = {}
+        first_appender: dict[tuple[Any, Any], int] = {}  # of an element appended twice, the first
+        for t, mops in enumerate(all_mops):
+            for f, k, v in mops:
+                if f == "append":
+                    by_value = appender.get(k)
+                    if by_value is None:
+                        appender[k] = {v: t}
+                    else:
+                        if v in by_value:
+                            first_appender.setdefault((k, v), by_value[v])
+                        by_value[v] = t
+        failed_appends: dict[Any, set] = {}
+        for k, by_value in appender.items():
+            failed = {v for v, w in by_value.items() if types[w] == FAIL}
+            if failed:
+                failed_appends[k] = failed
+        reads: list[tuple[int, Any, list, list]] = []  # (reader, key, list read, the part others appended)
+        orders: dict[Any, list] = {}
+        for t, mops in enumerate(all_mops):
+            if types[t] != OK:
+                continue
+            own: dict[Any, list] | None = None
+            for f, k, v in mops:
+                if f == "append":
+                    if own is None:
+                        own = {k: [v]}
+                    else:
+                        own.setdefault(k, []).append(v)
+                    continue
+                lst = list(v) if v else []
+                if len(lst) > 1 and len(set(lst)) != len(lst):
+                    found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
+                                                                   f"key {k}: {lst}",
+                                                        "ops": [txns.comps[t].to_dict()]})
+                mine = own.get(k) if own is not None else None
+                external = lst
+                if mine:
+                    if lst[-len(mine):] != mine:
+                        found["internal"].append({"summary": f"{txns.describe(t)} read {k} = {lst} after "
+                                                             f"appending {mine} itself",
+                                                  "ops": [txns.comps[t].to_dict()]})
+                    else:
+                        external = lst[: len(lst) - len(mine)]
+                reads.append((t, k, lst, external))
+                # the version order: the longest read, every other a prefix of it
+                cur = orders.get(k)
+                if cur is None:
+                    orders[k] = lst
+                else:
+                    shorter = lst
+                    if len(lst) > len(cur):
+                        cur, shorter = lst, cur
+                        orders[k] = cur
+                    if cur[: len(shorter)] != shorter:
+                        found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
+                                                                       f"{shorter}: neither is a prefix of the "
+                                                                       "other", "ops": [txns.comps[t].to_dict()]})
+                if not external:
+                    continue
+                failed = failed_appends.get(k)
+                if failed is not None:
+                    for x in failed.intersection(external):
+                        w = appender[k][x]
+                        found["G1a"].append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
+                                                        f"the failed {txns.describe(w)}",
+                                             "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
+                last = external[-1]
+                by_value = appender.get(k)
+                w = by_value.get(last) if by_value is not None else None
+                if w is not None and w != t and _last_append(all_mops[w], k) != last:
+                    found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
+                                                    f"intermediate append of {txns.describe(w)}",
+                                         "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
+        self.appender, self.reads, self.orders = appender, reads, orders
+        # Appends no read ever saw came after everything any read saw (a read containing a later
+        # element would contain them too). Listed in the order they were first appended.
+        unseen_items = []
+        for k, by_value in appender.items():
+            seen = set(orders.get(k, ()))
+            for v, w in by_value.items():
+                if types[w] == OK and v not in seen:
+                    first = first_appender.get((k, v), w)
+                    unseen_items.append((first, _append_position(all_mops[first], k, v), k, v, w))
+        unseen_items.sort(key=lambda item: (item[0], item[1]))
+        self.unseen: list[tuple[Any, Any, int]] = [(k, v, w) for _, _, k, v, w in unseen_items]
+        self.unseen_by_key: dict[Any, list[int]] = defaultdict(list)
+        for k, _, w in self.unseen:
+            self.unseen_by_key[k].append(w)
+
+
+def _last_append(mops: list, key: Any) -> Any:
+    last = _NOTHING
+    for f, k, v in mops:
+        if f == "append" and k == key:
+            last = v
+    return last
+
+
+def _append_position(mops: list, key: Any, value: Any) -> int:
+    for i, (f, k, v) in enumerate(mops):
+        if f == "append" and k == key and v == value:
+            return i
+    return len(mops)
+
+
+_NOTHING = object()
 
 
 def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] | None = None,
@@ -88,112 +221,41 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
     for m in models:
         if m not in FORBIDDEN:
             raise ValueError(f"unknown consistency model {m!r}; valid: {', '.join(FORBIDDEN)}")
-    txns = _txns(history)
+    txns = _Txns(history)
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
     # --- 1. inference ---------------------------------------------------------------------------
-    appender: dict[tuple[Any, Any], Txn] = {}
-    appends_by_txn_key: dict[tuple[int, Any], list[Any]] = defaultdict(list)
-    for t in txns:
-        if t.type == FAIL and t.comp is not None:
-            mops = t.inv.value or []
-        else:
-            mops = t.mops
-        for f, k, v in mops:
-            if f == "append":
-                appender[(k, v)] = t
-                appends_by_txn_key[(t.id, k)].append(v)
-    reads: list[tuple[Txn, Any, list, list]] = []  # (reader, key, list read, the part others appended)
-    for t in txns:
-        if t.type != OK:
-            continue
-        own: dict[Any, list] = defaultdict(list)
-        for f, k, v in t.mops:
-            if f == "append":
-                own[k].append(v)
-            else:
-                lst = list(v or [])
-                if len(set(lst)) != len(lst):
-                    found["duplicate-elements"].append({"summary": f"{t.describe()} read duplicates in key {k}: {lst}",
-                                                        "ops": [t.comp.to_dict()]})
-                if own[k] and lst[-len(own[k]):] != own[k]:
-                    found["internal"].append({"summary": f"{t.describe()} read {k} = {lst} after appending "
-                                                         f"{own[k]} itself", "ops": [t.comp.to_dict()]})
-                external = lst[: len(lst) - len(own[k])] if own[k] and lst[-len(own[k]):] == own[k] else lst
-                reads.append((t, k, lst, external))
-    orders: dict[Any, list] = {}
-    for t, k, lst, _ in reads:
-        cur = orders.get(k, [])
-        if len(lst) > len(cur):
-            cur, lst = lst, cur
-        if cur[: len(lst)] != lst:
-            found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as {lst}: neither is a "
-                                                           "prefix of the other", "ops": [t.comp.to_dict()]})
-        orders[k] = cur
-    failed_appends: dict[Any, set] = defaultdict(set)
-    for (k, v), w in appender.items():
-        if w.type == FAIL:
-            failed_appends[k].add(v)
-    for t, k, _, lst in reads:
-        for v in failed_appends.get(k, set()).intersection(lst):
-            w = appender[(k, v)]
-            found["G1a"].append({"summary": f"{t.describe()} read {v} of key {k}, appended by the failed "
-                                            f"{w.describe()}", "ops": [t.comp.to_dict(), w.inv.to_dict()]})
-        if lst:
-            w = appender.get((k, lst[-1]))
-            if w is not None and w is not t:
-                mine = appends_by_txn_key[(w.id, k)]
-                if mine and lst[-1] != mine[-1]:
-                    found["G1b"].append({"summary": f"{t.describe()} read key {k} ending at {lst[-1]}, an "
-                                                    f"intermediate append of {w.describe()}",
-                                         "ops": [t.comp.to_dict(), w.inv.to_dict()]})
+    inference = _Inference(txns, found)
 
     # --- 2. the dependency graph ---------------------------------------------------------------
-    committed = [t for t in txns if t.type in (OK, INFO)]
     forbidden = set().union(*(FORBIDDEN[m] for m in models))
-    n = len(txns) + 1
-    # (a, b) as one int -> its kinds as bits: a history has millions of edges and a handful of cycles,
-    # so the first pass keeps no explanation; the edges of a cyclic component get theirs from a second
-    # pass over the same inference, restricted to that component (below).
-    edges: dict[int, int] = {}
-    succ: dict[int, list[int]] = defaultdict(list)
-
-    def edge(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
-        if a is None or b is None or a is b or a.type == FAIL or b.type == FAIL:
-            return
-        key = a.id * n + b.id
-        bits = edges.get(key)
-        if bits is None:
-            edges[key] = KIND_BIT[kind]
-            succ[a.id].append(b.id)
-        else:
-            edges[key] = bits | KIND_BIT[kind]
-
-    _dependency_edges(orders, appender, reads, committed, forbidden, edge)
+    graph = _DependencyGraph(txns, inference, forbidden)
 
     # --- 3. cycles -------------------------------------------------------------------------------
     deadline = time.monotonic() + cycle_budget_s
-    id_to_txn = {t.id: t for t in txns}
     timed_out = False
-    sccs = _nontrivial_sccs(succ)
+    sccs = graph.cyclic_components()
     explained: dict[tuple[int, int], dict[str, tuple]] = {}  # the cyclic components' edges: {kind: why}
     if sccs:
         members = set().union(*sccs)
 
-        def explain(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
-            if a is None or b is None or a.id not in members or b.id not in members or a is b \
-                    or a.type == FAIL or b.type == FAIL:
+        def explain(a: int | None, b: int | None, kind: str, *why: Any) -> None:
+            if a is None or b is None or a == b or a not in members or b not in members \
+                    or txns.types[a] == FAIL or txns.types[b] == FAIL:
                 return
-            explained.setdefault((a.id, b.id), {}).setdefault(kind, why)  # the first reason, as the first pass
+            explained.setdefault((a, b), {}).setdefault(kind, why)  # the first reason, as Elle's order gives
 
-        _dependency_edges(orders, appender, reads, committed, forbidden, explain)
+        graph.explain_edges(members, explain)
+    succ: dict[int, list[int]] = defaultdict(list)
+    for a, b in explained:  # in the order the inference first gave each edge
+        succ[a].append(b)
     for scc in sccs:
         # networkx only for the (usually absent) cyclic parts: millions of edges stay plain ints.
         sub = nx.DiGraph()
         sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a in scc for b in succ[a] if b in scc)
         try:
             for name, cycle in _classify_cycles(sub, deadline):
-                found[name].append(_explain(cycle, sub, id_to_txn))
+                found[name].append(_explain(cycle, sub, txns.txn))
         except TimeoutError:
             timed_out = True
             found["cycle-search-timeout"].append({"summary": f"the cycle search ran out of its {cycle_budget_s:.0f} s "
@@ -202,140 +264,352 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
             break
 
     anomaly_types = sorted(found)
-    bad = set().union(*(FORBIDDEN[m] for m in models)) | ALWAYS_BAD
+    bad = forbidden | ALWAYS_BAD
     violated = [a for a in anomaly_types if a in bad]
     reasons = []
     if timed_out:
         # A cycle exists, but its class is unknown: it proves a violation only of a model that
         # forbids every class the graph's edge kinds allow; otherwise the verdict is unknown.
-        seen_bits = 0
-        for bits in edges.values():
-            seen_bits |= bits
-        kinds = {k for k, bit in KIND_BIT.items() if seen_bits & bit}
-        if any(_forbids_every_cycle(m, kinds) for m in models):
+        if any(_forbids_every_cycle(m, graph.kinds) for m in models):
             violated.append("cycle-search-timeout")
         else:
             reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
-    if not any(t.type == OK and any(f != "append" for f, *_ in t.mops) for t in txns):
+    if not inference.reads:
         reasons.append(NOTHING_READ)
     valid: Any = False if violated else UNKNOWN if reasons else True
     anomalies = [Anomaly(a, len(found[a]), found[a][:MAX_EXAMPLES], _EXPLAIN.get(a, "")) for a in anomaly_types]
     not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
     return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
-                  stats={"transactions": len(txns), "edges": len(edges), "models": models,
+                  stats={"transactions": txns.n, "edges": graph.edge_count, "models": models,
                          "violated": violated, "not": not_models},
                   details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in found[a][:2]]},
                   unknown_reasons=reasons)
 
 
+class _DependencyGraph:
+    """Step 2: the dependency graph with integer transaction ids.
 
-def _dependency_edges(orders: dict[Any, list], appender: dict[tuple[Any, Any], Txn],
-                      reads: list[tuple[Txn, Any, list, list]], committed: list[Txn], forbidden: set[str],
-                      edge) -> None:
-    """Every dependency edge the inference gives, handed to `edge(a, b, kind, why-format, *args)`."""
-    for k, order in orders.items():
-        for x, y in zip(order, order[1:], strict=False):
-            edge(appender.get((k, x)), appender.get((k, y)), WW, "appended {} to {} before {} was appended", x, k, y)
-    # Appends no read ever saw came after everything any read saw (a read containing a later
-    # element would contain them too): ww from the last observed appender, rw from full reads.
-    unseen: dict[Any, list[Txn]] = defaultdict(list)
-    order_sets = {k: set(order) for k, order in orders.items()}
-    for (k, v), w in appender.items():
-        if w.type == OK and v not in order_sets.get(k, ()):
-            unseen[k].append(w)
-            if orders.get(k):
-                edge(appender.get((k, orders[k][-1])), w, WW,
-                     "appended {} to {}; {}, never read, came later", orders[k][-1], k, v)
-    for t, k, lst, external in reads:
-        if external:
-            edge(appender.get((k, external[-1])), t, WR, "appended {} to {}, which the reader saw last",
-                 external[-1], k)
-        order = orders.get(k, [])
-        if len(lst) == len(order):
-            for w in unseen[k]:
-                edge(t, w, RW, "read {} = {}, which does not hold the later append by the other", k, lst)
-        elif len(lst) < len(order):
-            edge(t, appender.get((k, order[len(lst)])), RW, "read {} = {} without {}, which the other appended",
-                 k, lst, order[len(lst)])
-    # Process and real-time order only matter to the models that forbid their cycles (as in
-    # Elle): without them, cycles through them are no anomaly and would only cost search time.
-    if any(a.endswith("-process") for a in forbidden):
-        by_process: dict[Any, list[Txn]] = defaultdict(list)
-        for t in committed:
-            by_process[t.inv.process].append(t)
-        for ts in by_process.values():
-            for a, b in zip(ts, ts[1:], strict=False):
-                edge(a, b, PROCESS, "came first in the same process")
-    if any(a.endswith("-realtime") for a in forbidden):
-        _realtime_edges(committed, edge)
+    Data (ww, wr, rw) and process edges are listed as pairs of ints. Real-time edges are not
+    listed: Elle links each transaction to the frontier of completions before its invocation,
+    about `concurrency` edges per transaction (ten million at a million transactions), and the
+    frontier of a transaction is a contiguous run of the completions in time order, so two ints
+    per transaction hold it. For cycles only reachability counts, and `a` reaches `b` in real
+    time exactly when `a` completed before `b` was invoked, which a chain of one node per
+    completion gives with three edges per transaction.
+    """
 
+    def __init__(self, txns: _Txns, inference: _Inference, forbidden: set[str]):
+        self.txns, self.inference = txns, inference
+        self.process = any(a.endswith("-process") for a in forbidden)
+        self.realtime = any(a.endswith("-realtime") for a in forbidden)
+        n, types = txns.n, txns.types
+        self.committed = [t for t in range(n) if types[t] in (OK, INFO)]
+        # Transaction n stands for "nobody appended it"; it and failed transactions take part in
+        # no edge. Filtered with map/compress: a Python loop per edge is most of the cost.
+        alive = [t != FAIL for t in types] + [False]
+        src, dst, segments = self._explicit_edges()
+        mask = list(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
+                        map(ne, src, dst)))
+        self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
+        self.src, self.dst = list(compress(src, mask)), list(compress(dst, mask))
+        self.well_formed = True
+        self._realtime_frontiers()
+        # Distinct (a, b) pairs, as Elle counts edges: the listed ones, plus the real-time frontier
+        # edges (each distinct by construction) that no listed edge already joins.
+        keys = list(map(add, map(mul, self.src, repeat(n)), self.dst))
+        self.edge_count = len(set(keys))
+        if self.realtime:
+            if self.realtime_count:
+                self.kinds.add(REALTIME)
+            if self.well_formed:
+                rank = list(map(self.completion_rank.__getitem__, self.src))
+                is_frontier = map(and_, map(le, map(self.frontier_lo.__getitem__, self.dst), rank),
+                                  map(lt, rank, map(self.frontier_hi.__getitem__, self.dst)))
+                overlap = len(set(compress(keys, is_frontier)))
+                self.edge_count += self.realtime_count - overlap
+            else:
+                listed = set(keys)
+                for a, b, *_ in _frontier_edges(txns, self.committed, None):
+                    listed.add(a * n + b)
+                self.edge_count = len(listed)
 
-def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
-    """Strongly connected components with two or more nodes (iterative Tarjan: no recursion limit)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    out: list[set[int]] = []
-    counter = 0
-    for root in list(succ):
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            children = succ.get(node, ())
-            recurse = False
-            while i < len(children):
-                child = children[i]
-                i += 1
-                if child not in index:
-                    work.append((node, i))
-                    work.append((child, 0))
-                    recurse = True
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            if recurse:
+    def _explicit_edges(self) -> tuple[list[int], list[int], list[tuple[str, int, int]]]:
+        """Every data and process edge as parallel (sources, destinations), with the run of each
+        kind; n for an element nobody appended (the caller drops those, self-edges and failed
+        transactions' edges)."""
+        inf, txns, n = self.inference, self.txns, self.txns.n
+        src: list[int] = []
+        dst: list[int] = []
+        segments = []
+        start = 0
+        for k, order in inf.orders.items():
+            by_value = inf.appender.get(k, {})
+            ids = [by_value.get(x, n) for x in order]
+            src.extend(ids[:-1])
+            dst.extend(ids[1:])
+        for k, _, w in inf.unseen:
+            order = inf.orders.get(k)
+            if order:
+                src.append(inf.appender.get(k, {}).get(order[-1], n))
+                dst.append(w)
+        segments.append((WW, start, len(src)))
+        wr_src: list[int] = []
+        wr_dst: list[int] = []
+        rw_src: list[int] = []
+        rw_dst: list[int] = []
+        appender, orders, unseen_by_key = inf.appender, inf.orders, inf.unseen_by_key
+        empty: dict = {}
+        for t, k, lst, external in inf.reads:
+            by_value = appender.get(k, empty)
+            if external:
+                wr_src.append(by_value.get(external[-1], n))
+                wr_dst.append(t)
+            order = orders[k]
+            if len(lst) == len(order):
+                unseen = unseen_by_key.get(k)
+                if unseen:
+                    rw_src.extend([t] * len(unseen))
+                    rw_dst.extend(unseen)
+            elif len(lst) < len(order):
+                rw_src.append(t)
+                rw_dst.append(by_value.get(order[len(lst)], n))
+        # Elle's order of edges: per read wr then rw; the split keeps each kind one run, and the
+        # order matters only to which reason is told, which the explaining pass decides.
+        for kind, s_, d_ in ((WR, wr_src, wr_dst), (RW, rw_src, rw_dst)):
+            start = len(src)
+            src.extend(s_)
+            dst.extend(d_)
+            segments.append((kind, start, len(src)))
+        # Process and real-time order only matter to the models that forbid their cycles (as in
+        # Elle): without them, cycles through them are no anomaly and would only cost search time.
+        if self.process:
+            start = len(src)
+            last_of_process: dict[Any, int] = {}
+            invs = txns.invs
+            for t in self.committed:
+                p = invs[t].process
+                prev = last_of_process.get(p)
+                if prev is not None:
+                    src.append(prev)
+                    dst.append(t)
+                last_of_process[p] = t
+            segments.append((PROCESS, start, len(src)))
+        return src, dst, segments
+
+    def _realtime_frontiers(self) -> None:
+        """Each committed transaction's real-time predecessors, Elle's frontier, as a run
+        [frontier_lo, frontier_hi) of completion ranks: the completions before its invocation
+        (time strictly before: Elle's anchors with all :time 0 have no real-time order) that no
+        transaction invoked after them has completed before it."""
+        txns, n = self.txns, self.txns.n
+        ok = [t for t in self.committed if txns.types[t] == OK]
+        comp_time = {t: txns.comps[t].time for t in ok}
+        by_completion = sorted(ok, key=comp_time.__getitem__)  # stable: ties in id order, as Elle's events
+        rank = [-1] * n
+        for r, t in enumerate(by_completion):
+            rank[t] = r
+        times = [comp_time[t] for t in by_completion]
+        invs = txns.invs
+        # the latest invocation among the first r completions: a completion earlier than it has a
+        # successor that completed too, so it left the frontier
+        latest_inv = []
+        most = None
+        for t in by_completion:
+            it = invs[t].time
+            if most is None or it > most:
+                most = it
+            latest_inv.append(most)
+            if it > comp_time[t]:
+                self.well_formed = False  # completed before it was invoked: no frontier is a run
+        lo, hi = [0] * n, [0] * n
+        total = 0
+        for b in self.committed:
+            h = bisect_left(times, invs[b].time)
+            if h:
+                lo_b = bisect_left(times, latest_inv[h - 1], 0, h)
+                lo[b], hi[b] = lo_b, h
+                total += h - lo_b
+        self.completion_rank, self.frontier_lo, self.frontier_hi = rank, lo, hi
+        self.by_completion, self.completion_times = by_completion, times
+        self.realtime_count = total
+
+    def cyclic_components(self) -> list[set[int]]:
+        """The strongly connected components of two or more transactions."""
+        n, types = self.txns.n, self.txns.types
+        src, dst = self.src, self.dst
+        if self.realtime and not self.well_formed:
+            return self._cyclic_components_listing_realtime()
+        # A topological order proves there is no cycle, in one pass over the edges at C speed:
+        # each transaction placed at its completion (Elle's serialization point for a database
+        # that commits in order), an indeterminate one just after the completions before its
+        # invocation. Real-time edges all go forward in it by construction.
+        rank, hi = self.completion_rank, self.frontier_hi
+        pos = [2 * rank[t] if types[t] == OK else 2 * hi[t] - 1 for t in range(n)]
+        if all(map(lt, map(pos.__getitem__, src), map(pos.__getitem__, dst))):
+            return []
+        adjacency: list[list[int]] = [[] for _ in range(n)]
+        for a, b in zip(src, dst, strict=True):
+            adjacency[a].append(b)
+        if self.realtime:
+            # chain node n + r for the r-th completion: its transaction -> it -> the next one,
+            # and the latest completion before each invocation -> the invoked transaction
+            m = len(self.by_completion)
+            for r, t in enumerate(self.by_completion):
+                adjacency[t].append(n + r)
+            adjacency.extend([n + r + 1] for r in range(m - 1))
+            if m:
+                adjacency.append([])
+            for b in self.committed:
+                h = hi[b]
+                if h:
+                    adjacency[n + h - 1].append(b)
+        return [real for comp in _sccs(adjacency) if len(real := {x for x in comp if x < n}) > 1]
+
+    def _cyclic_components_listing_realtime(self) -> list[set[int]]:
+        """A history whose times go backwards: list Elle's frontier edges one by one."""
+        n = self.txns.n
+        adjacency: list[list[int]] = [[] for _ in range(n)]
+        for a, b in zip(self.src, self.dst, strict=True):
+            adjacency[a].append(b)
+        for a, b, *_ in _frontier_edges(self.txns, self.committed, None):
+            adjacency[a].append(b)
+        return [comp for comp in _sccs(adjacency) if len(comp) > 1]
+
+    def explain_edges(self, members: set[int], edge) -> None:
+        """The edges among `members`, each with its reason, handed to `edge(a, b, kind, why-format,
+        *args)` in the order of the listing above (the first reason of a pair is the one told)."""
+        inf, txns = self.inference, self.txns
+        keys = {k for t in members for f, k, _ in txns.mops[t]}
+        appender = inf.appender
+        for k, order in inf.orders.items():
+            if k not in keys:
                 continue
-            if work and low[node] < low[work[-1][0]]:
-                low[work[-1][0]] = low[node]
-            if low[node] == index[node]:
-                comp = set()
-                while True:
-                    x = stack.pop()
-                    on_stack.discard(x)
-                    comp.add(x)
-                    if x == node:
-                        break
-                if len(comp) > 1:
-                    out.append(comp)
-    return out
+            by_value = appender.get(k, {})
+            for x, y in zip(order, order[1:], strict=False):
+                edge(by_value.get(x), by_value.get(y), WW, "appended {} to {} before {} was appended", x, k, y)
+        for k, v, w in inf.unseen:
+            order = inf.orders.get(k)
+            if order and k in keys:
+                edge(appender[k].get(order[-1]), w, WW, "appended {} to {}; {}, never read, came later",
+                     order[-1], k, v)
+        for t, k, lst, external in inf.reads:
+            if t not in members:
+                continue
+            by_value = appender.get(k, {})
+            if external:
+                edge(by_value.get(external[-1]), t, WR, "appended {} to {}, which the reader saw last",
+                     external[-1], k)
+            order = inf.orders.get(k, [])
+            if len(lst) == len(order):
+                for w in inf.unseen_by_key.get(k, ()):
+                    edge(t, w, RW, "read {} = {}, which does not hold the later append by the other", k, lst)
+            elif len(lst) < len(order):
+                edge(t, by_value.get(order[len(lst)]), RW, "read {} = {} without {}, which the other appended",
+                     k, lst, order[len(lst)])
+        if self.process:
+            last_of_process: dict[Any, int] = {}
+            for t in self.committed:
+                p = txns.invs[t].process
+                prev = last_of_process.get(p)
+                if prev is not None:
+                    edge(prev, t, PROCESS, "came first in the same process")
+                last_of_process[p] = t
+        if self.realtime:
+            if self.well_formed:
+                self._explain_realtime(members, edge)
+            else:
+                for a, b, *why in _frontier_edges(txns, self.committed, members):
+                    edge(a, b, REALTIME, *why)
+
+    def _explain_realtime(self, members: set[int], edge) -> None:
+        """Frontier edges among `members`, in Elle's order: by invocation, then by completion."""
+        txns, rank = self.txns, self.completion_rank
+        inv_order = sorted((t for t in self.committed if t in members), key=lambda t: txns.invs[t].time)
+        completed = sorted((rank[t], t) for t in members if rank[t] >= 0)
+        ranks = [r for r, _ in completed]
+        for b in inv_order:
+            lo, hi = self.frontier_lo[b], self.frontier_hi[b]
+            for i in range(bisect_left(ranks, lo), bisect_left(ranks, hi)):
+                edge(completed[i][1], b, REALTIME, "completed before the other began")
 
 
-def _realtime_edges(txns: list[Txn], edge) -> None:
-    """T1 completed before T2 was invoked. Through a frontier of the latest completions, as Elle
-    does, so the edge count stays near-linear."""
+def _frontier_edges(txns: _Txns, committed: list[int], members: set[int] | None):
+    """Elle's real-time edges one by one: T1 completed before T2 was invoked, through a frontier
+    of the latest completions."""
     events = []
-    for t in txns:
-        events.append((t.inv.time, 1, t))
-        if t.type == OK:
-            events.append((t.comp.time, 0, t))
+    for t in committed:
+        events.append((txns.invs[t].time, 1, t))
+        if txns.types[t] == OK:
+            events.append((txns.comps[t].time, 0, t))
     # At equal times an invocation sorts first: "before" is strict (Elle's anchors with all
     # :time 0 have no real-time order at all).
     events.sort(key=lambda e: (e[0], -e[1]))
-    frontier: list[Txn] = []
+    frontier: list[int] = []
     for _, kind, t in events:
         if kind == 1:
-            for a in frontier:
-                edge(a, t, REALTIME, "completed before the other began")
+            if members is None or t in members:
+                for a in frontier:
+                    if a != t and (members is None or a in members):
+                        yield a, t, "completed before the other began"
         else:
-            frontier = [a for a in frontier if not a.comp.time < t.inv.time] + [t]
+            it = txns.invs[t].time
+            frontier = [a for a in frontier if not txns.comps[a].time < it] + [t]
+
+
+def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
+    """Strongly connected components with two or more nodes of a graph given as node -> successors."""
+    nodes = sorted(set(succ) | {b for bs in succ.values() for b in bs})
+    number = {x: i for i, x in enumerate(nodes)}
+    adjacency = [[number[b] for b in succ.get(x, ())] for x in nodes]
+    return [{nodes[i] for i in comp} for comp in _sccs(adjacency) if len(comp) > 1]
+
+
+def _sccs(adjacency: list[list[int]]) -> list[list[int]]:
+    """Strongly connected components of a graph on nodes 0..n-1 (iterative Tarjan: no recursion
+    limit; flat lists, no dicts), each listed as Tarjan pops it."""
+    n = len(adjacency)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = bytearray(n)
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = 1
+        work = [(root, iter(adjacency[root]))]
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if index[child] < 0:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack[child] = 1
+                    work.append((child, iter(adjacency[child])))
+                    break
+                if on_stack[child] and index[child] < low[node]:
+                    low[node] = index[child]
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    if low[node] < low[parent]:
+                        low[parent] = low[node]
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on_stack[x] = 0
+                        comp.append(x)
+                        if x == node:
+                            break
+                    out.append(comp)
+    return out
 
 
 def _kinds(sub, a, b) -> set[str]:
@@ -404,14 +678,14 @@ def _classify_cycles(sub, deadline: float):
         yield base + suffix, cyc
 
 
-def _explain(cycle: list[int], sub, txns: dict[int, Txn]) -> dict[str, Any]:
+def _explain(cycle: list[int], sub, txn) -> dict[str, Any]:
     words = []
     for a, b in zip(cycle, cycle[1:], strict=False):
         kinds = sub[a][b]["kinds"]
         kind = next(k for k in (WW, WR, RW, PROCESS, REALTIME) if k in kinds)
         template, *args = kinds[kind]
         words.append(f"T{a} {kind} T{b}: T{a} {template.format(*args)}")
-    members = [txns[t] for t in cycle[:-1]]
+    members = [txn(t) for t in cycle[:-1]]
     summary = ("; ".join(words) + f"; so T{cycle[0]} precedes itself. Transactions: "
                + " ".join(t.describe() for t in members))
     return {"summary": summary, "cycle": cycle, "steps": words,
