@@ -24,8 +24,8 @@ import time
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import compress, repeat
-from operator import add, and_, le, lt, mul, ne
+from itertools import accumulate, compress, repeat
+from operator import add, and_, eq, ge, gt, le, lt, mul, ne, or_
 from typing import Any
 
 import networkx as nx
@@ -108,9 +108,12 @@ class _Inference:
         # tuples: a million appends would cost a million tuples
         appender: dict[Any, dict[Any, int]] = {}
         first_appender: dict[tuple[Any, Any], int] = {}  # of an element appended twice, the first
+        repeat_appenders = set()  # transactions that appended to one key twice: the only source of G1b
         for t, mops in enumerate(all_mops):
+            appends = 0
             for f, k, v in mops:
                 if f == "append":
+                    appends += 1
                     by_value = appender.get(k)
                     if by_value is None:
                         appender[k] = {v: t}
@@ -118,6 +121,10 @@ class _Inference:
                         if v in by_value:
                             first_appender.setdefault((k, v), by_value[v])
                         by_value[v] = t
+            if appends > 1:
+                keys = [k for f, k, _ in mops if f == "append"]
+                if len(set(keys)) < appends:
+                    repeat_appenders.add(t)
         failed_appends: dict[Any, set] = {}
         for k, by_value in appender.items():
             failed = {v for v, w in by_value.items() if types[w] == FAIL}
@@ -125,6 +132,10 @@ class _Inference:
                 failed_appends[k] = failed
         reads: list[tuple[int, Any, list, list]] = []  # (reader, key, list read, the part others appended)
         orders: dict[Any, list] = {}
+        orders_without_duplicates: set = set()
+        wr_src: list[int] = []  # write-read edges: the appender of the last element each read saw
+        wr_dst: list[int] = []
+        nobody = txns.n
         for t, mops in enumerate(all_mops):
             if types[t] != OK:
                 continue
@@ -136,11 +147,37 @@ class _Inference:
                     else:
                         own.setdefault(k, []).append(v)
                     continue
-                lst = list(v) if v else []
-                if len(lst) > 1 and len(set(lst)) != len(lst):
-                    found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
-                                                                   f"key {k}: {lst}",
-                                                        "ops": [txns.comps[t].to_dict()]})
+                lst = v if type(v) is list else list(v or ())  # never changed: no copy needed
+                # the version order: the longest read, every other a prefix of it
+                cur = orders.get(k)
+                if cur is None:
+                    orders[k] = cur = lst
+                    agrees = True
+                elif len(lst) > len(cur):
+                    agrees = lst[: len(cur)] == cur
+                    if not agrees:
+                        found["incompatible-order"].append({"summary": f"key {k} was read as {lst} and as "
+                                                                       f"{cur}: neither is a prefix of the other",
+                                                            "ops": [txns.comps[t].to_dict()]})
+                    orders[k] = cur = lst
+                else:
+                    agrees = cur[: len(lst)] == lst
+                    if not agrees:
+                        found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
+                                                                       f"{lst}: neither is a prefix of the other",
+                                                            "ops": [txns.comps[t].to_dict()]})
+                # A prefix of an order without duplicates has none: most reads need no set.
+                if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
+                    if len(set(lst)) != len(lst):
+                        found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
+                                                                       f"key {k}: {lst}",
+                                                            "ops": [txns.comps[t].to_dict()]})
+                        if cur is lst:
+                            orders_without_duplicates.discard(k)
+                    elif cur is lst:
+                        orders_without_duplicates.add(k)
+                elif cur is lst:
+                    orders_without_duplicates.add(k)
                 mine = own.get(k) if own is not None else None
                 external = lst
                 if mine:
@@ -151,19 +188,6 @@ class _Inference:
                     else:
                         external = lst[: len(lst) - len(mine)]
                 reads.append((t, k, lst, external))
-                # the version order: the longest read, every other a prefix of it
-                cur = orders.get(k)
-                if cur is None:
-                    orders[k] = lst
-                else:
-                    shorter = lst
-                    if len(lst) > len(cur):
-                        cur, shorter = lst, cur
-                        orders[k] = cur
-                    if cur[: len(shorter)] != shorter:
-                        found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
-                                                                       f"{shorter}: neither is a prefix of the "
-                                                                       "other", "ops": [txns.comps[t].to_dict()]})
                 if not external:
                     continue
                 failed = failed_appends.get(k)
@@ -176,11 +200,14 @@ class _Inference:
                 last = external[-1]
                 by_value = appender.get(k)
                 w = by_value.get(last) if by_value is not None else None
-                if w is not None and w != t and _last_append(all_mops[w], k) != last:
+                wr_src.append(nobody if w is None else w)
+                wr_dst.append(t)
+                if w in repeat_appenders and w != t and _last_append(all_mops[w], k) != last:
                     found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
                                                     f"intermediate append of {txns.describe(w)}",
                                          "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
         self.appender, self.reads, self.orders = appender, reads, orders
+        self.wr_src, self.wr_dst = wr_src, wr_dst
         # Appends no read ever saw came after everything any read saw (a read containing a later
         # element would contain them too). Listed in the order they were first appended.
         unseen_items = []
@@ -305,33 +332,39 @@ class _DependencyGraph:
         n, types = txns.n, txns.types
         self.committed = [t for t in range(n) if types[t] in (OK, INFO)]
         # Transaction n stands for "nobody appended it"; it and failed transactions take part in
-        # no edge. Filtered with map/compress: a Python loop per edge is most of the cost.
-        alive = [t != FAIL for t in types] + [False]
+        # no edge, nor does a transaction with itself. Such edges are rare (an aborted read, a
+        # transaction reading its own appends), so look before filtering: with map and compress,
+        # at C speed, since a Python loop per edge would be most of the check's time.
         src, dst, segments = self._explicit_edges()
-        mask = list(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
-                        map(ne, src, dst)))
-        self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
-        self.src, self.dst = list(compress(src, mask)), list(compress(dst, mask))
+        excluded = {t for t in range(n) if types[t] == FAIL}
+        excluded.add(n)
+        if excluded.isdisjoint(src) and excluded.isdisjoint(dst) and not any(map(eq, src, dst)):
+            self.kinds = {kind for kind, start, end in segments if end > start}
+        else:
+            alive = [t != FAIL for t in types] + [False]
+            mask = list(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
+                            map(ne, src, dst)))
+            self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
+            src, dst = list(compress(src, mask)), list(compress(dst, mask))
+        self.src, self.dst = src, dst
         self.well_formed = True
         self._realtime_frontiers()
-        # Distinct (a, b) pairs, as Elle counts edges: the listed ones, plus the real-time frontier
-        # edges (each distinct by construction) that no listed edge already joins.
-        keys = list(map(add, map(mul, self.src, repeat(n)), self.dst))
-        self.edge_count = len(set(keys))
-        if self.realtime:
-            if self.realtime_count:
-                self.kinds.add(REALTIME)
-            if self.well_formed:
-                rank = list(map(self.completion_rank.__getitem__, self.src))
-                is_frontier = map(and_, map(le, map(self.frontier_lo.__getitem__, self.dst), rank),
-                                  map(lt, rank, map(self.frontier_hi.__getitem__, self.dst)))
-                overlap = len(set(compress(keys, is_frontier)))
-                self.edge_count += self.realtime_count - overlap
-            else:
-                listed = set(keys)
+        # Distinct (a, b) pairs: the real-time frontier edges (each distinct by construction), plus
+        # the listed pairs that are no frontier edge.
+        if self.realtime and self.well_formed:
+            rank = list(map(self.completion_rank.__getitem__, src))
+            beyond = list(map(or_, map(gt, map(self.frontier_lo.__getitem__, dst), rank),
+                              map(ge, rank, map(self.frontier_hi.__getitem__, dst))))
+            self.edge_count = self.realtime_count + len(set(map(add, map(mul, compress(src, beyond), repeat(n)),
+                                                                compress(dst, beyond))))
+        else:
+            listed = set(map(add, map(mul, src, repeat(n)), dst))
+            if self.realtime:
                 for a, b, *_ in _frontier_edges(txns, self.committed, None):
                     listed.add(a * n + b)
-                self.edge_count = len(listed)
+            self.edge_count = len(listed)
+        if self.realtime and self.realtime_count:
+            self.kinds.add(REALTIME)
 
     def _explicit_edges(self) -> tuple[list[int], list[int], list[tuple[str, int, int]]]:
         """Every data and process edge as parallel (sources, destinations), with the run of each
@@ -342,44 +375,36 @@ class _DependencyGraph:
         dst: list[int] = []
         segments = []
         start = 0
-        for k, order in inf.orders.items():
-            by_value = inf.appender.get(k, {})
-            ids = [by_value.get(x, n) for x in order]
+        appender, orders, unseen_by_key = inf.appender, inf.orders, inf.unseen_by_key
+        order_ids = {}  # key -> the appenders of its version order, element by element
+        for k, order in orders.items():
+            by_value = appender.get(k, {})
+            order_ids[k] = ids = [by_value.get(x, n) for x in order]
             src.extend(ids[:-1])
             dst.extend(ids[1:])
         for k, _, w in inf.unseen:
-            order = inf.orders.get(k)
-            if order:
-                src.append(inf.appender.get(k, {}).get(order[-1], n))
+            ids = order_ids.get(k)
+            if ids:
+                src.append(ids[-1])
                 dst.append(w)
         segments.append((WW, start, len(src)))
-        wr_src: list[int] = []
-        wr_dst: list[int] = []
-        rw_src: list[int] = []
-        rw_dst: list[int] = []
-        appender, orders, unseen_by_key = inf.appender, inf.orders, inf.unseen_by_key
-        empty: dict = {}
-        for t, k, lst, external in inf.reads:
-            by_value = appender.get(k, empty)
-            if external:
-                wr_src.append(by_value.get(external[-1], n))
-                wr_dst.append(t)
-            order = orders[k]
-            if len(lst) == len(order):
+        start = len(src)
+        src.extend(inf.wr_src)
+        dst.extend(inf.wr_dst)
+        segments.append((WR, start, len(src)))
+        # read-write: from each read to the appender of the first element it missed
+        start = len(src)
+        for t, k, lst, _ in inf.reads:
+            ids = order_ids[k]
+            if len(lst) < len(ids):
+                src.append(t)
+                dst.append(ids[len(lst)])
+            elif len(lst) == len(ids):
                 unseen = unseen_by_key.get(k)
                 if unseen:
-                    rw_src.extend([t] * len(unseen))
-                    rw_dst.extend(unseen)
-            elif len(lst) < len(order):
-                rw_src.append(t)
-                rw_dst.append(by_value.get(order[len(lst)], n))
-        # Elle's order of edges: per read wr then rw; the split keeps each kind one run, and the
-        # order matters only to which reason is told, which the explaining pass decides.
-        for kind, s_, d_ in ((WR, wr_src, wr_dst), (RW, rw_src, rw_dst)):
-            start = len(src)
-            src.extend(s_)
-            dst.extend(d_)
-            segments.append((kind, start, len(src)))
+                    src.extend([t] * len(unseen))
+                    dst.extend(unseen)
+        segments.append((RW, start, len(src)))
         # Process and real-time order only matter to the models that forbid their cycles (as in
         # Elle): without them, cycles through them are no anomaly and would only cost search time.
         if self.process:
@@ -401,37 +426,33 @@ class _DependencyGraph:
         [frontier_lo, frontier_hi) of completion ranks: the completions before its invocation
         (time strictly before: Elle's anchors with all :time 0 have no real-time order) that no
         transaction invoked after them has completed before it."""
-        txns, n = self.txns, self.txns.n
-        ok = [t for t in self.committed if txns.types[t] == OK]
-        comp_time = {t: txns.comps[t].time for t in ok}
-        by_completion = sorted(ok, key=comp_time.__getitem__)  # stable: ties in id order, as Elle's events
-        rank = [-1] * n
-        for r, t in enumerate(by_completion):
-            rank[t] = r
-        times = [comp_time[t] for t in by_completion]
-        invs = txns.invs
-        # the latest invocation among the first r completions: a completion earlier than it has a
-        # successor that completed too, so it left the frontier
-        latest_inv = []
-        most = None
+        txns, n, invs, comps = self.txns, self.txns.n, self.txns.invs, self.txns.comps
+        by_completion = [t for t in self.committed if txns.types[t] == OK]
+        comp_time = [0] * n
         for t in by_completion:
-            it = invs[t].time
-            if most is None or it > most:
-                most = it
-            latest_inv.append(most)
-            if it > comp_time[t]:
-                self.well_formed = False  # completed before it was invoked: no frontier is a run
+            comp_time[t] = comps[t].time
+        by_completion.sort(key=comp_time.__getitem__)  # stable: ties in id order, as Elle's events
+        rank = [-1] * n
+        for _ in map(rank.__setitem__, by_completion, range(len(by_completion))):
+            pass
+        times = list(map(comp_time.__getitem__, by_completion))
+        inv_time = [inv.time for inv in invs]
+        invoked = list(map(inv_time.__getitem__, by_completion))
+        self.well_formed = all(map(le, invoked, times))
+        # latest_inv[r]: the latest invocation among the first r completions. A completion earlier
+        # than it left the frontier: a transaction invoked after it has completed since.
+        latest_inv = [float("-inf")]
+        latest_inv.extend(accumulate(invoked, max))
+        his = list(map(bisect_left, repeat(times), map(inv_time.__getitem__, self.committed)))
+        los = list(map(bisect_left, repeat(times), map(latest_inv.__getitem__, his), repeat(0), his))
         lo, hi = [0] * n, [0] * n
-        total = 0
-        for b in self.committed:
-            h = bisect_left(times, invs[b].time)
-            if h:
-                lo_b = bisect_left(times, latest_inv[h - 1], 0, h)
-                lo[b], hi[b] = lo_b, h
-                total += h - lo_b
+        for _ in map(lo.__setitem__, self.committed, los):
+            pass
+        for _ in map(hi.__setitem__, self.committed, his):
+            pass
         self.completion_rank, self.frontier_lo, self.frontier_hi = rank, lo, hi
-        self.by_completion, self.completion_times = by_completion, times
-        self.realtime_count = total
+        self.by_completion = by_completion
+        self.realtime_count = sum(his) - sum(los)
 
     def cyclic_components(self) -> list[set[int]]:
         """The strongly connected components of two or more transactions."""
