@@ -24,8 +24,8 @@ import time
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import accumulate, compress, repeat
-from operator import add, and_, eq, ge, gt, le, lt, mul, ne, or_
+from itertools import compress, islice
+from operator import and_, eq, le, lt, ne
 from typing import Any
 
 import networkx as nx
@@ -80,16 +80,15 @@ class Txn:
 
 
 class _Txns:
-    """The transactions of a history as parallel lists indexed by id (invocation order)."""
+    """The transactions of a history as parallel lists indexed by id (invocation order), with
+    the times and process order the graph needs."""
 
-    def __init__(self, history: Sequence[Op]):
-        pairs = [(inv, comp) for inv, comp in pair_ops(history) if inv.process != NEMESIS and inv.f == "txn"]
-        self.invs = [inv for inv, _ in pairs]
-        self.comps = [comp for _, comp in pairs]
-        self.types = [INFO if comp is None else comp.type for comp in self.comps]
-        self.mops = [((comp.value if comp is not None and comp.type == OK else inv.value) or [])
-                     for inv, comp in pairs]
-        self.n = len(pairs)
+    def __init__(self) -> None:
+        self.invs: list[Op] = []
+        self.comps: list[Op | None] = []
+        self.types: list[str] = []
+        self.mops: list[list] = []
+        self.n = 0
 
     def txn(self, i: int) -> Txn:
         return Txn(i, self.invs[i], self.comps[i])
@@ -99,21 +98,46 @@ class _Txns:
 
 
 class _Inference:
-    """Step 1: who appended what, each key's version order, the reads; the non-cyclic anomalies
-    land in `found` as they are seen (each kind in read order, as Elle lists them)."""
+    """Step 1 in two passes over the transactions: who appended what, each key's version order,
+    the reads, process order; then the reads against the finished orders. The non-cyclic
+    anomalies land in `found` as they are seen, each kind in read order (as Elle lists them);
+    the data and process edges as parallel lists of transaction ids (`src`, `dst`), each kind one
+    run (`segments`), with `nobody` (= the number of transactions) for an element no transaction
+    appended."""
 
-    def __init__(self, txns: _Txns, found: dict[str, list[dict[str, Any]]]):
-        types, all_mops = txns.types, txns.mops
+    def __init__(self, history: Sequence[Op], found: dict[str, list[dict[str, Any]]], with_process: bool):
+        self.txns = txns = _Txns()
+        invs, comps, types, all_mops = txns.invs, txns.comps, txns.types, txns.mops
         # key -> value -> the (last) transaction that appended it; per-key dicts, not (key, value)
         # tuples: a million appends would cost a million tuples
         appender: dict[Any, dict[Any, int]] = {}
         first_appender: dict[tuple[Any, Any], int] = {}  # of an element appended twice, the first
         repeat_appenders = set()  # transactions that appended to one key twice: the only source of G1b
-        for t, mops in enumerate(all_mops):
-            appends = 0
+        reads: list[tuple[int, Any, list, list]] = []  # (reader, key, list read, the part others appended)
+        orders: dict[Any, list] = {}  # key -> its longest read, which every other read must prefix
+        orders_without_duplicates: set = set()
+        process_src: list[int] = []
+        process_dst: list[int] = []
+        last_of_process: dict[Any, int] = {}
+        t = 0
+        for inv, comp in pair_ops(history):
+            if inv.process == NEMESIS or inv.f != "txn":
+                continue
+            type_ = INFO if comp is None else comp.type
+            mops = (comp.value if type_ == OK else inv.value) or []
+            invs.append(inv)
+            comps.append(comp)
+            types.append(type_)
+            all_mops.append(mops)
+            if with_process and (type_ == OK or type_ == INFO):
+                prev = last_of_process.get(inv.process)
+                if prev is not None:
+                    process_src.append(prev)
+                    process_dst.append(t)
+                last_of_process[inv.process] = t
+            own: dict[Any, list] | None = None  # this transaction's appends so far, by key
             for f, k, v in mops:
                 if f == "append":
-                    appends += 1
                     by_value = appender.get(k)
                     if by_value is None:
                         appender[k] = {v: t}
@@ -121,34 +145,17 @@ class _Inference:
                         if v in by_value:
                             first_appender.setdefault((k, v), by_value[v])
                         by_value[v] = t
-            if appends > 1:
-                keys = [k for f, k, _ in mops if f == "append"]
-                if len(set(keys)) < appends:
-                    repeat_appenders.add(t)
-        failed_appends: dict[Any, set] = {}
-        for k, by_value in appender.items():
-            failed = {v for v, w in by_value.items() if types[w] == FAIL}
-            if failed:
-                failed_appends[k] = failed
-        reads: list[tuple[int, Any, list, list]] = []  # (reader, key, list read, the part others appended)
-        orders: dict[Any, list] = {}
-        orders_without_duplicates: set = set()
-        wr_src: list[int] = []  # write-read edges: the appender of the last element each read saw
-        wr_dst: list[int] = []
-        nobody = txns.n
-        for t, mops in enumerate(all_mops):
-            if types[t] != OK:
-                continue
-            own: dict[Any, list] | None = None
-            for f, k, v in mops:
-                if f == "append":
                     if own is None:
                         own = {k: [v]}
+                    elif k in own:
+                        own[k].append(v)
+                        repeat_appenders.add(t)
                     else:
-                        own.setdefault(k, []).append(v)
+                        own[k] = [v]
+                    continue
+                if type_ != OK:
                     continue
                 lst = v if type(v) is list else list(v or ())  # never changed: no copy needed
-                # the version order: the longest read, every other a prefix of it
                 cur = orders.get(k)
                 if cur is None:
                     orders[k] = cur = lst
@@ -158,20 +165,19 @@ class _Inference:
                     if not agrees:
                         found["incompatible-order"].append({"summary": f"key {k} was read as {lst} and as "
                                                                        f"{cur}: neither is a prefix of the other",
-                                                            "ops": [txns.comps[t].to_dict()]})
+                                                            "ops": [comp.to_dict()]})
                     orders[k] = cur = lst
                 else:
                     agrees = cur[: len(lst)] == lst
                     if not agrees:
                         found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
                                                                        f"{lst}: neither is a prefix of the other",
-                                                            "ops": [txns.comps[t].to_dict()]})
+                                                            "ops": [comp.to_dict()]})
                 # A prefix of an order without duplicates has none: most reads need no set.
                 if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
                     if len(set(lst)) != len(lst):
                         found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
-                                                                       f"key {k}: {lst}",
-                                                            "ops": [txns.comps[t].to_dict()]})
+                                                                       f"key {k}: {lst}", "ops": [comp.to_dict()]})
                         if cur is lst:
                             orders_without_duplicates.discard(k)
                     elif cur is lst:
@@ -183,45 +189,90 @@ class _Inference:
                 if mine:
                     if lst[-len(mine):] != mine:
                         found["internal"].append({"summary": f"{txns.describe(t)} read {k} = {lst} after "
-                                                             f"appending {mine} itself",
-                                                  "ops": [txns.comps[t].to_dict()]})
+                                                             f"appending {mine} itself", "ops": [comp.to_dict()]})
                     else:
                         external = lst[: len(lst) - len(mine)]
                 reads.append((t, k, lst, external))
-                if not external:
-                    continue
-                failed = failed_appends.get(k)
-                if failed is not None:
-                    for x in failed.intersection(external):
-                        w = appender[k][x]
-                        found["G1a"].append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
-                                                        f"the failed {txns.describe(w)}",
-                                             "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
-                last = external[-1]
-                by_value = appender.get(k)
-                w = by_value.get(last) if by_value is not None else None
-                wr_src.append(nobody if w is None else w)
-                wr_dst.append(t)
-                if w in repeat_appenders and w != t and _last_append(all_mops[w], k) != last:
-                    found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
-                                                    f"intermediate append of {txns.describe(w)}",
-                                         "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
+            t += 1
+        txns.n = n = t
         self.appender, self.reads, self.orders = appender, reads, orders
-        self.wr_src, self.wr_dst = wr_src, wr_dst
+
         # Appends no read ever saw came after everything any read saw (a read containing a later
         # element would contain them too). Listed in the order they were first appended.
         unseen_items = []
+        failed_appends: dict[Any, set] = {}
         for k, by_value in appender.items():
             seen = set(orders.get(k, ()))
             for v, w in by_value.items():
                 if types[w] == OK and v not in seen:
                     first = first_appender.get((k, v), w)
                     unseen_items.append((first, _append_position(all_mops[first], k, v), k, v, w))
+            failed = {v for v, w in by_value.items() if types[w] == FAIL}
+            if failed:
+                failed_appends[k] = failed
         unseen_items.sort(key=lambda item: (item[0], item[1]))
         self.unseen: list[tuple[Any, Any, int]] = [(k, v, w) for _, _, k, v, w in unseen_items]
         self.unseen_by_key: dict[Any, list[int]] = defaultdict(list)
         for k, _, w in self.unseen:
             self.unseen_by_key[k].append(w)
+
+        # ww: between consecutive elements of each order, and from its last to each unseen append
+        src: list[int] = []
+        dst: list[int] = []
+        order_ids = {}  # key -> the appenders of its version order, element by element
+        for k, order in orders.items():
+            by_value = appender.get(k, {})
+            order_ids[k] = ids = [by_value.get(x, n) for x in order]
+            src.extend(ids[:-1])
+            dst.extend(ids[1:])
+        for k, _, w in self.unseen:
+            ids = order_ids.get(k)
+            if ids:
+                src.append(ids[-1])
+                dst.append(w)
+        ww_end = len(src)
+        # Second pass, over the reads: aborted and intermediate reads, wr and rw edges.
+        wr_src: list[int] = []
+        wr_dst: list[int] = []
+        rw_src: list[int] = []
+        rw_dst: list[int] = []
+        for t, k, lst, external in reads:
+            ids = order_ids[k]
+            if len(lst) < len(ids):
+                rw_src.append(t)  # rw: to the appender of the first element this read missed
+                rw_dst.append(ids[len(lst)])
+            elif len(lst) == len(ids):
+                unseen = self.unseen_by_key.get(k)
+                if unseen:
+                    rw_src.extend([t] * len(unseen))
+                    rw_dst.extend(unseen)
+            if not external:
+                continue
+            failed = failed_appends.get(k)
+            if failed is not None:
+                for x in failed.intersection(external):
+                    w = appender[k][x]
+                    found["G1a"].append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
+                                                    f"the failed {txns.describe(w)}",
+                                         "ops": [comps[t].to_dict(), invs[w].to_dict()]})
+            last = external[-1]
+            w = appender[k].get(last, n) if k in appender else n
+            wr_src.append(w)  # wr: from the appender of the last element this read saw
+            wr_dst.append(t)
+            if w in repeat_appenders and w != t and _last_append(all_mops[w], k) != last:
+                found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
+                                                f"intermediate append of {txns.describe(w)}",
+                                     "ops": [comps[t].to_dict(), invs[w].to_dict()]})
+        src.extend(wr_src)
+        dst.extend(wr_dst)
+        wr_end = len(src)
+        src.extend(rw_src)
+        dst.extend(rw_dst)
+        rw_end = len(src)
+        src.extend(process_src)
+        dst.extend(process_dst)
+        self.segments = [(WW, 0, ww_end), (WR, ww_end, wr_end), (RW, wr_end, rw_end), (PROCESS, rw_end, len(src))]
+        self.src, self.dst = src, dst
 
 
 def _last_append(mops: list, key: Any) -> Any:
@@ -248,15 +299,17 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
     for m in models:
         if m not in FORBIDDEN:
             raise ValueError(f"unknown consistency model {m!r}; valid: {', '.join(FORBIDDEN)}")
-    txns = _Txns(history)
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    forbidden = set().union(*(FORBIDDEN[m] for m in models))
 
     # --- 1. inference ---------------------------------------------------------------------------
-    inference = _Inference(txns, found)
+    # Process and real-time order only matter to the models that forbid their cycles (as in
+    # Elle): without them, cycles through them are no anomaly and would only cost search time.
+    inference = _Inference(history, found, with_process=any(a.endswith("-process") for a in forbidden))
+    txns = inference.txns
 
     # --- 2. the dependency graph ---------------------------------------------------------------
-    forbidden = set().union(*(FORBIDDEN[m] for m in models))
-    graph = _DependencyGraph(txns, inference, forbidden)
+    graph = _DependencyGraph(inference, forbidden)
 
     # --- 3. cycles -------------------------------------------------------------------------------
     deadline = time.monotonic() + cycle_budget_s
@@ -323,19 +376,24 @@ class _DependencyGraph:
     per transaction hold it. For cycles only reachability counts, and `a` reaches `b` in real
     time exactly when `a` completed before `b` was invoked, which a chain of one node per
     completion gives with three edges per transaction.
+
+    `edge_count` counts inferred edges, one per reason kind and occurrence, and each frontier
+    edge once: a pair linked for two reasons counts twice (deduplicating millions of pairs
+    would cost a third of the check).
     """
 
-    def __init__(self, txns: _Txns, inference: _Inference, forbidden: set[str]):
+    def __init__(self, inference: _Inference, forbidden: set[str]):
+        txns = inference.txns
         self.txns, self.inference = txns, inference
         self.process = any(a.endswith("-process") for a in forbidden)
         self.realtime = any(a.endswith("-realtime") for a in forbidden)
         n, types = txns.n, txns.types
-        self.committed = [t for t in range(n) if types[t] in (OK, INFO)]
+        self.committed = [t for t in range(n) if types[t] == OK or types[t] == INFO]
         # Transaction n stands for "nobody appended it"; it and failed transactions take part in
         # no edge, nor does a transaction with itself. Such edges are rare (an aborted read, a
         # transaction reading its own appends), so look before filtering: with map and compress,
         # at C speed, since a Python loop per edge would be most of the check's time.
-        src, dst, segments = self._explicit_edges()
+        src, dst, segments = inference.src, inference.dst, inference.segments
         excluded = {t for t in range(n) if types[t] == FAIL}
         excluded.add(n)
         if excluded.isdisjoint(src) and excluded.isdisjoint(dst) and not any(map(eq, src, dst)):
@@ -347,112 +405,60 @@ class _DependencyGraph:
             self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
             src, dst = list(compress(src, mask)), list(compress(dst, mask))
         self.src, self.dst = src, dst
-        self.well_formed = True
         self._realtime_frontiers()
-        # Distinct (a, b) pairs: the real-time frontier edges (each distinct by construction), plus
-        # the listed pairs that are no frontier edge.
-        if self.realtime and self.well_formed:
-            rank = list(map(self.completion_rank.__getitem__, src))
-            beyond = list(map(or_, map(gt, map(self.frontier_lo.__getitem__, dst), rank),
-                              map(ge, rank, map(self.frontier_hi.__getitem__, dst))))
-            self.edge_count = self.realtime_count + len(set(map(add, map(mul, compress(src, beyond), repeat(n)),
-                                                                compress(dst, beyond))))
-        else:
-            listed = set(map(add, map(mul, src, repeat(n)), dst))
-            if self.realtime:
-                for a, b, *_ in _frontier_edges(txns, self.committed, None):
-                    listed.add(a * n + b)
-            self.edge_count = len(listed)
-        if self.realtime and self.realtime_count:
-            self.kinds.add(REALTIME)
-
-    def _explicit_edges(self) -> tuple[list[int], list[int], list[tuple[str, int, int]]]:
-        """Every data and process edge as parallel (sources, destinations), with the run of each
-        kind; n for an element nobody appended (the caller drops those, self-edges and failed
-        transactions' edges)."""
-        inf, txns, n = self.inference, self.txns, self.txns.n
-        src: list[int] = []
-        dst: list[int] = []
-        segments = []
-        start = 0
-        appender, orders, unseen_by_key = inf.appender, inf.orders, inf.unseen_by_key
-        order_ids = {}  # key -> the appenders of its version order, element by element
-        for k, order in orders.items():
-            by_value = appender.get(k, {})
-            order_ids[k] = ids = [by_value.get(x, n) for x in order]
-            src.extend(ids[:-1])
-            dst.extend(ids[1:])
-        for k, _, w in inf.unseen:
-            ids = order_ids.get(k)
-            if ids:
-                src.append(ids[-1])
-                dst.append(w)
-        segments.append((WW, start, len(src)))
-        start = len(src)
-        src.extend(inf.wr_src)
-        dst.extend(inf.wr_dst)
-        segments.append((WR, start, len(src)))
-        # read-write: from each read to the appender of the first element it missed
-        start = len(src)
-        for t, k, lst, _ in inf.reads:
-            ids = order_ids[k]
-            if len(lst) < len(ids):
-                src.append(t)
-                dst.append(ids[len(lst)])
-            elif len(lst) == len(ids):
-                unseen = unseen_by_key.get(k)
-                if unseen:
-                    src.extend([t] * len(unseen))
-                    dst.extend(unseen)
-        segments.append((RW, start, len(src)))
-        # Process and real-time order only matter to the models that forbid their cycles (as in
-        # Elle): without them, cycles through them are no anomaly and would only cost search time.
-        if self.process:
-            start = len(src)
-            last_of_process: dict[Any, int] = {}
-            invs = txns.invs
-            for t in self.committed:
-                p = invs[t].process
-                prev = last_of_process.get(p)
-                if prev is not None:
-                    src.append(prev)
-                    dst.append(t)
-                last_of_process[p] = t
-            segments.append((PROCESS, start, len(src)))
-        return src, dst, segments
+        self.edge_count = len(src)
+        if self.realtime:
+            if self.well_formed:
+                self.edge_count += self.realtime_count
+            else:
+                self.edge_count += sum(1 for _ in _frontier_edges(txns, self.committed, None))
+            if self.realtime_count:
+                self.kinds.add(REALTIME)
 
     def _realtime_frontiers(self) -> None:
         """Each committed transaction's real-time predecessors, Elle's frontier, as a run
         [frontier_lo, frontier_hi) of completion ranks: the completions before its invocation
         (time strictly before: Elle's anchors with all :time 0 have no real-time order) that no
         transaction invoked after them has completed before it."""
-        txns, n, invs, comps = self.txns, self.txns.n, self.txns.invs, self.txns.comps
-        by_completion = [t for t in self.committed if txns.types[t] == OK]
-        comp_time = [0] * n
-        for t in by_completion:
-            comp_time[t] = comps[t].time
-        by_completion.sort(key=comp_time.__getitem__)  # stable: ties in id order, as Elle's events
+        txns, n = self.txns, self.txns.n
+        invs, comps, types = txns.invs, txns.comps, txns.types
+        by_completion = [t for t in self.committed if types[t] == OK]
+        times = [comps[t].time for t in by_completion]
+        if not all(map(le, times, islice(times, 1, None))):
+            # stable: ties in id order, as Elle's events
+            by_completion = [by_completion[i] for i in sorted(range(len(times)), key=times.__getitem__)]
+            times = [comps[t].time for t in by_completion]
         rank = [-1] * n
         for _ in map(rank.__setitem__, by_completion, range(len(by_completion))):
             pass
-        times = list(map(comp_time.__getitem__, by_completion))
-        inv_time = [inv.time for inv in invs]
-        invoked = list(map(inv_time.__getitem__, by_completion))
+        invoked = [invs[t].time for t in by_completion]
         self.well_formed = all(map(le, invoked, times))
-        # latest_inv[r]: the latest invocation among the first r completions. A completion earlier
-        # than it left the frontier: a transaction invoked after it has completed since.
-        latest_inv = [float("-inf")]
-        latest_inv.extend(accumulate(invoked, max))
-        his = list(map(bisect_left, repeat(times), map(inv_time.__getitem__, self.committed)))
-        los = list(map(bisect_left, repeat(times), map(latest_inv.__getitem__, his), repeat(0), his))
+        committed = self.committed
+        invoked_at = [invs[t].time for t in committed]
+        if not all(map(le, invoked_at, islice(invoked_at, 1, None))):
+            committed = [committed[i] for i in sorted(range(len(committed)), key=invoked_at.__getitem__)]
+            invoked_at = [invs[t].time for t in committed]
+        # One merge of the invocations with the completions, both in time order: hi, the
+        # completions before the invocation; lo, the first of them not earlier than the latest
+        # invocation among them (an earlier one left the frontier: a transaction invoked after
+        # it completed has completed since).
         lo, hi = [0] * n, [0] * n
-        for _ in map(lo.__setitem__, self.committed, los):
-            pass
-        for _ in map(hi.__setitem__, self.committed, his):
-            pass
+        i = j = total = 0
+        m = len(times)
+        latest: Any = None
+        for b, invoked_b in zip(committed, invoked_at, strict=True):
+            while j < m and times[j] < invoked_b:
+                if latest is None or invoked[j] > latest:
+                    latest = invoked[j]
+                j += 1
+            if j:
+                while i < j and times[i] < latest:
+                    i += 1
+                lo[b], hi[b] = i, j
+                total += j - i
         self.completion_rank, self.frontier_lo, self.frontier_hi = rank, lo, hi
         self.by_completion = by_completion
-        self.realtime_count = sum(his) - sum(los)
+        self.realtime_count = total
 
     def cyclic_components(self) -> list[set[int]]:
         """The strongly connected components of two or more transactions."""
