@@ -24,8 +24,8 @@ import time
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import compress, islice
-from operator import and_, eq, le, lt, ne
+from itertools import compress, islice, repeat
+from operator import add, and_, eq, ge, le, mul, ne
 from typing import Any
 
 import networkx as nx
@@ -469,28 +469,68 @@ class _DependencyGraph:
         # A topological order proves there is no cycle, in one pass over the edges at C speed:
         # each transaction placed at its completion (Elle's serialization point for a database
         # that commits in order), an indeterminate one just after the completions before its
-        # invocation. Real-time edges all go forward in it by construction.
+        # invocation; chain node r (below) just after the r-th completion. Real-time edges all
+        # go forward in it by construction.
         rank, hi = self.completion_rank, self.frontier_hi
-        pos = [2 * rank[t] if types[t] == OK else 2 * hi[t] - 1 for t in range(n)]
-        if all(map(lt, map(pos.__getitem__, src), map(pos.__getitem__, dst))):
+        pos = [4 * rank[t] + 4 if types[t] == OK else 4 * hi[t] + 2 for t in range(n)]
+        pos_src, pos_dst = list(map(pos.__getitem__, src)), list(map(pos.__getitem__, dst))
+        backward = list(map(ge, pos_src, pos_dst))
+        if not any(backward):
             return []
-        adjacency: list[list[int]] = [[] for _ in range(n)]
+        # A cycle goes back as far as it goes forward: the positions it spans are covered by its
+        # own backward edges' spans. So only transactions inside a run of overlapping backward
+        # spans can be on a cycle, and each cycle stays inside one run: the search needs only
+        # those runs (a database committing out of order makes short ones).
+        span = 4 * len(self.by_completion) + 8
+        runs: list[tuple[int, int]] = []
+        run_lo = run_hi = -1
+        for key in sorted(map(add, map(mul, compress(pos_dst, backward), repeat(span)), compress(pos_src, backward))):
+            lo, high = divmod(key, span)
+            if lo > run_hi:
+                if run_hi >= 0:
+                    runs.append((run_lo, run_hi))
+                run_lo, run_hi = lo, high
+            elif high > run_hi:
+                run_hi = high
+        runs.append((run_lo, run_hi))
+        by_completion = self.by_completion
+        m = len(by_completion) if self.realtime else 0  # chain nodes n .. n + m - 1
+        info_at: dict[int, list[int]] = defaultdict(list)  # position -> the other transactions there
+        for t in compress(range(n), map(ne, types, repeat(OK))):
+            info_at[pos[t]].append(t)
+        run_of = {}  # node -> its run
+        for i, (lo, high) in enumerate(runs):
+            for r in range(max(0, (lo - 4 + 3) // 4), min(len(by_completion), (high - 4) // 4 + 1)):
+                run_of[by_completion[r]] = i  # at 4r + 4
+                if r < m and lo <= 4 * r + 5 <= high:
+                    run_of[n + r] = i
+            for at in range(lo + (2 - lo) % 4, high + 1, 4):
+                for t in info_at.get(at, ()):
+                    run_of[t] = i
+        nodes = sorted(run_of)
+        local = {x: i for i, x in enumerate(nodes)}
+        adjacency: list[list[int]] = [[] for _ in nodes]
         for a, b in zip(src, dst, strict=True):
-            adjacency[a].append(b)
+            ra = run_of.get(a)
+            if ra is not None and ra == run_of.get(b):
+                adjacency[local[a]].append(local[b])
         if self.realtime:
             # chain node n + r for the r-th completion: its transaction -> it -> the next one,
             # and the latest completion before each invocation -> the invoked transaction
-            m = len(self.by_completion)
-            for r, t in enumerate(self.by_completion):
-                adjacency[t].append(n + r)
-            adjacency.extend([n + r + 1] for r in range(m - 1))
-            if m:
-                adjacency.append([])
+            for x in nodes:
+                if x < n:
+                    if rank[x] >= 0 and run_of.get(n + rank[x]) == run_of[x]:
+                        adjacency[local[x]].append(local[n + rank[x]])
+                elif x + 1 < n + m and run_of.get(x + 1) == run_of[x]:
+                    adjacency[local[x]].append(local[x + 1])
             for b in self.committed:
-                h = hi[b]
-                if h:
-                    adjacency[n + h - 1].append(b)
-        return [real for comp in _sccs(adjacency) if len(real := {x for x in comp if x < n}) > 1]
+                if b in run_of and hi[b] and run_of.get(n + hi[b] - 1) == run_of[b]:
+                    adjacency[local[n + hi[b] - 1]].append(local[b])
+        cyclic = [real for comp in _sccs(adjacency) if len(real := {nodes[x] for x in comp if nodes[x] < n}) > 1]
+        # Later runs first, as a search of the whole graph from its first transaction would
+        # finish them (edges between runs all go forward): the same examples, in the same order.
+        cyclic.sort(key=lambda comp: -run_of[next(iter(comp))])
+        return cyclic
 
     def _cyclic_components_listing_realtime(self) -> list[set[int]]:
         """A history whose times go backwards: list Elle's frontier edges one by one."""
