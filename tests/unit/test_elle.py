@@ -321,7 +321,7 @@ def test_a_database_committing_out_of_order_is_valid_and_a_stale_read_in_it_is_c
     rng = random.Random(5)
     lists: dict[int, list[int]] = {k: [] for k in range(6)}
     ops, value = [], 0
-    for batch in range(300):
+    for _ in range(300):
         txns_ = []
         for p in range(5):  # executed in this order, completed in a shuffled one
             mops = []
