@@ -606,27 +606,36 @@ class _DependencyGraph:
                 edge(completed[i][1], b, REALTIME, "completed before the other began")
 
 
-def _frontier_edges(txns: _Txns, committed: list[int], members: set[int] | None):
-    """Elle's real-time edges one by one: T1 completed before T2 was invoked, through a frontier
-    of the latest completions."""
+def _frontier_edges(txns: _Txns, committed: list[int], members: set[int] | None) -> list[tuple[int, int, str]]:
+    """Elle's real-time edges one by one, as (a, b, why), between `members` (None: all)."""
+    out: list[tuple[int, int, str]] = []
+
+    def edge(a: Txn, b: Txn, kind: str, why: str) -> None:
+        if a.id != b.id and (members is None or (a.id in members and b.id in members)):
+            out.append((a.id, b.id, why))
+
+    _realtime_edges([txns.txn(t) for t in committed], edge)
+    return out
+
+
+def _realtime_edges(txns: list[Txn], edge) -> None:
+    """T1 completed before T2 was invoked. Through a frontier of the latest completions, as Elle
+    does, so the edge count stays near-linear. (Also checkers/txn.py's, for its cyclic parts.)"""
     events = []
-    for t in committed:
-        events.append((txns.invs[t].time, 1, t))
-        if txns.types[t] == OK:
-            events.append((txns.comps[t].time, 0, t))
+    for t in txns:
+        events.append((t.inv.time, 1, t))
+        if t.type == OK:
+            events.append((t.comp.time, 0, t))
     # At equal times an invocation sorts first: "before" is strict (Elle's anchors with all
     # :time 0 have no real-time order at all).
     events.sort(key=lambda e: (e[0], -e[1]))
-    frontier: list[int] = []
+    frontier: list[Txn] = []
     for _, kind, t in events:
         if kind == 1:
-            if members is None or t in members:
-                for a in frontier:
-                    if a != t and (members is None or a in members):
-                        yield a, t, "completed before the other began"
+            for a in frontier:
+                edge(a, t, REALTIME, "completed before the other began")
         else:
-            it = txns.invs[t].time
-            frontier = [a for a in frontier if not txns.comps[a].time < it] + [t]
+            frontier = [a for a in frontier if not a.comp.time < t.inv.time] + [t]
 
 
 def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
