@@ -35,7 +35,8 @@ from history import FAULTS_KEY, HEAL_F, INVOKE, NEMESIS, OK, FaultRecord, Op, fa
 # --- progress -------------------------------------------------------------------------------------------
 class ProgressChecker:
     """Did the workload do anything on every partition? Acknowledged sends and main-phase reads per
-    partition (the queue schema: checkers/queue.py). `partitions`: how many the test had; None reads
+    partition (the queue schema: checkers/queue.py; the txn schema's committed transactions: workloads/txn.py).
+    `partitions`: how many the test had; None reads
     the keys the sends named (a history from elsewhere)."""
 
     name = "progress"
@@ -61,6 +62,16 @@ class ProgressChecker:
                 for key, recs in poll_items("poll", comp.value):
                     if recs:
                         read[key] += 1
+            elif inv.f == "txn" and comp is not None and comp.type == OK and isinstance(comp.value, list):
+                # the txn schema (workloads/txn.py): a committed transaction's sends and polls, micro-op by micro-op
+                for micro in comp.value:
+                    if micro and micro[0] == "send" and len(micro) == 3:
+                        named.add(int(micro[1]))
+                        acked[int(micro[1])] += 1
+                    elif micro and micro[0] == "poll" and len(micro) == 2:
+                        for key, recs in poll_items("poll", micro[1]):
+                            if recs:
+                                read[key] += 1
         partitions = self.partitions or test.get("partitions")
         keys = range(int(partitions)) if partitions else sorted(named)
         reasons = [say("no-acknowledged-send", partition=k) for k in keys if not acked[k]]

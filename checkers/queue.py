@@ -47,7 +47,8 @@ from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.reasons import say
 from history import INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
 
-ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip")
+ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
+                 "group-skip")
 
 EXPLANATIONS = {
     "lost-write": "The broker acknowledged these sends, but after the faults healed the final reads of "
@@ -58,6 +59,10 @@ EXPLANATIONS = {
     "nonmonotonic-poll": "A consumer's successive reads of a partition went backwards in offset.",
     "poll-skip": "A consumer's successive reads of a partition skipped offsets that exist: an acknowledged "
                  "send or another read shows a record at an offset this consumer passed over.",
+    "group-skip": "The consumer group skipped records: a record exists at this offset, the group's consumers "
+                  "read past it, and none of them ever read it (a consumer resumed beyond its group's committed "
+                  "offset, or a commit ran ahead of what was read). Reading a record again is allowed "
+                  "(at-least-once); never reading it is not.",
 }
 GAP_EXPLANATION = ("A consumer's successive reads of a partition jumped over offsets that no send was "
                    "acknowledged at and no read returned: a Kafka log may lack records there (transaction "
@@ -139,11 +144,19 @@ class _Examples:
 class QueueChecker:
     name = "queue"
 
+    def __init__(self, subscribe: bool = False):
+        self.subscribe = subscribe
+
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
-        return check_queue(history)
+        return check_queue(history, subscribe=self.subscribe)
 
 
-def check_queue(history: Sequence[Op]) -> Result:
+def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
+    """`subscribe`: the consumers are one group's members (the queue workload's subscribe mode). A rebalance
+    moves a partition from one member to another, and a member resumes from the group's committed offset,
+    so one consumer's reads may jump forward or go back: nonmonotonic-poll and poll-skip are not judged per
+    consumer (Jepsen allows both under subscribe; counted in stats); the group as a whole must not skip
+    (group-skip)."""
     written, drained = QUEUE_VALUES.written, QUEUE_VALUES.drained
     cutoff = beyond_budget_time(history)
     pairs = pair_ops(history)
@@ -168,6 +181,7 @@ def check_queue(history: Sequence[Op]) -> Result:
     # (key, era) -> jumps of consumers over offsets, column by column (from, to, the read before, the
     # read after): a log with a transaction marker after every commit has millions of them.
     jumps: dict[tuple[int, int], _Jumps] = {}
+    group_read: dict[tuple[int, int], set[int]] = defaultdict(set)  # subscribe mode: offsets the group's polls read
 
     for inv, comp in pairs:
         if inv.process == NEMESIS:
@@ -203,7 +217,11 @@ def check_queue(history: Sequence[Op]) -> Result:
                                 "reads": [other_op.to_dict(), comp.to_dict()]})
                         readers[val] = comp
                     value_offsets[(key, e)][val].add(off)
-                    if prev is not None:
+                    if subscribe and inv.f == "poll":
+                        group_read[(key, e)].add(off)
+                        if prev is not None and off != prev[0] + 1:
+                            stats["subscribe-rewinds" if off <= prev[0] else "subscribe-jumps"] += 1
+                    elif prev is not None:
                         if off <= prev[0]:
                             found.add("nonmonotonic-poll", {
                                 "key": key, "process": inv.process, "from": prev[0], "to": off,
@@ -245,6 +263,8 @@ def check_queue(history: Sequence[Op]) -> Result:
                                                   for o in sorted(offsets)[:2]]})
 
     gap_count, gaps = _judge_jumps(jumps, seen, acked, era, found)
+    if subscribe:
+        _judge_group_skips(group_read, seen, acked, era, found)
 
     def readers_at(key: int, off: int) -> dict[Any, Op]:
         out: dict[Any, Op] = {}
@@ -307,6 +327,31 @@ def check_queue(history: Sequence[Op]) -> Result:
     stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
     return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
                   unknown_reasons=reasons)
+
+
+def _judge_group_skips(group_read: dict[tuple[int, int], set[int]], seen: dict[tuple[int, int], dict[int, dict]],
+                       acked: list[tuple[Op, Op]], era, found: _Examples) -> None:
+    """Subscribe mode: each offset proven to exist (some read returned a record there, or a send was
+    acknowledged there, in the same era) below the highest offset the group's polls read of that partition,
+    that no poll of the group read: a group-skip."""
+    proof: dict[tuple[int, int], dict[int, Any]] = defaultdict(dict)
+    for (key, e), by_offset in seen.items():
+        if (key, e) in group_read:
+            proof[(key, e)].update({off: next(iter(readers.values())) for off, readers in by_offset.items()})
+    for _, comp in acked:
+        (key, off, _), e = QUEUE_VALUES.written(comp), era(comp)
+        if (key, e) in group_read:
+            proof[(key, e)].setdefault(int(off), comp)
+    for (key, e), read in sorted(group_read.items()):
+        top = max(read)
+        for off in sorted(o for o in proof[(key, e)] if o < top and o not in read):
+            by = proof[(key, e)][off]
+            found.add("group-skip", {
+                "key": key, "offset": off, "group_read_up_to": top,
+                "summary": f"partition {key} offset {off} holds a record (op {by.index} "
+                           f"{'acknowledged a send' if by.f == 'send' else 'read it'}); the group's consumers read "
+                           f"up to offset {top} but none read offset {off}",
+                "proof": by.to_dict()})
 
 
 def proven_between(proven: Sequence[int], start: int, to: int) -> Sequence[int]:

@@ -37,6 +37,8 @@ REASONS: dict[str, CannotDecide] = {r.code: r for r in (
     CannotDecide("no-final-read", "checker inputs",
                  "partitions {partitions} have acknowledged sends but no complete final read, so their losses "
                  "cannot be known", {"partitions": [1, 3]}),
+    CannotDecide("no-committed-transaction", "progress",
+                 "no send, poll or transaction completed ok, so no committed data can be judged", {}),
     CannotDecide("no-acknowledged-send-at-all", "progress",
                  "no send was acknowledged, so no acknowledged write could be lost: the history never tested what "
                  "the queue checker exists to judge", {}),

@@ -2,8 +2,11 @@
 
 Formats: jsonl (our histories), edn (Jepsen's), porcupine-etcd and porcupine-kv
 (Porcupine's test data). Models: register, cas-register, etcd, kv, log (the general
-linearizability search), list-append (the Elle-style cycle checker), and queue (the
-queue checker plus the log fast path, as `kafkaesque run` uses). Exit 0 valid,
+linearizability search), list-append (the Elle-style cycle checker), queue (the
+queue checker plus the log fast path, as `kafkaesque run` uses), and txn (Jepsen's Kafka
+transaction analyses, checkers/txn.py; with --format edn a history of Jepsen's Kafka workload;
+`--option KEY=VALUE` sets the test's workload options it reads: sub_via, subscribe_p, ww_deps,
+rw_deps, allowed). Exit 0 valid,
 1 invalid, 2 unknown (each reason printed under the verdict); bad input (a file that
 cannot be read in its format, a model that reads none of its operations) is one sentence
 naming the cause and the fix (exit 3).
@@ -22,13 +25,14 @@ from rich.markup import escape
 from history import Op
 
 FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
-MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append")
+MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append", "txn")
 # The operations (op "f") each model's checkers read; they pass over every other op in silence, so a
 # history none of whose ops is among them would check valid having checked nothing.
 MODEL_OPS = {
     "queue": ("send", "poll", "final-poll"),
     "log": ("send", "poll", "final-poll"),
     "list-append": ("txn",),
+    "txn": ("txn", "send", "poll"),
     "register": ("read", "write"),
     "cas-register": ("read", "write", "cas"),
     "etcd": ("read", "write", "cas"),
@@ -41,19 +45,28 @@ class CheckInputError(ValueError):
     """Input `check` cannot judge; the message is one sentence naming the cause and the fix."""
 
 
-def check_command(file: str, format: str, model: str | None, time_limit: float, as_json: bool = False) -> int:
+def check_command(file: str, format: str, model: str | None, time_limit: float, as_json: bool = False,
+                  options: list[str] | None = None) -> int:
     from checkers.core import run_checkers
 
     out = Console(stderr=True, soft_wrap=True)
     try:
         model = _model(format, model, time_limit)
-        history = read_any_history(file, format)
+        test = {"workload_options": _options(options or [])}
+        history = read_any_history(file, format, kafka=model == "txn")
         _check_model_reads(history, model, file)
+        if model == "txn":
+            from checkers.txn import TxnOptionError, check_options
+
+            try:
+                check_options(test, history)
+            except TxnOptionError as e:
+                raise CheckInputError(f"{e}.") from None
     except CheckInputError as e:
         out.print(f"[red]error:[/] {escape(str(e))}")
         return EXIT_BAD_INPUT
     try:
-        results = run_checkers(_checkers(model, time_limit), {}, history)
+        results = run_checkers(_checkers(model, time_limit), test, history)
     except ValueError as e:
         out.print(f"[red]error:[/] {escape(str(e))}")
         return EXIT_BAD_INPUT
@@ -95,8 +108,23 @@ def _model(format: str, model: str | None, time_limit: float) -> str:
     return model
 
 
-def read_any_history(file: str, format: str) -> list[Op]:
-    """The ops of `file` in `format`; CheckInputError (one sentence) for anything that cannot be read."""
+def _options(pairs: list[str]) -> dict[str, Any]:
+    """--option KEY=VALUE pairs as the test's workload options (VALUE read as JSON, else as text)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not eq or not key.strip():
+            raise CheckInputError(f"--option {pair!r} is not KEY=VALUE; write e.g. --option sub_via='[\"subscribe\"]'.")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError:
+            out[key.strip()] = text
+    return out
+
+
+def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
+    """The ops of `file` in `format`; CheckInputError (one sentence) for anything that cannot be read.
+    `kafka`: an EDN file is a history of Jepsen's Kafka workload (read into the txn schema)."""
     from history import HistoryFormatError, read_history
 
     path = Path(file)
@@ -106,9 +134,9 @@ def read_any_history(file: str, format: str) -> list[Op]:
             if not history:
                 _refuse_jsonl_without_a_line(path)
         elif format == "edn":
-            from checkers.formats.edn import parse_edn_history
+            from checkers.formats.edn import parse_edn_history, parse_kafka_edn_history
 
-            history = parse_edn_history(path)
+            history = (parse_kafka_edn_history if kafka else parse_edn_history)(path)
         else:
             from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
 
@@ -149,6 +177,10 @@ def _check_model_reads(history: list[Op], model: str, file: str) -> None:
 
 
 def _checkers(model: str, time_limit: float) -> list:
+    if model == "txn":
+        from checkers.txn import TxnChecker
+
+        return [TxnChecker(cycle_budget_s=time_limit)]
     if model == "list-append":
         from checkers.elle import ElleListAppendChecker
 

@@ -33,6 +33,7 @@ from history.extras import MissingExtra, dist_version
 from nemesis.registry import nemesis_help, parse_nemesis_options
 from results.pipeline.cli import pipeline_app
 from results.store import format_problem
+from workloads.registry import parse_workload_options
 
 EXIT_HARNESS = 3
 EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
@@ -145,7 +146,10 @@ app.add_typer(pipeline_app, name="pipeline")
 
 @app.command()
 def run(
-    workload: Annotated[str, typer.Option(help="workload name (queue)")] = "queue",
+    workload: Annotated[str, typer.Option(help="workload name (queue, txn)")] = "queue",
+    workload_option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a workload's own setting "
+                                                                   "(repeatable; VALUE read as JSON, else text): "
+                                                                   "README lists them")] = None,
     nemesis: Annotated[str, typer.Option(help=nemesis_help())] = "",
     nemesis_option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a fault's own setting (repeatable); "
                                                                   "`kafkaesque faults` lists them")] = None,
@@ -200,8 +204,9 @@ def run(
 
     faults = [n.strip() for n in nemesis.split(",") if n.strip()]
     nemesis_options, option_problems = parse_nemesis_options(nemesis_option or [])
-    if option_problems:
-        fail_all(option_problems)
+    workload_options, workload_problems = parse_workload_options(workload_option or [])
+    if option_problems or workload_problems:
+        fail_all(option_problems + workload_problems)
     spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_schedule=nemesis_schedule,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
@@ -210,6 +215,7 @@ def run(
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
                     seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options,
+                    workload_options=workload_options,
                     node_code=os.path.abspath(node_code) if node_code else "")
     if from_run is not None:
         try:
@@ -477,9 +483,13 @@ def cleanup(
 def check(
     file: Annotated[Path, typer.Argument(help="a history file")],
     format: Annotated[str, typer.Option(help="jsonl, edn, porcupine-etcd, porcupine-kv")] = "jsonl",
-    model: Annotated[str, typer.Option(help="queue, register, cas-register, etcd, kv, log (default: from the format)")] = "",
+    model: Annotated[str, typer.Option(help="queue, register, cas-register, etcd, kv, log, list-append, txn "
+                                            "(default: from the format)")] = "",
     time_limit: Annotated[float, typer.Option(help="checker budget in seconds")] = 60.0,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False,
+    option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a test setting the checker reads (repeatable; "
+                                                          "VALUE read as JSON): for txn sub_via, subscribe_p, "
+                                                          "ww_deps, rw_deps, allowed")] = None,
 ) -> None:
     """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown. --json prints the
     checkers' whole results (verdict, anomalies with examples, unknown reasons) as one JSON object."""
@@ -487,7 +497,7 @@ def check(
         from harness.check_cli import check_command
     except ImportError:
         fail("the history checker command is not available in this build.")
-    raise typer.Exit(check_command(str(file), format, model or None, time_limit, as_json))
+    raise typer.Exit(check_command(str(file), format, model or None, time_limit, as_json, option or []))
 
 
 @app.command()

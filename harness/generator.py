@@ -19,7 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-OpMix = Callable[[random.Random, int], tuple[str, Any]]
+# (rng, process) -> (f, value), or (f, value, extra): extra holds the invocation's fields beside the standard
+# ones (history/ops.py Op.extra; the txn workload's "abort" decision and "unseen" seek offsets).
+OpMix = Callable[[random.Random, int], tuple]
 
 
 class ProcessTable:
@@ -69,6 +71,7 @@ class Invocation:
     at: float          # seconds since the test started
     f: str
     value: Any
+    extra: dict[str, Any] | None = None
 
 
 class ClientSchedule:
@@ -88,8 +91,8 @@ class ClientSchedule:
         if at >= self.time_limit_s:
             return None
         with self._lock:
-            f, value = self.op_mix(self._rng, process)
-        return Invocation(at, f, value)
+            f, value, *extra = self.op_mix(self._rng, process)
+        return Invocation(at, f, value, extra[0] if extra else None)
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,8 @@ class NemesisSchedule:
         return out
 
 
-def final_assignments(final_ops: Sequence[tuple[str, Any]], first_process: int) -> list[tuple[int, str, Any]]:
-    """The final-read phase: each final op gets a fresh process of its own."""
-    return [(first_process + i, f, v) for i, (f, v) in enumerate(final_ops)]
+def final_assignments(final_ops: Sequence[tuple], first_process: int) -> list[tuple[int, str, Any, dict | None]]:
+    """The final-read phase: each final op gets a fresh process of its own. A final op is (f, value), or
+    (f, value, extra) with fields its invocation carries beside the standard ones (the txn workload's
+    "final": true, history/ops.py Op.extra)."""
+    return [(first_process + i, op[0], op[1], op[2] if len(op) > 2 else None) for i, op in enumerate(final_ops)]

@@ -194,7 +194,7 @@ class Run:
                         client = None
                         self.stop.wait(0.5)
                         continue
-                op = writer.append(Op(INVOKE, inv.f, process, inv.value))
+                op = writer.append(Op(INVOKE, inv.f, process, inv.value, extra=inv.extra))
                 comp = self._invoke(client, op)
                 writer.append(comp)
                 self.stats.completed(comp.type)
@@ -212,7 +212,8 @@ class Run:
         try:
             comp = client.invoke(op)
         except Exception as e:  # noqa: BLE001 - a client bug must not lose the op: it is indeterminate
-            comp = Op(INFO, op.f, op.process, None, error=f"{type(e).__name__}: {e}"[:300])
+            # (the invocation's own fields stay on it: a final read's "final" marks its completion too)
+            comp = Op(INFO, op.f, op.process, None, error=f"{type(e).__name__}: {e}"[:300], extra=op.extra)
         comp.process, comp.f = op.process, op.f
         return comp
 
@@ -434,7 +435,7 @@ class Run:
         bootstrap = cluster.bootstrap()
         assignments = final_assignments(workload.final_ops(test), first)
         spare_process = first + len(assignments)
-        for process, f, value in assignments:
+        for process, f, value, extra in assignments:
             # A final read that times out (a partition still electing or catching up just after the heal)
             # is tried again on a fresh process until FINAL_READ_RETRY_S has passed: a read changes nothing,
             # and one missing final read makes the whole verdict unknown.
@@ -443,7 +444,7 @@ class Run:
                 client = workload.new_client(test)
                 try:
                     self._open_for_final_read(client, bootstrap)
-                    op = writer.append(Op(INVOKE, f, process, value))
+                    op = writer.append(Op(INVOKE, f, process, value, extra=extra))
                     done = writer.append(self._invoke(client, op))
                 finally:
                     _close_quietly(client)

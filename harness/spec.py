@@ -281,7 +281,7 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
     from nemesis.faults import PARTITION_TARGETS
     from nemesis.registry import nemesis_options_problems, nemesis_problem
     from nemesis.targets import TARGETS
-    from workloads.registry import WORKLOAD_NAMES
+    from workloads.registry import WORKLOAD_NAMES, workload_options_problems
 
     out: list[str] = []
     if "name" in typed and (not _NAME_RE.match(spec.name) or spec.name in RESERVED_NAMES):
@@ -295,6 +295,8 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
             out.append(problem + ".")
     if "nemesis_options" in typed:
         out += nemesis_options_problems(spec.nemesis_options)
+    if {"workload", "workload_options", "client"} <= typed:
+        out += workload_options_problems(spec.workload, spec.client, spec.workload_options)
     choices: dict[str, tuple[str, ...] | list[str]] = {
         "nemesis_target": list(dict.fromkeys(TARGETS + PARTITION_TARGETS)),
         "nemesis_schedule": NEMESIS_SCHEDULES,

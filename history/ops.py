@@ -17,6 +17,7 @@ FAIL = "fail"
 INFO = "info"
 OP_TYPES = (INVOKE, OK, FAIL, INFO)
 NEMESIS = "nemesis"
+STANDARD_FIELDS = frozenset({"index", "time", "process", "type", "f", "value", "node", "error"})
 
 
 class HistoryFormatError(ValueError):
@@ -42,6 +43,9 @@ class Op:
     index: int = -1
     node: str | None = None
     error: Any = None
+    # A workload's own fields beside the standard ones (the txn workload's "rebalance_log" and "final",
+    # Jepsen's :rebalance-log and final-poll markers): written as top-level keys, read back from them.
+    extra: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -56,6 +60,8 @@ class Op:
             d["node"] = self.node
         if self.error is not None:
             d["error"] = self.error
+        if self.extra:
+            d.update({k: v for k, v in self.extra.items() if k not in STANDARD_FIELDS})
         return d
 
     @classmethod
@@ -69,6 +75,7 @@ class Op:
             index=d.get("index", -1),
             node=d.get("node"),
             error=d.get("error"),
+            extra={k: v for k, v in d.items() if k not in STANDARD_FIELDS} or None,
         )
 
     @property

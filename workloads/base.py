@@ -8,7 +8,9 @@ views of a history that are not its checkers: the report, the Spark pipeline's i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import random
+import time
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Protocol
 
 from checkers.core import Checker
@@ -61,7 +63,43 @@ class Workload(Protocol):
     def op_mix(self, test: dict[str, Any]):
         """A callable (rng, process) -> (f, value) generating the next invocation."""
 
-    def final_ops(self, test: dict[str, Any]) -> list[tuple[str, Any]]:
-        """(f, value) invocations for the final-read phase (drain every partition to its HWM)."""
+    def final_ops(self, test: dict[str, Any]) -> list[tuple]:
+        """(f, value) invocations for the final-read phase (drain every partition to its HWM); (f, value,
+        extra) when the invocation carries fields of its own (history/ops.py Op.extra)."""
 
     def checkers(self, test: dict[str, Any]) -> list[Checker]: ...
+
+
+class CrashSchedule:
+    """When an op mix hands out a deliberate client crash ("crash" op: the client is dropped without a clean
+    shutdown, its worker continues as a fresh process): Jepsen's crash-client generator, crash ops staggered
+    at interval/concurrency over all processes, so each process crashes about once per interval. 0: never.
+    Deterministic given the rng and the clock's readings (`clock` injectable for the tests)."""
+
+    def __init__(self, interval_s: float, concurrency: int, clock: Callable[[], float] = time.monotonic):
+        self.gap = interval_s / max(1, concurrency) if interval_s > 0 else 0.0
+        self.clock = clock
+        self._next: float | None = None
+
+    def due(self, rng: random.Random) -> bool:
+        if self.gap <= 0:
+            return False
+        now = self.clock()
+        if self._next is not None and now < self._next:
+            return False
+        first = self._next is None
+        self._next = now + rng.uniform(0, 2 * self.gap)
+        return not first
+
+
+def drop_kafka_python_clients(producer: Any, consumer: Any) -> None:
+    """A crash of kafka-python clients: they run sender and heartbeat threads that would outlive a dropped
+    reference, and kafka-python has no close without leave-group, so close them with no grace and without
+    the consumer's offset commit (close(autocommit=False)). Errors are ignored: the broker may be gone."""
+    for closing in ((lambda: producer.close(timeout=0)) if producer is not None else None,
+                    (lambda: consumer.close(autocommit=False)) if consumer is not None else None):
+        if closing is not None:
+            try:
+                closing()
+            except Exception:  # noqa: BLE001
+                pass

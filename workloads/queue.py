@@ -22,6 +22,14 @@ new leader and commit there (Kafka's DelayedProduce does the same); a scenario r
 such a "failed" send being read back.
 Reads change nothing, so a failed poll is "fail".
 
+Option `queue_mode` "subscribe" (with `group`): the consumers join one consumer group instead of each
+assigning every partition, and commit, synchronously, what each poll read (the poll's completion carries
+"committed": {"<key>": next offset}, or "commit_error"; the records read stand either way). Option
+`crash_clients_interval_s`: `crash` ops (invoke null, completion info) drop a process's clients without
+closing them (no commit, and with confluent-kafka no leave-group either); the worker goes on as a fresh
+process whose consumer resumes from its group's committed offsets. The queue checker then judges the
+group as a whole (group-skip), not each consumer's order (checkers/queue.py).
+
 Option `idempotent` (workload_options {"idempotent": true}): the producers run idempotent (KIP-98: a
 producer id and per-partition sequences, retries on), as most deployments do; a retry the broker
 appended twice shows as a duplicate. Every failed send is then info: the client retried it, and an
@@ -39,6 +47,7 @@ from typing import Any
 from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
 from history.extras import need
+from workloads.base import CrashSchedule, drop_kafka_python_clients
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
@@ -56,8 +65,9 @@ def send_outcome(error_name: str) -> str:
 class _QueueClient:
     """What both client libraries share: the topic, and one op dispatch."""
 
-    def __init__(self, topic: str, partitions: int, acks: int, idempotent: bool = False):
+    def __init__(self, topic: str, partitions: int, acks: int, idempotent: bool = False, group: str | None = None):
         self.topic, self.partitions, self.acks, self.idempotent = topic, partitions, acks, idempotent
+        self.group = group  # subscribe mode: the consumer group; None: assign every partition
         self.producer = None
         self.consumer = None
         self.bootstrap = ""
@@ -69,7 +79,15 @@ class _QueueClient:
             return self._poll(op)
         if op.f == "final-poll":
             return final_poll_kafka_python(self.bootstrap, self.topic, op)
+        if op.f == "crash":
+            self.crash()
+            return _completion(op, INFO, None, error="crashed")
         raise ValueError(f"unknown queue op {op.f!r}")
+
+    def crash(self) -> None:
+        """Drop the clients without a clean shutdown: no offset commit (a restarted consumer resumes from its
+        group's last committed offsets)."""
+        raise NotImplementedError
 
     def _send(self, op: Op) -> Op:
         raise NotImplementedError
@@ -100,12 +118,16 @@ class KafkaPythonQueueClient(_QueueClient):
             from kafka import KafkaConsumer, TopicPartition
 
             self.consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap.split(","), enable_auto_commit=False, group_id=None,
+                bootstrap_servers=self.bootstrap.split(","), enable_auto_commit=False, group_id=self.group,
                 auto_offset_reset="earliest", request_timeout_ms=3000, fetch_max_wait_ms=100,
+                session_timeout_ms=6000, heartbeat_interval_ms=1000,
                 reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500)
-            tps = [TopicPartition(self.topic, k) for k in range(self.partitions)]
-            self.consumer.assign(tps)
-            self.consumer.seek_to_beginning(*tps)
+            if self.group is not None:
+                self.consumer.subscribe([self.topic])
+            else:
+                tps = [TopicPartition(self.topic, k) for k in range(self.partitions)]
+                self.consumer.assign(tps)
+                self.consumer.seek_to_beginning(*tps)
         return self.consumer
 
     def _send(self, op: Op) -> Op:
@@ -126,7 +148,23 @@ class KafkaPythonQueueClient(_QueueClient):
         out: dict[str, list] = {}
         for tp, records in batches.items():
             out.setdefault(str(tp.partition), []).extend([r.offset, int(r.value)] for r in records)
-        return _completion(op, OK, out)
+        if self.group is None or not out:
+            return _completion(op, OK, out)
+        # subscribe mode: commit what was read, synchronously; the read stands whatever the commit does
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        committed = {str(k): recs[-1][0] + 1 for k, recs in out.items()}
+        try:
+            self.consumer.commit({TopicPartition(self.topic, int(k)): OffsetAndMetadata(o, "", -1)
+                                  for k, o in committed.items()})
+        except Exception as e:  # noqa: BLE001
+            return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300]})
+        return _completion(op, OK, out, extra={"committed": committed})
+
+    def crash(self) -> None:
+        p, c = self.producer, self.consumer
+        self.producer = self.consumer = None
+        drop_kafka_python_clients(p, c)
 
     def close(self) -> None:
         for c in (self.producer, self.consumer):
@@ -209,10 +247,15 @@ class ConfluentQueueClient(_QueueClient):
 
         try:
             if self.consumer is None:
-                self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kafkaesque-unused",
+                self.consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                                          "group.id": self.group or "kafkaesque-unused",
                                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
                                           "log_level": 0})
-                self.consumer.assign([TopicPartition(self.topic, k, 0) for k in range(self.partitions)])
+                if self.group is not None:
+                    self.consumer.subscribe([self.topic])
+                else:
+                    self.consumer.assign([TopicPartition(self.topic, k, 0) for k in range(self.partitions)])
             msgs = self.consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
         except Exception as e:  # noqa: BLE001
             return _completion(op, FAIL, None, error=f"{type(e).__name__}: {e}"[:300])
@@ -220,7 +263,21 @@ class ConfluentQueueClient(_QueueClient):
         for m in msgs:
             if m.error() is None:
                 out.setdefault(str(m.partition()), []).append([m.offset(), int(m.value())])
-        return _completion(op, OK, out)
+        if self.group is None or not out:
+            return _completion(op, OK, out)
+        # subscribe mode: commit what was read, synchronously; the read stands whatever the commit does
+        committed = {str(k): recs[-1][0] + 1 for k, recs in out.items()}
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topic, int(k), o) for k, o in committed.items()],
+                                 asynchronous=False)
+        except Exception as e:  # noqa: BLE001
+            return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300]})
+        return _completion(op, OK, out, extra={"committed": committed})
+
+    def crash(self) -> None:
+        # Dropping the last reference destroys the handles without rd_kafka_consumer_close: no commit, no
+        # leave-group (the coordinator ends the member's session when it times out).
+        self.producer = self.consumer = None
 
     def close(self) -> None:
         if self.producer is not None:
@@ -232,13 +289,28 @@ class ConfluentQueueClient(_QueueClient):
                 pass
 
 
-def _completion(op: Op, type_: str, value: Any, error: Any = None) -> Op:
-    return Op(type=type_, f=op.f, process=op.process, value=value, node=op.node, error=error)
+def _completion(op: Op, type_: str, value: Any, error: Any = None, extra: dict | None = None) -> Op:
+    return Op(type=type_, f=op.f, process=op.process, value=value, node=op.node, error=error, extra=extra)
+
+
+QUEUE_OPTIONS = {
+    "send_ratio": "share of ops that are sends (default 0.7)",
+    "elle": "also run the Elle-style cycle checker (default false)",
+    "idempotent": "idempotent producers, retries on (default false)",
+    "queue_mode": "assign (default): each consumer reads every partition from the start; subscribe: consumers "
+                  "join one group, commit their offsets after each poll, and a restarted consumer resumes from "
+                  "its group's committed offsets",
+    "group": "the consumer group in subscribe mode (default kafkaesque-queue)",
+    "crash_clients_interval_s": "mean seconds between deliberate client crashes of each process (0: none; "
+                                "default 0)",
+}
+QUEUE_MODES = ("assign", "subscribe")
 
 
 class QueueWorkload:
     name = "queue"
     values = QUEUE_VALUES  # the history's value shapes (above), as the checkers read them
+    OPTIONS = QUEUE_OPTIONS
 
     def __init__(self, options: dict[str, Any]):
         self.topic = options.get("topic", "queue")
@@ -247,8 +319,25 @@ class QueueWorkload:
         self.send_ratio = float(options.get("send_ratio", 0.7))
         self.elle = bool(options.get("elle", False))
         self.idempotent = bool(options.get("idempotent", False))
+        self.mode = options.get("queue_mode", "assign")
+        if self.mode not in QUEUE_MODES:
+            raise ValueError(self.options_problem(options))
+        self.group = str(options.get("group", "kafkaesque-queue")) if self.mode == "subscribe" else None
+        self.crash_interval_s = float(options.get("crash_clients_interval_s", 0))
         self._values = itertools.count(1)
         self._lock = threading.Lock()
+
+    @staticmethod
+    def options_problem(options: dict[str, Any]) -> str | None:
+        """Why these options cannot run (one sentence), or None."""
+        mode = options.get("queue_mode", "assign")
+        if mode not in QUEUE_MODES:
+            return f"workload option queue_mode={mode!r} is unknown; valid: {', '.join(QUEUE_MODES)}."
+        interval = options.get("crash_clients_interval_s", 0)
+        if not isinstance(interval, int | float) or interval < 0:
+            return (f"workload option crash_clients_interval_s={interval!r} is not a number of seconds; give 0 "
+                    "(no crashes) or more.")
+        return None
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
         return [(self.topic, self.partitions)]
@@ -256,10 +345,14 @@ class QueueWorkload:
     def new_client(self, test: dict[str, Any]):
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[str(test.get("acks", "all"))]
         cls = ConfluentQueueClient if self.client == "confluent-kafka" else KafkaPythonQueueClient
-        return cls(self.topic, self.partitions, acks, self.idempotent)
+        return cls(self.topic, self.partitions, acks, self.idempotent, self.group)
 
     def op_mix(self, test: dict[str, Any]):
+        crashes = CrashSchedule(self.crash_interval_s, int(test.get("concurrency", 1)))
+
         def next_op(rng: random.Random, process: int) -> tuple[str, Any]:
+            if crashes.due(rng):
+                return "crash", None
             if rng.random() < self.send_ratio:
                 with self._lock:
                     value = next(self._values)
@@ -278,7 +371,8 @@ class QueueWorkload:
         from checkers.trace import TraceChecker
 
         # Progress first: a run that did nothing on a partition proved nothing there (checkers/evidence.py).
-        checkers = [ProgressChecker(self.partitions), QueueChecker(), LogOrderChecker()]
+        checkers = [ProgressChecker(self.partitions), QueueChecker(subscribe=self.mode == "subscribe"),
+                    LogOrderChecker()]
         if test.get("elle") or self.elle:
             from checkers.elle import QueueElleChecker
 

@@ -1,11 +1,16 @@
 """Jepsen's EDN histories in and out (issue 5 item 4): one op map per line.
 
 `parse_edn_history(path)` reads Jepsen/Elle histories into our ops (keywords become
-strings: `:append` -> "append"; `:f :txn` values become [[f, k, v], ...]). Ops without
-:process are paired invoke -> the completion right after it (as Elle's paper example
-needs), by giving each such pair a process of its own. `export_edn(history, path)` writes
-our histories as Jepsen EDN (queue ops map one-to-one to Jepsen's Kafka workload: send and
-poll), so Jepsen users can cross-check with Elle or Knossos.
+strings: `:append` -> "append"; `:f :txn` values become [[f, k, v], ...]; an op's other
+fields go to Op.extra, named with "_" for "-": Jepsen's :rebalance-log is "rebalance_log").
+Ops without :process are paired invoke -> the completion right after it (as Elle's paper
+example needs), by giving each such pair a process of its own. `parse_kafka_edn_history(path)`
+reads a history of Jepsen's Kafka workload (jepsen.tests.kafka: :send/:poll/:txn with micro-op
+vectors, :assign, :subscribe, :crash) into the txn schema (checkers/txn.py): poll maps keyed by
+the key's decimal text, as our histories' JSON has them. `export_edn(history, path)` writes our
+histories as Jepsen EDN (queue ops map one-to-one to Jepsen's Kafka workload: send and poll; txn
+ops' micro-ops likewise), so Jepsen users can cross-check with Elle, Knossos or Jepsen's Kafka
+checker.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from checkers.formats.lines import read_text_lines
 from history import OP_TYPES, HistoryFormatError, Op
 from history.extras import need
+from history.ops import STANDARD_FIELDS
 
 edn_format = need("edn_format", "edn", "reading and writing Jepsen's EDN histories")
 Keyword = edn_format.Keyword
@@ -206,11 +212,43 @@ def _op(d: Any, where: str) -> Op:
     if isinstance(time, bool) or not isinstance(time, (int, float)) or not math.isfinite(time):
         raise HistoryFormatError(f"{where}: :time {time!r} must be a number of nanoseconds.")
     f = d.get("f", "txn")
+    extra = {str(k).replace("-", "_"): v for k, v in d.items() if k not in STANDARD_FIELDS}
     return Op(type=d["type"], f=f if isinstance(f, str) else str(f), process=process,  # type: ignore[arg-type]
-              value=d.get("value"), time=int(time), error=d.get("error"))
+              value=d.get("value"), time=int(time), error=d.get("error"), extra=extra or None)
+
+
+KAFKA_FS = ("txn", "send", "poll")  # the ops whose values are micro-op vectors (jepsen.tests.kafka)
+
+
+def parse_kafka_edn_history(path: str | Path) -> list[Op]:
+    """A Jepsen Kafka-workload history (history.edn) as txn-schema ops (checkers/txn.py)."""
+    ops = parse_edn_history(path)
+    for op in ops:
+        if op.f in KAFKA_FS and op.value is not None:
+            op.value = _kafka_micro_ops(op.value, f"{path}: op #{op.index}")
+    return ops
+
+
+def _kafka_micro_ops(value: Any, where: str) -> list:
+    """[[send k v-or-[offset v]] [poll] [poll {k [[offset v] ...]}]] with the poll maps keyed by text."""
+    if not isinstance(value, list):
+        raise HistoryFormatError(f"{where}: the value {value!r} is not a vector of micro-ops; a Kafka-workload op's "
+                                 f"value is like [[:send 1 2] [:poll]].")
+    out = []
+    for mop in value:
+        if isinstance(mop, list) and len(mop) == 2 and mop[0] == "poll" and isinstance(mop[1], dict):
+            out.append(["poll", {str(k): v for k, v in mop[1].items()}])
+        elif isinstance(mop, list) and mop and mop[0] in ("send", "poll"):
+            out.append(mop)
+        else:
+            raise HistoryFormatError(f"{where}: the micro-op {mop!r} is neither [:send k v] nor [:poll ...]; is this a "
+                                     f"history of Jepsen's Kafka workload?")
+    return out
 
 
 def _edn(x: Any, keywordize: bool = False) -> str:
+    if isinstance(x, _Raw):
+        return str(x)
     if x is None:
         return "nil"
     if isinstance(x, bool):
@@ -226,15 +264,41 @@ def _edn(x: Any, keywordize: bool = False) -> str:
     return edn_format.dumps(str(x))
 
 
+def _micro_op(mop: Any) -> str:
+    """One micro-op as Jepsen writes it: [:send k ...], [:poll {k [...]}] with int keys, [:append k v], [:r k v]."""
+    if isinstance(mop, list) and len(mop) == 2 and mop[0] == "poll" and isinstance(mop[1], dict):
+        return "[:poll {" + ", ".join(f"{_edn(_int_key(k))} {_edn(v)}" for k, v in mop[1].items()) + "}]"
+    return _edn(mop, keywordize=True)
+
+
+def _int_key(k: Any) -> Any:
+    return int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k
+
+
+def _is_micro_ops(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, list) and m and m[0] in ("send", "poll") for m in value)
+
+
 def _value(op: Op) -> str:
-    if op.f == "txn" and isinstance(op.value, list):
-        return "[" + " ".join(_edn(mop, keywordize=True) for mop in op.value) + "]"
+    if (op.f == "txn" or (op.f in ("send", "poll") and _is_micro_ops(op.value))) and isinstance(op.value, list):
+        return "[" + " ".join(_micro_op(mop) for mop in op.value) + "]"
     if op.f in ("poll", "final-poll") and op.type == "ok":
         if op.f == "final-poll" and isinstance(op.value, list) and len(op.value) == 3:
             return "{" + f"{op.value[0]} {_edn(op.value[2])}" + "}"
         if isinstance(op.value, dict):
             return "{" + ", ".join(f"{int(k)} {_edn(v)}" for k, v in op.value.items()) + "}"
     return _edn(op.value)
+
+
+def _keywordized_maps(entries: Any) -> str:
+    """Jepsen's :rebalance-log entries: maps with keyword keys ({:keys [0 1], :type :assigned})."""
+    return _Raw("[" + " ".join("{" + ", ".join(f":{k} " + (f":{v}" if isinstance(v, str) else _edn(v))
+                                             for k, v in e.items()) + "}" for e in entries if isinstance(e, dict)) + "]")
+
+
+class _Raw(str):
+    """EDN text already written (_edn passes it through)."""
 
 
 def export_edn(history: list[Op], path: str | Path) -> None:
@@ -247,4 +311,6 @@ def export_edn(history: list[Op], path: str | Path) -> None:
                       f":f :{fname}", f":value {_value(op)}"]
             if op.error is not None:
                 fields.append(f":error {_edn(str(op.error))}")
+            if op.extra and op.extra.get("rebalance_log"):
+                fields.append(f":rebalance-log {_edn(_keywordized_maps(op.extra['rebalance_log']))}")
             f.write("{" + ", ".join(fields) + "}\n")

@@ -6,124 +6,24 @@ the group's committed offsets intact after the fail-over. Each member is a proce
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
-
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from clusters.broker.group_coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
 from tests.integration.conftest import start_local_cluster
+from tests.integration.group_txn_helpers import (
+    CommittedWatcher,
+    Member,
+    assert_never_backwards,
+    assert_no_acked_commit_lost,
+    group_state,
+    produce,
+    tear_down,
+)
 
 pytestmark = pytest.mark.integration
 
 GROUP_FLAGS = ["--replica-lag-time-max-ms", "3000", "--heartbeat-interval-ms", "250",
                "--group-initial-rebalance-delay-ms", "1000"]
-
-
-def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=5)
-    for i in range(per_partition):
-        for part in range(partitions):
-            p.send(topic, value=f"{part}-{i}".encode(), partition=part)
-    p.flush(60)
-    p.close()
-
-
-class Member:
-    """A group member process (group_consumer.py) and the facts it wrote."""
-
-    def __init__(self, root: Path, name: str, client: str, bootstrap: str, group: str, topic: str):
-        self.name, self.out = name, root / f"{name}.jsonl"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.group_consumer", "--client", client, "--bootstrap", bootstrap,
-             "--group", group, "--topic", topic, "--name", name],
-            stdout=open(self.out, "wb"), stderr=open(root / f"{name}.err", "wb"))
-
-    def facts(self, event: str) -> list[dict]:
-        lines = self.out.read_text().splitlines() if self.out.exists() else []
-        facts = []
-        for line in lines:
-            try:
-                fact = json.loads(line)
-            except ValueError:
-                continue  # a line cut by SIGKILL
-            if fact["event"] == event:
-                facts.append(fact)
-        return facts
-
-    def assignment(self) -> set[int]:
-        assigned = self.facts("assigned")
-        return set(assigned[-1]["partitions"]) if assigned else set()
-
-    def acked_commits(self) -> dict[int, int]:
-        """The highest offset of each partition this member's commits were acknowledged for."""
-        out: dict[int, int] = {}
-        for fact in self.facts("committed"):
-            for p, o in fact["offsets"].items():
-                out[int(p)] = max(out.get(int(p), -1), o)
-        return out
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-class CommittedWatcher(threading.Thread):
-    """Reads the group's committed offsets over and over (a consumer with the group id that never
-    joins: OffsetFetch only) and keeps every answer, by partition, in order."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int):
-        super().__init__(daemon=True)
-        self.tps = [TopicPartition(topic, p) for p in range(partitions)]
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
-                                      enable_auto_commit=False, request_timeout_ms=10000)
-        self.seen: dict[int, list[int]] = {tp.partition: [] for tp in self.tps}
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            for tp in self.tps:
-                try:
-                    offset = self.consumer.committed(tp)
-                except Exception:  # noqa: BLE001 - a coordinator moving away: ask again
-                    continue
-                if offset is not None:
-                    self.seen[tp.partition].append(offset)
-            time.sleep(0.1)
-
-    def latest(self) -> dict[int, int]:
-        return {p: s[-1] for p, s in self.seen.items() if s}
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(15)
-        self.consumer.close()
-
-
-def assert_never_backwards(watcher: CommittedWatcher) -> None:
-    for p, series in watcher.seen.items():
-        assert series == sorted(series), f"partition {p}: a committed offset went backwards: {series}"
-
-
-def assert_no_acked_commit_lost(members: list[Member], final: dict[int, int]) -> None:
-    for m in members:
-        for p, o in m.acked_commits().items():
-            assert final.get(p, -1) >= o, f"{m.name}'s acknowledged commit {p}:{o} is lost (committed now {final})"
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
@@ -153,11 +53,7 @@ def test_group_takes_over_a_killed_members_partitions_without_losing_a_commit(tm
         assert_never_backwards(watcher)
         assert_no_acked_commit_lost(members, watcher.latest())
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
+        tear_down(cluster, members, watcher)
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
@@ -194,18 +90,7 @@ def test_committed_offsets_survive_the_coordinators_death(tmp_path, client):
         assert_never_backwards(watcher)
         assert_no_acked_commit_lost(members, watcher.latest())
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
-
-
-def group_state(cluster, broker: int, group: str) -> str | None:
-    """The group's state as its coordinator's dump shows it (None: not known there)."""
-    st = cluster.broker_state(broker, include_log=False)
-    groups = (st or {}).get("group_coordinator", {}).get("groups", [])
-    return next((g["state"] for g in groups if g["group"] == group), None)
+        tear_down(cluster, members, watcher)
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
@@ -246,8 +131,4 @@ def test_coordinator_killed_in_the_middle_of_a_rebalance(tmp_path, client):
         assert_never_backwards(watcher)
         assert_no_acked_commit_lost(members, watcher.latest())
     finally:
-        for m in members:
-            m.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.down()
+        tear_down(cluster, members, watcher)

@@ -12,107 +12,20 @@ transaction expired after delivery.timeout.ms (120 s) instead of moving to the n
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
-from collections import defaultdict
-from pathlib import Path
-
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from clusters.broker.txn_coordinator import TXN_STATE_TOPIC, TransactionCoordinator
 from tests.integration.conftest import start_local_cluster
+from tests.integration.group_txn_helpers import (
+    TxnProducer,
+    assert_atomic,
+    by_txn,
+    read_all,
+    read_all_kafka_python,
+)
 
 pytestmark = pytest.mark.integration
-
-
-class TxnProducer:
-    """A transactional producer process (txn_producer.py) and the facts it wrote."""
-
-    def __init__(self, root: Path, client: str, bootstrap: str, topic: str, partitions: int, txn_id: str,
-                 count: int, pause_s: float = 0.0):
-        self.out = root / f"{txn_id}.jsonl"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.txn_producer", "--client", client, "--bootstrap", bootstrap,
-             "--topic", topic, "--partitions", str(partitions), "--txn-id", txn_id, "--count", str(count),
-             "--pause-s", str(pause_s)],
-            stdout=open(self.out, "wb"), stderr=open(root / f"{txn_id}.err", "wb"))
-
-    def facts(self, event: str) -> list[dict]:
-        lines = self.out.read_text().splitlines() if self.out.exists() else []
-        return [f for f in map(json.loads, lines) if f["event"] == event]
-
-    def txns(self, event: str) -> set[int]:
-        return {f["txn"] for f in self.facts(event)}
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            raise
-
-
-def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, idle_s: float = 3.0) -> list[str]:
-    """Every record a consumer with this isolation level reads from the start of each partition up to
-    its end (the LSO for read_committed)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}-{time.time()}",
-                  "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values, at_end, last = [], set(), time.monotonic()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (len(at_end) < partitions or time.monotonic() - last < idle_s):
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(m.partition())
-            continue
-        at_end.discard(m.partition())
-        values.append(m.value().decode())
-        last = time.monotonic()
-    c.close()
-    return values
-
-
-def read_all_kafka_python(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[str]:
-    """The same with kafka-python's KafkaConsumer (it drops aborted records itself, by the aborted list)."""
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KTopicPartition
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), isolation_level=isolation, enable_auto_commit=False,
-                      consumer_timeout_ms=3000)
-    tps = [KTopicPartition(topic, p) for p in range(partitions)]
-    c.assign(tps)
-    c.seek_to_beginning(*tps)
-    values = [m.value.decode() for m in c]
-    c.close()
-    return values
-
-
-def by_txn(values: list[str]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = defaultdict(list)
-    for v in values:
-        out[int(v.split(":")[0])].append(v)
-    return out
-
-
-def assert_atomic(seen: dict[int, list[str]], producer: TxnProducer, per_txn: int, outcome_known: bool) -> None:
-    committed, aborted, uncertain = producer.txns("committed"), producer.txns("aborted"), producer.txns("uncertain")
-    for n in committed:
-        assert len(seen.get(n, [])) == per_txn, f"committed transaction {n}: {len(seen.get(n, []))} of {per_txn} records"
-    for n in aborted:
-        assert n not in seen, f"aborted transaction {n} read by a read_committed consumer: {seen[n]}"
-    for n in uncertain:
-        assert len(seen.get(n, [])) in (0, per_txn), f"transaction {n} is torn: {seen[n]}"
-    if outcome_known:
-        assert not uncertain and set(seen) == committed
-    for n, records in seen.items():
-        assert len(records) == len(set(records)), f"transaction {n} read twice: {records}"
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from clusters.broker import kafka_api, rpc
+from clusters.broker.group_coordinator import OFFSETS_TOPIC
 from clusters.broker.log import build_batch, iter_all_records, validate_batches
 from clusters.broker.txn_coordinator import (
     COMPLETE_COMMIT,
@@ -157,6 +158,41 @@ def test_the_latest_offset_of_a_read_committed_consumer_is_the_lso(tmp_path):
         latest = kafka_api.LATEST_TIMESTAMP
         assert b.list_offset("t", 0, latest, -1)[1] == 3
         assert b.list_offset("t", 0, latest, -1, read_committed=True)[1] == 1
+        b.logs.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_kip447_a_txn_offset_commit_of_an_older_generation_or_an_unknown_member_is_fenced(tmp_path):
+    """TxnOffsetCommit v3 carries the member's generation (the consumer's group metadata): a member that
+    lost its partitions in a rebalance may not commit offsets for them in its transaction, or a
+    consume-transform-produce group would commit the same input twice."""
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        group, protocols = "g", [("range", b"")]
+        lead(b, OFFSETS_TOPIC, b.groups.config.offsets_partitions, b.groups.partition_for(group))
+        await asyncio.sleep(0.05)  # the coordinator loads its (empty) partition
+
+        def join(waiter: str, member_id: str = "") -> list:
+            return b.groups.join(waiter, group, member_id, "consumer", protocols, 10_000, 30_000, False, 0)
+        a = join("a1")[0][1]
+        assert (a.error, a.generation_id) == (rpc.NONE, 1)
+        b.groups.sync("as1", group, 1, a.member_id, None, None, {a.member_id: b"A"}, 0)
+        assert join("b1") == []  # a second member: a rebalance, complete once a joins again
+        replies = dict(join("a2", a.member_id))
+        second = replies["b1"]
+        assert replies["a2"].generation_id == second.generation_id == 2
+        b.groups.sync("bs2", group, 2, second.member_id, None, None, {}, 0)
+        b.groups.sync("as2", group, 2, a.member_id, None, None, {a.member_id: b"A", second.member_id: b"B"}, 0)
+
+        async def commit(generation: int, member_id: str, offset: int) -> int:
+            return await b.txn_commit_offsets(group, PID, 0, generation, member_id, [("in", 0, offset, -1, "")], 1.0)
+        assert await commit(1, a.member_id, 10) == rpc.ILLEGAL_GENERATION  # a zombie of generation 1
+        assert await commit(2, "consumer-gone", 10) == rpc.UNKNOWN_MEMBER_ID
+        assert not b.groups.txn_pending(group, ("in", 0))  # neither was written
+        assert await commit(2, second.member_id, 20) == rpc.NONE
+        assert b.groups.txn_pending(group, ("in", 0))  # pending until the transaction's marker
+        assert await commit(-1, "", 30) == rpc.NONE  # a client before KIP-447 (v2) sends no generation
         b.logs.close_all()
 
     asyncio.run(scenario())

@@ -131,7 +131,7 @@ BAD_FILES = [
      "unknown nemesis 'meteor' in 'nemeses' entry 'kill,meteor'; valid: clock, clock-jump"),
     ("[campaign]\nname = 'x'\nbroker_variants = ['no-fsync']\n",
      "unknown broker variant 'no-fsync' in 'broker_variants'; valid: default, truncate-to-hw"),
-    ("[campaign]\nname = 'x'\nworkloads = ['bank']\n", "unknown workload 'bank' in 'workloads'; valid: queue."),
+    ("[campaign]\nname = 'x'\nworkloads = ['bank']\n", "unknown workload 'bank' in 'workloads'; valid: queue, txn."),
     ("[campaign]\nname = 'x'\nnemeses = []\n",
      "matrix axis 'nemeses' is empty, so the matrix has no runs; list at least one value"),
     ("[campaign]\nname = 'x'\nnemeses = 'kill'\n", "key 'nemeses' must be a list of strings"),

@@ -126,4 +126,9 @@ def test_unknown_schedule_is_refused():
 
 def test_final_phase_gets_fresh_processes():
     assert final_assignments([("final-poll", [0]), ("final-poll", [1])], 100) == [
-        (100, "final-poll", [0]), (101, "final-poll", [1])]
+        (100, "final-poll", [0], None), (101, "final-poll", [1], None)]
+
+
+def test_final_op_extras_reach_the_invocation():
+    assert final_assignments([("poll", [["poll"]], {"final": True, "key": 0})], 7) == [
+        (7, "poll", [["poll"]], {"final": True, "key": 0})]

@@ -241,3 +241,55 @@ def test_the_queue_values_read_every_shape_of_the_schema_once():
     assert (v.key(final_inv), v.drained(final_inv)) == (0, None)
     assert (v.key(final), v.drained(final), list(v.records(final))) == (0, (0, 2), [(0, 0, 10), (0, 1, 11)])
     assert set(v.op_names) == {"send", "poll", "final-poll"}
+
+
+# --- subscribe mode: the consumers are one group (workloads/queue.py queue_mode "subscribe") -------------
+def group_history() -> H:
+    """Process 1 reads offsets 0-1 and crashes; process 6 (its worker's next process) resumes at the
+    group's committed offset 2; process 2 took partition 1 in a rebalance and read it from 0."""
+    return (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3).send(0, 1, 20, 0)
+            .poll(1, {0: [[0, 10], [1, 11]]}).poll(6, {0: [[2, 12], [3, 13]]}).poll(2, {1: [[0, 20]]})
+            .final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]).final(9, 1, 1, [[0, 20]]))
+
+
+def test_a_group_whose_members_together_read_every_offset_is_valid():
+    r = check_queue(group_history().ops, subscribe=True)
+    assert r.valid is True and not r.anomalies
+
+
+def test_a_restarted_consumer_reading_again_from_its_committed_offset_is_allowed():
+    # process 6 crashed before its commit of offset 4: process 11 reads 2-3 again (at-least-once) and goes back
+    h = group_history().poll(11, {0: [[2, 12], [3, 13]]}).poll(6, {0: [[1, 11]]})
+    r = check_queue(h.ops, subscribe=True)
+    assert r.valid is True and not r.anomalies
+    assert r.stats["subscribe-rewinds"] == 1
+
+
+def test_a_restarted_consumer_that_resumes_past_the_committed_offset_is_a_group_skip():
+    # process 1 read 0-1 and committed 2; its successor resumed at 3: nobody in the group ever read offset 2
+    h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3)
+         .poll(1, {0: [[0, 10], [1, 11]]}).poll(6, {0: [[3, 13]]})
+         .final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]))
+    r = check_queue(h.ops, subscribe=True)
+    assert r.valid is False and names(r) == {"group-skip"}
+    (ex,) = r.anomalies[0].examples
+    assert (ex["key"], ex["offset"], ex["group_read_up_to"]) == (0, 2, 3)
+
+
+def test_offsets_past_everything_the_group_read_are_not_a_skip():
+    h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).poll(1, {0: [[0, 10]]})
+         .final(9, 0, 2, [[0, 10], [1, 11]]))
+    assert check_queue(h.ops, subscribe=True).valid is True
+
+
+def test_a_jump_over_a_marker_offset_is_no_group_skip():
+    h = (H().send(0, 0, 10, 0).send(0, 0, 12, 2).poll(1, {0: [[0, 10]]}).poll(6, {0: [[2, 12]]})
+         .final(9, 0, 3, [[0, 10], [2, 12]]))
+    assert check_queue(h.ops, subscribe=True).valid is True
+
+
+def test_outside_subscribe_mode_the_same_jump_is_a_poll_skip_of_one_consumer():
+    h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2)
+         .poll(1, {0: [[0, 10]]}).poll(1, {0: [[2, 12]]}).final(9, 0, 3, [[0, 10], [1, 11], [2, 12]]))
+    assert names(check_queue(h.ops)) == {"poll-skip"}
+    assert names(check_queue(h.ops, subscribe=True)) == {"group-skip"}

@@ -1,0 +1,295 @@
+"""The txn workload's op mix and outcome rules (workloads/txn.py), with a scripted stand-in for the client
+library only (TxnLibrary): the rules around it are what is tested here; tests/integration/test_txn_workload.py
+runs the real libraries against the reference broker."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from history import FAIL, INFO, INVOKE, OK, Op
+from workloads.registry import parse_workload_options, workload_options_problems
+from workloads.txn import (
+    CRASHED_ON_REBALANCE,
+    WORKLOAD_ABORT,
+    OffsetTracker,
+    TxnClient,
+    TxnLibrary,
+    TxnOpMix,
+    TxnWorkload,
+    txn_options,
+)
+
+
+class LibraryError(Exception):
+    def __init__(self, msg: str, fatal: bool = False, retriable: bool = False):
+        super().__init__(msg)
+        self.fatal, self.retriable = fatal, retriable
+
+
+class ScriptedLibrary(TxnLibrary):
+    """Answers as told: `fail_at` names the call that raises (and how), `offsets` what deliveries report."""
+
+    def __init__(self, fail_at: dict[str, LibraryError] | None = None, records=None, rebalance_on_poll=False):
+        self.fail_at = fail_at or {}
+        self.calls: list[str] = []
+        self.next_offset = 10
+        self.records = records or {}
+        self.rebalance_on_poll = rebalance_on_poll
+        self.on_rebalance = None
+        self.subscribed = False
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail_at:
+            raise self.fail_at.pop(name)
+
+    def ensure_producer(self): self._call("init")
+    def begin(self): self._call("begin")
+
+    def send(self, key, value):
+        self._call("send")
+        off, self.next_offset = self.next_offset, self.next_offset + 1
+        return lambda: off
+
+    def flush(self): self._call("flush")
+    def commit(self): self._call("commit")
+    def abort(self): self._call("abort")
+
+    def send_offsets(self):
+        self._call("send_offsets")
+        return self.subscribed
+
+    def poll(self):
+        self._call("poll")
+        if self.rebalance_on_poll:
+            self.on_rebalance("revoked", [0, 1])
+        return self.records
+
+    def assign(self, keys, seek): self._call(f"assign {keys} {seek}")
+    def subscribe(self):
+        self._call("subscribe")
+        self.subscribed = True
+
+    def final_read(self, key, timeout_s):
+        self._call("final_read")
+        return 3, [[0, 1], [2, 5]]
+    def is_fatal(self, e): return getattr(e, "fatal", False)
+    def commit_retriable(self, e): return getattr(e, "retriable", False)
+    def discard_producer(self): self.calls.append("discard")
+    def crash(self): self.calls.append("crash")
+    def close(self): self.calls.append("close")
+
+
+def client_with(lib: ScriptedLibrary, **options) -> TxnClient:
+    def make(bootstrap, topic, partitions, txn_id, o, on_rebalance):
+        lib.on_rebalance, lib.txn_id = on_rebalance, txn_id
+        return lib
+    c = TxnClient(make, "t", 4, 5, txn_options(options), OffsetTracker())
+    c.open("b:1")
+    return c
+
+
+def txn(value, process=7, **extra) -> Op:
+    return Op(INVOKE, "txn", process, value, extra=extra or None)
+
+
+SEND_POLL = [["send", 1, 100], ["poll"], ["send", 2, 101]]
+
+
+def test_commit_returned_is_ok_with_offsets_and_polls():
+    lib = ScriptedLibrary(records={"3": [[0, 9]]})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == OK
+    assert comp.value == [["send", 1, [10, 100]], ["poll", {"3": [[0, 9]]}], ["send", 2, [11, 101]]]
+    assert lib.calls[-2:] == ["flush", "commit"]
+
+
+def test_transactional_id_is_per_worker_slot_so_a_new_process_reinits_it():
+    lib = ScriptedLibrary()
+    client_with(lib).invoke(txn([["poll"]], process=12))
+    assert lib.txn_id == "kafkaesque-txn-2"  # concurrency 5: process 12 is worker 2's third process
+
+
+def test_workload_abort_is_fail_with_the_delivered_offsets():
+    lib = ScriptedLibrary()
+    comp = client_with(lib).invoke(txn(SEND_POLL, abort=True))
+    assert comp.type == FAIL and comp.error == WORKLOAD_ABORT
+    assert comp.value[0] == ["send", 1, [10, 100]]
+    assert "commit" not in lib.calls and lib.calls[-1] == "abort"
+
+
+class FailingTwice(ScriptedLibrary):
+    def commit(self):
+        self.calls.append("commit")
+        if self.calls.count("commit") <= 2:
+            raise LibraryError("timed out", retriable=True)
+
+
+def test_a_retriable_commit_failure_is_retried_once_and_ok_when_the_retry_returns():
+    lib = ScriptedLibrary(fail_at={"commit": LibraryError("timed out", retriable=True)})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == OK and lib.calls.count("commit") == 2
+
+
+def test_a_commit_that_fails_retriably_twice_is_not_retried_again():
+    lib = FailingTwice(fail_at={"abort": LibraryError("bad state")})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == INFO and lib.calls.count("commit") == 2
+
+
+def test_commit_error_then_abort_succeeding_is_fail():
+    lib = ScriptedLibrary(fail_at={"commit": LibraryError("abortable")})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == FAIL and "aborted" in comp.error
+
+
+def test_commit_error_then_abort_failing_is_info():
+    lib = ScriptedLibrary(fail_at={"commit": LibraryError("timed out"), "abort": LibraryError("bad state")})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == INFO and "abort failed" in comp.error
+    assert "discard" in lib.calls
+
+
+def test_fatal_error_after_a_send_is_info_and_drops_the_producer():
+    lib = ScriptedLibrary(fail_at={"commit": LibraryError("fenced", fatal=True)})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == INFO and "abort" not in lib.calls and "discard" in lib.calls
+
+
+def test_fatal_error_before_anything_was_sent_is_fail():
+    lib = ScriptedLibrary(fail_at={"init": LibraryError("fenced", fatal=True)})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == FAIL and lib.calls == ["init", "discard"]
+
+
+def test_error_before_any_send_is_fail_even_when_the_abort_fails():
+    lib = ScriptedLibrary(fail_at={"poll": LibraryError("poll broke"), "abort": LibraryError("no")})
+    comp = client_with(lib).invoke(txn([["poll"], ["send", 1, 5]]))
+    assert comp.type == FAIL
+
+
+def test_offsets_sent_to_a_subscribed_transaction_make_a_later_error_info():
+    lib = ScriptedLibrary(fail_at={"commit": LibraryError("timeout"), "abort": LibraryError("no")})
+    c = client_with(lib)
+    c.invoke(Op(INVOKE, "subscribe", 7, [0, 1, 2, 3]))
+    comp = c.invoke(txn([["poll"]]))
+    assert comp.type == INFO  # the group's offsets went into the transaction: it may have committed
+
+
+def test_rebalances_are_journaled_on_the_next_completion():
+    lib = ScriptedLibrary(rebalance_on_poll=True)
+    c = client_with(lib)
+    comp = c.invoke(txn([["poll"]]))
+    assert comp.type == OK and comp.extra["rebalance_log"] == [{"keys": [0, 1], "type": "revoked"}]
+    lib.rebalance_on_poll = False
+    assert c.invoke(txn([["poll"]])).extra is None  # journaled once
+
+
+def test_crash_on_rebalance_is_info_and_crashes_the_client():
+    lib = ScriptedLibrary(rebalance_on_poll=True)
+    comp = client_with(lib, crash_on_rebalance=True).invoke(txn([["send", 0, 1], ["poll"], ["send", 1, 2]]))
+    assert comp.type == INFO and comp.error == CRASHED_ON_REBALANCE
+    assert "crash" in lib.calls and "commit" not in lib.calls and "abort" not in lib.calls
+    assert comp.extra["rebalance_log"]
+
+
+def test_crash_op_drops_the_client_without_closing_it():
+    lib = ScriptedLibrary()
+    c = client_with(lib)
+    c.invoke(txn([["poll"]]))
+    comp = c.invoke(Op(INVOKE, "crash", 7, None))
+    assert comp.type == INFO and lib.calls[-1] == "crash" and "close" not in lib.calls
+    c.close()
+    assert "close" not in lib.calls  # the runner's close after an info finds nothing left to shut
+
+
+def test_assign_seeks_to_the_unseen_offsets():
+    lib = ScriptedLibrary()
+    comp = client_with(lib).invoke(Op(INVOKE, "assign", 7, [1, 3], extra={"unseen": {"1": 4, "3": 0}}))
+    assert comp.type == OK and lib.calls[-1] == "assign [1, 3] {1: 4, 3: 0}"
+
+
+def test_final_poll_completion_carries_final_and_end_offset():
+    comp = client_with(ScriptedLibrary()).invoke(Op(INVOKE, "poll", 40, [["poll"]], extra={"final": True, "key": 2}))
+    assert comp.type == OK and comp.value == [["poll", {"2": [[0, 1], [2, 5]]}]]
+    assert comp.extra == {"final": True, "key": 2, "end_offset": 3}
+    assert TxnWorkload.values.drained(comp) == (2, 3)
+
+
+def test_op_mix_makes_transactions_of_one_to_four_micro_ops_with_unique_values():
+    mix = TxnOpMix(txn_options({"reassign_p": 0, "txn_abort_p": 0.5}), 4, 5, OffsetTracker())
+    rng = random.Random(1)
+    ops = [mix(rng, 0) for _ in range(400)]
+    assert all(op[0] == "txn" and 1 <= len(op[1]) <= 4 for op in ops)
+    values = [m[2] for op in ops for m in op[1] if m[0] == "send"]
+    assert len(values) == len(set(values)) > 100
+    aborted = sum(1 for op in ops if len(op) == 3 and op[2] == {"abort": True})
+    assert 150 < aborted < 250
+
+
+def test_op_mix_without_aborts_never_asks_for_one():
+    mix = TxnOpMix(txn_options({"txn_abort_p": 0}), 4, 5, OffsetTracker())
+    rng = random.Random(2)
+    assert not any(len(op) == 3 and op[0] == "txn" for op in (mix(rng, 0) for _ in range(300)))
+
+
+def test_op_mix_interleaves_subscribe_and_assign():
+    mix = TxnOpMix(txn_options({"reassign_p": 1, "subscribe_p": 0.5}), 4, 5, OffsetTracker())
+    rng = random.Random(3)
+    fs = [mix(rng, 0)[0] for _ in range(200)]
+    assert 60 < fs.count("subscribe") < 140 and fs.count("assign") == 200 - fs.count("subscribe")
+
+
+def test_poll_unseen_assigns_seek_past_what_was_polled():
+    tracker = OffsetTracker()
+    tracker.sent(1, 9)
+    tracker.sent(2, 4)
+    tracker.polled({"1": [[3, 7], [5, 8]], "2": [[4, 2]]})
+    assert tracker.unseen() == {1: 6}
+    mix = TxnOpMix(txn_options({"reassign_p": 1, "subscribe_p": 0}), 4, 5, tracker)
+    rng = random.Random(4)
+    unseen = [op for op in (mix(rng, 0) for _ in range(100)) if len(op) == 3]
+    assert unseen and all(op == ("assign", [1], {"unseen": {"1": 6}}) for op in unseen)
+
+
+def test_crash_ops_come_at_about_the_interval_over_the_concurrency():
+    now = [0.0]
+    mix = TxnOpMix(txn_options({"crash_clients_interval_s": 10, "reassign_p": 0}), 4, 5, OffsetTracker(),
+                   clock=lambda: now[0])
+    rng = random.Random(5)
+    crashes = 0
+    for _ in range(10_000):  # 100 s asked every 10 ms
+        now[0] += 0.01
+        crashes += mix(rng, 0)[0] == "crash"
+    assert 35 < crashes < 65  # each of 5 processes about once per 10 s
+
+
+def test_no_crash_ops_without_an_interval():
+    mix = TxnOpMix(txn_options({}), 4, 5, OffsetTracker(), clock=lambda: 1e9)
+    rng = random.Random(6)
+    assert all(mix(rng, 0)[0] != "crash" for _ in range(500))
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"txn_abort_p": 1.5}, "not a probability"),
+    ({"isolation": "serializable"}, "valid: read_committed, read_uncommitted"),
+    ({"max_txn_len": 9}, "not 1 to 4"),
+    ({"crash_clients_interval_s": -1}, "give 0"),
+    ({"bogus": 1}, "has no option 'bogus'"),
+])
+def test_bad_options_are_refused_in_one_sentence(options, says):
+    problems = workload_options_problems("txn", "confluent-kafka", options)
+    assert len(problems) == 1 and says in problems[0] and problems[0].endswith(".")
+
+
+def test_workload_options_read_as_json_else_text():
+    options, problems = parse_workload_options(["txn_abort_p=0.2", "poll_unseen=false", "group=g1", "nokey"])
+    assert options == {"txn_abort_p": 0.2, "poll_unseen": False, "group": "g1"}
+    assert len(problems) == 1 and "'nokey'" in problems[0]
+
+
+def test_final_ops_are_final_polls_of_every_key():
+    w = TxnWorkload({"partitions": 3})
+    assert w.final_ops({}) == [("poll", [["poll"]], {"final": True, "key": k}) for k in range(3)]
