@@ -6,9 +6,13 @@ As in Elle (Kingsbury & Alvaro), kept in separate steps:
    consecutive appends, wr from an element's appender to each read ending at it, rw from a
    reader to the appender of the first element it did not see; plus process and realtime
    edges (realtime through a frontier, never all pairs).
-2. graph: networkx; strongly connected components; in each, the shortest cycle of each
-   class: G0 (ww), G1c (ww+wr), G-single (exactly one rw), G2-item (two or more rw), and
-   their -process / -realtime variants when the cycle needs those edges.
+2. graph: transactions are ints and edges parallel lists of ints; real-time edges are kept as
+   each transaction's run of frontier completions, not listed (issue 26: linear time and
+   memory, a million transactions in seconds). No cycle when the completion order is a
+   topological order (one pass at C speed); otherwise strongly connected components (an
+   iterative Tarjan) only where backward edges overlap; in each, with networkx, the shortest
+   cycle of each class: G0 (ww), G1c (ww+wr), G-single (exactly one rw), G2-item (two or more
+   rw), and their -process / -realtime variants when the cycle needs those edges.
 3. explanation: each cycle step by step in words, with the transactions' ops.
 Non-cyclic anomalies: G1a (aborted read), G1b (intermediate read), internal inconsistency,
 incompatible-order, duplicate-elements. A cycle-search budget ends the search with
@@ -21,8 +25,11 @@ transaction read anything is unknown: no dependency can be inferred from appends
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import compress, islice, repeat
+from operator import add, and_, eq, ge, le, mul, ne
 from typing import Any
 
 import networkx as nx
@@ -59,6 +66,9 @@ def _forbids_every_cycle(model: str, edge_kinds: set[str]) -> bool:
 
 
 class Txn:
+    """One transaction, made only when an anomaly needs its words: the checker itself works on
+    parallel lists indexed by transaction id (a million objects cost more than the check)."""
+
     __slots__ = ("id", "inv", "comp", "type", "mops")
 
     def __init__(self, id_: int, inv: Op, comp: Op | None):
@@ -73,13 +83,218 @@ class Txn:
         return f"T{self.id} (op #{self.inv.index}, process {self.inv.process}: {', '.join(parts)})"
 
 
-def _txns(history: Sequence[Op]) -> list[Txn]:
-    out = []
-    for inv, comp in pair_ops(history):
-        if inv.process == NEMESIS or inv.f != "txn":
-            continue
-        out.append(Txn(len(out), inv, comp))
-    return out
+class _Txns:
+    """The transactions of a history as parallel lists indexed by id (invocation order), with
+    the times and process order the graph needs."""
+
+    def __init__(self) -> None:
+        self.invs: list[Op] = []
+        self.comps: list[Op | None] = []
+        self.types: list[str] = []
+        self.mops: list[list] = []
+        self.n = 0
+
+    def txn(self, i: int) -> Txn:
+        return Txn(i, self.invs[i], self.comps[i])
+
+    def describe(self, i: int) -> str:
+        return self.txn(i).describe()
+
+
+class _Inference:
+    """Step 1 in two passes over the transactions: who appended what, each key's version order,
+    the reads, process order; then the reads against the finished orders. The non-cyclic
+    anomalies land in `found` as they are seen, each kind in read order (as Elle lists them);
+    the data and process edges as parallel lists of transaction ids (`src`, `dst`), each kind one
+    run (`segments`), with `nobody` (= the number of transactions) for an element no transaction
+    appended."""
+
+    def __init__(self, history: Sequence[Op], found: dict[str, list[dict[str, Any]]], with_process: bool):
+        self.txns = txns = _Txns()
+        invs, comps, types, all_mops = txns.invs, txns.comps, txns.types, txns.mops
+        # key -> value -> the (last) transaction that appended it; per-key dicts, not (key, value)
+        # tuples: a million appends would cost a million tuples
+        appender: dict[Any, dict[Any, int]] = {}
+        first_appender: dict[tuple[Any, Any], int] = {}  # of an element appended twice, the first
+        repeat_appenders = set()  # transactions that appended to one key twice: the only source of G1b
+        reads: list[tuple[int, Any, list, list]] = []  # (reader, key, list read, the part others appended)
+        orders: dict[Any, list] = {}  # key -> its longest read, which every other read must prefix
+        orders_without_duplicates: set = set()
+        process_src: list[int] = []
+        process_dst: list[int] = []
+        last_of_process: dict[Any, int] = {}
+        t = 0
+        for inv, comp in pair_ops(history):
+            if inv.process == NEMESIS or inv.f != "txn":
+                continue
+            type_ = INFO if comp is None else comp.type
+            mops = (comp.value if type_ == OK else inv.value) or []
+            invs.append(inv)
+            comps.append(comp)
+            types.append(type_)
+            all_mops.append(mops)
+            if with_process and (type_ == OK or type_ == INFO):
+                prev = last_of_process.get(inv.process)
+                if prev is not None:
+                    process_src.append(prev)
+                    process_dst.append(t)
+                last_of_process[inv.process] = t
+            own: dict[Any, list] | None = None  # this transaction's appends so far, by key
+            for f, k, v in mops:
+                if f == "append":
+                    by_value = appender.get(k)
+                    if by_value is None:
+                        appender[k] = {v: t}
+                    else:
+                        if v in by_value:
+                            first_appender.setdefault((k, v), by_value[v])
+                        by_value[v] = t
+                    if own is None:
+                        own = {k: [v]}
+                    elif k in own:
+                        own[k].append(v)
+                        repeat_appenders.add(t)
+                    else:
+                        own[k] = [v]
+                    continue
+                if type_ != OK:
+                    continue
+                lst = v if type(v) is list else list(v or ())  # never changed: no copy needed
+                cur = orders.get(k)
+                if cur is None:
+                    orders[k] = cur = lst
+                    agrees = True
+                elif len(lst) > len(cur):
+                    agrees = lst[: len(cur)] == cur
+                    if not agrees:
+                        found["incompatible-order"].append({"summary": f"key {k} was read as {lst} and as "
+                                                                       f"{cur}: neither is a prefix of the other",
+                                                            "ops": [comp.to_dict()]})
+                    orders[k] = cur = lst
+                else:
+                    agrees = cur[: len(lst)] == lst
+                    if not agrees:
+                        found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
+                                                                       f"{lst}: neither is a prefix of the other",
+                                                            "ops": [comp.to_dict()]})
+                # A prefix of an order without duplicates has none: most reads need no set.
+                if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
+                    if len(set(lst)) != len(lst):
+                        found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
+                                                                       f"key {k}: {lst}", "ops": [comp.to_dict()]})
+                        if cur is lst:
+                            orders_without_duplicates.discard(k)
+                    elif cur is lst:
+                        orders_without_duplicates.add(k)
+                elif cur is lst:
+                    orders_without_duplicates.add(k)
+                mine = own.get(k) if own is not None else None
+                external = lst
+                if mine:
+                    if lst[-len(mine):] != mine:
+                        found["internal"].append({"summary": f"{txns.describe(t)} read {k} = {lst} after "
+                                                             f"appending {mine} itself", "ops": [comp.to_dict()]})
+                    else:
+                        external = lst[: len(lst) - len(mine)]
+                reads.append((t, k, lst, external))
+            t += 1
+        txns.n = n = t
+        self.appender, self.reads, self.orders = appender, reads, orders
+
+        # Appends no read ever saw came after everything any read saw (a read containing a later
+        # element would contain them too). Listed in the order they were first appended.
+        unseen_items = []
+        failed_appends: dict[Any, set] = {}
+        for k, by_value in appender.items():
+            seen = set(orders.get(k, ()))
+            for v, w in by_value.items():
+                if types[w] == OK and v not in seen:
+                    first = first_appender.get((k, v), w)
+                    unseen_items.append((first, _append_position(all_mops[first], k, v), k, v, w))
+            failed = {v for v, w in by_value.items() if types[w] == FAIL}
+            if failed:
+                failed_appends[k] = failed
+        unseen_items.sort(key=lambda item: (item[0], item[1]))
+        self.unseen: list[tuple[Any, Any, int]] = [(k, v, w) for _, _, k, v, w in unseen_items]
+        self.unseen_by_key: dict[Any, list[int]] = defaultdict(list)
+        for k, _, w in self.unseen:
+            self.unseen_by_key[k].append(w)
+
+        # ww: between consecutive elements of each order, and from its last to each unseen append
+        src: list[int] = []
+        dst: list[int] = []
+        order_ids = {}  # key -> the appenders of its version order, element by element
+        for k, order in orders.items():
+            by_value = appender.get(k, {})
+            order_ids[k] = ids = [by_value.get(x, n) for x in order]
+            src.extend(ids[:-1])
+            dst.extend(ids[1:])
+        for k, _, w in self.unseen:
+            ids = order_ids.get(k)
+            if ids:
+                src.append(ids[-1])
+                dst.append(w)
+        ww_end = len(src)
+        # Second pass, over the reads: aborted and intermediate reads, wr and rw edges.
+        wr_src: list[int] = []
+        wr_dst: list[int] = []
+        rw_src: list[int] = []
+        rw_dst: list[int] = []
+        for t, k, lst, external in reads:
+            ids = order_ids[k]
+            if len(lst) < len(ids):
+                rw_src.append(t)  # rw: to the appender of the first element this read missed
+                rw_dst.append(ids[len(lst)])
+            elif len(lst) == len(ids):
+                unseen = self.unseen_by_key.get(k)
+                if unseen:
+                    rw_src.extend([t] * len(unseen))
+                    rw_dst.extend(unseen)
+            if not external:
+                continue
+            failed = failed_appends.get(k)
+            if failed is not None:
+                for x in failed.intersection(external):
+                    w = appender[k][x]
+                    found["G1a"].append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
+                                                    f"the failed {txns.describe(w)}",
+                                         "ops": [comps[t].to_dict(), invs[w].to_dict()]})
+            last = external[-1]
+            w = appender[k].get(last, n) if k in appender else n
+            wr_src.append(w)  # wr: from the appender of the last element this read saw
+            wr_dst.append(t)
+            if w in repeat_appenders and w != t and _last_append(all_mops[w], k) != last:
+                found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
+                                                f"intermediate append of {txns.describe(w)}",
+                                     "ops": [comps[t].to_dict(), invs[w].to_dict()]})
+        src.extend(wr_src)
+        dst.extend(wr_dst)
+        wr_end = len(src)
+        src.extend(rw_src)
+        dst.extend(rw_dst)
+        rw_end = len(src)
+        src.extend(process_src)
+        dst.extend(process_dst)
+        self.segments = [(WW, 0, ww_end), (WR, ww_end, wr_end), (RW, wr_end, rw_end), (PROCESS, rw_end, len(src))]
+        self.src, self.dst = src, dst
+
+
+def _last_append(mops: list, key: Any) -> Any:
+    last = _NOTHING
+    for f, k, v in mops:
+        if f == "append" and k == key:
+            last = v
+    return last
+
+
+def _append_position(mops: list, key: Any, value: Any) -> int:
+    for i, (f, k, v) in enumerate(mops):
+        if f == "append" and k == key and v == value:
+            return i
+    return len(mops)
+
+
+_NOTHING = object()
 
 
 def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] | None = None,
@@ -88,112 +303,43 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
     for m in models:
         if m not in FORBIDDEN:
             raise ValueError(f"unknown consistency model {m!r}; valid: {', '.join(FORBIDDEN)}")
-    txns = _txns(history)
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    forbidden = set().union(*(FORBIDDEN[m] for m in models))
 
     # --- 1. inference ---------------------------------------------------------------------------
-    appender: dict[tuple[Any, Any], Txn] = {}
-    appends_by_txn_key: dict[tuple[int, Any], list[Any]] = defaultdict(list)
-    for t in txns:
-        if t.type == FAIL and t.comp is not None:
-            mops = t.inv.value or []
-        else:
-            mops = t.mops
-        for f, k, v in mops:
-            if f == "append":
-                appender[(k, v)] = t
-                appends_by_txn_key[(t.id, k)].append(v)
-    reads: list[tuple[Txn, Any, list, list]] = []  # (reader, key, list read, the part others appended)
-    for t in txns:
-        if t.type != OK:
-            continue
-        own: dict[Any, list] = defaultdict(list)
-        for f, k, v in t.mops:
-            if f == "append":
-                own[k].append(v)
-            else:
-                lst = list(v or [])
-                if len(set(lst)) != len(lst):
-                    found["duplicate-elements"].append({"summary": f"{t.describe()} read duplicates in key {k}: {lst}",
-                                                        "ops": [t.comp.to_dict()]})
-                if own[k] and lst[-len(own[k]):] != own[k]:
-                    found["internal"].append({"summary": f"{t.describe()} read {k} = {lst} after appending "
-                                                         f"{own[k]} itself", "ops": [t.comp.to_dict()]})
-                external = lst[: len(lst) - len(own[k])] if own[k] and lst[-len(own[k]):] == own[k] else lst
-                reads.append((t, k, lst, external))
-    orders: dict[Any, list] = {}
-    for t, k, lst, _ in reads:
-        cur = orders.get(k, [])
-        if len(lst) > len(cur):
-            cur, lst = lst, cur
-        if cur[: len(lst)] != lst:
-            found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as {lst}: neither is a "
-                                                           "prefix of the other", "ops": [t.comp.to_dict()]})
-        orders[k] = cur
-    failed_appends: dict[Any, set] = defaultdict(set)
-    for (k, v), w in appender.items():
-        if w.type == FAIL:
-            failed_appends[k].add(v)
-    for t, k, _, lst in reads:
-        for v in failed_appends.get(k, set()).intersection(lst):
-            w = appender[(k, v)]
-            found["G1a"].append({"summary": f"{t.describe()} read {v} of key {k}, appended by the failed "
-                                            f"{w.describe()}", "ops": [t.comp.to_dict(), w.inv.to_dict()]})
-        if lst:
-            w = appender.get((k, lst[-1]))
-            if w is not None and w is not t:
-                mine = appends_by_txn_key[(w.id, k)]
-                if mine and lst[-1] != mine[-1]:
-                    found["G1b"].append({"summary": f"{t.describe()} read key {k} ending at {lst[-1]}, an "
-                                                    f"intermediate append of {w.describe()}",
-                                         "ops": [t.comp.to_dict(), w.inv.to_dict()]})
+    # Process and real-time order only matter to the models that forbid their cycles (as in
+    # Elle): without them, cycles through them are no anomaly and would only cost search time.
+    inference = _Inference(history, found, with_process=any(a.endswith("-process") for a in forbidden))
+    txns = inference.txns
 
     # --- 2. the dependency graph ---------------------------------------------------------------
-    committed = [t for t in txns if t.type in (OK, INFO)]
-    forbidden = set().union(*(FORBIDDEN[m] for m in models))
-    n = len(txns) + 1
-    # (a, b) as one int -> its kinds as bits: a history has millions of edges and a handful of cycles,
-    # so the first pass keeps no explanation; the edges of a cyclic component get theirs from a second
-    # pass over the same inference, restricted to that component (below).
-    edges: dict[int, int] = {}
-    succ: dict[int, list[int]] = defaultdict(list)
-
-    def edge(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
-        if a is None or b is None or a is b or a.type == FAIL or b.type == FAIL:
-            return
-        key = a.id * n + b.id
-        bits = edges.get(key)
-        if bits is None:
-            edges[key] = KIND_BIT[kind]
-            succ[a.id].append(b.id)
-        else:
-            edges[key] = bits | KIND_BIT[kind]
-
-    _dependency_edges(orders, appender, reads, committed, forbidden, edge)
+    graph = _DependencyGraph(inference, forbidden)
 
     # --- 3. cycles -------------------------------------------------------------------------------
     deadline = time.monotonic() + cycle_budget_s
-    id_to_txn = {t.id: t for t in txns}
     timed_out = False
-    sccs = _nontrivial_sccs(succ)
+    sccs = graph.cyclic_components()
     explained: dict[tuple[int, int], dict[str, tuple]] = {}  # the cyclic components' edges: {kind: why}
     if sccs:
         members = set().union(*sccs)
 
-        def explain(a: Txn | None, b: Txn | None, kind: str, *why: Any) -> None:
-            if a is None or b is None or a.id not in members or b.id not in members or a is b \
-                    or a.type == FAIL or b.type == FAIL:
+        def explain(a: int | None, b: int | None, kind: str, *why: Any) -> None:
+            if a is None or b is None or a == b or a not in members or b not in members \
+                    or txns.types[a] == FAIL or txns.types[b] == FAIL:
                 return
-            explained.setdefault((a.id, b.id), {}).setdefault(kind, why)  # the first reason, as the first pass
+            explained.setdefault((a, b), {}).setdefault(kind, why)  # the first reason, as Elle's order gives
 
-        _dependency_edges(orders, appender, reads, committed, forbidden, explain)
+        graph.explain_edges(members, explain)
+    succ: dict[int, list[int]] = defaultdict(list)
+    for a, b in explained:  # in the order the inference first gave each edge
+        succ[a].append(b)
     for scc in sccs:
         # networkx only for the (usually absent) cyclic parts: millions of edges stay plain ints.
         sub = nx.DiGraph()
         sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a in scc for b in succ[a] if b in scc)
         try:
             for name, cycle in _classify_cycles(sub, deadline):
-                found[name].append(_explain(cycle, sub, id_to_txn))
+                found[name].append(_explain(cycle, sub, txns.txn))
         except TimeoutError:
             timed_out = True
             found["cycle-search-timeout"].append({"summary": f"the cycle search ran out of its {cycle_budget_s:.0f} s "
@@ -202,125 +348,279 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
             break
 
     anomaly_types = sorted(found)
-    bad = set().union(*(FORBIDDEN[m] for m in models)) | ALWAYS_BAD
+    bad = forbidden | ALWAYS_BAD
     violated = [a for a in anomaly_types if a in bad]
     reasons = []
     if timed_out:
         # A cycle exists, but its class is unknown: it proves a violation only of a model that
         # forbids every class the graph's edge kinds allow; otherwise the verdict is unknown.
-        seen_bits = 0
-        for bits in edges.values():
-            seen_bits |= bits
-        kinds = {k for k, bit in KIND_BIT.items() if seen_bits & bit}
-        if any(_forbids_every_cycle(m, kinds) for m in models):
+        if any(_forbids_every_cycle(m, graph.kinds) for m in models):
             violated.append("cycle-search-timeout")
         else:
             reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
-    if not any(t.type == OK and any(f != "append" for f, *_ in t.mops) for t in txns):
+    if not inference.reads:
         reasons.append(NOTHING_READ)
     valid: Any = False if violated else UNKNOWN if reasons else True
     anomalies = [Anomaly(a, len(found[a]), found[a][:MAX_EXAMPLES], _EXPLAIN.get(a, "")) for a in anomaly_types]
     not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
     return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
-                  stats={"transactions": len(txns), "edges": len(edges), "models": models,
+                  stats={"transactions": txns.n, "edges": graph.edge_count, "models": models,
                          "violated": violated, "not": not_models},
                   details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in found[a][:2]]},
                   unknown_reasons=reasons)
 
 
+class _DependencyGraph:
+    """Step 2: the dependency graph with integer transaction ids.
 
-def _dependency_edges(orders: dict[Any, list], appender: dict[tuple[Any, Any], Txn],
-                      reads: list[tuple[Txn, Any, list, list]], committed: list[Txn], forbidden: set[str],
-                      edge) -> None:
-    """Every dependency edge the inference gives, handed to `edge(a, b, kind, why-format, *args)`."""
-    for k, order in orders.items():
-        for x, y in zip(order, order[1:], strict=False):
-            edge(appender.get((k, x)), appender.get((k, y)), WW, "appended {} to {} before {} was appended", x, k, y)
-    # Appends no read ever saw came after everything any read saw (a read containing a later
-    # element would contain them too): ww from the last observed appender, rw from full reads.
-    unseen: dict[Any, list[Txn]] = defaultdict(list)
-    order_sets = {k: set(order) for k, order in orders.items()}
-    for (k, v), w in appender.items():
-        if w.type == OK and v not in order_sets.get(k, ()):
-            unseen[k].append(w)
-            if orders.get(k):
-                edge(appender.get((k, orders[k][-1])), w, WW,
-                     "appended {} to {}; {}, never read, came later", orders[k][-1], k, v)
-    for t, k, lst, external in reads:
-        if external:
-            edge(appender.get((k, external[-1])), t, WR, "appended {} to {}, which the reader saw last",
-                 external[-1], k)
-        order = orders.get(k, [])
-        if len(lst) == len(order):
-            for w in unseen[k]:
-                edge(t, w, RW, "read {} = {}, which does not hold the later append by the other", k, lst)
-        elif len(lst) < len(order):
-            edge(t, appender.get((k, order[len(lst)])), RW, "read {} = {} without {}, which the other appended",
-                 k, lst, order[len(lst)])
-    # Process and real-time order only matter to the models that forbid their cycles (as in
-    # Elle): without them, cycles through them are no anomaly and would only cost search time.
-    if any(a.endswith("-process") for a in forbidden):
-        by_process: dict[Any, list[Txn]] = defaultdict(list)
-        for t in committed:
-            by_process[t.inv.process].append(t)
-        for ts in by_process.values():
-            for a, b in zip(ts, ts[1:], strict=False):
-                edge(a, b, PROCESS, "came first in the same process")
-    if any(a.endswith("-realtime") for a in forbidden):
-        _realtime_edges(committed, edge)
+    Data (ww, wr, rw) and process edges are listed as pairs of ints. Real-time edges are not
+    listed: Elle links each transaction to the frontier of completions before its invocation,
+    about `concurrency` edges per transaction (ten million at a million transactions), and the
+    frontier of a transaction is a contiguous run of the completions in time order, so two ints
+    per transaction hold it. For cycles only reachability counts, and `a` reaches `b` in real
+    time exactly when `a` completed before `b` was invoked, which a chain of one node per
+    completion gives with three edges per transaction.
 
+    `edge_count` counts inferred edges, one per reason kind and occurrence, and each frontier
+    edge once: a pair linked for two reasons counts twice (deduplicating millions of pairs
+    would cost a third of the check).
+    """
 
-def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
-    """Strongly connected components with two or more nodes (iterative Tarjan: no recursion limit)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    out: list[set[int]] = []
-    counter = 0
-    for root in list(succ):
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            children = succ.get(node, ())
-            recurse = False
-            while i < len(children):
-                child = children[i]
-                i += 1
-                if child not in index:
-                    work.append((node, i))
-                    work.append((child, 0))
-                    recurse = True
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            if recurse:
+    def __init__(self, inference: _Inference, forbidden: set[str]):
+        txns = inference.txns
+        self.txns, self.inference = txns, inference
+        self.process = any(a.endswith("-process") for a in forbidden)
+        self.realtime = any(a.endswith("-realtime") for a in forbidden)
+        n, types = txns.n, txns.types
+        self.committed = [t for t in range(n) if types[t] == OK or types[t] == INFO]
+        # Transaction n stands for "nobody appended it"; it and failed transactions take part in
+        # no edge, nor does a transaction with itself. Such edges are rare (an aborted read, a
+        # transaction reading its own appends), so look before filtering: with map and compress,
+        # at C speed, since a Python loop per edge would be most of the check's time.
+        src, dst, segments = inference.src, inference.dst, inference.segments
+        excluded = {t for t in range(n) if types[t] == FAIL}
+        excluded.add(n)
+        if excluded.isdisjoint(src) and excluded.isdisjoint(dst) and not any(map(eq, src, dst)):
+            self.kinds = {kind for kind, start, end in segments if end > start}
+        else:
+            alive = [t != FAIL for t in types] + [False]
+            mask = list(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
+                            map(ne, src, dst)))
+            self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
+            src, dst = list(compress(src, mask)), list(compress(dst, mask))
+        self.src, self.dst = src, dst
+        self._realtime_frontiers()
+        self.edge_count = len(src)
+        if self.realtime:
+            if self.well_formed:
+                self.edge_count += self.realtime_count
+            else:
+                self.edge_count += sum(1 for _ in _frontier_edges(txns, self.committed, None))
+            if self.realtime_count:
+                self.kinds.add(REALTIME)
+
+    def _realtime_frontiers(self) -> None:
+        """Each committed transaction's real-time predecessors, Elle's frontier, as a run
+        [frontier_lo, frontier_hi) of completion ranks: the completions before its invocation
+        (time strictly before: Elle's anchors with all :time 0 have no real-time order) that no
+        transaction invoked after them has completed before it."""
+        txns, n = self.txns, self.txns.n
+        invs, comps, types = txns.invs, txns.comps, txns.types
+        by_completion = [t for t in self.committed if types[t] == OK]
+        times = [comps[t].time for t in by_completion]
+        if not all(map(le, times, islice(times, 1, None))):
+            # stable: ties in id order, as Elle's events
+            by_completion = [by_completion[i] for i in sorted(range(len(times)), key=times.__getitem__)]
+            times = [comps[t].time for t in by_completion]
+        rank = [-1] * n
+        for _ in map(rank.__setitem__, by_completion, range(len(by_completion))):
+            pass
+        invoked = [invs[t].time for t in by_completion]
+        self.well_formed = all(map(le, invoked, times))
+        committed = self.committed
+        invoked_at = [invs[t].time for t in committed]
+        if not all(map(le, invoked_at, islice(invoked_at, 1, None))):
+            committed = [committed[i] for i in sorted(range(len(committed)), key=invoked_at.__getitem__)]
+            invoked_at = [invs[t].time for t in committed]
+        # One merge of the invocations with the completions, both in time order: hi, the
+        # completions before the invocation; lo, the first of them not earlier than the latest
+        # invocation among them (an earlier one left the frontier: a transaction invoked after
+        # it completed has completed since).
+        lo, hi = [0] * n, [0] * n
+        i = j = total = 0
+        m = len(times)
+        latest: Any = None
+        for b, invoked_b in zip(committed, invoked_at, strict=True):
+            while j < m and times[j] < invoked_b:
+                if latest is None or invoked[j] > latest:
+                    latest = invoked[j]
+                j += 1
+            if j:
+                while i < j and times[i] < latest:
+                    i += 1
+                lo[b], hi[b] = i, j
+                total += j - i
+        self.completion_rank, self.frontier_lo, self.frontier_hi = rank, lo, hi
+        self.by_completion = by_completion
+        self.realtime_count = total
+
+    def cyclic_components(self) -> list[set[int]]:
+        """The strongly connected components of two or more transactions."""
+        n, types = self.txns.n, self.txns.types
+        src, dst = self.src, self.dst
+        if self.realtime and not self.well_formed:
+            return self._cyclic_components_listing_realtime()
+        # A topological order proves there is no cycle, in one pass over the edges at C speed:
+        # each transaction placed at its completion (Elle's serialization point for a database
+        # that commits in order), an indeterminate one just after the completions before its
+        # invocation; chain node r (below) just after the r-th completion. Real-time edges all
+        # go forward in it by construction.
+        rank, hi = self.completion_rank, self.frontier_hi
+        pos = [4 * rank[t] + 4 if types[t] == OK else 4 * hi[t] + 2 for t in range(n)]
+        pos_src, pos_dst = list(map(pos.__getitem__, src)), list(map(pos.__getitem__, dst))
+        backward = list(map(ge, pos_src, pos_dst))
+        if not any(backward):
+            return []
+        # A cycle goes back as far as it goes forward: the positions it spans are covered by its
+        # own backward edges' spans. So only transactions inside a run of overlapping backward
+        # spans can be on a cycle, and each cycle stays inside one run: the search needs only
+        # those runs (a database committing out of order makes short ones).
+        span = 4 * len(self.by_completion) + 8
+        runs: list[tuple[int, int]] = []
+        run_lo = run_hi = -1
+        for key in sorted(map(add, map(mul, compress(pos_dst, backward), repeat(span)), compress(pos_src, backward))):
+            lo, high = divmod(key, span)
+            if lo > run_hi:
+                if run_hi >= 0:
+                    runs.append((run_lo, run_hi))
+                run_lo, run_hi = lo, high
+            elif high > run_hi:
+                run_hi = high
+        runs.append((run_lo, run_hi))
+        by_completion = self.by_completion
+        m = len(by_completion) if self.realtime else 0  # chain nodes n .. n + m - 1
+        info_at: dict[int, list[int]] = defaultdict(list)  # position -> the other transactions there
+        for t in compress(range(n), map(ne, types, repeat(OK))):
+            info_at[pos[t]].append(t)
+        run_of = {}  # node -> its run
+        for i, (lo, high) in enumerate(runs):
+            for r in range(max(0, (lo - 4 + 3) // 4), min(len(by_completion), (high - 4) // 4 + 1)):
+                run_of[by_completion[r]] = i  # at 4r + 4
+                if r < m and lo <= 4 * r + 5 <= high:
+                    run_of[n + r] = i
+            for at in range(lo + (2 - lo) % 4, high + 1, 4):
+                for t in info_at.get(at, ()):
+                    run_of[t] = i
+        nodes = sorted(run_of)
+        local = {x: i for i, x in enumerate(nodes)}
+        adjacency: list[list[int]] = [[] for _ in nodes]
+        for a, b in zip(src, dst, strict=True):
+            ra = run_of.get(a)
+            if ra is not None and ra == run_of.get(b):
+                adjacency[local[a]].append(local[b])
+        if self.realtime:
+            # chain node n + r for the r-th completion: its transaction -> it -> the next one,
+            # and the latest completion before each invocation -> the invoked transaction
+            for x in nodes:
+                if x < n:
+                    if rank[x] >= 0 and run_of.get(n + rank[x]) == run_of[x]:
+                        adjacency[local[x]].append(local[n + rank[x]])
+                elif x + 1 < n + m and run_of.get(x + 1) == run_of[x]:
+                    adjacency[local[x]].append(local[x + 1])
+            for b in self.committed:
+                if b in run_of and hi[b] and run_of.get(n + hi[b] - 1) == run_of[b]:
+                    adjacency[local[n + hi[b] - 1]].append(local[b])
+        cyclic = [real for comp in _sccs(adjacency) if len(real := {nodes[x] for x in comp if nodes[x] < n}) > 1]
+        # Later runs first, as a search of the whole graph from its first transaction would
+        # finish them (edges between runs all go forward): the same examples, in the same order.
+        cyclic.sort(key=lambda comp: -run_of[next(iter(comp))])
+        return cyclic
+
+    def _cyclic_components_listing_realtime(self) -> list[set[int]]:
+        """A history whose times go backwards: list Elle's frontier edges one by one."""
+        n = self.txns.n
+        adjacency: list[list[int]] = [[] for _ in range(n)]
+        for a, b in zip(self.src, self.dst, strict=True):
+            adjacency[a].append(b)
+        for a, b, *_ in _frontier_edges(self.txns, self.committed, None):
+            adjacency[a].append(b)
+        return [comp for comp in _sccs(adjacency) if len(comp) > 1]
+
+    def explain_edges(self, members: set[int], edge) -> None:
+        """The edges among `members`, each with its reason, handed to `edge(a, b, kind, why-format,
+        *args)` in Elle's order of inference (ww, then per read wr and rw, process, real time): the
+        first reason of a pair is the one told, and the order of a transaction's successors
+        decides which cycle networkx reports first."""
+        inf, txns = self.inference, self.txns
+        keys = {k for t in members for f, k, _ in txns.mops[t]}
+        appender = inf.appender
+        for k, order in inf.orders.items():
+            if k not in keys:
                 continue
-            if work and low[node] < low[work[-1][0]]:
-                low[work[-1][0]] = low[node]
-            if low[node] == index[node]:
-                comp = set()
-                while True:
-                    x = stack.pop()
-                    on_stack.discard(x)
-                    comp.add(x)
-                    if x == node:
-                        break
-                if len(comp) > 1:
-                    out.append(comp)
+            by_value = appender.get(k, {})
+            for x, y in zip(order, order[1:], strict=False):
+                edge(by_value.get(x), by_value.get(y), WW, "appended {} to {} before {} was appended", x, k, y)
+        for k, v, w in inf.unseen:
+            order = inf.orders.get(k)
+            if order and k in keys:
+                edge(appender[k].get(order[-1]), w, WW, "appended {} to {}; {}, never read, came later",
+                     order[-1], k, v)
+        for t, k, lst, external in inf.reads:
+            if t not in members:
+                continue
+            by_value = appender.get(k, {})
+            if external:
+                edge(by_value.get(external[-1]), t, WR, "appended {} to {}, which the reader saw last",
+                     external[-1], k)
+            order = inf.orders.get(k, [])
+            if len(lst) == len(order):
+                for w in inf.unseen_by_key.get(k, ()):
+                    edge(t, w, RW, "read {} = {}, which does not hold the later append by the other", k, lst)
+            elif len(lst) < len(order):
+                edge(t, by_value.get(order[len(lst)]), RW, "read {} = {} without {}, which the other appended",
+                     k, lst, order[len(lst)])
+        if self.process:
+            last_of_process: dict[Any, int] = {}
+            for t in self.committed:
+                p = txns.invs[t].process
+                prev = last_of_process.get(p)
+                if prev is not None:
+                    edge(prev, t, PROCESS, "came first in the same process")
+                last_of_process[p] = t
+        if self.realtime:
+            if self.well_formed:
+                self._explain_realtime(members, edge)
+            else:
+                for a, b, *why in _frontier_edges(txns, self.committed, members):
+                    edge(a, b, REALTIME, *why)
+
+    def _explain_realtime(self, members: set[int], edge) -> None:
+        """Frontier edges among `members`, in Elle's order: by invocation, then by completion."""
+        txns, rank = self.txns, self.completion_rank
+        inv_order = sorted((t for t in self.committed if t in members), key=lambda t: txns.invs[t].time)
+        completed = sorted((rank[t], t) for t in members if rank[t] >= 0)
+        ranks = [r for r, _ in completed]
+        for b in inv_order:
+            lo, hi = self.frontier_lo[b], self.frontier_hi[b]
+            for i in range(bisect_left(ranks, lo), bisect_left(ranks, hi)):
+                edge(completed[i][1], b, REALTIME, "completed before the other began")
+
+
+def _frontier_edges(txns: _Txns, committed: list[int], members: set[int] | None) -> list[tuple[int, int, str]]:
+    """Elle's real-time edges one by one, as (a, b, why), between `members` (None: all)."""
+    out: list[tuple[int, int, str]] = []
+
+    def edge(a: Txn, b: Txn, kind: str, why: str) -> None:
+        if a.id != b.id and (members is None or (a.id in members and b.id in members)):
+            out.append((a.id, b.id, why))
+
+    _realtime_edges([txns.txn(t) for t in committed], edge)
     return out
 
 
 def _realtime_edges(txns: list[Txn], edge) -> None:
     """T1 completed before T2 was invoked. Through a frontier of the latest completions, as Elle
-    does, so the edge count stays near-linear."""
+    does, so the edge count stays near-linear. (Also checkers/txn.py's, for its cyclic parts.)"""
     events = []
     for t in txns:
         events.append((t.inv.time, 1, t))
@@ -336,6 +636,62 @@ def _realtime_edges(txns: list[Txn], edge) -> None:
                 edge(a, t, REALTIME, "completed before the other began")
         else:
             frontier = [a for a in frontier if not a.comp.time < t.inv.time] + [t]
+
+
+def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
+    """Strongly connected components with two or more nodes of a graph given as node -> successors."""
+    nodes = sorted(set(succ) | {b for bs in succ.values() for b in bs})
+    number = {x: i for i, x in enumerate(nodes)}
+    adjacency = [[number[b] for b in succ.get(x, ())] for x in nodes]
+    return [{nodes[i] for i in comp} for comp in _sccs(adjacency) if len(comp) > 1]
+
+
+def _sccs(adjacency: list[list[int]]) -> list[list[int]]:
+    """Strongly connected components of a graph on nodes 0..n-1 (iterative Tarjan: no recursion
+    limit; flat lists, no dicts), each listed as Tarjan pops it."""
+    n = len(adjacency)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = bytearray(n)
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = 1
+        work = [(root, iter(adjacency[root]))]
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if index[child] < 0:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack[child] = 1
+                    work.append((child, iter(adjacency[child])))
+                    break
+                if on_stack[child] and index[child] < low[node]:
+                    low[node] = index[child]
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    if low[node] < low[parent]:
+                        low[parent] = low[node]
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on_stack[x] = 0
+                        comp.append(x)
+                        if x == node:
+                            break
+                    out.append(comp)
+    return out
 
 
 def _kinds(sub, a, b) -> set[str]:
@@ -404,14 +760,14 @@ def _classify_cycles(sub, deadline: float):
         yield base + suffix, cyc
 
 
-def _explain(cycle: list[int], sub, txns: dict[int, Txn]) -> dict[str, Any]:
+def _explain(cycle: list[int], sub, txn) -> dict[str, Any]:
     words = []
     for a, b in zip(cycle, cycle[1:], strict=False):
         kinds = sub[a][b]["kinds"]
         kind = next(k for k in (WW, WR, RW, PROCESS, REALTIME) if k in kinds)
         template, *args = kinds[kind]
         words.append(f"T{a} {kind} T{b}: T{a} {template.format(*args)}")
-    members = [txns[t] for t in cycle[:-1]]
+    members = [txn(t) for t in cycle[:-1]]
     summary = ("; ".join(words) + f"; so T{cycle[0]} precedes itself. Transactions: "
                + " ".join(t.describe() for t in members))
     return {"summary": summary, "cycle": cycle, "steps": words,
