@@ -147,6 +147,9 @@ class LiveStats:
 
 
 NEMESIS_STEP_GRACE_S = 90.0  # the longest single fault step (a broker start waits for its registration)
+MAIN_PHASE_GRACE_S = 30.0  # past the time limit, how long the workers may take to finish the ops they are in
+ABANDONED = ("no completion by the end of the main phase: the client call never returned, so its process "
+             "was abandoned")
 
 
 class Run:
@@ -160,6 +163,10 @@ class Run:
         self.facts: dict[str, Any] = {"thread_failures": {}}  # results.json "run": what checkers/evidence.py reads
         self.run_dir: Path | None = None
         self.healing = False
+        # worker -> the invocation its client is in; an op still here when the main phase ends is recorded
+        # info by the runner and its worker abandoned (Jepsen's rule), whatever the client call does later
+        self._in_flight: dict[int, Op] = {}
+        self._flight_lock = threading.Lock()
 
     def _thread(self, name: str, target, *args) -> threading.Thread:
         """A daemon thread whose death by an exception is a fact of the run (the verdict cannot be valid),
@@ -194,9 +201,16 @@ class Run:
                         client = None
                         self.stop.wait(0.5)
                         continue
-                op = writer.append(Op(INVOKE, inv.f, process, inv.value, extra=inv.extra))
+                with self._flight_lock:
+                    if self.stop.is_set():
+                        return
+                    op = self._in_flight[worker] = writer.append(Op(INVOKE, inv.f, process, inv.value,
+                                                                    extra=inv.extra))
                 comp = self._invoke(client, op)
-                writer.append(comp)
+                with self._flight_lock:
+                    if self._in_flight.pop(worker, None) is None:
+                        return  # the main phase ended without it: the runner recorded it info (_abandon_stuck_ops)
+                    writer.append(comp)
                 self.stats.completed(comp.type)
                 if comp.type == INFO:
                     # Jepsen's info rule: this process may have an op in flight forever.
@@ -406,11 +420,12 @@ class Run:
             t.start()
         self._processes = processes
         # Join with a timeout so Ctrl-C reaches this thread.
-        deadline = time.monotonic() + spec.time_limit + 30
+        deadline = time.monotonic() + spec.time_limit + MAIN_PHASE_GRACE_S
         for t in threads[:-1]:
             while t.is_alive() and time.monotonic() < deadline:
                 t.join(0.2)
         self.stop.set()
+        self._abandon_stuck_ops(writer)
         # The heal must not race a fault step still under way (a restart, a pause): let the nemesis
         # thread finish the step it is in; every step is bounded (waits and sleeps end on stop).
         nemesis_thread = threads[-2]
@@ -421,6 +436,20 @@ class Run:
             self.facts["nemesis_overran_s"] = NEMESIS_STEP_GRACE_S
             self.errors.append(f"the nemesis was still inside a fault step {NEMESIS_STEP_GRACE_S:.0f} s after the "
                                "main phase; healing anyway")
+
+    def _abandon_stuck_ops(self, writer: HistoryWriter) -> None:
+        """The ops whose client call has not returned by the end of the main phase (a client library that
+        hangs: librdkafka in commit_transaction after its coordinator died) end info now, and their workers
+        are left behind on their daemon threads: a completion they write later is dropped (_worker)."""
+        with self._flight_lock:
+            stuck, self._in_flight = self._in_flight, {}
+            for _, op in sorted(stuck.items()):
+                writer.append(Op(INFO, op.f, op.process, None, error=ABANDONED, extra=op.extra))
+                self.stats.completed(INFO)
+        if stuck:
+            self.facts["abandoned_ops"] = len(stuck)
+            self.errors.append(f"{len(stuck)} client call(s) had not returned {MAIN_PHASE_GRACE_S:.0f} s after the "
+                               "time limit; recorded info and abandoned")
 
     def _recover_and_read(self, workload, cluster, test: dict, writer: HistoryWriter) -> None:
         self.stats.phase = "recovering"
