@@ -17,6 +17,7 @@ Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness itself failed.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import random
@@ -316,6 +317,7 @@ class Run:
                  f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
         outcome: dict[str, Any] = {}
         live = None
+        watchdog: _StackWatchdog | None = None
         with _signals_handled(self):
             try:
                 try:
@@ -336,6 +338,8 @@ class Run:
                         from harness.panel import start_panel
 
                         live = start_panel(self.stats, spec)
+                    watchdog = _StackWatchdog(run_dir / "stacks.txt", spec.time_limit + MAIN_PHASE_GRACE_S
+                                              + NEMESIS_STEP_GRACE_S + STACK_DUMP_MARGIN_S)
                     self._main_phase(workload, nemesis, cluster, test, bootstrap, writer, schedule)
                 except KeyboardInterrupt as e:
                     outcome["interrupted"] = _interruption(e)
@@ -347,6 +351,8 @@ class Run:
                 finally:
                     self.stop.set()
                     self._heal(nemesis, cluster, writer)
+                    if watchdog is not None:
+                        watchdog.cancel()
                 if not outcome:
                     try:
                         self._recover_and_read(workload, cluster, test, writer)
@@ -651,6 +657,27 @@ def _write_after_second_signal(run: Run, seen: list[str]) -> None:
             "run": {**run.facts, "interrupted": reason}})
     except OSError:
         pass
+
+
+STACK_DUMP_MARGIN_S = 60.0  # past every bound of the main phase and the nemesis's last step
+
+
+class _StackWatchdog:
+    """Every thread's stack written to the run dir (stacks.txt) if the run has not reached the end of its
+    heal when every bound of the main phase has passed: faulthandler's own C thread writes it, so it works
+    even when a client library's call holds the GIL or a lock and no Python code can run. The file stays
+    empty when the run got through; a hung harness then shows where it hangs."""
+
+    def __init__(self, path: Path, timeout_s: float):
+        self._file = open(path, "w")  # noqa: SIM115 - faulthandler writes to it until cancel()
+        faulthandler.dump_traceback_later(timeout_s, repeat=False, file=self._file, exit=False)
+        self._path = path
+
+    def cancel(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        self._file.close()
+        if self._path.stat().st_size == 0:
+            self._path.unlink()
 
 
 def _close_quietly(client) -> None:

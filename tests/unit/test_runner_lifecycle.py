@@ -342,3 +342,21 @@ def test_a_client_call_that_never_returns_ends_info_and_the_run_heals_reads_and_
 
     time.sleep(0.3)  # the released worker had time to try writing its late completion
     assert [o for o in read_history(run_dir / "history.jsonl") if o.process == process] == of_process
+
+
+def test_a_run_still_short_of_its_heal_after_every_bound_leaves_every_threads_stack(tmp_path, patched, monkeypatch):
+    w = patched["workload"] = HangingWorkload()
+    monkeypatch.setattr(runner, "MAIN_PHASE_GRACE_S", 1.0)
+    monkeypatch.setattr(runner, "NEMESIS_STEP_GRACE_S", 0.0)
+    monkeypatch.setattr(runner, "STACK_DUMP_MARGIN_S", -1.2)  # the dump falls inside the main phase
+    try:
+        _, run_dir = runner.run_test(spec(tmp_path))
+    finally:
+        w.release.set()
+    stacks = (run_dir / "stacks.txt").read_text()
+    assert "in wait" in stacks and "in invoke" in stacks and "in _worker" in stacks  # the hung client call
+
+
+def test_a_run_that_reaches_its_heal_leaves_no_stack_file(tmp_path, patched):
+    _, run_dir = runner.run_test(spec(tmp_path))
+    assert not (run_dir / "stacks.txt").exists()
