@@ -50,6 +50,7 @@ from results.store import STORE_FORMAT, create_run_dir, write_json
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
 FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
+FINAL_READ_CALL_S = 120.0  # past it, a final read's client call that has not returned is abandoned
 
 
 class HarnessError(RuntimeError):
@@ -231,6 +232,21 @@ class Run:
             comp = Op(INFO, op.f, op.process, None, error=f"{type(e).__name__}: {e}"[:300], extra=op.extra)
         comp.process, comp.f = op.process, op.f
         return comp
+
+    @classmethod
+    def _invoke_bounded(cls, client, op: Op, timeout_s: float) -> Op:
+        """_invoke on a daemon thread of its own: a client call that has not returned after `timeout_s` ends
+        info and is left behind (its late completion is dropped), so a hung client library cannot stop the
+        run's final reads."""
+        box: dict[str, Op] = {}
+        t = threading.Thread(target=lambda: box.setdefault("comp", cls._invoke(client, op)), daemon=True,
+                             name=f"client call of process {op.process}")
+        t.start()
+        t.join(timeout_s)
+        if "comp" in box:
+            return box["comp"]
+        return Op(INFO, op.f, op.process, None, extra=op.extra,
+                  error=f"the client call had not returned after {timeout_s:g} s, so its process was abandoned")
 
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
         """The one scheduler (nemesis/plan.py) runs the nemesis's plan: the schedule's random faults, or the
@@ -480,7 +496,7 @@ class Run:
                 try:
                     self._open_for_final_read(client, bootstrap)
                     op = writer.append(Op(INVOKE, f, process, value, extra=extra))
-                    done = writer.append(self._invoke(client, op))
+                    done = writer.append(self._invoke_bounded(client, op, FINAL_READ_CALL_S))
                 finally:
                     _close_quietly(client)
                 if done.type == OK or time.monotonic() >= deadline:

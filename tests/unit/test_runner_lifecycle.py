@@ -360,3 +360,29 @@ def test_a_run_still_short_of_its_heal_after_every_bound_leaves_every_threads_st
 def test_a_run_that_reaches_its_heal_leaves_no_stack_file(tmp_path, patched):
     _, run_dir = runner.run_test(spec(tmp_path))
     assert not (run_dir / "stacks.txt").exists()
+
+
+def test_a_final_read_whose_client_call_never_returns_ends_info_and_the_run_stores(tmp_path, patched, monkeypatch):
+    import threading
+
+    release = threading.Event()
+
+    class HangingFinalReads(FakeWorkload):
+        def new_client(self, test):
+            class Client(EchoClient):
+                def invoke(self, op):
+                    if op.f == "final-poll":
+                        release.wait()
+                    return super().invoke(op)
+            return Client()
+
+    patched["workload"] = HangingFinalReads()
+    monkeypatch.setattr(runner, "FINAL_READ_CALL_S", 0.3)
+    monkeypatch.setattr(runner, "FINAL_READ_RETRY_S", 0.0)
+    try:
+        _, run_dir = runner.run_test(spec(tmp_path))
+    finally:
+        release.set()
+    finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
+    assert [o.type for o in finals] == ["invoke", "info"] and "had not returned after 0.3 s" in finals[1].error
+    assert (run_dir / "results.json").exists() and patched["cluster"].calls[-2:] == ["collect", "down"]
