@@ -17,6 +17,7 @@ Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness itself failed.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import random
@@ -49,6 +50,7 @@ from results.store import STORE_FORMAT, create_run_dir, write_json
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
 FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
+FINAL_READ_CALL_S = 120.0  # past it, a final read's client call that has not returned is abandoned
 
 
 class HarnessError(RuntimeError):
@@ -147,6 +149,9 @@ class LiveStats:
 
 
 NEMESIS_STEP_GRACE_S = 90.0  # the longest single fault step (a broker start waits for its registration)
+MAIN_PHASE_GRACE_S = 30.0  # past the time limit, how long the workers may take to finish the ops they are in
+ABANDONED = ("no completion by the end of the main phase: the client call never returned, so its process "
+             "was abandoned")
 
 
 class Run:
@@ -160,6 +165,10 @@ class Run:
         self.facts: dict[str, Any] = {"thread_failures": {}}  # results.json "run": what checkers/evidence.py reads
         self.run_dir: Path | None = None
         self.healing = False
+        # worker -> the invocation its client is in; an op still here when the main phase ends is recorded
+        # info by the runner and its worker abandoned (Jepsen's rule), whatever the client call does later
+        self._in_flight: dict[int, Op] = {}
+        self._flight_lock = threading.Lock()
 
     def _thread(self, name: str, target, *args) -> threading.Thread:
         """A daemon thread whose death by an exception is a fact of the run (the verdict cannot be valid),
@@ -194,9 +203,16 @@ class Run:
                         client = None
                         self.stop.wait(0.5)
                         continue
-                op = writer.append(Op(INVOKE, inv.f, process, inv.value, extra=inv.extra))
+                with self._flight_lock:
+                    if self.stop.is_set():
+                        return
+                    op = self._in_flight[worker] = writer.append(Op(INVOKE, inv.f, process, inv.value,
+                                                                    extra=inv.extra))
                 comp = self._invoke(client, op)
-                writer.append(comp)
+                with self._flight_lock:
+                    if self._in_flight.pop(worker, None) is None:
+                        return  # the main phase ended without it: the runner recorded it info (_abandon_stuck_ops)
+                    writer.append(comp)
                 self.stats.completed(comp.type)
                 if comp.type == INFO:
                     # Jepsen's info rule: this process may have an op in flight forever.
@@ -216,6 +232,21 @@ class Run:
             comp = Op(INFO, op.f, op.process, None, error=f"{type(e).__name__}: {e}"[:300], extra=op.extra)
         comp.process, comp.f = op.process, op.f
         return comp
+
+    @classmethod
+    def _invoke_bounded(cls, client, op: Op, timeout_s: float) -> Op:
+        """_invoke on a daemon thread of its own: a client call that has not returned after `timeout_s` ends
+        info and is left behind (its late completion is dropped), so a hung client library cannot stop the
+        run's final reads."""
+        box: dict[str, Op] = {}
+        t = threading.Thread(target=lambda: box.setdefault("comp", cls._invoke(client, op)), daemon=True,
+                             name=f"client call of process {op.process}")
+        t.start()
+        t.join(timeout_s)
+        if "comp" in box:
+            return box["comp"]
+        return Op(INFO, op.f, op.process, None, extra=op.extra,
+                  error=f"the client call had not returned after {timeout_s:g} s, so its process was abandoned")
 
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
         """The one scheduler (nemesis/plan.py) runs the nemesis's plan: the schedule's random faults, or the
@@ -302,6 +333,7 @@ class Run:
                  f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
         outcome: dict[str, Any] = {}
         live = None
+        watchdog: _StackWatchdog | None = None
         with _signals_handled(self):
             try:
                 try:
@@ -322,6 +354,8 @@ class Run:
                         from harness.panel import start_panel
 
                         live = start_panel(self.stats, spec)
+                    watchdog = _StackWatchdog(run_dir / "stacks.txt", spec.time_limit + MAIN_PHASE_GRACE_S
+                                              + NEMESIS_STEP_GRACE_S + STACK_DUMP_MARGIN_S)
                     self._main_phase(workload, nemesis, cluster, test, bootstrap, writer, schedule)
                 except KeyboardInterrupt as e:
                     outcome["interrupted"] = _interruption(e)
@@ -333,6 +367,8 @@ class Run:
                 finally:
                     self.stop.set()
                     self._heal(nemesis, cluster, writer)
+                    if watchdog is not None:
+                        watchdog.cancel()
                 if not outcome:
                     try:
                         self._recover_and_read(workload, cluster, test, writer)
@@ -406,11 +442,12 @@ class Run:
             t.start()
         self._processes = processes
         # Join with a timeout so Ctrl-C reaches this thread.
-        deadline = time.monotonic() + spec.time_limit + 30
+        deadline = time.monotonic() + spec.time_limit + MAIN_PHASE_GRACE_S
         for t in threads[:-1]:
             while t.is_alive() and time.monotonic() < deadline:
                 t.join(0.2)
         self.stop.set()
+        self._abandon_stuck_ops(writer)
         # The heal must not race a fault step still under way (a restart, a pause): let the nemesis
         # thread finish the step it is in; every step is bounded (waits and sleeps end on stop).
         nemesis_thread = threads[-2]
@@ -421,6 +458,20 @@ class Run:
             self.facts["nemesis_overran_s"] = NEMESIS_STEP_GRACE_S
             self.errors.append(f"the nemesis was still inside a fault step {NEMESIS_STEP_GRACE_S:.0f} s after the "
                                "main phase; healing anyway")
+
+    def _abandon_stuck_ops(self, writer: HistoryWriter) -> None:
+        """The ops whose client call has not returned by the end of the main phase (a client library that
+        hangs: librdkafka in commit_transaction after its coordinator died) end info now, and their workers
+        are left behind on their daemon threads: a completion they write later is dropped (_worker)."""
+        with self._flight_lock:
+            stuck, self._in_flight = self._in_flight, {}
+            for _, op in sorted(stuck.items()):
+                writer.append(Op(INFO, op.f, op.process, None, error=ABANDONED, extra=op.extra))
+                self.stats.completed(INFO)
+        if stuck:
+            self.facts["abandoned_ops"] = len(stuck)
+            self.errors.append(f"{len(stuck)} client call(s) had not returned {MAIN_PHASE_GRACE_S:.0f} s after the "
+                               "time limit; recorded info and abandoned")
 
     def _recover_and_read(self, workload, cluster, test: dict, writer: HistoryWriter) -> None:
         self.stats.phase = "recovering"
@@ -445,7 +496,7 @@ class Run:
                 try:
                     self._open_for_final_read(client, bootstrap)
                     op = writer.append(Op(INVOKE, f, process, value, extra=extra))
-                    done = writer.append(self._invoke(client, op))
+                    done = writer.append(self._invoke_bounded(client, op, FINAL_READ_CALL_S))
                 finally:
                     _close_quietly(client)
                 if done.type == OK or time.monotonic() >= deadline:
@@ -622,6 +673,27 @@ def _write_after_second_signal(run: Run, seen: list[str]) -> None:
             "run": {**run.facts, "interrupted": reason}})
     except OSError:
         pass
+
+
+STACK_DUMP_MARGIN_S = 60.0  # past every bound of the main phase and the nemesis's last step
+
+
+class _StackWatchdog:
+    """Every thread's stack written to the run dir (stacks.txt) if the run has not reached the end of its
+    heal when every bound of the main phase has passed: faulthandler's own C thread writes it, so it works
+    even when a client library's call holds the GIL or a lock and no Python code can run. The file stays
+    empty when the run got through; a hung harness then shows where it hangs."""
+
+    def __init__(self, path: Path, timeout_s: float):
+        self._file = open(path, "w")  # noqa: SIM115 - faulthandler writes to it until cancel()
+        faulthandler.dump_traceback_later(timeout_s, repeat=False, file=self._file, exit=False)
+        self._path = path
+
+    def cancel(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        self._file.close()
+        if self._path.stat().st_size == 0:
+            self._path.unlink()
 
 
 def _close_quietly(client) -> None:

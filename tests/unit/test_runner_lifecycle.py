@@ -295,3 +295,94 @@ def test_a_final_read_that_never_answers_is_given_up_after_its_deadline(tmp_path
     _, run_dir = runner.run_test(spec(tmp_path))
     finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
     assert [o.type for o in finals] == ["invoke", "info"]  # one try, then the deadline had passed
+
+
+class HangingWorkload(FakeWorkload):
+    """Its main-phase clients' first send never returns (librdkafka's commit_transaction after its
+    coordinator died: issues 5456, 5511); the final reads' clients answer."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = __import__("threading").Event()
+        self.hung: list[int] = []
+
+    def new_client(self, test):
+        workload = self
+
+        class Client(EchoClient):
+            def invoke(self, op):
+                if op.f == "send" and not workload.hung:
+                    workload.hung.append(op.process)
+                    workload.release.wait()  # until the test ends: the call never returns in the run
+                    return Op(OK, op.f, op.process, [0, [7, op.value[1]]])
+                return super().invoke(op)
+        return Client()
+
+
+def test_a_client_call_that_never_returns_ends_info_and_the_run_heals_reads_and_stores(tmp_path, patched,
+                                                                                       monkeypatch):
+    w = patched["workload"] = HangingWorkload()
+    monkeypatch.setattr(runner, "MAIN_PHASE_GRACE_S", 0.5)
+    try:
+        code, run_dir = runner.run_test(spec(tmp_path))
+    finally:
+        w.release.set()  # the abandoned worker returns now; its completion must not reach the history
+    ops = read_history(run_dir / "history.jsonl")
+    (process,) = w.hung
+    of_process = [o for o in ops if o.process == process]
+    assert [o.type for o in of_process] == ["invoke", "info"]  # abandoned: never another op of that process
+    assert of_process[1].error == runner.ABANDONED
+    heal = next(i for i, o in enumerate(ops) if o.f == "heal")
+    assert ops.index(of_process[1]) < heal  # recorded at the end of the main phase, before the heal
+    assert any(o.f == "final-poll" and o.type == OK for o in ops)
+    res = json.loads((run_dir / "results.json").read_text())
+    assert code == 0 and res["valid"] is True and res["run"]["abandoned_ops"] == 1
+    assert patched["cluster"].calls[-2:] == ["collect", "down"]
+    import time
+
+    time.sleep(0.3)  # the released worker had time to try writing its late completion
+    assert [o for o in read_history(run_dir / "history.jsonl") if o.process == process] == of_process
+
+
+def test_a_run_still_short_of_its_heal_after_every_bound_leaves_every_threads_stack(tmp_path, patched, monkeypatch):
+    w = patched["workload"] = HangingWorkload()
+    monkeypatch.setattr(runner, "MAIN_PHASE_GRACE_S", 1.0)
+    monkeypatch.setattr(runner, "NEMESIS_STEP_GRACE_S", 0.0)
+    monkeypatch.setattr(runner, "STACK_DUMP_MARGIN_S", -1.2)  # the dump falls inside the main phase
+    try:
+        _, run_dir = runner.run_test(spec(tmp_path))
+    finally:
+        w.release.set()
+    stacks = (run_dir / "stacks.txt").read_text()
+    assert "in wait" in stacks and "in invoke" in stacks and "in _worker" in stacks  # the hung client call
+
+
+def test_a_run_that_reaches_its_heal_leaves_no_stack_file(tmp_path, patched):
+    _, run_dir = runner.run_test(spec(tmp_path))
+    assert not (run_dir / "stacks.txt").exists()
+
+
+def test_a_final_read_whose_client_call_never_returns_ends_info_and_the_run_stores(tmp_path, patched, monkeypatch):
+    import threading
+
+    release = threading.Event()
+
+    class HangingFinalReads(FakeWorkload):
+        def new_client(self, test):
+            class Client(EchoClient):
+                def invoke(self, op):
+                    if op.f == "final-poll":
+                        release.wait()
+                    return super().invoke(op)
+            return Client()
+
+    patched["workload"] = HangingFinalReads()
+    monkeypatch.setattr(runner, "FINAL_READ_CALL_S", 0.3)
+    monkeypatch.setattr(runner, "FINAL_READ_RETRY_S", 0.0)
+    try:
+        _, run_dir = runner.run_test(spec(tmp_path))
+    finally:
+        release.set()
+    finals = [o for o in read_history(run_dir / "history.jsonl") if o.f == "final-poll"]
+    assert [o.type for o in finals] == ["invoke", "info"] and "had not returned after 0.3 s" in finals[1].error
+    assert (run_dir / "results.json").exists() and patched["cluster"].calls[-2:] == ["collect", "down"]
