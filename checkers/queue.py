@@ -48,7 +48,7 @@ from checkers.reasons import say
 from history import INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
-                 "group-skip")
+                 "group-skip", "lost-commit")
 
 EXPLANATIONS = {
     "lost-write": "The broker acknowledged these sends, but after the faults healed the final reads of "
@@ -63,6 +63,10 @@ EXPLANATIONS = {
                   "read past it, and none of them ever read it (a consumer resumed beyond its group's committed "
                   "offset, or a commit ran ahead of what was read). Reading a record again is allowed "
                   "(at-least-once); never reading it is not.",
+    "lost-commit": "The consumer group resumed a partition below an offset it had committed: the commit was "
+                   "acknowledged before this poll began, yet a member took the partition up again from an earlier "
+                   "offset, so the coordinator lost the acknowledged commit (at-least-once allows reading again "
+                   "from the last committed offset, not from before it).",
 }
 GAP_EXPLANATION = ("A consumer's successive reads of a partition jumped over offsets that no send was "
                    "acknowledged at and no read returned: a Kafka log may lack records there (transaction "
@@ -182,6 +186,10 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
     # read after): a log with a transaction marker after every commit has millions of them.
     jumps: dict[tuple[int, int], _Jumps] = {}
     group_read: dict[tuple[int, int], set[int]] = defaultdict(set)  # subscribe mode: offsets the group's polls read
+    # subscribe mode: (key, era) -> [(completion time, committed offset, the poll)], and the polls at which a
+    # member took a partition up from the group's offset rather than from its own last read
+    commits: dict[tuple[int, int], list[tuple[int, int, Op]]] = defaultdict(list)
+    resumes: list[tuple[Op, Op, int, int]] = []  # (invoke, completion, key, first offset read)
 
     for inv, comp in pairs:
         if inv.process == NEMESIS:
@@ -201,8 +209,13 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
             if t != OK:
                 continue
             e = era(comp)
+            if subscribe and inv.f == "poll":
+                for k, committed in ((comp.extra or {}).get("committed") or {}).items():
+                    commits[(int(k), e)].append((comp.time, int(committed), comp))
             for key, recs in poll_items(inv.f, comp.value):
                 prev = last_offset.get((inv.process, key, e))
+                if subscribe and inv.f == "poll" and recs and (prev is None or int(recs[0][0]) != prev[0] + 1):
+                    resumes.append((inv, comp, key, int(recs[0][0])))
                 jumped = None
                 for off, val in recs:
                     off = int(off)
@@ -265,6 +278,7 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
     gap_count, gaps = _judge_jumps(jumps, seen, acked, era, found)
     if subscribe:
         _judge_group_skips(group_read, seen, acked, era, found)
+        _judge_lost_commits(commits, resumes, era, found)
 
     def readers_at(key: int, off: int) -> dict[Any, Op]:
         out: dict[Any, Op] = {}
@@ -327,6 +341,25 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
     stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
     return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
                   unknown_reasons=reasons)
+
+
+def _judge_lost_commits(commits: dict[tuple[int, int], list[tuple[int, int, Op]]],
+                        resumes: list[tuple[Op, Op, int, int]], era, found: _Examples) -> None:
+    """Subscribe mode: a member that takes a partition up (its first read of it, or a read not following its
+    own last one) starts from the group's committed offset, which is at least every commit of the partition
+    acknowledged before its poll began: starting below one is a lost-commit. Commits and polls are compared
+    within their era (a fault beyond the budget may take acknowledged commits back)."""
+    for inv, comp, key, first in resumes:
+        before = [(t, off, op) for t, off, op in commits.get((key, era(comp)), ()) if t < inv.time]
+        if not before:
+            continue
+        t, committed, by = max(before, key=lambda c: c[1])
+        if first < committed:
+            found.add("lost-commit", {
+                "key": key, "process": inv.process, "offset": first, "committed": committed,
+                "summary": f"process {inv.process} took partition {key} up at offset {first}, though the group's "
+                           f"commit of offset {committed} had been acknowledged (to process {by.process}) before",
+                "reads": [by.to_dict(), comp.to_dict()]})
 
 
 def _judge_group_skips(group_read: dict[tuple[int, int], set[int]], seen: dict[tuple[int, int], dict[int, dict]],

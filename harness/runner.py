@@ -311,7 +311,10 @@ class Run:
         nemesis = make_nemesis(spec.nemesis, {"target": spec.nemesis_target, "seed": spec.seed,
                                               "topic": spec.workload_opts()["topic"], "min_isr": spec.min_isr,
                                               "scenario_delay": spec.nemesis_interval,
-                                              "interval": spec.nemesis_interval, **spec.nemesis_options})
+                                              "interval": spec.nemesis_interval,
+                                              # the transactional ids and groups, for the coordinator roles
+                                              **getattr(workload, "coordinated_keys", lambda c: {})(spec.concurrency),
+                                              **spec.nemesis_options})
         if spec.cluster == "auto":
             from clusters.docker import docker_available
 

@@ -22,6 +22,19 @@ partition of the test topic:
   bounce-follower-then-kill-leader
                             restart a follower (controlled) and kill the leader before it
                             has caught up
+  kill-txn-coordinator      SIGKILL the transaction coordinator of the workload's transactional ids
+                            (the leader of their __transaction_state partition) while its
+                            transactions commit
+  isolate-txn-coordinator   cut that coordinator off from every other node mid-commit (its
+                            transaction state records cannot reach the ISR; another takes over)
+  cut-txn-coordinator-from-leader
+                            cut the coordinator off from the leader of a partition the
+                            transactions write to: their markers there are late
+  pause-leader-past-txn-timeout
+                            SIGSTOP a partition leader (not the coordinator) past the workload's
+                            transaction timeout, so transactions writing there time out and are
+                            aborted by the coordinator while their produces wait
+  kill-group-coordinator    SIGKILL the coordinator of the workload's consumer group
   heal                      reconnect, resume and restart everything
   sequence:<scenario>       one of the flaw sequences of nemesis/scenario.py (004's unclean
                             election and HW truncation, 002's last replica standing, 001's
@@ -29,7 +42,13 @@ partition of the test topic:
                             follower), on a random partition, from a
                             healed cluster only: two thirds of the moves drawn after a heal
                             are one, dealt from a shuffled deck so that every sequence runs
-                            once before any runs again
+                            once before any runs again; with a workload of transactions or
+                            groups (--workload txn, queue in subscribe mode) also the
+                            coordinator scenarios: txn-coordinator-killed-mid-commit,
+                            producer-paused-past-txn-timeout, late-txn-markers,
+                            group-coordinator-fails-over
+The coordinator moves and sequences are there only when the workload has transactional ids or a
+consumer group (the runner passes them); a queue run in assign mode draws exactly what it drew before.
 
 Faults accumulate between heals (a follower stays cut off while the leader is killed),
 which is what turns single faults into the sequences of 004 and 001. A move whose role
@@ -73,6 +92,12 @@ MOVES: dict[str, tuple[Step, ...]] = {
     "pause-controller": (bind("K", "controller"), act("pause", "K"), sleep(4), act("resume", "K")),
     "cut-leader-from-controllers": (bind("L", "leader"), cut("L", CONTROLLERS)),
     "cut-follower-from-controllers": (bind("Z", "in-sync-follower"), cut("Z", CONTROLLERS)),
+    "kill-txn-coordinator": (bind("C", "txn-coordinator"), act("kill", "C")),
+    "isolate-txn-coordinator": (bind("C", "txn-coordinator"), act("isolate", "C")),
+    "cut-txn-coordinator-from-leader": (bind("C", "txn-coordinator"), bind("L", "other-leader"), cut("C", "L")),
+    # 12 s: past the txn workload's default transaction timeout (10 s), so the pause outlasts transactions
+    "pause-leader-past-txn-timeout": (bind("L", "other-leader"), act("pause", "L"), sleep(12), act("resume", "L")),
+    "kill-group-coordinator": (bind("G", "group-coordinator"), act("kill", "G")),
     "heal": (act("heal"), act("start-all"), act("resume-all")),
 }
 # The single moves find shallow bugs; the deep ones of 004, 001 and 002 take a fault timed
@@ -82,11 +107,15 @@ MOVES: dict[str, tuple[Step, ...]] = {
 # not one: its two power cuts are beyond the fault budget, so its losses would not be findings.
 SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing", "elr-clean-recovery",
              "zombie-leader", "zombie-follower")
+# The coordinators' sequences (issue 25): in the moves only when the workload has the keys they bind.
+COORDINATOR_SEQUENCES = ("txn-coordinator-killed-mid-commit", "producer-paused-past-txn-timeout", "late-txn-markers",
+                         "group-coordinator-fails-over")
 SEQUENCE_PREFIX = "sequence:"
-MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES})
+MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES + COORDINATOR_SEQUENCES})
 NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr", "cut-leader-from-controllers",
-                        "cut-follower-from-controllers"} | {
-    SEQUENCE_PREFIX + name for name in SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
+                        "cut-follower-from-controllers", "isolate-txn-coordinator",
+                        "cut-txn-coordinator-from-leader"} | {
+    SEQUENCE_PREFIX + name for name in SEQUENCES + COORDINATOR_SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
 MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
 # After a heal, the share of moves that are a flaw sequence. The single moves find shallow bugs
 # on their own and pile up between heals; the sequences are what reaches the deep flaws, and a
@@ -101,7 +130,8 @@ class ProtocolNemesis(ScenarioNemesis):
         super().__init__(Scenario("protocol", __doc__ or "", (), needs_isolated_nodes=False), options)
         self.by = "protocol"
         self.interval = float(options.get("interval", 10.0))
-        self.moves = dict(MOVES)
+        # the coordinator moves only when the workload has the keys they aim at (keys_refusal)
+        self.moves = {m: steps for m, steps in MOVES.items() if self.keys_refusal(m, steps) is None}
         self.deck: list[str] = []  # the sequences not yet run in this round, in the order they come
         self.left_out: dict[str, str] = {}  # move -> why the nodes cannot do it
 

@@ -14,7 +14,11 @@ scenario left down.
     kafkaesque run --nemesis scenario:last-replica-standing --cluster docker ...
     kafkaesque run --nemesis scenario:my-scenario.toml ...     # your own, as data (below)
 
-Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
+Steps (`Step.do`): bind (a role: leader, follower, any broker, other-leader: the leader of another
+partition of the topic, held by no bound name, which becomes the scenario's partition; txn-coordinator
+and group-coordinator: the broker coordinating the workload's transactional ids or consumer group,
+found the way clients find it, as the leader of the key's __transaction_state or __consumer_offsets
+partition), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
 has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each
 named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
@@ -49,7 +53,7 @@ from nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
 class Step:
     do: str
     node: str = ""            # a bound name ("L"), or a node name ("broker-2")
-    role: str = ""            # bind: leader | follower | broker
+    role: str = ""            # bind: one of ROLES
     until: str = ""           # wait: the condition's name
     nodes: tuple[str, ...] = ()  # wait isr-is: the bound names that must make up the ISR
     peer: str = ""            # cut: the other side, a bound name, a node name or "controllers"
@@ -209,12 +213,67 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
          wait("log-reaches", "L", nodes=("Z",), timeout=60), sleep(2),
          act("heal", "Z"), wait("in-isr", "Z", timeout=60)),
         needs_isolated_nodes=True, targets=("no-epoch-fencing",)),
+    # --- the transaction and group coordinators (issue 25 deliverable 4) --------------------------------
+    Scenario(
+        "txn-coordinator-killed-mid-commit",
+        "KIP-98 fencing: the transaction coordinator of the workload's transactional ids is killed while "
+        "transactions commit (the workload commits several a second, so there is always one in flight): "
+        "their commits time out, the processes that ran them end info and are replaced, and each new "
+        "process re-initialises its slot's transactional id at the coordinator that took over, which "
+        "must abort the open transaction at a bumped epoch and fence the previous producer of the id. "
+        "Under zombie-not-fenced the epoch stays, so whatever the previous producer still has on its "
+        "way (a produce queued at a partition leader) lands beside the new one's writes.",
+        (bind("C", "txn-coordinator"), act("kill", "C"), wait("fenced", "C"), sleep(5),
+         act("start", "C"), wait("unfenced", "C", timeout=60)),
+        targets=("zombie-not-fenced",)),
+    Scenario(
+        "producer-paused-past-txn-timeout",
+        "KIP-890's hanging transaction: the leader L of a partition the transactions write to (not their "
+        "coordinator) is paused for longer than the workload's transaction timeout (10 s by default; the "
+        "pause is 12 s): produces of open transactions wait at L or in the producers' retries while the "
+        "coordinator aborts the transactions on their timeout and writes their markers (to L's successor "
+        "once L is fenced). By default the abort bumps the producer's epoch, so a produce of the aborted "
+        "transaction that arrives late is refused; under txn-markers-no-epoch-bump the epoch stays valid "
+        "and the late produce joins the producer's next transaction: a write of an aborted transaction "
+        "becomes visible (G1a), or a committed one shows part of another.",
+        (bind("C", "txn-coordinator"), bind("L", "other-leader"), act("pause", "L"), sleep(12),
+         act("resume", "L"), sleep(3), wait("in-isr", "L", timeout=60)),
+        targets=("txn-markers-no-epoch-bump",)),
+    Scenario(
+        "late-txn-markers",
+        "The transaction coordinator C is cut off from the leader L of a partition its transactions "
+        "write to, for 12 s (past the 10 s transaction timeout): the markers of every transaction ending "
+        "then are late at L, and transactions there stay open, some to be aborted. A read_committed "
+        "consumer must see none of them until their commit marker (the LSO holds at the first open "
+        "one); read-committed-to-hwm serves them up to the HWM (aborted and uncommitted reads, G1a and "
+        "precommitted-read). Late markers also widen txn-markers-no-epoch-bump's window.",
+        (bind("C", "txn-coordinator"), bind("L", "other-leader"), cut("C", "L"), sleep(12),
+         act("heal", "C"), sleep(3)),
+        needs_isolated_nodes=True, targets=("read-committed-to-hwm",)),
+    Scenario(
+        "group-coordinator-fails-over",
+        "002 2.5: the group coordinator G is cut off from every other node while the group commits "
+        "offsets (the queue workload's subscribe mode commits after each poll), then killed, so a "
+        "follower of its __consumer_offsets partition takes over. By default a commit is answered only "
+        "once the ISR has it, so the commits G took while cut off fail (the ISR cannot grow back to min "
+        "ISR 2); under offsets-commit-acks-1 G answers them alone and the new coordinator lacks them: "
+        "the group resumes below offsets it was told were committed (the queue checker's lost-commit).",
+        # 20 s first: a group takes several rebalances to settle after the run starts (members join one by
+        # one), and a commit can be lost only once the group has committed
+        (sleep(20), bind("G", "group-coordinator"), act("isolate", "G"), sleep(4), act("kill", "G"), wait("fenced", "G"),
+         act("heal", "G"), sleep(3), act("start", "G"), wait("unfenced", "G", timeout=60)),
+        needs_isolated_nodes=True, targets=("offsets-commit-acks-1",)),
 )}
 
 
 # --- scenarios of one's own, as TOML -------------------------------------------------------------------
 STEP_KEYS = {"do", "node", "role", "until", "nodes", "peer", "seconds", "timeout"}
-ROLES = ("leader", "follower", "broker")
+ROLES = ("leader", "follower", "broker", "other-leader", "txn-coordinator", "group-coordinator")
+# The roles bound through the workload's own transactional ids or consumer groups (the runner passes
+# them as options "transactional_ids" and "groups"): the coordinator of a key is the leader of its
+# partition of the internal topic (clusters/broker/group_coordinator.py coordinator_partition).
+COORDINATOR_ROLES = {"txn-coordinator": ("transactional_ids", "__transaction_state", "transactional id"),
+                     "group-coordinator": ("groups", "__consumer_offsets", "consumer group")}
 _NODE_NAME = re.compile(r"^(broker|controller)-\d+$")
 
 
@@ -335,6 +394,9 @@ class ScenarioNemesis(NemesisBase):
         self.rng = random.Random(options.get("seed", 0))
         self.min_isr = int(options.get("min_isr", 2))
         self.bound: dict[str, str] = {}
+        # the workload's coordinated keys, for the coordinator roles (COORDINATOR_ROLES)
+        self.keys = {"transactional_ids": list(options.get("transactional_ids") or ()),
+                     "groups": list(options.get("groups") or ())}
         self.by = f"scenario:{self.scenario.name}"  # how the ledger knows this scenario's faults
 
     # --- the Nemesis shape (its plan is its steps: own_plan()) -----------------------------------------
@@ -349,6 +411,9 @@ class ScenarioNemesis(NemesisBase):
         return steps_refusal(f"scenario {self.scenario.name}", self.scenario.steps, cluster, capabilities)
 
     def ability_refusal(self, cluster) -> str | None:
+        why = self.keys_refusal(self.scenario.name, self.scenario.steps)
+        if why:
+            return why
         if self.scenario.needs_isolated_nodes and not can(cluster, IsolatedNodes):
             return (f"scenario {self.scenario.name} cuts nodes off or power-cuts them, which needs nodes of their "
                     f"own (--cluster docker, or local as root); {cluster.name} has not")
@@ -358,6 +423,18 @@ class ScenarioNemesis(NemesisBase):
         super().setup(cluster, faults)
         if self.scenario.needs_isolated_nodes:
             faults.prepare_network()
+
+    def keys_refusal(self, what: str, steps) -> str | None:
+        """Why `what` cannot bind its coordinator roles: the workload has no such keys; or None."""
+        for st in steps:
+            if st.do == "bind" and st.role in COORDINATOR_ROLES:
+                option, _, noun = COORDINATOR_ROLES[st.role]
+                if not self.keys[option]:
+                    return (f"{what} binds the {st.role}, the coordinator of the workload's {noun}s, and this "
+                            f"workload has none; run it with --workload txn"
+                            + (" or --workload queue --workload-option queue_mode=subscribe"
+                               if st.role == "group-coordinator" else ""))
+        return None
 
     # --- what it has done and not undone: the ledger's records of it ---------------------------------
     def active_nodes(self, kinds: tuple[str, ...]) -> set[str]:
@@ -467,7 +544,36 @@ class ScenarioNemesis(NemesisBase):
             return self.rng.choice(sorted(free))
         if role == "broker":
             return self.rng.choice(sorted(n for n in cluster.broker_nodes() if n not in taken))
-        raise ValueError(f"unknown role {role!r}; valid: leader, follower, broker")
+        if role == "other-leader":
+            held = [q for q in cluster.partitions(self.topic)
+                    if q.leader >= 0 and cluster.node_name(q.leader) not in taken]
+            if not held:
+                raise ScenarioStalled(f"no partition of {self.topic} has a leader that no bound name holds")
+            q = self.rng.choice(sorted(held, key=lambda q: q.partition))
+            self.partition = q.partition  # the later steps and waits are about this partition
+            return cluster.node_name(q.leader)
+        if role in COORDINATOR_ROLES:
+            return self._coordinator(cluster, role, taken)
+        raise ValueError(f"unknown role {role!r}; valid: {', '.join(ROLES)}")
+
+    def _coordinator(self, cluster, role: str, taken: set[str]) -> str:
+        """The broker coordinating the most of the workload's keys (ties drawn), down or paused ones aside."""
+        from nemesis.targets import coordinator_node
+
+        option, topic, noun = COORDINATOR_ROLES[role]
+        if not self.keys[option]:
+            raise ValueError(self.keys_refusal(f"scenario {self.scenario.name}", [bind("X", role)]))
+        out = taken | self.down_nodes() | self.active_nodes(("pause",))
+        counts: dict[str, int] = {}
+        for key in self.keys[option]:
+            node = coordinator_node(cluster, topic, key)
+            if node is not None and node not in out:
+                counts[node] = counts.get(node, 0) + 1
+        if not counts:
+            raise ScenarioStalled(f"no {noun} of the workload has a coordinator right now ({topic} has no "
+                                  "leader for it, or does not exist yet)")
+        most = max(counts.values())
+        return self.rng.choice(sorted(n for n, k in counts.items() if k == most))
 
     def _partition(self, cluster):
         for p in cluster.partitions(self.topic):

@@ -60,3 +60,18 @@ def choose(target: str, brokers: Sequence[str], rng: random.Random, leaders: Seq
         last = sorted({isr[0] for isr in isrs if len(isr) == 1})
         return [rng.choice(last)] if last else []
     raise ValueError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
+
+
+def coordinator_node(cluster, internal_topic: str, key: str) -> str | None:
+    """The broker that coordinates `key` (a transactional id in __transaction_state, a group id in
+    __consumer_offsets): the current leader of the internal topic's partition that holds the key, as
+    the cluster reports it. None while the topic does not exist yet (Kafka creates it at the first
+    FindCoordinator) or that partition has no leader."""
+    from clusters.broker.group_coordinator import coordinator_partition
+
+    parts = cluster.partitions(internal_topic)
+    if not parts:
+        return None
+    wanted = coordinator_partition(key, max(p.partition for p in parts) + 1)
+    p = next((q for q in parts if q.partition == wanted), None)
+    return cluster.node_name(p.leader) if p is not None and p.leader >= 0 else None

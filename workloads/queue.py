@@ -327,6 +327,10 @@ class QueueWorkload:
         self._values = itertools.count(1)
         self._lock = threading.Lock()
 
+    def coordinated_keys(self, concurrency: int) -> dict[str, list[str]]:
+        """The keys whose coordinators a nemesis may aim at: the group, in subscribe mode."""
+        return {"groups": [self.group] if self.group is not None else []}
+
     @staticmethod
     def options_problem(options: dict[str, Any]) -> str | None:
         """Why these options cannot run (one sentence), or None."""

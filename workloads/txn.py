@@ -532,6 +532,11 @@ FATAL_KAFKA_PYTHON_ERRORS = frozenset({
     "InvalidProducerIdMappingError", "IllegalStateError", "AuthenticationFailedError"})
 
 
+def transactional_id(slot: int) -> str:
+    """The transactional.id of a worker slot (every process of the slot re-initialises it)."""
+    return f"kafkaesque-txn-{slot}"
+
+
 # --- the client: outcome rules ----------------------------------------------------------------------------
 class TxnClient:
     """One logical process: runs txn, assign, subscribe, crash and final poll ops on a TxnLibrary and
@@ -554,7 +559,7 @@ class TxnClient:
         if self.lib is None:
             # per worker slot: the next process of this worker re-inits the same id, fencing this one
             self.lib = self.make_library(self.bootstrap, self.topic, self.partitions,
-                                         f"kafkaesque-txn-{process % self.concurrency}", self.o, self._journal)
+                                         transactional_id(process % self.concurrency), self.o, self._journal)
         return self.lib
 
     def _journal(self, kind: str, keys: list[int]) -> None:
@@ -767,6 +772,11 @@ class TxnWorkload:
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
         return [(self.topic, self.partitions)]
+
+    def coordinated_keys(self, concurrency: int) -> dict[str, list[str]]:
+        """The keys whose coordinators a nemesis may aim at (nemesis/scenario.py COORDINATOR_ROLES)."""
+        return {"transactional_ids": [transactional_id(s) for s in range(max(1, concurrency))],
+                "groups": [self.o["group"]] if self.o["subscribe_p"] > 0 else []}
 
     def new_client(self, test: dict[str, Any]) -> TxnClient:
         library = ConfluentTxnLibrary if self.client == "confluent-kafka" else KafkaPythonTxnLibrary

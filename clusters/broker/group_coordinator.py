@@ -133,6 +133,14 @@ class Group:
         return set.intersection(*sets) if sets else set()
 
 
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of __consumer_offsets (a group id) or __transaction_state (a transactional id) that
+    holds the key's state; its leader is the key's coordinator. Kafka's rule for both:
+    Utils.abs(key.hashCode) % partitions (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode over UTF-16 code units, as Kafka computes a group's partition
     (GroupMetadataManager.partitionFor: Utils.abs(groupId.hashCode) % partitions)."""
@@ -165,8 +173,7 @@ class GroupCoordinator:
 
     # --- where a group lives, and the partitions' load / unload ------------------------------------
     def partition_for(self, group_id: str) -> int:
-        h = java_string_hash(group_id)
-        return (0 if h == -(1 << 31) else abs(h)) % self.config.offsets_partitions  # Kafka's Utils.abs
+        return coordinator_partition(group_id, self.config.offsets_partitions)
 
     def status(self, group_id: str) -> int:
         """NONE if this coordinator serves the group now; else the error every group request gets."""

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from clusters.broker import rpc
-from clusters.broker.group_coordinator import LOADED, LOADING, java_string_hash
+from clusters.broker.group_coordinator import LOADED, LOADING, coordinator_partition
 
 TXN_STATE_TOPIC = "__transaction_state"
 
@@ -119,8 +119,7 @@ class TransactionCoordinator:
 
     # --- where a transactional.id lives, and the partitions' load / unload ------------------------
     def partition_for(self, txn_id: str) -> int:
-        h = java_string_hash(txn_id)
-        return (0 if h == -(1 << 31) else abs(h)) % self.config.txn_partitions  # Kafka's Utils.abs
+        return coordinator_partition(txn_id, self.config.txn_partitions)
 
     def status(self, txn_id: str) -> int:
         """NONE if this coordinator serves the id now; else the error every request for it gets."""

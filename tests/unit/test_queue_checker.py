@@ -293,3 +293,42 @@ def test_outside_subscribe_mode_the_same_jump_is_a_poll_skip_of_one_consumer():
          .poll(1, {0: [[0, 10]]}).poll(1, {0: [[2, 12]]}).final(9, 0, 3, [[0, 10], [1, 11], [2, 12]]))
     assert names(check_queue(h.ops)) == {"poll-skip"}
     assert names(check_queue(h.ops, subscribe=True)) == {"group-skip"}
+
+
+# --- lost-commit: the group resumes below an acknowledged commit (offsets-commit-acks-1's fail-over) --------
+def committed_poll(h: H, p, records_by_key, committed) -> H:
+    """A subscribe-mode poll whose completion carries the commit the workload made of what it read."""
+    h._add("invoke", "poll", p, None)
+    h.ops.append(Op("ok", "poll", p, {str(k): v for k, v in records_by_key.items()}, time=len(h.ops) * 1000,
+                    index=len(h.ops), extra={"committed": {str(k): o for k, o in committed.items()}}))
+    return h
+
+
+def four_records() -> H:
+    return H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3)
+
+
+def test_a_member_resuming_below_an_acknowledged_commit_is_a_lost_commit():
+    # process 1 read 0-2 and its commit of 3 was acknowledged; its successor was given offset 1 by the group
+    h = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, {0: 3})
+    h = h.poll(6, {0: [[1, 11], [2, 12], [3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
+    r = check_queue(h.ops, subscribe=True)
+    assert r.valid is False and names(r) == {"lost-commit"}
+    (ex,) = r.anomalies[0].examples
+    assert (ex["key"], ex["offset"], ex["committed"], ex["process"]) == (0, 1, 3, 6)
+
+
+def test_resuming_at_the_committed_offset_or_below_an_unacknowledged_commit_is_at_least_once():
+    at = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, {0: 3})
+    at = at.poll(6, {0: [[3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
+    assert check_queue(at.ops, subscribe=True).valid is True
+    # the commit failed (no "committed" on the completion): reading 1-3 again is the at-least-once redelivery
+    unacked = four_records().poll(1, {0: [[0, 10], [1, 11], [2, 12]]}).poll(6, {0: [[1, 11], [2, 12], [3, 13]]})
+    assert check_queue(unacked.final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]).ops, subscribe=True).valid is True
+
+
+def test_a_member_reading_on_from_its_own_position_is_no_lost_commit():
+    # process 1 keeps its partition and reads on; another process's later commit changes nothing for it
+    h = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11]]}, {0: 2})
+    h = h.poll(1, {0: [[2, 12], [3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
+    assert check_queue(h.ops, subscribe=True).valid is True

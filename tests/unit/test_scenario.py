@@ -266,7 +266,7 @@ def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster
 
 
 def test_every_shipped_scenario_uses_known_steps_and_conditions():
-    from clusters.reference import FLAW_VARIANTS, REPLICATION_VARIANTS
+    from clusters.reference import FLAW_VARIANTS
     from nemesis.scenario import ACTIONS, CONDITIONS
 
     for s in SCENARIOS.values():
@@ -275,9 +275,8 @@ def test_every_shipped_scenario_uses_known_steps_and_conditions():
             assert step.do in (*ACTIONS, "bind", "wait", "sleep"), (s.name, step)
             if step.do == "wait":
                 assert step.until in CONDITIONS, (s.name, step)
-    # Every replication flaw is the target of some scenario (zombie-leader guards the default alone);
-    # the transaction and group flaws of issue 24 have no scenario yet (their unit tests show them).
-    assert {v for s in SCENARIOS.values() for v in s.targets} == set(REPLICATION_VARIANTS)
+    # Every flaw variant is the target of some scenario (zombie-leader guards the default alone).
+    assert {v for s in SCENARIOS.values() for v in s.targets} == set(FLAW_VARIANTS)
 
 
 def test_nemesis_names_for_scenarios():
