@@ -49,6 +49,9 @@ from history import INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
                  "group-skip", "lost-commit")
+# Judged only in subscribe mode (a consumer group's commits and resumes); the Spark pipeline's check
+# (results/pipeline/) does not judge them yet, so it is compared with the in-process checker on the others.
+SUBSCRIBE_ANOMALY_TYPES = ("group-skip", "lost-commit")
 
 EXPLANATIONS = {
     "lost-write": "The broker acknowledged these sends, but after the faults healed the final reads of "
@@ -445,5 +448,5 @@ def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int
     return gap_count, gaps
 
 
-__all__ = ["ANOMALY_TYPES", "QUEUE_VALUES", "QueueChecker", "QueueValues", "check_queue", "poll_items",
+__all__ = ["ANOMALY_TYPES", "QUEUE_VALUES", "SUBSCRIBE_ANOMALY_TYPES", "QueueChecker", "QueueValues", "check_queue", "poll_items",
            "proven_between"]

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from checkers.queue import SUBSCRIBE_ANOMALY_TYPES
 from results.pipeline.ingest import QUEUE_ANOMALIES, _column
 
 RUN = ["campaign", "run"]
-COUNT_COLUMNS = [_column(n) for n in QUEUE_ANOMALIES]  # lost_write, unexpected, ...
+# lost_write, unexpected, ...: the assign-mode anomalies; a consumer group's (subscribe mode) are judged in-process only
+COUNT_COLUMNS = [_column(n) for n in QUEUE_ANOMALIES if n not in SUBSCRIBE_ANOMALY_TYPES]
 
 
 def load_tables(spark, warehouse: str, campaigns: list[str] | None = None, runs: list[str] | None = None):
