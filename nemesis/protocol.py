@@ -13,6 +13,9 @@ partition of the test topic:
   pause-leader              SIGSTOP the leader until another is elected, then SIGCONT it
   pause-controller          SIGSTOP the active controller past the brokers' session timeout
                             (on resuming it may fence brokers whose heartbeats it missed)
+  power-cut-controller      SIGKILL the active controller, drop every metadata byte it had not
+                            fsynced, restart it: what it answered or served must survive (002
+                            1.2.1); only where the controllers write through the lossy file system
   cut-leader-from-controllers
                             the controller fences the leader and elects another, while the
                             old one still serves its followers and clients (a zombie leader)
@@ -45,7 +48,7 @@ from typing import Any
 
 from nemesis.base import NemesisRefused
 from nemesis.plan import Plan, PlanStep
-from nemesis.requirements import IsolatedNodes, can, steps_refusal
+from nemesis.requirements import IsolatedNodes, LossyControllers, can, steps_refusal, why_not
 from nemesis.scenario import (
     CONTROLLERS,
     SCENARIOS,
@@ -71,6 +74,7 @@ MOVES: dict[str, tuple[Step, ...]] = {
     "bounce-follower-then-kill-leader": (bind("L", "leader"), bind("F", "in-sync-follower"), act("stop", "F"),
                                          act("start", "F"), act("kill", "L")),
     "pause-controller": (bind("K", "controller"), act("pause", "K"), sleep(4), act("resume", "K")),
+    "power-cut-controller": (bind("K", "controller"), act("lossy-crash", "K"), sleep(1), act("start", "K")),
     "cut-leader-from-controllers": (bind("L", "leader"), cut("L", CONTROLLERS)),
     "cut-follower-from-controllers": (bind("Z", "in-sync-follower"), cut("Z", CONTROLLERS)),
     "heal": (act("heal"), act("start-all"), act("resume-all")),
@@ -85,7 +89,7 @@ SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-st
 SEQUENCE_PREFIX = "sequence:"
 MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES})
 NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr", "cut-leader-from-controllers",
-                        "cut-follower-from-controllers"} | {
+                        "cut-follower-from-controllers", "power-cut-controller"} | {
     SEQUENCE_PREFIX + name for name in SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
 MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
 # After a heal, the share of moves that are a flaw sequence. The single moves find shallow bugs
@@ -112,6 +116,10 @@ class ProtocolNemesis(ScenarioNemesis):
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
             for m in NEEDS_ISOLATED_NODES:
                 self.moves.pop(m, None)
+        why = why_not(cluster, LossyControllers)
+        if why and "power-cut-controller" in self.moves:  # brokers alone on the lossy file system (docker, SSH)
+            self.left_out["power-cut-controller"] = f"move power-cut-controller cannot run: {why}"
+            del self.moves["power-cut-controller"]
         caps = cluster.capabilities
         if caps:  # and the moves whose steps a node cannot do (the set-up probe's table)
             for m in [m for m in self.moves if m != "heal"]:

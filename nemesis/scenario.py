@@ -423,7 +423,8 @@ class ScenarioNemesis(NemesisBase):
 
             rec = self.faults.lossy_crash(node, self.by)
             out = {"lossy-crash": node, "dropped": rec.evidence.get("lossyfs")}
-            if beyond_fault_budget(len(self.active_nodes(("lossy-crash",))), self.min_isr):
+            brokers_cut = self.active_nodes(("lossy-crash",)) & set(cluster.broker_nodes())  # a controller's is no replica's
+            if node in brokers_cut and beyond_fault_budget(len(brokers_cut), self.min_isr):
                 # More power cuts at once than the durability contract covers (001: n-1 replicas):
                 # what was acknowledged before may be gone (checkers/queue.py counts it apart).
                 out[BEYOND_BUDGET] = True

@@ -198,3 +198,43 @@ def test_teardown_reconnects_what_the_protocol_nemesis_left_cut_off():
     assert c.net.cut_between("broker-1", "controller-0")
     n.teardown(c)
     assert not any(c.net.drops.values())  # every node's rules flushed, none added
+
+
+class LossyControllersCluster(FakeCluster):
+    """Controllers on the lossy file system too (as the netns cluster mounts them)."""
+
+    def lossyfs_files(self, node):
+        return f"/run/{node}/lossyfs.pid", f"/run/{node}/lossyfs.status"
+
+    def lossy_controllers_unavailable(self):
+        return None
+
+
+def test_power_cut_controller_crashes_the_active_controller_and_restarts_it_within_the_fault_budget(monkeypatch):
+    from nemesis.actions import FaultActions
+
+    def crash(self, node):
+        self.cluster.kill(node)
+        return {"event": "dropped"}
+
+    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
+    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    c = LossyControllersCluster()
+    n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
+    assert "power-cut-controller" in n.moves
+    c.isr = [1]  # broker-1 alone in the ISR: the broker's power cut goes first, the controller's next
+    n.moves = {"lossy-crash-last-isr": MOVES["lossy-crash-last-isr"]}
+    drive_moves(n, c, 1)
+    n.moves = {"power-cut-controller": MOVES["power-cut-controller"]}
+    ops = drive_moves(n, c, 1)
+    cut = [r for f, _, r in ops if f == "scenario-lossy-crash"]
+    assert cut == [{"lossy-crash": "controller-0", "dropped": {"event": "dropped"}}]  # not beyond the budget
+    assert c.calls[-2:] == ["kill controller-0", "start controller-0"]
+    assert n.down_nodes() == {"broker-1"}  # the controller is back; the broker waits for a heal
+
+
+def test_power_cut_controller_is_left_out_where_controllers_are_not_on_the_lossy_file_system():
+    c = FakeCluster()  # brokers only (docker, SSH): a controller's power cut would drop nothing
+    n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
+    assert "power-cut-controller" not in n.moves
+    assert "power-cut-controller cannot run" in n.not_run[0] and "controllers do not write" in n.not_run[0]
