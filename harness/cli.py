@@ -179,6 +179,10 @@ def run(
                               ] = "default",
     unclean_recovery_strategy: Annotated[str, typer.Option(help="the controller's unclean.recovery.strategy: "
                                                                 "balanced, proactive or manual")] = "balanced",
+    replica_fetch_max_bytes: Annotated[int, typer.Option(help="our broker's replica.fetch.max.bytes (0: its "
+                                                              "default, 4 MiB)")] = 0,
+    hwm_checkpoint_interval_ms: Annotated[int, typer.Option(help="our broker's HWM checkpoint interval (0: its "
+                                                                 "default, 1000 ms)")] = 0,
     seed: Annotated[int, typer.Option()] = 0,
     store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
     name: Annotated[str, typer.Option(help="test name (store folder); default: the workload")] = "",
@@ -208,7 +212,8 @@ def run(
                     brokers=brokers, controllers=controllers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
-                    seed=seed, store=store, leave_running=leave_running,
+                    replica_fetch_max_bytes=replica_fetch_max_bytes,
+                    hwm_checkpoint_interval_ms=hwm_checkpoint_interval_ms, seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options,
                     node_code=os.path.abspath(node_code) if node_code else "")
     if from_run is not None:

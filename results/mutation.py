@@ -42,13 +42,18 @@ from results.mutants import MUTANTS, Mutant
 # a cut tail, a chunk rolled back) and read back at a restart, and power cuts. `idempotent`, also only when
 # named, runs the protocol nemesis with idempotent producers (the queue workload's default producers have no
 # producer id, so the broker's producer-state rules are never exercised). `membership` adds partition
-# reassignment, the one path on which a leader stays leader across a leader-epoch bump.
+# reassignment, the one path on which a leader stays leader across a leader-epoch bump. `small-fetches` is
+# `random` with a replica fetch of about 1 KiB and an HWM checkpoint every 100 ms: a follower that comes back
+# behind takes many responses to catch up, each leaving it below the leader's HWM, and the checkpoints (which
+# the trace records with each replica's HWM and LEO) land inside that window.
 PLANS: dict[str, dict[str, Any]] = {
     "protocol": {"nemesis": ["protocol"]},
     "random": {"nemesis": ["kill", "pause", "partition", "lossy-crash"], "nemesis_target": "random-node"},
     "disk": {"nemesis": ["file-corruption", "lossy-crash"]},
     "idempotent": {"nemesis": ["protocol"], "workload_options": {"idempotent": True}},
     "membership": {"nemesis": ["membership", "kill"]},
+    "small-fetches": {"nemesis": ["kill", "pause", "partition", "lossy-crash"], "nemesis_target": "random-node",
+                      "replica_fetch_max_bytes": 1024, "hwm_checkpoint_interval_ms": 100},
 }
 DEFAULT_PLANS = ("protocol", "random")
 COMMON = {"nemesis_interval": 6.0, "recovery_wait": 5.0, "min_isr": 2, "acks": "all", "flush_policy": "never"}
