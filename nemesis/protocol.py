@@ -29,7 +29,7 @@ partition of the test topic:
   sequence:<scenario>       one of the flaw sequences of nemesis/scenario.py (004's unclean
                             election and HW truncation, 002's last replica standing, 001's
                             ELR recovery, the zombie leader, KAFKA-6880's zombie
-                            follower), on a random partition, from a
+                            follower, KAFKA-6361's fast failover), on a random partition, from a
                             healed cluster only: two thirds of the moves drawn after a heal
                             are one, dealt from a shuffled deck so that every sequence runs
                             once before any runs again
@@ -84,13 +84,27 @@ MOVES: dict[str, tuple[Step, ...]] = {
 # 5-minute runs the single moves rarely lined those up (the unclean election was never found in
 # the first measurements, docs/DETECTION.md), so the flaw sequences are moves too. Balanced recovery is
 # not one: its two power cuts are beyond the fault budget, so its losses would not be findings.
-SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing", "elr-clean-recovery",
-             "zombie-leader", "zombie-follower")
+SCENARIO_SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing",
+                      "elr-clean-recovery", "zombie-leader", "zombie-follower")
 SEQUENCE_PREFIX = "sequence:"
-MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES})
+MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SCENARIO_SEQUENCES})
+# PROTOCOL.md 9.3 (KAFKA-6361, KIP-279), a sequence of this nemesis only (no broker variant targets it, so it
+# is not in the detection matrix): the successor A falls behind (paused, still in the ISR) and is cut off
+# from the other follower C; the leader L dies, A leads with the shorter log of L's epoch and appends in its
+# own, which C never fetches; A is cut off and C leads. Back as C's follower, A must cut at its own end of
+# L's epoch, below what C holds of it; cutting at C's end of that epoch keeps A's records where C has L's.
+# Nothing A appended was acknowledged (C never fetched it), so the correct broker loses nothing.
+FAST_FAILOVER = "lagging-leader-then-failover"
+MOVES[SEQUENCE_PREFIX + FAST_FAILOVER] = (
+    bind("L", "leader"), bind("A", "successor"), bind("C", "follower"),
+    act("pause", "A"), sleep(1.5), cut("A", "C"), act("kill", "L"), act("resume", "A"),
+    wait("leader-is", "A"), sleep(2),
+    act("isolate", "A"), wait("leader-is", "C"),
+    act("heal"), act("start", "L"), wait("in-isr", "A", timeout=60))
 NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr", "cut-leader-from-controllers",
-                        "cut-follower-from-controllers", "power-cut-controller"} | {
-    SEQUENCE_PREFIX + name for name in SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
+                        "cut-follower-from-controllers", "power-cut-controller", SEQUENCE_PREFIX + FAST_FAILOVER} | {
+    SEQUENCE_PREFIX + name for name in SCENARIO_SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
+SEQUENCES = (*SCENARIO_SEQUENCES, FAST_FAILOVER)
 MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
 # After a heal, the share of moves that are a flaw sequence. The single moves find shallow bugs
 # on their own and pile up between heals; the sequences are what reaches the deep flaws, and a

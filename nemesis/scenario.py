@@ -14,7 +14,8 @@ scenario left down.
     kafkaesque run --nemesis scenario:last-replica-standing --cluster docker ...
     kafkaesque run --nemesis scenario:my-scenario.toml ...     # your own, as data (below)
 
-Steps (`Step.do`): bind (a role: leader, follower, any broker), wait (a condition on the
+Steps (`Step.do`): bind (a role: leader, follower, successor: the ISR member the controller elects
+when the leader goes, any broker), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
 has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each
 named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
@@ -214,7 +215,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 
 # --- scenarios of one's own, as TOML -------------------------------------------------------------------
 STEP_KEYS = {"do", "node", "role", "until", "nodes", "peer", "seconds", "timeout"}
-ROLES = ("leader", "follower", "broker")
+ROLES = ("leader", "follower", "successor", "broker")
 _NODE_NAME = re.compile(r"^(broker|controller)-\d+$")
 
 
@@ -466,9 +467,16 @@ class ScenarioNemesis(NemesisBase):
             if not free:
                 raise ScenarioStalled("no unbound follower left")
             return self.rng.choice(sorted(free))
+        if role == "successor":
+            # The controller elects the first eligible ISR member in replica order (controller.py
+            # _choose_leader): that one, or none if it is already bound (a later one would not be elected).
+            nxt = [r for r in (p.replicas if p else []) if p and r in p.isr and r != p.leader]
+            if not nxt or cluster.node_name(nxt[0]) in taken:
+                raise ScenarioStalled("no unbound successor in the ISR")
+            return cluster.node_name(nxt[0])
         if role == "broker":
             return self.rng.choice(sorted(n for n in cluster.broker_nodes() if n not in taken))
-        raise ValueError(f"unknown role {role!r}; valid: leader, follower, broker")
+        raise ValueError(f"unknown role {role!r}; valid: leader, follower, successor, broker")
 
     def _partition(self, cluster):
         for p in cluster.partitions(self.topic):
