@@ -377,10 +377,9 @@ class PartitionLog:
                     continue
                 raw = memoryview(os.pread(seg.fd, seg.size, 0))
                 for pos, h in iter_batch_headers(raw, check_crc=True):
-                    if not h.crc_ok:
-                        continue
-                    for rec in iter_records(raw[pos:pos + h.size]):
-                        out.append(PhysicalRecord(rec.offset, h.partition_leader_epoch, value_digest(rec.value)))
+                    trusted = iter_records(raw[pos:pos + h.size]) if h.crc_ok else ()
+                    out += [PhysicalRecord(rec.offset, h.partition_leader_epoch, value_digest(rec.value))
+                            for rec in trusted]
             return out
 
     def crc_failures(self) -> list[list[int]]:
