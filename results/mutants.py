@@ -126,8 +126,8 @@ MUTANTS: tuple[Mutant, ...] = (
        'self.hwm = int(resp["high_watermark"])',
        "a follower's HWM is the leader's bounded by its own LEO (HWM = min(leaderHWM, LEO))",
        "PROTOCOL.md 2 (Follower, on normal data); 002 2.7",
-       "trace under `small-fetches` (1 KiB replica fetches, an HWM checkpoint every 100 ms): hwm-above-leo at "
-       "a checkpoint while a restarted follower catches up over many responses; with 4 MiB fetches one "
+       "trace under `small-fetches` (kill, pause, partition; 1 KiB replica fetches, an HWM checkpoint every "
+       "100 ms): hwm-above-leo at a checkpoint while a restarted follower catches up over many responses; with 4 MiB fetches one "
        "response closes the gap and nothing shows"),
     _m("truncate-to-leader-end", EPOCHS,
        "offset = min(fo, diverging_end_offset) if fe == diverging_epoch else fo",
