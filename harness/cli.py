@@ -597,7 +597,7 @@ def detect(
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, results/mutants.py)")] = None,
-    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, idempotent, membership or small-fetches "
+    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership or small-fetches "
                                                         "(repeatable; default protocol and random)")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
     seed: Annotated[int, typer.Option(help="the first seed")] = 22000,

@@ -49,10 +49,14 @@ from results.mutants import MUTANTS, Mutant
 # No power cuts: with them the default broker lost acknowledged writes in a balanced unclean recovery
 # after both ELR members had restarted uncleanly, one of them power-cut (docs/MUTATION-notes.md), a loss
 # the history checkers count; with kills, pauses and partitions alone no acknowledged write may be lost.
+# `corruption` is `disk` without power cuts: damaged segments read back at a restart, on a minority of each
+# partition's replicas. With power cuts too (`disk`) the default broker lost acknowledged writes in
+# balanced unclean recoveries (docs/MUTATION-notes.md); with corruption alone two intact replicas remain.
 PLANS: dict[str, dict[str, Any]] = {
     "protocol": {"nemesis": ["protocol"]},
     "random": {"nemesis": ["kill", "pause", "partition", "lossy-crash"], "nemesis_target": "random-node"},
     "disk": {"nemesis": ["file-corruption", "lossy-crash"]},
+    "corruption": {"nemesis": ["file-corruption"]},
     "idempotent": {"nemesis": ["protocol"], "workload_options": {"idempotent": True}},
     "membership": {"nemesis": ["membership", "kill"]},
     "small-fetches": {"nemesis": ["kill", "pause", "partition"], "nemesis_target": "random-node",
