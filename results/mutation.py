@@ -46,9 +46,10 @@ from results.mutants import MUTANTS, Mutant
 # `random` without power cuts, with a replica fetch of about 1 KiB and an HWM checkpoint every 100 ms: a
 # follower that comes back behind takes many responses to catch up, each leaving it below the leader's HWM,
 # and the checkpoints (which the trace records with each replica's HWM and LEO) land inside that window.
-# No power cuts: with them the default broker lost acknowledged writes in a balanced unclean recovery
-# after both ELR members had restarted uncleanly, one of them power-cut (docs/MUTATION-notes.md), a loss
-# the history checkers count; with kills, pauses and partitions alone no acknowledged write may be lost.
+# No power cuts: with them the default broker lost acknowledged writes in balanced unclean recoveries after
+# both ELR members had restarted uncleanly, as it did under `random` with the same seed
+# (docs/MUTATION-notes.md), a loss the history checkers count; with kills, pauses and partitions alone no
+# acknowledged write may be lost.
 # `corruption` is `disk` without power cuts: damaged segments read back at a restart, on a minority of each
 # partition's replicas. With power cuts too (`disk`) the default broker lost acknowledged writes in
 # balanced unclean recoveries (docs/MUTATION-notes.md); with corruption alone two intact replicas remain.
