@@ -11,6 +11,11 @@ controller's partition states) and metadata log, normalised into the run's repli
   epoch or value digest) at an offset below both their HWMs;
 - controller-structure: the controller's ISR and ELR within the replicas and disjoint, no
   ELR while the ISR meets min ISR, no fenced broker in an ISR (001 5.2.1, PROTOCOL.md 8).
+- corrupt-batch-kept: a broker's log holds a batch whose CRC does not match its bytes at the end,
+  though it started (its start-up recovery scans every segment and cuts at the first bad batch, 001 5)
+  after the last damage to its files: the file-corruption fault's damages are the history's
+  start-file-corruption ops, each followed by a stop that restarted the node; a node damaged and not
+  restarted since (file_restart=none, or a stop that did not run) is not judged.
 
 Unclean recoveries the controller reported (001 5.3.2: each is a potential data-loss event)
 are listed in the result's stats and details, not counted as anomalies: they are the
@@ -52,12 +57,15 @@ from history import Op, beyond_budget_time
 
 
 def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str, int] | None = None,
-                 topic: str = "queue", metadata_logs: dict[str, MetadataLog] | None = None) -> Result:
+                 topic: str = "queue", metadata_logs: dict[str, MetadataLog] | None = None,
+                 damaged_since_start: set[str] | frozenset[str] = frozenset()) -> Result:
     """`states`: node name -> its state dump (brokers and the controller), unreachable ones left out.
     `lost_beyond_budget`: partition -> writes of `topic` lost beyond the fault budget (the queue
     checker's details), each of which must be covered by a reported unclean recovery.
     `metadata_logs`: node name -> the metadata log it kept on disk (every broker's copy, and a
-    single controller's log of record), as collected into nodes/<node>/metadata.log."""
+    single controller's log of record), as collected into nodes/<node>/metadata.log.
+    `damaged_since_start`: brokers whose files were damaged after their last start (not judged by
+    corrupt-batch-kept: the damage may still be there, as on a real disk)."""
     brokers = {n: s for n, s in states.items() if s.get("role") == "broker"}
     controllers = [s for s in states.values() if s.get("role") == "controller"]
     anomalies = []
@@ -65,6 +73,13 @@ def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str
     if divergence:
         anomalies.append(Anomaly("log-divergence", len(divergence), divergence[:MAX_EXAMPLES],
                                  "replicas hold different records at an offset below both their HWMs"))
+    kept = [{"node": node, "topic": p["topic"], "partition": p["partition"], "batches": p["corrupt_batches"][:4]}
+            for node, s in sorted(brokers.items()) if node not in damaged_since_start
+            for p in s.get("partitions", []) if p.get("corrupt_batches")]
+    if kept:
+        anomalies.append(Anomaly("corrupt-batch-kept", len(kept), kept[:MAX_EXAMPLES],
+                                 "a broker kept a batch whose CRC does not match after its start-up recovery (001 5: "
+                                 "recovery drops a corrupt tail before the broker serves)"))
     structure = [v for c in controllers for v in _controller_structure(c)]
     if structure:
         anomalies.append(Anomaly("controller-structure", len(structure), structure[:MAX_EXAMPLES],
@@ -356,7 +371,7 @@ def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[s
             reasons.append(say("state-dump-unreadable", node=node, where=entry.get("dump"), why=entry.get("why")))
     metadata_logs, log_reasons = _metadata_logs(nodes)
     lost, lost_reasons = _lost_beyond_budget(history, queue)
-    result = check_states(states, lost, metadata_logs=metadata_logs)
+    result = check_states(states, lost, metadata_logs=metadata_logs, damaged_since_start=damaged_since_start(history))
     result.unknown_reasons = reasons + log_reasons + lost_reasons
     result.stats["dumps_read"] = len(states)
     if result.unknown_reasons:
@@ -364,6 +379,23 @@ def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[s
         if result.valid is True:  # a proven anomaly stays proven; an unread dump may hide one
             result.valid = UNKNOWN
     return result
+
+
+def damaged_since_start(history: Sequence[Op]) -> set[str]:
+    """Brokers the file-corruption fault damaged (start-file-corruption ops) and did not restart since
+    (a later stop-file-corruption whose `restarted` has the node running again)."""
+    damaged: set[str] = set()
+    for op in history:
+        value = op.value if isinstance(op.value, dict) else {}
+        if op.f == "start-file-corruption":
+            damaged |= set(value.get("file-corruption") or [])
+            snapshot = value.get("snapshot")  # a rollback: the damage is done at the stop, before its restart
+            if isinstance(snapshot, dict) and snapshot.get("node"):
+                damaged.add(snapshot["node"])
+        elif op.f == "stop-file-corruption":
+            restarted = value.get("restarted") or {}
+            damaged -= {n for n, r in restarted.items() if isinstance(r, dict) and r.get("process") == "running"}
+    return damaged
 
 
 def _dumps_expected(test: dict[str, Any], replicas: dict[str, Any] | None) -> bool:

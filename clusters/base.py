@@ -188,6 +188,17 @@ class LossyDisk(Protocol):
 
 
 @runtime_checkable
+class LossyControllers(Protocol):
+    """Power-cut a controller (the protocol nemesis's power-cut-controller): its metadata dir, too, is on
+    the lossy file system, so a power cut drops what it had not fsynced (002 1.2.1: durable before acted on)."""
+
+    def lossyfs_files(self, node: str) -> tuple[str, str]: ...
+
+    def lossy_controllers_unavailable(self) -> str | None:
+        """None when the controllers write their metadata through the lossy file system; else why not."""
+
+
+@runtime_checkable
 class SegmentFiles(Protocol):
     """Corrupt a stopped broker's segment (disk): the reference broker's data dir layout, and a Python
     on the node to do it with."""

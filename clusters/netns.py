@@ -4,9 +4,10 @@ For machines without Docker. Each node gets a namespace `kq<tag>-<i>` with one e
 veth pair; the other ends hang on a bridge `kqbr<tag>`, which also carries an address for
 this host so the harness and its clients reach the nodes. So a partition is an iptables
 rule inside one node's namespace, tc shapes one node's interface, exactly as in a
-container. Brokers write their data dir through the lossy file system (clusters/lossyfs.py,
-mounted on this host before the broker starts: `ip netns exec` gives the broker a mount
-namespace that receives mounts from the host), so the lossy-crash fault works too. The
+container. Brokers and controllers write their data dir through the lossy file system
+(clusters/lossyfs.py, mounted on this host before the node starts: `ip netns exec` gives the node a
+mount namespace that receives mounts from the host), so the lossy-crash fault works, and the protocol
+nemesis can power-cut the controller too. The
 clock preload of the plain local backend stays.
 
 Everything carries the run's tag (clusters/ownership.py owner_tag: namespaces, bridge, the
@@ -109,6 +110,10 @@ class NetnsCluster(LocalCluster):
     def netem_probe_unavailable(self) -> str | None:
         return None  # each node's device is its own veth end
 
+    def lossy_controllers_unavailable(self) -> str | None:
+        """The controllers' metadata dirs are lossyfs mounts as well, with the same extra."""
+        return self.lossy_unavailable()
+
     def net_device(self, node: str) -> str:
         """The node's own end of its veth pair, inside its namespace: what tc shapes (no eth0 there)."""
         return f"kqn{self.tag}{list(self.namespaces).index(node)}"
@@ -139,7 +144,8 @@ class NetnsCluster(LocalCluster):
             os.makedirs(self.node_dir(node), exist_ok=True)
             mark_local_dir(self.node_dir(node), self.owner)
             self.ports[node] = PORT
-            if node in self.broker_nodes() and self.lossy_unavailable() is None:
+            # Controllers too: a power cut of the controller drops its unsynced metadata records (002 1.2.1).
+            if self.lossy_unavailable() is None:
                 self._mount_lossyfs(node)
             else:
                 os.makedirs(self.data_dir(node), exist_ok=True)
@@ -199,7 +205,7 @@ class NetnsCluster(LocalCluster):
                 self.kill(node)
             except Exception:  # noqa: BLE001 - not started
                 pass
-        for node in self.broker_nodes():
+        for node in self.nodes():
             _unmount(self.data_dir(node))
             self.host_remote.signal_daemon(self.lossyfs_files(node)[0], signal.SIGKILL)
         _remove_network(self.tag)

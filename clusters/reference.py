@@ -174,6 +174,9 @@ class ReferenceCluster:
                     "--flush-policy", self.spec.flush_policy,
                     "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),
                     "--heartbeat-interval-ms", str(cfg.get("heartbeat_interval_ms", 300))]
+            for key in ("replica_fetch_max_bytes", "hwm_checkpoint_interval_ms"):
+                if cfg.get(key):  # 0 or absent: the broker's own default
+                    argv += ["--" + key.replace("_", "-"), str(cfg[key])]
         if self.spec.broker_variant in FLAW_VARIANTS:
             argv += ["--variant", self.spec.broker_variant]
         return argv

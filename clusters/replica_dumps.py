@@ -27,7 +27,8 @@ A broker's state:
   {"role": "broker", "node_id": 1, "partitions": [
      {"topic", "partition", "role" ("leader" | "follower" | ...), "leader", "leader_epoch", "isr",
       "log_start", "leo" (the log's end offset), "hwm", "epoch_cache": [[leader epoch, start offset], ...],
-      "log": [[offset, leader epoch, value digest], ...] (the physical log, every record)}, ...]}
+      "log": [[offset, leader epoch, value digest], ...] (the physical log, every record of a batch whose CRC
+      matches), "corrupt_batches": [[base offset, last offset], ...] (those whose CRC does not; optional)}, ...]}
 A controller's state (every key but role as the controller dumps it):
   {"role": "controller", "node_id", "active", "raft" ({"role", "term", ...}: a quorum member),
    "topics": [{"topic", "configs": {"min.insync.replicas", ...}}], "brokers": [{"broker_id", "fenced"}],
@@ -57,7 +58,7 @@ REPLICAS_FILE = "replicas.json"
 DUMP_FILE = "state.json"
 METADATA_LOG_FILE = "metadata.log"
 PARTITION_KEYS = ("topic", "partition", "role", "leader", "leader_epoch", "isr", "log_start", "leo", "hwm",
-                  "epoch_cache", "log")
+                  "epoch_cache", "log", "corrupt_batches")
 CONTROLLER_KEYS = ("node_id", "active", "raft", "topics", "brokers", "partitions", "unclean_recoveries",
                    "metadata_log", "metadata_snapshot_offset")
 

@@ -183,6 +183,10 @@ def run(
                               ] = "default",
     unclean_recovery_strategy: Annotated[str, typer.Option(help="the controller's unclean.recovery.strategy: "
                                                                 "balanced, proactive or manual")] = "balanced",
+    replica_fetch_max_bytes: Annotated[int, typer.Option(help="our broker's replica.fetch.max.bytes (0: its "
+                                                              "default, 4 MiB)")] = 0,
+    hwm_checkpoint_interval_ms: Annotated[int, typer.Option(help="our broker's HWM checkpoint interval (0: its "
+                                                                 "default, 1000 ms)")] = 0,
     seed: Annotated[int, typer.Option()] = 0,
     store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
     name: Annotated[str, typer.Option(help="test name (store folder); default: the workload")] = "",
@@ -213,7 +217,8 @@ def run(
                     brokers=brokers, controllers=controllers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
                     acks=acks, client=client, cluster=cluster, flush_policy=flush_policy,
                     broker_variant=broker_variant, unclean_recovery_strategy=unclean_recovery_strategy,
-                    seed=seed, store=store, leave_running=leave_running,
+                    replica_fetch_max_bytes=replica_fetch_max_bytes,
+                    hwm_checkpoint_interval_ms=hwm_checkpoint_interval_ms, seed=seed, store=store, leave_running=leave_running,
                     recovery_wait=recovery_wait, elle=elle, nemesis_options=nemesis_options,
                     workload_options=workload_options,
                     node_code=os.path.abspath(node_code) if node_code else "")
@@ -602,7 +607,7 @@ def detect(
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, results/mutants.py)")] = None,
-    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, idempotent or membership "
+    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership or small-fetches "
                                                         "(repeatable; default protocol and random)")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
     seed: Annotated[int, typer.Option(help="the first seed")] = 22000,

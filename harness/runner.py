@@ -79,7 +79,9 @@ def exit_code(valid: Any) -> int:
 def make_cluster(spec: TestSpec, run_dir: Path):
     cspec = ClusterSpec(brokers=spec.brokers, controllers=spec.controllers, flush_policy=spec.flush_policy,
                         broker_variant=spec.broker_variant, node_code=spec.node_code,
-                        broker_config={"unclean_recovery_strategy": spec.unclean_recovery_strategy})
+                        broker_config={"unclean_recovery_strategy": spec.unclean_recovery_strategy,
+                                       "replica_fetch_max_bytes": spec.replica_fetch_max_bytes,
+                                       "hwm_checkpoint_interval_ms": spec.hwm_checkpoint_interval_ms})
     if spec.cluster == "docker":
         from clusters.docker import DockerCluster
 

@@ -86,6 +86,10 @@ class TestSpec:
     flush_policy: str = "never"
     broker_variant: str = "default"
     unclean_recovery_strategy: str = "balanced"
+    # Our broker's replica.fetch.max.bytes and HWM checkpoint interval; 0 keeps the broker's default (4 MiB,
+    # 1000 ms). Smaller fetches leave a catching-up follower behind the leader's HWM for several responses.
+    replica_fetch_max_bytes: int = 0
+    hwm_checkpoint_interval_ms: int = 0
     seed: int = 0
     store: str = "store"
     leave_running: bool = False
@@ -169,6 +173,15 @@ class TestSpec:
             elif self.controllers > 1 and "cluster" in typed and self.cluster not in OUR_CLUSTERS:
                 out.append(said.bad("controllers", self.controllers, "needs our own cluster (local or docker)",
                                     "a cluster file lists its controllers itself"))
+        for name in ("replica_fetch_max_bytes", "hwm_checkpoint_interval_ms"):
+            if name not in typed or not getattr(self, name):
+                continue
+            if getattr(self, name) < 0:
+                out.append(said.bad(name, getattr(self, name), "is below 0",
+                                    f"set it above 0, or to 0 for the broker's default, e.g. {said.example(name)}"))
+            elif "cluster" in typed and self.cluster not in OUR_CLUSTERS:
+                out.append(said.bad(name, getattr(self, name), "needs our own broker (cluster local or docker)",
+                                    "a cluster file's brokers keep their own settings; leave it at 0"))
         if "node_code" in typed and self.node_code:
             if not Path(self.node_code, "clusters", "broker", "__main__.py").is_file():
                 out.append(said.bad("node_code", self.node_code, "holds no clusters/broker/__main__.py",

@@ -13,6 +13,9 @@ partition of the test topic:
   pause-leader              SIGSTOP the leader until another is elected, then SIGCONT it
   pause-controller          SIGSTOP the active controller past the brokers' session timeout
                             (on resuming it may fence brokers whose heartbeats it missed)
+  power-cut-controller      SIGKILL the active controller, drop every metadata byte it had not
+                            fsynced, restart it: what it answered or served must survive (002
+                            1.2.1); only where the controllers write through the lossy file system
   cut-leader-from-controllers
                             the controller fences the leader and elects another, while the
                             old one still serves its followers and clients (a zombie leader)
@@ -39,7 +42,7 @@ partition of the test topic:
   sequence:<scenario>       one of the flaw sequences of nemesis/scenario.py (004's unclean
                             election and HW truncation, 002's last replica standing, 001's
                             ELR recovery, the zombie leader, KAFKA-6880's zombie
-                            follower), on a random partition, from a
+                            follower, KAFKA-6361's fast failover), on a random partition, from a
                             healed cluster only: two thirds of the moves drawn after a heal
                             are one, dealt from a shuffled deck so that every sequence runs
                             once before any runs again; with a workload of transactions or
@@ -64,7 +67,7 @@ from typing import Any
 
 from nemesis.base import NemesisRefused
 from nemesis.plan import Plan, PlanStep
-from nemesis.requirements import IsolatedNodes, can, steps_refusal
+from nemesis.requirements import IsolatedNodes, LossyControllers, can, steps_refusal, why_not
 from nemesis.scenario import (
     CONTROLLERS,
     SCENARIOS,
@@ -90,6 +93,7 @@ MOVES: dict[str, tuple[Step, ...]] = {
     "bounce-follower-then-kill-leader": (bind("L", "leader"), bind("F", "in-sync-follower"), act("stop", "F"),
                                          act("start", "F"), act("kill", "L")),
     "pause-controller": (bind("K", "controller"), act("pause", "K"), sleep(4), act("resume", "K")),
+    "power-cut-controller": (bind("K", "controller"), act("lossy-crash", "K"), sleep(1), act("start", "K")),
     "cut-leader-from-controllers": (bind("L", "leader"), cut("L", CONTROLLERS)),
     "cut-follower-from-controllers": (bind("Z", "in-sync-follower"), cut("Z", CONTROLLERS)),
     "kill-txn-coordinator": (bind("C", "txn-coordinator"), act("kill", "C")),
@@ -105,17 +109,33 @@ MOVES: dict[str, tuple[Step, ...]] = {
 # 5-minute runs the single moves rarely lined those up (the unclean election was never found in
 # the first measurements, docs/DETECTION.md), so the flaw sequences are moves too. Balanced recovery is
 # not one: its two power cuts are beyond the fault budget, so its losses would not be findings.
-SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing", "elr-clean-recovery",
-             "zombie-leader", "zombie-follower")
+SCENARIO_SEQUENCES = ("unclean-election", "hw-truncation-then-election", "last-replica-standing",
+                      "elr-clean-recovery", "zombie-leader", "zombie-follower")
+SEQUENCE_PREFIX = "sequence:"
 # The coordinators' sequences (issue 25): in the moves only when the workload has the keys they bind.
 COORDINATOR_SEQUENCES = ("txn-coordinator-killed-mid-commit", "producer-paused-past-txn-timeout", "late-txn-markers",
                          "group-coordinator-fails-over")
-SEQUENCE_PREFIX = "sequence:"
-MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SEQUENCES + COORDINATOR_SEQUENCES})
+MOVES.update({SEQUENCE_PREFIX + name: SCENARIOS[name].steps for name in SCENARIO_SEQUENCES + COORDINATOR_SEQUENCES})
+# PROTOCOL.md 9.3 (KAFKA-6361, KIP-279), a sequence of this nemesis only (no broker variant targets it, so it
+# is not in the detection matrix): the successor A is cut off from the leader L and the other follower C, so
+# it falls behind while it still heartbeats (it stays in the ISR for the replica lag time, 5 s; a pause would
+# fence it once a loaded machine makes the steps slow); L dies, A leads with the shorter log of L's epoch and
+# appends in its own, which C never fetches; A is cut off and C leads. Back as C's follower, A must cut at its
+# own end of L's epoch, below what C holds of it; cutting at C's end of that epoch keeps A's records where C
+# has L's. Nothing A appended was acknowledged (C never fetched it), so the correct broker loses nothing.
+FAST_FAILOVER = "lagging-leader-then-failover"
+MOVES[SEQUENCE_PREFIX + FAST_FAILOVER] = (
+    bind("L", "leader"), bind("A", "successor"), bind("C", "follower"),
+    cut("A", "L"), cut("A", "C"), sleep(1), act("kill", "L"),
+    wait("leader-is", "A"), sleep(2),
+    act("isolate", "A"), wait("leader-is", "C"),
+    act("heal"), act("start", "L"), wait("in-isr", "A", timeout=60))
 NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr", "cut-leader-from-controllers",
-                        "cut-follower-from-controllers", "isolate-txn-coordinator",
-                        "cut-txn-coordinator-from-leader"} | {
-    SEQUENCE_PREFIX + name for name in SEQUENCES + COORDINATOR_SEQUENCES if SCENARIOS[name].needs_isolated_nodes}
+                        "cut-follower-from-controllers", "power-cut-controller", "isolate-txn-coordinator",
+                        "cut-txn-coordinator-from-leader", SEQUENCE_PREFIX + FAST_FAILOVER} | {
+    SEQUENCE_PREFIX + name for name in SCENARIO_SEQUENCES + COORDINATOR_SEQUENCES
+    if SCENARIOS[name].needs_isolated_nodes}
+SEQUENCES = (*SCENARIO_SEQUENCES, FAST_FAILOVER)
 MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
 # After a heal, the share of moves that are a flaw sequence. The single moves find shallow bugs
 # on their own and pile up between heals; the sequences are what reaches the deep flaws, and a
@@ -142,6 +162,10 @@ class ProtocolNemesis(ScenarioNemesis):
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
             for m in NEEDS_ISOLATED_NODES:
                 self.moves.pop(m, None)
+        why = why_not(cluster, LossyControllers)
+        if why and "power-cut-controller" in self.moves:  # brokers alone on the lossy file system (docker, SSH)
+            self.left_out["power-cut-controller"] = f"move power-cut-controller cannot run: {why}"
+            del self.moves["power-cut-controller"]
         caps = cluster.capabilities
         if caps:  # and the moves whose steps a node cannot do (the set-up probe's table)
             for m in [m for m in self.moves if m != "heal"]:

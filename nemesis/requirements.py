@@ -31,6 +31,7 @@ from clusters.base import (
     ControllerAdmin,
     HasRemotes,
     IsolatedNodes,
+    LossyControllers,
     LossyDisk,
     NetDevice,
     PageCacheDrop,
@@ -73,7 +74,7 @@ def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     k = kind(fault)
     return (k.capabilities, k.on) if k else ((), "all")
 
-__all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyDisk", "NetDevice",
+__all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk", "NetDevice",
            "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
            "why_not"]
 
@@ -89,6 +90,8 @@ _UNDECLARED: dict[type, str] = {
     # Not "started without it": no setting of an undeclaring cluster gives it (a foreign broker's storage, say).
     LossyDisk: "the {name} cluster's brokers do not write through the harness's lossy file system, which only "
                "the docker, netns and SSH clusters of our own broker mount",
+    LossyControllers: "the {name} cluster's controllers do not write through the harness's lossy file system, "
+                      "which only the netns cluster mounts for them",
     SegmentFiles: "{name} does not say where",
     ControllerAdmin: "the {name} cluster does not have one",
     StateDumps: "the {name} cluster gives no state dumps",
@@ -99,6 +102,7 @@ _ANSWER: dict[type, Callable[[Any], str | None]] = {
     IsolatedNodes: lambda c: c.isolation_unavailable(),
     ClockControl: lambda c: c.clock_unavailable(),
     LossyDisk: lambda c: c.lossy_unavailable(),
+    LossyControllers: lambda c: c.lossy_controllers_unavailable(),
     StateDumps: lambda c: c.state_dumps_unavailable(),
     PageCacheDrop: lambda c: c.page_cache_unavailable(),
 }

@@ -14,11 +14,11 @@ scenario left down.
     kafkaesque run --nemesis scenario:last-replica-standing --cluster docker ...
     kafkaesque run --nemesis scenario:my-scenario.toml ...     # your own, as data (below)
 
-Steps (`Step.do`): bind (a role: leader, follower, any broker, other-leader: the leader of another
-partition of the topic, held by no bound name, which becomes the scenario's partition; txn-coordinator
-and group-coordinator: the broker coordinating the workload's transactional ids or consumer group,
-found the way clients find it, as the leader of the key's __transaction_state or __consumer_offsets
-partition), wait (a condition on the
+Steps (`Step.do`): bind (a role: leader, follower, successor: the ISR member the controller elects
+when the leader goes, any broker, other-leader: the leader of another partition of the topic, held by
+no bound name, which becomes the scenario's partition; txn-coordinator and group-coordinator: the
+broker coordinating the workload's transactional ids or consumer group, found the way clients find
+it, as the leader of the key's __transaction_state or __consumer_offsets partition), wait (a condition on the
 partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-leader,
 has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each
 named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
@@ -268,7 +268,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 
 # --- scenarios of one's own, as TOML -------------------------------------------------------------------
 STEP_KEYS = {"do", "node", "role", "until", "nodes", "peer", "seconds", "timeout"}
-ROLES = ("leader", "follower", "broker", "other-leader", "txn-coordinator", "group-coordinator")
+ROLES = ("leader", "follower", "successor", "broker", "other-leader", "txn-coordinator", "group-coordinator")
 # The roles bound through the workload's own transactional ids or consumer groups (the runner passes
 # them as options "transactional_ids" and "groups"): the coordinator of a key is the leader of its
 # partition of the internal topic (clusters/broker/group_coordinator.py coordinator_partition).
@@ -500,7 +500,8 @@ class ScenarioNemesis(NemesisBase):
 
             rec = self.faults.lossy_crash(node, self.by)
             out = {"lossy-crash": node, "dropped": rec.evidence.get("lossyfs")}
-            if beyond_fault_budget(len(self.active_nodes(("lossy-crash",))), self.min_isr):
+            brokers_cut = self.active_nodes(("lossy-crash",)) & set(cluster.broker_nodes())  # a controller's is no replica's
+            if node in brokers_cut and beyond_fault_budget(len(brokers_cut), self.min_isr):
                 # More power cuts at once than the durability contract covers (001: n-1 replicas):
                 # what was acknowledged before may be gone (checkers/queue.py counts it apart).
                 out[BEYOND_BUDGET] = True
@@ -542,6 +543,13 @@ class ScenarioNemesis(NemesisBase):
             if not free:
                 raise ScenarioStalled("no unbound follower left")
             return self.rng.choice(sorted(free))
+        if role == "successor":
+            # The controller elects the first eligible ISR member in replica order (controller.py
+            # _choose_leader): that one, or none if it is already bound (a later one would not be elected).
+            nxt = [r for r in (p.replicas if p else []) if p and r in p.isr and r != p.leader]
+            if not nxt or cluster.node_name(nxt[0]) in taken:
+                raise ScenarioStalled("no unbound successor in the ISR")
+            return cluster.node_name(nxt[0])
         if role == "broker":
             return self.rng.choice(sorted(n for n in cluster.broker_nodes() if n not in taken))
         if role == "other-leader":

@@ -126,16 +126,17 @@ MUTANTS: tuple[Mutant, ...] = (
        'self.hwm = int(resp["high_watermark"])',
        "a follower's HWM is the leader's bounded by its own LEO (HWM = min(leaderHWM, LEO))",
        "PROTOCOL.md 2 (Follower, on normal data); 002 2.7",
-       "history after a failover to a follower whose HWM exceeded its LEO (future-read, "
-       "inconsistent-offsets); state dumps: hwm > leo"),
+       "trace under `small-fetches` (kill, pause, partition; 1 KiB replica fetches, an HWM checkpoint every "
+       "100 ms): hwm-above-leo at a checkpoint while a restarted follower catches up over many responses; with 4 MiB fetches one "
+       "response closes the gap and nothing shows"),
     _m("truncate-to-leader-end", EPOCHS,
        "offset = min(fo, diverging_end_offset) if fe == diverging_epoch else fo",
        "offset = diverging_end_offset",
        "a follower told it diverged truncates by its own epoch cache (min(fo, end) or fo), not to the "
        "leader's end offset alone",
        "PROTOCOL.md 2 (Follower, on divergence; KIP-279), 9.3 (KAFKA-6361 fast failover)",
-       "state dumps: log-divergence after two quick failovers (protocol nemesis); history: "
-       "inconsistent-offsets if a diverged replica leads"),
+       "trace: truncated-past-epoch-end after the protocol nemesis's lagging-leader-then-failover (a lagging "
+       "successor leads and appends, then the other follower leads); state dumps: log-divergence"),
     _m("epoch-end-off-by-one", EPOCHS,
        "end = entries[i].start_offset if i < len(entries) else log_end_offset",
        "end = entries[i].start_offset + 1 if i < len(entries) else log_end_offset",
@@ -163,8 +164,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "if False:  # the header parsed, trust the batch",
        "log recovery drops a torn or corrupt tail (CRC) before the broker serves",
        "001 5 (recovery after an unclean shutdown); partition_log.py module doc (issue 2 item 4)",
-       "probably nothing unless a lossy crash leaves a torn batch: the lossy file system drops whole "
-       "unsynced writes; file-corruption would (not in these plans)"),
+       "state dumps under `disk`: corrupt-batch-kept (a bit-flipped batch kept through the restart); nothing "
+       "under protocol and random: the lossy file system drops whole unsynced writes, it never tears a batch"),
     _m("truncation-not-fsynced", LOG,
        "self._flush_locked()  # earlier segments were synced at roll",
        "pass  # the page cache writes the cut back in its own time",
@@ -180,8 +181,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "first = self.metadata.append(records, fsync=False)",
        "the controller makes metadata records durable before it answers or serves them",
        "002 1.2.1 (durable before acted on); controller.py module doc",
-       "nothing under these plans: no fault power-cuts the controller (lossy-crash takes brokers), so this "
-       "mutant is equivalent to the correct broker under this fault model: a gap, not a detection"),
+       "trace under protocol: epoch-reuse and registration-clean after power-cut-controller (the restarted "
+       "controller lost its unsynced metadata and gives broker and leader epochs again)"),
     _m("elect-from-replicas", CONTROLLER,
        'for members, how in ((p.isr, "isr"), (p.elr, "elr")):',
        'for members, how in ((p.replicas, "isr"), (p.elr, "elr")):',

@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--heartbeat-interval-ms", type=int, default=500)
     b.add_argument("--replica-lag-time-max-ms", type=int, default=10000)
     b.add_argument("--replica-fetch-wait-max-ms", type=int, default=100)
+    b.add_argument("--replica-fetch-max-bytes", type=int, default=4 * 1024 * 1024,
+                   help="replica.fetch.max.bytes: about how much one follower fetch returns (at least one batch)")
     b.add_argument("--segment-bytes", type=int, default=16 * 1024 * 1024)
     b.add_argument("--hwm-checkpoint-interval-ms", type=int, default=1000,
                    help="replica.high.watermark.checkpoint.interval.ms")

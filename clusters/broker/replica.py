@@ -431,6 +431,7 @@ class Replica:
                                        "fetched_this_epoch": f.fetched_this_epoch} for r, f in self.followers.items()}
         if include_log:
             d["log"] = [[r.offset, r.leader_epoch, r.value_digest] for r in self.log.physical_log()]
+            d["corrupt_batches"] = self.log.crc_failures()
         return d
 
 

@@ -694,7 +694,7 @@ class Broker:
             if client is None:
                 await asyncio.sleep(0.1)
                 continue
-            req = r.fetch_request(self.broker_epoch, MAX_FETCH_BYTES)
+            req = r.fetch_request(self.broker_epoch, self.args.replica_fetch_max_bytes)
             req["max_wait_ms"] = wait_ms
             try:
                 resp = await client.call("replica_fetch", req, timeout=wait_ms / 1000 + 3.0)

@@ -310,3 +310,24 @@ def test_recovery_drops_segments_after_a_gap_and_records_the_deletion(tmp_path):
     reasons = {c["file"]: c["reason"] for c in events.of("log-recovery-truncated")}
     assert reasons[paths[2]].startswith("gap")
     assert last_synced_lengths(str(tmp_path))[os.path.relpath(paths[2], tmp_path)] is None
+
+
+def test_a_batch_damaged_under_a_running_log_is_named_by_crc_failures_and_left_out_of_the_physical_log(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(b"a"), 1)
+    log.append_as_leader(batch(b"bbbbbbbb"), 1)
+    log.append_as_leader(batch(b"c"), 1)
+    assert log.crc_failures() == []
+    path = log.segment_paths()[0]
+    first, second = (h.size for h in log.batch_headers()[:2])
+    with open(path, "r+b") as fh:  # as the file-corruption fault does: the log stays open on the damaged file
+        fh.seek(first + second - 3)
+        b = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([b[0] ^ 0x40]))
+    assert log.crc_failures() == [[1, 1]]
+    assert [(r.offset, r.value_digest) for r in log.physical_log()] == [(0, value_digest(b"a")),
+                                                                          (2, value_digest(b"c"))]
+    log.close()
+    again = open_log(tmp_path)  # the start-up recovery cuts it, and what followed
+    assert again.crc_failures() == [] and [r.offset for r in again.physical_log()] == [0]

@@ -8,6 +8,7 @@ import threading
 
 from nemesis.plan import drive
 from nemesis.protocol import (
+    FAST_FAILOVER,
     MAX_DOWN,
     MOVES,
     NEEDS_ISOLATED_NODES,
@@ -16,8 +17,9 @@ from nemesis.protocol import (
     ProtocolNemesis,
 )
 from nemesis.registry import nemesis_problem
+from nemesis.scenario import Scenario, ScenarioNemesis
 from tests.unit.fakes import fault_actions
-from tests.unit.test_scenario import FakeCluster
+from tests.unit.test_scenario import FakeCluster, run
 
 
 def set_up(n: ProtocolNemesis, c: FakeCluster) -> ProtocolNemesis:
@@ -198,3 +200,59 @@ def test_teardown_reconnects_what_the_protocol_nemesis_left_cut_off():
     assert c.net.cut_between("broker-1", "controller-0")
     n.teardown(c)
     assert not any(c.net.drops.values())  # every node's rules flushed, none added
+
+
+class LossyControllersCluster(FakeCluster):
+    """Controllers on the lossy file system too (as the netns cluster mounts them)."""
+
+    def lossyfs_files(self, node):
+        return f"/run/{node}/lossyfs.pid", f"/run/{node}/lossyfs.status"
+
+    def lossy_controllers_unavailable(self):
+        return None
+
+
+def test_power_cut_controller_crashes_the_active_controller_and_restarts_it_within_the_fault_budget(monkeypatch):
+    from nemesis.actions import FaultActions
+
+    def crash(self, node):
+        self.cluster.kill(node)
+        return {"event": "dropped"}
+
+    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
+    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    c = LossyControllersCluster()
+    n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
+    assert "power-cut-controller" in n.moves
+    c.isr = [1]  # broker-1 alone in the ISR: the broker's power cut goes first, the controller's next
+    n.moves = {"lossy-crash-last-isr": MOVES["lossy-crash-last-isr"]}
+    drive_moves(n, c, 1)
+    n.moves = {"power-cut-controller": MOVES["power-cut-controller"]}
+    ops = drive_moves(n, c, 1)
+    cut = [r for f, _, r in ops if f == "scenario-lossy-crash"]
+    assert cut == [{"lossy-crash": "controller-0", "dropped": {"event": "dropped"}}]  # not beyond the budget
+    assert c.calls[-2:] == ["kill controller-0", "start controller-0"]
+    assert n.down_nodes() == {"broker-1"}  # the controller is back; the broker waits for a heal
+
+
+def test_power_cut_controller_is_left_out_where_controllers_are_not_on_the_lossy_file_system():
+    c = FakeCluster()  # brokers only (docker, SSH): a controller's power cut would drop nothing
+    n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
+    assert "power-cut-controller" not in n.moves
+    assert "power-cut-controller cannot run" in n.not_run[0] and "controllers do not write" in n.not_run[0]
+
+
+def test_lagging_leader_then_failover_elects_the_successor_then_the_other_follower(monkeypatch):
+    monkeypatch.setattr("nemesis.scenario.idle", lambda seconds, stopped: True)  # sleeps take no time here
+    c = FakeCluster()
+    c.fence_on_cut = True  # the fake's controller fences a broker it cannot hear
+    n = ScenarioNemesis(Scenario("t", "test", MOVES[SEQUENCE_PREFIX + FAST_FAILOVER], needs_isolated_nodes=True),
+                        {"scenario_delay": 0, "seed": 3})
+    ops = run(n, c)
+    assert [f for f, _, r in ops if isinstance(r, str)] == []  # no step failed or stalled
+    L, A, C = n.node("L"), n.node("A"), n.node("C")
+    assert (L, A, C) == ("broker-1", "broker-2", "broker-3")  # A is next in replica order: the fake elects it
+    assert c.calls == [f"kill {L}", f"start {L}"]
+    assert [(v.get("node"), v.get("peer")) for f, v, _ in ops if f == "scenario-cut"] == [("A", "L"), ("A", "C")]
+    leaders = [(v["node"], r["reached"]) for f, v, r in ops if f == "scenario-wait" and v["until"] == "leader-is"]
+    assert leaders == [("A", True), ("C", True)]

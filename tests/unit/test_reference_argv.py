@@ -43,6 +43,29 @@ def test_recovery_strategy_reaches_the_controller(tmp_path):
     assert parsed(c, CONTROLLER).unclean_recovery_strategy == "manual"
 
 
+def test_replica_fetch_size_and_hwm_checkpoint_interval_reach_the_brokers_only_when_set(tmp_path):
+    c = PathsOnly(ClusterSpec(brokers=3, broker_config={"replica_fetch_max_bytes": 1024,
+                                                        "hwm_checkpoint_interval_ms": 100}), str(tmp_path))
+    args = parsed(c, "broker-1")
+    assert (args.replica_fetch_max_bytes, args.hwm_checkpoint_interval_ms) == (1024, 100)
+    plain = parsed(PathsOnly(ClusterSpec(brokers=3, broker_config={"replica_fetch_max_bytes": 0}), str(tmp_path)),
+                   "broker-1")
+    assert (plain.replica_fetch_max_bytes, plain.hwm_checkpoint_interval_ms) == (4 * 1024 * 1024, 1000)
+
+
+def test_a_negative_fetch_size_or_one_for_a_foreign_cluster_is_one_sentence(tmp_path):
+    from harness.spec import TestSpec
+
+    assert TestSpec(replica_fetch_max_bytes=1024, cluster="local").problems() == []
+    (bad,) = TestSpec(replica_fetch_max_bytes=-1, cluster="local").problems()
+    assert "replica_fetch_max_bytes=-1 is below 0" in bad
+    cluster_file = tmp_path / "c.toml"
+    cluster_file.write_text('bootstrap = "10.0.0.1:9092"\n')
+    problems = TestSpec(hwm_checkpoint_interval_ms=100, cluster=str(cluster_file)).problems(only={
+        "hwm_checkpoint_interval_ms", "cluster"})
+    assert any("needs our own broker" in p for p in problems)
+
+
 def test_unknown_variant_is_one_sentence(tmp_path):
     with pytest.raises(ClusterError, match="unknown broker variant 'x'; valid: default, truncate-to-hw"):
         PathsOnly(ClusterSpec(brokers=3, broker_variant="x"), str(tmp_path))

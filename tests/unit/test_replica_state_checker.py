@@ -427,3 +427,45 @@ def test_losses_beyond_the_budget_without_the_queue_checkers_count_are_unknown(t
     r = check_stored(test, _beyond_budget_ops(), {"queue": crashed})
     assert r.valid == "unknown" and "(the queue checker could not finish (MemoryError: ))" in r.unknown_reasons[0]
     assert check_stored(test, _beyond_budget_ops()[:2]).valid is True  # no such fault: nothing to count
+
+
+def _corrupt(node_id):
+    b = broker(node_id, 3, LOG)
+    b["partitions"][0]["corrupt_batches"] = [[2, 2]]
+    return b
+
+
+def test_a_batch_failing_its_crc_after_the_start_up_recovery_is_an_anomaly_unless_damaged_since():
+    r = check_states({"broker-1": broker(1, 3, LOG), "broker-2": _corrupt(2)})
+    assert r.valid is False
+    (a,) = r.anomalies
+    assert a.name == "corrupt-batch-kept" and a.examples == [{"node": "broker-2", "topic": "q", "partition": 0,
+                                                              "batches": [[2, 2]]}]
+    # damaged after its last start (file_restart=none, or the run ended first): the damage may still be there
+    assert check_states({"broker-2": _corrupt(2)}, damaged_since_start={"broker-2"}).valid is True
+    clean = broker(2, 3, LOG)
+    clean["partitions"][0]["corrupt_batches"] = []
+    assert check_states({"broker-1": broker(1, 3, LOG), "broker-2": clean}).valid is True
+
+
+def test_damage_counts_from_the_file_corruption_ops_until_a_stop_restarted_the_node(tmp_path):
+    from checkers.replicas import damaged_since_start
+    from history import Op
+
+    damage = [Op("invoke", "start-file-corruption", "nemesis", None, time=1),
+              Op("info", "start-file-corruption", "nemesis", {"file-corruption": ["broker-2"], "mode": "bitflip"},
+                 time=2)]
+    restarted = [Op("info", "stop-file-corruption", "nemesis",
+                    {"rolled-back": [], "restarted": {"broker-2": {"process": "running"}}}, time=3)]
+    not_running = [Op("info", "stop-file-corruption", "nemesis",
+                      {"rolled-back": [], "restarted": {"broker-2": {"process": "down"}}}, time=3)]
+    rollback = [Op("info", "start-file-corruption", "nemesis", {"file-corruption": [], "snapshot": {
+        "node": "broker-3", "file": "f", "offset": 0, "size": 9}}, time=4)]
+    assert damaged_since_start(damage) == {"broker-2"}
+    assert damaged_since_start(damage + restarted) == set()
+    assert damaged_since_start(damage + not_running) == {"broker-2"}
+    assert damaged_since_start(damage + restarted + rollback) == {"broker-3"}
+    assert damaged_since_start(damage + restarted + damage) == {"broker-2"}
+    test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": _corrupt(2)})
+    assert check_stored(test, damage).valid is True
+    assert [a.name for a in check_stored(test, damage + restarted).anomalies] == ["corrupt-batch-kept"]

@@ -258,6 +258,15 @@ def test_zombie_follower_cuts_z_from_the_controllers_and_f_from_l_then_bounces_l
     assert [r["healed"] for f, _, r in ops if f == "scenario-heal"] == [[F], [Z]]
 
 
+def test_successor_is_the_isr_member_the_controller_elects_next_and_none_once_it_is_bound():
+    c = FakeCluster()
+    c.isr = [1, 3]  # broker-2 left the ISR: the controller's replica-order choice skips it
+    n = scenario(bind("L", "leader"), bind("A", "successor"))
+    assert [r for _, _, r in run(n, c)] == [{"L": "broker-1"}, {"A": "broker-3"}]
+    n = scenario(bind("A", "successor"), bind("B", "successor"))
+    assert "no unbound successor" in run(n, FakeCluster())[-1][2]
+
+
 def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster():
     c = FakeCluster()
     c.not_isolated = "the fake cluster runs every node on loopback"

@@ -10,7 +10,7 @@ The API the broker's data plane uses (everything else in this package is interna
   `assign_epoch(epoch)` (new leader, KAFKA-7415), `read(offset, max_bytes, max_offset=None)`,
   `truncate_to(offset) -> new LEO`, `end_offset_for_epoch(epoch, is_leader_current_epoch)`,
   `log_start_offset`, `log_end_offset`, `last_epoch`, `flushed_offset`, `flush()`,
-  `maybe_flush(now_ms)`, `batch_headers()`, `physical_log()`, `close()`.
+  `maybe_flush(now_ms)`, `batch_headers()`, `physical_log()`, `crc_failures()`, `close()`.
 - Pure protocol rules (PROTOCOL.md 2): `leader_divergence(...)`, `follower_truncation_offset(...)`.
 - Batch helpers: `validate_batches`, `parse_batch_header`, `iter_records`, `build_batch`.
 - Errors: `InvalidBatchError` (CORRUPT_MESSAGE), `OffsetOutOfRangeError` (OFFSET_OUT_OF_RANGE),
