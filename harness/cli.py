@@ -555,13 +555,20 @@ def detect(
     notes: Annotated[Path | None, typer.Option(help="a Markdown file appended to the table (notes by hand)")] = None,
     cluster: Annotated[str, typer.Option(help="auto, docker or local (default: the file's, else auto)")] = "",
     store: Annotated[str, typer.Option(help="where runs and campaign directories are stored")] = "store",
+    section: Annotated[str, typer.Option(help="write the table as this named section of --out (e.g. txn), "
+                                              "keeping the rest of the page")] = "",
+    ledger: Annotated[Path | None, typer.Option(help="the ledger the campaigns are recorded in and the table is "
+                                                     "made from (default with --section: DETECTION-runs.jsonl "
+                                                     "beside --out)")] = None,
 ) -> None:
     """Run every fault plan against every broker variant (campaigns) and write the detection table.
 
     Each campaign file sets plans (scenarios, the protocol nemesis, plain random faults), variants,
     acks and flush settings, repetitions and budget; the table (docs/DETECTION.md by default) merges
     them and says per row how many runs found an anomaly, which, and how fast, above the three
-    claims it exists for, computed from the rows.
+    claims it exists for, computed from the rows. With --section the campaigns are kept in a committed
+    ledger and the section is made from every campaign the ledger holds for it, so it survives the
+    store (a fresh machine re-renders it from the ledger).
     """
     from results.detection import write_detection
 
@@ -573,8 +580,14 @@ def detect(
     if notes is not None and not notes.is_file():
         fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
     note_text = notes.read_text() if notes is not None else ""
-    if not files and dirs:
-        err.print(f"wrote {write_detection(dirs, out, command, note_text)}")
+    if section and ledger is None:
+        ledger = out.parent / "DETECTION-runs.jsonl"
+
+    def write(dirs: list[Path]) -> Path:
+        return write_detection(dirs, out, command, note_text, section=section, ledger=ledger)
+
+    if not files and (dirs or ledger is not None):
+        err.print(f"wrote {write(dirs)}")
         return
     files = files or sorted(DETECTION_DIR.glob("*.toml"))
     if not files:
@@ -599,7 +612,7 @@ def detect(
             fail(str(e))
         dirs.append(campaign_dir)
         # Rewritten after every campaign: a long detection run leaves a table at each step.
-        err.print(f"wrote {write_detection(dirs, out, command, note_text)} (campaign {campaign_dir})")
+        err.print(f"wrote {write(dirs)} (campaign {campaign_dir})")
     print(out)
 
 

@@ -36,6 +36,7 @@ DEFAULT = "default"
 @dataclass
 class Row:
     variant: str
+    workload: str
     acks: str
     flush: str
     min_isr: int
@@ -90,6 +91,10 @@ def first_anomaly_s(results: dict[str, Any]) -> float | None:
     return min(proven) / 1e9 if proven else None
 
 
+def _workload(spec: dict[str, Any]) -> str:
+    return str(spec.get("workload") or "queue")
+
+
 def _stalled(run_dir: Path) -> bool:
     """A scenario's wait timed out. The protocol nemesis's moves wait too, and one that times out just
     gives way to the next move: that is its random walk, not a stalled plan."""
@@ -102,30 +107,29 @@ def _stalled(run_dir: Path) -> bool:
 
 
 def summarize(docs: list[dict[str, Any]]) -> list[Row]:
-    """One row per (variant, acks, flush, min ISR, plan, time limit) over every campaign given."""
+    """One row per (variant, workload, acks, flush, min ISR, plan, time limit) over every campaign given.
+
+    A run record may carry its `first_anomaly_s` and `stalled` already (a ledger's, whose run
+    directories are gone); otherwise both are read from its run directory."""
     rows: dict[tuple, Row] = {}
     for doc in docs:
         settings = (doc.get("matrix") or {}).get("settings") or {}
         min_isr = int(settings.get("min_isr", 2))
         for r in doc.get("runs", []):
             s = r["spec"]
-            key = (s["broker_variant"], str(s["acks"]), s["flush_policy"], min_isr, ",".join(s["nemesis"]) or "none",
-                   float(s.get("time_limit", settings.get("time_limit", 60))))
+            key = (s["broker_variant"], _workload(s), str(s["acks"]), s["flush_policy"], min_isr,
+                   ",".join(s["nemesis"]) or "none", float(s.get("time_limit", settings.get("time_limit", 60))))
             row = rows.setdefault(key, Row(*key))
             if r["status"] in ("skipped", "pending"):
                 row.not_run += 1
                 continue
             row.runs += 1
-            run_dir = Path(r["run_dir"]) if r.get("run_dir") else None
-            if run_dir is not None and _stalled(run_dir):
+            if _run_stalled(r):
                 row.stalled += 1
             if r["status"] == "invalid":
                 row.found += 1
                 row.anomalies.update(a["name"] for a in r.get("anomalies", []))
-                try:
-                    t = first_anomaly_s(json.loads((run_dir / "results.json").read_text())) if run_dir else None
-                except (OSError, ValueError):
-                    t = None
+                t = _run_first_anomaly_s(r)
                 if t is not None:
                     row.firsts.append(t)
             elif r["status"] == "unknown":
@@ -134,12 +138,34 @@ def summarize(docs: list[dict[str, Any]]) -> list[Row]:
         default = rows.get((DEFAULT, *list(_key(row))[1:]))
         if row.variant != DEFAULT and default is not None and default.runs:
             row.beyond_default = sorted(row.anomalies - default.anomalies)
-    return sorted(rows.values(), key=lambda x: (x.variant != DEFAULT, x.variant, x.acks, x.flush, x.min_isr,
-                                                x.plan, x.time_limit))
+    return sorted(rows.values(), key=lambda x: (x.variant != DEFAULT, x.variant, x.workload, x.acks, x.flush,
+                                                x.min_isr, x.plan, x.time_limit))
+
+
+def _run_stalled(r: dict[str, Any]) -> bool:
+    if "stalled" in r:
+        return bool(r["stalled"])
+    return bool(r.get("run_dir")) and _stalled(Path(r["run_dir"]))
+
+
+def _run_first_anomaly_s(r: dict[str, Any]) -> float | None:
+    if "first_anomaly_s" in r:
+        return r["first_anomaly_s"]
+    if not r.get("run_dir"):
+        return None
+    try:
+        return first_anomaly_s(json.loads((Path(r["run_dir"]) / "results.json").read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def _key(row: Row) -> tuple:
-    return (row.variant, row.acks, row.flush, row.min_isr, row.plan, row.time_limit)
+    return (row.variant, row.workload, row.acks, row.flush, row.min_isr, row.plan, row.time_limit)
+
+
+def _plan(row: Row) -> str:
+    """The fault plan as the tables name it; a workload other than the queue's is named beside it."""
+    return f"`{row.plan}`" + (f" ({row.workload})" if row.workload != "queue" else "")
 
 
 def scenario_targets() -> dict[str, tuple[str, ...]]:
@@ -182,12 +208,13 @@ def _default_clean(rows: list[Row]) -> list[str]:
     if dirty:
         lines.append(f"**Not met**: {sum(r.found for r in dirty)} of {runs} runs found an anomaly, in "
                      f"{len(dirty)} of {len(strict)} rows:")
-        lines += [f"- `{r.plan}` ({_setting(r.acks, r.flush, r.min_isr)}, {_seconds(r.time_limit)}): "
+        lines += [f"- {_plan(r)} ({_setting(r.acks, r.flush, r.min_isr)}, {_seconds(r.time_limit)}): "
                   f"{r.found}/{r.runs}, {', '.join(sorted(r.anomalies))}" for r in dirty]
     else:
         plans, flushes = {r.plan for r in strict if r.runs}, sorted({r.flush for r in strict if r.runs})
+        workloads = sorted({r.workload for r in strict if r.runs})
         lines.append(f"Met: 0 anomalies in {runs} runs over {len(strict)} rows ({len(plans)} fault plan(s), flush "
-                     f"{' and '.join(flushes)}).")
+                     f"{' and '.join(flushes)}; workload {', '.join(workloads)}).")
     loose = [r for r in rows if r.variant == DEFAULT and r not in strict and r.runs]
     if loose:
         found = [r for r in loose if r.found]
@@ -201,7 +228,6 @@ def _default_clean(rows: list[Row]) -> list[str]:
 
 
 def _targets_found(rows: list[Row], targets: dict[str, tuple[str, ...]]) -> list[str]:
-    by_key = {_key(r): r for r in rows}
     settings = sorted({r.setting for r in rows}, key=_setting_order)
     lines = ["### 2. Every flawed variant is found by each scenario that targets it", "",
              "Found/runs of each targeted cell, by setting; `(+x)` names anomalies the default broker never "
@@ -213,23 +239,28 @@ def _targets_found(rows: list[Row], targets: dict[str, tuple[str, ...]]) -> list
     misses = []
     for plan, variants in sorted(targets.items()):
         for variant in variants:
-            cells, judged = [], []
-            for s in settings:
-                found = [r for k, r in by_key.items() if k[0] == variant and r.setting == s and k[4] == plan]
-                row = max(found, key=lambda r: r.runs, default=None)
-                cell = _count(row)
-                if row is not None and row.beyond_default:
-                    cell += f" (+{', '.join(row.beyond_default)})"
-                cells.append(cell or "-")
-                if row is not None and row.runs and s[0] in ("all", "-1") and s[1] == "never":
-                    judged.append(row)
-            if any(not r.found for r in judged) or not judged:
-                misses.append((variant, plan, "not run at acks=all, flush never" if not judged else
-                               ", ".join(f"min ISR {r.min_isr}: {r.found}/{r.runs}" for r in judged)))
-            lines.append(f"| {variant} | `{plan}` | " + " | ".join(cells) + " |")
+            # one line per workload the cell ran under (a scenario may be run with more than one)
+            workloads = sorted({r.workload for r in rows if r.variant == variant and r.plan == plan}) or ["queue"]
+            for workload in workloads:
+                cells, judged = [], []
+                for s in settings:
+                    found = [r for r in rows if r.variant == variant and r.workload == workload and r.setting == s
+                             and r.plan == plan]
+                    row = max(found, key=lambda r: r.runs, default=None)
+                    cell = _count(row)
+                    if row is not None and row.beyond_default:
+                        cell += f" (+{', '.join(row.beyond_default)})"
+                    cells.append(cell or "-")
+                    if row is not None and row.runs and s[0] in ("all", "-1") and s[1] == "never":
+                        judged.append(row)
+                label = f"`{plan}`" + (f" ({workload})" if workload != "queue" else "")
+                if any(not r.found for r in judged) or not judged:
+                    misses.append((variant, label, "not run at acks=all, flush never" if not judged else
+                                   ", ".join(f"min ISR {r.min_isr}: {r.found}/{r.runs}" for r in judged)))
+                lines.append(f"| {variant} | {label} | " + " | ".join(cells) + " |")
     lines.append("")
     if misses:
-        lines.append("**Not met** in: " + "; ".join(f"`{v}` by `{p}` ({why})" for v, p, why in misses) + ".")
+        lines.append("**Not met** in: " + "; ".join(f"`{v}` by {p} ({why})" for v, p, why in misses) + ".")
     else:
         lines.append("Met: every targeted cell at acks=all, flush never found its variant in every run.")
     return lines + [""]
@@ -247,20 +278,21 @@ def _random_settings(docs: list[dict[str, Any]]) -> str:
 
 
 def _rates(rows: list[Row], docs: list[dict[str, Any]]) -> list[str]:
-    def pick(variant: str, plan: str) -> Row | None:
-        return next((r for r in rows if r.variant == variant and r.plan == plan and r.acks in ("all", "-1")
-                     and r.flush == "never" and r.min_isr >= 2 and r.time_limit == RATE_TIME_LIMIT), None)
+    def pick(variant: str, workload: str, plan: str) -> Row | None:
+        return next((r for r in rows if r.variant == variant and r.workload == workload and r.plan == plan
+                     and r.acks in ("all", "-1") and r.flush == "never" and r.min_isr >= 2
+                     and r.time_limit == RATE_TIME_LIMIT), None)
 
-    variants = sorted({r.variant for r in rows}, key=lambda v: (v != DEFAULT, v))
+    pairs = sorted({(r.variant, r.workload) for r in rows}, key=lambda p: (p[0] != DEFAULT, p[0], p[1]))
     lines = [f"### 3. The protocol-aware nemesis against plain random faults, {RATE_TIME_LIMIT / 60:g}-minute runs",
              "", f"acks=all, flush never, min ISR 2. `{PROTOCOL_PLAN}` is `--nemesis protocol`; `{RANDOM_PLAN}` is "
                  f"kill and partition at random ({_random_settings(docs)}). Target: the protocol "
                  f"nemesis finds each flawed variant in at least {RATE_TARGET:.0%} of runs.", "",
-             f"| variant | `{PROTOCOL_PLAN}` found | first anomaly (s, median) | `{RANDOM_PLAN}` found | "
-             "first anomaly (s, median) | verdict |", "|---|---|---|---|---|---|"]
+             f"| variant | workload | `{PROTOCOL_PLAN}` found | first anomaly (s, median) | `{RANDOM_PLAN}` found | "
+             "first anomaly (s, median) | verdict |", "|---|---|---|---|---|---|---|"]
     any_row = False
-    for v in variants:
-        p, q = pick(v, PROTOCOL_PLAN), pick(v, RANDOM_PLAN)
+    for v, w in pairs:
+        p, q = pick(v, w, PROTOCOL_PLAN), pick(v, w, RANDOM_PLAN)
         if p is None and q is None:
             continue
         any_row = True
@@ -279,9 +311,9 @@ def _rates(rows: list[Row], docs: list[dict[str, Any]]) -> list[str]:
             verdict = "meets 80%" if p.rate >= RATE_TARGET else "**below 80%**"
             if q is not None and q.runs:
                 verdict += ("; random does as well" if q.rate >= p.rate else "; random does worse")
-        lines.append(f"| {v} | {cell(p)} | {first(p)} | {cell(q)} | {first(q)} | {verdict} |")
+        lines.append(f"| {v} | {w} | {cell(p)} | {first(p)} | {cell(q)} | {first(q)} | {verdict} |")
     if not any_row:
-        lines.append(f"| - | no {RATE_TIME_LIMIT:g} s runs of these plans in these campaigns | | | | |")
+        lines.append(f"| - | - | no {RATE_TIME_LIMIT:g} s runs of these plans in these campaigns | | | | |")
     return lines + [""]
 
 
@@ -290,13 +322,13 @@ def _matrices(rows: list[Row]) -> list[str]:
     lines = ["## At a glance", "",
              "Runs that found an anomaly / runs made, per fault plan and broker variant, one table per setting.", ""]
     for s in sorted({r.setting for r in rows}, key=_setting_order):
-        plans = sorted({(r.plan, r.time_limit) for r in rows if r.setting == s})
-        lines += [f"**{_setting(*s)}**", "", "| fault plan | run | " + " | ".join(variants) + " |",
-                  "|---|---|" + "---|" * len(variants)]
-        for plan, tl in plans:
-            cells = [_count(next((r for r in rows if r.setting == s and r.plan == plan and r.time_limit == tl
-                                  and r.variant == v), None)) or "-" for v in variants]
-            lines.append(f"| `{plan}` | {_seconds(tl)} | " + " | ".join(cells) + " |")
+        plans = sorted({(r.plan, r.workload, r.time_limit) for r in rows if r.setting == s})
+        lines += [f"**{_setting(*s)}**", "", "| fault plan | workload | run | " + " | ".join(variants) + " |",
+                  "|---|---|---|" + "---|" * len(variants)]
+        for plan, workload, tl in plans:
+            cells = [_count(next((r for r in rows if r.setting == s and r.plan == plan and r.workload == workload
+                                  and r.time_limit == tl and r.variant == v), None)) or "-" for v in variants]
+            lines.append(f"| `{plan}` | {workload} | {_seconds(tl)} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 
@@ -313,11 +345,13 @@ def _campaigns(docs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_markdown(docs: list[dict[str, Any]] | dict[str, Any], command: str, notes: str = "") -> str:
+def render_markdown(docs: list[dict[str, Any]] | dict[str, Any], command: str, notes: str = "",
+                    title: str = "Detection table", level: int = 1) -> str:
+    """The table as Markdown; `level` 2 makes it a section of a larger page (every heading one deeper)."""
     docs = [docs] if isinstance(docs, dict) else docs
     rows = summarize(docs)
     lines = [
-        "# Detection table", "",
+        f"# {title}", "",
         f"Generated by `{command}` on this machine, from {len(docs)} campaign(s):", "",
         *_campaigns(docs), "",
         "A row counts runs that finished (`runs`), runs with an anomaly (`found`), runs whose verdict was "
@@ -330,18 +364,21 @@ def render_markdown(docs: list[dict[str, Any]] | dict[str, Any], command: str, n
         *_default_clean(rows), *_targets_found(rows, scenario_targets()), *_rates(rows, docs),
         *_matrices(rows),
         "## Every row", "",
-        "| variant | acks | flush | min ISR | fault plan | run | runs | found | anomalies | beyond default "
+        "| variant | workload | acks | flush | min ISR | fault plan | run | runs | found | anomalies | beyond default "
         "| first anomaly (s, median) | unknown | stalled | not run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         beyond = "" if r.beyond_default is None else (", ".join(r.beyond_default) or "-")
-        lines.append(f"| {r.variant} | {r.acks} | {r.flush} | {r.min_isr} | `{r.plan}` | {_seconds(r.time_limit)} | "
+        lines.append(f"| {r.variant} | {r.workload} | {r.acks} | {r.flush} | {r.min_isr} | `{r.plan}` | "
+                     f"{_seconds(r.time_limit)} | "
                      f"{r.runs} | {r.found} | {', '.join(sorted(r.anomalies)) or '-'} | {beyond} | "
                      f"{r.median_first_s if r.median_first_s is not None else '-'} | {r.unknown} | "
                      f"{r.stalled} | {r.not_run} |")
     if notes.strip():
         lines += ["", notes.strip()]
+    if level > 1:
+        lines = [("#" * (level - 1) + line) if line.startswith("#") else line for line in lines]
     return "\n".join(lines) + "\n"
 
 
@@ -349,10 +386,74 @@ def load_campaign_docs(campaign_dirs: list[str | Path]) -> list[dict[str, Any]]:
     return [json.loads((Path(d) / "campaign.json").read_text()) for d in campaign_dirs]
 
 
+# --- the ledger: what a table was made from, kept beside it ---------------------------------------------------
+# Campaign stores live outside the repository and do not outlive a machine; a table re-rendered on a fresh
+# machine from its campaign dirs alone would lose every row. So each campaign doc a table is made from is
+# kept in a committed JSON-lines ledger (docs/DETECTION-runs.jsonl), its runs carrying what the table reads
+# from their run directories (first_anomaly_s, stalled), and a section is rendered from every doc the ledger
+# holds for it.
+
+def ledger_doc(doc: dict[str, Any], section: str) -> dict[str, Any]:
+    """A campaign doc as the ledger keeps it: each run with its first anomaly time and stall read now."""
+    runs = []
+    for r in doc.get("runs", []):
+        r = dict(r)
+        r["stalled"] = _run_stalled(r)
+        r["first_anomaly_s"] = _run_first_anomaly_s(r) if r.get("status") == "invalid" else None
+        runs.append(r)
+    return {**doc, "runs": runs, "section": section}
+
+
+def read_ledger(path: str | Path, section: str) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    docs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [d for d in docs if d.get("section", "") == section]
+
+
+def record_in_ledger(path: str | Path, docs: list[dict[str, Any]], section: str) -> None:
+    """Add (or replace: same campaign name and start) each doc in the ledger."""
+    path = Path(path)
+    kept = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    new = [ledger_doc(d, section) for d in docs]
+    ids = {(d.get("name"), d.get("started")) for d in new}
+    kept = [d for d in kept if (d.get("name"), d.get("started")) not in ids] + new
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in kept))
+
+
+def section_markers(section: str) -> tuple[str, str]:
+    return f"<!-- detection section {section}: generated, do not edit by hand -->", f"<!-- /detection section {section} -->"
+
+
+def replace_section(page: str, section: str, body: str) -> str:
+    """The page with the section's text replaced (or added at the end); everything else kept as it was."""
+    start, end = section_markers(section)
+    block = f"{start}\n{body.rstrip()}\n{end}\n"
+    if start in page and end in page:
+        head, rest = page.split(start, 1)
+        return head + block + rest.split(end, 1)[1].lstrip("\n")
+    return page.rstrip("\n") + "\n\n" + block
+
+
+SECTION_TITLES = {"txn": "Transactions and consumer groups"}
+
+
 def write_detection(campaign_dirs: str | Path | list[str | Path], out: str | Path, command: str,
-                    notes: str = "") -> Path:
+                    notes: str = "", section: str = "", ledger: str | Path | None = None) -> Path:
+    """Write the table to `out` (with a section: only that section of the page, the rest kept). With a
+    ledger, the campaigns given are recorded in it and the table is made from all it holds for the section."""
     dirs = campaign_dirs if isinstance(campaign_dirs, list) else [campaign_dirs]
+    docs = load_campaign_docs(dirs)
+    if ledger is not None:
+        record_in_ledger(ledger, docs, section)
+        docs = read_ledger(ledger, section)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(load_campaign_docs(dirs), command, notes))
+    if not section:
+        out.write_text(render_markdown(docs, command, notes))
+        return out
+    body = render_markdown(docs, command, notes, title=SECTION_TITLES.get(section, section), level=2)
+    out.write_text(replace_section(out.read_text() if out.exists() else "", section, body))
     return out

@@ -8,7 +8,7 @@ from results.detection import first_anomaly_s, render_markdown, summarize, write
 
 
 def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protocol_wait=False, acks="all",
-        flush="never", time_limit=60, anomaly="lost-write"):
+        flush="never", time_limit=60, anomaly="lost-write", workload=None):
     d = tmp_path / f"run{i}"
     d.mkdir()
     anomalies = []
@@ -25,8 +25,11 @@ def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protoc
         wait = ('{"f":"scenario-wait","type":"info","value":{"scenario": "protocol"},'
                 '"error":"ScenarioStalled: in-isr not reached"}')
     (d / "history.jsonl").write_text(wait + "\n")
-    return {"spec": {"broker_variant": variant, "acks": acks, "flush_policy": flush, "nemesis": plan.split(","),
-                     "time_limit": time_limit},
+    spec = {"broker_variant": variant, "acks": acks, "flush_policy": flush, "nemesis": plan.split(","),
+            "time_limit": time_limit}
+    if workload is not None:  # a record without it is the queue workload's (campaigns before the txn workload)
+        spec["workload"] = workload
+    return {"spec": spec,
             "status": status, "run_dir": str(d),
             "anomalies": [{"name": a["name"]} for a in anomalies]}
 
@@ -95,7 +98,7 @@ def test_markdown_names_the_command_and_the_default_rows_first(tmp_path):
     table = md.split("## Every row")[1]
     rows = [line for line in table.splitlines() if line.startswith("| ")][1:]  # after the header
     assert rows[0].startswith("| default")
-    assert "| no-elr | all | never | 2 | `scenario:x` | 60 s | 3 | 2 | lost-write | lost-write | 20.0 |" in md
+    assert "| no-elr | queue | all | never | 2 | `scenario:x` | 60 s | 3 | 2 | lost-write | lost-write | 20.0 |" in md
     assert "Met: 0 anomalies in 2 runs" in md
 
 
@@ -117,8 +120,8 @@ def test_the_claims_are_judged_from_the_rows(tmp_path, monkeypatch):
     md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect")
     assert "**Not met**: 1 of 1 runs found an anomaly" in md                 # the default must stay clean
     assert "**Not met** in: `no-elr` by `scenario:z` (min ISR 2: 0/1)" in md  # a targeting scenario missed
-    assert "| no-elr | 4/5 (80%) | 0.0 | 1/5 (20%) | 0.0 | meets 80%; random does worse |" in md
-    assert "| truncate-to-hw | 3/5 (60%) | 0.0 | 5/5 (100%) | 0.0 | **below 80%**; random does as well |" in md
+    assert "| no-elr | queue | 4/5 (80%) | 0.0 | 1/5 (20%) | 0.0 | meets 80%; random does worse |" in md
+    assert "| truncate-to-hw | queue | 3/5 (60%) | 0.0 | 5/5 (100%) | 0.0 | **below 80%**; random does as well |" in md
 
 
 def test_write_detection_from_campaign_dirs_with_notes(tmp_path):
@@ -136,3 +139,45 @@ def test_a_protocol_move_that_waits_in_vain_is_not_a_stalled_run(tmp_path):
 
     assert _stalled(Path(run(tmp_path, 0, "no-elr", "scenario:x", "valid", stalled=True)["run_dir"]))
     assert not _stalled(Path(run(tmp_path, 1, "no-elr", "protocol", "valid", protocol_wait=True)["run_dir"]))
+
+
+def test_workloads_make_rows_of_their_own(tmp_path):
+    """The same plan on the same variant under the queue and the txn workload are two rows: the default
+    broker's txn runs are compared with its txn runs, and each workload's protocol rate is its own."""
+    runs = [run(tmp_path, 0, "default", "protocol", "valid", time_limit=300),
+            run(tmp_path, 1, "default", "protocol", "invalid", first_ns=1, time_limit=300, workload="txn",
+                anomaly="G1a"),
+            run(tmp_path, 2, "zombie-not-fenced", "protocol", "invalid", first_ns=1, time_limit=300, workload="txn",
+                anomaly="G1a")]
+    rows = {(r.variant, r.workload): r for r in summarize([campaign(tmp_path, runs)])}
+    assert rows[("default", "queue")].found == 0 and rows[("default", "txn")].found == 1
+    assert rows[("zombie-not-fenced", "txn")].beyond_default == []  # the txn default showed G1a too
+    md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect")
+    assert "- `protocol` (txn) (acks=all, flush never, min ISR 2, 300 s): 1/1, G1a" in md
+    assert "| zombie-not-fenced | txn | 1/1 (100%) |" in md
+
+
+def test_a_section_is_replaced_and_the_rest_of_the_page_kept(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "campaign.json").write_text(json.dumps(campaign(tmp_path, [
+        run(tmp_path, 0, "zombie-not-fenced", "protocol", "invalid", first_ns=2_000_000_000, time_limit=300,
+            workload="txn")], name="txn-rates")))
+    page = tmp_path / "DETECTION.md"
+    page.write_text("# Detection table\n\nthe replication rows, by hand\n")
+    ledger = tmp_path / "DETECTION-runs.jsonl"
+    write_detection([tmp_path / "c"], page, "kafkaesque detect --section txn", section="txn", ledger=ledger)
+    first = page.read_text()
+    assert first.startswith("# Detection table\n\nthe replication rows, by hand\n")
+    assert "## Transactions and consumer groups" in first and "#### 1. The default broker" in first
+    # rendered again from the ledger alone (the run dirs gone): the same section, once, the page's head kept
+    import shutil
+
+    shutil.rmtree(tmp_path / "run0")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "campaign.json").write_text(json.dumps(campaign(tmp_path, [], name="none")))
+    write_detection([tmp_path / "empty"], page, "kafkaesque detect --section txn", section="txn", ledger=ledger)
+    again = page.read_text()
+    assert again.count("## Transactions and consumer groups") == 1
+    assert again.startswith("# Detection table\n\nthe replication rows, by hand\n")
+    assert "| zombie-not-fenced | txn | all | never | 2 | `protocol` | 300 s | 1 | 1 | lost-write |  | 2.0 |" in again
+    assert len(ledger.read_text().splitlines()) == 2  # both campaigns, each once
