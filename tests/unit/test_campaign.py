@@ -417,13 +417,19 @@ def test_ctrl_c_between_phases_stops_the_campaign(tmp_path):
     assert [r["skipped"] for r in runs[1:]] == ["interrupted"] * 7 and code == 2
 
 
-def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
+def replication_scenarios() -> set[str]:
+    """The scenarios of the replication flaws (the transaction and group coordinators' have a plan of their own)."""
+    from clusters.reference import TXN_GROUP_VARIANTS
     from nemesis.scenario import SCENARIOS
 
+    return {f"scenario:{name}" for name, s in SCENARIOS.items() if not set(s.targets) & set(TXN_GROUP_VARIANTS)}
+
+
+def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
     root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
     runs = [p for f in sorted(root.glob("*.toml")) for p in load_campaign(f).runs]
     cells = {(",".join(p.spec.nemesis), p.spec.broker_variant, p.spec.acks, p.spec.flush_policy) for p in runs}
-    plans = {f"scenario:{name}" for name in SCENARIOS} | {"protocol"}
+    plans = replication_scenarios() | {"protocol"}
     variants = {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
     # every scenario and the protocol nemesis against every variant, acks all vs 1, flush never vs every write
     assert {(n, v, a, f) for n in plans for v in variants for a in ("all", "1") for f in ("never", "every-write")
@@ -438,6 +444,7 @@ def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
 
 
 def test_the_core_detection_plan_covers_what_docs_detection_claims():
+    from clusters.reference import TXN_GROUP_VARIANTS
     from nemesis.scenario import SCENARIOS
 
     root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
@@ -449,14 +456,26 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
     contract = {(",".join(p.spec.nemesis), p.spec.broker_variant) for p in runs
                 if p.spec.acks == "all" and p.spec.flush_policy == "never"}
     # claims 1 and 2: every scenario against every variant at acks=all, flush never
-    assert {(f"scenario:{n}", v) for n in SCENARIOS for v in variants} <= contract
+    assert {(n, v) for n in replication_scenarios() for v in variants} <= contract
     # claim 3: five 5-minute runs per flawed variant of each nemesis, and the default under both
     for plan in ("protocol", "kill,partition"):
         for v in variants:
             reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker_variant == v
                     and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300
-                    and p.spec.min_isr == 2]
+                    and p.spec.min_isr == 2 and p.spec.workload == "queue"]
             assert len(reps) == (2 if v == "default" else 5), (plan, v, len(reps))
+    # the transaction and group rows (issue 25): each coordinator scenario against the default and every
+    # transaction or group variant; the protocol nemesis five times per such variant with the txn workload,
+    # twice on the default, beside random kill+partition; the default under each fault kind alone
+    txn_variants = {"default", *TXN_GROUP_VARIANTS}
+    txn_scenarios = {f"scenario:{n}" for n, s in SCENARIOS.items() if set(s.targets) & set(TXN_GROUP_VARIANTS)}
+    assert {(n, v) for n in txn_scenarios for v in txn_variants} <= contract
+    for v in txn_variants:
+        reps = [p for p in runs if list(p.spec.nemesis) == ["protocol"] and p.spec.broker_variant == v
+                and p.spec.workload == "txn" and p.spec.time_limit == 300 and p.spec.min_isr == 2]
+        assert len(reps) == (2 if v == "default" else 5), (v, len(reps))
+    alone = {tuple(p.spec.nemesis) for p in runs if p.spec.workload == "txn" and p.spec.broker_variant == "default"}
+    assert {("kill",), ("pause",), ("partition",), ("lossy-crash",), ("kill", "partition")} <= alone
     for c in core:  # the budget leaves room for every run: each took 15 s (75 s runs) to 70 s (300 s) beyond its limit
         assert c.budget >= sum(p.spec.time_limit * 1.25 + 15 for p in c.runs), c.name
 
