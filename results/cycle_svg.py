@@ -24,7 +24,7 @@ from checkers.elle import PROCESS, REALTIME, RW, WR, WW
 
 MAX_DRAWN = 12  # nodes on the circle; a longer cycle shows its first MAX_DRAWN - 1 and one node for the rest
 TOOLTIP_CHARS = 240
-MAX_KIND_CHARS = 16  # an edge label longer than this (not one of ours) is cut; its tooltip keeps the step whole
+MAX_LABEL_CHARS = 16  # a node's or edge's label longer than this (not one of ours) is cut; its tooltip keeps it whole
 
 # Anti-dependencies dashed, as in Adya's and Elle's drawings; the orders (process, real time) grey and dotted.
 _KIND_STYLE = {WW: ("#c62828", ""), WR: ("#1565c0", ""), RW: ("#ef6c00", "6 4"),
@@ -60,12 +60,12 @@ def _drawn(ids: list[Any], example: dict[str, Any]) -> tuple[list[tuple[str, str
 
     def node(n: int) -> tuple[str, str]:
         label = f"T{ids[n]}"
-        return label, f"{label}: {_op_text(ops[n])}" if n < len(ops) else label
+        return _cut(label, MAX_LABEL_CHARS), f"{label}: {_op_text(ops[n])}" if n < len(ops) else label
 
     def arrow(n: int) -> tuple[str, str]:
         a, b = ids[n], ids[(n + 1) % len(ids)]
         step = str(steps[n]) if len(steps) == len(ids) else f"T{a} → T{b}"
-        return kinds.get((_key(a), _key(b)), ""), step[:TOOLTIP_CHARS]
+        return kinds.get((_key(a), _key(b)), ""), _cut(step, TOOLTIP_CHARS)
 
     if len(ids) <= MAX_DRAWN:
         return [node(n) for n in range(len(ids))], [arrow(n) for n in range(len(ids))], ""
@@ -87,9 +87,12 @@ def _key(x: Any) -> str:
 
 
 def _op_text(op: dict[str, Any]) -> str:
-    text = (f"op #{op.get('index')}, process {op.get('process')}, {op.get('type')} {op.get('f')} "
-            + json.dumps(op.get("value"), default=str))
-    return text if len(text) <= TOOLTIP_CHARS else text[:TOOLTIP_CHARS - 3] + "..."
+    return _cut(f"op #{op.get('index')}, process {op.get('process')}, {op.get('type')} {op.get('f')} "
+                + json.dumps(op.get("value"), default=str), TOOLTIP_CHARS)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _render(nodes: list[tuple[str, str]], arrows: list[tuple[str, str]], note: str, aria: str) -> str:
@@ -145,7 +148,7 @@ def _arrow(a: tuple[float, float], a_rx: float, b: tuple[float, float], b_rx: fl
     wing = (-towards[1] * _ARROW_HALF_WIDTH, towards[0] * _ARROW_HALF_WIDTH)
     colour, dash = _KIND_STYLE.get(kind, _OTHER_KIND)
     mid = (0.25 * start[0] + 0.5 * control[0] + 0.25 * base[0], 0.25 * start[1] + 0.5 * control[1] + 0.25 * base[1])
-    shown = kind if len(kind) <= MAX_KIND_CHARS else kind[:MAX_KIND_CHARS - 1] + "…"
+    shown = _cut(kind, MAX_LABEL_CHARS)
     half = 3.6 * len(shown) + 3
     # The label sits outside the curve, far enough that its box clears the line.
     away = 9 + abs(normal[0]) * half

@@ -4,6 +4,7 @@ labelled with the kind the checker gave, capped for long cycles, every text esca
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from checkers.core import run_checkers
 from checkers.elle import ElleListAppendChecker, check_list_append
@@ -18,7 +19,8 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 EVIL = "</script><script>alert(1)</script>"
 
 
-def _report(tmp_path, results: dict, history: list[Op]) -> str:
+def report_of(tmp_path, results: dict, history: list[Op]) -> Path:
+    """The report.html of a run made of `results` and `history` (tests/integration/test_browser.py opens one too)."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "test.json").write_text(json.dumps({"name": "cycles", "workload": "txn"}))
@@ -27,7 +29,7 @@ def _report(tmp_path, results: dict, history: list[Op]) -> str:
         w.append(op)
     w.close()
     (run / "results.json").write_text(json.dumps(results, default=str))
-    return render_report(run).read_text()
+    return render_report(run)
 
 
 def _drawings_by_anomaly(html: str) -> dict[str, list[ET.Element]]:
@@ -55,12 +57,17 @@ def _chain(n: int) -> list[Op]:
                         for i in range(n)))
 
 
-def test_the_cycles_of_the_elle_and_txn_checkers_are_drawn_with_their_edge_kinds(tmp_path):
+def elle_and_txn_cycles() -> tuple[dict, list[Op]]:
+    """results.json of a two-transaction wr cycle found by each of the elle and txn checkers, and a history."""
     elle_history = concurrent(txn(0, 0, [("append", "x", 1), ("r", "y", [1])]),
                               txn(1, 1, [("append", "y", 1), ("r", "x", [1])]))
     results = run_checkers([ElleListAppendChecker(["serializable"])], {}, elle_history)
     results["checkers"].update(run_checkers([TxnChecker()], {}, wr_cycle().ops)["checkers"])
-    html = _report(tmp_path, results, elle_history)
+    return results, elle_history
+
+
+def test_the_cycles_of_the_elle_and_txn_checkers_are_drawn_with_their_edge_kinds(tmp_path):
+    html = report_of(tmp_path, *elle_and_txn_cycles()).read_text()
     drawings = _drawings_by_anomaly(html)
     for section in ("G1c · elle-list-append", "G1c · txn"):
         (svg,) = drawings[section]
@@ -97,10 +104,11 @@ def test_hostile_text_in_a_cycle_is_escaped(tmp_path):
                "ops": [{"index": 1, "time": 0, "process": 0, "type": "ok", "f": "txn", "value": [EVIL]}]}
     results = {"valid": False, "checkers": {"elle-list-append": {"valid": False, "anomalies": [
         {"name": "G1c", "count": 1, "explanation": "", "examples": [example]}]}}}
-    html = _report(tmp_path, results, [])
+    html = report_of(tmp_path, results, []).read_text()
     assert "<script>alert(1)" not in html
     (svg,) = _drawings_by_anomaly(html)["G1c · elle-list-append"]  # and it parses: the escaping kept it well formed
-    assert _nodes(svg) == [f"T{a}", f"T{b}"]
+    assert _nodes(svg) == [f"T{a}"[:15] + "…", f"T{b}"[:15] + "…"]  # cut to fit; the tooltips keep them whole
+    assert {f"T{a}", f"T{b}"} <= {t.text.split(":")[0] for t in svg.iter(f"{SVG_NS}title")}
     assert _edge_labels(svg)[1] == "wr" and _edge_labels(svg)[0].startswith("</script>")  # shown as text
     drawing = html[html.index('<div class="cycle-drawing">'):]
     assert "&lt;/script&gt;&lt;script&gt;alert(1)" in drawing and "&quot;quoted&quot; &amp; &lt;b&gt;" in drawing
