@@ -761,16 +761,19 @@ def _classify_cycles(sub, deadline: float):
 
 
 def _explain(cycle: list[int], sub, txn) -> dict[str, Any]:
-    words = []
+    """The cycle in words, and as data: "edges" holds [from, to, kind] per step, the kind its words name
+    (the report draws it), and "ops" the transactions' ops in the cycle's order."""
+    words, edges = [], []
     for a, b in zip(cycle, cycle[1:], strict=False):
         kinds = sub[a][b]["kinds"]
         kind = next(k for k in (WW, WR, RW, PROCESS, REALTIME) if k in kinds)
         template, *args = kinds[kind]
         words.append(f"T{a} {kind} T{b}: T{a} {template.format(*args)}")
+        edges.append([a, b, kind])
     members = [txn(t) for t in cycle[:-1]]
     summary = ("; ".join(words) + f"; so T{cycle[0]} precedes itself. Transactions: "
                + " ".join(t.describe() for t in members))
-    return {"summary": summary, "cycle": cycle, "steps": words,
+    return {"summary": summary, "cycle": cycle, "steps": words, "edges": edges,
             "ops": [(t.comp or t.inv).to_dict() for t in members][:MAX_EXAMPLES]}
 
 

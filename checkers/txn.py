@@ -747,7 +747,8 @@ def _cycles(a: _Analysis, ww_deps: bool, rw_deps: bool, budget_s: float) -> tupl
                 if cycle is not None:
                     name, steps = _name_cycle(sub, cycle, allowed, through)
                     summary, words, ops = _explain_cycle(sub, cycle, steps, by_id)
-                    a.found.add(name, summary, ops, cycle=cycle, steps=words)
+                    a.found.add(name, summary, ops, cycle=cycle, steps=words,
+                                edges=[[x, y, kind] for x, y, kind in zip(cycle, cycle[1:], steps, strict=False)])
         except TimeoutError:
             a.found.add("cycle-search-timeout", f"the cycle search ran out of its {budget_s:.0f} s budget in a "
                                                 f"strongly connected component of {len(scc)} transactions", [])

@@ -4,8 +4,9 @@ Order of the page, for a reader who has one screen: the verdict, one line per an
 (count and first example), and the lost acknowledged writes (partition, offset, value; when
 acknowledged and under which fault; between when and under which faults they disappeared),
 all in the first 900 pixels (first_screen_summary); then each anomaly with its example ops
-and the fault active at each, the plots with the fault windows shaded (latency, throughput,
-per-partition offsets), the ops timeline per process with the protocol states the run reached,
+and the fault active at each (a dependency cycle drawn beside its steps: results/cycle_svg.py),
+the plots with the fault windows shaded (latency, throughput, per-partition offsets), the ops
+timeline per process with the protocol states the run reached,
 the fault ledger (each fault applied, observed and healed, with its evidence), the test spec,
 and links to node logs. When the verdict is not valid for lack of proof, the first screen says
 why, one sentence per missing proof (results.json's unknown_reasons). Fault windows are the
@@ -27,6 +28,7 @@ import jinja2
 
 from checkers.coverage import STATES
 from history import INVOKE, NEMESIS, FaultWindow, Op, fault_records, fault_windows, pair_ops, read_history
+from results.cycle_svg import cycle_svg
 from workloads.base import ValueReader
 from workloads.registry import value_reader
 
@@ -181,6 +183,9 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                                "facts": json.dumps({k: v for k, v in t.items() if k not in ("node", "line", "event")},
                                                    default=str)[:400]}
                               for t in ex.get("trace") or [] if isinstance(t, dict)],
+                    # A dependency cycle (checkers/elle.py, checkers/txn.py) drawn beside its steps in words.
+                    "cycle_svg": _markup_or_none(cycle_svg(ex)),
+                    "steps": [str(s) for s in ex.get("steps") or []] if isinstance(ex.get("steps"), list) else [],
                     "raw": json.dumps(ex, default=str, indent=1)[:4000],
                 })
             sections.append({"checker": cname, "name": a.get("name"), "count": a.get("count"),
@@ -354,6 +359,11 @@ def _ops_in(example: dict[str, Any]):
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
                           autoescape=True)
+
+
+def _markup_or_none(svg: str | None) -> jinja2.utils.markupsafe.Markup | None:
+    # cycle_svg escapes every text it writes, so its SVG goes into the page as markup.
+    return jinja2.utils.markupsafe.Markup(svg) if svg is not None else None
 
 
 def _script_json(obj: Any) -> str:

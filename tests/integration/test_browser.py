@@ -5,8 +5,9 @@ acknowledged writes, about 80 s on the local cluster) gives both pages: the run'
 report.html and the campaign's index.html. Each must load with no JavaScript error (uncaught
 exceptions, console.error, the browser's own error log) and no request off the machine; the
 report's four plots must have been drawn by plotly (its SVG inside each plot div) and its
-anomaly sections and first-screen summary must be there. A negative test breaks a copy of
-the report on purpose and checks that the checker says so.
+anomaly sections and first-screen summary must be there. A report with dependency cycles (two
+small checked histories, no campaign) must draw them without error. A negative test breaks a copy
+of the report on purpose and checks that the checker says so.
 
 Screenshots (the first 1280x900 screen and the whole page) are kept under $KAFKAESQUE_ARTIFACTS
 (default: pytest's tmp dir) and their paths printed. Chromium missing is a failure, not a skip:
@@ -134,6 +135,27 @@ def test_failing_run_report_draws_its_plots_without_errors(browser, campaign, ar
     # the lost-write table ends within the first screen (900 px), where a reader sees it
     bottom = browser.evaluate("document.getElementById('lost-writes-table').getBoundingClientRect().bottom")
     assert bottom <= 900, f"the lost-write table ends at {bottom} px, below the first screen"
+
+
+# Per cycle drawing: its nodes' labels, its arrows' labels, and whether every node was laid out (a box of some size).
+CYCLES_JS = """JSON.stringify([...document.querySelectorAll('svg.cycle')].map(s => ({
+  nodes: [...s.querySelectorAll('g.txn text')].map(t => t.textContent),
+  edges: [...s.querySelectorAll('g.edge')].map(g => (g.querySelector('text') || {}).textContent || ''),
+  laid_out: [...s.querySelectorAll('g.txn ellipse')].every(e => e.getBBox().width > 0)})))"""
+
+
+def test_a_report_with_dependency_cycles_draws_them_without_errors(browser, artifacts, tmp_path):
+    """No campaign: the elle and txn checkers' results on two small histories, each with a wr cycle."""
+    from tests.unit.test_report_cycles import elle_and_txn_cycles, report_of
+
+    report = report_of(tmp_path, *elle_and_txn_cycles())
+    page = browser.open(report, ready=PLOTS_DRAWN_JS)
+    _screenshots(browser, artifacts, "cycles-report")
+    _assert_clean(page)
+    drawings = json.loads(browser.evaluate(CYCLES_JS))
+    assert len(drawings) >= 2, drawings
+    for d in drawings:
+        assert d["nodes"] == ["T0", "T1"] and d["edges"] == ["wr", "wr"] and d["laid_out"], d
 
 
 def test_campaign_index_renders_and_links_to_the_report(browser, campaign, artifacts):

@@ -95,6 +95,14 @@ def test_g_single_read_skew():
     assert "T1 rw T0" in r.anomalies[0].examples[0]["summary"] or "T0 wr T1" in r.anomalies[0].examples[0]["summary"]
 
 
+def test_a_cycle_example_carries_its_edges_with_the_kind_its_words_name():
+    ex = check_list_append(anchor("paper-example.edn"), ["serializable"]).anomalies[0].examples[0]
+    cycle, edges = ex["cycle"], ex["edges"]
+    assert [e[:2] for e in edges] == [list(step) for step in zip(cycle, cycle[1:], strict=False)]
+    assert [f"T{a} {kind} T{b}:" for a, b, kind in edges] == [s[:s.index(":") + 1] for s in ex["steps"]]
+    assert sorted(kind for _, _, kind in edges) == ["rw", "wr", "ww"]
+
+
 def test_g2_item_write_skew_is_allowed_by_si_but_not_serializable():
     h = concurrent(txn(0, 0, [("r", "x", []), ("append", "y", 1)]),
                    txn(1, 1, [("r", "y", []), ("append", "x", 1)]),

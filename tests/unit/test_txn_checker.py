@@ -283,6 +283,8 @@ def test_g1c_flags_a_write_read_cycle_and_explains_it_in_words():
     assert "G1c" in names(r) and r.valid is False
     ex = example(r, "G1c")
     assert len(ex["steps"]) == 2 and all("(wr)" in s for s in ex["steps"])
+    # the same steps as data, for the report's drawing: [from, to, kind] along the closed cycle
+    assert ex["edges"] == [[a, b, "wr"] for a, b in zip(ex["cycle"], ex["cycle"][1:], strict=False)]
     assert "sent 1 to key 0 (offset 0), which T1 polled" in ex["summary"] or "which T0 polled" in ex["summary"]
     assert r.details["cycles_text"] and sorted(ex["op_indexes"]) == [2, 3]
     one_way = H().txn(0, [("send", 0, 0, 1)]).txn(1, [("send", 1, 0, 2), ("poll", {0: [(0, 1)]})])
