@@ -14,6 +14,7 @@ from clusters.broker.log import PartitionLog, build_batch, validate_batches
 from clusters.broker.metadata import BrokerInfo, PartitionState
 from clusters.broker.replica import Replica, ReplicaConfig
 from clusters.broker.trace import EventSink, TraceWriter, default_trace_path, open_sink
+from clusters.broker.txn_coordinator import TransactionCoordinator
 from clusters.trace_files import read_trace
 from tests.unit.test_broker_groups import follower_fetches_up_to, lead_offsets_partition, make_broker
 from tests.unit.test_broker_txn import PID, lead, marker, produce, txn_batch
@@ -108,11 +109,16 @@ def rules_broken(events: list[dict]) -> list[str]:
                                                         for i, e in enumerate(events)]}).anomalies]
 
 
+def traced_coordinator(*variants: str) -> tuple[TransactionCoordinator, list[dict]]:
+    events: list[dict] = []
+    c = coordinator(*variants)
+    c.event_log = events.append
+    return c, events
+
+
 def test_the_transaction_coordinator_traces_a_timeout_abort_with_the_epoch_its_markers_carry():
     for variants, broken in (((), []), (("txn-markers-no-epoch-bump",), ["txn-abort-not-fenced"])):
-        events: list[dict] = []
-        c = coordinator(*variants)
-        c.event_log = events.append
+        c, events = traced_coordinator(*variants)
         pid, epoch = init(c)
         write(c, c.add_partitions(T, pid, epoch, [TP1], 0))
         [timed_out] = c.expired(TIMEOUT)
@@ -126,9 +132,7 @@ def test_the_transaction_coordinator_traces_a_timeout_abort_with_the_epoch_its_m
 
 def test_the_transaction_coordinator_traces_each_init_with_the_producer_the_id_had():
     for variants, broken in (((), []), (("zombie-not-fenced",), ["init-not-fenced"])):
-        events: list[dict] = []
-        c = coordinator(*variants)
-        c.event_log = events.append
+        c, events = traced_coordinator(*variants)
         pid, _ = init(c)
         init(c)  # a new instance of the same transactional id
         answers = [(e["producer_id_before"], e["epoch_before"], e["producer_id"], e["producer_epoch"])
