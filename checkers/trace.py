@@ -102,8 +102,10 @@ not build) is not applicable: valid, with a note in stats. Pure: `check_traces` 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result, missing_node_files
@@ -644,18 +646,28 @@ def _produces_after_fence(lines: list[tuple[str, dict[str, Any]]], found: _Found
     """Each produce of a producer against the markers for it at lower offsets of the partition (in the leader
     epoch of the produce or before it, with no unclean election between)."""
     unclean = _unclean_epochs(lines)
-    markers: dict[tuple[Any, Any, int], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    markers: dict[tuple[Any, Any, int], list[tuple[int, str, dict[str, Any]]]] = defaultdict(list)
     for node, e in lines:
         if (e.get("event") == "txn_marker_written" and isinstance(e.get("producer_id"), int)
                 and all(isinstance(e.get(k), int) for k in ("offset", "producer_epoch", "leader_epoch"))):
-            markers[(e.get("topic"), e.get("partition"), e["producer_id"])].append((node, e))
+            markers[(e.get("topic"), e.get("partition"), e["producer_id"])].append((e["offset"], node, e))
+    # Per producer and partition, its markers by offset and the highest epoch up to each: a produce at or
+    # above that epoch (nearly all of them) needs no scan.
+    highest: dict[tuple[Any, Any, int], list[int]] = {}
+    for key, ms in markers.items():
+        ms.sort(key=lambda m: m[0])
+        highest[key] = list(accumulate((m[2]["producer_epoch"] for m in ms), max))
     for node, e in lines:
         if e.get("event") != "produce_acked" or e.get("control") or not isinstance(e.get("producer_epoch"), int):
             continue
         key = (e.get("topic"), e.get("partition"), e.get("producer_id"))
+        ms = markers.get(key)
         epoch, at = e.get("leader_epoch", -1), e.get("first", -1)
-        for mnode, m in markers.get(key, ()):
-            if (m["offset"] < at and m["producer_epoch"] > e["producer_epoch"] and m["leader_epoch"] <= epoch
+        below = bisect_left(ms, at, key=lambda m: m[0]) if ms else 0
+        if not below or highest[key][below - 1] <= e["producer_epoch"]:
+            continue
+        for _, mnode, m in reversed(ms[:below]):
+            if (m["producer_epoch"] > e["producer_epoch"] and m["leader_epoch"] <= epoch
                     and not any(m["leader_epoch"] < u <= epoch for u in unclean[key[:2]])):
                 found.add("produce-after-fence",
                           f"{node} accepted offsets {at}..{e.get('last')} of {_where(e)} from producer {key[2]} at "
