@@ -17,8 +17,8 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
 - ack-above-hwm: an acks=all write acknowledged before the HWM passed its last offset (002 2.5;
   PROTOCOL.md 3 "acks=all").
 - ack-below-min-isr: an acks=all write acknowledged while the ISR was below min ISR (002 2.6).
-- read-above-hwm: a consumer served an offset at or above the HWM (002 2.7; the LSO equals the HWM:
-  there are no transactions).
+- read-above-hwm: a consumer served an offset at or above the HWM (002 2.7; whatever its isolation: the
+  LSO is never above the HWM, read-committed-above-lso below judges read_committed against the LSO).
 - leader-not-from-isr: a clean election chose a leader outside the ISR and the ELR, or not eligible
   (002 2.8; 001 5.2; PROTOCOL.md 4 "Election"); an unclean choice must be flagged as such (004, 001
   5.3.2), and those are listed in the stats, not counted.
