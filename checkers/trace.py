@@ -17,8 +17,8 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
 - ack-above-hwm: an acks=all write acknowledged before the HWM passed its last offset (002 2.5;
   PROTOCOL.md 3 "acks=all").
 - ack-below-min-isr: an acks=all write acknowledged while the ISR was below min ISR (002 2.6).
-- read-above-hwm: a consumer served an offset at or above the HWM (002 2.7; the LSO equals the HWM:
-  there are no transactions).
+- read-above-hwm: a consumer served an offset at or above the HWM (002 2.7; whatever its isolation: the
+  LSO is never above the HWM, read-committed-above-lso below judges read_committed against the LSO).
 - leader-not-from-isr: a clean election chose a leader outside the ISR and the ELR, or not eligible
   (002 2.8; 001 5.2; PROTOCOL.md 4 "Election"); an unclean choice must be flagged as such (004, 001
   5.3.2), and those are listed in the stats, not counted.
@@ -63,6 +63,31 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
   epoch (the epoch it last gave that broker), or unclean with it (PROTOCOL.md 5.1-5.2, 6 "Unclean
   Exclusion"; 001 5.2). Judged only where the trace shows the broker's previous registration and no
   unregistration (decommission) since.
+
+Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and leave transactions out):
+- txn-abort-not-fenced: an abort the transaction coordinator started itself (the transaction timed out, or
+  an InitProducerId found it open) wrote its markers at the epoch the transaction ran under: Kafka's
+  coordinator bumps it (TransactionCoordinator's abort of timed-out transactions and handleInitProducerId
+  prepare a fenced epoch), so the producer, unaware, cannot carry a late produce of the aborted
+  transaction into its next one (KIP-890's hanging transaction). An epoch already at Short.MaxValue
+  cannot be bumped: not judged.
+- init-not-fenced: an InitProducerId of a transactional id that had a producer answered its producer id
+  with the same or a lower epoch, so the previous producer of the id (a zombie) is not fenced (KIP-98).
+  A new producer id (Kafka's answer to an exhausted epoch) is a fence. KIP-360's retry, a request naming
+  (P, E-1) answered (P, E) again, is one only where the answer (P, E) the trace shows last for the id
+  went to a request naming (P, E-1) (Kafka's lastProducerEpoch); where that answer is not in the trace
+  it is not judged.
+- read-committed-above-lso: a read_committed consumer was served an offset at or above the partition's
+  LSO, the first offset of an open transaction (KIP-98; 002 2.2.2: the LSO ends the consumable prefix).
+- offset-commit-unreplicated: an OffsetCommit was answered while the HWM of its __consumer_offsets
+  partition had not passed the commit's records, so a coordinator fail-over may lose it (002 2.5: acks=all;
+  Kafka writes offsets with offsets.commit.required.acks=-1).
+- produce-after-fence: a partition leader accepted a produce of producer id P at an epoch below that of
+  a marker for P at a lower offset of the same partition (KIP-98: a marker's epoch fences the older ones
+  at the partition; KIP-890: a late produce of an aborted transaction). Offsets, not times, order them:
+  a marker is traced once acknowledged (committed), so every leader of a later clean epoch has it below
+  what it appends; from an unclean election after the marker on, a produce is not judged.
+
 The ELR rules and the last-member exception of fenced-in-isr follow the controller's `no-elr` variant
 (its trace_started line), under which there is no ELR and the last ISR member stays.
 
@@ -77,8 +102,10 @@ not build) is not applicable: valid, with a note in stats. Pure: `check_traces` 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result, missing_node_files
@@ -131,7 +158,21 @@ RULES: dict[str, str] = {
                           "unclean with it (PROTOCOL.md 5.1-5.2, 6; 001 5.2)",
     "fenced-in-isr": "a fenced broker stayed in an ISR after the controller acted on its fencing (PROTOCOL.md 4, "
                      "Shrink; 5.4; 8, Controller structure)",
+    "txn-abort-not-fenced": "an abort the transaction coordinator started (timeout or re-init) wrote its markers at "
+                            "the epoch the transaction ran under instead of a bumped one (KIP-98; Kafka's "
+                            "TransactionCoordinator fences the producer; KIP-890)",
+    "init-not-fenced": "an InitProducerId of a transactional id that had a producer answered the same or a lower "
+                       "epoch of its producer id: the previous producer is not fenced (KIP-98 zombie fencing; "
+                       "KIP-360)",
+    "read-committed-above-lso": "a read_committed consumer was served an offset at or above the LSO (KIP-98; 002 "
+                                "2.2.2)",
+    "offset-commit-unreplicated": "an OffsetCommit was answered before the HWM of its __consumer_offsets partition "
+                                  "passed the commit (002 2.5; Kafka's offsets.commit.required.acks=-1)",
+    "produce-after-fence": "a partition leader accepted a produce of a producer at an epoch below that of a marker "
+                           "it already had for the producer (KIP-98 producer fencing; KIP-890)",
 }
+# Kafka's producer epoch is an int16: an epoch at Short.MaxValue cannot be bumped (a new producer id is given).
+MAX_PRODUCER_EPOCH = 32767
 NO_ELR = "no-elr"  # the controller variant without the ELR (3.5's rules: the last ISR member stays)
 
 
@@ -236,6 +277,35 @@ def _consumer_fetch(node: str, e: dict[str, Any], found: _Found) -> None:
         found.add("read-above-hwm", f"{node} served a consumer offsets {e.get('first')}..{e.get('last')} of "
                                     f"{_where(e)} with the HWM at {e.get('hwm')}",
                   _cite(node, e, "offset", "first", "last", "hwm", "bound"))
+    lso = e.get("lso")
+    if e.get("isolation") == "read_committed" and isinstance(lso, int) and e.get("last", -1) >= lso:
+        found.add("read-committed-above-lso",
+                  f"{node} served a read_committed consumer offsets {e.get('first')}..{e.get('last')} of {_where(e)} "
+                  f"with the LSO at {lso} (an open transaction's records; bound {e.get('bound')}, HWM {e.get('hwm')})",
+                  _cite(node, e, "offset", "first", "last", "isolation", "bound", "lso", "hwm"))
+
+
+def _offset_commit(node: str, e: dict[str, Any], found: _Found) -> None:
+    hwm_ = e.get("hwm")
+    if isinstance(hwm_, int) and e.get("last", -1) >= hwm_:
+        found.add("offset-commit-unreplicated",
+                  f"{node} answered an OffsetCommit of group {e.get('group')!r} (records {e.get('first')}.."
+                  f"{e.get('last')} of {_where(e)}, acks={e.get('acks')}) with the HWM at {hwm_}",
+                  _cite(node, e, "group", "generation", "first", "last", "hwm", "acks"))
+
+
+def _txn_end(node: str, e: dict[str, Any], found: _Found) -> None:
+    txn_epoch, marker_epoch = e.get("txn_epoch"), e.get("marker_epoch")
+    if (e.get("result") != "abort" or e.get("started_by") not in ("timeout", "re-init")
+            or not isinstance(txn_epoch, int) or not isinstance(marker_epoch, int) or txn_epoch >= MAX_PRODUCER_EPOCH):
+        return
+    if marker_epoch <= txn_epoch:
+        found.add("txn-abort-not-fenced",
+                  f"{node} began aborting transaction {e.get('transactional_id')!r} (producer {e.get('producer_id')}, "
+                  f"started by {e.get('started_by')}) with markers at epoch {marker_epoch}, the transaction ran under "
+                  f"epoch {txn_epoch}: its producer is not fenced",
+                  _cite(node, e, "transactional_id", "producer_id", "txn_epoch", "marker_epoch", "started_by",
+                        "coordinator_epoch"))
 
 
 def _election(node: str, e: dict[str, Any], found: _Found) -> None:
@@ -287,7 +357,7 @@ def _checkpoint(node: str, e: dict[str, Any], found: _Found) -> None:
 LINE_RULES = {"hwm_advanced": _hwm_advance, "alter_partition_sent": _isr_expansion, "produce_acked": _ack,
               "consumer_fetch": _consumer_fetch, "leader_elected": _election, "become_leader": _role_change,
               "become_follower": _role_change, "truncated_on_divergence": _divergence,
-              "hwm_checkpointed": _checkpoint}
+              "hwm_checkpointed": _checkpoint, "offset_commit_acked": _offset_commit, "txn_end_started": _txn_end}
 
 
 # --- rules across lines and nodes ---------------------------------------------------------------------------
@@ -325,11 +395,17 @@ def _leader_completeness(lines: list[tuple[str, dict[str, Any]]], found: _Found)
     return judged
 
 
-def _truncations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+def _unclean_epochs(lines: list[tuple[str, dict[str, Any]]]) -> dict[tuple[Any, Any], list[int]]:
+    """Each partition's leader epochs begun by an unclean election (which may lose committed records by design)."""
     unclean: dict[tuple[Any, Any], list[int]] = defaultdict(list)
     for _, e in lines:
         if e.get("event") == "leader_elected" and e.get("unclean"):
             unclean[(e.get("topic"), e.get("partition"))].append(e.get("leader_epoch", 0))
+    return unclean
+
+
+def _truncations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    unclean = _unclean_epochs(lines)
     for node, e in lines:
         if e.get("event") not in TRUNCATIONS or not isinstance(e.get("hwm_before"), int):
             continue
@@ -533,6 +609,75 @@ def _registrations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> No
         last[b] = (e["broker_epoch"], node, e)
 
 
+def _inits(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    """Each InitProducerId answer against the producer the id had (the coordinator's state it was decided on).
+    A KIP-360 retry is recognised as Kafka does (lastProducerEpoch): the last answer of the id in the trace
+    is the same pair, given to a request that named the epoch before it."""
+    last: dict[Any, tuple[str, dict[str, Any]]] = {}
+    for node, e in lines:
+        if e.get("event") != "txn_init_producer_id" or e.get("aborted_open"):
+            continue  # an open transaction's abort: the client is told to retry (txn-abort-not-fenced judges it)
+        tid = e.get("transactional_id")
+        prev, last[tid] = last.get(tid), (node, e)
+        pid_before, epoch_before, pid, epoch = (e.get(k) for k in ("producer_id_before", "epoch_before",
+                                                                    "producer_id", "producer_epoch"))
+        if not all(isinstance(x, int) for x in (pid_before, epoch_before, pid, epoch)):
+            continue
+        if pid_before < 0 or pid != pid_before or epoch > epoch_before:
+            continue  # a new id, a new producer id (an exhausted epoch), or a bump: fenced
+        named = (e.get("asked_producer_id"), e.get("asked_epoch"))
+        if named == (pid, epoch - 1) and epoch == epoch_before:
+            if prev is None or (prev[1].get("producer_id"), prev[1].get("producer_epoch")) != (pid, epoch):
+                continue  # the bump this may repeat is not in the trace: not judged
+            if (prev[1].get("asked_producer_id"), prev[1].get("asked_epoch")) == named:
+                continue  # the retry of a bump whose answer was lost (KIP-360)
+        cites = [_cite(node, e, "transactional_id", "producer_id_before", "epoch_before", "producer_id",
+                       "producer_epoch", "asked_producer_id", "asked_epoch", "coordinator_epoch")]
+        if prev is not None:
+            cites.insert(0, _cite(prev[0], prev[1], "transactional_id", "producer_id", "producer_epoch",
+                                  "asked_producer_id", "asked_epoch"))
+        found.add("init-not-fenced",
+                  f"{node} answered InitProducerId of {tid!r} (asked {named[0]}/{named[1]}) with producer {pid} epoch "
+                  f"{epoch}; the id's producer was {pid_before} at epoch {epoch_before}, so that one is not fenced",
+                  *cites)
+
+
+def _produces_after_fence(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    """Each produce of a producer against the markers for it at lower offsets of the partition (in the leader
+    epoch of the produce or before it, with no unclean election between)."""
+    unclean = _unclean_epochs(lines)
+    markers: dict[tuple[Any, Any, int], list[tuple[int, str, dict[str, Any]]]] = defaultdict(list)
+    for node, e in lines:
+        if (e.get("event") == "txn_marker_written" and isinstance(e.get("producer_id"), int)
+                and all(isinstance(e.get(k), int) for k in ("offset", "producer_epoch", "leader_epoch"))):
+            markers[(e.get("topic"), e.get("partition"), e["producer_id"])].append((e["offset"], node, e))
+    # Per producer and partition, its markers by offset and the highest epoch up to each: a produce at or
+    # above that epoch (nearly all of them) needs no scan.
+    highest: dict[tuple[Any, Any, int], list[int]] = {}
+    for key, ms in markers.items():
+        ms.sort(key=lambda m: m[0])
+        highest[key] = list(accumulate((m[2]["producer_epoch"] for m in ms), max))
+    for node, e in lines:
+        if e.get("event") != "produce_acked" or e.get("control") or not isinstance(e.get("producer_epoch"), int):
+            continue
+        key = (e.get("topic"), e.get("partition"), e.get("producer_id"))
+        ms = markers.get(key)
+        epoch, at = e.get("leader_epoch", -1), e.get("first", -1)
+        below = bisect_left(ms, at, key=lambda m: m[0]) if ms else 0
+        if not below or highest[key][below - 1] <= e["producer_epoch"]:
+            continue
+        for _, mnode, m in reversed(ms[:below]):
+            if (m["producer_epoch"] > e["producer_epoch"] and m["leader_epoch"] <= epoch
+                    and not any(m["leader_epoch"] < u <= epoch for u in unclean[key[:2]])):
+                found.add("produce-after-fence",
+                          f"{node} accepted offsets {at}..{e.get('last')} of {_where(e)} from producer {key[2]} at "
+                          f"epoch {e['producer_epoch']}, above {mnode}'s {m.get('result')} marker for it at offset "
+                          f"{m['offset']} with epoch {m['producer_epoch']}",
+                          _cite(mnode, m, "producer_id", "producer_epoch", "coordinator_epoch", "result", "offset"),
+                          _cite(node, e, "first", "last", "producer_id", "producer_epoch", "transactional", "acks"))
+                break
+
+
 def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     """`traces`: node name -> its trace lines, in file order, each with its "line" number."""
     found = _Found()
@@ -562,6 +707,8 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     _fenced_in_isr(ordered, found, no_elr)
     alters = _alter_partition_accepted(ordered, found)
     _registrations(ordered, found)
+    _inits(ordered, found)
+    _produces_after_fence(ordered, found)
     anomalies = found.anomalies()
     stats: dict[str, Any] = {"nodes": len(traces), "lines": sum(len(ls) for ls in traces.values()),
                              "events": dict(sorted(counts.items(), key=lambda kv: str(kv[0]))),

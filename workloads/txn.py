@@ -792,6 +792,9 @@ class TxnWorkload:
     def checkers(self, test: dict[str, Any]):
         # checkers/txn.py: the transaction analyses (issue 25, deliverable 2)
         from checkers.evidence import ProgressChecker
+        from checkers.trace import TraceChecker
         from checkers.txn import TxnChecker
 
-        return [ProgressChecker(self.partitions), TxnChecker()]
+        # Every protocol decision the nodes traced, the coordinators' and the partition leaders' transaction
+        # facts among them (checkers/trace.py; not applicable where none is written).
+        return [ProgressChecker(self.partitions), TxnChecker(), TraceChecker()]

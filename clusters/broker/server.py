@@ -55,6 +55,7 @@ from clusters.broker.txn_shell import TxnShell
 
 HOUSEKEEPING_S = 0.1
 MAX_FETCH_BYTES = 4 * 1024 * 1024
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"  # a consumer fetch's isolation (trace)
 
 
 def now_ms() -> int:
@@ -124,10 +125,20 @@ def controller_addresses(spec: str) -> list[tuple[str, int]]:
 
 
 class PendingProduce:
-    __slots__ = ("first_offset", "last_offset", "future")
+    __slots__ = ("first_offset", "last_offset", "future", "producer")
 
-    def __init__(self, first_offset: int, last_offset: int, future: asyncio.Future):
+    def __init__(self, first_offset: int, last_offset: int, future: asyncio.Future, producer: dict[str, Any]):
         self.first_offset, self.last_offset, self.future = first_offset, last_offset, future
+        self.producer = producer  # the batches' producer, for the trace (_producer_facts)
+
+
+def _producer_facts(headers: list[BatchHeader]) -> dict[str, Any]:
+    """Who wrote a produce, for the trace: the producer id and epoch (-1 when not idempotent), whether it is
+    transactional, and whether it is a marker (a control batch). A produce request carries one batch per
+    partition (Produce v3+), so the first header speaks for it."""
+    h = headers[0]
+    return {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch, "transactional": h.is_transactional,
+            "control": h.is_control}
 
 
 class Broker:
@@ -245,19 +256,20 @@ class Broker:
                 return seq_err, -1, -1
             if dup is not None:
                 if len(headers) == 1:
-                    return await self._await_commit(r, dup[0], dup[1], acks, timeout_s)
+                    return await self._await_commit(r, dup[0], dup[1], acks, timeout_s, _producer_facts(headers))
                 return rpc.INVALID_REQUEST, -1, -1
         first, last = r.append(raw, headers)
         self.signal_change(r.key, wake_followers=True)
         self._complete_produces(r)
-        return await self._await_commit(r, first, last, acks, timeout_s)
+        return await self._await_commit(r, first, last, acks, timeout_s, _producer_facts(headers))
 
-    async def _await_commit(self, r: Replica, first: int, last: int, acks: int, timeout_s: float) -> tuple[int, int, int]:
+    async def _await_commit(self, r: Replica, first: int, last: int, acks: int, timeout_s: float,
+                            producer: dict[str, Any]) -> tuple[int, int, int]:
         if acks != -1 or r.hwm > last:
-            self._trace_ack(r, first, last, acks)
+            self._trace_ack(r, first, last, acks, producer)
             return rpc.NONE, first, r.log.log_start_offset
         fut = asyncio.get_running_loop().create_future()
-        self.purgatory.setdefault(r.key, deque()).append(PendingProduce(first, last, fut))
+        self.purgatory.setdefault(r.key, deque()).append(PendingProduce(first, last, fut, producer))
         try:
             err = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
@@ -269,13 +281,13 @@ class Broker:
         while q and q[0].last_offset < r.hwm:
             p = q.popleft()
             if not p.future.done():
-                self._trace_ack(r, p.first_offset, p.last_offset, -1)
+                self._trace_ack(r, p.first_offset, p.last_offset, -1, p.producer)
                 p.future.set_result(rpc.NONE)
 
-    def _trace_ack(self, r: Replica, first: int, last: int, acks: int) -> None:
+    def _trace_ack(self, r: Replica, first: int, last: int, acks: int, producer: dict[str, Any]) -> None:
         self.events({"event": "produce_acked", "topic": r.topic, "partition": r.partition,
                      "leader_epoch": r.leader_epoch, "first": first, "last": last, "acks": acks, "hwm": r.hwm,
-                     "isr_size": len(r.isr), "min_isr": r.min_isr})
+                     "isr_size": len(r.isr), "min_isr": r.min_isr, **producer})
 
     def _fail_produces(self, key: tuple[str, int], error: int) -> None:
         q = self.purgatory.pop(key, None)
@@ -306,42 +318,44 @@ class Broker:
             out["error"] = err
             return out
         out["hwm"], out["log_start"] = r.hwm, r.log.log_start_offset
-        out["lso"] = lso = self._read_committed_bound(r)
+        bound, out["lso"] = self._read_committed_bound(r)
         if offset < r.log.log_start_offset or offset > r.leo:
             out["error"] = rpc.OFFSET_OUT_OF_RANGE
         elif read_committed:
             # KIP-98: read_committed consumers read below the LSO, and are told which transactions in
             # what they read were aborted, so they can drop those records.
             out["aborted"] = []
-            if offset < lso:
-                out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=lso)
+            if offset < out["lso"]:
+                out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=out["lso"])
                 if raw:
-                    self._trace_consumer_fetch(r, offset, raw)
+                    self._trace_consumer_fetch(r, offset, raw, READ_COMMITTED, bound)
                     end = max(h.next_offset for _, h in iter_batch_headers(raw, check_crc=False))
                     out["aborted"] = r.producers.aborted_between(offset, end)
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
             out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
             if raw:
-                self._trace_consumer_fetch(r, offset, raw)
+                self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm")
         return out
 
-    def _read_committed_bound(self, r: Replica) -> int:
-        """Where read_committed reads end: the LSO (KIP-98), below the first offset of any open
+    def _read_committed_bound(self, r: Replica) -> tuple[str, int]:
+        """Where read_committed reads end, and its name: the LSO (KIP-98), below the first offset of any open
         transaction. The `read-committed-to-hwm` variant bounds them by the HWM, as read_uncommitted:
         records of open transactions are served, some of them later aborted (uncommitted and aborted
         reads, G1a; the class Jepsen found in Redpanda 2022 and Bufstream 2024)."""
-        return r.hwm if "read-committed-to-hwm" in self.variants else r.last_stable_offset()
+        return ("hwm", r.hwm) if "read-committed-to-hwm" in self.variants else ("lso", r.last_stable_offset())
 
-    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes) -> None:
+    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes, isolation: str, bound: str) -> None:
         first = last = -1
         for _, h in iter_batch_headers(raw, check_crc=False):
             if first < 0:
                 first = h.base_offset
             last = h.last_offset
+        # The LSO is the partition's own (producer state), whatever bound the read used: the trace's
+        # read-committed-above-lso compares what was served with it.
         self.events({"event": "consumer_fetch", "topic": r.topic, "partition": r.partition,
                      "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
-                     "bound": "hwm", "hwm": r.hwm})
+                     "isolation": isolation, "bound": bound, "hwm": r.hwm, "lso": r.last_stable_offset()})
 
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
                     read_committed: bool = False) -> tuple[int, int, int]:
@@ -356,7 +370,7 @@ class Broker:
         if timestamp == kafka_api.LATEST_TIMESTAMP:
             err, off = r.list_offset_latest()
             if read_committed and err == rpc.NONE:
-                off = min(off, self._read_committed_bound(r))  # KIP-98: a read_committed consumer's end is the LSO
+                off = min(off, self._read_committed_bound(r)[1])  # KIP-98: a read_committed consumer's end is the LSO
             return err, off, r.leader_epoch
         found = r.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= r.hwm:
@@ -485,9 +499,15 @@ class Broker:
         # The `offsets-commit-acks-1` variant answers once the leader appended the commit (acks=1),
         # before the ISR has it: a coordinator fail-over to a follower without it rewinds the group.
         acks = 1 if "offsets-commit-acks-1" in self.variants else -1
-        err, base, _ = await self.produce(OFFSETS_TOPIC, self.groups.partition_for(group_id), raw,
-                                          validate_batches(raw), acks, timeout_s)
+        partition = self.groups.partition_for(group_id)
+        err, base, _ = await self.produce(OFFSETS_TOPIC, partition, raw, validate_batches(raw), acks, timeout_s)
         if err == rpc.NONE:
+            r = self.replicas.get((OFFSETS_TOPIC, partition))
+            # The answer's facts (the trace's offset-commit-unreplicated): where the commit's records are, and
+            # the HWM as the commit is answered, which must have passed them (002 2.5).
+            self.events({"event": "offset_commit_acked", "topic": OFFSETS_TOPIC, "partition": partition,
+                         "leader_epoch": r.leader_epoch if r else -1, "group": group_id, "generation": generation_id,
+                         "first": base, "last": base + len(records) - 1, "hwm": r.hwm if r else None, "acks": acks})
             if self.groups.status(group_id) == rpc.NONE:
                 for i, (k, v) in enumerate(records):
                     self.groups.apply_record(base + i, k, v)

@@ -1,11 +1,12 @@
 """The protocol trace: every protocol decision a broker or controller makes, with the facts it was made on.
 
-The state machines (replica.py, controller.py) stay sans-IO: each says what it decided through its
-one `_event` callback, as it already did for the state-change log (000 point 7a). `EventSink` is that
-callback in the servers: every event goes to the state-change log (`--log-file`) except the hot-path
-ones (HOT: an HWM advance, a produce acknowledgement, a consumer fetch, one per request), and every
-event named in TRACED also goes to the trace, `TraceWriter`, a JSON-lines file beside the log
-(`--trace-file`, default `<the log's directory>/trace.jsonl`). The trace is buffered: it is flushed
+The state machines (replica.py, controller.py, txn_coordinator.py) stay sans-IO: each says what it decided
+through its one event callback, as it already did for the state-change log (000 point 7a). `EventSink` is
+that callback in the servers: every event goes to the state-change log (`--log-file`) except the hot-path
+ones (HOT: an HWM advance, a produce acknowledgement, a consumer fetch, an OffsetCommit's answer, a
+transaction's end and its markers, one per request), and every event named in TRACED also goes to the
+trace, `TraceWriter`, a JSON-lines file beside the log (`--trace-file`, default `<the log's
+directory>/trace.jsonl`). The trace is buffered: it is flushed
 by the servers' housekeeping every 100 ms, when its buffer fills, and at shutdown, never fsynced (it
 is for the checker, not for recovery). A SIGKILL loses at most the last flush interval, and may
 leave the last line torn; readers skip a torn line (checkers/trace.py reads "as far as the trace
@@ -41,9 +42,25 @@ Events and their facts (a broker's unless marked controller):
                        hwm_before (the replica's HWM when it decided), epoch_cache (after), diverging_epoch
                        (the leader's answer, on divergence)
   log-recovery-truncated  start-up recovery cut a damaged or torn tail: partition ("topic-p"), offset
-  produce_acked        first, last (offsets), acks, hwm (at the ack), isr_size, min_isr
-  consumer_fetch       offset (asked), first, last (offsets served), bound ("hwm"; the LSO equals
-                       the HWM, there are no transactions), hwm
+  produce_acked        first, last (offsets), acks, hwm (at the ack), isr_size, min_isr; producer_id,
+                       producer_epoch (-1: not idempotent), transactional, control (a transaction marker)
+  consumer_fetch       offset (asked), first, last (offsets served), isolation ("read_committed" |
+                       "read_uncommitted"), bound (what the read was cut at: "lso" | "hwm"), hwm, lso (the
+                       partition's last stable offset, KIP-98: min(HWM, first offset of any open transaction))
+  txn_marker_written   a partition leader wrote a transaction marker, acknowledged (acks=all): producer_id,
+                       producer_epoch (the marker's), coordinator_epoch, result ("commit" | "abort"), offset
+  offset_commit_acked  an OffsetCommit answered: group, generation, topic/partition (its __consumer_offsets
+                       partition), first, last (the commit records' offsets), hwm (as answered), acks
+  txn_init_producer_id the transaction coordinator answered an InitProducerId (its record written):
+                       transactional_id, producer_id_before, epoch_before (-1: the id had no producer),
+                       producer_id, producer_epoch (the answer), asked_producer_id, asked_epoch (KIP-360: what
+                       the request named), aborted_open (an open transaction was aborted instead, and the
+                       client told to retry), coordinator_partition, coordinator_epoch (its leader epoch)
+  txn_end_started      the coordinator decided a transaction's outcome (PrepareCommit/PrepareAbort written):
+                       transactional_id, producer_id, txn_epoch (the producer epoch it ran under),
+                       marker_epoch (the epoch its markers carry), result, started_by ("client": EndTxn |
+                       "timeout" | "re-init": an InitProducerId found it open), partitions,
+                       coordinator_partition, coordinator_epoch
   controller: broker_registered (broker, broker_epoch, clean, previous_broker_epoch), broker_unregistered
   (broker, broker_epoch: a decommissioned broker forgotten),
   broker_fenced (broker, reason), broker_unfenced (broker), partition_change (reason, from, to:
@@ -65,14 +82,15 @@ from typing import Any
 
 FORMAT = "kafkaesque-trace/1"
 TRACE_FILE = "trace.jsonl"
-HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch", "hwm_checkpointed"})
+HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch", "hwm_checkpointed", "offset_commit_acked",
+                 "txn_end_started", "txn_marker_written"})
 TRACED = HOT | frozenset({
     "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
     "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",
     "truncated_on_divergence", "truncate_to_hw_variant", "truncated_to_leader_leo_variant", "log-recovery-truncated",
     "broker_registered", "broker_unregistered", "broker_fenced", "broker_unfenced", "partition_change",
     "leader_elected",
-    "unclean_recovery", "controller_activated", "controller_deactivated",
+    "unclean_recovery", "controller_activated", "controller_deactivated", "txn_init_producer_id",
 })
 BUFFER_LINES = 512
 

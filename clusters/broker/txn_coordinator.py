@@ -25,6 +25,11 @@ written() or write_failed(); written() of a Prepare state returns the MarkerJob 
 markers_done() the Complete record that ends it. expired(now_ms) aborts transactions past their
 timeout. Transactional-id expiration (transactional.id.expiration.ms) is not implemented.
 
+What it decided it says through its one `event_log` callback, as replica.py does (the protocol trace,
+trace.py): once a transition's record is written, the answer to an InitProducerId
+(`txn_init_producer_id`) and the start of a transaction's end (`txn_end_started`), each with the state it
+was decided on and the coordinator epoch.
+
 Historic flaws as variants (TxnConfig.variants, off by default): `txn-markers-no-epoch-bump` writes the
 markers of an abort the coordinator begins (a timeout, or InitProducerId finding the transaction
 ongoing) at the producer's own epoch, so the producer is not fenced and a late produce of the aborted
@@ -38,6 +43,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from clusters.broker import rpc
 from clusters.broker.group_coordinator import LOADED, LOADING, coordinator_partition
@@ -74,10 +80,19 @@ class TxnState:
     start_ms: int = -1  # when the ongoing transaction began (its timeout runs from here)
 
 
+# Why a transition was made (Transition.cause): the trace tells a client's EndTxn from the aborts the
+# coordinator starts itself, which must fence the producer.
+INIT, REINIT_ABORT, ADD, END, TIMEOUT, COMPLETE = "init", "re-init", "add", "end", "timeout", "complete"
+
+
 @dataclass(frozen=True)
 class Transition:
     txn_id: str
     new: TxnState
+    cause: str = ""
+    old: TxnState | None = None  # the state it was decided on (None: a transactional id seen for the first time)
+    coordinator_epoch: int = -1  # of the decision
+    asked: tuple[int, int] = (-1, -1)  # the producer id and epoch the request named
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,7 @@ class TransactionCoordinator:
     partitions: dict[int, tuple[str, int]] = field(default_factory=dict)  # led partition -> (LOADING/LOADED, coordinator epoch)
     txns: dict[str, TxnState] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)  # ids with a record in flight
+    event_log: Callable[[dict[str, Any]], None] = field(default=lambda event: None, repr=False)
 
     # --- where a transactional.id lives, and the partitions' load / unload ------------------------
     def partition_for(self, txn_id: str) -> int:
@@ -164,6 +180,7 @@ class TransactionCoordinator:
         """The transition's record is acknowledged (the HWM passed it): apply it. For a Prepare state,
         the markers the shell must now write."""
         self.pending.discard(t.txn_id)
+        self._report(t)  # the record is in the log whoever applies it, and the shell answers from it
         if self.status(t.txn_id) != rpc.NONE:
             return None  # no longer ours: the new coordinator loads the record from the log
         self.txns[t.txn_id] = t.new
@@ -187,7 +204,7 @@ class TransactionCoordinator:
                 or s.state != (PREPARE_COMMIT if job.commit else PREPARE_ABORT) or s.producer_epoch != job.producer_epoch):
             return None
         return self._begin(job.txn_id, replace(s, state=COMPLETE_COMMIT if job.commit else COMPLETE_ABORT,
-                                               partitions=frozenset(), start_ms=-1))
+                                               partitions=frozenset(), start_ms=-1), COMPLETE)
 
     # --- InitProducerId ------------------------------------------------------------------------------
     def init_producer_id(self, txn_id: str, timeout_ms: int, expected_pid: int, expected_epoch: int,
@@ -204,29 +221,30 @@ class TransactionCoordinator:
             return rpc.INVALID_TRANSACTION_TIMEOUT, None
         if txn_id in self.pending:
             return rpc.CONCURRENT_TRANSACTIONS, None
+        asked = (expected_pid, expected_epoch)
         s = self.txns.get(txn_id)
         if s is None:
-            return rpc.NONE, self._begin(txn_id, TxnState(self.allocate_producer_id(), 0, timeout_ms))
+            return rpc.NONE, self._begin(txn_id, TxnState(self.allocate_producer_id(), 0, timeout_ms), INIT, asked)
         if expected_pid >= 0 and (expected_pid, expected_epoch) != (s.producer_id, s.producer_epoch):
             # KIP-360: a producer re-initialising names the id and epoch it holds; a retry of a bump
             # already made (its response lost) is answered with the current pair, anything else is a zombie.
             if (expected_pid, expected_epoch + 1) == (s.producer_id, s.producer_epoch) and s.state == EMPTY:
-                return rpc.NONE, self._begin(txn_id, replace(s, timeout_ms=timeout_ms))
+                return rpc.NONE, self._begin(txn_id, replace(s, timeout_ms=timeout_ms), INIT, asked)
             return rpc.PRODUCER_FENCED, None
         if s.state in (PREPARE_COMMIT, PREPARE_ABORT):
             return rpc.CONCURRENT_TRANSACTIONS, None  # markers in flight: retry once complete
         if s.state == ONGOING:
-            return rpc.CONCURRENT_TRANSACTIONS, self._begin(txn_id, replace(s, state=PREPARE_ABORT,
-                                                                            producer_epoch=self._abort_epoch(s.producer_epoch)))
+            abort = replace(s, state=PREPARE_ABORT, producer_epoch=self._abort_epoch(s.producer_epoch))
+            return rpc.CONCURRENT_TRANSACTIONS, self._begin(txn_id, abort, REINIT_ABORT, asked)
         if "zombie-not-fenced" in self.config.variants:
             # The flaw: the new producer gets the epoch the old one holds, so the old one's requests
             # still pass _check_producer and the partition leaders' epoch check (KIP-98 fences it).
-            return rpc.NONE, self._begin(txn_id, replace(s, timeout_ms=timeout_ms))
+            return rpc.NONE, self._begin(txn_id, replace(s, timeout_ms=timeout_ms), INIT, asked)
         if s.producer_epoch >= MAX_EPOCH - 1:
             new = TxnState(self.allocate_producer_id(), 0, timeout_ms)
         else:
             new = TxnState(s.producer_id, s.producer_epoch + 1, timeout_ms)
-        return rpc.NONE, self._begin(txn_id, new)
+        return rpc.NONE, self._begin(txn_id, new, INIT, asked)
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------------
     def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
@@ -242,9 +260,9 @@ class TransactionCoordinator:
         if s.state == ONGOING:
             if wanted <= s.partitions:
                 return rpc.NONE, None  # already part of the transaction: nothing to write
-            return rpc.NONE, self._begin(txn_id, replace(s, partitions=s.partitions | wanted))
+            return rpc.NONE, self._begin(txn_id, replace(s, partitions=s.partitions | wanted), ADD)
         # Empty or Complete*: the first partition begins a transaction (and its timeout).
-        return rpc.NONE, self._begin(txn_id, replace(s, state=ONGOING, partitions=wanted, start_ms=now_ms))
+        return rpc.NONE, self._begin(txn_id, replace(s, state=ONGOING, partitions=wanted, start_ms=now_ms), ADD)
 
     # --- EndTxn ----------------------------------------------------------------------------------------
     def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
@@ -256,7 +274,7 @@ class TransactionCoordinator:
         if s is None:
             return err, None
         if s.state == ONGOING:
-            return rpc.NONE, self._begin(txn_id, replace(s, state=PREPARE_COMMIT if commit else PREPARE_ABORT))
+            return rpc.NONE, self._begin(txn_id, replace(s, state=PREPARE_COMMIT if commit else PREPARE_ABORT), END)
         same = {PREPARE_COMMIT: commit, COMPLETE_COMMIT: commit, PREPARE_ABORT: not commit, COMPLETE_ABORT: not commit}
         if not same.get(s.state, False):
             return rpc.INVALID_TXN_STATE, None
@@ -286,7 +304,7 @@ class TransactionCoordinator:
             if (s.state == ONGOING and txn_id not in self.pending and self.status(txn_id) == rpc.NONE
                     and now_ms >= s.start_ms + s.timeout_ms):
                 out.append(self._begin(txn_id, replace(s, state=PREPARE_ABORT,
-                                                       producer_epoch=self._abort_epoch(s.producer_epoch))))
+                                                       producer_epoch=self._abort_epoch(s.producer_epoch)), TIMEOUT))
         return out
 
     # --- internals -------------------------------------------------------------------------------------
@@ -316,9 +334,32 @@ class TransactionCoordinator:
             return epoch
         return _fence(epoch)
 
-    def _begin(self, txn_id: str, new: TxnState) -> Transition:
+    def _begin(self, txn_id: str, new: TxnState, cause: str, asked: tuple[int, int] = (-1, -1)) -> Transition:
+        """Every request method checked status() first, so the id's partition is ours and loaded here."""
         self.pending.add(txn_id)
-        return Transition(txn_id, new)
+        return Transition(txn_id, new, cause, self.txns.get(txn_id), self.partitions[self.partition_for(txn_id)][1],
+                          asked)
+
+    def _report(self, t: Transition) -> None:
+        """The trace's facts of a written transition (clusters/broker/trace.py): an InitProducerId's answer, and
+        the start of a transaction's end with the epoch it ran under and the epoch its markers carry."""
+        common = {"transactional_id": t.txn_id, "coordinator_partition": self.partition_for(t.txn_id),
+                  "coordinator_epoch": t.coordinator_epoch}
+        old = t.old
+        if t.cause in (INIT, REINIT_ABORT):
+            self.event_log({"event": "txn_init_producer_id", **common,
+                            "producer_id_before": old.producer_id if old else -1,
+                            "epoch_before": old.producer_epoch if old else -1,
+                            "producer_id": t.new.producer_id, "producer_epoch": t.new.producer_epoch,
+                            "asked_producer_id": t.asked[0], "asked_epoch": t.asked[1],
+                            # the open transaction is aborted instead, and the client told to retry
+                            "aborted_open": t.cause == REINIT_ABORT})
+        if t.cause in (END, TIMEOUT, REINIT_ABORT) and old is not None:
+            self.event_log({"event": "txn_end_started", **common, "producer_id": t.new.producer_id,
+                            "txn_epoch": old.producer_epoch, "marker_epoch": t.new.producer_epoch,
+                            "result": "commit" if t.new.state == PREPARE_COMMIT else "abort",
+                            "started_by": {END: "client", TIMEOUT: "timeout", REINIT_ABORT: "re-init"}[t.cause],
+                            "partitions": sorted([tp, p] for tp, p in t.new.partitions)})
 
     def _marker_job(self, txn_id: str, s: TxnState) -> MarkerJob:
         return MarkerJob(txn_id, s.producer_id, s.producer_epoch, s.state == PREPARE_COMMIT, s.partitions,

@@ -45,7 +45,8 @@ class TxnShell:
     def __init__(self, broker: Any):
         self.b = broker  # server.Broker
         self.coord = TransactionCoordinator(broker.next_producer_id,
-                                            TxnConfig(variants=frozenset(getattr(broker, "variants", ()))))
+                                            TxnConfig(variants=frozenset(getattr(broker, "variants", ()))),
+                                            event_log=broker.events)
         self.loads: dict[tuple[str, int], asyncio.Task] = {}
         self.jobs: set[asyncio.Task] = set()  # marker writers and timeout aborts in flight
 
@@ -178,11 +179,20 @@ class TxnShell:
             return {"error": rpc.NONE}
         if err != rpc.NONE:
             return {"error": err}
-        raw = build_control_batch(pid, epoch, bool(body["commit"]), int(body["coordinator_epoch"]), _now_ms())
-        err, _, _ = await self.b.produce(key[0], key[1], raw, validate_batches(raw), -1, WRITE_TIMEOUT_S)
-        if err == rpc.NONE and key[0] == OFFSETS_TOPIC:
+        commit, coordinator_epoch = bool(body["commit"]), int(body["coordinator_epoch"])
+        raw = build_control_batch(pid, epoch, commit, coordinator_epoch, _now_ms())
+        err, offset, _ = await self.b.produce(key[0], key[1], raw, validate_batches(raw), -1, WRITE_TIMEOUT_S)
+        if err != rpc.NONE:
+            return {"error": err}
+        # Committed (acks=all): every later leader of a clean epoch has it at this offset, and with it the
+        # producer epoch below which this partition refuses the producer (the trace's produce-after-fence).
+        self.b.events({"event": "txn_marker_written", "topic": key[0], "partition": key[1],
+                       "leader_epoch": r.leader_epoch, "producer_id": pid, "producer_epoch": epoch,
+                       "coordinator_epoch": coordinator_epoch, "result": "commit" if commit else "abort",
+                       "offset": offset})
+        if key[0] == OFFSETS_TOPIC:
             # the transaction's offsets (TxnOffsetCommit) become visible, or are dropped
-            self.b.groups.end_txn(key[1], pid, bool(body["commit"]))
+            self.b.groups.end_txn(key[1], pid, commit)
         return {"error": err}
 
     async def verify_produce(self, txn_id: str | None, topic: str, partition: int, headers: list[BatchHeader]) -> int:

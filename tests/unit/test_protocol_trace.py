@@ -1,16 +1,25 @@
 """The broker's protocol trace (clusters/broker/trace.py): the state machines' decisions carry their facts, the
-sink keeps the hot-path events out of the state-change log, and a correct replica's trace passes the checker."""
+sink keeps the hot-path events out of the state-change log, and a correct replica's trace passes the checker.
+The transaction and group facts: the default broker's trace passes, each flaw variant's breaks its rule."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 from checkers.trace import check_traces
+from clusters.broker import rpc
 from clusters.broker.log import PartitionLog, build_batch, validate_batches
 from clusters.broker.metadata import BrokerInfo, PartitionState
 from clusters.broker.replica import Replica, ReplicaConfig
-from clusters.broker.trace import EventSink, TraceWriter, open_sink
+from clusters.broker.trace import EventSink, TraceWriter, default_trace_path, open_sink
+from clusters.broker.txn_coordinator import TransactionCoordinator
 from clusters.trace_files import read_trace
+from tests.unit.test_broker_groups import follower_fetches_up_to, lead_offsets_partition, make_broker
+from tests.unit.test_broker_txn import PID, lead, marker, produce, txn_batch
+from tests.unit.test_txn_coordinator import TIMEOUT, TP1, T, write
+from tests.unit.test_txn_group_variants import coordinator, init
 
 
 def replica(tmp_path, node, events):
@@ -91,3 +100,110 @@ def test_a_follower_records_its_epoch_cache_when_it_copies_a_new_leader_epoch(tm
     lines = {"broker-1": [dict(e, line=i + 1) for i, e in enumerate(leader_events)],
              "broker-2": [dict(e, line=i + 1) for i, e in enumerate(follower_events)]}
     assert check_traces(lines).valid is True
+
+
+# --- transactions and groups (issue 25) -----------------------------------------------------------------------
+def rules_broken(events: list[dict]) -> list[str]:
+    """The trace checker's verdict on one node's events, numbered as the trace file numbers them."""
+    return [a.name for a in check_traces({"broker-1": [dict(e, line=i + 1, mono=float(i + 1))
+                                                        for i, e in enumerate(events)]}).anomalies]
+
+
+def traced_coordinator(*variants: str) -> tuple[TransactionCoordinator, list[dict]]:
+    events: list[dict] = []
+    c = coordinator(*variants)
+    c.event_log = events.append
+    return c, events
+
+
+def test_the_transaction_coordinator_traces_a_timeout_abort_with_the_epoch_its_markers_carry():
+    for variants, broken in (((), []), (("txn-markers-no-epoch-bump",), ["txn-abort-not-fenced"])):
+        c, events = traced_coordinator(*variants)
+        pid, epoch = init(c)
+        write(c, c.add_partitions(T, pid, epoch, [TP1], 0))
+        [timed_out] = c.expired(TIMEOUT)
+        c.written(timed_out)
+        [ended] = [e for e in events if e["event"] == "txn_end_started"]
+        assert (ended["started_by"], ended["result"], ended["txn_epoch"], ended["coordinator_epoch"]) == \
+            ("timeout", "abort", epoch, 3)
+        assert ended["marker_epoch"] == (epoch if variants else epoch + 1)
+        assert rules_broken(events) == broken
+
+
+def test_the_transaction_coordinator_traces_each_init_with_the_producer_the_id_had():
+    for variants, broken in (((), []), (("zombie-not-fenced",), ["init-not-fenced"])):
+        c, events = traced_coordinator(*variants)
+        pid, _ = init(c)
+        init(c)  # a new instance of the same transactional id
+        answers = [(e["producer_id_before"], e["epoch_before"], e["producer_id"], e["producer_epoch"])
+                   for e in events if e["event"] == "txn_init_producer_id"]
+        assert answers == [(-1, -1, pid, 0), (pid, 0, pid, 0 if variants else 1)]
+        assert rules_broken(events) == broken
+
+
+def node_trace(b) -> list[dict]:
+    """What the broker's sink wrote to its trace file (beside its log in the test's directory)."""
+    b.events.flush()
+    b.logs.close_all()
+    return read_trace(Path(default_trace_path(b.args.log_file)))["lines"]
+
+
+def test_a_read_committed_fetch_is_traced_with_the_lso_and_the_bound_it_was_cut_at(tmp_path):
+    async def scenario(*variants: str) -> list[dict]:
+        b = make_broker(tmp_path / (variants[0] if variants else "default"), variants)
+        lead(b, "t", 1, 0)
+        for raw in (build_batch([b"before"]), txn_batch(0, b"open"), build_batch([b"after"])):
+            assert await produce(b, raw) == rpc.NONE
+        b.consumer_read("t", 0, 0, -1, 1 << 20, read_committed=True)
+        return node_trace(b)
+
+    default = asyncio.run(scenario())
+    [fetch] = [e for e in default if e["event"] == "consumer_fetch"]
+    assert (fetch["isolation"], fetch["bound"], fetch["lso"], fetch["hwm"], fetch["last"]) == \
+        ("read_committed", "lso", 1, 3, 0)
+    assert [(e["producer_id"], e["transactional"]) for e in default if e["event"] == "produce_acked"] == \
+        [(-1, False), (PID, True), (-1, False)]
+    assert rules_broken(default) == []
+    variant = asyncio.run(scenario("read-committed-to-hwm"))
+    [fetch] = [e for e in variant if e["event"] == "consumer_fetch"]
+    assert (fetch["bound"], fetch["lso"], fetch["last"]) == ("hwm", 1, 2)
+    assert rules_broken(variant) == ["read-committed-above-lso"]
+
+
+def test_a_marker_is_traced_where_it_was_written_and_a_late_produce_below_its_epoch_is_refused(tmp_path):
+    async def scenario() -> list[dict]:
+        b = make_broker(tmp_path)
+        lead(b, "t", 1, 0)
+        assert await produce(b, txn_batch(0, b"aborted")) == rpc.NONE
+        assert (await b.txn.write_marker(marker(commit=False, epoch=1)))["error"] == rpc.NONE  # a fencing abort
+        assert await produce(b, txn_batch(1, b"late")) == rpc.INVALID_PRODUCER_EPOCH
+        assert await produce(b, txn_batch(0, b"next", epoch=2)) == rpc.NONE
+        return node_trace(b)
+
+    trace = asyncio.run(scenario())
+    [written] = [e for e in trace if e["event"] == "txn_marker_written"]
+    assert (written["producer_id"], written["producer_epoch"], written["result"], written["offset"]) == \
+        (PID, 1, "abort", 1)
+    acked = [(e["first"], e["producer_epoch"], e["control"]) for e in trace if e["event"] == "produce_acked"]
+    assert acked == [(0, 0, False), (1, 1, True), (2, 2, False)]
+    assert rules_broken(trace) == []
+
+
+def test_an_offset_commit_is_traced_with_the_hwm_it_was_answered_at(tmp_path):
+    async def scenario(*variants: str) -> list[dict]:
+        b = make_broker(tmp_path / (variants[0] if variants else "default"), variants)
+        p = b.groups.partition_for("g")
+        lead_offsets_partition(b, p, leader_epoch=0, isr=[1, 2])
+        await asyncio.sleep(0.05)
+        commit = asyncio.create_task(b.commit_offsets("g", -1, "", [("t", 0, 42, 3, "")], 5.0))
+        await asyncio.sleep(0.05)
+        follower_fetches_up_to(b, p, 1)
+        assert await asyncio.wait_for(commit, 1.0) == rpc.NONE
+        return node_trace(b)
+
+    [answered] = [e for e in asyncio.run(scenario()) if e["event"] == "offset_commit_acked"]
+    assert (answered["first"], answered["last"], answered["hwm"], answered["acks"]) == (0, 0, 1, -1)
+    variant = asyncio.run(scenario("offsets-commit-acks-1"))
+    [answered] = [e for e in variant if e["event"] == "offset_commit_acked"]
+    assert (answered["hwm"], answered["acks"]) == (0, 1)
+    assert rules_broken(variant) == ["offset-commit-unreplicated"]

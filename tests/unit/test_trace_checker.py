@@ -412,3 +412,102 @@ def test_an_expansion_with_a_broker_epoch_the_leader_does_not_register_is_caught
     stale = {"3": {"leo": 12, "fetch_epoch": 4, "broker_epoch": 40, "registered_broker_epoch": 55}}
     assert names({"broker-1": [expansion(current)]}) == []
     assert names({"broker-1": [expansion(stale)]}) == ["isr-expansion-ineligible"]
+
+
+# --- transactions and groups: KIP-98, KIP-360, KIP-890; 002 2.2.2, 2.5 ----------------------------------------
+def txn_line(n: int, event: str, **facts) -> dict:
+    return {"line": n, "mono": float(n), "event": event, "role": "broker", "transactional_id": "txn-0",
+            "coordinator_partition": 2, "coordinator_epoch": 5, **facts}
+
+
+def abort(started_by: str, marker_epoch: int, txn_epoch: int = 3, result: str = "abort") -> dict:
+    return txn_line(4, "txn_end_started", producer_id=77, txn_epoch=txn_epoch, marker_epoch=marker_epoch,
+                    result=result, started_by=started_by, partitions=[["queue", 0]])
+
+
+def test_an_abort_the_coordinator_starts_must_bump_the_producer_epoch():
+    assert names({"broker-2": [abort("timeout", 3)]}) == ["txn-abort-not-fenced"]
+    assert names({"broker-2": [abort("re-init", 3)]}) == ["txn-abort-not-fenced"]
+    assert names({"broker-2": [abort("timeout", 4), abort("re-init", 4)]}) == []
+    # A client's own EndTxn ends the transaction at its epoch; an epoch at Short.MaxValue cannot be bumped.
+    assert names({"broker-2": [abort("client", 3), abort("client", 3, result="commit")]}) == []
+    assert names({"broker-2": [abort("timeout", 32767, txn_epoch=32767)]}) == []
+
+
+def init_answer(n: int, before: tuple[int, int], after: tuple[int, int], asked=(-1, -1), aborted=False) -> dict:
+    return txn_line(n, "txn_init_producer_id", producer_id_before=before[0], epoch_before=before[1],
+                    producer_id=after[0], producer_epoch=after[1], asked_producer_id=asked[0], asked_epoch=asked[1],
+                    aborted_open=aborted)
+
+
+def test_init_producer_id_of_a_known_transactional_id_must_fence_its_producer():
+    first = init_answer(1, (-1, -1), (77, 0))
+    bumped = init_answer(2, (77, 0), (77, 1))
+    assert names({"broker-1": [first, bumped]}) == []
+    kept = init_answer(2, (77, 0), (77, 0))
+    result = check_traces({"broker-1": [first, kept]})
+    assert [a.name for a in result.anomalies] == ["init-not-fenced"]
+    assert [t["line"] for t in result.anomalies[0].examples[0]["trace"]] == [1, 2]
+    assert names({"broker-1": [init_answer(2, (77, 4), (77, 3))]}) == ["init-not-fenced"]
+    # An exhausted epoch gives a new producer id (Kafka); an open transaction's abort is judged as an abort.
+    assert names({"broker-1": [init_answer(2, (77, 32766), (78, 0))]}) == []
+    assert names({"broker-1": [init_answer(2, (77, 0), (77, 1), aborted=True)]}) == []
+
+
+def test_a_kip_360_retry_is_answered_its_epoch_again_only_after_its_own_bump():
+    bump = init_answer(1, (77, 0), (77, 1), asked=(77, 0))
+    retry = init_answer(2, (77, 1), (77, 1), asked=(77, 0))
+    assert names({"broker-1": [bump], "broker-3": [{**retry, "mono": 9.0}]}) == []  # across a fail-over too
+    # The epoch went to a new instance (a fresh init): the producer still naming the old epoch is a zombie.
+    fresh = init_answer(1, (77, 0), (77, 1))
+    assert names({"broker-1": [fresh, retry]}) == ["init-not-fenced"]
+    assert names({"broker-1": [retry]}) == []  # the bump it would repeat is not in the trace: not judged
+
+
+def test_a_read_committed_consumer_is_served_only_below_the_lso():
+    def fetch(last: int, isolation: str = "read_committed", bound: str = "lso") -> dict:
+        return line(3, "consumer_fetch", leader_epoch=1, offset=2, first=2, last=last, isolation=isolation,
+                    bound=bound, hwm=9, lso=6)
+    assert names({"broker-1": [fetch(5)]}) == []
+    assert names({"broker-1": [fetch(6, bound="hwm")]}) == ["read-committed-above-lso"]
+    assert names({"broker-1": [fetch(8, isolation="read_uncommitted", bound="hwm")]}) == []  # the HWM bounds these
+
+
+def test_an_offset_commit_is_answered_only_once_the_hwm_passed_it():
+    def commit(hwm_: int, acks: int = -1) -> dict:
+        return {"line": 2, "mono": 2.0, "event": "offset_commit_acked", "topic": "__consumer_offsets", "partition": 1,
+                "leader_epoch": 3, "group": "g", "generation": 4, "first": 10, "last": 11, "hwm": hwm_, "acks": acks}
+    assert names({"broker-1": [commit(12)]}) == []
+    assert names({"broker-1": [commit(11, acks=1)]}) == ["offset-commit-unreplicated"]
+
+
+def marker(n: int, offset: int, epoch: int, leader_epoch: int = 2) -> dict:
+    return line(n, "txn_marker_written", leader_epoch=leader_epoch, producer_id=77, producer_epoch=epoch,
+                coordinator_epoch=5, result="abort", offset=offset)
+
+
+def produced(n: int, first: int, epoch: int, leader_epoch: int = 2, producer_id: int = 77) -> dict:
+    return line(n, "produce_acked", leader_epoch=leader_epoch, first=first, last=first, acks=-1, hwm=first + 1,
+                isr_size=2, min_isr=2, producer_id=producer_id, producer_epoch=epoch, transactional=True,
+                control=False)
+
+
+def test_a_produce_below_the_epoch_of_an_earlier_marker_is_caught():
+    assert names({"broker-1": [produced(1, 3, 3), marker(2, 5, 4), produced(3, 6, 4)]}) == []
+    result = check_traces({"broker-1": [marker(2, 5, 4), produced(3, 6, 3)]})
+    assert [a.name for a in result.anomalies] == ["produce-after-fence"]
+    assert [t["event"] for t in result.anomalies[0].examples[0]["trace"]] == ["txn_marker_written", "produce_acked"]
+    # A new leader of a clean epoch has the committed marker below what it appends: caught there too.
+    assert names({"broker-1": [marker(2, 5, 4)], "broker-2": [produced(3, 6, 3, leader_epoch=3)]}) == \
+        ["produce-after-fence"]
+
+
+def test_a_produce_below_a_marker_epoch_is_not_judged_where_the_log_may_not_hold_the_marker():
+    # Another producer id; a produce at a lower offset (appended before the marker); an earlier leader
+    # epoch (a suffix the marker's leader replaced); an unclean election since the marker.
+    assert names({"broker-1": [marker(2, 5, 4), produced(3, 6, 3, producer_id=78)]}) == []
+    assert names({"broker-1": [marker(2, 5, 4), produced(3, 4, 3)]}) == []
+    assert names({"broker-1": [marker(2, 5, 4), produced(3, 6, 3, leader_epoch=1)]}) == []
+    unclean = elected(2, "unclean", [], [], unclean=True, epoch=3, n=4)
+    assert names({"broker-1": [marker(2, 5, 4)], "controller-0": [unclean],
+                  "broker-2": [produced(5, 6, 3, leader_epoch=3)]}) == []

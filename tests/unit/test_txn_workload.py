@@ -293,3 +293,11 @@ def test_workload_options_read_as_json_else_text():
 def test_final_ops_are_final_polls_of_every_key():
     w = TxnWorkload({"partitions": 3})
     assert w.final_ops({}) == [("poll", [["poll"]], {"final": True, "key": k}) for k in range(3)]
+
+
+def test_the_txn_workload_judges_the_nodes_protocol_trace_too():
+    # The coordinators' and partition leaders' transaction facts (checkers/trace.py); not applicable on a
+    # cluster that writes no trace.
+    checkers = TxnWorkload({"partitions": 3}).checkers({})
+    assert [c.name for c in checkers] == ["progress", "txn", "trace"]
+    assert checkers[-1].check({"protocol_trace": False}, []).stats.get("not_applicable")
