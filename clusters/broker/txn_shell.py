@@ -48,7 +48,7 @@ class TxnShell:
                                             TxnConfig(variants=frozenset(getattr(broker, "variants", ()))),
                                             event_log=broker.events)
         self.loads: dict[tuple[str, int], asyncio.Task] = {}
-        self.jobs: set[asyncio.Task] = set()  # marker writers and timeout aborts in flight
+        self.jobs: set[asyncio.Task] = set()  # record writes, marker writers and timeout aborts in flight
 
     # --- fail-over: a leader change of a __transaction_state partition -------------------------------
     def partition_changed(self, r: Replica, old_role: str, old_epoch: int) -> None:
@@ -68,10 +68,11 @@ class TxnShell:
         for job in jobs:  # decided before the fail-over: finish them
             self._spawn(self._complete(job))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.create_task(coro)
         self.jobs.add(task)
         task.add_done_callback(self.jobs.discard)
+        return task
 
     # --- FindCoordinator (key type 1) ------------------------------------------------------------------
     async def find_coordinator(self, txn_id: str) -> tuple[int, Any]:
@@ -82,6 +83,14 @@ class TxnShell:
 
     # --- writes of the state machine's transitions -----------------------------------------------------
     async def _write(self, t: Transition) -> tuple[int, MarkerJob | None]:
+        """Write a transition's record as the coordinator's own task. The client request that asked for it
+        may be cancelled (its connection closed: listener.Connection.shut) while the record is in flight;
+        the write must still end in written() or write_failed(), or the transactional id stays pending
+        for good: every later request answered CONCURRENT_TRANSACTIONS, never timed out, and the LSO of
+        its partitions stuck (a real run's default broker showed it under late-txn-markers)."""
+        return await asyncio.shield(self._spawn(self._write_record(t)))
+
+    async def _write_record(self, t: Transition) -> tuple[int, MarkerJob | None]:
         key, value = txn_record(t.txn_id, t.new)
         raw = build_batch([value], keys=[key])
         err, _, _ = await self.b.produce(TXN_STATE_TOPIC, self.coord.partition_for(t.txn_id), raw,

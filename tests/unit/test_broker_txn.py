@@ -196,3 +196,41 @@ def test_kip447_a_txn_offset_commit_of_an_older_generation_or_an_unknown_member_
         b.logs.close_all()
 
     asyncio.run(scenario())
+
+
+def test_a_cancelled_request_does_not_leave_its_transaction_pending(tmp_path):
+    """A client's EndTxn is cancelled (its connection closed: listener.Connection.shut cancels the request)
+    while the coordinator's record is still being written (the ISR cannot take it yet). The write goes on
+    as the coordinator's own task and ends in written() or write_failed(): the id is not left pending, so
+    the transaction still times out instead of answering CONCURRENT_TRANSACTIONS for good."""
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        txn_id = "tx"
+        lead(b, TXN_STATE_TOPIC, b.txn.coord.config.txn_partitions, b.txn.coord.partition_for(txn_id))
+        await asyncio.sleep(0.05)  # the coordinator loads its (empty) partition
+        err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
+        assert err == rpc.NONE
+        assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
+        real_produce, gate = b.produce, asyncio.Event()
+
+        async def slow_produce(*args, **kwargs):  # the record waits for the ISR until the gate opens
+            await gate.wait()
+            return await real_produce(*args, **kwargs)
+
+        b.produce = slow_produce
+        request = asyncio.create_task(b.txn.end_txn(txn_id, pid, epoch, False))
+        await asyncio.sleep(0.05)
+        assert txn_id in b.txn.coord.pending
+        request.cancel()
+        await asyncio.sleep(0.05)
+        gate.set()  # the record lands after its request is gone
+        for _ in range(50):
+            await asyncio.sleep(0.02)
+            if txn_id not in b.txn.coord.pending:
+                break
+        assert txn_id not in b.txn.coord.pending
+        assert b.txn.coord.txns[txn_id].state != ONGOING  # the abort was written and goes on to its markers
+        b.produce = real_produce
+        b.logs.close_all()
+
+    asyncio.run(scenario())
