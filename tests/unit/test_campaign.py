@@ -462,7 +462,8 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
         for v in variants:
             reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker_variant == v
                     and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300
-                    and p.spec.min_isr == 2 and p.spec.workload == "queue"]
+                    and p.spec.min_isr == 2 and p.spec.workload == "queue"
+                    and p.spec.workload_options.get("queue_mode", "assign") == "assign"]
             assert len(reps) == (2 if v == "default" else 5), (plan, v, len(reps))
     # the transaction and group rows (issue 25): each coordinator scenario against the default and every
     # transaction or group variant; the protocol nemesis five times per such variant with the txn workload,
@@ -471,9 +472,13 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
     txn_scenarios = {f"scenario:{n}" for n, s in SCENARIOS.items() if set(s.targets) & set(TXN_GROUP_VARIANTS)}
     assert {(n, v) for n in txn_scenarios for v in txn_variants} <= contract
     for v in txn_variants:
-        reps = [p for p in runs if list(p.spec.nemesis) == ["protocol"] and p.spec.broker_variant == v
-                and p.spec.workload == "txn" and p.spec.time_limit == 300 and p.spec.min_isr == 2]
-        assert len(reps) == (2 if v == "default" else 5), (v, len(reps))
+        # offset commits are the queue workload's in subscribe mode (the txn workload commits none)
+        workloads = ("txn", "queue") if v == "default" else ("queue",) if v == "offsets-commit-acks-1" else ("txn",)
+        for w in workloads:
+            reps = [p for p in runs if list(p.spec.nemesis) == ["protocol"] and p.spec.broker_variant == v
+                    and p.spec.workload == w and p.spec.time_limit == 300 and p.spec.min_isr == 2
+                    and (w == "txn" or p.spec.workload_options.get("queue_mode") == "subscribe")]
+            assert len(reps) == (2 if v == "default" else 5), (v, w, len(reps))
     alone = {tuple(p.spec.nemesis) for p in runs if p.spec.workload == "txn" and p.spec.broker_variant == "default"}
     assert {("kill",), ("pause",), ("partition",), ("lossy-crash",), ("kill", "partition")} <= alone
     for c in core:  # the budget leaves room for every run: each took 15 s (75 s runs) to 70 s (300 s) beyond its limit
