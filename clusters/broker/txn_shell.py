@@ -140,8 +140,13 @@ class TxnShell:
     # --- markers -----------------------------------------------------------------------------------------
     async def _complete(self, job: MarkerJob) -> None:
         """Write the markers at every partition (retrying: the outcome is decided and must reach all of
-        them), then the Complete record. Gives up if this broker stops coordinating the id: the new
-        coordinator finds the transaction prepared and does the same."""
+        them), then the Complete record, retried too while the write fails but the id is still ours
+        (Kafka: TransactionMarkerChannelManager.tryAppendToLog re-queues an append that failed with
+        COORDINATOR_NOT_AVAILABLE, i.e. a timeout or too few in-sync replicas). Dropped, the
+        transaction would stay prepared until a fail-over: its producer's AddPartitionsToTxn and
+        InitProducerId refused with CONCURRENT_TRANSACTIONS, its EndTxn(abort) with INVALID_TXN_STATE.
+        Gives up if this broker stops coordinating the id: the new coordinator finds the transaction
+        prepared and does the same."""
         left = set(job.partitions)
         while left and self.coord.owns(job) and not self.b.stopping:
             for topic, partition in sorted(left):
@@ -151,9 +156,10 @@ class TxnShell:
                 await asyncio.sleep(MARKER_RETRY_S)
         if left:
             return
-        t = self.coord.markers_done(job)
-        if t is not None:
-            await self._write(t)
+        while (t := self.coord.markers_done(job)) is not None:
+            if (await self._write(t))[0] != rpc.COORDINATOR_NOT_AVAILABLE or self.b.stopping:
+                return
+            await asyncio.sleep(MARKER_RETRY_S)
 
     async def _send_marker(self, job: MarkerJob, topic: str, partition: int) -> int:
         body = {"topic": topic, "partition": partition, "producer_id": job.producer_id,

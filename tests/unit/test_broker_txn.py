@@ -7,6 +7,7 @@ prepared in its log."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from clusters.broker import kafka_api, rpc
 from clusters.broker.group_coordinator import OFFSETS_TOPIC
@@ -231,6 +232,53 @@ def test_a_cancelled_request_does_not_leave_its_transaction_pending(tmp_path):
         assert txn_id not in b.txn.coord.pending
         assert b.txn.coord.txns[txn_id].state != ONGOING  # the abort was written and goes on to its markers
         b.produce = real_produce
+        b.logs.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
+    """The Complete record's write times out once (REQUEST_TIMED_OUT: COORDINATOR_NOT_AVAILABLE to the
+    coordinator). Kafka re-queues that append (TransactionMarkerChannelManager.tryAppendToLog, retryOnError
+    COORDINATOR_NOT_AVAILABLE); dropped, the transaction stayed PrepareCommit until a fail-over, and its
+    producer's next AddPartitionsToTxn got CONCURRENT_TRANSACTIONS, its EndTxn(abort) INVALID_TXN_STATE."""
+    async def scenario() -> None:
+        b = make_broker(tmp_path)
+        txn_id = "tx"
+        coord = b.txn.coord
+        lead(b, "t", 1, 0)
+        lead(b, TXN_STATE_TOPIC, coord.config.txn_partitions, coord.partition_for(txn_id))
+        for _ in range(50):
+            if coord.status(txn_id) == rpc.NONE:
+                break
+            await asyncio.sleep(0.02)
+        err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
+        assert err == rpc.NONE
+        assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
+        assert await produce(b, build_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                            transactional=True)) == rpc.NONE
+        real_produce, refused = b.produce, []
+
+        async def complete_times_out_once(topic, partition, raw, headers, acks, timeout_s):
+            states = [json.loads(rec.value)["state"] for _, rec in iter_all_records(raw)] if topic == TXN_STATE_TOPIC else []
+            if states == [COMPLETE_COMMIT] and not refused:
+                refused.append(states)
+                return rpc.REQUEST_TIMED_OUT, -1, -1
+            return await real_produce(topic, partition, raw, headers, acks, timeout_s)
+
+        b.produce = complete_times_out_once
+        assert await b.txn.end_txn(txn_id, pid, epoch, True) == rpc.NONE
+        for _ in range(100):
+            if coord.txns[txn_id].state == COMPLETE_COMMIT:
+                break
+            await asyncio.sleep(0.02)
+        assert refused == [[COMPLETE_COMMIT]]
+        assert coord.txns[txn_id].state == COMPLETE_COMMIT
+        r = b.replicas[("t", 0)]
+        assert r.last_stable_offset() == r.hwm == 2  # the commit marker
+        # the producer's next transaction begins; an abort of it is answered
+        assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
+        assert await b.txn.end_txn(txn_id, pid, epoch, False) == rpc.NONE
         b.logs.close_all()
 
     asyncio.run(scenario())

@@ -322,6 +322,54 @@ def test_a_new_coordinator_rebuilds_the_state_and_finishes_prepared_transactions
     assert init(new) == (pid, epoch + 1)  # the same producer id: the fence holds across coordinators
 
 
+def test_an_abort_after_a_fail_over_finished_the_previous_commit_is_an_invalid_state():
+    """The sequence of a stored run (txn 20261126T032351, process 4): EndTxn(commit) answered once PrepareCommit
+    was written, the coordinator dies before the Complete record; the producer's next AddPartitionsToTxn is
+    refused (CONCURRENT_TRANSACTIONS, then the dead coordinator, then the new one loading and finishing the
+    commit), its record times out unsent, and librdkafka, which counts an AddPartitionsToTxn that failed as
+    possibly received (rdkafka_txnmgr.c), sends EndTxn(abort). Kafka answers INVALID_TXN_STATE for ABORT in
+    CompleteCommit to a client below transactions V2 (TransactionCoordinator.endTransaction), and so do we."""
+    old = loaded()
+    records = []
+    real_written = old.written
+
+    def logged(t):
+        records.append(txn_record(t.txn_id, t.new))
+        return real_written(t)
+    old.written = logged
+    pid, epoch = init(old)
+    write(old, old.add_partitions(T, pid, epoch, [TP1], 1))
+    write(old, old.end_txn(T, pid, epoch, True, 2))  # answered NONE: the commit is decided
+    assert old.add_partitions(T, pid, epoch, [TP1], 3) == (rpc.CONCURRENT_TRANSACTIONS, None)  # markers in flight
+
+    new = TransactionCoordinator(lambda: 9999, TxnConfig(txn_partitions=1))
+    new.begin_loading(0, 1)
+    assert new.add_partitions(T, pid, epoch, [TP1], 4) == (rpc.COORDINATOR_LOAD_IN_PROGRESS, None)
+    [job] = new.load(0, records)
+    assert new.add_partitions(T, pid, epoch, [TP1], 5) == (rpc.CONCURRENT_TRANSACTIONS, None)
+    assert finish(new, job).state == COMPLETE_COMMIT
+    assert new.end_txn(T, pid, epoch, False, 6) == (rpc.INVALID_TXN_STATE, None)  # librdkafka: fatal
+    assert new.end_txn(T, pid, epoch, True, 6) == (rpc.NONE, None)  # a retry of the commit it finished
+    assert init(new) == (pid, epoch + 1)  # the next producer of the id starts over
+
+
+def test_the_complete_record_is_asked_for_again_after_its_write_failed():
+    """The shell retries a Complete write that failed (txn_shell._complete, as Kafka's marker channel manager
+    does): the state machine gives the same transition again, and nothing else meanwhile."""
+    c = loaded()
+    pid, epoch = ongoing(c)
+    _, job = write(c, c.end_txn(T, pid, epoch, True, 0))
+    t = c.markers_done(job)
+    assert c.markers_done(job) is None  # in flight
+    c.write_failed(t)
+    assert c.txns[T].state == PREPARE_COMMIT
+    assert c.add_partitions(T, pid, epoch, [TP1], 1) == (rpc.CONCURRENT_TRANSACTIONS, None)
+    again = c.markers_done(job)
+    assert again is not None and again.new == t.new
+    c.written(again)
+    assert c.txns[T].state == COMPLETE_COMMIT
+
+
 def test_load_after_losing_the_partition_again_does_nothing():
     c = TransactionCoordinator(lambda: 1, TxnConfig(txn_partitions=1))
     c.begin_loading(0, 1)
