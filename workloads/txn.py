@@ -648,6 +648,10 @@ class TxnClient:
         try:
             lib.abort()
         except Exception as abort_error:  # noqa: BLE001 - the abort did not go through: the outcome is open
+            # Even a fatal INVALID_TXN_STATE: the coordinator's last transaction of this epoch is committed,
+            # and that may be this one (an EndTxn(commit) that reached it) or the one before, when librdkafka
+            # sends EndTxn(abort) for an AddPartitionsToTxn that failed (a coordinator fail-over; it counts
+            # a failed one as possibly received, rdkafka_txnmgr.c): Kafka answers the same to both.
             lib.discard_producer()
             return _completion(op, INFO if sent else FAIL, done,
                                error=f"{_error_text(e)}; abort failed: {_error_text(abort_error)}"[:600])
