@@ -111,7 +111,9 @@ def test_a_whole_transaction_on_the_wire():
         assert (OFFSETS_TOPIC, b.groups.partition_for("g")) in b.txn.coord.txns[T].partitions
         e = await call(b, EndTxnRequest(version=3, transactional_id=T, producer_id=500, producer_epoch=0,
                                         committed=True), EndTxnResponse, 3)
-        assert e.error_code == rpc.NONE and b.txn.coord.txns[T].state == PREPARE_COMMIT
+        # answered once PrepareCommit is written; the markers' job (to partitions this stub does not know,
+        # so done at once) may already have written Complete by the time this coroutine resumes
+        assert e.error_code == rpc.NONE and b.txn.coord.txns[T].state in (PREPARE_COMMIT, COMPLETE_COMMIT)
         await asyncio.gather(*b.txn.jobs)  # the markers (to partitions this stub does not know) and Complete
         assert b.txn.coord.txns[T].state == COMPLETE_COMMIT
     asyncio.run(go())
