@@ -170,6 +170,8 @@ class TxnLibrary:
     """What the txn client needs of a Kafka client library: one process's transactional producer and
     consumer. The two implementations below are thin; the outcome rules live in TxnClient."""
 
+    producer: Any = None  # None until ensure_producer() brought one up (init_transactions returned)
+
     def ensure_producer(self) -> None: ...
     def begin(self) -> None: ...
     def send(self, key: int, value: int) -> Callable[[], int | None]:
@@ -393,7 +395,11 @@ class KafkaPythonTxnLibrary(TxnLibrary):
                               delivery_timeout_ms=min(4000, self.o["txn_timeout_ms"]),
                               reconnect_backoff_max_ms=500, metadata_max_age_ms=2000)
             self.producer = p
-            _bounded(p.init_transactions, OP_TIMEOUT_S, "init_transactions")
+            try:
+                _bounded(p.init_transactions, OP_TIMEOUT_S, "init_transactions")
+            except BaseException:
+                self.discard_producer()  # never initialised: the next op starts a new one
+                raise
 
     def begin(self) -> None:
         self.producer.begin_transaction()
@@ -641,6 +647,9 @@ class TxnClient:
     def _after_error(self, op: Op, done: list[list], sent: bool, e: Exception) -> Op:
         """A transaction that raised: fail when nothing was sent or the abort went through; else info."""
         lib = self.lib
+        if lib is not None and lib.producer is None and not sent:
+            # the producer never came up (init_transactions failed or timed out): no transaction to abort
+            return _completion(op, FAIL, done, error=_error_text(e))
         if lib is None or lib.is_fatal(e):
             if lib is not None:
                 lib.discard_producer()  # fenced or dead: the next op inits a new producer on this id

@@ -45,7 +45,11 @@ class ScriptedLibrary(TxnLibrary):
         if name in self.fail_at:
             raise self.fail_at.pop(name)
 
-    def ensure_producer(self): self._call("init")
+    def ensure_producer(self):
+        if self.producer is None:
+            self._call("init")
+            self.producer = "initialised"
+
     def begin(self): self._call("begin")
 
     def send(self, key, value):
@@ -77,7 +81,9 @@ class ScriptedLibrary(TxnLibrary):
         return 3, [[0, 1], [2, 5]]
     def is_fatal(self, e): return getattr(e, "fatal", False)
     def commit_retriable(self, e): return getattr(e, "retriable", False)
-    def discard_producer(self): self.calls.append("discard")
+    def discard_producer(self):
+        self.calls.append("discard")
+        self.producer = None
     def crash(self): self.calls.append("crash")
     def close(self): self.calls.append("close")
 
@@ -159,9 +165,19 @@ def test_fatal_error_after_a_send_is_info_and_drops_the_producer():
 
 
 def test_fatal_error_before_anything_was_sent_is_fail():
-    lib = ScriptedLibrary(fail_at={"init": LibraryError("fenced", fatal=True)})
+    lib = ScriptedLibrary(fail_at={"begin": LibraryError("fenced", fatal=True)})
     comp = client_with(lib).invoke(txn(SEND_POLL))
-    assert comp.type == FAIL and lib.calls == ["init", "discard"]
+    assert comp.type == FAIL and lib.calls == ["init", "begin", "discard"]
+
+
+def test_a_producer_that_never_came_up_is_fail_with_its_own_error_and_no_abort():
+    """init_transactions failed (a coordinator not yet elected): there is no transaction to abort, and the
+    error is the init's, not an abort's on a producer that does not exist; the next op inits again."""
+    lib = ScriptedLibrary(fail_at={"init": LibraryError("init_transactions timed out")})
+    c = client_with(lib)
+    comp = c.invoke(txn(SEND_POLL))
+    assert comp.type == FAIL and lib.calls == ["init"] and "init_transactions timed out" in comp.error
+    assert c.invoke(txn(SEND_POLL)).type == OK and lib.calls[1] == "init"
 
 
 def test_error_before_any_send_is_fail_even_when_the_abort_fails():
