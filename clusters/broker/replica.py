@@ -279,13 +279,23 @@ class Replica:
                 "diverging_epoch": None, "records": rpc.b64(raw)}
 
     # --- leader: ISR changes through AlterPartition (002 2.9.2) ----------------------------
-    def wanted_isr_change(self, now_ms: int, brokers: dict[int, BrokerInfo]) -> dict[str, Any] | None:
+    def wanted_isr_change(self, now_ms: int, brokers: dict[int, BrokerInfo],
+                          fetched_by: int | None = None) -> dict[str, Any] | None:
         """The AlterPartition request to send now, if the ISR should change and none is in flight.
 
-        Shrink: a member that has not caught up within replica.lag.time.max.ms. Expand: a
-        follower whose fetch offset reached the HWM and the LESO, that fetched in this
-        leader epoch, whose broker is unfenced and whose fetch broker epoch is the
-        registered one (PROTOCOL.md 4).
+        Shrink, on any call (the housekeeping tick or a fetch): a member that has not caught up
+        within replica.lag.time.max.ms (PROTOCOL.md 4 Shrink; 002 2.9 latency rules). Caught up
+        means Kafka's lastCaughtUpTimeMs (record_follower_fetch), so a member that keeps fetching
+        at the LEO of an idle partition stays in.
+
+        Expand, only on a fetch: `fetched_by` is the follower whose fetch record_follower_fetch
+        has just recorded, and it joins if that fetch reached the HWM and the LESO in this leader
+        epoch, from an unfenced broker not shutting down (KIP-841), with the registered broker
+        epoch (KIP-903) (PROTOCOL.md 4 Expand; 002 2.9 consistency rules). As in Kafka
+        (updateFollowerFetchState -> maybeExpandIsr), a call without it never expands: judged
+        on a tick, the last fetch of a follower cut off from an idle partition still looks
+        caught up (its LEO is the unchanged HWM), and the lag shrink and the re-add alternated
+        every tick. A fetch that finds an AlterPartition in flight is not judged; the next one is.
         """
         if self.role != LEADER or self.alter_in_flight is not None:
             return None
@@ -293,9 +303,8 @@ class Replica:
         keep = [r for r in self.isr
                 if r == self.node_id or now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms <= lag]
         add = []
-        for r, f in self.followers.items():
-            if r in self.isr:
-                continue
+        if fetched_by is not None and fetched_by in self.followers and fetched_by not in self.isr:
+            r, f = fetched_by, self.followers[fetched_by]
             b = brokers.get(r)
             if (f.fetched_this_epoch and f.leo >= self.hwm and f.leo >= self.leso and b is not None
                     and not b.fenced and not b.in_controlled_shutdown and f.broker_epoch == b.broker_epoch):

@@ -740,7 +740,9 @@ class Broker:
         if immediate is not None:
             return immediate
         self._hwm_may_have_moved(r)
-        self._maybe_alter_isr(r)
+        # An ISR expansion is decided here, on the follower's own fetch, never on the housekeeping
+        # tick (PROTOCOL.md 4 Expand; replica.py wanted_isr_change).
+        self._maybe_alter_isr(r, fetched_by=int(body["replica_id"]))
         offset = int(body["fetch_offset"])
         if offset >= r.leo:  # long poll: wait for new data (002 2.2)
             ev = self.append_event(key)
@@ -758,10 +760,12 @@ class Broker:
         return r.read_for_follower(offset, int(body.get("max_bytes", MAX_FETCH_BYTES)))
 
     # --- ISR changes (002 2.9.2) ----------------------------------------------------------------
-    def _maybe_alter_isr(self, r: Replica) -> None:
+    def _maybe_alter_isr(self, r: Replica, fetched_by: int | None = None) -> None:
+        """Ask for an ISR change: the lag shrink on any call, an expansion only for `fetched_by`,
+        the follower whose fetch was just recorded."""
         if self.broker_epoch < 0 or r.key in self.alter_tasks:
             return
-        body = r.wanted_isr_change(now_ms(), self.image.brokers)
+        body = r.wanted_isr_change(now_ms(), self.image.brokers, fetched_by=fetched_by)
         if body is None:
             return
         body.update({"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
@@ -784,7 +788,7 @@ class Broker:
             await asyncio.sleep(HOUSEKEEPING_S)
             for r in list(self.replicas.values()):
                 if r.role == LEADER:
-                    self._maybe_alter_isr(r)
+                    self._maybe_alter_isr(r)  # the lag shrink only: expansions wait for a fetch
                     if r.maybe_advance_hwm():
                         self._hwm_may_have_moved(r)
             self.deliver(self.groups.tick(now_ms()))

@@ -305,8 +305,9 @@ def test_leader_serves_a_replica_being_added_and_proposes_it_for_the_isr(tmp_pat
     replicate(leader, new, 30, broker_epoch=40)
     assert new.leo == 5
     infos = {b: BrokerInfo(b, 40 if b == 4 else 10, "inc", "127.0.0.1", 9000 + b, fenced=False) for b in (1, 2, 3, 4)}
-    # 2 and 3 have not fetched in this epoch, but they are ISR members within the lag time.
-    body = leader.wanted_isr_change(40, infos)
+    # Decided on 4's fetch. 2 and 3 have not fetched in this epoch, but they are ISR members
+    # within the lag time.
+    body = leader.wanted_isr_change(30, infos, fetched_by=4)
     assert body is not None
     assert [m["broker_id"] for m in body["new_isr"]] == [2, 3, 4, 1]
     assert {m["broker_id"]: m["broker_epoch"] for m in body["new_isr"]}[4] == 40

@@ -39,7 +39,7 @@ def test_hwm_advance_and_isr_expansion_carry_the_facts_they_were_decided_on(tmp_
         r.record_follower_fetch({"replica_id": rid, "broker_epoch": 10, "topic": "t", "partition": 0,
                                  "fetch_offset": 3, "last_fetched_epoch": 3, "current_leader_epoch": 3}, 1)
     brokers = {b: BrokerInfo(b, 10, "inc", "127.0.0.1", 9000 + b, fenced=False) for b in (1, 2, 3)}
-    assert r.wanted_isr_change(2, brokers) is not None
+    assert r.wanted_isr_change(1, brokers, fetched_by=3) is not None  # on 3's fetch
     advanced = next(e for e in events if e["event"] == "hwm_advanced")
     assert advanced["to"] == 3 and advanced["leader_epoch"] == 3 and advanced["maximal_isr"] == [1, 2]
     assert advanced["members"] == {"1": {"leo": 3, "fetch_epoch": 3}, "2": {"leo": 3, "fetch_epoch": 3}}

@@ -111,7 +111,7 @@ def test_pending_expand_counts_the_joining_member_before_commit(tmp_path):
     fetch(r, 2, 4, now=1)
     fetch(r, 3, 4, now=1)
     assert r.hwm == 4
-    body = r.wanted_isr_change(2, brokers())
+    body = r.wanted_isr_change(1, brokers(), fetched_by=3)  # decided on 3's fetch
     assert [m["broker_id"] for m in body["new_isr"]] == [1, 2, 3]
     assert r.maximal_isr == [1, 2, 3]
     produce(r, 2, start=4)
@@ -158,7 +158,7 @@ def test_expand_conditions(tmp_path, why, setup, expand):
     fetch(r, 2, 4, now=1)
     assert r.hwm == 4
     setup(r)
-    body = r.wanted_isr_change(6, brokers(fenced={3} if expand == "fenced" else set()))
+    body = r.wanted_isr_change(6, brokers(fenced={3} if expand == "fenced" else set()), fetched_by=3)
     if expand is True:
         assert body is not None and [m["broker_id"] for m in body["new_isr"]] == [1, 2, 3], why
         assert body["new_isr"][2]["broker_epoch"] == 10
@@ -174,9 +174,79 @@ def test_expand_needs_the_leader_epoch_start_offset(tmp_path):
     r.apply_partition_state(state(1, 2, [1, 2]), now_ms=10)  # re-elected: LESO = 6, HWM = 0
     assert r.leso == 6 and r.hwm == 0
     fetch(r, 3, 3, now=11)
-    assert r.wanted_isr_change(12, brokers()) is None
+    assert r.wanted_isr_change(11, brokers(), fetched_by=3) is None
     fetch(r, 3, 6, now=13, last_epoch=1)
-    assert [m["broker_id"] for m in r.wanted_isr_change(14, brokers())["new_isr"]] == [1, 2, 3]
+    assert [m["broker_id"] for m in r.wanted_isr_change(13, brokers(), fetched_by=3)["new_isr"]] == [1, 2, 3]
+
+
+# --- no ISR flapping: expansion is decided on a fetch (PROTOCOL.md 4 Expand; Kafka maybeExpandIsr) ---
+
+TICK = 100  # the broker's housekeeping period (server.py HOUSEKEEPING_S)
+
+
+def answer_as_controller(r: Replica, body: dict) -> None:
+    """The controller accepts the proposal: one more partition epoch, the proposed ISR."""
+    r.on_alter_partition_response({"error": rpc.NONE, "partition": {
+        "leader_epoch": r.leader_epoch, "partition_epoch": r.partition_epoch + 1,
+        "isr": [m["broker_id"] for m in body["new_isr"]]}})
+
+
+@pytest.mark.parametrize("writes", [False, True], ids=["idle", "writes"])
+def test_a_follower_that_stops_fetching_is_shrunk_once_and_not_re_added_until_it_fetches(leader, writes):
+    # Leader 1, followers 2 and 3 in the ISR; 3 is cut off at CUT. The housekeeping tick asks for
+    # an ISR change every TICK ms; the controller accepts every proposal at once. Before the fix,
+    # on an idle partition the tick re-added 3 on its last fetch (its LEO still equal to the
+    # unchanged HWM) right after the lag shrink removed it: [1,2,3] -> [1,2] -> [1,2,3] -> ...
+    produce(leader, 4)
+    cut = 5 * TICK
+    proposals = []
+    for t in range(0, cut + 5 * LAG, TICK):
+        if writes and t % (2 * TICK) == 0:
+            produce(leader, 1, start=t)
+        assert fetch(leader, 2, leader.leo, now=t) is None
+        if t < cut:
+            assert fetch(leader, 3, leader.leo, now=t) is None
+        body = leader.wanted_isr_change(t, brokers())
+        if body is not None:
+            proposals.append((t, [m["broker_id"] for m in body["new_isr"]]))
+            answer_as_controller(leader, body)
+    assert proposals == [(proposals[0][0], [1, 2])], proposals  # shrunk exactly once, never re-added
+    assert LAG < proposals[0][0] - (cut - TICK) <= LAG + TICK  # the lag time after its last fetch, at a tick
+    assert leader.isr == [1, 2]
+    # Not even on a later tick: only a fetch from 3 can bring it back.
+    t = cut + 5 * LAG
+    assert leader.wanted_isr_change(t, brokers()) is None
+    # A fetch below the HWM: not yet (PROTOCOL.md 4: leo >= HWM).
+    if writes:
+        assert fetch(leader, 3, leader.hwm - 1, now=t, last_epoch=1) is None
+        assert leader.wanted_isr_change(t, brokers(), fetched_by=3) is None
+    # A fetch at the HWM in the current epoch with the registered broker epoch: proposed back.
+    assert fetch(leader, 3, leader.hwm, now=t + 1) is None
+    body = leader.wanted_isr_change(t + 1, brokers(), fetched_by=3)
+    assert body is not None and [m["broker_id"] for m in body["new_isr"]] == [1, 2, 3]
+    assert body["new_isr"][2]["broker_epoch"] == 10
+
+
+def test_an_out_of_sync_follower_is_judged_on_its_own_fetch_not_on_a_tick_or_anothers_fetch(tmp_path):
+    r = make_replica(tmp_path, 1)
+    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(r, 4)
+    fetch(r, 2, 4, now=1)
+    fetch(r, 3, 4, now=2)
+    assert r.hwm == 4
+    assert r.wanted_isr_change(3, brokers()) is None  # the housekeeping tick never expands
+    assert r.wanted_isr_change(3, brokers(), fetched_by=2) is None  # nor does another follower's fetch
+    assert [m["broker_id"] for m in r.wanted_isr_change(3, brokers(), fetched_by=3)["new_isr"]] == [1, 2, 3]
+
+
+def test_an_idle_partition_keeps_a_follower_that_keeps_fetching(leader):
+    # Caught up is lastCaughtUpTimeMs: a fetch at the leader's LEO, however old the LEO is.
+    produce(leader, 4)
+    for t in range(0, 5 * LAG, TICK):
+        fetch(leader, 2, 4, now=t)
+        fetch(leader, 3, 4, now=t)
+        assert leader.wanted_isr_change(t, brokers()) is None, t
+    assert leader.isr == [1, 2, 3]
 
 
 # --- fetch errors (PROTOCOL.md 2, KIP-320) --------------------------------------------------
