@@ -163,9 +163,14 @@ def assert_no_acked_commit_lost(members: list[Member], final: dict[int, int]) ->
 
 def group_state(cluster, broker: int, group: str) -> str | None:
     """The group's state as its coordinator's dump shows it (None: not known there)."""
+    return (group_dump(cluster, broker, group) or {}).get("state")
+
+
+def group_dump(cluster, broker: int, group: str) -> dict | None:
+    """The group as its coordinator's dump shows it: state, generation, members (None: not known there)."""
     st = cluster.broker_state(broker, include_log=False)
     groups = (st or {}).get("group_coordinator", {}).get("groups", [])
-    return next((g["state"] for g in groups if g["group"] == group), None)
+    return next((g for g in groups if g["group"] == group), None)
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, isolation: str, idle_s: float = 3.0) -> list[str]:

@@ -37,6 +37,7 @@ from tests.integration.group_txn_helpers import (
     assert_never_backwards,
     assert_no_acked_commit_lost,
     by_txn,
+    group_dump,
     group_state,
     produce,
     read_all,
@@ -153,10 +154,17 @@ def test_consume_transform_produce_is_exactly_once_across_coordinator_kills_and_
         produce(cluster.bootstrap, IN, PARTITIONS, PER_STAGE)
         wait_for_progress(cluster, watcher, "the group committing the third stage")
         victim, survivors = members[0], members[1:]
-        victim.kill()
         group_coordinator = leader(cluster, OFFSETS_TOPIC, group_partition)
-        cluster.wait_for(lambda: group_state(cluster, group_coordinator, GROUP) in REBALANCING, timeout=30,
-                         interval=0.02, what="the group to rebalance after the member's death")
+        generation = (group_dump(cluster, group_coordinator, GROUP) or {}).get("generation", -1)
+        victim.kill()
+
+        def rebalancing() -> bool:
+            # the death noticed: the group rebalancing, or (a loaded machine can poll past the whole
+            # rebalance) already in a later generation
+            g = group_dump(cluster, group_coordinator, GROUP) or {}
+            return g.get("state") in REBALANCING or g.get("generation", -1) > generation
+
+        cluster.wait_for(rebalancing, timeout=30, interval=0.02, what="the group to rebalance after the member's death")
         survivor_txn_partition = TransactionCoordinator(lambda: 0).partition_for(survivors[0].txn_id)
         txn_coordinator = leader(cluster, TXN_STATE_TOPIC, survivor_txn_partition)
         committed_before = len(Outcomes(survivors).txns("committed"))
