@@ -103,3 +103,22 @@ def drop_kafka_python_clients(producer: Any, consumer: Any) -> None:
                 closing()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1.0) -> None:
+    """Close a confluent-kafka consumer without letting librdkafka run its rebalance callback from inside
+    close(). There, confluent-kafka's callback asks rd_kafka_rebalance_protocol() while holding the GIL, and
+    after the consumer group has begun to terminate that call can wait forever (librdkafka issue 4041): the
+    whole harness then froze, its heal included (a real detection run hung so). A group member therefore
+    leaves its group first, while the group is alive: unsubscribe, and serve the revocation in consume(),
+    which runs the callback with the group still answering; close() then has no assignment to revoke.
+    Errors are ignored: the broker may be gone."""
+    try:
+        if subscribed:
+            consumer.unsubscribe()
+            deadline = time.monotonic() + drain_s
+            while time.monotonic() < deadline and consumer.assignment():
+                consumer.consume(num_messages=1, timeout=0.1)
+        consumer.close()
+    except Exception:  # noqa: BLE001
+        pass

@@ -47,7 +47,7 @@ from typing import Any
 from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule, drop_kafka_python_clients
+from workloads.base import CrashSchedule, close_confluent_consumer, drop_kafka_python_clients
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
@@ -283,10 +283,7 @@ class ConfluentQueueClient(_QueueClient):
         if self.producer is not None:
             self.producer.flush(0.5)
         if self.consumer is not None:
-            try:
-                self.consumer.close()
-            except Exception:  # noqa: BLE001
-                pass
+            close_confluent_consumer(self.consumer, subscribed=self.group is not None)
 
 
 def _completion(op: Op, type_: str, value: Any, error: Any = None, extra: dict | None = None) -> Op:

@@ -41,7 +41,7 @@ from typing import Any
 
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule, drop_kafka_python_clients
+from workloads.base import CrashSchedule, close_confluent_consumer, drop_kafka_python_clients
 
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
@@ -344,10 +344,7 @@ class ConfluentTxnLibrary(TxnLibrary):
 
     def close(self) -> None:
         if self.consumer is not None:
-            try:
-                self.consumer.close()
-            except Exception:  # noqa: BLE001 - closing a client of a dead broker must not hang the run
-                pass
+            close_confluent_consumer(self.consumer, self.subscribed)
         self.producer = self.consumer = None
 
 

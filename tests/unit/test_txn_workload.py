@@ -317,3 +317,34 @@ def test_the_txn_workload_judges_the_nodes_protocol_trace_too():
     checkers = TxnWorkload({"partitions": 3}).checkers({})
     assert [c.name for c in checkers] == ["progress", "txn", "trace"]
     assert checkers[-1].check({"protocol_trace": False}, []).stats.get("not_applicable")
+
+
+def test_a_group_member_leaves_its_group_before_close_so_close_has_nothing_to_revoke():
+    """librdkafka issue 4041: a rebalance callback run from inside close() can wait forever holding the GIL.
+    close_confluent_consumer unsubscribes and serves the revocation in consume() first; an assigned (not
+    subscribed) consumer is simply closed."""
+    from workloads.base import close_confluent_consumer
+
+    class Consumer:
+        def __init__(self):
+            self.calls, self.assigned = [], [0, 1]
+
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def assignment(self):
+            return self.assigned
+
+        def consume(self, num_messages, timeout):
+            self.calls.append("consume")
+            self.assigned = []  # the revocation served here, by the callback, with the group alive
+
+        def close(self):
+            self.calls.append(f"close with {len(self.assigned)} assigned")
+
+    member = Consumer()
+    close_confluent_consumer(member, subscribed=True)
+    assert member.calls == ["unsubscribe", "consume", "close with 0 assigned"]
+    plain = Consumer()
+    close_confluent_consumer(plain, subscribed=False)
+    assert plain.calls == ["close with 2 assigned"]
