@@ -149,3 +149,35 @@ def test_cleanup_of_a_leftover_node_puts_its_clock_file_back_to_the_real_time(tm
     assert clock.read_text() == "0\n"
     _reset_clock_file(f"{clock_preload.CLOCK_FILE_ENV}={tmp_path}/gone/clock-offset\0".encode())
     assert not (tmp_path / "gone").exists()  # a removed run dir is not recreated
+
+
+class LaggingClockCluster(ClockFileCluster):
+    """A node whose clock follows its control file, except that after a reset its first `stale_reads`
+    readings still show the old offset (the preload re-reads the file lazily), or every reading does when
+    `stuck`."""
+
+    def __init__(self, tmp_path, stuck=False):
+        super().__init__(tmp_path)
+        self.stale_reads, self.stuck, self.last_s = 0, stuck, 0.0
+
+    def dump_state(self, node, include_log=True):
+        written_s = int((self.dir / node).read_text().split()[0]) / 1e9
+        if written_s == 0 and (self.stale_reads or self.stuck):
+            self.stale_reads = max(0, self.stale_reads - 1)
+            written_s = self.last_s
+        self.last_s = written_s
+        return {"time_ms": int((time.time() + written_s) * 1000)}
+
+
+@pytest.mark.parametrize("stuck", [False, True])
+def test_a_clock_heal_is_seen_once_the_readings_settle_and_not_on_a_stale_first_one(tmp_path, stuck):
+    cluster = LaggingClockCluster(tmp_path, stuck=stuck)
+    actions = fault_actions(cluster)
+    rec = actions.set_clock("broker-1", "clock", clock_preload.offset_file_text(30 * 10**9), (30.0,), "clock")
+    assert rec.observed
+    cluster.stale_reads = 1  # the first reading after the reset is still 30 s off
+    (healed,) = actions.reset_clock("broker-1")
+    assert healed.healed is (not stuck)
+    readings = healed.heal_evidence["clock_offset_s"]
+    assert abs(readings[0] - 30.0) < 1  # the stale reading is kept as evidence
+    assert stuck or all(abs(r) < 0.2 for r in readings[-3:])
