@@ -139,6 +139,10 @@ class RunWatchdog:
                              daemon=True).start()
         return watchdog
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def _write(self, data: bytes) -> bool:
         with self._lock:
             if self._proc.stdin is None or self._proc.stdin.closed:
@@ -181,9 +185,12 @@ def _unregister_stacks(stacks) -> None:
 def _freeze_once_faulted(ledger) -> None:
     """Test-only (KAFKAESQUE_TEST_FREEZE=fault): once a fault of the run is active, hold the GIL forever in a
     C call, as librdkafka did in issue 4041. ctypes.PyDLL keeps the GIL during the call (CDLL releases it)."""
-    while not ledger.active():
-        time.sleep(0.1)
-    time.sleep(0.5)
+    while True:
+        while not ledger.active():
+            time.sleep(0.1)
+        time.sleep(0.5)  # the fault's completion reaches the history
+        if ledger.active():
+            break
     libc = ctypes.PyDLL("libc.so.6")
     while True:
         libc.sleep(3600)  # a signal's handler may cut one sleep short: the next one holds the GIL again
@@ -317,7 +324,7 @@ def act(ending: Ending, silent_s: float, silence_s: float, run_dir: Path, watche
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if ending == "frozen" and watched.alive():
         note = run_dir / FROZEN_FILE
-        _append(note, f"the harness was frozen and killed by its watchdog: no heartbeat for {silent_s:.0f} s "
+        _append(note, f"the harness was frozen and killed by its watchdog: no heartbeat for {silent_s:.1f} s "
                       f"(bound {silence_s:g} s)\nwhen: {when}\nharness: pid {watched.pid}, run dir {run_dir}\n\n"
                       + _stacks(run_dir, watched) + "\n\n")
         sent = kill_if_same(watched)
