@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.campaign_file import Campaign, PlannedRun
-from harness.run_child import RunInterrupted
+from harness.run_child import RunChildError, RunInterrupted
 from harness.runner import EXIT_HARNESS, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from harness.watchdog import watchdog_note
 from results.store import create_run_dir
@@ -145,13 +145,14 @@ def _execute(planned: PlannedRun, record: RunRecord, run: RunTest, log, panel: b
         # during (harness/run_child.py) reports it so: either way it means "stop the campaign".
         run_dir = e.run_dir if isinstance(e, RunInterrupted) else None
         if run_dir is not None:  # it healed and wrote its results (or its watchdog its note)
-            record.run_dir = str(run_dir)
+            record.run_dir, record.exit_code = str(run_dir), e.code
             _read_results(run_dir, record)
         else:
             record.status, record.valid, record.error = UNKNOWN, UNKNOWN, "interrupted by the user (Ctrl-C)"
         interrupted = True
     except Exception as e:  # noqa: BLE001 - one crashed run must not end the campaign; it is recorded
-        record.status, record.valid, record.error = UNKNOWN, UNKNOWN, f"{type(e).__name__}: {e}"
+        said = str(e) if isinstance(e, RunChildError) else f"{type(e).__name__}: {e}"  # the child's says it already
+        record.status, record.valid, record.error = UNKNOWN, UNKNOWN, said
         record.exit_code = EXIT_HARNESS
     record.duration_s = round(clock() - t0, 3)
     return interrupted

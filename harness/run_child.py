@@ -37,22 +37,23 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class RunChildError(RuntimeError):
-    """The child ended before it had a run dir: the sentence says why."""
+    """run_test raised in the child (its sentence), or the child ended before it made a run dir."""
 
 
 class RunInterrupted(KeyboardInterrupt):
     """The campaign was signalled while the child ran (and handed the signal on); `run_dir` is the run's,
     when it made one, so its results can still be read."""
 
-    def __init__(self, run_dir: Path | None):
+    def __init__(self, run_dir: Path | None, code: int):
         super().__init__("interrupted")
-        self.run_dir = run_dir
+        self.run_dir, self.code = run_dir, code
 
 
 # --- the campaign's side --------------------------------------------------------------------------------
 def run_in_child(spec, log: Callable[[str], None] = print, panel: bool = False) -> tuple[int, Path]:
     """harness.runner.run_test's shape, in a child process: (exit status, run dir). Raises RunChildError when
-    the child made no run dir, RunInterrupted when a signal reached the campaign during the run."""
+    run_test raised there or the child made no run dir, RunInterrupted when a signal reached the campaign
+    during the run."""
     project = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH")) if p)}
     with tempfile.TemporaryDirectory(prefix="kafkaesque-run-") as tmp, _signals_handed_on() as hand_on:
@@ -66,15 +67,17 @@ def run_in_child(spec, log: Callable[[str], None] = print, panel: bool = False) 
             proc.stdin.close()
         except OSError:
             pass  # it died at once: its exit status and hand-off say why
-        code = proc.wait()
+        status = proc.wait()
         said = _read_handoff(handoff)
     run_dir = Path(said["run_dir"]) if said.get("run_dir") else None
+    code = status if status in (0, 1, 2, 3) else EXIT_HARNESS  # killed (its watchdog's SIGKILL): the harness failed
     if hand_on.received:
-        raise RunInterrupted(run_dir)
+        raise RunInterrupted(run_dir, code)
+    if said.get("error"):  # run_test raised: as it did in the campaign's own process, the error is the record
+        raise RunChildError(said["error"])
     if run_dir is None:
-        why = said.get("error") or f"the run's process ended with status {_status(code)} before it made a run dir"
-        raise RunChildError(why)
-    return (code if code in (0, 1, 2, 3) else EXIT_HARNESS), run_dir
+        raise RunChildError(f"the run's process ended with status {_status(status)} before it made a run dir")
+    return code, run_dir
 
 
 class _HandOn:
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         code, _ = run_test(spec, log=lambda m: err.print(m), panel=args.panel,
                            on_run_dir=lambda d: _hand_off(args.handoff, run_dir=str(d)))
     except (HarnessError, StoreError) as e:
-        _hand_off(args.handoff, error=str(e))
+        _hand_off(args.handoff, error=f"{type(e).__name__}: {e}")
         return EXIT_HARNESS
     except KeyboardInterrupt:
         return EXIT_HARNESS

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,38 @@ def _wait_for(predicate, timeout: float, note) -> None:
         time.sleep(0.5)
     raise AssertionError(f"the watchdog did not finish within {timeout:.0f} s: "
                          f"{note.read_text()[-3000:] if note.exists() else '(no note)'}")
+
+
+FROZEN_THEN_FINE = """
+[campaign]
+name = "frozen-then-fine"
+budget = 600
+seed = 3
+time_limit = 8
+nemesis_interval = 2
+recovery_wait = 1
+concurrency = 2
+rate = 20.0
+partitions = 2
+nemeses = ["partition", ""]
+"""
+
+
+@pytest.mark.slow
+def test_a_campaign_records_a_run_its_watchdog_killed_and_goes_on_to_the_next(tmp_path, env):  # noqa: F811
+    """The first run freezes (the hook waits for a fault; the second run has none) and is killed in its child
+    process; the campaign records it as a harness error with the watchdog's reason and runs the second."""
+    env = {**env, "KAFKAESQUE_TEST_FREEZE": "fault", "KAFKAESQUE_WATCHDOG_SILENCE_S": "5"}
+    f = tmp_path / "campaign.toml"
+    f.write_text(FROZEN_THEN_FINE)
+    r = kafkaesque(env, "campaign", str(f), "--cluster", "local", "--store", str(tmp_path / "store"), "--no-panel",
+                   timeout=240)
+    campaign_dir = Path(r.stdout.strip().splitlines()[-1])
+    doc = json.loads((campaign_dir / "campaign.json").read_text())
+    first, second = doc["runs"]
+    assert first["status"] == "unknown" and first["exit_code"] == 3, r.stderr[-3000:]
+    assert first["error"].startswith("the harness was frozen and killed by its watchdog"), first["error"]
+    assert second["status"] == "valid" and second["exit_code"] == 0, second
+    assert r.returncode == 2 and doc["finished"]
+    owner = f"{Path(first['run_dir']).name}-"  # the run id starts with its run dir's name
+    assert "removed registration of run " + owner in (Path(first["run_dir"]) / FROZEN_FILE).read_text()
