@@ -310,7 +310,8 @@ class Run:
     # --- the whole run -------------------------------------------------------------------------------
     def execute(self, panel: bool = False) -> tuple[int, Path]:
         """The run, watched by a process of its own (harness/watchdog.py) from the moment its run dir exists.
-        The watchdog is told "done" on every way out of here: each one ran the heal and the teardown."""
+        The watchdog is told "done" on every way out of here: by then the run healed and tore down whatever it
+        made (a second signal's os._exit skips this, and the watchdog heals what the run left)."""
         try:
             return self._execute(panel)
         finally:
