@@ -1,13 +1,15 @@
 """Running a campaign: every planned run in order, one after the other, within a time budget.
 
-Each run goes through `harness.runner.run_test` exactly as `kafkaesque run` would, and is
-stored as usual under <store>/<campaign-name>/<timestamp>/. The campaign itself gets a
+Each run goes through `harness.runner.run_test` exactly as `kafkaesque run` would, in a
+child process of its own (harness/run_child.py), and is stored as usual under
+<store>/<campaign-name>/<timestamp>/. The campaign itself gets a
 directory of its own, <store>/campaigns/<campaign-name>/<timestamp>/ (with a `latest`
 link, as for runs), holding campaign.json, junit.xml and index.html; all three are
 rewritten after every run, so a campaign killed by a CI timeout still leaves its record.
 
-A run that crashes (run_test raises) does not stop the campaign: it is "unknown", with
-the error text. A run that would start once the budget is spent is "skipped" (budget);
+A run that crashes (run_test raises), or whose harness froze or died and was healed by
+its watchdog (harness/watchdog.py: no results.json, a harness-frozen.txt), does not stop
+the campaign: it is "unknown", with the error text, and its exit status 3. A run that would start once the budget is spent is "skipped" (budget);
 after a Ctrl-C the remaining runs are "skipped" (interrupted).
 
 Exit status, as for one run: 0 every run valid, 1 any invalid, 2 any unknown and none
@@ -28,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.campaign_file import Campaign, PlannedRun
-from harness.runner import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from harness.run_child import RunChildError, RunInterrupted
+from harness.runner import EXIT_HARNESS, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from harness.watchdog import watchdog_note
 from results.store import create_run_dir
 
 CAMPAIGNS_DIR = "campaigns"  # <store>/campaigns/<name>/<timestamp>/
@@ -58,6 +62,7 @@ class RunRecord:
     error: str | None = None
     skipped: str | None = None        # "budget" or "interrupted"
     reached: dict[str, int] = field(default_factory=dict)  # protocol state -> times the run reached it
+    exit_code: int | None = None      # the run's exit status: 0 valid, 1 invalid, 2 unknown, 3 its harness failed
 
 
 def resolve_cluster(campaign: Campaign) -> str:
@@ -93,11 +98,11 @@ def run_campaign(campaign: Campaign, run: RunTest | None = None, log: Callable[[
                  panel: bool = False, clock: Callable[[], float] = time.monotonic) -> tuple[int, Path]:
     """Run every planned run (cluster already resolved), write the campaign's files; return (exit, dir).
 
-    `run` defaults to run_test; `clock` is the budget's clock. Raises StoreError when the
+    `run` defaults to run_test in a child process (harness/run_child.py); `clock` is the budget's clock. Raises StoreError when the
     campaign directory cannot be created, before any run starts.
     """
     if run is None:
-        from harness.runner import run_test as run
+        from harness.run_child import run_in_child as run
     from results.campaign_report import write_campaign
 
     store = campaign.runs[0].spec.store
@@ -131,16 +136,24 @@ def _execute(planned: PlannedRun, record: RunRecord, run: RunTest, log, panel: b
     t0 = clock()
     interrupted = False
     try:
-        _, run_dir = run(planned.spec, log=log, panel=panel)
+        record.exit_code, run_dir = run(planned.spec, log=log, panel=panel)
         record.run_dir = str(run_dir)
         results = _read_results(Path(run_dir), record)
         interrupted = bool(results.get("interrupted"))  # run_test caught a Ctrl-C in its main phase
-    except KeyboardInterrupt:
-        # Between phases run_test lets Ctrl-C through; it still means "stop the campaign".
-        record.status, record.valid, record.error = UNKNOWN, UNKNOWN, "interrupted by the user (Ctrl-C)"
+    except KeyboardInterrupt as e:
+        # Between phases run_test lets Ctrl-C through, and the child of a run the campaign was signalled
+        # during (harness/run_child.py) reports it so: either way it means "stop the campaign".
+        run_dir = e.run_dir if isinstance(e, RunInterrupted) else None
+        if run_dir is not None:  # it healed and wrote its results (or its watchdog its note)
+            record.run_dir, record.exit_code = str(run_dir), e.code
+            _read_results(run_dir, record)
+        else:
+            record.status, record.valid, record.error = UNKNOWN, UNKNOWN, "interrupted by the user (Ctrl-C)"
         interrupted = True
     except Exception as e:  # noqa: BLE001 - one crashed run must not end the campaign; it is recorded
-        record.status, record.valid, record.error = UNKNOWN, UNKNOWN, f"{type(e).__name__}: {e}"
+        said = str(e) if isinstance(e, RunChildError) else f"{type(e).__name__}: {e}"  # the child's says it already
+        record.status, record.valid, record.error = UNKNOWN, UNKNOWN, said
+        record.exit_code = EXIT_HARNESS
     record.duration_s = round(clock() - t0, 3)
     return interrupted
 
@@ -151,7 +164,9 @@ def _read_results(run_dir: Path, record: RunRecord) -> dict[str, Any]:
         results = json.loads((run_dir / "results.json").read_text())
     except (OSError, ValueError) as e:
         record.status, record.valid = UNKNOWN, UNKNOWN
-        record.error = f"the run wrote no readable results.json ({e})"
+        # a harness its watchdog found frozen (and killed) or dead writes none: the watchdog's note says so
+        record.error = watchdog_note(run_dir) or f"the run wrote no readable results.json ({e})"
+        record.exit_code = EXIT_HARNESS
         return {}
     valid = results.get("valid", UNKNOWN)
     record.valid = valid

@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from clusters.trace_files import load_traces
 from clusters.waiting import WaitTimeout, wait_until
 from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
 from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
+from harness.watchdog import RunWatchdog, watchdog_note
 from history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
 from history.extras import DIST, dist_version
 from nemesis.actions import FaultActions
@@ -157,9 +159,11 @@ ABANDONED = ("no completion by the end of the main phase: the client call never 
 
 
 class Run:
-    def __init__(self, spec: TestSpec, log=print):
+    def __init__(self, spec: TestSpec, log=print, on_run_dir: Callable[[Path], None] | None = None):
         self.spec = spec
         self.log = log
+        self.on_run_dir = on_run_dir  # told the run dir as soon as it exists (a campaign's child, harness/run_child.py)
+        self.watchdog: RunWatchdog | None = None  # the process that heals the run if this one freezes or dies
         self.stop = threading.Event()
         self.stats = LiveStats()
         self.errors: list[str] = []
@@ -305,6 +309,18 @@ class Run:
 
     # --- the whole run -------------------------------------------------------------------------------
     def execute(self, panel: bool = False) -> tuple[int, Path]:
+        """The run, watched by a process of its own (harness/watchdog.py) from the moment its run dir exists.
+        The watchdog is told "done" on every way out of here: by then the run healed and tore down whatever it
+        made (a second signal's os._exit skips this, and the watchdog heals what the run left)."""
+        try:
+            return self._execute(panel)
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.done()
+                if self.watchdog.lost:
+                    self.log(f"warning: {self.watchdog.lost}")
+
+    def _execute(self, panel: bool) -> tuple[int, Path]:
         spec = self.spec
         from nemesis.registry import make_nemesis
         from workloads.registry import make_workload
@@ -323,6 +339,7 @@ class Run:
             # DESIGN: containers are the default whenever a Docker engine answers.
             spec.cluster = "docker" if docker_available() else "local"
         run_dir = self.run_dir = create_run_dir(spec.store, spec.name)
+        self._start_watchdog(run_dir)
         test = spec.to_dict()
         test["run_dir"] = str(run_dir)
         write_json(run_dir / "test.json", test)
@@ -397,6 +414,14 @@ class Run:
         not_run = list(nemesis.not_run)
         return self._check_and_store(run_dir, test, workload, outcome,
                                      {"faults_not_run": not_run} if not_run else {})
+
+    def _start_watchdog(self, run_dir: Path) -> None:
+        if self.on_run_dir is not None:
+            self.on_run_dir(run_dir)
+        try:
+            self.watchdog = RunWatchdog.start(run_dir, ledger=self.ledger)
+        except OSError as e:  # the run goes on, as every run did before the watchdog: said, not fatal
+            self.errors.append(f"the run's watchdog could not be started ({e}): a frozen harness would not be healed")
 
     def _nemesis_schedule(self, nemesis) -> NemesisSchedule:
         """When the random faults start and stop; a plan whose schedule never starts one of its faults
@@ -618,6 +643,9 @@ def analyze_run(run_dir: Path, test: dict, previous: dict[str, Any] | None = Non
     the verdict the run itself gave."""
     previous = previous if isinstance(previous, dict) else {}
     facts = previous.get("run") if isinstance(previous.get("run"), dict) else None
+    frozen_or_died = watchdog_note(run_dir) if not previous else None
+    if frozen_or_died:  # the harness's only fact: how it ended, as its watchdog saw it (harness/watchdog.py)
+        facts, previous = {"error": frozen_or_died}, {"error": frozen_or_died}
     results = check_run(run_dir, test, facts)
     for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
         if key in previous:
@@ -669,8 +697,8 @@ def _write_after_second_signal(run: Run, seen: list[str]) -> None:
     if run.run_dir is None:
         return
     reason = say("interrupted", how=f"{seen[0]}, then {seen[1].removeprefix('interrupted by ')} during the "
-                                     f"{run.stats.phase}: the harness stopped at once, so faults may remain "
-                                     "(run `kafkaesque cleanup`)")
+                                     f"{run.stats.phase}: the harness stopped at once, leaving the heal to "
+                                     "its watchdog (harness-died.txt says what it removed)")
     try:
         write_json(run.run_dir / "results.json", {
             "valid": UNKNOWN, "unknown_reasons": [reason], "interrupted": reason,
@@ -714,6 +742,7 @@ def _close(client) -> None:
         pass
 
 
-def run_test(spec: TestSpec, log=print, panel: bool = False) -> tuple[int, Path]:
+def run_test(spec: TestSpec, log=print, panel: bool = False,
+             on_run_dir: Callable[[Path], None] | None = None) -> tuple[int, Path]:
     random.seed(spec.seed)
-    return Run(spec, log).execute(panel=panel)
+    return Run(spec, log, on_run_dir).execute(panel=panel)

@@ -3,9 +3,9 @@ clusters/netns.py), issue 20 item 1:
 
 - run during a live run, it skips that run (and says so) while it removes a dead run's leftover, and the
   live run still ends valid;
-- after the harness of a run is killed with SIGKILL mid-partition, `--dry-run` lists what it left
-  (processes, paused ones too, lossy mounts, namespaces with their DROP rules, the bridge, the FORWARD
-  rule) and removes nothing, then cleanup removes all of it;
+- after the harness of a run (and its watchdog, which would heal it) is killed with SIGKILL mid-partition,
+  `--dry-run` lists what it left (processes, paused ones too, lossy mounts, namespaces with their DROP
+  rules, the bridge, the FORWARD rule) and removes nothing, then cleanup removes all of it;
 - a container a user started by hand from the node image (which carries the image's label
   kafkaesque=node) survives cleanup, while a dead run's container goes.
 
@@ -121,6 +121,20 @@ def wait_for_partition_and_pause(run: HarnessRun) -> None:
     wait_until(both_active, 180, "a partition and a pause at the same time", run)
 
 
+def kill_watchdog(run: HarnessRun) -> None:
+    """SIGKILL the run's watchdog (harness/watchdog.py, a child of the harness), as `kill -9` of both would."""
+    try:
+        children = Path(f"/proc/{run.proc.pid}/task/{run.proc.pid}/children").read_text().split()
+    except OSError:
+        return
+    for pid in map(int, children):
+        try:
+            if b"harness.watchdog" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+
+
 def kafkaesque(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
                           cwd=PROJECT, timeout=timeout)
@@ -229,6 +243,7 @@ def test_cleanup_removes_what_a_harness_killed_mid_partition_left_and_dry_run_on
     try:
         wait_for_partition_and_pause(run)
     finally:
+        kill_watchdog(run)  # or it would heal the run at once (harness/watchdog.py)
         run.proc.send_signal(signal.SIGKILL)  # the harness dies: no heal, no teardown
         run.proc.wait(30)
     left = leftovers(run.owner, run.run_dir)

@@ -1,5 +1,6 @@
 """Campaigns: the TOML file and its matrix, bad files refused in one sentence, the budget, the JUnit XML and
-index.html views, and exit codes. run_test is replaced by a fake that stores canned results (no cluster)."""
+index.html views, and exit codes. run_test (in its child process: harness.run_child.run_in_child) is replaced
+by a fake that stores canned results (no cluster)."""
 
 import json
 import xml.etree.ElementTree as ET
@@ -9,6 +10,7 @@ from urllib.parse import unquote
 import pytest
 from typer.testing import CliRunner
 
+import harness.run_child
 import harness.runner
 from harness.campaign import run_campaign
 from harness.campaign_file import CampaignFileError, load_campaign, parse_campaign
@@ -178,7 +180,7 @@ def test_a_missing_file_names_itself(tmp_path):
 
 def test_a_bad_file_exits_3_with_one_sentence_and_runs_nothing(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.runner, "run_test", fake)
+    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
     text = TWO_BY_TWO.replace('nemeses = ["kill,pause", ""]', 'nemeses = ["kill,pause", "meteor"]')
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, text)), "--store", str(tmp_path / "store")])
     assert r.exit_code == 3
@@ -351,7 +353,7 @@ def test_index_escapes_every_value(tmp_path):
 ], ids=["all-valid", "one-invalid", "unknown-none-invalid", "invalid-beats-unknown"])
 def test_exit_status_of_the_command(tmp_path, monkeypatch, verdict, code):
     fake = FakeRunTest(verdict=verdict)
-    monkeypatch.setattr(harness.runner, "run_test", fake)
+    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, TWO_BY_TWO)), "--store", str(tmp_path / "store"),
                                  "--no-panel"])
     assert r.exit_code == code, r.output
@@ -362,7 +364,7 @@ def test_exit_status_of_the_command(tmp_path, monkeypatch, verdict, code):
 
 def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.runner, "run_test", fake)
+    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
     r = CliRunner().invoke(app, ["campaign", "--dry-run", str(write(tmp_path, TWO_BY_TWO)),
                                  "--store", str(tmp_path / "store")], env={"COLUMNS": "300"})
     assert r.exit_code == 0, r.output
@@ -373,7 +375,7 @@ def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, monkeypatch):
 
 def test_minimal_file_is_one_run(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.runner, "run_test", fake)
+    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(tmp_path / "store")])
     assert r.exit_code == 0, r.output
     assert len(fake.specs) == 1 and fake.specs[0].cluster == "local"
@@ -386,7 +388,7 @@ def test_a_bad_cluster_on_the_command_line_names_the_flag(tmp_path):
 
 def test_an_unwritable_store_is_one_sentence_and_exit_3(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.runner, "run_test", fake)
+    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
     blocker = tmp_path / "f"
     blocker.write_text("x")
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(blocker)])
