@@ -27,7 +27,14 @@ loses the last 100 ms of a node's trace; a rule whose facts are missing is not j
   counted from the last unclean election on, which may lose it by design).
 - truncated-below-hwm: a replica truncated its log below its own HWM, removing committed records, with no
   unclean election of the partition before it (PROTOCOL.md 2 and 3: a replica's HWM is committed; 004
-  and KIP-101: truncation only of an uncommitted divergent suffix).
+  and KIP-101: truncation only of an uncommitted divergent suffix). Not judged: a replica whose own start-up
+  recovery cut that partition's log (`log-recovery-truncated`), from that cut until it is back in the ISR or
+  leads the partition. Its files were damaged, and damage reaches below the cut where no CRC looks (the batch
+  header's partitionLeaderEpoch is outside the CRC-32C, as in Kafka, so a flipped bit there survives recovery
+  as an epoch no leader gave and a later fetch finds the divergence); such a replica is an out-of-sync
+  follower, excluded from leadership, the ISR and the ELR until it has caught up, and it recovers what it
+  lost by replication (001 5.1.2 Unclean Exclusion, 5.2 and its Case E; PROTOCOL.md 5.3, 6, 8; server.py
+  registers the restart unclean). Those truncations are listed in the details (`repairs_after_recovery_cut`).
 - log-matching: two replicas' epoch caches give one leader epoch different start offsets (TLA+
   LogMatching, PROTOCOL.md 8: records of one epoch are written by its one leader, so equal
   (offset, epoch) means the same batch).
@@ -134,7 +141,8 @@ RULES: dict[str, str] = {
     "leader-incomplete": "a leader of a clean epoch lacked offsets below an HWM an earlier leader had reached "
                          "(TLA+ LeaderCompleteness; PROTOCOL.md 8)",
     "truncated-below-hwm": "a replica truncated committed records below its own HWM with no unclean election "
-                           "before it (PROTOCOL.md 2, 3; 004, KIP-101)",
+                           "before it, nor its own start-up recovery cutting that log since it was last in sync "
+                           "(PROTOCOL.md 2, 3; 004, KIP-101; 001 5.1.2)",
     "log-matching": "two replicas' epoch caches start one leader epoch at different offsets (TLA+ LogMatching; "
                     "PROTOCOL.md 8)",
     "epoch-reuse": "a leader epoch or broker epoch was used twice or went backwards (PROTOCOL.md 1 and 8, Epochs)",
@@ -404,17 +412,64 @@ def _unclean_epochs(lines: list[tuple[str, dict[str, Any]]]) -> dict[tuple[Any, 
     return unclean
 
 
-def _truncations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+def _cut_partition(e: dict[str, Any]) -> tuple[Any, Any] | None:
+    """(topic, partition) of a log-recovery-truncated line, which names it "topic-p"."""
+    name = e.get("partition")
+    topic, _, p = name.rpartition("-") if isinstance(name, str) else ("", "", "")
+    return (topic, int(p)) if topic and p.isdigit() else None
+
+
+def _back_in_sync(e: dict[str, Any]) -> set[Any]:
+    """The brokers a line shows joining the partition's ISR or taking its leadership: an out-of-sync replica
+    has caught up there (001 5.2.1 Case E), or is the log the others now follow."""
+    ev = e.get("event")
+    if ev == "partition_change":
+        before, after = e.get("from") or {}, e.get("to") or {}
+        return set(after.get("isr") or []) - set(before.get("isr") or [])
+    if ev in ("isr_updated", "isr_committed"):
+        return set(e.get("to") or []) - set(e.get("from") or [])
+    if ev == "become_leader":
+        return {e.get("node")}
+    if ev == "leader_elected":
+        return {e.get("leader")}
+    return set()
+
+
+def _truncations(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> list[dict[str, Any]]:
+    """Each truncation against the replica's HWM when it decided. Returns the truncations below it that repair a
+    log its own start-up recovery cut (not judged: the module docstring, truncated-below-hwm)."""
     unclean = _unclean_epochs(lines)
+    # (trace node, topic, partition) -> (broker id, the recovery line): a damaged replica not yet back in sync
+    damaged: dict[tuple[str, Any, Any], tuple[Any, dict[str, Any]]] = {}
+    repairs: list[dict[str, Any]] = []
     for node, e in lines:
-        if e.get("event") not in TRUNCATIONS or not isinstance(e.get("hwm_before"), int):
+        ev = e.get("event")
+        if ev == "log-recovery-truncated":
+            where = _cut_partition(e)
+            if where is not None:
+                damaged[(node, *where)] = (e.get("node"), e)
             continue
-        epochs = unclean[(e.get("topic"), e.get("partition"))]
+        key = (e.get("topic"), e.get("partition"))
+        if damaged:
+            joined = _back_in_sync(e)
+            for k in [k for k, (b, _) in damaged.items() if k[1:] == key and b in joined]:
+                del damaged[k]
+        if ev not in TRUNCATIONS or not isinstance(e.get("hwm_before"), int):
+            continue
+        epochs = unclean[key]
         if e.get("to", 0) < e["hwm_before"] and not any(u <= e.get("leader_epoch", 0) for u in epochs):
-            found.add("truncated-below-hwm",
-                      f"{node} truncated {_where(e)} from {e.get('from')} to {e.get('to')}, below its HWM "
-                      f"{e['hwm_before']}, in leader epoch {e.get('leader_epoch')} ({e.get('reason')})",
-                      _cite(node, e, "from", "to", "hwm_before", "reason", "diverging_epoch", "epoch_cache"))
+            cite = _cite(node, e, "from", "to", "hwm_before", "reason", "diverging_epoch", "epoch_cache")
+            summary = (f"{node} truncated {_where(e)} from {e.get('from')} to {e.get('to')}, below its HWM "
+                       f"{e['hwm_before']}, in leader epoch {e.get('leader_epoch')} ({e.get('reason')})")
+            cut = damaged.get((node, *key))
+            if cut is not None:
+                repairs.append({"summary": f"{summary}, after its start-up recovery cut the log at offset "
+                                           f"{cut[1].get('offset')} ({cut[1].get('reason')}) and before it was "
+                                           f"back in the ISR",
+                                "trace": [_cite(node, cut[1], "offset", "position", "reason"), cite]})
+                continue
+            found.add("truncated-below-hwm", summary, cite)
+    return repairs
 
 
 def _log_matching(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
@@ -698,7 +753,7 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     ordered = sorted(((n, e) for n, ls in traces.items() for e in ls),
                      key=lambda ne: (ne[1].get("mono") or 0, ne[0], ne[1].get("line") or 0))
     judged = _leader_completeness(ordered, found)
-    _truncations(ordered, found)
+    repairs = _truncations(ordered, found)
     _log_matching(ordered, found)
     _epoch_reuse(ordered, found)
     no_elr = any(NO_ELR in (e.get("variants") or []) for _, e in ordered
@@ -713,11 +768,13 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     stats: dict[str, Any] = {"nodes": len(traces), "lines": sum(len(ls) for ls in traces.values()),
                              "events": dict(sorted(counts.items(), key=lambda kv: str(kv[0]))),
                              "leaders_judged_complete": judged, "alter_partitions_judged": alters,
-                             "unclean_elections": len(unclean),
+                             "unclean_elections": len(unclean), "repairs_after_recovery_cut": len(repairs),
                              "violations": sum(a.count for a in anomalies)}
     if variants:
         stats["variants"] = sorted(variants)
-    details = {"unclean_elections": unclean[:MAX_EXAMPLES]} if unclean else {}
+    details: dict[str, Any] = {"unclean_elections": unclean[:MAX_EXAMPLES]} if unclean else {}
+    if repairs:
+        details["repairs_after_recovery_cut"] = repairs[:MAX_EXAMPLES]
     return Result(TRACE, not anomalies, anomalies, stats, details)
 
 

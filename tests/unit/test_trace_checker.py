@@ -232,6 +232,78 @@ def test_truncating_below_the_hwm_after_an_unclean_election_is_by_design():
     assert names({"controller-0": [unclean], "broker-3": [truncation(8, 10)]}) == []
 
 
+# A replica whose own start-up recovery cut its log (001 5.1.2, 5.2 Case E; PROTOCOL.md 5.3, 6, 8): the stored run
+# detection-txn-default-faults/20261126T043003. file-corruption flipped bit 3 of the byte at 7874 of broker-3's
+# queue-0 segment: the high byte of the partitionLeaderEpoch of the batch at offset 112 (position 7862), outside
+# the CRC-32C, so recovery kept that batch (it cut at 124, the next batch's CRC) and rebuilt its cache with the
+# epoch 2^27 no leader gave; the leader answered the fetch (124, last epoch 2^27) with diverging epoch (0, 658).
+def recovery_cut(n: int, mono: float, partition: str = "queue-0", offset: int = 124) -> dict:
+    return {"line": n, "mono": mono, "node": 3, "role": "broker", "event": "log-recovery-truncated",
+            "partition": partition, "file": f"/data/logs/{partition}/00000000000000000000.log", "offset": offset,
+            "position": 8559, "reason": "CRC mismatch"}
+
+
+def damaged_broker_3(*after_recovery: dict) -> list[dict]:
+    started = {"line": 1, "mono": 10.0, "node": 3, "role": "broker", "event": "trace_started", "variants": []}
+    follower = {**line(4, "become_follower", 11.2, leader_epoch=0, **{"from": "none@-1", "to": "follower@0"}),
+                "node": 3, "leader": 1, "leo": 124, "hwm": 124, "epoch_cache": [[0, 0], [134217728, 112]]}
+    cut = {**line(5, "truncated_on_divergence", 11.3, leader_epoch=0, **{"from": 124, "to": 112}), "node": 3,
+           "diverging_epoch": {"epoch": 0, "end_offset": 658}, "hwm": 112, "hwm_before": 124,
+           "reason": "the leader answered a diverging epoch", "epoch_cache": [[0, 0]]}
+    return [started, recovery_cut(2, 10.3), *after_recovery, follower, cut]
+
+
+def fenced_out(n: int, mono: float) -> dict:
+    return {**change(n, {"isr": [1, 2, 3]}, {"isr": [1, 2]}, reason="broker 3 fenced (session timeout)"),
+            "mono": mono}
+
+
+def rejoined(n: int, mono: float) -> dict:
+    return {**change(n, {"isr": [1, 2]}, {"isr": [1, 2, 3]}), "mono": mono}
+
+
+def test_a_damaged_replica_repairing_its_log_before_it_is_back_in_the_isr_passes():
+    result = check_traces({"controller-0": [fenced_out(1, 11.0)], "broker-3": damaged_broker_3()})
+    assert result.valid is True and not result.anomalies
+    assert result.stats["repairs_after_recovery_cut"] == 1
+    repair = result.details["repairs_after_recovery_cut"][0]["trace"]
+    assert [c["event"] for c in repair] == ["log-recovery-truncated", "truncated_on_divergence"]
+
+
+def test_a_damaged_replica_still_in_the_isr_of_its_old_incarnation_is_not_yet_in_sync():
+    # The controller's lines between the recovery and the fencing still list it (no addition): still repairing.
+    still = {**change(1, {"isr": [1, 2, 3]}, {"isr": [1, 3]}), "mono": 10.5}
+    assert names({"controller-0": [still, fenced_out(2, 11.0)], "broker-3": damaged_broker_3()}) == []
+
+
+def test_a_damaged_replica_restarted_again_before_catching_up_is_still_repairing():
+    again = {"line": 3, "mono": 10.8, "node": 3, "role": "broker", "event": "trace_started", "variants": []}
+    assert names({"broker-3": damaged_broker_3(again)}) == []
+
+
+def test_truncating_below_the_hwm_once_back_in_the_isr_after_the_recovery_is_caught():
+    assert names({"controller-0": [fenced_out(1, 10.6), rejoined(2, 11.1)],
+                  "broker-3": damaged_broker_3()}) == ["truncated-below-hwm"]
+    # The broker's own view of the same addition closes the exemption too.
+    own = {**line(3, "isr_updated", 11.1, leader_epoch=0, **{"from": [1, 2], "to": [1, 2, 3]}), "node": 3}
+    assert names({"broker-3": damaged_broker_3(own)}) == ["truncated-below-hwm"]
+
+
+def test_a_recovery_cut_exempts_only_its_own_partition_and_replica():
+    other_partition = damaged_broker_3()
+    other_partition[1] = recovery_cut(2, 10.3, partition="queue-1")
+    assert names({"broker-3": other_partition}) == ["truncated-below-hwm"]
+    # broker-2's recovery cut of queue-0 says nothing of broker-3's log.
+    result = check_traces({"broker-2": [{**recovery_cut(1, 10.3), "node": 2}], "broker-3": damaged_broker_3()[2:]})
+    assert [a.name for a in result.anomalies] == ["truncated-below-hwm"]
+
+
+def test_a_cut_of_a_topic_with_a_dash_in_its_name_is_read_as_that_topic():
+    dashed = [{**e, "topic": "my-topic"} if e.get("topic") else e for e in damaged_broker_3()]
+    dashed[1] = recovery_cut(2, 10.3, partition="my-topic-0")
+    assert names({"broker-3": dashed}) == []
+
+
 # --- HWM monotonic and bounded by the LEO: PROTOCOL.md 2, 3 ------------------------------------------------
 def test_a_leader_moving_its_hwm_back_is_caught():
     back = line(5, "hwm_advanced", leader_epoch=2, **{"from": 9, "to": 4}, isr=[1, 2], maximal_isr=[1, 2],
