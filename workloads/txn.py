@@ -9,6 +9,8 @@ producer too). Keys are the partitions of one topic. The history (the schema che
   assign     invoke [k, ...]   ok the same; an "unseen" extra {"<k>": offset} seeks there (poll-unseen)
   subscribe  invoke [k, ...]   ok the same (one topic: the group decides which keys the member gets)
   crash      invoke null       info: the client was dropped without a clean shutdown
+A txn that a producer stall held (below) carries "stalled": {"fault": its fault record's id, "seconds": how long}
+on its completion.
   poll       final: true, key: k   ok [["poll", {"<k>": [...]}]], end_offset: the key drained from its
              start up to there, read_committed
 Completions carry "rebalance_log": [{"keys": [...], "type": "assigned"|"revoked"}] when the
@@ -27,6 +29,13 @@ re-inits its slot's id, which fences the old producer and aborts its open transa
 restarted application instance does; read_committed readers then do not wait a transaction timeout
 for the crashed process's transaction.
 
+Producer stalls (the stall-producer fault, workloads/stalls.py): the workload shares one
+ProducerStallControl between its clients and the run's fault actions (`producer_stalls()`). A client
+that is asked to stall does it at its next stall point: in a transaction, before a send that follows an
+earlier send, it flushes (so a send of the open transaction is delivered), stops for the asked seconds,
+then goes on with the rest of the same transaction (more sends, then the commit or the abort). The op's
+outcome follows the rules above whatever the stall made of it; the control is told the outcome.
+
 Options (workload_options, `--workload-option KEY=VALUE`): see TXN_OPTIONS.
 """
 
@@ -42,6 +51,7 @@ from typing import Any
 from history import FAIL, INFO, OK, Op
 from history.extras import need
 from workloads.base import CrashSchedule, close_confluent_consumer, drop_kafka_python_clients
+from workloads.stalls import ProducerStallControl, Stall, outcome_of
 
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
@@ -171,8 +181,11 @@ class TxnLibrary:
     consumer. The two implementations below are thin; the outcome rules live in TxnClient."""
 
     producer: Any = None  # None until ensure_producer() brought one up (init_transactions returned)
+    txn_id: str  # the transactional.id of its producer
 
     def ensure_producer(self) -> None: ...
+    def producer_identity(self) -> dict[str, int] | None:
+        """{"producer_id", "producer_epoch"} of the producer where the library tells them; None where not."""
     def begin(self) -> None: ...
     def send(self, key: int, value: int) -> Callable[[], int | None]:
         """Queue a record of the open transaction; returns a reader of its offset (None until delivered)."""
@@ -335,6 +348,9 @@ class ConfluentTxnLibrary(TxnLibrary):
 
     def discard_producer(self) -> None:
         self.producer = None
+
+    def producer_identity(self) -> dict[str, int] | None:
+        return None  # librdkafka keeps the producer id and epoch to itself
 
     def crash(self) -> None:
         # Dropping the last reference destroys the handles without rd_kafka_consumer_close (no leave-group,
@@ -518,6 +534,14 @@ class KafkaPythonTxnLibrary(TxnLibrary):
                 pass
         self.producer = None
 
+    def producer_identity(self) -> dict[str, int] | None:
+        # kafka-python has no public accessor; its transaction manager holds the pair (evidence only)
+        try:
+            pe = self.producer._transaction_manager.producer_id_and_epoch
+            return {"producer_id": int(pe.producer_id), "producer_epoch": int(pe.epoch)}
+        except Exception:  # noqa: BLE001 - another version of the library: no evidence, no harm
+            return None
+
     def crash(self) -> None:
         p, c = self.producer, self.consumer
         self.producer = self.consumer = None
@@ -546,9 +570,11 @@ class TxnClient:
     decides each outcome (module docstring)."""
 
     def __init__(self, make_library: Callable[..., TxnLibrary], topic: str, partitions: int, concurrency: int,
-                 options: dict[str, Any], tracker: OffsetTracker):
+                 options: dict[str, Any], tracker: OffsetTracker, stalls: ProducerStallControl | None = None):
         self.make_library, self.topic, self.partitions = make_library, topic, partitions
         self.concurrency, self.o, self.tracker = max(1, concurrency), options, tracker
+        self.stalls = stalls  # the run's producer stalls (workloads/stalls.py); None: never stalls
+        self._stall: Stall | None = None  # the stall the current op went through
         self.lib: TxnLibrary | None = None
         self.bootstrap = ""
         self._rebalances: list[dict[str, Any]] = []
@@ -571,6 +597,24 @@ class TxnClient:
             self._rebalanced_during_op = True
 
     def invoke(self, op: Op) -> Op:
+        try:
+            comp = self._invoke(op)
+        except BaseException as e:  # a bug in the client: the runner records the op info, the stall unknown
+            self._stall_finished(INFO, _error_text(e))
+            raise
+        stall = self._stall_finished(comp.type, comp.error)
+        if stall is not None:  # the completion says it stood still, and how long (the ledger has the rest)
+            comp.extra = {**(comp.extra or {}), "stalled": {"fault": stall.fault, "seconds": stall.stalled_s}}
+        return comp
+
+    def _stall_finished(self, type_: str, error: Any) -> Stall | None:
+        """Tell the stall this op went through (if any) what its transaction came to; that stall."""
+        stall, self._stall = self._stall, None
+        if stall is not None:
+            stall.finish(outcome_of(type_, error))
+        return stall
+
+    def _invoke(self, op: Op) -> Op:
         with self._lock:
             self._rebalanced_during_op = False
         if op.f == "txn":
@@ -610,6 +654,8 @@ class TxnClient:
             for i, m in enumerate(micro):
                 if m[0] == "send":
                     _, k, v = m
+                    if offsets:  # a send follows an earlier one: the stall point
+                        self._stall_point(op, lib, done, offsets)
                     sent = True
                     offsets.append((i, k, v, lib.send(k, v)))
                 else:
@@ -640,6 +686,25 @@ class TxnClient:
             if m[0] == "send" and isinstance(m[2], list):
                 self.tracker.sent(m[1], m[2][0])
         return _completion(op, OK, done)
+
+    def _stall_point(self, op: Op, lib: TxnLibrary, done: list[list],
+                     offsets: list[tuple[int, int, int, Callable[[], int | None]]]) -> None:
+        """Stop here when a stall is asked of this process (workloads/stalls.py): the transaction is open,
+        a send of it delivered (flushed first), and a send and the commit are still to come."""
+        if self.stalls is None or self._stall is not None or not self.stalls.wanted(op.process, lib.txn_id):
+            return
+        lib.flush()
+        _fill_offsets(done, offsets)
+        delivered = [m[2][0] for m in done if m[0] == "send" and isinstance(m[2], list)]
+        if not delivered:
+            return
+        stall = self.stalls.claim(op.process, lib.txn_id)
+        if stall is None:
+            return  # another process took it
+        self._stall = stall
+        stall.hold({"process": op.process, "transactional_id": lib.txn_id, **(lib.producer_identity() or {}),
+                    "partitions": sorted({m[1] for m in done if m[0] == "send" and isinstance(m[2], list)}),
+                    "delivered_offsets": delivered, "txn_timeout_s": self.stalls.txn_timeout_s})
 
     def _after_error(self, op: Op, done: list[list], sent: bool, e: Exception) -> Op:
         """A transaction that raised: fail when nothing was sent or the abort went through; else info."""
@@ -778,6 +843,7 @@ class TxnWorkload:
         self.client = options.get("client", "kafka-python")
         self.o = txn_options(options)
         self.tracker = OffsetTracker()
+        self.stalls = ProducerStallControl(self.o["txn_timeout_ms"] / 1000)
         self._mix: TxnOpMix | None = None
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
@@ -790,7 +856,12 @@ class TxnWorkload:
 
     def new_client(self, test: dict[str, Any]) -> TxnClient:
         library = ConfluentTxnLibrary if self.client == "confluent-kafka" else KafkaPythonTxnLibrary
-        return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker)
+        return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker,
+                         self.stalls)
+
+    def producer_stalls(self) -> ProducerStallControl:
+        """Its clients' stall control (workloads/base.py StallableProducers; the stall-producer fault)."""
+        return self.stalls
 
     def op_mix(self, test: dict[str, Any]) -> TxnOpMix:
         self._mix = TxnOpMix(self.o, self.partitions, int(test.get("concurrency", 1)), self.tracker)
