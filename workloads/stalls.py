@@ -34,8 +34,10 @@ from typing import Any
 
 # What a stalled transaction came to (Stall.outcome["result"]): the client's completion, read by outcome_of.
 COMMITTED, FENCED, ABORTED, UNKNOWN = "committed", "fenced", "aborted", "unknown"
-# Error names the client libraries give a producer whose epoch was bumped under it (KIP-98, KIP-588)
-FENCING_ERRORS = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "ProducerFenced", "InvalidProducerEpoch")
+# How the client libraries name a producer whose epoch was bumped under it (KIP-98, KIP-588): librdkafka's
+# PRODUCER_FENCED, INVALID_PRODUCER_EPOCH and its local _FENCED ("fenced by a newer instance"); kafka-python's
+# ProducerFencedError and InvalidProducerEpochError. Compared in upper case, underscores dropped.
+FENCING_ERRORS = ("FENCED", "INVALIDPRODUCEREPOCH")
 
 
 @dataclass(eq=False)  # one request is one object: compared by identity
@@ -143,7 +145,7 @@ def outcome_of(type_: str, error: Any) -> dict[str, Any]:
     text = str(error or "")
     if type_ == "ok":
         result = COMMITTED
-    elif any(name in text for name in FENCING_ERRORS):
+    elif any(name in text.upper().replace("_", "") for name in FENCING_ERRORS):
         result = FENCED
     elif type_ == "fail":
         result = ABORTED

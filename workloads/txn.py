@@ -18,8 +18,10 @@ process's consumer went through rebalances since its last op (Jepsen's :rebalanc
 
 Outcomes are exact (DESIGN.md): a txn is ok only when commit_transaction returned; fail only when it
 definitely did not commit: abort_transaction returned (the coordinator wrote the abort; it refuses to
-abort a transaction it committed), or the error came before anything was sent; info otherwise (a
-commit that timed out, a fatal producer error after sends, a crash). A txn the workload chose to abort
+abort a transaction it committed), or the error came before anything was sent, or the producer had
+failed fatally (fenced) before the commit was called, so no commit was ever sent (CommitNotSent:
+librdkafka refuses a commit outside a transaction's open state without a request); info otherwise (a
+commit that timed out, a fatal producer error after sends that may have met the commit, a crash). A txn the workload chose to abort
 (`txn_abort_p`, the invoke's "abort": true) ends fail with error "aborted-by-workload", its sends
 filled with the offsets their delivery reports gave. A fatal error (a fenced producer) discards the
 producer; the next op makes a new one, which re-initialises the same transactional.id.
@@ -33,7 +35,8 @@ Producer stalls (the stall-producer fault, workloads/stalls.py): the workload sh
 ProducerStallControl between its clients and the run's fault actions (`producer_stalls()`). A client
 that is asked to stall does it at its next stall point: in a transaction, before a send that follows an
 earlier send, it flushes (so a send of the open transaction is delivered), stops for the asked seconds,
-then goes on with the rest of the same transaction (more sends, then the commit or the abort). The op's
+then goes on with the rest of the same transaction (more sends, then the commit; a transaction the workload
+means to abort is never stalled). The op's
 outcome follows the rules above whatever the stall made of it; the control is told the outcome.
 
 Options (workload_options, `--workload-option KEY=VALUE`): see TXN_OPTIONS.
@@ -78,6 +81,11 @@ POLL_TIMEOUT_S = 0.05     # a poll micro-op is a read, not a wait
 FINAL_READ_TIMEOUT_S = 30.0
 WORKLOAD_ABORT = "aborted-by-workload"
 CRASHED_ON_REBALANCE = "crashed-on-rebalance"
+
+
+class CommitNotSent(Exception):
+    """The library knows that no commit of this transaction went out: its producer had failed fatally (was
+    fenced) before commit was called. The transaction cannot have committed: the op is a definite fail."""
 
 
 class CrashedOnRebalance(Exception):
@@ -192,7 +200,8 @@ class TxnLibrary:
     def flush(self) -> None: ...
     def send_offsets(self) -> bool:
         """Put the consumer's positions into the transaction when it is a group member; False when not."""
-    def commit(self) -> None: ...
+    def commit(self) -> None:
+        """commit_transaction; CommitNotSent when the library knows it sent none (a producer failed before)."""
     def abort(self) -> None: ...
     def poll(self) -> dict[str, list]: ...
     def assign(self, keys: list[int], seek: dict[int, int]) -> None: ...
@@ -223,10 +232,17 @@ class ConfluentTxnLibrary(TxnLibrary):
         self.producer = None
         self.consumer = None
         self.subscribed = False
+        self.fatal = None  # the producer's fatal error as librdkafka reported it (error_cb), before a commit
+
+    def _on_producer_error(self, err) -> None:
+        if err.fatal():
+            self.fatal = err
 
     def ensure_producer(self) -> None:
         if self.producer is None:
+            self.fatal = None
             p = self.ck.Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
+                                  "error_cb": self._on_producer_error,
                                   "transaction.timeout.ms": self.o["txn_timeout_ms"], "acks": "all",
                                   "linger.ms": 0, "message.timeout.ms": min(4000, self.o["txn_timeout_ms"]),
                                   "socket.timeout.ms": 3000,
@@ -263,6 +279,12 @@ class ConfluentTxnLibrary(TxnLibrary):
         return True
 
     def commit(self) -> None:
+        # A producer in librdkafka's fatal state answers commit_transaction with that error and sends no EndTxn
+        # (rdkafka_txnmgr.c: a commit needs the IN_TRANSACTION state). error_cb has told us of the fatal error
+        # only if it came before this call (served by the poll after each produce and by the flush).
+        if self.fatal is not None:
+            raise CommitNotSent(f"the producer failed before the commit, so none was sent: {self.fatal.name()}: "
+                                f"{self.fatal.str()}")
         self.producer.commit_transaction(OP_TIMEOUT_S)
 
     def abort(self) -> None:
@@ -690,8 +712,10 @@ class TxnClient:
     def _stall_point(self, op: Op, lib: TxnLibrary, done: list[list],
                      offsets: list[tuple[int, int, int, Callable[[], int | None]]]) -> None:
         """Stop here when a stall is asked of this process (workloads/stalls.py): the transaction is open,
-        a send of it delivered (flushed first), and a send and the commit are still to come."""
-        if self.stalls is None or self._stall is not None or not self.stalls.wanted(op.process, lib.txn_id):
+        a send of it delivered (flushed first), and a send and the commit are still to come (a transaction
+        the workload means to abort has no stall point: what follows a stall must try to commit)."""
+        if (self.stalls is None or self._stall is not None or (op.extra or {}).get("abort")
+                or not self.stalls.wanted(op.process, lib.txn_id)):
             return
         lib.flush()
         _fill_offsets(done, offsets)
@@ -711,6 +735,9 @@ class TxnClient:
         lib = self.lib
         if lib is not None and lib.producer is None and not sent:
             # the producer never came up (init_transactions failed or timed out): no transaction to abort
+            return _completion(op, FAIL, done, error=_error_text(e))
+        if lib is not None and isinstance(e, CommitNotSent):
+            lib.discard_producer()  # fenced or dead: the next op inits a new producer on this id
             return _completion(op, FAIL, done, error=_error_text(e))
         if lib is None or lib.is_fatal(e):
             if lib is not None:

@@ -36,7 +36,7 @@ from tests.unit.test_txn_workload import LibraryError, ScriptedLibrary
 from workloads.base import StallableProducers
 from workloads.queue import QueueWorkload
 from workloads.stalls import ABORTED, COMMITTED, FENCED, UNKNOWN, ProducerStallControl, outcome_of
-from workloads.txn import OffsetTracker, TxnClient, TxnWorkload, transactional_id, txn_options
+from workloads.txn import CommitNotSent, OffsetTracker, TxnClient, TxnWorkload, transactional_id, txn_options
 
 TWO_SENDS = [["send", 0, 1], ["poll"], ["send", 1, 2]]
 TIMEOUT_S = 0.05  # the producers' transaction timeout in these tests
@@ -128,6 +128,9 @@ def test_release_all_ends_a_held_stall_early_and_drops_the_open_requests():
 @pytest.mark.parametrize(("type_", "error", "result"), [
     (OK, None, COMMITTED),
     (INFO, "KafkaException: KafkaError{code=PRODUCER_FENCED,val=90}", FENCED),
+    (INFO, 'KafkaException: KafkaError{FATAL,code=_FENCED,val=-144,str="Failed to add partitions to transaction: '
+           'Local: This instance has been fenced by a newer instance"}', FENCED),
+    (INFO, "ProducerFencedError: [Error 90] ProducerFencedError", FENCED),
     (FAIL, "KafkaException: INVALID_PRODUCER_EPOCH; aborted", FENCED),
     (FAIL, "KafkaException: INVALID_TXN_STATE; aborted", ABORTED),
     (INFO, "TimeoutError: commit_transaction did not return in 5 s", UNKNOWN),
@@ -167,6 +170,13 @@ def test_a_transaction_with_a_single_send_has_no_stall_point():
     assert lib.calls.count("flush") == 1  # only the commit's: nobody asked this op to stop
 
 
+def test_a_transaction_the_workload_means_to_abort_has_no_stall_point():
+    control = ProducerStallControl(TIMEOUT_S)
+    control.request(0.05)
+    comp = txn_client(ScriptedLibrary(), control).invoke(Op(INVOKE, "txn", 7, TWO_SENDS, extra={"abort": True}))
+    assert comp.type == FAIL and comp.extra is None and control.wanted(7, "kafkaesque-txn-2")
+
+
 def test_a_client_only_stops_for_a_stall_asked_of_it():
     control = ProducerStallControl(TIMEOUT_S)
     control.request(0.05, process=8)
@@ -183,6 +193,16 @@ def test_a_producer_fenced_after_its_stall_ends_info_and_the_stall_says_fenced()
     # been a retry of one the coordinator had completed)
     assert comp.type == INFO and "discard" in lib.calls
     assert stall.outcome["result"] == FENCED and stall.outcome["op"] == INFO
+
+
+def test_a_producer_fenced_before_its_commit_was_called_ends_fail_no_commit_having_been_sent():
+    control = ProducerStallControl(TIMEOUT_S)
+    stall = control.request(0.05)
+    lib = ScriptedLibrary(fail_at={"commit": CommitNotSent("the producer failed before the commit, so none was "
+                                                           "sent: _FENCED: This instance has been fenced")})
+    comp = txn_client(lib, control).invoke(txn(TWO_SENDS))
+    assert comp.type == FAIL and "discard" in lib.calls and "abort" not in lib.calls
+    assert stall.outcome["result"] == FENCED and stall.outcome["op"] == FAIL
 
 
 # --- the ledger's four stages ---------------------------------------------------------------------------
