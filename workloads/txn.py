@@ -18,10 +18,12 @@ process's consumer went through rebalances since its last op (Jepsen's :rebalanc
 
 Outcomes are exact (DESIGN.md): a txn is ok only when commit_transaction returned; fail only when it
 definitely did not commit: abort_transaction returned (the coordinator wrote the abort; it refuses to
-abort a transaction it committed), or the error came before anything was sent, or the producer had
-failed fatally (fenced) before the commit was called, so no commit was ever sent (CommitNotSent:
-librdkafka refuses a commit outside a transaction's open state without a request); info otherwise (a
-commit that timed out, a fatal producer error after sends that may have met the commit, a crash). A txn the workload chose to abort
+abort a transaction it committed), or the error came before anything was sent, or before the commit was
+called (only the producer's EndTxn commits a transaction; one whose producer never asked is aborted, by
+the abort, the coordinator's timeout or the next producer's re-init), or the producer had failed
+fatally (fenced) before the commit was called, so the commit sent nothing (CommitNotSent: librdkafka
+answers a commit outside a transaction's open state without a request); info otherwise (a commit that
+timed out or failed after sends, a crash). A txn the workload chose to abort
 (`txn_abort_p`, the invoke's "abort": true) ends fail with error "aborted-by-workload", its sends
 filled with the offsets their delivery reports gave. A fatal error (a fenced producer) discards the
 producer; the next op makes a new one, which re-initialises the same transactional.id.
@@ -668,6 +670,7 @@ class TxnClient:
         offsets: list[tuple[int, int, int, Callable[[], int | None]]] = []  # (index, key, value, offset reader)
         abort = bool((op.extra or {}).get("abort"))
         sent = False  # whether anything reached the transaction: before that an error is a definite fail
+        committing = False  # whether the commit was called: before that an error is a definite fail too
         try:
             lib = self._library(op.process)
             lib.ensure_producer()
@@ -693,6 +696,7 @@ class TxnClient:
             if abort:
                 lib.abort()
                 return _completion(op, FAIL, done, error=WORKLOAD_ABORT)
+            committing = True
             _commit(lib)
         except CrashedOnRebalance:
             _fill_offsets(done, offsets)
@@ -702,7 +706,7 @@ class TxnClient:
             return _completion(op, INFO, done, error=CRASHED_ON_REBALANCE)
         except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
             _fill_offsets(done, offsets)
-            return self._after_error(op, done, sent, e)
+            return self._after_error(op, done, sent and committing, e)
         _fill_offsets(done, offsets)
         for m in done:
             if m[0] == "send" and isinstance(m[2], list):
@@ -730,10 +734,11 @@ class TxnClient:
                     "partitions": sorted({m[1] for m in done if m[0] == "send" and isinstance(m[2], list)}),
                     "delivered_offsets": delivered, "txn_timeout_s": self.stalls.txn_timeout_s})
 
-    def _after_error(self, op: Op, done: list[list], sent: bool, e: Exception) -> Op:
-        """A transaction that raised: fail when nothing was sent or the abort went through; else info."""
+    def _after_error(self, op: Op, done: list[list], open_: bool, e: Exception) -> Op:
+        """A transaction that raised: info when its outcome is `open_` (sends, then the commit called) unless
+        the abort went through or the library knows the commit sent nothing; else fail."""
         lib = self.lib
-        if lib is not None and lib.producer is None and not sent:
+        if lib is not None and lib.producer is None and not open_:
             # the producer never came up (init_transactions failed or timed out): no transaction to abort
             return _completion(op, FAIL, done, error=_error_text(e))
         if lib is not None and isinstance(e, CommitNotSent):
@@ -742,7 +747,7 @@ class TxnClient:
         if lib is None or lib.is_fatal(e):
             if lib is not None:
                 lib.discard_producer()  # fenced or dead: the next op inits a new producer on this id
-            return _completion(op, INFO if sent else FAIL, done, error=_error_text(e))
+            return _completion(op, INFO if open_ else FAIL, done, error=_error_text(e))
         try:
             lib.abort()
         except Exception as abort_error:  # noqa: BLE001 - the abort did not go through: the outcome is open
@@ -751,7 +756,7 @@ class TxnClient:
             # sends EndTxn(abort) for an AddPartitionsToTxn that failed (a coordinator fail-over; it counts
             # a failed one as possibly received, rdkafka_txnmgr.c): Kafka answers the same to both.
             lib.discard_producer()
-            return _completion(op, INFO if sent else FAIL, done,
+            return _completion(op, INFO if open_ else FAIL, done,
                                error=f"{_error_text(e)}; abort failed: {_error_text(abort_error)}"[:600])
         return _completion(op, FAIL, done, error=f"{_error_text(e)}; aborted"[:600])
 
