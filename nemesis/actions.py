@@ -377,6 +377,12 @@ class FaultActions:
         """Why no producer can be stalled (one clause), or None."""
         return None if self.stalls is not None else "the workload's clients hold no transactional producer"
 
+    def stall_refusal(self, what: str) -> str | None:
+        """One sentence refusing `what` (a fault, a scenario, a move) that stalls producers here, or None."""
+        why = self.producer_stalls_unavailable()
+        return f"{what} stalls a transactional producer of the workload, and {why}; run it with --workload txn" \
+            if why else None
+
     @property
     def txn_timeout_s(self) -> float:
         """The stallable producers' transaction timeout (what a stall must outlast)."""
@@ -485,6 +491,12 @@ class FaultActions:
             except Exception as e:  # noqa: BLE001
                 errors.append(f"remove our iptables chain: {_error(e)}")
         return errors
+
+
+def resumed(records: list[FaultRecord]) -> list[dict[str, Any]]:
+    """What resume_producers saw of each stall, for a nemesis op's completion."""
+    return [{"fault": r.id, "stalled_s": r.heal_evidence.get("stalled_s"), "outcome": r.heal_evidence.get("outcome")}
+            for r in records]
 
 
 def _cut_pairs(grudge: Grudge) -> list[tuple[str, str]]:

@@ -47,7 +47,7 @@ from typing import Any
 from clusters.waiting import WaitTimeout, wait_until
 from history import BEYOND_BUDGET, Op
 from nemesis import grudge
-from nemesis.actions import PROCESS_FAULTS
+from nemesis.actions import PROCESS_FAULTS, resumed
 from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.plan import Plan, PlanStep
 from nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
@@ -445,9 +445,7 @@ class ScenarioNemesis(NemesisBase):
     @staticmethod
     def stalls_refusal(what: str, steps, faults) -> str | None:
         """Why `what` cannot stall a producer: the run's fault actions were given no producer stalls."""
-        why = faults.producer_stalls_unavailable() if any(st.do in CLIENT_ACTIONS for st in steps) else None
-        return f"{what} stalls a transactional producer of the workload, and {why}; run it with --workload txn" \
-            if why else None
+        return faults.stall_refusal(what) if any(st.do in CLIENT_ACTIONS for st in steps) else None
 
     def keys_refusal(self, what: str, steps) -> str | None:
         """Why `what` cannot bind its coordinator roles or stall a producer: the workload has no such keys (no
@@ -526,9 +524,7 @@ class ScenarioNemesis(NemesisBase):
         if step.do == "stall-producer":
             return self._stall_producer(cluster, step)
         if step.do == "resume-producer":
-            return {"resumed": [{"fault": r.id, "stalled_s": r.heal_evidence.get("stalled_s"),
-                                 "outcome": r.heal_evidence.get("outcome")}
-                                for r in self.faults.resume_producers(by=self.by)]}
+            return {"resumed": resumed(self.faults.resume_producers(by=self.by))}
         node = self.node(step.node) if step.node else ""
         if step.do == "kill":
             self.faults.kill(node, self.by)

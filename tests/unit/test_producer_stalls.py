@@ -19,6 +19,7 @@ from nemesis.actions import STALL_FAULT, FaultActions
 from nemesis.base import NemesisRefused
 from nemesis.ledger import FaultLedger
 from nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
+from nemesis.registry import make_nemesis
 from nemesis.requirements import can
 from nemesis.scenario import (
     SCENARIOS,
@@ -376,3 +377,28 @@ def test_the_stall_move_stalls_a_process_and_waits_for_what_its_transaction_came
     assert ops[0][1]["move"] == "stall-producer-past-txn-timeout"
     [rec] = n.faults.ledger.records()
     assert rec.by == "protocol" and rec.applied and rec.observed and rec.healed
+
+
+# --- the fault on the random schedule (--nemesis stall-producer) ----------------------------------------
+def test_stall_producer_on_the_schedule_stalls_at_the_start_and_records_the_outcome_at_the_stop():
+    control = ProducerStallControl(TIMEOUT_S)
+    c = FakeCluster()
+    (n,) = make_nemesis(["stall-producer"], {"stall_past_timeout_s": 0.1}).parts
+    n.setup(c, FaultActions(c, FaultLedger(), "queue", control))
+    with Clients(control):
+        start = n.invoke(c, Op(INVOKE, "start-stall-producer", NEMESIS, None))
+        stop = n.invoke(c, Op(INVOKE, "stop-stall-producer", NEMESIS, None))
+    assert start.value["seconds"] == pytest.approx(TIMEOUT_S + 0.1) and start.value["stalled"]["process"] == 7
+    [rec] = n.faults.ledger.records()
+    assert (rec.by, rec.applied, rec.observed, rec.healed) == ("stall-producer", True, True, True)
+    assert stop.value == {"resumed": [{"fault": rec.id, "stalled_s": rec.evidence["stalled_s"],
+                                       "outcome": {"result": COMMITTED, "op": OK}}]}
+
+
+def test_stall_producer_is_refused_by_name_for_a_workload_without_transactional_producers():
+    c = FakeCluster()
+    (n,) = make_nemesis(["stall-producer"], {}).parts
+    with pytest.raises(NemesisRefused, match="^the stall-producer fault stalls a transactional producer of the "
+                                             "workload, and the workload's clients hold no transactional producer; "
+                                             "run it with --workload txn, or drop stall-producer from --nemesis$"):
+        n.setup(c, FaultActions(c, FaultLedger()))
