@@ -245,13 +245,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "producer-paused-past-txn-timeout",
         "KIP-890's hanging transaction, from the producer's side: a client process whose transactional id "
         "the coordinator C coordinates stops in the middle of an open transaction (a send of it delivered, "
-        "more to send and the commit to come), as a GC pause or a stopped client VM would stop it, for the "
-        "workload's transaction timeout plus 3 s; then it goes on with the same transaction. C aborts the "
-        "transaction on its timeout. By default that abort bumps the producer's epoch, so the resumed "
-        "producer is fenced (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH) and nothing it sends after the "
-        "abort is visible; under txn-markers-no-epoch-bump the markers keep its epoch, so its epoch stays "
-        "valid at the partitions and at C, and what it sends next opens a new transaction the client never "
-        "began (the trace checker's txn-abort-not-fenced judges the abort itself).",
+        "a send to a partition it has not written and the commit to come), as a GC pause or a stopped client "
+        "VM would stop it, for the workload's transaction timeout plus 3 s; then it goes on with the same "
+        "transaction. C aborts the transaction on its timeout. By default that abort bumps the producer's "
+        "epoch, so the resumed producer is fenced (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH) and nothing it "
+        "sends after the abort is visible; under txn-markers-no-epoch-bump the markers keep its epoch, so C "
+        "takes the resumed producer's new partition for a new transaction, which the commit then commits "
+        "without the aborted sends before the stall (a torn transaction: lost-write, unseen; the trace "
+        "checker's txn-abort-not-fenced judges the abort itself).",
         (bind("C", "txn-coordinator"), stall_producer("C"), act("resume-producer"), sleep(3)),
         targets=("txn-markers-no-epoch-bump",)),
     Scenario(

@@ -35,8 +35,9 @@ for the crashed process's transaction.
 
 Producer stalls (the stall-producer fault, workloads/stalls.py): the workload shares one
 ProducerStallControl between its clients and the run's fault actions (`producer_stalls()`). A client
-that is asked to stall does it at its next stall point: in a transaction, before a send that follows an
-earlier send, it flushes (so a send of the open transaction is delivered), stops for the asked seconds,
+that is asked to stall does it at its next stall point: in a transaction, before a send to a partition
+the transaction has not written yet that follows an earlier send, it flushes (so a send of the open
+transaction is delivered), stops for the asked seconds,
 then goes on with the rest of the same transaction (more sends, then the commit; a transaction the workload
 means to abort is never stalled). The op's
 outcome follows the rules above whatever the stall made of it; the control is told the outcome.
@@ -679,7 +680,7 @@ class TxnClient:
             for i, m in enumerate(micro):
                 if m[0] == "send":
                     _, k, v = m
-                    if offsets:  # a send follows an earlier one: the stall point
+                    if offsets and k not in {o[1] for o in offsets}:  # the stall point: a send to a new partition
                         self._stall_point(op, lib, done, offsets)
                     sent = True
                     offsets.append((i, k, v, lib.send(k, v)))
@@ -716,8 +717,12 @@ class TxnClient:
     def _stall_point(self, op: Op, lib: TxnLibrary, done: list[list],
                      offsets: list[tuple[int, int, int, Callable[[], int | None]]]) -> None:
         """Stop here when a stall is asked of this process (workloads/stalls.py): the transaction is open,
-        a send of it delivered (flushed first), and a send and the commit are still to come (a transaction
-        the workload means to abort has no stall point: what follows a stall must try to commit)."""
+        a send of it delivered (flushed first), and a send to a partition it has not written yet and the
+        commit are still to come. That send makes the resumed producer ask its coordinator to add the
+        partition, which a coordinator that aborted the transaction without fencing the producer takes for
+        a new transaction (a send to a partition it wrote is refused by the partition leader instead, KIP-890
+        part 1). A transaction the workload means to abort has no stall point: what follows a stall must
+        try to commit."""
         if (self.stalls is None or self._stall is not None or (op.extra or {}).get("abort")
                 or not self.stalls.wanted(op.process, lib.txn_id)):
             return

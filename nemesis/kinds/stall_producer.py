@@ -4,7 +4,7 @@ transaction timeout, as a GC pause would stop it (a fault on the harness's own c
 from nemesis.fault import FaultKind, Option, lazy
 
 KIND = FaultKind(
-    "stall-producer", "a txn client process stops mid-transaction (a send delivered, more to send) past its "
+    "stall-producer", "a txn client process stops mid-transaction (a send delivered, one to a new partition to come) past its "
                       "transaction timeout, then goes on with it; the stop records whether it was fenced (needs "
                       "--workload txn)",
     lazy("nemesis.process:StallProducerNemesis"),

@@ -162,6 +162,16 @@ def test_a_client_stalls_before_a_later_send_with_the_first_delivered_then_sends
     assert stall.outcome == {"result": COMMITTED, "op": OK}
 
 
+def test_the_stall_point_is_a_send_to_a_partition_the_transaction_has_not_written():
+    control = ProducerStallControl(TIMEOUT_S)
+    control.request(0.05)
+    same_key = [["send", 1, 1], ["poll"], ["send", 1, 2]]
+    comp = txn_client(ScriptedLibrary(), control).invoke(txn(same_key))
+    assert comp.type == OK and comp.extra is None and control.wanted(7, "kafkaesque-txn-2")
+    comp = txn_client(ScriptedLibrary(), control).invoke(txn([*same_key, ["send", 3, 3]]))
+    assert comp.extra["stalled"] and not control.wanted(7, "kafkaesque-txn-2")
+
+
 def test_a_transaction_with_a_single_send_has_no_stall_point():
     control = ProducerStallControl(TIMEOUT_S)
     control.request(0.05)
