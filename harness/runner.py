@@ -48,6 +48,7 @@ from nemesis.ledger import FaultLedger
 from nemesis.plan import PlanStep, drive
 from nemesis.requirements import StateDumps, can
 from results.store import STORE_FORMAT, create_run_dir, write_json
+from workloads.base import StallableProducers
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
@@ -350,7 +351,10 @@ class Run:
         # whether they write the protocol trace.
         test.update(nodes=cluster.nodes(), state_dumps=can(cluster, StateDumps),
                     protocol_trace=can(cluster, ProtocolTrace))
-        faults = FaultActions(cluster, self.ledger, spec.workload_opts()["topic"])
+        # The workload's producer stalls (a client fault: nemesis/actions.py stall_producer), where it has them:
+        # its clients and the fault actions share the one control.
+        stalls = workload.producer_stalls() if can(workload, StallableProducers) else None
+        faults = FaultActions(cluster, self.ledger, spec.workload_opts()["topic"], stalls)
         self.log(f"run {run_dir} · cluster {cluster.name} · workload {spec.workload} · nemesis "
                  f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} s")
         outcome: dict[str, Any] = {}

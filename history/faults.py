@@ -5,7 +5,8 @@ through four stages and writes each stage into the history: a nemesis op's compl
 under `value["faults"]`, the records that op created or changed. A record is
 
     id           unique in the run
-    fault        kill, stop, pause, lossy-crash, partition, net, clock, disk, drop-caches, membership
+    fault        kill, stop, pause, lossy-crash, partition, net, clock, disk, drop-caches, membership,
+                 stall-producer (a client process, not a node: nodes is empty, detail and evidence name it)
     nodes        the nodes it acts on
     by           the nemesis that asked for it: "kill", "scenario:unclean-election", "protocol", ...
     detail       what exactly (a grudge, a clock offset, a move), JSON

@@ -17,6 +17,11 @@ step goes through the run's FaultLedger (nemesis/ledger.py):
   reading the qdisc and rules back.
 - set_clock, reset_clock: the node's clock control file (clusters/clock_preload.py); observed
   by the node's own clock, read from its state dump.
+- stall_producer, resume_producers: a client fault, not a node's: one of the workload's own client
+  processes stops inside an open transaction (workloads/stalls.py, through the control the runner
+  hands over); applied when a client holds the stall (what it held is the evidence), observed when
+  it stood still past the transaction timeout (measured), healed when it goes on (and what its
+  transaction came to: committed, fenced, aborted).
 - heal_everything: the run's final heal: everything the ledger still holds active.
 """
 
@@ -26,8 +31,9 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from clusters import netrules
 from clusters.remote import shell_join
@@ -47,6 +53,24 @@ HEALED_BY_START = PROCESS_FAULTS + ("pause",)
 CLOCK_FAULTS = ("clock", "clock-jump", "clock-strobe")
 CLOCK_TOLERANCE_S = 0.2  # a state dump's round trip is milliseconds; the faults shift clocks by seconds
 CLOCK_SETTLE_S = 3.0     # how long a clock heal may take to show in the node's readings
+STALL_FAULT = "stall-producer"
+STALL_ENTRY_S = 20.0    # how long a stall waits for a client to reach a stall point (several txns a second do)
+STALL_OUTCOME_S = 30.0  # after it resumes, the longest its transaction takes to end (sends, commit retried, abort)
+
+
+class ProducerStalls(Protocol):
+    """What the stall-producer fault needs of the workload: the control its clients obey
+    (workloads/stalls.py ProducerStallControl; the runner hands it over when the workload has one)."""
+
+    txn_timeout_s: float
+
+    def request(self, seconds: float, process: int | None = None, transactional_ids: Collection[str] | None = None,
+                fault: int | None = None) -> Any:
+        """A Stall: its `entered`, `resumed` and `finished` Events, `evidence`, `stalled_s`, `outcome`, `release()`."""
+
+    def withdraw(self, stall: Any) -> bool: ...
+
+    def release_all(self) -> list[Any]: ...
 
 
 def _error(e: BaseException) -> str:
@@ -54,10 +78,12 @@ def _error(e: BaseException) -> str:
 
 
 class FaultActions:
-    def __init__(self, cluster, ledger: FaultLedger, topic: str = "queue"):
+    def __init__(self, cluster, ledger: FaultLedger, topic: str = "queue", stalls: ProducerStalls | None = None):
         self.cluster = cluster
         self.ledger = ledger
         self.topic = topic
+        self.stalls = stalls  # the workload's producer stalls; None: its clients have none
+        self._held: dict[int, Any] = {}                               # record id -> the Stall a client holds
         self._cuts: dict[int, Grudge] = {}                            # record id -> who drops whom
         self._loss: dict[int, tuple[str, list[str], float]] = {}       # record id -> (node, peers, probability)
         self._network_ready = False
@@ -346,11 +372,84 @@ class FaultActions:
             time.sleep(0.03)
         return out
 
+    # --- client processes -----------------------------------------------------------------------
+    def producer_stalls_unavailable(self) -> str | None:
+        """Why no producer can be stalled (one clause), or None."""
+        return None if self.stalls is not None else "the workload's clients hold no transactional producer"
+
+    def stall_refusal(self, what: str) -> str | None:
+        """One sentence refusing `what` (a fault, a scenario, a move) that stalls producers here, or None."""
+        why = self.producer_stalls_unavailable()
+        return f"{what} stalls a transactional producer of the workload, and {why}; run it with --workload txn" \
+            if why else None
+
+    @property
+    def txn_timeout_s(self) -> float:
+        """The stallable producers' transaction timeout (what a stall must outlast)."""
+        if self.stalls is None:
+            raise RuntimeError(f"no producer stalls: {self.producer_stalls_unavailable()}")
+        return self.stalls.txn_timeout_s
+
+    def stall_producer(self, seconds: float, by: str, process: int | None = None,
+                       transactional_ids: Collection[str] | None = None, detail: Any = None) -> FaultRecord:
+        """Ask the workload's clients for a stall of `seconds` at the next stall point of a matching process
+        (`process`; one holding one of `transactional_ids`; any). Applied once a client holds it, with what
+        it holds as the evidence; not applied, with the reason, when none did within STALL_ENTRY_S. The
+        client goes on by itself when the seconds are up; resume_producers records the rest."""
+        timeout_s = self.txn_timeout_s
+        asked = {"process": "any" if process is None else process, "seconds": seconds, "txn_timeout_s": timeout_s}
+        if transactional_ids is not None:
+            asked["transactional_ids"] = sorted(transactional_ids)
+        rec = self.ledger.request(STALL_FAULT, [], by, {**asked, **(detail or {})})
+        stall = self.stalls.request(seconds, process, transactional_ids, fault=rec.id)
+        if not stall.entered.wait(STALL_ENTRY_S) and self.stalls.withdraw(stall):
+            which = (f"process {process}" if process is not None else "no process" if transactional_ids is None
+                     else f"no process of transactional id {', '.join(sorted(transactional_ids)) or '(none)'}")
+            self.ledger.applied(rec, False, f"{which} held an open transaction with a delivered send at a stall "
+                                            f"point within {STALL_ENTRY_S:g} s, so nothing stalled")
+            return rec
+        if not stall.entered.wait(STALL_ENTRY_S):  # claimed, so entering at once: this is a broken client
+            self.ledger.applied(rec, False, "a client claimed the stall but never entered it")
+            return rec
+        with self._lock:
+            self._held[rec.id] = stall
+        self.ledger.applied(rec)
+        self.ledger.note(rec, **stall.evidence)
+        return rec
+
+    def resume_producers(self, by: str | None = None, release: bool = False) -> list[FaultRecord]:
+        """Wait for each stalled process (of `by`; all when None) to go on at the end of its stall, or end
+        the stall now (`release`, the final heal). Observed: it stood still past the transaction timeout,
+        measured by the client; healed: it resumed, with what its transaction came to."""
+        with self._lock:
+            owed = [(r, self._held[r.id]) for r in self.ledger.active((STALL_FAULT,), by=by) if r.id in self._held]
+        if release and by is None and self.stalls is not None:
+            self.stalls.release_all()  # and withdraw any request still open
+        for rec, stall in owed:
+            if release:
+                stall.release()
+            if not stall.resumed.wait(stall.seconds + 5.0):  # at most its seconds are left
+                stall.release()
+                stall.resumed.wait(5.0)
+            timeout_s = float(rec.detail["txn_timeout_s"])
+            stood = stall.stalled_s
+            self.ledger.observed(rec, stood is not None and stood > timeout_s,
+                                 {**stall.evidence, "stalled_s": stood, "txn_timeout_s": timeout_s},
+                                 f"the process stood still {stood} s, not past the transaction timeout of "
+                                 f"{timeout_s:g} s" if stood is not None else "the process never resumed")
+            outcome = stall.outcome if stall.finished.wait(STALL_OUTCOME_S) else {
+                "result": "none", "error": f"its transaction had not ended {STALL_OUTCOME_S:g} s after the stall"}
+            self.ledger.healed(rec, stall.resumed.is_set(), {"stalled_s": stood, "outcome": outcome},
+                               "the stalled process did not resume")
+            with self._lock:
+                self._held.pop(rec.id, None)
+        return [rec for rec, _ in owed]
+
     # --- heals -----------------------------------------------------------------------------------
     def heal(self, by: str | None = None) -> list[str]:
         """Undo everything still active that `by` asked for (everything, when None): the network first
         (a restarted broker cut off from its controller could not register), then paused and downed
-        processes, then clocks. Every part is tried; the errors come back as sentences."""
+        processes, then clocks, then stalled client producers. Every part is tried; the errors come back as sentences."""
         errors: list[str] = []
 
         def attempt(what: str, fn) -> None:
@@ -377,6 +476,8 @@ class FaultActions:
             attempt(f"start {node}", lambda node=node: self.start(node, note_leadership=by is not None))
         for node in nodes_of(CLOCK_FAULTS):
             attempt(f"reset the clock of {node}", lambda node=node: self.reset_clock(node))
+        # last: a stalled client's transaction ends against the healed cluster
+        attempt("resume stalled producers", lambda: self.resume_producers(by=by, release=True))
         return errors
 
     def heal_everything(self) -> list[str]:
@@ -390,6 +491,12 @@ class FaultActions:
             except Exception as e:  # noqa: BLE001
                 errors.append(f"remove our iptables chain: {_error(e)}")
         return errors
+
+
+def resumed(records: list[FaultRecord]) -> list[dict[str, Any]]:
+    """What resume_producers saw of each stall, for a nemesis op's completion."""
+    return [{"fault": r.id, "stalled_s": r.heal_evidence.get("stalled_s"), "outcome": r.heal_evidence.get("outcome")}
+            for r in records]
 
 
 def _cut_pairs(grudge: Grudge) -> list[tuple[str, str]]:

@@ -1,4 +1,6 @@
-"""Process faults: kill (SIGKILL, later restart) and pause (SIGSTOP, later SIGCONT).
+"""Process faults: kill (SIGKILL, later restart) and pause (SIGSTOP, later SIGCONT) of the nodes' processes,
+and stall-producer, the same pause for one of the workload's own client processes (inside the harness: a
+transactional producer stops mid-transaction past its timeout, workloads/stalls.py).
 
 Targets come from nemesis/targets.py with the cluster's own view of who leads; the acts,
 their evidence and the heals are the shared ones of nemesis/actions.py (so each kill and
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from history import INFO, Op
-from nemesis.actions import FaultActions
+from nemesis.actions import FaultActions, resumed
 from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.targets import choose, running_brokers
 
@@ -92,3 +94,35 @@ class PauseNemesis(_ProcessFault):
 
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"
     act, undo = staticmethod(FaultActions.pause), staticmethod(FaultActions.resume)
+
+
+class StallProducerNemesis(NemesisBase):
+    """At the start one client process stops inside an open transaction for its transaction timeout plus
+    `stall_past_timeout_s` (FaultActions.stall_producer: any process that holds one); the stop waits for it
+    to go on and records what its transaction came to."""
+
+    name, start_f, stop_f = "stall-producer", "start-stall-producer", "stop-stall-producer"
+
+    def __init__(self, options: dict[str, Any]):
+        self.past_timeout_s = float(options.get("stall_past_timeout_s", 3.0))
+
+    def setup(self, cluster, faults) -> None:
+        super().setup(cluster, faults)
+        why = faults.stall_refusal(f"the {self.name} fault")
+        if why:
+            raise NemesisRefused(f"{why}, or drop {self.name} from --nemesis")
+
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            seconds = round(self.faults.txn_timeout_s + self.past_timeout_s, 3)
+            rec = self.faults.stall_producer(seconds, self.name)
+            if not rec.applied:
+                raise RuntimeError(rec.apply_error)
+            return Op(INFO, op.f, op.process, {"stalled": rec.evidence, "seconds": seconds})
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"resumed": resumed(self.faults.resume_producers(by=self.name))})
+        raise ValueError(f"{self.name} nemesis cannot do {op.f!r}")
+
+    def teardown(self, cluster) -> None:
+        if self.faults is not None:
+            self.faults.resume_producers(by=self.name, release=True)

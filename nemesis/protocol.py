@@ -34,9 +34,16 @@ partition of the test topic:
                             cut the coordinator off from the leader of a partition the
                             transactions write to: their markers there are late
   pause-leader-past-txn-timeout
-                            SIGSTOP a partition leader (not the coordinator) past the workload's
-                            transaction timeout, so transactions writing there time out and are
-                            aborted by the coordinator while their produces wait
+                            SIGSTOP a partition leader (not the coordinator) for 12 s, past the
+                            workload's default transaction timeout: it loses its leadership, the
+                            producers' own delivery timeouts abort the transactions writing there
+                            (their markers go to its successor), and it resumes with their produces
+                            queued (the coordinator itself times nothing out here)
+  stall-producer-past-txn-timeout
+                            one of the workload's client processes stops inside an open transaction
+                            for its transaction timeout plus 3 s, then goes on with it: the
+                            coordinator aborts the transaction on its timeout and must fence the
+                            producer (a bumped epoch), so what it sends after resuming is refused
   kill-group-coordinator    SIGKILL the coordinator of the workload's consumer group
   heal                      reconnect, resume and restart everything
   sequence:<scenario>       one of the flaw sequences of nemesis/scenario.py (004's unclean
@@ -51,7 +58,8 @@ partition of the test topic:
                             producer-paused-past-txn-timeout, late-txn-markers,
                             group-coordinator-fails-over
 The coordinator moves and sequences are there only when the workload has transactional ids or a
-consumer group (the runner passes them); a queue run in assign mode draws exactly what it drew before.
+consumer group (the runner passes them), and the stall only when its clients can stall (the txn
+workload); a queue run in assign mode draws exactly what it drew before.
 
 Faults accumulate between heals (a follower stays cut off while the leader is killed),
 which is what turns single faults into the sequences of 004 and 001. A move whose role
@@ -80,6 +88,7 @@ from nemesis.scenario import (
     cut,
     idle,
     sleep,
+    stall_producer,
     wait,
 )
 
@@ -101,6 +110,8 @@ MOVES: dict[str, tuple[Step, ...]] = {
     "cut-txn-coordinator-from-leader": (bind("C", "txn-coordinator"), bind("L", "other-leader"), cut("C", "L")),
     # 12 s: past the txn workload's default transaction timeout (10 s), so the pause outlasts transactions
     "pause-leader-past-txn-timeout": (bind("L", "other-leader"), act("pause", "L"), sleep(12), act("resume", "L")),
+    # any process holding an open transaction, as a GC pause would stop it; drawn like every single move
+    "stall-producer-past-txn-timeout": (stall_producer(), act("resume-producer")),
     "kill-group-coordinator": (bind("G", "group-coordinator"), act("kill", "G")),
     "heal": (act("heal"), act("start-all"), act("resume-all")),
 }
@@ -157,6 +168,8 @@ class ProtocolNemesis(ScenarioNemesis):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
+        for m in [m for m, steps in self.moves.items() if self.stalls_refusal(f"move {m}", steps, faults)]:
+            del self.moves[m]  # the workload's clients cannot stall (no transactional producer): not a move here
         if can(cluster, IsolatedNodes):
             faults.prepare_network()
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out

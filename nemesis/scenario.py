@@ -23,8 +23,12 @@ partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-
 has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each
 named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
 isolate (cut one node off from every other), cut (one node from one other, or from the
-controllers, both ways), heal (one node's cuts, or all), sleep. A wait that times out
-ends the scenario there (recorded, not an error of the run): the protocol did not go
+controllers, both ways), heal (one node's cuts, or all), sleep; and two steps on the workload's
+own clients rather than a node: stall-producer (a client process stops inside an open transaction
+for the transaction timeout plus `seconds`; with a node, a process whose transactional id that
+broker coordinates: nemesis/actions.py stall_producer, workloads/stalls.py) and resume-producer (wait
+until it goes on, and record what its transaction came to). A wait that times out, or a stall no
+process could take, ends the scenario there (recorded, not an error of the run): the protocol did not go
 where the scenario needed it, which the detection table counts separately from "no
 anomaly".
 """
@@ -43,8 +47,8 @@ from typing import Any
 from clusters.waiting import WaitTimeout, wait_until
 from history import BEYOND_BUDGET, Op
 from nemesis import grudge
-from nemesis.actions import PROCESS_FAULTS
-from nemesis.base import NemesisBase
+from nemesis.actions import PROCESS_FAULTS, resumed
+from nemesis.base import NemesisBase, NemesisRefused
 from nemesis.plan import Plan, PlanStep
 from nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
 
@@ -57,7 +61,7 @@ class Step:
     until: str = ""           # wait: the condition's name
     nodes: tuple[str, ...] = ()  # wait isr-is: the bound names that must make up the ISR
     peer: str = ""            # cut: the other side, a bound name, a node name or "controllers"
-    seconds: float = 30.0     # wait: timeout; sleep: duration
+    seconds: float = 30.0     # wait: timeout; sleep: duration; stall-producer: how far past the txn timeout
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,19 @@ def cut(node: str, peer: str) -> Step:
     return Step("cut", node=node, peer=peer)
 
 
+STALL_PAST_TIMEOUT_S = 3.0  # a stall's default length past the transaction timeout
+
+
+def stall_producer(of: str = "", past_timeout_s: float = STALL_PAST_TIMEOUT_S) -> Step:
+    """A client process stops inside an open transaction for its transaction timeout plus `past_timeout_s`;
+    `of`: a bound broker, and then a process whose transactional id that broker coordinates (any when "")."""
+    return Step("stall-producer", node=of, seconds=past_timeout_s)
+
+
 CONTROLLERS = "controllers"
-ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "cut", "heal")
+ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "cut", "heal", "stall-producer",
+           "resume-producer")
+CLIENT_ACTIONS = ("stall-producer", "resume-producer")  # on the workload's clients, not on a node
 CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
               "fenced", "unfenced", "log-reaches")
 
@@ -228,16 +243,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         targets=("zombie-not-fenced",)),
     Scenario(
         "producer-paused-past-txn-timeout",
-        "KIP-890's hanging transaction: the leader L of a partition the transactions write to (not their "
-        "coordinator) is paused for longer than the workload's transaction timeout (10 s by default; the "
-        "pause is 12 s): produces of open transactions wait at L or in the producers' retries while the "
-        "coordinator aborts the transactions on their timeout and writes their markers (to L's successor "
-        "once L is fenced). By default the abort bumps the producer's epoch, so a produce of the aborted "
-        "transaction that arrives late is refused; under txn-markers-no-epoch-bump the epoch stays valid "
-        "and the late produce joins the producer's next transaction: a write of an aborted transaction "
-        "becomes visible (G1a), or a committed one shows part of another.",
-        (bind("C", "txn-coordinator"), bind("L", "other-leader"), act("pause", "L"), sleep(12),
-         act("resume", "L"), sleep(3), wait("in-isr", "L", timeout=60)),
+        "KIP-890's hanging transaction, from the producer's side: a client process whose transactional id "
+        "the coordinator C coordinates stops in the middle of an open transaction (a send of it delivered, "
+        "a send to a partition it has not written and the commit to come), as a GC pause or a stopped client "
+        "VM would stop it, for the workload's transaction timeout plus 3 s; then it goes on with the same "
+        "transaction. C aborts the transaction on its timeout. By default that abort bumps the producer's "
+        "epoch, so the resumed producer is fenced (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH) and nothing it "
+        "sends after the abort is visible; under txn-markers-no-epoch-bump the markers keep its epoch, so C "
+        "takes the resumed producer's new partition for a new transaction, which the commit then commits "
+        "without the aborted sends before the stall (a torn transaction: lost-write, unseen; the trace "
+        "checker's txn-abort-not-fenced judges the abort itself).",
+        (bind("C", "txn-coordinator"), stall_producer("C"), act("resume-producer"), sleep(3)),
         targets=("txn-markers-no-epoch-bump",)),
     Scenario(
         "late-txn-markers",
@@ -337,7 +353,7 @@ def _file_step(path: Path, i: int, raw: Any, bound: set[str]) -> Step:
     nodes = raw.get("nodes", [])
     if not isinstance(nodes, list):
         raise ScenarioFileError(f"{where}: nodes must be a list of names, e.g. nodes = [\"L\"].")
-    seconds = raw.get("timeout", raw.get("seconds", 30.0))
+    seconds = raw.get("timeout", raw.get("seconds", STALL_PAST_TIMEOUT_S if do == "stall-producer" else 30.0))
     if not isinstance(seconds, int | float) or seconds < 0:
         raise ScenarioFileError(f"{where}: timeout/seconds is {seconds!r}; give a number of seconds, 0 or more.")
     if do == "bind":
@@ -351,7 +367,7 @@ def _file_step(path: Path, i: int, raw: Any, bound: set[str]) -> Step:
         raise ScenarioFileError(f"{where} waits until {raw['until']} of no nodes; add nodes = [\"L\", ...].")
     if do == "cut" and not (node and peer):
         raise ScenarioFileError(f"{where} cuts without node and peer; give both (peer may be \"controllers\").")
-    needs_node = do in ACTIONS and do != "heal" or (do == "wait" and raw.get("until") not in
+    needs_node = do in ACTIONS and do not in ("heal", *CLIENT_ACTIONS) or (do == "wait" and raw.get("until") not in
                                                      ("isr-is", "no-leader", "has-leader"))
     if needs_node and not node:
         raise ScenarioFileError(f"{where} ({do}) names no node; add node = a bound name or a node name.")
@@ -421,11 +437,23 @@ class ScenarioNemesis(NemesisBase):
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
+        why = self.stalls_refusal(f"scenario {self.scenario.name}", self.scenario.steps, faults)
+        if why:
+            raise NemesisRefused(why)
         if self.scenario.needs_isolated_nodes:
             faults.prepare_network()
 
+    @staticmethod
+    def stalls_refusal(what: str, steps, faults) -> str | None:
+        """Why `what` cannot stall a producer: the run's fault actions were given no producer stalls."""
+        return faults.stall_refusal(what) if any(st.do in CLIENT_ACTIONS for st in steps) else None
+
     def keys_refusal(self, what: str, steps) -> str | None:
-        """Why `what` cannot bind its coordinator roles: the workload has no such keys; or None."""
+        """Why `what` cannot bind its coordinator roles or stall a producer: the workload has no such keys (no
+        transactional ids: no transactional producer); or None."""
+        if any(st.do in CLIENT_ACTIONS for st in steps) and not self.keys["transactional_ids"]:
+            return (f"{what} stalls a transactional producer of the workload, and this workload has none; run it "
+                    "with --workload txn")
         for st in steps:
             if st.do == "bind" and st.role in COORDINATOR_ROLES:
                 option, _, noun = COORDINATOR_ROLES[st.role]
@@ -477,6 +505,8 @@ class ScenarioNemesis(NemesisBase):
             d["nodes"] = list(step.nodes)
         if step.do in ("wait", "sleep"):
             d["seconds"] = step.seconds
+        if step.do == "stall-producer":
+            d["past_txn_timeout_s"] = step.seconds
         return d
 
     def node(self, name: str) -> str:
@@ -492,6 +522,10 @@ class ScenarioNemesis(NemesisBase):
         if step.do == "sleep":
             idle(step.seconds, stopped)
             return None
+        if step.do == "stall-producer":
+            return self._stall_producer(cluster, step)
+        if step.do == "resume-producer":
+            return {"resumed": resumed(self.faults.resume_producers(by=self.by))}
         node = self.node(step.node) if step.node else ""
         if step.do == "kill":
             self.faults.kill(node, self.by)
@@ -529,6 +563,25 @@ class ScenarioNemesis(NemesisBase):
         else:
             raise ValueError(f"unknown scenario step {step.do!r}; valid: bind, wait, sleep, {', '.join(ACTIONS)}")
         return {step.do: node}
+
+    def _stall_producer(self, cluster, step: Step) -> dict[str, Any]:
+        """Stall a client producer for the transaction timeout plus `step.seconds`: with a node, one whose
+        transactional id that broker coordinates now. A stall no process took ends the scenario here."""
+        from nemesis.targets import coordinator_node
+
+        ids, detail = None, {}
+        if step.node:
+            node = self.node(step.node)
+            ids = [k for k in self.keys["transactional_ids"]
+                   if coordinator_node(cluster, COORDINATOR_ROLES["txn-coordinator"][1], k) == node]
+            if not ids:
+                raise ScenarioStalled(f"{node} coordinates none of the workload's transactional ids now")
+            detail = {"coordinator": node}
+        seconds = round(self.faults.txn_timeout_s + step.seconds, 3)
+        rec = self.faults.stall_producer(seconds, self.by, transactional_ids=ids, detail=detail)
+        if not rec.applied:
+            raise ScenarioStalled(rec.apply_error or "the stall was not applied")
+        return {"stalled": {k: v for k, v in rec.evidence.items() if k != "txn_timeout_s"}, "seconds": seconds}
 
     def _choose(self, cluster, role: str) -> str:
         p = self._partition(cluster)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Collection, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from checkers.core import Checker
 from history import Op
+
+if TYPE_CHECKING:
+    from workloads.stalls import ProducerStallControl
 
 
 class Client(Protocol):
@@ -68,6 +71,17 @@ class Workload(Protocol):
         extra) when the invocation carries fields of its own (history/ops.py Op.extra)."""
 
     def checkers(self, test: dict[str, Any]) -> list[Checker]: ...
+
+
+@runtime_checkable
+class StallableProducers(Protocol):
+    """An ability of a workload: its clients hold transactional producers that stop mid-transaction when
+    asked (the stall-producer fault, workloads/stalls.py). The runner asks for it with
+    nemesis/requirements.py's `can` and hands the control to the fault actions; a workload without it
+    (the queue's producers are not transactional) gets no such fault."""
+
+    def producer_stalls(self) -> ProducerStallControl:
+        """The one control the workload's clients obey, shared with the run's fault actions."""
 
 
 class CrashSchedule:

@@ -9,6 +9,8 @@ producer too). Keys are the partitions of one topic. The history (the schema che
   assign     invoke [k, ...]   ok the same; an "unseen" extra {"<k>": offset} seeks there (poll-unseen)
   subscribe  invoke [k, ...]   ok the same (one topic: the group decides which keys the member gets)
   crash      invoke null       info: the client was dropped without a clean shutdown
+A txn that a producer stall held (below) carries "stalled": {"fault": its fault record's id, "seconds": how long}
+on its completion.
   poll       final: true, key: k   ok [["poll", {"<k>": [...]}]], end_offset: the key drained from its
              start up to there, read_committed
 Completions carry "rebalance_log": [{"keys": [...], "type": "assigned"|"revoked"}] when the
@@ -16,8 +18,12 @@ process's consumer went through rebalances since its last op (Jepsen's :rebalanc
 
 Outcomes are exact (DESIGN.md): a txn is ok only when commit_transaction returned; fail only when it
 definitely did not commit: abort_transaction returned (the coordinator wrote the abort; it refuses to
-abort a transaction it committed), or the error came before anything was sent; info otherwise (a
-commit that timed out, a fatal producer error after sends, a crash). A txn the workload chose to abort
+abort a transaction it committed), or the error came before anything was sent, or before the commit was
+called (only the producer's EndTxn commits a transaction; one whose producer never asked is aborted, by
+the abort, the coordinator's timeout or the next producer's re-init), or the producer had failed
+fatally (fenced) before the commit was called, so the commit sent nothing (CommitNotSent: librdkafka
+answers a commit outside a transaction's open state without a request); info otherwise (a commit that
+timed out or failed after sends, a crash). A txn the workload chose to abort
 (`txn_abort_p`, the invoke's "abort": true) ends fail with error "aborted-by-workload", its sends
 filled with the offsets their delivery reports gave. A fatal error (a fenced producer) discards the
 producer; the next op makes a new one, which re-initialises the same transactional.id.
@@ -26,6 +32,15 @@ The transactional.id is per worker slot (process mod concurrency): a fresh proce
 re-inits its slot's id, which fences the old producer and aborts its open transaction (KIP-98), as a
 restarted application instance does; read_committed readers then do not wait a transaction timeout
 for the crashed process's transaction.
+
+Producer stalls (the stall-producer fault, workloads/stalls.py): the workload shares one
+ProducerStallControl between its clients and the run's fault actions (`producer_stalls()`). A client
+that is asked to stall does it at its next stall point: in a transaction, before a send to a partition
+the transaction has not written yet that follows an earlier send, it flushes (so a send of the open
+transaction is delivered), stops for the asked seconds,
+then goes on with the rest of the same transaction (more sends, then the commit; a transaction the workload
+means to abort is never stalled). The op's
+outcome follows the rules above whatever the stall made of it; the control is told the outcome.
 
 Options (workload_options, `--workload-option KEY=VALUE`): see TXN_OPTIONS.
 """
@@ -42,6 +57,7 @@ from typing import Any
 from history import FAIL, INFO, OK, Op
 from history.extras import need
 from workloads.base import CrashSchedule, close_confluent_consumer, drop_kafka_python_clients
+from workloads.stalls import ProducerStallControl, Stall, outcome_of
 
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
@@ -68,6 +84,11 @@ POLL_TIMEOUT_S = 0.05     # a poll micro-op is a read, not a wait
 FINAL_READ_TIMEOUT_S = 30.0
 WORKLOAD_ABORT = "aborted-by-workload"
 CRASHED_ON_REBALANCE = "crashed-on-rebalance"
+
+
+class CommitNotSent(Exception):
+    """The library knows that no commit of this transaction went out: its producer had failed fatally (was
+    fenced) before commit was called. The transaction cannot have committed: the op is a definite fail."""
 
 
 class CrashedOnRebalance(Exception):
@@ -171,15 +192,19 @@ class TxnLibrary:
     consumer. The two implementations below are thin; the outcome rules live in TxnClient."""
 
     producer: Any = None  # None until ensure_producer() brought one up (init_transactions returned)
+    txn_id: str  # the transactional.id of its producer
 
     def ensure_producer(self) -> None: ...
+    def producer_identity(self) -> dict[str, int] | None:
+        """{"producer_id", "producer_epoch"} of the producer where the library tells them; None where not."""
     def begin(self) -> None: ...
     def send(self, key: int, value: int) -> Callable[[], int | None]:
         """Queue a record of the open transaction; returns a reader of its offset (None until delivered)."""
     def flush(self) -> None: ...
     def send_offsets(self) -> bool:
         """Put the consumer's positions into the transaction when it is a group member; False when not."""
-    def commit(self) -> None: ...
+    def commit(self) -> None:
+        """commit_transaction; CommitNotSent when the library knows it sent none (a producer failed before)."""
     def abort(self) -> None: ...
     def poll(self) -> dict[str, list]: ...
     def assign(self, keys: list[int], seek: dict[int, int]) -> None: ...
@@ -210,10 +235,17 @@ class ConfluentTxnLibrary(TxnLibrary):
         self.producer = None
         self.consumer = None
         self.subscribed = False
+        self.fatal = None  # the producer's fatal error as librdkafka reported it (error_cb), before a commit
+
+    def _on_producer_error(self, err) -> None:
+        if err.fatal():
+            self.fatal = err
 
     def ensure_producer(self) -> None:
         if self.producer is None:
+            self.fatal = None
             p = self.ck.Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
+                                  "error_cb": self._on_producer_error,
                                   "transaction.timeout.ms": self.o["txn_timeout_ms"], "acks": "all",
                                   "linger.ms": 0, "message.timeout.ms": min(4000, self.o["txn_timeout_ms"]),
                                   "socket.timeout.ms": 3000,
@@ -250,6 +282,12 @@ class ConfluentTxnLibrary(TxnLibrary):
         return True
 
     def commit(self) -> None:
+        # A producer in librdkafka's fatal state answers commit_transaction with that error and sends no EndTxn
+        # (rdkafka_txnmgr.c: a commit needs the IN_TRANSACTION state). error_cb has told us of the fatal error
+        # only if it came before this call (served by the poll after each produce and by the flush).
+        if self.fatal is not None:
+            raise CommitNotSent(f"the producer failed before the commit, so none was sent: {self.fatal.name()}: "
+                                f"{self.fatal.str()}")
         self.producer.commit_transaction(OP_TIMEOUT_S)
 
     def abort(self) -> None:
@@ -335,6 +373,9 @@ class ConfluentTxnLibrary(TxnLibrary):
 
     def discard_producer(self) -> None:
         self.producer = None
+
+    def producer_identity(self) -> dict[str, int] | None:
+        return None  # librdkafka keeps the producer id and epoch to itself
 
     def crash(self) -> None:
         # Dropping the last reference destroys the handles without rd_kafka_consumer_close (no leave-group,
@@ -518,6 +559,14 @@ class KafkaPythonTxnLibrary(TxnLibrary):
                 pass
         self.producer = None
 
+    def producer_identity(self) -> dict[str, int] | None:
+        # kafka-python has no public accessor; its transaction manager holds the pair (evidence only)
+        try:
+            pe = self.producer._transaction_manager.producer_id_and_epoch
+            return {"producer_id": int(pe.producer_id), "producer_epoch": int(pe.epoch)}
+        except Exception:  # noqa: BLE001 - another version of the library: no evidence, no harm
+            return None
+
     def crash(self) -> None:
         p, c = self.producer, self.consumer
         self.producer = self.consumer = None
@@ -546,9 +595,11 @@ class TxnClient:
     decides each outcome (module docstring)."""
 
     def __init__(self, make_library: Callable[..., TxnLibrary], topic: str, partitions: int, concurrency: int,
-                 options: dict[str, Any], tracker: OffsetTracker):
+                 options: dict[str, Any], tracker: OffsetTracker, stalls: ProducerStallControl | None = None):
         self.make_library, self.topic, self.partitions = make_library, topic, partitions
         self.concurrency, self.o, self.tracker = max(1, concurrency), options, tracker
+        self.stalls = stalls  # the run's producer stalls (workloads/stalls.py); None: never stalls
+        self._stall: Stall | None = None  # the stall the current op went through
         self.lib: TxnLibrary | None = None
         self.bootstrap = ""
         self._rebalances: list[dict[str, Any]] = []
@@ -571,6 +622,24 @@ class TxnClient:
             self._rebalanced_during_op = True
 
     def invoke(self, op: Op) -> Op:
+        try:
+            comp = self._invoke(op)
+        except BaseException as e:  # a bug in the client: the runner records the op info, the stall unknown
+            self._stall_finished(INFO, _error_text(e))
+            raise
+        stall = self._stall_finished(comp.type, comp.error)
+        if stall is not None:  # the completion says it stood still, and how long (the ledger has the rest)
+            comp.extra = {**(comp.extra or {}), "stalled": {"fault": stall.fault, "seconds": stall.stalled_s}}
+        return comp
+
+    def _stall_finished(self, type_: str, error: Any) -> Stall | None:
+        """Tell the stall this op went through (if any) what its transaction came to; that stall."""
+        stall, self._stall = self._stall, None
+        if stall is not None:
+            stall.finish(outcome_of(type_, error))
+        return stall
+
+    def _invoke(self, op: Op) -> Op:
         with self._lock:
             self._rebalanced_during_op = False
         if op.f == "txn":
@@ -602,6 +671,7 @@ class TxnClient:
         offsets: list[tuple[int, int, int, Callable[[], int | None]]] = []  # (index, key, value, offset reader)
         abort = bool((op.extra or {}).get("abort"))
         sent = False  # whether anything reached the transaction: before that an error is a definite fail
+        committing = False  # whether the commit was called: before that an error is a definite fail too
         try:
             lib = self._library(op.process)
             lib.ensure_producer()
@@ -610,6 +680,8 @@ class TxnClient:
             for i, m in enumerate(micro):
                 if m[0] == "send":
                     _, k, v = m
+                    if offsets and k not in {o[1] for o in offsets}:  # the stall point: a send to a new partition
+                        self._stall_point(op, lib, done, offsets)
                     sent = True
                     offsets.append((i, k, v, lib.send(k, v)))
                 else:
@@ -625,6 +697,7 @@ class TxnClient:
             if abort:
                 lib.abort()
                 return _completion(op, FAIL, done, error=WORKLOAD_ABORT)
+            committing = True
             _commit(lib)
         except CrashedOnRebalance:
             _fill_offsets(done, offsets)
@@ -634,23 +707,52 @@ class TxnClient:
             return _completion(op, INFO, done, error=CRASHED_ON_REBALANCE)
         except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
             _fill_offsets(done, offsets)
-            return self._after_error(op, done, sent, e)
+            return self._after_error(op, done, sent and committing, e)
         _fill_offsets(done, offsets)
         for m in done:
             if m[0] == "send" and isinstance(m[2], list):
                 self.tracker.sent(m[1], m[2][0])
         return _completion(op, OK, done)
 
-    def _after_error(self, op: Op, done: list[list], sent: bool, e: Exception) -> Op:
-        """A transaction that raised: fail when nothing was sent or the abort went through; else info."""
+    def _stall_point(self, op: Op, lib: TxnLibrary, done: list[list],
+                     offsets: list[tuple[int, int, int, Callable[[], int | None]]]) -> None:
+        """Stop here when a stall is asked of this process (workloads/stalls.py): the transaction is open,
+        a send of it delivered (flushed first), and a send to a partition it has not written yet and the
+        commit are still to come. That send makes the resumed producer ask its coordinator to add the
+        partition, which a coordinator that aborted the transaction without fencing the producer takes for
+        a new transaction (a send to a partition it wrote is refused by the partition leader instead, KIP-890
+        part 1). A transaction the workload means to abort has no stall point: what follows a stall must
+        try to commit."""
+        if (self.stalls is None or self._stall is not None or (op.extra or {}).get("abort")
+                or not self.stalls.wanted(op.process, lib.txn_id)):
+            return
+        lib.flush()
+        _fill_offsets(done, offsets)
+        delivered = [m[2][0] for m in done if m[0] == "send" and isinstance(m[2], list)]
+        if not delivered:
+            return
+        stall = self.stalls.claim(op.process, lib.txn_id)
+        if stall is None:
+            return  # another process took it
+        self._stall = stall
+        stall.hold({"process": op.process, "transactional_id": lib.txn_id, **(lib.producer_identity() or {}),
+                    "partitions": sorted({m[1] for m in done if m[0] == "send" and isinstance(m[2], list)}),
+                    "delivered_offsets": delivered, "txn_timeout_s": self.stalls.txn_timeout_s})
+
+    def _after_error(self, op: Op, done: list[list], open_: bool, e: Exception) -> Op:
+        """A transaction that raised: info when its outcome is `open_` (sends, then the commit called) unless
+        the abort went through or the library knows the commit sent nothing; else fail."""
         lib = self.lib
-        if lib is not None and lib.producer is None and not sent:
+        if lib is not None and lib.producer is None and not open_:
             # the producer never came up (init_transactions failed or timed out): no transaction to abort
+            return _completion(op, FAIL, done, error=_error_text(e))
+        if lib is not None and isinstance(e, CommitNotSent):
+            lib.discard_producer()  # fenced or dead: the next op inits a new producer on this id
             return _completion(op, FAIL, done, error=_error_text(e))
         if lib is None or lib.is_fatal(e):
             if lib is not None:
                 lib.discard_producer()  # fenced or dead: the next op inits a new producer on this id
-            return _completion(op, INFO if sent else FAIL, done, error=_error_text(e))
+            return _completion(op, INFO if open_ else FAIL, done, error=_error_text(e))
         try:
             lib.abort()
         except Exception as abort_error:  # noqa: BLE001 - the abort did not go through: the outcome is open
@@ -659,7 +761,7 @@ class TxnClient:
             # sends EndTxn(abort) for an AddPartitionsToTxn that failed (a coordinator fail-over; it counts
             # a failed one as possibly received, rdkafka_txnmgr.c): Kafka answers the same to both.
             lib.discard_producer()
-            return _completion(op, INFO if sent else FAIL, done,
+            return _completion(op, INFO if open_ else FAIL, done,
                                error=f"{_error_text(e)}; abort failed: {_error_text(abort_error)}"[:600])
         return _completion(op, FAIL, done, error=f"{_error_text(e)}; aborted"[:600])
 
@@ -778,6 +880,7 @@ class TxnWorkload:
         self.client = options.get("client", "kafka-python")
         self.o = txn_options(options)
         self.tracker = OffsetTracker()
+        self.stalls = ProducerStallControl(self.o["txn_timeout_ms"] / 1000)
         self._mix: TxnOpMix | None = None
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
@@ -790,7 +893,12 @@ class TxnWorkload:
 
     def new_client(self, test: dict[str, Any]) -> TxnClient:
         library = ConfluentTxnLibrary if self.client == "confluent-kafka" else KafkaPythonTxnLibrary
-        return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker)
+        return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker,
+                         self.stalls)
+
+    def producer_stalls(self) -> ProducerStallControl:
+        """Its clients' stall control (workloads/base.py StallableProducers; the stall-producer fault)."""
+        return self.stalls
 
     def op_mix(self, test: dict[str, Any]) -> TxnOpMix:
         self._mix = TxnOpMix(self.o, self.partitions, int(test.get("concurrency", 1)), self.tracker)

@@ -10,6 +10,8 @@ import pytest
 from clusters.base import PartitionView
 from clusters.broker.group_coordinator import CoordinatorConfig, GroupCoordinator, coordinator_partition
 from clusters.broker.txn_coordinator import TransactionCoordinator, TxnConfig
+from nemesis.actions import FaultActions
+from nemesis.ledger import FaultLedger
 from nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
 from nemesis.scenario import SCENARIOS, ScenarioNemesis
 from nemesis.targets import coordinator_node
@@ -86,21 +88,16 @@ def test_the_txn_coordinator_role_binds_the_broker_coordinating_most_of_the_work
         [bound], "scenario:txn-coordinator-killed-mid-commit", True, True, True)
 
 
-def test_pause_past_the_txn_timeout_pauses_another_partitions_leader_not_the_coordinator(monkeypatch):
+def test_pause_leader_past_the_txn_timeout_pauses_a_leader_longer_than_the_transaction_timeout(monkeypatch):
     slept = []
     monkeypatch.setattr("nemesis.scenario.idle", lambda seconds, stopped: slept.append(seconds) or True)
     c = CoordinatorCluster()
-    ids = [k for k in TXN_IDS if coordinators_of([k])[0] == 1][:1]  # their coordinator is broker-1
-    assert ids, "the fake's rule puts one of the ids on broker-1"
-    n = ScenarioNemesis("producer-paused-past-txn-timeout",
-                        {"scenario_delay": 0, "seed": 1, "transactional_ids": ids})
-    ops = run(n, c)
-    binds = [r for f, _, r in ops if f == "scenario-bind"]
-    assert binds == [{"C": "broker-1"}, {"L": "broker-2"}]  # partition 0's leader is the coordinator
-    assert n.partition == 1  # the later steps are about the paused leader's partition
-    assert c.calls[:2] == ["pause broker-2", "resume broker-2"]
-    assert slept[1:] == [12, 3]  # after the start delay: the pause, then the wait after the resume
-    assert slept[1] > TxnWorkload({}).o["txn_timeout_ms"] / 1000  # past the workload's transaction timeout
+    n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "transactional_ids": TXN_IDS}), c)
+    n.moves = {"pause-leader-past-txn-timeout": MOVES["pause-leader-past-txn-timeout"]}
+    ops = drive_moves(n, c, 1)
+    [(_, _, bound)] = [op for op in ops if op[0] == "scenario-bind"]
+    assert c.calls == [f"pause {bound['L']}", f"resume {bound['L']}"]
+    assert slept == [12] and slept[0] > TxnWorkload({}).o["txn_timeout_ms"] / 1000
     [rec] = [r for r in n.faults.ledger.records() if r.fault == "pause"]
     assert rec.applied and rec.observed and rec.healed
 
@@ -157,7 +154,9 @@ def test_the_protocol_nemesis_has_coordinator_moves_only_with_a_workload_of_tran
             "kill-group-coordinator", SEQUENCE_PREFIX + "late-txn-markers"} <= coordinator_moves
     plain = set_up(ProtocolNemesis({"seed": 1, "topic": "queue"}), CoordinatorCluster())
     assert not coordinator_moves & set(plain.moves)
-    txn = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "transactional_ids": TXN_IDS}), CoordinatorCluster())
+    txn = ProtocolNemesis({"seed": 1, "topic": "queue", "transactional_ids": TXN_IDS})
+    c = CoordinatorCluster()
+    txn.setup(c, FaultActions(c, FaultLedger(), "queue", TxnWorkload({}).producer_stalls()))
     assert coordinator_moves - set(txn.moves) == {"kill-group-coordinator",
                                                   SEQUENCE_PREFIX + "group-coordinator-fails-over"}
     assert "pause-leader-past-txn-timeout" in txn.moves

@@ -13,6 +13,7 @@ from workloads.registry import parse_workload_options, workload_options_problems
 from workloads.txn import (
     CRASHED_ON_REBALANCE,
     WORKLOAD_ABORT,
+    CommitNotSent,
     OffsetTracker,
     TxnClient,
     TxnLibrary,
@@ -184,6 +185,25 @@ def test_error_before_any_send_is_fail_even_when_the_abort_fails():
     lib = ScriptedLibrary(fail_at={"poll": LibraryError("poll broke"), "abort": LibraryError("no")})
     comp = client_with(lib).invoke(txn([["poll"], ["send", 1, 5]]))
     assert comp.type == FAIL
+
+
+def test_an_error_after_sends_but_before_the_commit_was_called_is_fail_even_when_the_abort_fails():
+    # only the producer's commit commits a transaction: one it never asked for is aborted, now or later
+    lib = ScriptedLibrary(fail_at={"flush": LibraryError("2 record(s) undelivered"), "abort": LibraryError("no")})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == FAIL and "abort failed" in comp.error and "commit" not in lib.calls
+
+
+def test_a_fatal_error_after_sends_but_before_the_commit_was_called_is_fail():
+    lib = ScriptedLibrary(fail_at={"send_offsets": LibraryError("fenced", fatal=True)})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == FAIL and "commit" not in lib.calls and "discard" in lib.calls
+
+
+def test_a_commit_the_library_knows_it_never_sent_is_fail():
+    lib = ScriptedLibrary(fail_at={"commit": CommitNotSent("the producer failed before the commit")})
+    comp = client_with(lib).invoke(txn(SEND_POLL))
+    assert comp.type == FAIL and "abort" not in lib.calls and "discard" in lib.calls
 
 
 def test_offsets_sent_to_a_subscribed_transaction_make_a_later_error_info():
