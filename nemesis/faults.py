@@ -11,8 +11,10 @@ these classes decide which nodes and when.
   isolate the leader of a partition, isolate the controller, one-way).
 - lossy-crash: SIGKILL the broker, then make its lossy file system drop every unsynced
   byte (clusters/lossyfs.py), as a power cut would; the broker stays down until the stop.
-  By default it respects the protocol's fault budget (001: at most min ISR - 1 lossy
-  crashes until the crashed brokers are back), so a correct broker must lose nothing.
+  By default it respects the protocol's fault budget (001 5: at most min ISR - 1 concurrent
+  lossy unclean shutdowns), so a correct broker must lose nothing. A power-cut broker counts
+  against the budget until it is back in every ISR of the partitions it holds, not merely
+  restarted: until then it is no copy of the committed log (001 5.1.2, Unclean Exclusion).
 - clock, clock-jump, clock-strobe: skew a node's wall clock by a random offset, step it an hour
   forward or back, or make it flip between two values every few ms (the preload reads its
   control file live); never the host's or the kernel's clock.
@@ -44,6 +46,8 @@ def beyond_fault_budget(power_cut: int, min_isr: int) -> bool:
     return power_cut > max(min_isr - 1, 0)
 
 
+# Kafka's internal topics: a power-cut broker must be back in their ISRs too (groups' offsets, transactions).
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 PARTITION_TARGETS = ("random-node", "halves", "majorities-ring", "bridge", "leader", "controller", "one-way")
 SHAPES_OF_THREE = ("majorities-ring", "bridge")  # need at least three nodes (nemesis/grudge.py)
 
@@ -140,6 +144,7 @@ class LossyCrashNemesis(_Fault):
         super().__init__(options)
         self.min_isr = int(options.get("min_isr", 2))
         self.exceed_budget = bool(options.get("exceed_fault_budget", False))
+        self.recovering: set[str] = set()  # restarted after our power cut, not yet seen back in every ISR
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
@@ -152,27 +157,52 @@ class LossyCrashNemesis(_Fault):
         if op.f == self.start_f:
             budget = len(cluster.broker_nodes()) if self.exceed_budget else max(self.min_isr - 1, 0)
             crashed = {n for r in self.faults.ledger.active(("lossy-crash",)) for n in r.nodes}
+            self.recovering = {n for n in self.recovering - crashed if not self._back_in_sync(cluster, n)}
+            unclean = crashed | self.recovering  # each one a lossy unclean shutdown not yet recovered from
             up = running_brokers(cluster)  # not one another fault has down: its restart would undo ours
-            candidates = [n for n in cluster.broker_nodes() if n not in crashed and n in up]
+            candidates = [n for n in cluster.broker_nodes() if n not in unclean and n in up]
             target = self.options.get("target")
             if target == "leader" or (target == "mixed" and self.rng.random() < 0.5):
                 leaders = [n for n in self._leader_nodes(cluster) if n in candidates]
                 candidates = leaders or candidates
-            if len(crashed) >= budget or not candidates:
-                why = f"fault budget {budget} reached" if len(crashed) >= budget else "no running broker to power-cut"
-                return Op(INFO, op.f, op.process, {"lossy-crash": [], "skipped": why})
+            if len(unclean) >= budget or not candidates:
+                why = (f"fault budget {budget} reached" if len(unclean) >= budget else "no running broker to power-cut")
+                value = {"lossy-crash": [], "skipped": why}
+                if self.recovering:
+                    value["recovering"] = sorted(self.recovering)
+                return Op(INFO, op.f, op.process, value)
             node = self.rng.choice(candidates)
             rec = self.faults.lossy_crash(node, by=self.name)
             value = {"lossy-crash": [node], "dropped": rec.evidence.get("lossyfs")}
-            if beyond_fault_budget(len(crashed) + 1, self.min_isr):  # only with exceed_fault_budget
+            if self.recovering:
+                value["recovering"] = sorted(self.recovering)
+            if beyond_fault_budget(len(unclean) + 1, self.min_isr):  # only with exceed_fault_budget
                 value[BEYOND_BUDGET] = True
             return Op(INFO, op.f, op.process, value)
         if op.f == self.stop_f:
             restarted = self._mine(("lossy-crash",))
             for node in restarted:
                 self.faults.start(node)
+            self.recovering |= set(restarted)
             return Op(INFO, op.f, op.process, {"restarted": restarted})
         raise ValueError(f"lossy-crash nemesis cannot do {op.f!r}")
+
+
+    def _back_in_sync(self, cluster, node: str) -> bool:
+        """Is the restarted broker in the ISR of every partition it holds (the test topic's and Kafka's
+        internal topics')? 001 5.1.2: after an unclean shutdown a replica is out of sync until it has caught
+        up and been taken back, so until then another power cut is a second concurrent one (broker 1 power-cut
+        and restarted empty, then brokers 2 and 3 in turn, lost every record: 001 5.3). Unknown is no."""
+        try:
+            bid = cluster.node_id(node)
+            views = cluster.partitions(self.topic)
+            if not views:
+                return False  # the cluster did not say
+            for topic in INTERNAL_TOPICS:
+                views += cluster.partitions(topic)
+        except Exception:  # noqa: BLE001 - the cluster did not answer: not known to be back
+            return False
+        return all(bid in v.isr for v in views if bid in v.replicas)
 
 
 class _ClockFault(_Fault):

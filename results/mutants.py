@@ -153,7 +153,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("producer-state-not-rebuilt", REPLICA,
        "self.producers = ProducerStateTable.from_headers(self.log.batch_headers(), self._read_batch)",
        "self.producers = ProducerStateTable()",
-       "a new leader rebuilds the idempotent producers' state from its log, so a retry is not appended twice",
+       "a new leader whose producer table does not describe its log (a restart, a truncation) rebuilds it "
+       "from the log, so a retry is not appended twice (a follower keeps its table as it copies)",
        "PROTOCOL.md 3 (acks=all: producers need idempotent retries), 10 (KIP-98 producer id and sequence)",
        "nothing with the queue workload: its producers run with idempotence off and retries 0 "
        "(workloads/queue.py, so a rejected send stays definite), so no batch carries a producer id and the "

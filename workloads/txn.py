@@ -121,9 +121,10 @@ def txn_options(options: dict[str, Any]) -> dict[str, Any]:
 
 # --- what the op mix knows of the run: offsets written and seen (Jepsen's poll-unseen) ----------------
 class OffsetTracker:
-    """The highest offset acknowledged in a committed send and the highest polled, per key, over all
-    processes: a key whose written offsets run past what anyone polled is unseen (Jepsen's
-    poll-unseen), and an assign op seeks there. Shared by the workload's clients (thread-safe)."""
+    """The highest offset acknowledged in a committed send and the highest polled in a committed
+    transaction, per key, over all processes: a key whose written offsets run past what anyone polled is
+    unseen (Jepsen's poll-unseen), and an assign op seeks there. Shared by the workload's clients
+    (thread-safe)."""
 
     def __init__(self) -> None:
         self._sent: dict[int, int] = {}
@@ -688,7 +689,6 @@ class TxnClient:
                     records = lib.poll()
                     polled = True
                     done[i] = ["poll", records]
-                    self.tracker.polled(records)
                     self._crash_if_rebalanced()
             if polled and lib.send_offsets():
                 sent = True
@@ -709,9 +709,14 @@ class TxnClient:
             _fill_offsets(done, offsets)
             return self._after_error(op, done, sent and committing, e)
         _fill_offsets(done, offsets)
+        # Only a committed transaction's sends and polls count (Jepsen's poll-unseen updates on :ok alone):
+        # records an aborted transaction polled are unread, and an assign that seeks past them would make
+        # sure no committed read ever returns them.
         for m in done:
             if m[0] == "send" and isinstance(m[2], list):
                 self.tracker.sent(m[1], m[2][0])
+            elif m[0] == "poll" and len(m) > 1:
+                self.tracker.polled(m[1])
         return _completion(op, OK, done)
 
     def _stall_point(self, op: Op, lib: TxnLibrary, done: list[list],

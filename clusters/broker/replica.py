@@ -72,6 +72,10 @@ class Replica:
         self.followers: dict[int, FollowerState] = {}
         self.alter_in_flight: list[int] | None = None
         self.producers = ProducerStateTable()
+        # The log end offset the producer table is built up to: a follower keeps it as it copies (Kafka's
+        # UnifiedLog.appendAsFollower updates the producer state), so becoming leader reads no log; None when
+        # the table does not describe the log (a restart's recovered log, a truncation) and is rebuilt.
+        self._producers_end: int | None = self.leo if self.leo == log.log_start_offset else None
         self._first_transition = True  # for the truncate-to-hw variant (pre-KIP-101 restart)
         # For the no-epoch-fencing variant: has this follower checked its log against its leader's
         # since it became a follower in this leader epoch (a fetch carrying its last epoch answered
@@ -156,7 +160,8 @@ class Replica:
         # 002 2.9 / PROTOCOL.md 4: follower state is cleared on every epoch change; ISR
         # members get a full lag timeout of grace before they can be shrunk away.
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in self.replicas if r != self.node_id}
-        self.producers = ProducerStateTable.from_headers(self.log.batch_headers(), self._read_batch)
+        if self._producers_end != self.leo:
+            self._rebuild_producers()
         self._first_transition = False
         self._event("become_leader", **{"from": f"{old_role}@{old_epoch}", "to": f"leader@{self.leader_epoch}"},
                     isr=self.isr, replicas=self.replicas, leso=self.leso, leo=self.leo, hwm=self.hwm,
@@ -170,6 +175,7 @@ class Replica:
             # checkpointed HW instead of asking the leader where the logs diverge.
             before = self.leo
             cut = self.log.truncate_to(self.hwm)
+            self._producers_truncated()
             self._event("truncate_to_hw_variant", truncated_to=cut, reason="truncate-to-hw variant: restart",
                         hwm=self.hwm, epoch_cache=self.epoch_cache(), **{"from": before, "to": cut})
         self._first_transition = False
@@ -195,9 +201,29 @@ class Replica:
 
     def append(self, raw: bytes, headers: list[BatchHeader]) -> tuple[int, int]:
         first, last = self.log.append_as_leader(raw, self.leader_epoch, headers)
-        self.producers.record(headers, first, raw)
+        self._producers_appended(headers, first, raw)
         self.maybe_advance_hwm()
         return first, last
+
+    # --- producer state (KIP-98): kept as the log grows, rebuilt only when it cannot be ----------------
+    def _producers_appended(self, headers: list[BatchHeader], first: int, raw: bytes) -> None:
+        """The table follows an append that starts where it ends; else it is left to a rebuild."""
+        if self._producers_end == first:
+            self.producers.record(headers, first, raw)
+            self._producers_end = self.leo
+        else:
+            self._producers_end = None
+
+    def _producers_truncated(self) -> None:
+        """A truncation below what the table saw leaves entries of removed batches: rebuild it when needed
+        (Kafka's UnifiedLog.truncateTo reloads the producer state)."""
+        if self._producers_end is not None and self.leo < self._producers_end:
+            self._producers_end = None
+
+    def _rebuild_producers(self) -> None:
+        """From every batch header of the log (and the bytes of each control batch): a read of the whole log."""
+        self.producers = ProducerStateTable.from_headers(self.log.batch_headers(), self._read_batch)
+        self._producers_end = self.leo
 
     def _read_batch(self, h: BatchHeader) -> bytes:
         return self.log.read(h.base_offset, h.size)[:h.size]
@@ -383,6 +409,7 @@ class Replica:
             # leader's LEO, whatever its records there were.
             before, hwm_before = self.leo, self.hwm
             self.log.truncate_to(int(resp["log_end_offset"]))
+            self._producers_truncated()
             self.hwm = min(self.hwm, self.leo)
             self._event("truncated_to_leader_leo_variant", **{"from": before, "to": self.leo}, hwm=self.hwm,
                         hwm_before=hwm_before,
@@ -398,6 +425,7 @@ class Replica:
                                                 int(div["end_offset"]))
             before, hwm_before = self.leo, self.hwm
             self.log.truncate_to(target)
+            self._producers_truncated()
             self.hwm = min(self.hwm, self.leo)
             self._event("truncated_on_divergence", diverging_epoch=div, **{"from": before, "to": self.leo},
                         hwm=self.hwm, hwm_before=hwm_before, reason="the leader answered a diverging epoch",
@@ -410,7 +438,8 @@ class Replica:
             raw = _from_offset(raw, self.leo)
             if raw:
                 last_epoch = self.log.last_epoch
-                self.log.append_as_follower(raw)
+                first, _ = self.log.append_as_follower(raw)
+                self._producers_appended([h for _, h in iter_batch_headers(raw, check_crc=False)], first, raw)
                 if self.log.last_epoch != last_epoch:
                     # Once per leader epoch the follower copies: where its cache starts that epoch (log matching).
                     self._event("follower_epoch_appended", leo=self.leo, epoch_cache=self.epoch_cache())

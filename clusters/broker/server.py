@@ -133,12 +133,12 @@ class PendingProduce:
 
 
 def _producer_facts(headers: list[BatchHeader]) -> dict[str, Any]:
-    """Who wrote a produce, for the trace: the producer id and epoch (-1 when not idempotent), whether it is
-    transactional, and whether it is a marker (a control batch). A produce request carries one batch per
-    partition (Produce v3+), so the first header speaks for it."""
+    """Who wrote a produce, for the trace: the producer id, epoch and base sequence (-1 when not idempotent),
+    whether it is transactional, and whether it is a marker (a control batch). A produce request carries one
+    batch per partition (Produce v3+), so the first header speaks for it."""
     h = headers[0]
-    return {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch, "transactional": h.is_transactional,
-            "control": h.is_control}
+    return {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch, "base_sequence": h.base_sequence,
+            "transactional": h.is_transactional, "control": h.is_control}
 
 
 class Broker:
@@ -255,8 +255,9 @@ class Broker:
             if seq_err != rpc.NONE:
                 return seq_err, -1, -1
             if dup is not None:
-                if len(headers) == 1:
-                    return await self._await_commit(r, dup[0], dup[1], acks, timeout_s, _producer_facts(headers))
+                if len(headers) == 1:  # a retry: acknowledged with the offsets the batch was first written at
+                    return await self._await_commit(r, dup[0], dup[1], acks, timeout_s,
+                                                    {**_producer_facts(headers), "duplicate": True})
                 return rpc.INVALID_REQUEST, -1, -1
         first, last = r.append(raw, headers)
         self.signal_change(r.key, wake_followers=True)

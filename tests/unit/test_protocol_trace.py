@@ -189,6 +189,25 @@ def test_a_marker_is_traced_where_it_was_written_and_a_late_produce_below_its_ep
     assert rules_broken(trace) == []
 
 
+def test_a_batch_acknowledged_as_a_retry_is_traced_as_a_duplicate_with_its_sequence(tmp_path):
+    # Kafka's duplicate check (ProducerStateEntry.findDuplicateBatch) matches producer epoch and sequence range
+    # only: a producer that sends new data under the sequence of a batch of its aborted transaction (no epoch
+    # bump between) is answered with that batch's offsets. A txn run's op #1142 was acknowledged so at offset
+    # 317, which held a value of its aborted transaction: the trace now says so.
+    async def scenario() -> list[dict]:
+        b = make_broker(tmp_path)
+        lead(b, "t", 1, 0)
+        assert await produce(b, txn_batch(0, b"aborted")) == rpc.NONE
+        assert (await b.txn.write_marker(marker(commit=False)))["error"] == rpc.NONE
+        err, first, _ = await b.produce("t", 0, txn_batch(0, b"new"), validate_batches(txn_batch(0, b"new")), -1, 1.0)
+        assert (err, first) == (rpc.NONE, 0)
+        return node_trace(b)
+
+    acked = [(e["first"], e["base_sequence"], e["control"], e.get("duplicate", False))
+             for e in asyncio.run(scenario()) if e["event"] == "produce_acked"]
+    assert acked == [(0, 0, False, False), (1, -1, True, False), (0, 0, False, True)]
+
+
 def test_an_offset_commit_is_traced_with_the_hwm_it_was_answered_at(tmp_path):
     async def scenario(*variants: str) -> list[dict]:
         b = make_broker(tmp_path / (variants[0] if variants else "default"), variants)

@@ -13,7 +13,9 @@ import pytest
 
 from clusters.broker import rpc
 from clusters.broker.log import PartitionLog, build_batch, validate_batches
+from clusters.broker.log.batch import build_control_batch
 from clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
+from clusters.broker.producer_state import ProducerStateTable
 from clusters.broker.replica import FOLLOWER, LEADER, OFFSET_NOT_AVAILABLE, Replica, ReplicaConfig
 
 LAG = 1000
@@ -379,6 +381,69 @@ def test_producer_state_is_rebuilt_from_the_log_on_becoming_leader(tmp_path):
                                          leader_epoch=1))
     a.apply_partition_state(state(1, 2, [1, 2]), now_ms=1)
     assert a.producers.check(validate_batches(raw)[0]) == (rpc.NONE, (0, 1))  # a retry: original offsets
+
+
+def _table(t: ProducerStateTable) -> tuple:
+    return ({pid: (e.epoch, e.last_sequence, list(e.recent), e.coordinator_epoch) for pid, e in t.producers.items()},
+            dict(t.ongoing), list(t.aborted))
+
+
+def _txn_traffic(lead: Replica) -> None:
+    """Transactions as the txn workload makes them: two producers' batches, an abort, a commit, one left open."""
+    def txn(pid: int, seq: int) -> None:
+        raw = build_batch([b"v", b"w"], producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True)
+        lead.append(raw, validate_batches(raw))
+
+    def end(pid: int, commit: bool) -> None:
+        raw = build_control_batch(pid, 0, commit, coordinator_epoch=3)
+        lead.append(raw, validate_batches(raw))
+
+    txn(7, 0), txn(8, 0), txn(7, 2), end(7, False), end(8, True), txn(7, 4), txn(8, 2), end(8, True), txn(7, 6)
+
+
+def test_a_follower_keeps_producer_state_as_it_copies_so_becoming_leader_reads_no_log(tmp_path, monkeypatch):
+    # detection-txn-default-faults/20261126T042005: a broker taking over 14 partitions rebuilt each one's
+    # producer table from every batch header of its log (1,000-1,700 batches behind the lossy FUSE file
+    # system: 0.3-1.3 s a partition), all in one turn of its event loop; it sent no heartbeat for longer than
+    # the 3 s session timeout, was fenced, and the leaderships flapped between the two live brokers while
+    # the power-cut third copied nothing for 19 s. Kafka's followers update the producer state as they append
+    # (UnifiedLog.appendAsFollower), so makeLeader rebuilds nothing.
+    lead, f = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
+    lead.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    f.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    _txn_traffic(lead)
+    replicate(lead, f, now=1)
+    assert f.leo == lead.leo == 15
+
+    def no_scan():
+        raise AssertionError("becoming leader scanned the whole log")
+    monkeypatch.setattr(f.log, "batch_headers", no_scan)
+    assert f.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=2) == "become-leader"
+    monkeypatch.undo()
+    assert _table(f.producers) == _table(lead.producers)
+    assert _table(f.producers) == _table(ProducerStateTable.from_headers(f.log.batch_headers(), f._read_batch))
+    assert f.producers.ongoing == {7: 8} and f.last_stable_offset() == 0  # the HWM is still 0 here
+    retry = build_batch([b"v", b"w"], producer_id=8, producer_epoch=0, base_sequence=2, transactional=True)
+    assert f.producers.check(validate_batches(retry)[0]) == (rpc.NONE, (10, 11))  # a retry: its offsets
+
+
+def test_a_truncated_follower_rebuilds_its_producer_state_on_becoming_leader(tmp_path):
+    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
+    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(a, 3)
+    replicate(a, b, now=1)
+    raw = build_batch([b"x"], producer_id=9, producer_epoch=0, base_sequence=0, transactional=True)
+    a.append(raw, validate_batches(raw))  # offset 3 in epoch 1 on broker 1 only, an open transaction
+    b.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=10)
+    produce(b, 2, start=100)
+    a.apply_partition_state(state(2, 2, [2], pepoch=3), now_ms=20)
+    req = a.fetch_request(10, 1 << 20)
+    assert a.on_fetch_response(req, b.record_follower_fetch(req, 21)) == rpc.NONE
+    assert a.leo == 3  # the divergent transactional batch is gone
+    replicate(b, a, now=22)
+    a.apply_partition_state(state(1, 3, [1, 2], pepoch=4), now_ms=30)
+    assert a.producers.ongoing == {} and 9 not in a.producers.producers and a.last_stable_offset() == a.hwm
 
 
 # --- historic flaws as variants (issue 4; 004 scenarios) ------------------------------------

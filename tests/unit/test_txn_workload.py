@@ -247,6 +247,23 @@ def test_assign_seeks_to_the_unseen_offsets():
     assert comp.type == OK and lib.calls[-1] == "assign [1, 3] {1: 4, 3: 0}"
 
 
+def test_only_a_committed_transactions_polls_count_as_seen_for_poll_unseen():
+    # A run's op #3480 polled key 3 offsets 1041-1050 and failed (its offsets commit was refused, then
+    # aborted); counting that poll made the next poll-unseen assign seek key 3 to 1051, so no committed
+    # read ever returned those committed sends (lost-write and unseen once a power cut took the log).
+    # Jepsen's poll-unseen updates on :ok completions only.
+    tracker = OffsetTracker()
+    tracker.sent(3, 1060)
+    lib = ScriptedLibrary(records={"3": [[1041, 2113], [1050, 2122]]}, fail_at={"commit": LibraryError("x")})
+    c = TxnClient(lambda *a: lib, "t", 4, 5, txn_options({}), tracker)
+    c.open("b:1")
+    assert c.invoke(txn([["poll"]], abort=True)).type == FAIL
+    assert c.invoke(txn([["poll"]])).type == FAIL  # the commit raised, the abort went through
+    assert tracker.unseen() == {3: 0}
+    assert c.invoke(txn([["poll"]])).type == OK
+    assert tracker.unseen() == {3: 1051}
+
+
 def test_final_poll_completion_carries_final_and_end_offset():
     comp = client_with(ScriptedLibrary()).invoke(Op(INVOKE, "poll", 40, [["poll"]], extra={"final": True, "key": 2}))
     assert comp.type == OK and comp.value == [["poll", {"2": [[0, 1], [2, 5]]}]]
