@@ -333,7 +333,8 @@ class ConfluentQueueClient(_QueueClient):
         if self.producer is not None:
             self.producer.flush(0.5)
         if self.consumer is not None:
-            close_confluent_consumer(self.consumer, subscribed=self.group is not None)
+            consumer, self.consumer = self.consumer, None  # dropped unclosed if its group did not revoke in time
+            close_confluent_consumer(consumer, subscribed=self.group is not None)
 
 
 def _completion(op: Op, type_: str, value: Any, error: Any = None, extra: dict | None = None) -> Op:

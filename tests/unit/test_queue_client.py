@@ -188,3 +188,30 @@ def test_a_send_in_one_request_carries_no_resent(tmp_path):
     assert done.type == "fail" and not done.extra
     done, _ = confluent_send(tmp_path / "ok", [])
     assert (done.type, done.value, done.extra) == ("ok", [0, [0, 7463]], None)
+
+
+def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
+    """close() would run the rebalance callback itself, and its rd_kafka_assign() can wait forever holding the
+    GIL (librdkafka issue 4041): the whole harness froze. A member still assigned after the drain is dropped
+    unclosed, as a crash drops it."""
+    from workloads.base import close_confluent_consumer
+
+    class StuckMember:
+        def __init__(self):
+            self.calls = []
+
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def assignment(self):
+            return [0]  # the coordinator never answers: the revocation never comes
+
+        def consume(self, num_messages, timeout):
+            pass
+
+        def close(self):
+            self.calls.append("close")
+
+    member = StuckMember()
+    close_confluent_consumer(member, subscribed=True, drain_s=0.05)
+    assert member.calls == ["unsubscribe"]
