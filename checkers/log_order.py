@@ -9,7 +9,9 @@ conditions checked with sorting and a pass per key:
                         at one offset: one log cannot hold both (shared definition with the
                         queue checker)
   unexpected            a read returned a value no send (acknowledged or indeterminate) carried
-  duplicate             one value at two offsets (each send appends once)
+  duplicate             one value at two offsets (each send appends once; a send the client re-sent,
+                        its completion's "resent" (workloads/queue.py), appends once per request:
+                        those copies are counted in stats["resent-duplicate-count"], no anomaly)
   realtime-order        send a was acknowledged before send b was invoked, yet b's offset is
                         lower: appends took effect out of real-time order
   stale-read            a final read claimed an end below what was already known when it
@@ -64,6 +66,7 @@ class _Found:
     def __init__(self) -> None:
         self.counts: dict[str, int] = defaultdict(int)
         self.examples: dict[str, list] = defaultdict(list)
+        self.resent_duplicates = 0  # values at several offsets, each copy from one of the client's requests
 
     def add(self, name: str, ex: dict[str, Any]) -> None:
         self.counts[name] += 1
@@ -88,6 +91,8 @@ def check_log_order(history: Sequence[Op]) -> Result:
     anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in EXPLANATIONS
                  if found.counts[n]]
     stats = {**{f"{n}-count": found.counts[n] for n in EXPLANATIONS}, **stats, "observations": observed}
+    if found.resent_duplicates:
+        stats["resent-duplicate-count"] = found.resent_duplicates
     # No observation, no verdict: "valid" would claim an order was checked when none was seen.
     reasons = [] if observed else [NOTHING_OBSERVED]
     valid: Any = False if anomalies else UNKNOWN if reasons else True
@@ -100,6 +105,7 @@ def _check_history(history: Sequence[Op], found: _Found, in_era) -> int:
     pos = {id(op): k for k, op in enumerate(history)}
     sends: dict[int, dict[Any, tuple[int, int, int | None, Op]]] = defaultdict(dict)  # key -> value -> (inv, ret, offset)
     carried: dict[int, set[Any]] = defaultdict(set)  # key -> every value a send (of any era) carried
+    requests: dict[int, dict[Any, int]] = defaultdict(dict)  # key -> value -> requests, if the client re-sent it
     reads: dict[int, list[tuple[int, int, list, int | None, Op, int]]] = defaultdict(list)
     for inv, comp in pair_ops(history):
         if inv.process == NEMESIS:
@@ -110,6 +116,8 @@ def _check_history(history: Sequence[Op], found: _Found, in_era) -> int:
             key, _, value = QUEUE_VALUES.written(inv)
             if t != FAIL:
                 carried[key].add(value)
+            if comp is not None and (comp.extra or {}).get("resent"):
+                requests[key][value] = int(comp.extra["resent"].get("requests", 2))
             if in_era is not None and not in_era(comp if comp is not None and t != INFO else inv):
                 continue
             if t == OK:
@@ -126,12 +134,13 @@ def _check_history(history: Sequence[Op], found: _Found, in_era) -> int:
                     reach = max(reach, end)
                 reads[key].append((pos[id(inv)], ret, recs, end, comp, reach))
     for key in set(sends) | set(reads):
-        _check_key(key, sends[key], reads[key], found, carried[key])
+        _check_key(key, sends[key], reads[key], found, carried[key], requests[key])
     return (sum(1 for by_value in sends.values() for s in by_value.values() if s[2] is not None)
             + sum(map(len, reads.values())))
 
 
-def _check_key(key: int, sends: dict, reads: list, found: _Found, carried: set) -> None:
+def _check_key(key: int, sends: dict, reads: list, found: _Found, carried: set,
+               requests: dict[Any, int] | None = None) -> None:
     value_at: dict[int, Any] = {}       # offset -> the first value observed there
     proof: dict[int, Op] = {}           # offset -> the op that observed it first
     first_offset: dict[Any, int] = {}   # value -> the first offset it was observed at
@@ -174,6 +183,9 @@ def _check_key(key: int, sends: dict, reads: list, found: _Found, carried: set) 
             end = max(end, claimed_end)
     for val, offs in extra_offsets.items():
         offs = sorted(offs | {first_offset[val]})
+        if len(offs) <= (requests or {}).get(val, 1):
+            found.resent_duplicates += 1
+            continue
         found.add("duplicate", {"key": key, "value": val, "offsets": offs,
                                 "summary": f"{val!r} appears at offsets {offs} of partition {key}"})
 

@@ -9,7 +9,8 @@ One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
   lost-write            an acknowledged send whose value is missing from the final reads of its
                         key, or that sits below the final HWM but no read ever saw at its offset
   unexpected            a value read that no send ever carried
-  duplicate             one value at two offsets of a key
+  duplicate             one value at two offsets of a key (copies of a value whose send the client
+                        re-sent, up to the number of requests it sent, are counted apart: below)
   inconsistent-offsets  two reads disagree on the value at one offset (divergent logs)
   nonmonotonic-poll     a consumer's reads of a key went backwards
   poll-skip             a consumer's reads of a key jumped over an offset that exists: an
@@ -21,6 +22,11 @@ One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
                         no anomaly. A later read may prove a skipped offset, so jumps are judged
                         after the pass (`proven_between` is the rule; Elle's queue view and the
                         Spark pipeline, results/pipeline/queue_checks.py, apply the same).
+A non-idempotent librdkafka producer re-sends a batch answered NOT_LEADER_OR_FOLLOWER whatever its
+retries, and a Kafka leader gives that answer to a produce it appended and that may still commit
+(workloads/queue.py). The send's completion then carries "resent": {"requests": n, ...}. Up to n
+copies of its value are the client's own appends, not a duplicate: they are counted in
+stats["resent-duplicate-count"], with examples in details["resent_duplicates"].
 Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
 read (nothing can be concluded about its losses), or when no send at all was acknowledged (a
 valid verdict would be vacuous); else true.
@@ -74,6 +80,11 @@ EXPLANATIONS = {
 GAP_EXPLANATION = ("A consumer's successive reads of a partition jumped over offsets that no send was "
                    "acknowledged at and no read returned: a Kafka log may lack records there (transaction "
                    "markers, compaction, aborted batches), so this is counted, not an anomaly.")
+
+RESENT_EXPLANATION = ("The client sent these values in more than one produce request: librdkafka re-sends a batch "
+                      "answered NOT_LEADER_OR_FOLLOWER even with retries=0, and a leader that stops leading gives "
+                      "that answer to a produce it has appended, which may still commit. Each request may append "
+                      "its own copy without idempotence, so these copies are counted, not a duplicate.")
 
 
 NO_ACKNOWLEDGED_SEND = say("no-acknowledged-send-at-all")
@@ -169,6 +180,7 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
     pairs = pair_ops(history)
     found = _Examples()
     sent_values: dict[int, dict[Any, Op]] = defaultdict(dict)    # key -> value -> invoke
+    resent: dict[tuple[int, Any], int] = {}                       # (key, value) -> requests the client sent
     acked: list[tuple[Op, Op]] = []                               # (invoke, ok completion)
     info_sends: list[tuple[int, Any]] = []
     stats = defaultdict(int)
@@ -202,6 +214,8 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
             sent_values[key][value] = inv
             t = comp.type if comp is not None else INFO
             stats[f"send-{t}"] += 1
+            if comp is not None and (comp.extra or {}).get("resent"):
+                resent[(key, value)] = int(comp.extra["resent"].get("requests", 2))
             if t == OK:
                 acked.append((inv, comp))
             elif t == INFO:
@@ -264,6 +278,7 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
 
     # Values read but never sent (once per key and value, whatever the era); values at two offsets.
     unexpected_seen: set[tuple[int, Any]] = set()
+    resent_examples: list[dict[str, Any]] = []
     for (key, e), by_value in value_offsets.items():
         for val, offsets in by_value.items():
             if val not in sent_values[key] and (key, val) not in unexpected_seen:
@@ -272,7 +287,12 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
                 found.add("unexpected", {"key": key, "value": val, "offsets": sorted(offsets),
                                          "summary": f"partition {key} offset {off} holds {val!r}, which was never sent",
                                          "reads": [next(iter(seen[(key, e)][off].values())).to_dict()]})
-            if len(offsets) > 1:
+            if 1 < len(offsets) <= resent.get((key, val), 1):
+                stats["resent-duplicate-count"] += 1
+                if len(resent_examples) < MAX_EXAMPLES:
+                    resent_examples.append({"key": key, "value": val, "offsets": sorted(offsets),
+                                            "requests": resent[(key, val)]})
+            elif len(offsets) > 1:
                 found.add("duplicate", {"key": key, "value": val, "offsets": sorted(offsets),
                                         "summary": f"value {val!r} appears at offsets {sorted(offsets)} of partition {key}",
                                         "reads": [next(iter(seen[(key, e)][o].values())).to_dict()
@@ -325,6 +345,9 @@ def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
     details: dict[str, Any] = {}
     if gap_count:
         details["poll_gaps"] = {"count": gap_count, "explanation": GAP_EXPLANATION, "examples": gaps}
+    if resent_examples:
+        details["resent_duplicates"] = {"count": stats["resent-duplicate-count"], "explanation": RESENT_EXPLANATION,
+                                        "examples": resent_examples}
     if cutoff is not None:
         stats["lost-beyond-fault-budget"] = len(beyond_budget)
         details["lost_beyond_fault_budget"] = {

@@ -126,13 +126,19 @@ def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1
     whole harness then froze, its heal included (a real detection run hung so). A group member therefore
     leaves its group first, while the group is alive: unsubscribe, and serve the revocation in consume(),
     which runs the callback with the group still answering; close() then has no assignment to revoke.
-    Errors are ignored: the broker may be gone."""
+    If the revocation is still not served after `drain_s` (the coordinator does not answer), close() would
+    run the callback itself, and its rd_kafka_assign() waited forever holding the GIL (a re-run of a
+    detection plan froze so, 97 s in). The consumer is then not closed: the caller drops it, as a crash
+    does (destroyed without rd_kafka_consumer_close, so with no callback), and the coordinator ends the
+    member's session when it times out. Errors are ignored: the broker may be gone."""
     try:
         if subscribed:
             consumer.unsubscribe()
             deadline = time.monotonic() + drain_s
             while time.monotonic() < deadline and consumer.assignment():
                 consumer.consume(num_messages=1, timeout=0.1)
+            if consumer.assignment():
+                return
         consumer.close()
     except Exception:  # noqa: BLE001
         pass

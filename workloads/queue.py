@@ -12,6 +12,18 @@ Outcomes are exact (DESIGN.md): a send is ok only when the broker acknowledged i
 only when the request definitely was not applied; info otherwise. Each send is one attempt
 (producer retries off, so a broker's "rejected before append" answer stays definite): a
 retried attempt could have been appended before the error the client finally reports.
+librdkafka (confluent-kafka) is the exception: retries=0 does not stop it re-sending a batch
+answered NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION, or one it
+never sent (rdkafka_request.c, rd_kafka_handle_Produce_error: it takes these for "not
+persisted", so the retry is not counted). A Kafka leader answers NOT_LEADER_OR_FOLLOWER to an
+acks=all produce it has already appended, if it stops leading while the produce waits, and the
+record may still commit on the new leader: the re-sent copy is then appended too. The
+confluent client reads librdkafka's own account of each send's produce requests (its `msg`
+debug log, `_ProduceRequests`). A send that went out in more than one request carries
+"resent": {"requests": n, "errors": [...]} on its completion (non-idempotent producers only).
+If such a send failed, it is info, because an earlier request may have been appended.
+The checkers count copies of its value, up to n, as the client's re-sends, not as a duplicate
+(checkers/queue.py).
 Definite rejections: NOT_ENOUGH_REPLICAS (002 2.6: checked before the append),
 UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, and client-side errors raised before
 anything was sent. Everything else (timeouts, disconnects, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -205,6 +217,28 @@ def final_poll_kafka_python(bootstrap: str, topic: str, op: Op, timeout_s: float
 CONFLUENT = ("confluent_kafka", "confluent", "the confluent-kafka client (--client confluent-kafka)")
 
 
+class _ProduceRequests:
+    """librdkafka's own account of a message's produce requests: its `msg` debug log, which confluent-kafka hands
+    to `log` from the producer's poll(). "Produce MessageSet" is logged each time a request is built for the
+    message, "encountered error" each time a request fails. A client sends one message at a time, so the lines
+    logged between its produce() and the delivery report are that message's."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors: list[str] = []
+
+    def log(self, level: int, fmt: str, fac: str = "", name: str = "", buf: str = "", *rest: Any) -> None:
+        if fac == "PRODUCE" and "Produce MessageSet" in buf:
+            self.requests += 1
+        elif fac == "MSGSET" and "encountered error: " in buf:
+            self.errors.append(buf.split("encountered error: ", 1)[1].split(" (actions", 1)[0][:200])
+
+    def take(self) -> tuple[int, list[str]]:
+        out = (self.requests, self.errors)
+        self.requests, self.errors = 0, []
+        return out
+
+
 class ConfluentQueueClient(_QueueClient):
     """The same client with confluent-kafka (librdkafka)."""
 
@@ -212,11 +246,15 @@ class ConfluentQueueClient(_QueueClient):
         Producer = need(*CONFLUENT).Producer
 
         self.bootstrap = bootstrap
+        self.requests = _ProduceRequests()
+        self.in_flight = 0  # messages produced whose delivery report has not come yet
+        # debug=msg and log_level 7 for the produce requests' lines only (_ProduceRequests drops the rest).
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all" if self.acks == -1 else self.acks,
                                   "enable.idempotence": self.idempotent, "retries": 5 if self.idempotent else 0,
                                   "linger.ms": 0,
                                   "message.timeout.ms": 4000, "request.timeout.ms": 3000,
-                                  "topic.metadata.refresh.interval.ms": 2000, "log_level": 0})
+                                  "topic.metadata.refresh.interval.ms": 2000,
+                                  "debug": "msg", "log_level": 7, "logger": self.requests})
 
     def _send(self, op: Op) -> Op:
         key, value = op.value
@@ -224,22 +262,34 @@ class ConfluentQueueClient(_QueueClient):
         done = threading.Event()
 
         def on_delivery(err, msg):
+            self.in_flight -= 1
             result["err"], result["offset"] = err, (msg.offset() if msg is not None else None)
             done.set()
 
+        if self.in_flight:
+            # An earlier send returned before its delivery report: let that report come first, so the
+            # request lines counted below are this message's alone.
+            self.producer.flush(SEND_TIMEOUT_S)
+        self.requests.take()
         try:
             self.producer.produce(self.topic, value=str(value).encode(), partition=key, on_delivery=on_delivery)
         except Exception as e:  # noqa: BLE001 - raised before anything was sent (a full queue, a bad arg)
             return _completion(op, FAIL, [key, value], error=f"{type(e).__name__}: {e}"[:300])
+        self.in_flight += 1
         deadline = time.monotonic() + SEND_TIMEOUT_S
         while not done.is_set() and time.monotonic() < deadline:
             self.producer.poll(0.05)
         if not done.is_set():
             return _completion(op, INFO, [key, value], error="no delivery report in time")
+        requests, errors = self.requests.take()
+        # A non-idempotent producer's re-sent message may be appended once per request (module doc); an
+        # idempotent producer's re-sends carry its sequence numbers, which the broker deduplicates.
+        resent = {"resent": {"requests": requests, "errors": errors}} if requests > 1 and not self.idempotent else None
         err = result["err"]
         if err is None:
-            return _completion(op, OK, [key, [result["offset"], value]])
-        return _completion(op, self.outcome(err.name()), [key, value], error=f"{err.name()}: {err.str()}"[:300])
+            return _completion(op, OK, [key, [result["offset"], value]], extra=resent)
+        type_ = INFO if resent else self.outcome(err.name())
+        return _completion(op, type_, [key, value], error=f"{err.name()}: {err.str()}"[:300], extra=resent)
 
     def _poll(self, op: Op) -> Op:
         confluent = need(*CONFLUENT)
@@ -283,7 +333,8 @@ class ConfluentQueueClient(_QueueClient):
         if self.producer is not None:
             self.producer.flush(0.5)
         if self.consumer is not None:
-            close_confluent_consumer(self.consumer, subscribed=self.group is not None)
+            consumer, self.consumer = self.consumer, None  # dropped unclosed if its group did not revoke in time
+            close_confluent_consumer(consumer, subscribed=self.group is not None)
 
 
 def _completion(op: Op, type_: str, value: Any, error: Any = None, extra: dict | None = None) -> Op:

@@ -124,6 +124,10 @@ def controller_addresses(spec: str) -> list[tuple[str, int]]:
     return [_hostport(a.strip()) for a in spec.split(",")]
 
 
+# The partitions whose leader hosts a coordinator: a new leader epoch there is a new coordinator epoch.
+COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
+
+
 class PendingProduce:
     __slots__ = ("first_offset", "last_offset", "future", "producer")
 
@@ -653,9 +657,17 @@ class Broker:
             r.min_isr = min_isr
             old_role, old_epoch = r.role, r.leader_epoch
             r.apply_partition_state(p, now)
-            if r.role != LEADER or r.leader_epoch != old_epoch:
-                if old_role == LEADER:
-                    self._fail_produces(key, rpc.NOT_LEADER_OR_FOLLOWER)
+            if old_role == LEADER and (r.role != LEADER
+                                       or (r.leader_epoch != old_epoch and key[0] in COORDINATOR_TOPICS)):
+                # Waiting produces fail only when this broker stops leading (Kafka's DelayedProduce answers
+                # NOT_LEADER_OR_FOLLOWER only then). A broker elected again in a new epoch keeps its log, and
+                # its waiting produces are answered when the HWM passes them or the ISR falls below min ISR
+                # (_hwm_may_have_moved, below). Failing them as NOT_LEADER_OR_FOLLOWER was wrong: librdkafka
+                # re-sends a batch answered so even with retries=0, and the first copy commits as well.
+                # A coordinator partition's new epoch is a new coordinator epoch: the coordinator reloads
+                # from the log, so the old epoch's writes are answered as another coordinator's
+                # (NOT_COORDINATOR), as Kafka's coordinators answer them.
+                self._fail_produces(key, rpc.NOT_LEADER_OR_FOLLOWER)
             if (r.role == FOLLOWER and r.leader_epoch != old_epoch and key in self.fetchers
                     and "no-epoch-fencing" not in self.variants):
                 # A fetch in flight to the old leader (perhaps paused or cut off) would hold

@@ -332,3 +332,39 @@ def test_a_member_reading_on_from_its_own_position_is_no_lost_commit():
     h = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11]]}, {0: 2})
     h = h.poll(1, {0: [[2, 12], [3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
     assert check_queue(h.ops, subscribe=True).valid is True
+
+
+def resent_send(h: H, p, key, value, offset, requests=2, outcome="ok"):
+    """A send the client sent in `requests` produce requests (librdkafka re-sends a batch answered
+    NOT_LEADER_OR_FOLLOWER whatever its retries; workloads/queue.py records it on the completion)."""
+    h.send(p, key, value, offset, outcome=outcome)
+    h.ops[-1].extra = {"resent": {"requests": requests, "errors": ["Broker: Not leader for partition"]}}
+    return h
+
+
+def test_copies_of_a_value_the_client_resent_are_counted_not_a_duplicate():
+    """The detection run's shape: the first request appended at 0 and was answered NOT_LEADER_OR_FOLLOWER,
+    the re-sent one was acknowledged at 1. Both copies are the client's own appends."""
+    from checkers.log_order import check_log_order
+
+    h = resent_send(H(), 0, 0, 10, 1).poll(1, {0: [[0, 10], [1, 10]]}).final(2, 0, 2, [[0, 10], [1, 10]])
+    for r in (check_queue(h.ops), check_log_order(h.ops)):
+        assert r.valid is True and not r.anomalies, r.anomalies
+        assert r.stats["resent-duplicate-count"] == 1
+    assert check_queue(h.ops).details["resent_duplicates"]["examples"][0]["offsets"] == [0, 1]
+
+
+def test_more_copies_than_the_client_sent_requests_are_still_a_duplicate():
+    from checkers.log_order import check_log_order
+
+    h = resent_send(H(), 0, 0, 10, 2).final(2, 0, 3, [[0, 10], [1, 10], [2, 10]])
+    for r in (check_queue(h.ops), check_log_order(h.ops)):
+        assert "duplicate" in names(r)
+
+
+def test_a_resent_send_that_failed_may_still_have_been_appended():
+    from checkers.log_order import check_log_order
+
+    h = resent_send(H(), 0, 0, 10, None, outcome="info").final(2, 0, 2, [[0, 10], [1, 10]])
+    for r in (check_queue(h.ops), check_log_order(h.ops)):
+        assert not r.anomalies, r.anomalies

@@ -74,3 +74,144 @@ def test_the_idempotent_option_reaches_the_real_producers_configuration():
     client = QueueWorkload({"idempotent": True}).new_client({"acks": "all"})
     assert client.idempotent is True
     assert QueueWorkload({}).new_client({"acks": "all"}).idempotent is False
+
+
+class BrokerThread:
+    """The reference broker's Kafka listener on a free localhost port, leading one partition of `queue` alone
+    (min ISR 1, so each append commits at once), its loop in a thread. `answers` replaces the answers to the
+    first produce requests: each request is appended as usual, then answered with the next code in the list."""
+
+    def __init__(self, tmp_path, answers: list[int]):
+        import asyncio
+        import socket
+        import threading
+
+        from tests.unit.test_broker_groups import NODE, make_broker
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.loop = asyncio.new_event_loop()
+        self.requests: list[tuple[int, int, int]] = []
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            b = self.broker = make_broker(tmp_path)
+            for r in [{"type": "register_broker", "broker_id": NODE, "broker_epoch": 5, "incarnation_id": "a",
+                       "host": "127.0.0.1", "port": self.port, "fenced": False},
+                      {"type": "topic", "topic": "queue", "partitions": 1, "replication_factor": 1,
+                       "configs": {"min.insync.replicas": "1"}},
+                      {"type": "partition", "topic": "queue", "partition": 0, "replicas": [NODE], "isr": [NODE],
+                       "leader": NODE, "leader_epoch": 0, "partition_epoch": 0}]:
+                b.image.apply(b.image.offset + 1, r)
+            b.apply_metadata({("queue", 0)})
+            produce = b.produce
+
+            async def answered(*args, **kwargs):
+                result = await produce(*args, **kwargs)
+                self.requests.append(result)
+                return (answers.pop(0), -1, -1) if answers else result
+
+            b.produce = answered
+
+            async def serve() -> None:
+                self.server = await b.listener().start("127.0.0.1", self.port)
+                ready.set()
+                await self.server.serve_forever()
+
+            try:
+                self.loop.run_until_complete(serve())
+            except BaseException:  # noqa: BLE001 - stopped
+                pass
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def values(self) -> list[tuple[int, bytes]]:
+        from clusters.broker.log import iter_all_records
+
+        log = self.broker.replicas[("queue", 0)].log
+        return [(rec.offset, rec.value) for _, rec in iter_all_records(log.read(0, 1 << 20))]
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(lambda: [t.cancel() for t in __import__("asyncio").all_tasks(self.loop)])
+        self.thread.join(5)
+
+
+def confluent_send(tmp_path, answers: list[int]) -> tuple[Op, list[tuple[int, bytes]]]:
+    pytest.importorskip("confluent_kafka")
+    from workloads.queue import ConfluentQueueClient
+
+    broker = BrokerThread(tmp_path, answers)
+    client = ConfluentQueueClient("queue", 1, -1)
+    try:
+        client.open(f"127.0.0.1:{broker.port}")
+        done = client.invoke(Op("invoke", "send", 3, [0, 7463]))
+        client.close()
+        return done, broker.values()
+    finally:
+        broker.stop()
+
+
+def test_librdkafka_resends_a_batch_answered_not_leader_and_the_client_says_so(tmp_path):
+    """retries=0 notwithstanding, librdkafka re-sends a batch answered NOT_LEADER_OR_FOLLOWER (it takes the
+    answer as "not persisted"). A leader that stops leading gives that answer to a produce it has appended, so
+    the value may be in the log twice: the completion records the client's requests (the checkers count the
+    copies apart, not as a duplicate)."""
+    from clusters.broker import rpc
+
+    done, values = confluent_send(tmp_path, [rpc.NOT_LEADER_OR_FOLLOWER])
+    assert values == [(0, b"7463"), (1, b"7463")]
+    assert (done.type, done.value) == ("ok", [0, [1, 7463]])
+    assert done.extra["resent"]["requests"] == 2
+    assert "Not leader" in done.extra["resent"]["errors"][0]
+
+
+def test_a_resent_send_finally_refused_is_info_not_fail(tmp_path):
+    """NOT_ENOUGH_REPLICAS alone means "not appended" (fail), but here an earlier request was appended first."""
+    from clusters.broker import rpc
+
+    done, values = confluent_send(tmp_path, [rpc.NOT_LEADER_OR_FOLLOWER, rpc.NOT_ENOUGH_REPLICAS])
+    assert values == [(0, b"7463"), (1, b"7463")]
+    assert done.type == "info" and "NOT_ENOUGH_REPLICAS" in done.error
+    assert done.extra["resent"]["requests"] == 2
+
+
+def test_a_send_in_one_request_carries_no_resent(tmp_path):
+    from clusters.broker import rpc
+
+    done, values = confluent_send(tmp_path, [rpc.NOT_ENOUGH_REPLICAS])
+    assert values == [(0, b"7463")]  # (the fake appends, then refuses: the real broker checks first)
+    assert done.type == "fail" and not done.extra
+    done, _ = confluent_send(tmp_path / "ok", [])
+    assert (done.type, done.value, done.extra) == ("ok", [0, [0, 7463]], None)
+
+
+def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
+    """close() would run the rebalance callback itself, and its rd_kafka_assign() can wait forever holding the
+    GIL (librdkafka issue 4041): the whole harness froze. A member still assigned after the drain is dropped
+    unclosed, as a crash drops it."""
+    from workloads.base import close_confluent_consumer
+
+    class StuckMember:
+        def __init__(self):
+            self.calls = []
+
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def assignment(self):
+            return [0]  # the coordinator never answers: the revocation never comes
+
+        def consume(self, num_messages, timeout):
+            pass
+
+        def close(self):
+            self.calls.append("close")
+
+    member = StuckMember()
+    close_confluent_consumer(member, subscribed=True, drain_s=0.05)
+    assert member.calls == ["unsubscribe"]
