@@ -130,12 +130,16 @@ def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1
     run the callback itself, and its rd_kafka_assign() waited forever holding the GIL (a re-run of a
     detection plan froze so, 97 s in). The consumer is then not closed: the caller drops it, as a crash
     does (destroyed without rd_kafka_consumer_close, so with no callback), and the coordinator ends the
-    member's session when it times out. Errors are ignored: the broker may be gone."""
+    member's session when it times out. Errors are ignored: the broker may be gone.
+
+    A consumer that was ever a member (`subscribed`: a later assign() does not empty its queue of rebalance
+    events) is drained for the whole `drain_s`, not only until its assignment is empty: a queued event
+    left for close() to serve froze a run the same way."""
     try:
         if subscribed:
             consumer.unsubscribe()
             deadline = time.monotonic() + drain_s
-            while time.monotonic() < deadline and consumer.assignment():
+            while time.monotonic() < deadline:
                 consumer.consume(num_messages=1, timeout=0.1)
             if consumer.assignment():
                 return

@@ -236,6 +236,7 @@ class ConfluentTxnLibrary(TxnLibrary):
         self.producer = None
         self.consumer = None
         self.subscribed = False
+        self.was_member = False  # ever subscribed: rebalance events may still be queued after an assign()
         self.fatal = None  # the producer's fatal error as librdkafka reported it (error_cb), before a commit
 
     def _on_producer_error(self, err) -> None:
@@ -332,7 +333,7 @@ class ConfluentTxnLibrary(TxnLibrary):
             self.on_rebalance("revoked", sorted(tp.partition for tp in tps))
 
         c.subscribe([self.topic], on_assign=assigned, on_revoke=revoked)
-        self.subscribed = True
+        self.subscribed = self.was_member = True
 
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:
         c = self.ck.Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kafkaesque-final-read",
@@ -386,7 +387,7 @@ class ConfluentTxnLibrary(TxnLibrary):
 
     def close(self) -> None:
         if self.consumer is not None:
-            close_confluent_consumer(self.consumer, self.subscribed)
+            close_confluent_consumer(self.consumer, self.was_member)
         self.producer = self.consumer = None
 
 
