@@ -119,30 +119,47 @@ def drop_kafka_python_clients(producer: Any, consumer: Any) -> None:
                 pass
 
 
-def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1.0) -> None:
-    """Close a confluent-kafka consumer without letting librdkafka run its rebalance callback from inside
-    close(). There, confluent-kafka's callback asks rd_kafka_rebalance_protocol() while holding the GIL, and
-    after the consumer group has begun to terminate that call can wait forever (librdkafka issue 4041): the
-    whole harness then froze, its heal included (a real detection run hung so). A group member therefore
-    leaves its group first, while the group is alive: unsubscribe, and serve the revocation in consume(),
-    which runs the callback with the group still answering; close() then has no assignment to revoke.
-    If the revocation is still not served after `drain_s` (the coordinator does not answer), close() would
-    run the callback itself, and its rd_kafka_assign() waited forever holding the GIL (a re-run of a
-    detection plan froze so, 97 s in). The consumer is then not closed: the caller drops it, as a crash
-    does (destroyed without rd_kafka_consumer_close, so with no callback), and the coordinator ends the
-    member's session when it times out. Errors are ignored: the broker may be gone.
+# Group members this process left but never closed (close_confluent_consumer): closing or destroying one can
+# freeze the process, so they are kept until the process ends with exit_without_finalizers().
+PARKED_CONSUMERS: list[Any] = []
 
-    A consumer that was ever a member (`subscribed`: a later assign() does not empty its queue of rebalance
-    events) is drained for the whole `drain_s`, not only until its assignment is empty: a queued event
-    left for close() to serve froze a run the same way."""
+
+def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1.0) -> None:
+    """Let go of a confluent-kafka consumer without ever letting librdkafka run a group member's rebalance
+    callback from inside close() or destroy. There, confluent-kafka's callback calls rd_kafka_assign() or
+    rd_kafka_rebalance_protocol() HOLDING THE GIL, and once the consumer group has begun to terminate that
+    call can wait forever (librdkafka issue 4041): the whole harness froze, its heal included. Draining
+    the revocation first (unsubscribe, then consume() for a while) was not enough: detection runs still
+    froze in close() in about a third of runs with group members (the run's watchdog then killed them).
+    So a consumer that was ever a group member (`subscribed`) leaves its group (unsubscribe: LeaveGroup,
+    no more heartbeats or fetches), has its revocation served by consume() for `drain_s`, and is then
+    PARKED: referenced until the process ends, never closed or destroyed, and the process ends with
+    exit_without_finalizers(), which skips the finalizers that would destroy it. A consumer that never
+    joined a group is closed. Errors are ignored: the broker may be gone."""
     try:
-        if subscribed:
-            consumer.unsubscribe()
-            deadline = time.monotonic() + drain_s
-            while time.monotonic() < deadline:
-                consumer.consume(num_messages=1, timeout=0.1)
-            if consumer.assignment():
-                return
-        consumer.close()
+        if not subscribed:
+            consumer.close()
+            return
+        consumer.unsubscribe()
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline:
+            consumer.consume(num_messages=1, timeout=0.1)
     except Exception:  # noqa: BLE001
         pass
+    PARKED_CONSUMERS.append(consumer)
+
+
+def exit_without_finalizers(code: int) -> None:
+    """End the process with `code`; when group members are parked (close_confluent_consumer), without the
+    interpreter's finalizers, which would destroy them and could freeze here. Output is flushed first."""
+    if not PARKED_CONSUMERS:
+        return
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+            pass
+    os._exit(code)

@@ -356,11 +356,11 @@ def test_the_txn_workload_judges_the_nodes_protocol_trace_too():
     assert checkers[-1].check({"protocol_trace": False}, []).stats.get("not_applicable")
 
 
-def test_a_group_member_leaves_its_group_before_close_so_close_has_nothing_to_revoke():
-    """librdkafka issue 4041: a rebalance callback run from inside close() can wait forever holding the GIL.
-    close_confluent_consumer unsubscribes and serves the revocation in consume() first; an assigned (not
-    subscribed) consumer is simply closed."""
-    from workloads.base import close_confluent_consumer
+def test_a_group_member_leaves_its_group_and_is_parked_never_closed():
+    """librdkafka issue 4041: a rebalance callback run from inside close() (or destroy) can wait forever
+    holding the GIL. close_confluent_consumer makes a member leave its group, serves its revocation in
+    consume(), and parks it (never closed); a consumer that never joined a group is simply closed."""
+    from workloads import base
 
     class Consumer:
         def __init__(self):
@@ -374,16 +374,31 @@ def test_a_group_member_leaves_its_group_before_close_so_close_has_nothing_to_re
 
         def consume(self, num_messages, timeout):
             self.calls.append("consume")
-            self.assigned = []  # the revocation served here, by the callback, with the group alive
+            self.assigned = []
 
         def close(self):
-            self.calls.append(f"close with {len(self.assigned)} assigned")
+            self.calls.append("close")
 
-    member = Consumer()
-    close_confluent_consumer(member, subscribed=True, drain_s=0.3)
-    # drained for the whole drain time (events may stay queued after the assignment is empty), then closed
-    assert member.calls[0] == "unsubscribe" and member.calls[-1] == "close with 0 assigned"
-    assert set(member.calls[1:-1]) == {"consume"}
-    plain = Consumer()
-    close_confluent_consumer(plain, subscribed=False)
-    assert plain.calls == ["close with 2 assigned"]
+    member, plain = Consumer(), Consumer()
+    before = len(base.PARKED_CONSUMERS)
+    try:
+        base.close_confluent_consumer(member, subscribed=True, drain_s=0.3)
+        base.close_confluent_consumer(plain, subscribed=False)
+        assert member.calls[0] == "unsubscribe" and set(member.calls[1:]) == {"consume"}  # never closed
+        assert base.PARKED_CONSUMERS[before:] == [member]
+        assert plain.calls == ["close"]
+    finally:
+        del base.PARKED_CONSUMERS[before:]
+
+
+def test_a_process_with_parked_members_ends_with_its_code_and_its_output_flushed():
+    import subprocess
+    import sys
+
+    code = ("from workloads import base\nbase.PARKED_CONSUMERS.append(object())\nprint('said', end='')\n"
+            "base.exit_without_finalizers(3)\nprint('never')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (3, "said")
+    quiet = subprocess.run([sys.executable, "-c", "from workloads import base\nbase.exit_without_finalizers(3)\n"
+                                                  "print('went on')"], capture_output=True, text=True, timeout=60)
+    assert (quiet.returncode, quiet.stdout.strip()) == (0, "went on")  # nothing parked: no early exit
