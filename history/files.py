@@ -11,10 +11,12 @@ import json
 import os
 import threading
 import time
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from history.faults import BEYOND_BUDGET, marks_beyond_budget
 from history.ops import NEMESIS, OP_TYPES, History, HistoryFormatError, Op
 
 try:  # orjson parses large histories several times faster; json is the fallback for what it refuses
@@ -45,7 +47,8 @@ def gc_paused():
             gc.enable()
 
 
-def _validate(d: Any, lineno: int, path: str) -> Op:
+def _check_op(d: Any, lineno: int, path: str) -> None:
+    """Raise HistoryFormatError, naming the line, unless `d` is an op's JSON object."""
     if not isinstance(d, dict):
         raise HistoryFormatError(f"{path} line {lineno}: expected a JSON object, got {type(d).__name__}.")
     for field in ("type", "f", "process"):
@@ -58,21 +61,30 @@ def _validate(d: Any, lineno: int, path: str) -> Op:
     p = d["process"]
     if not (isinstance(p, int) or p == NEMESIS):
         raise HistoryFormatError(f"{path} line {lineno}: process {p!r} must be an integer or \"nemesis\".")
-    return Op.from_dict(d)
 
 
-def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[Op]:
-    """Yield the ops of a JSONL history file.
+def _op(d: dict[str, Any], line: int) -> Op:
+    """The Op of a checked JSON object read from line `line` (0-based): an op written without an index
+    takes its line's."""
+    op = Op.from_dict(d)
+    if op.index < 0:
+        op.index = line
+    return op
 
-    A final line without a newline is the trace of a writer killed mid-write: it is
-    dropped if it does not parse, and said in `problems` (the op it held is missing, which
-    the verdict must know). Any other bad line raises HistoryFormatError naming it.
-    """
-    path = str(path)
-    # Line by line, not read whole: the Spark pipeline ingests histories of tens of millions of ops.
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh):
-            if not raw.strip():
+
+def _op_lines(path: str, problems: list[str] | None, fh=None,
+              first_line: int = 0) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(line number from 0, byte offset of the line, the op's checked JSON object) for each op of a JSONL
+    history, from `fh`'s position when given (line `first_line`). A final line without a newline is the trace of a writer
+    killed mid-write: it is dropped if it does not parse, and said in `problems` (the op it held is
+    missing, which the verdict must know). Any other bad line raises HistoryFormatError naming it."""
+    # Line by line, not read whole: `kafkaesque check` and the Spark ingest read histories of tens of
+    # millions of ops.
+    with contextlib.nullcontext(fh) if fh is not None else open(path, "rb") as fh:
+        at = fh.tell()
+        for i, raw in enumerate(fh, first_line):
+            start, at = at, at + len(raw)
+            if raw[:1] != b"{" and not raw.strip():  # an op's line starts with "{": only others may be blank
                 continue
             try:
                 d = _loads(raw)
@@ -83,16 +95,109 @@ def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> 
                     return
                 msg = getattr(e, "msg", str(e))
                 raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
-            op = _validate(d, i + 1, path)
-            if op.index < 0:
-                op.index = i
-            yield op
+            _check_op(d, i + 1, path)
+            yield i, start, d
+
+
+def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[Op]:
+    """Yield the ops of a JSONL history file (_op_lines says what a bad or torn line does)."""
+    for line, _, d in _op_lines(str(path), problems):
+        yield _op(d, line)
 
 
 def read_history(path: str | os.PathLike, problems: list[str] | None = None) -> History:
     """The whole history, paired at most once however many checkers ask (history/ops.py's History)."""
     with gc_paused():
         return History(iter_history(path, problems))
+
+
+class HistoryFile:
+    """A history file read as a stream, never held whole (`kafkaesque check` of a history of tens of millions
+    of ops; checkers that can, check it in one pass: checkers/core.py run_checkers). `rows()` yields each op's
+    position (its index in read_history's list) and its JSON object, checked as iter_history checks it, and
+    builds no Op; `op(pos)` reads one op back, as read_history would hold it (for the few an anomaly's
+    example shows). Iterating it yields Ops, read again from the file each time."""
+
+    CHECKPOINT = 1024  # `op(pos)` reads at most this many lines from the nearest remembered one
+
+    def __init__(self, path: str | os.PathLike, problems: list[str] | None = None):
+        self.path = str(path)
+        self.problems = problems if problems is not None else []
+        self.count: int | None = None  # how many ops, once a pass has read them all
+        self._starts = array("q")  # byte offset and line number of op k * CHECKPOINT
+        self._lines = array("q")
+        self._reader = None
+
+    def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(position, checked JSON object) of each op, in file order."""
+        starts, lines, every = self._starts, self._lines, self.CHECKPOINT
+        problems: list[str] = []
+        pos = -1
+        for pos, (line, start, d) in enumerate(_op_lines(self.path, problems)):  # noqa: B007 - pos is read after
+            if pos % every == 0 and pos // every == len(starts):
+                starts.append(start)
+                lines.append(line)
+            yield pos, d
+        self.count = pos + 1
+        for p in problems:
+            if p not in self.problems:
+                self.problems.append(p)
+
+    def op(self, pos: int) -> Op:
+        """The op at `pos` (read_history(path)[pos]), read back from the file: rows() must have passed it."""
+        k = pos // self.CHECKPOINT
+        if self._reader is None:
+            self._reader = open(self.path, "rb")  # noqa: SIM115 - kept open for the next example's op
+        self._reader.seek(self._starts[k])
+        for at, (line, _, d) in enumerate(_op_lines(self.path, None, self._reader, self._lines[k]), k * self.CHECKPOINT):
+            if at == pos:
+                return _op(d, line)
+        raise IndexError(f"{self.path} has no op {pos}")
+
+    def beyond_budget_time(self) -> int | None:
+        """history/faults.py's beyond_budget_time over the file, reading only the lines that carry the mark
+        (a search of the raw bytes; the rest is not parsed). A mark spelled with JSON escapes is not found:
+        our writer never writes one so."""
+        last = None
+        for raw in _lines_containing(self.path, BEYOND_BUDGET.encode()):
+            try:
+                d = _loads(raw)
+            except ValueError:
+                continue  # a bad line: rows() says which, or drops it if it is the torn last one
+            if isinstance(d, dict) and marks_beyond_budget(d.get("process"), d.get("type"), d.get("value")):
+                last = d.get("time", 0)
+        return last
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter_history(self.path, self.problems)
+
+    def __len__(self) -> int:
+        if self.count is None:
+            for _ in self.rows():
+                pass
+        return self.count
+
+
+def _lines_containing(path: str, needle: bytes, block: int = 1 << 24) -> Iterator[bytes]:
+    """Each line of the file that contains `needle`, found by a search of the raw bytes."""
+    with open(path, "rb") as fh:
+        tail = b""
+        while chunk := fh.read(block):
+            buf = tail + chunk
+            whole = buf.rfind(b"\n") + 1  # the complete lines end here
+            i = buf.find(needle, 0, whole)
+            while i >= 0:
+                start, end = buf.rfind(b"\n", 0, i) + 1, buf.index(b"\n", i) + 1
+                yield buf[start:end]
+                i = buf.find(needle, end, whole)
+            tail = buf[whole:]
+        if needle in tail:
+            yield tail
 
 
 class HistoryWriter:
