@@ -17,7 +17,19 @@ from history.faults import (
                             records_in,
 )
 from history.files import HistoryFile, HistoryWriter, gc_paused, iter_history, read_history
-from history.ops import FAIL, INFO, INVOKE, NEMESIS, OK, OP_TYPES, History, HistoryFormatError, Op, pair_ops, pair_stream
+from history.ops import (
+                            FAIL,
+                            INFO,
+                            INVOKE,
+                            NEMESIS,
+                            OK,
+                            OP_TYPES,
+                            History,
+                            HistoryFormatError,
+                            Op,
+                            pair_ops,
+                            pair_stream,
+)
 
 __all__ = ["BEYOND_BUDGET", "FAIL", "FAULTS_KEY", "HEAL_F", "INFO", "INVOKE", "NEMESIS", "OK", "OP_TYPES",
            "FaultRecord", "FaultWindow", "FaultWindows", "History", "HistoryFile", "HistoryFormatError", "HistoryWriter", "Op",

@@ -126,7 +126,6 @@ class HistoryFile:
         self.count: int | None = None  # how many ops, once a pass has read them all
         self._starts = array("q")  # byte offset and line number of op k * CHECKPOINT
         self._lines = array("q")
-        self._reader = None
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position, checked JSON object) of each op, in file order."""
@@ -145,14 +144,18 @@ class HistoryFile:
 
     def op(self, pos: int) -> Op:
         """The op at `pos` (read_history(path)[pos]), read back from the file: rows() must have passed it."""
-        k = pos // self.CHECKPOINT
-        if self._reader is None:
-            self._reader = open(self.path, "rb")  # noqa: SIM115 - kept open for the next example's op
-        self._reader.seek(self._starts[k])
-        for at, (line, _, d) in enumerate(_op_lines(self.path, None, self._reader, self._lines[k]), k * self.CHECKPOINT):
-            if at == pos:
-                return _op(d, line)
+        for op in self.ops_from(pos):
+            return op
         raise IndexError(f"{self.path} has no op {pos}")
+
+    def ops_from(self, pos: int) -> Iterator[Op]:
+        """The ops from position `pos` on, read back from the file: rows() must have passed `pos`."""
+        k = pos // self.CHECKPOINT
+        with open(self.path, "rb") as fh:
+            fh.seek(self._starts[k])
+            for at, (line, _, d) in enumerate(_op_lines(self.path, None, fh, self._lines[k]), k * self.CHECKPOINT):
+                if at >= pos:
+                    yield _op(d, line)
 
     def beyond_budget_time(self) -> int | None:
         """history/faults.py's beyond_budget_time over the file, reading only the lines that carry the mark
@@ -167,11 +170,6 @@ class HistoryFile:
             if isinstance(d, dict) and marks_beyond_budget(d.get("process"), d.get("type"), d.get("value")):
                 last = d.get("time", 0)
         return last
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
     def __iter__(self) -> Iterator[Op]:
         return iter_history(self.path, self.problems)
