@@ -48,7 +48,6 @@ from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.reasons import say
 from checkers.stream import (
     EXTRA,
-    INT64,
     POS,
     PROCESS,
     SEQ_BITS,
@@ -57,12 +56,12 @@ from checkers.stream import (
     VALUE,
     F,
     InMemory,
+    IntColumn,
     IntSet,
     OffsetValues,
     OpSource,
     Row,
     completion,
-    op_pairs,
 )
 from history import INFO, NEMESIS, OK, Op, beyond_budget_time
 
@@ -196,8 +195,9 @@ class QueueChecker:
 
 def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
     """The queue checker on a history in memory (the same check as a stream: QueueCheck)."""
-    check = QueueCheck(beyond_budget_time(history), InMemory(history), subscribe)
-    for inv, comp in op_pairs(history):
+    ops = InMemory(history)
+    check = QueueCheck(beyond_budget_time(history), ops, subscribe)
+    for inv, comp in ops.pairs():
         check.feed(inv, comp)
     return check.result()
 
@@ -209,12 +209,10 @@ class _Acked:
 
     def __init__(self) -> None:
         self.offsets, self.invokes, self.completions = array("q"), array("q"), array("q")
-        self.values: array | list = array("q")
+        self.values = IntColumn()
         self.eras = array("b")  # 0 or 1; -1: no time to place it by (an error once an era is asked)
 
     def append(self, off: int, val: Any, inv: int, comp: int, era: int) -> None:
-        if type(self.values) is array and not (type(val) is int and INT64[0] <= val <= INT64[1]):
-            self.values = list(self.values)  # a value that is no int64: a list holds anything
         self.offsets.append(off)
         self.values.append(val)
         self.invokes.append(inv)

@@ -29,7 +29,11 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 class OpSource(Protocol):
-    """Where the ops an example shows are read back from: the history in memory, or its file (HistoryFile)."""
+    """A history as a stream checker reads it: its pairs, again from the start whenever asked (`pairs`); and
+    the ops an example shows, read back by position (`op`, `ops_from`). In memory (InMemory) or in its file
+    (InFile)."""
+
+    def pairs(self) -> Pairs: ...
 
     def op(self, pos: int) -> Op: ...
 
@@ -42,11 +46,30 @@ class InMemory:
     def __init__(self, history: Sequence[Op]):
         self.history = history
 
+    def pairs(self) -> Pairs:
+        return op_pairs(self.history)
+
     def op(self, pos: int) -> Op:
         return self.history[pos]
 
     def ops_from(self, pos: int) -> Iterator[Op]:
         return (self.history[k] for k in range(pos, len(self.history)))
+
+
+class InFile:
+    """A history file as an OpSource: never held whole."""
+
+    def __init__(self, history: HistoryFile):
+        self.history = history
+
+    def pairs(self) -> Pairs:
+        return file_pairs(self.history)
+
+    def op(self, pos: int) -> Op:
+        return self.history.op(pos)
+
+    def ops_from(self, pos: int) -> Iterator[Op]:
+        return self.history.ops_from(pos)
 
 
 def completion(ops: OpSource, invocation: int) -> Op | None:
@@ -211,3 +234,28 @@ class OffsetValues:
     def values(self) -> Iterator[Any]:
         """Every value seen (once per offset it was seen at)."""
         return (val for _, val, _ in self.entries())
+
+
+class IntColumn:
+    """A column of a history's numbers: an array of int64s while they are (8 bytes each), a list once one is
+    not (any value the history holds)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: array | list = array("q")
+
+    def append(self, v: Any) -> None:
+        items = self.items
+        if type(items) is array and not (type(v) is int and INT64[0] <= v <= INT64[1]):
+            items = self.items = list(items)
+        items.append(v)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k: int) -> Any:
+        return self.items[k]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)

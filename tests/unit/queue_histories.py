@@ -10,7 +10,7 @@ from history import Op
 
 ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "unexpected", "future-read",
              "stale-final", "swap-acks", "unmatched", "orphan-completion", "beyond-budget", "gap", "wrong-hwm",
-             "float-offset", "string-value", "committed-rewind")
+             "float-offset", "string-value", "committed-rewind", "resend")
 
 
 def generate(seed: int, n_ops: int = 60, keys: int = 2, processes: int = 4,
@@ -146,6 +146,13 @@ def _inject(rng: random.Random, ops: list[Op], anomaly: str, max_value: int) -> 
     elif anomaly == "string-value" and polls:
         recs = rng.choice([v for v in rng.choice(polls).value.values() if v])
         recs[0][1] = str(recs[0][1])
+    elif anomaly == "resend" and acks:
+        # a value sent again (a client retrying by hand): acknowledged at another offset, or indeterminate
+        a = rng.choice(acks)
+        k = rng.randrange(len(ops) + 1)
+        comp = (Op("ok", "send", 500, [a.value[0], [a.value[1][0] + rng.choice((0, 1, 50)), a.value[1][1]]])
+                if rng.random() < 0.6 else Op("info", "send", 500, [a.value[0], a.value[1][1]]))
+        ops[k:k] = [Op("invoke", "send", 500, [a.value[0], a.value[1][1]]), comp]
     elif anomaly == "committed-rewind" and polls:
         poll = rng.choice(polls)
         poll.extra = {"committed": {k: v[-1][0] + 5 for k, v in poll.value.items() if v}}
