@@ -124,6 +124,7 @@ class HistoryFile:
         self.path = str(path)
         self.problems = problems if problems is not None else []
         self.count: int | None = None  # how many ops, once a pass has read them all
+        self.client_fs: set[str] = set()  # the names (f) of its client ops, once a pass has read them all
         self._starts = array("q")  # byte offset and line number of op k * CHECKPOINT
         self._lines = array("q")
 
@@ -131,13 +132,17 @@ class HistoryFile:
         """(position, checked JSON object) of each op, in file order."""
         starts, lines, every = self._starts, self._lines, self.CHECKPOINT
         problems: list[str] = []
+        client_fs: set[str] = set()
         pos = -1
         for pos, (line, start, d) in enumerate(_op_lines(self.path, problems)):  # noqa: B007 - pos is read after
             if pos % every == 0 and pos // every == len(starts):
                 starts.append(start)
                 lines.append(line)
+            if d["process"] != NEMESIS:
+                client_fs.add(d["f"])
             yield pos, d
         self.count = pos + 1
+        self.client_fs = client_fs
         for p in problems:
             if p not in self.problems:
                 self.problems.append(p)
