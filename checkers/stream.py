@@ -89,9 +89,13 @@ def op_pairs(history: Sequence[Op]) -> Pairs:
 
 
 def file_pairs(history: HistoryFile) -> Pairs:
-    return pair_stream((d["type"], d["process"], (pos, d["type"], d["f"], d["process"], d.get("value"),
-                                                  d.get("time", 0), d))
-                       for pos, d in history.rows())
+    return pair_stream(_file_events(history))
+
+
+def _file_events(history: HistoryFile) -> Iterator[tuple[str, Any, Row]]:
+    for pos, d in history.rows():
+        t, p = d["type"], d["process"]
+        yield t, p, (pos, t, d["f"], p, d.get("value"), d.get("time", 0), d)
 
 
 def small_int(v: Any) -> int | None:

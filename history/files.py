@@ -5,6 +5,7 @@ project parses history files.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import json
@@ -19,16 +20,10 @@ from typing import Any
 from history.faults import BEYOND_BUDGET, marks_beyond_budget
 from history.ops import NEMESIS, OP_TYPES, History, HistoryFormatError, Op
 
-try:  # orjson parses large histories several times faster; json is the fallback for what it refuses
-    import orjson
-
-    def _loads(raw: bytes):
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return json.loads(raw)  # e.g. integers beyond 64 bits, which json accepts
+try:  # orjson parses large histories several times faster; json reads what it refuses (_op_lines)
+    from orjson import loads as _parse
 except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
-    _loads = json.loads
+    _parse = json.loads
 
 
 @contextlib.contextmanager
@@ -73,35 +68,39 @@ def _op(d: dict[str, Any], line: int) -> Op:
 
 
 def _op_lines(path: str, problems: list[str] | None, fh=None,
-              first_line: int = 0) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """(line number from 0, byte offset of the line, the op's checked JSON object) for each op of a JSONL
-    history, from `fh`'s position when given (line `first_line`). A final line without a newline is the trace of a writer
-    killed mid-write: it is dropped if it does not parse, and said in `problems` (the op it held is
-    missing, which the verdict must know). Any other bad line raises HistoryFormatError naming it."""
+              first_line: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number from 0, the op's checked JSON object) for each op of a JSONL history, from `fh`'s position
+    when given (line `first_line`). A final line without a newline is the trace of a writer killed mid-write:
+    it is dropped if it does not parse, and said in `problems` (the op it held is missing, which the verdict
+    must know). Any other bad line raises HistoryFormatError naming it; blank lines are passed over."""
     # Line by line, not read whole: `kafkaesque check` and the Spark ingest read histories of tens of
-    # millions of ops.
+    # millions of ops. This loop is the cost of reading one: the common case is kept to the parse and
+    # _check_op's rules inline.
     with contextlib.nullcontext(fh) if fh is not None else open(path, "rb") as fh:
-        at = fh.tell()
         for i, raw in enumerate(fh, first_line):
-            start, at = at, at + len(raw)
-            if raw[:1] != b"{" and not raw.strip():  # an op's line starts with "{": only others may be blank
-                continue
             try:
-                d = _loads(raw)
+                d = _parse(raw)
             except ValueError as e:
-                if not raw.endswith(b"\n"):  # torn final line: the writer died while writing it
-                    if problems is not None:
-                        problems.append(f"{path} line {i + 1}: torn (not valid JSON, no newline)")
-                    return
-                msg = getattr(e, "msg", str(e))
-                raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
-            _check_op(d, i + 1, path)
-            yield i, start, d
+                if not raw.strip():
+                    continue
+                try:
+                    d = json.loads(raw)  # e.g. integers beyond 64 bits, which json accepts
+                except ValueError:
+                    if not raw.endswith(b"\n"):  # torn final line: the writer died while writing it
+                        if problems is not None:
+                            problems.append(f"{path} line {i + 1}: torn (not valid JSON, no newline)")
+                        return
+                    msg = getattr(e, "msg", str(e))
+                    raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
+            if type(d) is not dict or not ("f" in d and d.get("type") in OP_TYPES
+                                          and (type(p := d.get("process")) is int or p == NEMESIS)):
+                _check_op(d, i + 1, path)
+            yield i, d
 
 
 def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[Op]:
     """Yield the ops of a JSONL history file (_op_lines says what a bad or torn line does)."""
-    for line, _, d in _op_lines(str(path), problems):
+    for line, d in _op_lines(str(path), problems):
         yield _op(d, line)
 
 
@@ -118,29 +117,31 @@ class HistoryFile:
     builds no Op; `op(pos)` reads one op back, as read_history would hold it (for the few an anomaly's
     example shows). Iterating it yields Ops, read again from the file each time."""
 
-    CHECKPOINT = 1024  # `op(pos)` reads at most this many lines from the nearest remembered one
+    CHECKPOINT = 1024  # `op(pos)` reads at most this many ops from the nearest remembered place
 
     def __init__(self, path: str | os.PathLike, problems: list[str] | None = None):
         self.path = str(path)
         self.problems = problems if problems is not None else []
         self.count: int | None = None  # how many ops, once a pass has read them all
         self.client_fs: set[str] = set()  # the names (f) of its client ops, once a pass has read them all
-        self._starts = array("q")  # byte offset and line number of op k * CHECKPOINT
-        self._lines = array("q")
+        # every CHECKPOINT ops: the byte offset and the number of the line after an op, and the next op's position
+        self._offsets, self._lines, self._firsts = array("q", [0]), array("q", [0]), array("q", [0])
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position, checked JSON object) of each op, in file order."""
-        starts, lines, every = self._starts, self._lines, self.CHECKPOINT
         problems: list[str] = []
         client_fs: set[str] = set()
+        every, known = self.CHECKPOINT, self._firsts[-1]
         pos = -1
-        for pos, (line, start, d) in enumerate(_op_lines(self.path, problems)):  # noqa: B007 - pos is read after
-            if pos % every == 0 and pos // every == len(starts):
-                starts.append(start)
-                lines.append(line)
-            if d["process"] != NEMESIS:
-                client_fs.add(d["f"])
-            yield pos, d
+        with open(self.path, "rb") as fh:
+            for pos, (line, d) in enumerate(_op_lines(self.path, problems, fh)):  # noqa: B007 - pos is read after
+                if d["process"] != NEMESIS:
+                    client_fs.add(d["f"])
+                yield pos, d
+                if pos % every == every - 1 and pos >= known:
+                    self._offsets.append(fh.tell())
+                    self._lines.append(line + 1)
+                    self._firsts.append(pos + 1)
         self.count = pos + 1
         self.client_fs = client_fs
         for p in problems:
@@ -154,11 +155,11 @@ class HistoryFile:
         raise IndexError(f"{self.path} has no op {pos}")
 
     def ops_from(self, pos: int) -> Iterator[Op]:
-        """The ops from position `pos` on, read back from the file: rows() must have passed `pos`."""
-        k = pos // self.CHECKPOINT
+        """The ops from position `pos` on, read back from the file: a pass (rows()) must have passed `pos`."""
+        k = bisect.bisect_right(self._firsts, pos) - 1
         with open(self.path, "rb") as fh:
-            fh.seek(self._starts[k])
-            for at, (line, _, d) in enumerate(_op_lines(self.path, None, fh, self._lines[k]), k * self.CHECKPOINT):
+            fh.seek(self._offsets[k])
+            for at, (line, d) in enumerate(_op_lines(self.path, None, fh, self._lines[k]), self._firsts[k]):
                 if at >= pos:
                     yield _op(d, line)
 
@@ -169,7 +170,7 @@ class HistoryFile:
         last = None
         for raw in _lines_containing(self.path, BEYOND_BUDGET.encode()):
             try:
-                d = _loads(raw)
+                d = json.loads(raw)
             except ValueError:
                 continue  # a bad line: rows() says which, or drops it if it is the torn last one
             if isinstance(d, dict) and marks_beyond_budget(d.get("process"), d.get("type"), d.get("value")):
