@@ -249,6 +249,7 @@ class QueueCheck:
         self.op_at = ops.op
         self.found = Examples()
         self.stats: dict[str, int] = defaultdict(int)
+        self.outcomes: dict[tuple[str, str], int] = defaultdict(int)  # (f, type) -> how many pairs
         self.sent: dict[int, IntSet] = defaultdict(IntSet)         # key -> every value a send carried
         self.acked: dict[int, _Acked] = defaultdict(_Acked)
         self.info_sends: list[tuple[int, Any]] = []
@@ -257,11 +258,12 @@ class QueueCheck:
         # different values there, and a consumer's position may point past the new end; neither breaks
         # the contract. Without such a fault everything is era 0.
         self.seen: dict[tuple[int, int], OffsetValues] = {}         # (key, era) -> what reads saw where
-        self.read_values: dict[int, IntSet] = defaultdict(IntSet)  # key -> every value a read returned
         self.unsent_read: dict[tuple[int, int], set[Any]] = defaultdict(set)  # read before any send carried it
         self.final_hwm: dict[int, int] = {}
         self.final_values: dict[int, IntSet] = defaultdict(IntSet)
-        self.last_offset: dict[tuple[Any, int, int], tuple[int, int]] = {}  # (process, key, era) -> (offset, read)
+        self.seen_in: tuple[dict[int, OffsetValues], ...] = ({}, {})  # the same, by era and key
+        # era -> process -> key -> (the offset it read last, that read's position)
+        self.last_offset: tuple[dict[Any, dict[int, tuple[int, int]]], ...] = ({}, {})
         # (key, era) -> jumps of consumers over offsets: a log with a transaction marker after every commit
         # has millions of them.
         self.jumps: dict[tuple[int, int], _Jumps] = {}
@@ -278,56 +280,62 @@ class QueueCheck:
         if inv[PROCESS] == NEMESIS:
             return
         f = inv[F]
+        t = comp[TYPE] if comp is not None else INFO
+        self.outcomes[(f, t)] += 1
         if f == "send":
             key, _, value = written(f, inv[VALUE])
             self.sent[key].add(value)
-            t = comp[TYPE] if comp is not None else INFO
-            self.stats[f"send-{t}"] += 1
             if t == OK:
                 key, off, val = written(comp[F], comp[VALUE])
                 era = -1 if self.cutoff is not None and comp[TIME] is None else self.era(comp[TIME])
                 self.acked[key].append(int(off), val, inv[POS], comp[POS], era)
             elif t == INFO:
                 self.info_sends.append((key, value))
-        elif f in ("poll", "final-poll"):
-            t = comp[TYPE] if comp is not None else INFO
-            self.stats[f"{f}-{t}"] += 1
-            if t == OK:
-                self._read(inv, comp)
+        elif t == OK and (f == "poll" or f == "final-poll"):
+            self._read(inv, comp)
 
     def _read(self, inv: Row, comp: Row) -> None:
         f, process, pos = inv[F], inv[PROCESS], comp[POS]
-        e = self.era(comp[TIME])
+        e = 0 if self.cutoff is None else self.era(comp[TIME])
         group_poll = self.subscribe and f == "poll"
         if group_poll:
             for k, committed in ((comp[EXTRA] or {}).get("committed") or {}).items():
                 self.commits[(int(k), e)].append((comp[TIME], int(committed), pos, process))
         seq = inv[POS] << SEQ_BITS
+        # this era's partitions, and where this process last read each of them
+        seen_in = self.seen_in[e]
+        last = self.last_offset[e].get(process)
+        if last is None:
+            last = self.last_offset[e][process] = {}
         for key, recs in poll_items(f, comp[VALUE]):
-            prev = self.last_offset.get((process, key, e))
+            prev = last.get(key)
             if group_poll and recs and (prev is None or int(recs[0][0]) != prev[0] + 1):
                 self.resumes.append((inv[TIME], process, e, pos, key, int(recs[0][0])))
             if not recs:
                 continue  # nothing read: no position to remember
-            seen = self.seen.get((key, e)) or self.seen.setdefault((key, e), OffsetValues())
+            seen = seen_in.get(key)
+            if seen is None:
+                seen = seen_in[key] = self.seen[(key, e)] = OffsetValues()
             vals, seqs = seen.vals, seen.seqs
-            jumped = None
-            prev_off, prev_pos = prev if prev is not None else (None, None)
             n = len(recs)
-            if _reread(recs, n, prev_off, vals, seqs):
-                # The common case at C speed: offsets that follow on from this consumer's last, each
-                # holding the value the partition's reads saw there first (every consumer reads every record).
-                o0 = int(recs[0][0])
+            prev_off, prev_pos = prev if prev is not None else (None, None)
+            o0 = recs[0][0]
+            # The common case at C speed: offsets that follow on from this consumer's last, each holding
+            # the value the partition's reads saw there first (every consumer reads every record): the
+            # record loop below would find nothing in them.
+            if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and (prev_off is None or o0 == prev_off + 1)
+                    and seqs[o0:o0 + n].count(-1) == 0
+                    and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
                 if group_poll:
                     self.group_read[(key, e)].update(range(o0, o0 + n))
-                prev_off, prev_pos = o0 + n - 1, pos
+                if f == "poll":
+                    last[key] = (o0 + n - 1, pos)
                 seq += n
-                recs = ()
+                continue
+            jumped = None
             for off, val in recs:
                 if type(off) is not int:
                     off = int(off)
-                # The hot path: a record this partition's reads have seen already (every consumer reads
-                # every record). Anything else, OffsetValues.observe decides.
                 if not (0 <= off < len(seqs) and seqs[off] >= 0 and vals[off] == val):
                     first = seen.observe(off, val, seq)
                     if first is True or first is not False:
@@ -354,7 +362,7 @@ class QueueCheck:
                 prev_off, prev_pos = off, pos
                 seq += 1
             if f == "poll":
-                self.last_offset[(process, key, e)] = (prev_off, prev_pos)
+                last[key] = (prev_off, prev_pos)
         if f == "final-poll":
             for key, recs in poll_items(f, comp[VALUE]):
                 hwm = int(drained(f, comp[VALUE])[1])
@@ -366,7 +374,6 @@ class QueueCheck:
     def _new_sighting(self, key: int, e: int, val: Any) -> None:
         """A value seen at an offset for the first time in its era: one its key's sends have not carried (so
         far) may be unexpected."""
-        self.read_values[key].add(val)
         if val not in self.sent[key]:
             self.unsent_read[(key, e)].add(val)
 
@@ -387,15 +394,18 @@ class QueueCheck:
         return completion(self.ops, seq >> SEQ_BITS)
 
     def result(self) -> Result:
-        found, stats = self.found, self.stats
+        found = self.found
+        stats: dict[str, Any] = defaultdict(int, {f"{f}-{t}": n for (f, t), n in self.outcomes.items()
+                                                  if f in QUEUE_VALUES.op_names})
+        stats.update(self.stats)
+        self.stats = stats
         self._unexpected_and_duplicates()
         gap_count, gaps = self._judge_jumps()
         if self.subscribe:
             self._judge_group_skips()
             self._judge_lost_commits()
         uncovered, beyond_budget = self._lost_writes()
-        read_values = self.read_values
-        stats["info-sends-later-read"] = sum(1 for k, v in self.info_sends if k in read_values and v in read_values[k])
+        stats["info-sends-later-read"] = self._info_sends_later_read()
         acked = sum(map(len, self.acked.values()))
         stats["acked-sends"] = acked
         stats["keys-with-final-reads"] = len(self.final_hwm)
@@ -423,6 +433,21 @@ class QueueCheck:
         stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
         return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
                       unknown_reasons=reasons)
+
+    def _info_sends_later_read(self) -> int:
+        """How many indeterminate sends some read returned the value of (in either era)."""
+        by_key: dict[int, list[Any]] = defaultdict(list)
+        for key, value in self.info_sends:
+            by_key[key].append(value)
+        count = 0
+        for key, values in by_key.items():
+            wanted = set(values)
+            read = set()
+            for e in (0, 1):
+                if (key, e) in self.seen:
+                    read.update(v for v in self.seen[(key, e)].values_in(wanted))
+            count += sum(1 for v in values if v in read)
+        return count
 
     def _unexpected_and_duplicates(self) -> None:
         """Values read but never sent (once per key and value, whatever the era); values at two offsets.
@@ -584,21 +609,6 @@ class QueueCheck:
                     "send": self.op_at(comp).to_dict(), "invoke": self.op_at(inv).to_dict()}
             self.found.add("lost-write", lost_write)
         return uncovered, beyond_budget
-
-
-def _reread(recs: list, n: int, prev_off: int | None, vals: array, seqs: array) -> bool:
-    """Whether the records `recs` (n of them) read the offsets that follow `prev_off` (or any, when None),
-    each a well-formed [offset, value] pair holding the value first seen there (OffsetValues' columns): the
-    record loop would find nothing in them."""
-    o0 = recs[0][0]
-    if type(o0) is not int or o0 < 0 or o0 + n > len(seqs) or (prev_off is not None and o0 != prev_off + 1):
-        return False
-    try:
-        offsets, values = zip(*recs, strict=False)
-        return (sum(map(len, recs)) == 2 * n and offsets == tuple(range(o0, o0 + n))
-                and seqs[o0:o0 + n].count(-1) == 0 and vals[o0:o0 + n] == array("q", values))
-    except (ValueError, TypeError, OverflowError):
-        return False  # not pairs, or values no int64 holds: the record loop decides (and says what is wrong)
 
 
 def _repeated(seen: OffsetValues) -> set[Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, compress
 from typing import Any, Protocol
 
 from history import INVOKE, HistoryFile, Op, pair_stream
@@ -122,7 +123,7 @@ class IntSet:
         self.other: set[Any] = set()
 
     def add(self, v: Any) -> None:
-        i = small_int(v)
+        i = v if type(v) is int else small_int(v)
         if i is not None and 0 <= i:
             byte = i >> 3
             if byte >= len(self.bits):
@@ -135,7 +136,7 @@ class IntSet:
             self.other.add(v)
 
     def __contains__(self, v: Any) -> bool:
-        i = small_int(v)
+        i = v if type(v) is int else small_int(v)
         if i is not None and 0 <= i and (i >> 3) < len(self.bits) and self.bits[i >> 3] >> (i & 7) & 1:
             return True
         return v in self.other
@@ -234,6 +235,16 @@ class OffsetValues:
             for val, seq in readers.items():
                 if wanted is None or wanted(val):
                     yield off, val, seq
+
+    def values_in(self, wanted: set[Any]) -> Iterator[Any]:
+        """The values seen that are among `wanted` (at C speed over the columns)."""
+        if self.generic is not None:
+            return (v for readers in self.generic.values() for v in readers if v in wanted)
+        firsts = compress(self.vals, map(wanted.__contains__, self.vals))
+        # a column holds 0 where nothing was seen: a 0 counts only where it was
+        if 0 in wanted:
+            firsts = (v for v, s in zip(self.vals, self.seqs, strict=True) if s >= 0 and v in wanted)
+        return chain(firsts, (v for readers in self.others.values() for v in readers if v in wanted))
 
     def values(self) -> Iterator[Any]:
         """Every value seen (once per offset it was seen at)."""
