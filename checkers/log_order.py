@@ -46,6 +46,7 @@ from checkers.core import UNKNOWN, Anomaly, Result
 from checkers.queue import Examples, drained, poll_items, written
 from checkers.reasons import say
 from checkers.stream import (
+    INT64,
     POS,
     PROCESS,
     SEQ_BITS,
@@ -139,17 +140,21 @@ class LogOrderCheck:
                 era.partition(key).send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret)
             elif t != FAIL:
                 era.partition(key).send(value, inv[POS], ret, None, inv[POS])  # may or may not have happened
-        elif f in ("poll", "final-poll") and t == OK:
+        elif t == OK and (f == "poll" or f == "final-poll"):
             era = self._era(comp)
+            partitions, read_keys = era.partitions, era.read_keys
             end = int(drained(f, comp[VALUE])[1]) if f == "final-poll" else None
-            seq = inv[POS] << SEQ_BITS
+            inv_pos = inv[POS]
+            seq = inv_pos << SEQ_BITS
             for key, recs in poll_items(f, comp[VALUE]):
                 # reach: how far this read saw the log go (records come in offset order; a read
                 # that is not is the queue checker's nonmonotonic-poll)
                 reach = max(recs[0][0], recs[-1][0]) + 1 if recs else 0
                 if end is not None:
                     reach = max(reach, end)
-                era.partition(key).read(inv[POS], ret, recs, end, reach, seq)
+                if key not in read_keys:
+                    read_keys[key] = None
+                (partitions.get(key) or era.partition(key)).read(inv_pos, ret, recs, end, reach, seq)
                 seq += len(recs)
 
     def _era(self, row: Row) -> _Era:
@@ -218,7 +223,8 @@ class _Partition:
         self.claims = OffsetValues()  # offset -> the first value acknowledged there (seq: its completion)
         self.claim_conflicts: list[tuple[Any, Any, int, int]] = []  # (offset, value, first claim's op, this op)
         # reads, in invocation order: completion, reach; final reads also (invocation, end it claimed, position)
-        self.read_rets, self.read_reaches = array("q"), IntColumn()
+        self.read_rets = array("q")
+        self.read_reaches: array | list = array("q")
         self.final_reads: list[tuple[int, Any, int]] = []
         self.kept_seqs, self.kept_offsets, self.kept_values = array("q"), IntColumn(), IntColumn()
         self.end: Any = 0
@@ -239,18 +245,27 @@ class _Partition:
                 self.claim_conflicts.append((off, value, first[1], ret))
 
     def read(self, inv: int, ret: int, recs: list, claimed_end: Any, reach: Any, seq: int) -> None:
-        self.era.read_keys.setdefault(self.key)
         self.read_rets.append(ret)
-        self.read_reaches.append(reach)
+        reaches = self.read_reaches
+        if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
+            reaches.append(reach)
+        else:
+            reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
+            reaches.append(reach)
         if claimed_end is not None:
             self.final_reads.append((inv, claimed_end, ret))
         claims, end, exact = self.claims, self.end, self.check.exact
         vals, seqs = claims.vals, claims.seqs
-        if recs and not exact and _acknowledged_reads(recs, vals, seqs):
-            top = recs[0][0] + len(recs)  # the records' offsets follow on, ints: the last one's is the highest
-            if top > end:
-                end = top
-            recs = ()
+        if recs and not exact:
+            # The common case at C speed: records at offsets that follow on, each acknowledged with the
+            # value read there (see LogOrderCheck): nothing to keep, only how far the log reached.
+            o0, n = recs[0][0], len(recs)
+            if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
+                    and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
+                last = recs[-1][0]  # as the history holds it: the record loop would have ended on it
+                if last >= end:
+                    end = last + 1
+                recs = ()
         for o, v in recs:
             # The hot path: a record at an offset acknowledged with this value (see LogOrderCheck).
             if exact or not (type(o) is int and 0 <= o < len(seqs) and seqs[o] >= 0 and vals[o] == v):
@@ -388,7 +403,7 @@ class _Partition:
                     "reads": [ops.op(ret_pos).to_dict(), ops.op(by).to_dict()]}
         # offset-gap: offsets below the end that no observation fills need that many
         # indeterminate sends whose values were never observed.
-        unfilled = sum(1 for o in range(end) if claimed(claims, o) is _MISSING and o not in value_at)
+        unfilled = _unfilled(claims, value_at, end)
         spare = sum(1 for val, _, _, _, is_acked in self.sends() if not is_acked and val not in first_offset)
         if unfilled > spare:
             yield "offset-gap", lambda: {
@@ -419,18 +434,13 @@ class _Partition:
         return best
 
 
-def _acknowledged_reads(recs: list, vals: array, seqs: array) -> bool:
-    """Whether `recs` are well-formed [offset, value] records at offsets that follow on, each holding the
-    value first acknowledged there (the claims' columns): nothing in them needs keeping."""
-    o0, n = recs[0][0], len(recs)
-    if type(o0) is not int or o0 < 0 or o0 + n > len(seqs):
-        return False
-    try:
-        offsets, values = zip(*recs, strict=False)
-        return (sum(map(len, recs)) == 2 * n and array("q", offsets) == array("q", range(o0, o0 + n))
-                and seqs[o0:o0 + n].count(-1) == 0 and vals[o0:o0 + n] == array("q", values))
-    except (ValueError, TypeError, OverflowError):
-        return False
+def _unfilled(claims: OffsetValues, value_at: dict[Any, Any], end: Any) -> int:
+    """How many offsets below `end` neither an acknowledgement nor a read (value_at) fills."""
+    if claims.generic is not None or type(end) is not int:
+        return sum(1 for o in range(end) if claimed(claims, o) is _MISSING and o not in value_at)
+    seqs = claims.seqs
+    unclaimed = seqs[:end].count(-1) + max(0, end - len(seqs))  # at C speed: the common case
+    return unclaimed - sum(1 for o in value_at if o in range(end) and claimed(claims, o) is _MISSING)
 
 
 def _claims_at(claims: OffsetValues, off: Any) -> dict[Any, int]:
