@@ -133,13 +133,18 @@ class LogOrderCheck:
         f = inv[F]
         if f == "send":
             key, _, value = written(f, inv[VALUE])
-            if t != FAIL:
-                self.carried[key].add(value)
             era = self._era(comp if comp is not None and t != INFO else inv)
-            if t == OK:
-                era.partition(key).send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret)
-            elif t != FAIL:
-                era.partition(key).send(value, inv[POS], ret, None, inv[POS])  # may or may not have happened
+            if t != FAIL:
+                carried = self.carried[key]
+                # A value carried before (by a send of this partition, in either era) may replace an earlier
+                # send's: the class's docstring says what that costs.
+                again = value in carried
+                carried.add(value)
+                p = era.partitions.get(key) or era.partition(key)
+                if t == OK:
+                    p.send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret, again)
+                else:
+                    p.send(value, inv[POS], ret, None, inv[POS], again)  # may or may not have happened
         elif t == OK and (f == "poll" or f == "final-poll"):
             era = self._era(comp)
             partitions, read_keys = era.partitions, era.read_keys
@@ -154,8 +159,34 @@ class LogOrderCheck:
                     reach = max(reach, end)
                 if key not in read_keys:
                     read_keys[key] = None
-                (partitions.get(key) or era.partition(key)).read(inv_pos, ret, recs, end, reach, seq)
-                seq += len(recs)
+                p = partitions.get(key) or era.partition(key)
+                p.read_rets.append(ret)
+                reaches = p.read_reaches
+                if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
+                    reaches.append(reach)
+                else:
+                    reaches = p.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
+                    reaches.append(reach)
+                if end is not None:
+                    p.final_reads.append((inv_pos, end, ret))
+                n = len(recs)
+                if n and not self.exact:
+                    # The common case at C speed: records at offsets that follow on, each acknowledged with
+                    # the value read there: nothing to keep (see the class's docstring), only how far the log
+                    # reached, as the record loop would have found it (the last record's offset, as written).
+                    vals, seqs = p.claims.vals, p.claims.seqs
+                    o0 = recs[0][0]
+                    if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
+                            and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
+                        last = recs[-1][0]
+                        if last >= p.end:
+                            p.end = last + 1
+                        if end is not None and end > p.end:
+                            p.end = end
+                        seq += n
+                        continue
+                p.read(recs, end, seq)
+                seq += n
 
     def _era(self, row: Row) -> _Era:
         return self.eras[0] if self.cutoff is None else self.eras[self.era_of(row[TIME])]
@@ -218,8 +249,7 @@ class _Partition:
         self.send_values, self.send_offsets = IntColumn(), IntColumn()
         self.send_invokes, self.send_returns = array("q"), array("q")
         self.send_acked = bytearray()
-        self.sent = IntSet()
-        self.repeated = False     # two sends carried one value (the later replaces the earlier)
+        self.repeated = False     # two sends carried one value (the later may replace the earlier)
         self.claims = OffsetValues()  # offset -> the first value acknowledged there (seq: its completion)
         self.claim_conflicts: list[tuple[Any, Any, int, int]] = []  # (offset, value, first claim's op, this op)
         # reads, in invocation order: completion, reach; final reads also (invocation, end it claimed, position)
@@ -229,43 +259,32 @@ class _Partition:
         self.kept_seqs, self.kept_offsets, self.kept_values = array("q"), IntColumn(), IntColumn()
         self.end: Any = 0
 
-    def send(self, value: Any, inv: int, ret: int, off: int | None, op: int) -> None:
+    def send(self, value: Any, inv: int, ret: int, off: int | None, op: int, again: bool) -> None:
+        """A send (`op`: the position of its acknowledgement, else of its invocation); `again`: its value
+        was carried before."""
         self.era.send_keys.setdefault(self.key)
-        if value in self.sent:
+        if again:
             self.repeated = True
-        self.sent.add(value)
         self.send_values.append(value)
         self.send_invokes.append(inv)
         self.send_returns.append(ret)
         self.send_offsets.append(off if off is not None else 0)
         self.send_acked.append(off is not None)
         if off is not None:
-            first = self.claims.observe(off, value, ret)
+            claims = self.claims
+            seqs = claims.seqs
+            if type(value) is int and 0 <= off < len(seqs) and seqs[off] < 0 and INT64[0] <= value <= INT64[1]:
+                claims.vals[off], seqs[off] = value, ret  # OffsetValues.observe's common case: a new offset
+                return
+            first = claims.observe(off, value, ret)
             if first is not True and first is not False:
                 self.claim_conflicts.append((off, value, first[1], ret))
 
-    def read(self, inv: int, ret: int, recs: list, claimed_end: Any, reach: Any, seq: int) -> None:
-        self.read_rets.append(ret)
-        reaches = self.read_reaches
-        if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
-            reaches.append(reach)
-        else:
-            reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
-            reaches.append(reach)
-        if claimed_end is not None:
-            self.final_reads.append((inv, claimed_end, ret))
+    def read(self, recs: list, claimed_end: Any, seq: int) -> None:
+        """The records of a read (the common case is LogOrderCheck.feed's): keep those an acknowledgement
+        does not settle; note how far the log reached."""
         claims, end, exact = self.claims, self.end, self.check.exact
         vals, seqs = claims.vals, claims.seqs
-        if recs and not exact:
-            # The common case at C speed: records at offsets that follow on, each acknowledged with the
-            # value read there (see LogOrderCheck): nothing to keep, only how far the log reached.
-            o0, n = recs[0][0], len(recs)
-            if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
-                    and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
-                last = recs[-1][0]  # as the history holds it: the record loop would have ended on it
-                if last >= end:
-                    end = last + 1
-                recs = ()
         for o, v in recs:
             # The hot path: a record at an offset acknowledged with this value (see LogOrderCheck).
             if exact or not (type(o) is int and 0 <= o < len(seqs) and seqs[o] >= 0 and vals[o] == v):
