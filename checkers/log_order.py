@@ -36,10 +36,11 @@ histories that this checker and the general search give the same verdict.
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from itertools import compress
+from itertools import accumulate, chain, compress, repeat
 from typing import Any
 
 from checkers.core import UNKNOWN, Anomaly, Result
@@ -77,6 +78,7 @@ EXPLANATIONS = {
 
 
 _MISSING = object()
+_BELOW_ALL, _ABOVE_ALL = float("-inf"), float("inf")  # no acknowledgement before; no send after
 NOTHING_OBSERVED = say("no-log-observed")
 # A completion the history does not hold ranks after every position (the old `len(history) + 1`).
 NEVER = 1 << 62
@@ -373,43 +375,53 @@ class _Partition:
                 value_at: dict) -> Iterator[tuple[str, Callable]]:
         """realtime-order, future-read, stale-read and offset-gap (the module's docstring)."""
         key, ops = self.key, self.ops
-        # (invocation, completion, offset, value, op position) of each acknowledged send
-        acked = [(inv, ret, off, val, ret) for val, inv, ret, off, is_acked in self.sends() if is_acked]
-        # Indeterminate sends whose value a read saw did happen, at the offset it was seen at.
-        placed = acked + [(inv, ret, min(extra_offsets.get(val, set()) | {first_offset[val]}), val, inv)
-                          for val, inv, ret, _, is_acked in self.sends() if not is_acked and val in first_offset]
+        # (invocation, completion, offset, value, op position) of each acknowledged send, and of each
+        # indeterminate send whose value a read saw: it did happen, at the offset it was seen at.
+        acked, placed_later = [], []
+        spare = 0
+        for val, inv, ret, off, is_acked in self.sends():
+            if is_acked:
+                acked.append((inv, ret, off, val, ret))
+            elif val in first_offset:
+                placed_later.append((inv, ret, min(extra_offsets.get(val, set()) | {first_offset[val]}), val, inv))
+            else:
+                spare += 1  # an indeterminate send never observed: it may fill an unobserved offset
+        placed = acked + placed_later
         end = max([self.end] + [off + 1 for _, _, off, _, _ in placed])
         # realtime-order: sweep invocations; among sends acknowledged before, the highest offset
-        # must stay below the invoked send's offset.
+        # must stay below the invoked send's offset. At C speed: for each send, how many were acknowledged
+        # before it began (bisect), and the highest offset among them (a running max).
         by_ack = sorted(acked, key=lambda s: s[1])
-        best = None
-        i = 0
-        for s in sorted(placed, key=lambda s: s[0]):
-            while i < len(by_ack) and by_ack[i][1] < s[0]:
-                if best is None or by_ack[i][2] > best[2]:
-                    best = by_ack[i]
-                i += 1
-            if best is not None and best[2] > s[2]:
-                yield "realtime-order", lambda best=best, s=s: {
-                    "key": key, "summary": f"{best[3]!r} was acknowledged at offset {best[2]} before the send of "
-                                           f"{s[3]!r} began, which got the lower offset {s[2]} (partition {key})",
-                    "sends": [ops.op(best[4]).to_dict(), ops.op(s[4]).to_dict()]}
-        # future-read: a read that saw the log reach offset r implies every offset below r was
-        # filled before it ended, so no send at such an offset may begin after the read ended.
         by_inv = sorted(placed, key=lambda s: s[0])
+        ack_returns = [s[1] for s in by_ack]
+        highest = [_BELOW_ALL, *accumulate((s[2] for s in by_ack), max)]
+        before = map(bisect.bisect_left, repeat(ack_returns), (s[0] for s in by_inv))
+        for k in compress(range(len(by_inv)), map(operator.gt, map(highest.__getitem__, before), (s[2] for s in by_inv))):
+            s = by_inv[k]
+            n_before = bisect.bisect_left(ack_returns, s[0])
+            # the first acknowledgement, in completion order, to reach that highest offset
+            best = next(a for a in by_ack[:n_before] if a[2] == highest[n_before])
+            yield "realtime-order", lambda best=best, s=s: {
+                "key": key, "summary": f"{best[3]!r} was acknowledged at offset {best[2]} before the send of "
+                                       f"{s[3]!r} began, which got the lower offset {s[2]} (partition {key})",
+                "sends": [ops.op(best[4]).to_dict(), ops.op(s[4]).to_dict()]}
+        # future-read: a read that saw the log reach offset r implies every offset below r was
+        # filled before it ended, so no send at such an offset may begin after the read ended. At C speed:
+        # for each read, the sends begun after it ended (bisect) and the least offset among them.
         suffix_min: list = [None] * (len(by_inv) + 1)
         for k in range(len(by_inv) - 1, -1, -1):
             cur = suffix_min[k + 1]
             suffix_min[k] = by_inv[k] if cur is None or by_inv[k][2] < cur[2] else cur
+        least = [s[2] if s is not None else _ABOVE_ALL for s in suffix_min]
         inv_positions = [s[0] for s in by_inv]
-        for ret_pos, reach in zip(self.read_rets, self.read_reaches, strict=True):
-            k = bisect.bisect_right(inv_positions, ret_pos)
-            s = suffix_min[k]
-            if s is not None and s[2] < reach:
-                yield "future-read", lambda ret_pos=ret_pos, reach=reach, s=s: {
-                    "key": key, "summary": f"a read of partition {key} saw the log reach offset {reach}, but "
-                                           f"{s[3]!r} at offset {s[2]} was sent only after that read ended",
-                    "reads": [ops.op(ret_pos).to_dict(), ops.op(s[4]).to_dict()]}
+        after = map(bisect.bisect_right, repeat(inv_positions), self.read_rets)
+        for i in compress(range(len(self.read_rets)), map(operator.lt, map(least.__getitem__, after), self.read_reaches)):
+            ret_pos, reach = self.read_rets[i], self.read_reaches[i]
+            s = suffix_min[bisect.bisect_right(inv_positions, ret_pos)]
+            yield "future-read", lambda ret_pos=ret_pos, reach=reach, s=s: {
+                "key": key, "summary": f"a read of partition {key} saw the log reach offset {reach}, but "
+                                       f"{s[3]!r} at offset {s[2]} was sent only after that read ended",
+                "reads": [ops.op(ret_pos).to_dict(), ops.op(s[4]).to_dict()]}
         # stale-read: whatever completed before a final read began (an acknowledged send at offset
         # o, a read that saw the log reach r) bounds the end that final read may claim from below.
         for inv_pos, claimed_end, ret_pos in self.final_reads:
@@ -423,7 +435,6 @@ class _Partition:
         # offset-gap: offsets below the end that no observation fills need that many
         # indeterminate sends whose values were never observed.
         unfilled = _unfilled(claims, value_at, end)
-        spare = sum(1 for val, _, _, _, is_acked in self.sends() if not is_acked and val not in first_offset)
         if unfilled > spare:
             yield "offset-gap", lambda: {
                 "key": key, "summary": f"partition {key}: {unfilled} offset(s) below {end} were never observed, "
@@ -444,13 +455,13 @@ class _Partition:
     def _bound_before(self, acked: list, inv_pos: int) -> tuple[Any, int] | None:
         """The highest offset known to exist before position `inv_pos`: (an acknowledged send's offset + 1, or
         a read's reach; the op that showed it, the first in completion order to show that much), or None."""
-        bounds = [(ret, off + 1, op) for _, ret, off, _, op in acked if ret < inv_pos]
-        bounds += [(ret, reach, ret) for ret, reach in zip(self.read_rets, self.read_reaches, strict=True) if ret < inv_pos]
-        best = None
-        for _, need, op in sorted(bounds, key=lambda b: b[0]):
-            if best is None or need > best[0]:
-                best = (need, op)
-        return best
+        bounds = chain(((ret, off + 1) for _, ret, off, _, _ in acked),
+                       zip(self.read_rets, self.read_reaches, strict=True))
+        best = None  # (completion, need)
+        for ret, need in bounds:
+            if ret < inv_pos and (best is None or need > best[1] or (need == best[1] and ret < best[0])):
+                best = (ret, need)
+        return None if best is None else (best[1], best[0])  # a completion's position is its op's
 
 
 def _unfilled(claims: OffsetValues, value_at: dict[Any, Any], end: Any) -> int:
