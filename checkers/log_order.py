@@ -135,44 +135,29 @@ class LogOrderCheck:
         f = inv[F]
         if f == "send":
             key, _, value = written(f, inv[VALUE])
-            era = self._era(comp if comp is not None and t != INFO else inv)
+            era = self.eras[0] if self.cutoff is None else self._era(comp if comp is not None and t != INFO else inv)
             if t != FAIL:
-                carried = self.carried[key]
                 # A value carried before (by a send of this partition, in either era) may replace an earlier
                 # send's: the class's docstring says what that costs.
-                again = value in carried
-                carried.add(value)
+                again = not self.carried[key].add_new(value)
                 p = era.partitions.get(key) or era.partition(key)
                 if t == OK:
                     p.send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret, again)
                 else:
                     p.send(value, inv[POS], ret, None, inv[POS], again)  # may or may not have happened
         elif t == OK and (f == "poll" or f == "final-poll"):
-            era = self._era(comp)
+            era = self.eras[0] if self.cutoff is None else self._era(comp)
             partitions, read_keys = era.partitions, era.read_keys
             end = int(drained(f, comp[VALUE])[1]) if f == "final-poll" else None
             inv_pos = inv[POS]
             seq = inv_pos << SEQ_BITS
+            exact = self.exact
             for key, recs in poll_items(f, comp[VALUE]):
-                # reach: how far this read saw the log go (records come in offset order; a read
-                # that is not is the queue checker's nonmonotonic-poll)
-                reach = max(recs[0][0], recs[-1][0]) + 1 if recs else 0
-                if end is not None:
-                    reach = max(reach, end)
                 if key not in read_keys:
                     read_keys[key] = None
                 p = partitions.get(key) or era.partition(key)
-                p.read_rets.append(ret)
-                reaches = p.read_reaches
-                if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
-                    reaches.append(reach)
-                else:
-                    reaches = p.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
-                    reaches.append(reach)
-                if end is not None:
-                    p.final_reads.append((inv_pos, end, ret))
                 n = len(recs)
-                if n and not self.exact:
+                if n and not exact:
                     # The common case at C speed: records at offsets that follow on, each acknowledged with
                     # the value read there: nothing to keep (see the class's docstring), only how far the log
                     # reached, as the record loop would have found it (the last record's offset, as written).
@@ -181,12 +166,29 @@ class LogOrderCheck:
                     if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
                             and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
                         last = recs[-1][0]
+                        reach = last + 1  # max(first, last) + 1: they follow on
                         if last >= p.end:
-                            p.end = last + 1
-                        if end is not None and end > p.end:
-                            p.end = end
+                            p.end = reach
+                        if end is not None:
+                            reach = max(reach, end)
+                            if end > p.end:
+                                p.end = end
+                            p.final_reads.append((inv_pos, end, ret))
+                        p.read_rets.append(ret)
+                        if end is None and type(reach) is int and type(p.read_reaches) is array:
+                            p.read_reaches.append(reach)  # an offset of the columns + 1: an int64
+                        else:
+                            p.add_reach(reach)
                         seq += n
                         continue
+                # reach: how far this read saw the log go (records come in offset order; a read
+                # that is not is the queue checker's nonmonotonic-poll)
+                reach = max(recs[0][0], recs[-1][0]) + 1 if recs else 0
+                if end is not None:
+                    reach = max(reach, end)
+                    p.final_reads.append((inv_pos, end, ret))
+                p.read_rets.append(ret)
+                p.add_reach(reach)
                 p.read(recs, end, seq)
                 seq += n
 
@@ -281,6 +283,15 @@ class _Partition:
             first = claims.observe(off, value, ret)
             if first is not True and first is not False:
                 self.claim_conflicts.append((off, value, first[1], ret))
+
+    def add_reach(self, reach: Any) -> None:
+        reaches = self.read_reaches
+        if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
+            reaches.append(reach)
+        else:
+            if type(reaches) is array:
+                reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
+            reaches.append(reach)
 
     def read(self, recs: list, claimed_end: Any, seq: int) -> None:
         """The records of a read (the common case is LogOrderCheck.feed's): keep those an acknowledgement

@@ -135,6 +135,13 @@ class IntSet:
         else:
             self.other.add(v)
 
+    def add_new(self, v: Any) -> bool:
+        """Add `v`; whether it was not there before."""
+        if v in self:
+            return False
+        self.add(v)
+        return True
+
     def __contains__(self, v: Any) -> bool:
         i = v if type(v) is int else small_int(v)
         if i is not None and 0 <= i and (i >> 3) < len(self.bits) and self.bits[i >> 3] >> (i & 7) & 1:
