@@ -33,33 +33,23 @@ sys.path.insert(0, str(TREE))
 from benchmarks.bench_queue_checker import generate  # noqa: E402
 
 # Each way of checking, as the code a fresh process runs; it prints {"valid": ..., "lost": ..., ...}.
+ONE_CHECKER = """
+from checkers.stream import InFile
+from history import HistoryFile, gc_paused
+from {module} import {reader}
+with gc_paused():
+    hf = HistoryFile(PATH)
+    ops = InFile(hf)
+    check = {reader}(hf.beyond_budget_time(), ops)
+    for inv, comp in ops.pairs():
+        check.feed(inv, comp)
+    r = check.result()
+out = {{"valid": r.valid, "dup": r.stats["duplicate-count"], **({{"lost": r.stats["lost-write-count"]}}
+                                                               if "lost-write-count" in r.stats else {{}})}}
+"""
 WAYS = {
-    "stream: queue checker": """
-from checkers.queue import QueueCheck
-from checkers.stream import InFile
-from history import HistoryFile, gc_paused
-with gc_paused():
-    hf = HistoryFile(PATH)
-    ops = InFile(hf)
-    check = QueueCheck(hf.beyond_budget_time(), ops)
-    for inv, comp in ops.pairs():
-        check.feed(inv, comp)
-    r = check.result()
-out = {"valid": r.valid, "lost": r.stats["lost-write-count"], "dup": r.stats["duplicate-count"]}
-""",
-    "stream: log fast path": """
-from checkers.log_order import LogOrderCheck
-from checkers.stream import InFile
-from history import HistoryFile, gc_paused
-with gc_paused():
-    hf = HistoryFile(PATH)
-    ops = InFile(hf)
-    check = LogOrderCheck(hf.beyond_budget_time(), ops)
-    for inv, comp in ops.pairs():
-        check.feed(inv, comp)
-    r = check.result()
-out = {"valid": r.valid, "dup": r.stats["duplicate-count"]}
-""",
+    "stream: queue checker": ONE_CHECKER.format(module="checkers.queue", reader="QueueCheck"),
+    "stream: log fast path": ONE_CHECKER.format(module="checkers.log_order", reader="LogOrderCheck"),
     "stream: both, one pass (kafkaesque check)": """
 from checkers.core import run_checkers
 from checkers.log_order import LogOrderChecker

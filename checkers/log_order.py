@@ -158,13 +158,10 @@ class LogOrderCheck:
                 p = partitions.get(key) or era.partition(key)
                 n = len(recs)
                 if n and not exact:
-                    # The common case at C speed: records at offsets that follow on, each acknowledged with
-                    # the value read there: nothing to keep (see the class's docstring), only how far the log
-                    # reached, as the record loop would have found it (the last record's offset, as written).
-                    vals, seqs = p.claims.vals, p.claims.seqs
-                    o0 = recs[0][0]
-                    if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
-                            and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
+                    # The common case: records at offsets that follow on, each acknowledged with the value read
+                    # there: nothing to keep (see the class's docstring), only how far the log reached, as the
+                    # record loop would have found it (the last record's offset, as written).
+                    if p.claims.holds_firsts(recs, n):
                         last = recs[-1][0]
                         reach = last + 1  # max(first, last) + 1: they follow on
                         if last >= p.end:

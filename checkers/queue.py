@@ -320,12 +320,10 @@ class QueueCheck:
             n = len(recs)
             prev_off, prev_pos = prev if prev is not None else (None, None)
             o0 = recs[0][0]
-            # The common case at C speed: offsets that follow on from this consumer's last, each holding
-            # the value the partition's reads saw there first (every consumer reads every record): the
-            # record loop below would find nothing in them.
-            if (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and (prev_off is None or o0 == prev_off + 1)
-                    and seqs[o0:o0 + n].count(-1) == 0
-                    and recs == list(map(list, zip(range(o0, o0 + n), vals[o0:o0 + n], strict=True)))):
+            # The common case: offsets that follow on from this consumer's last, each holding the value the
+            # partition's reads saw there first (every consumer reads every record): the record loop below
+            # would find nothing in them.
+            if (prev_off is None or o0 == prev_off + 1) and seen.holds_firsts(recs, n):
                 if group_poll:
                     self.group_read[(key, e)].update(range(o0, o0 + n))
                 if f == "poll":

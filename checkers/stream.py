@@ -206,6 +206,15 @@ class OffsetValues:
         self.generic, self.vals, self.seqs, self.others = g, array("q"), array("q"), {}
         return g
 
+    def holds_firsts(self, recs: list, n: int) -> bool:
+        """Whether `recs` (n > 0 of them) are [offset, value] lists at offsets that follow on from the
+        first's, each holding the value first seen there: the common case of a read, decided at C speed
+        (the two columns' slices against the records)."""
+        o0 = recs[0][0]
+        seqs = self.seqs
+        return (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
+                and recs == list(map(list, zip(range(o0, o0 + n), self.vals[o0:o0 + n], strict=True))))
+
     def first_seq(self, off: int) -> int | None:
         """The seq of the first sighting of anything at `off`, or None."""
         if self.generic is not None:
