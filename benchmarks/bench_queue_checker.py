@@ -11,7 +11,6 @@ parse time is that of a real stored history.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import resource
@@ -19,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,12 +36,12 @@ def generate(path: str, n_ops: int, keys: int, processes: int, seed: int = 1) ->
     t = 0
     value = 0
     index = 0
-    with open(path, "w") as f:
+    with open(path, "wb") as f:
         def emit(d):
             nonlocal index
             d["index"] = index
             index += 1
-            f.write(json.dumps(d, separators=(",", ":")) + "\n")
+            f.write(orjson.dumps(d) + b"\n")  # the same compact JSON as json.dumps(separators=(",", ":")), 5x faster
 
         while index < n_ops - 2 * keys:
             p = rng.randrange(processes)

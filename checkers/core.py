@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from checkers.reasons import say
-from history import Op, gc_paused
+from checkers.stream import InFile, OpSource, Row
+from history import HistoryFile, Op, gc_paused, read_history
 
 Valid = bool | Literal["unknown"]
 UNKNOWN: Literal["unknown"] = "unknown"
@@ -129,15 +130,33 @@ def compose(results: Sequence[Result]) -> dict[str, Any]:
     return out
 
 
+@runtime_checkable
+class StreamChecker(Checker, Protocol):
+    """A checker that reads the history once, pair by pair, in invocation order, keeping only what it needs
+    (checkers/stream.py): `stream` gives its reader, fed every pair and then asked for the result. The same
+    reader serves `check` on a history in memory; run_checkers hands a history file (HistoryFile) to every
+    such checker in one pass, without holding it. `cutoff` is the time of the last fault beyond the budget
+    (history/faults.py); `ops` is where the history's pairs and ops are read from."""
+
+    def stream(self, test: dict[str, Any], cutoff: int | None, ops: OpSource) -> PairReader: ...
+
+
+class PairReader(Protocol):
+    def feed(self, inv: Row, comp: Row | None) -> None: ...
+
+    def result(self) -> Result: ...
+
+
 NO_CLIENT_OPS = say("no-client-ops")
 
 
-def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op],
+def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Sequence[Op] | HistoryFile,
                  data: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run each checker in order, handing each contextual one the results before it and `data` (the
     run's other inputs, CheckContext); a checker that raises is reported as unknown with its error, not
     lost. A history without a single client op proves nothing: every checker is unknown (a valid verdict
-    on it would be vacuous)."""
+    on it would be vacuous). A history file (HistoryFile) is read once for all the StreamCheckers, and is
+    never held whole unless another checker needs it so; a line it cannot read raises HistoryFormatError."""
     if not any(op.is_client for op in history):
         out = compose([Result(checker=c.name, valid=UNKNOWN, unknown_reasons=[NO_CLIENT_OPS]) for c in checkers])
         out["unknown_reasons"] = [NO_CLIENT_OPS]  # once, not once per checker: it is one fact
@@ -145,18 +164,57 @@ def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Seq
     results: list[Result] = []
     previous: dict[str, Result] = {}
     data = MappingProxyType(dict(data or {}))
-    for c in checkers:
-        try:
-            with gc_paused():
-                if isinstance(c, ContextualChecker):
-                    result = c.check_in(test, history, CheckContext(MappingProxyType(dict(previous)), data))
+    with gc_paused():
+        streamed = _stream_file(checkers, test, history) if isinstance(history, HistoryFile) else {}
+        in_memory = None
+        for c in checkers:
+            try:
+                if c.name in streamed:
+                    result = streamed[c.name]()
                 else:
-                    result = c.check(test, history)
-        except Exception as e:  # noqa: BLE001 - a crashing checker must not hide the others
-            result = Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}")
-        results.append(result)
-        previous[c.name] = result
+                    if isinstance(history, HistoryFile):
+                        in_memory = in_memory if in_memory is not None else read_history(history.path)
+                    target = in_memory if in_memory is not None else history
+                    if isinstance(c, ContextualChecker):
+                        result = c.check_in(test, target, CheckContext(MappingProxyType(dict(previous)), data))
+                    else:
+                        result = c.check(test, target)
+            except Exception as e:  # noqa: BLE001 - a crashing checker must not hide the others
+                result = Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}")
+            results.append(result)
+            previous[c.name] = result
     return compose(results)
+
+
+def _stream_file(checkers: Sequence[Checker], test: dict[str, Any], history: HistoryFile) -> dict[str, Any]:
+    """One pass over the file for every StreamChecker that reads no context: checker name -> what gives its
+    result (raising the checker's error, if it failed while reading)."""
+    cutoff = history.beyond_budget_time()
+    ops = InFile(history)
+    readers: dict[str, Any] = {}
+    failed: dict[str, Exception] = {}
+    for c in checkers:
+        if isinstance(c, StreamChecker) and not isinstance(c, ContextualChecker):
+            try:
+                readers[c.name] = c.stream(test, cutoff, ops)
+            except Exception as e:  # noqa: BLE001 - reported as that checker's error
+                failed[c.name] = e
+    live = dict(readers)
+    for inv, comp in ops.pairs():
+        for name, reader in list(live.items()):
+            try:
+                reader.feed(inv, comp)
+            except Exception as e:  # noqa: BLE001 - reported as that checker's error; the others read on
+                failed[name] = e
+                del live[name]
+
+    def outcome(name: str):
+        def result() -> Result:
+            if name in failed:
+                raise failed[name]
+            return readers[name].result()
+        return result
+    return {name: outcome(name) for name in (*readers, *failed)}
 
 
 def missing_node_files(checker: str, test: dict[str, Any], doc: dict[str, Any] | None, reason: str,

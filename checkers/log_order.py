@@ -11,7 +11,8 @@ conditions checked with sorting and a pass per key:
   unexpected            a read returned a value no send (acknowledged or indeterminate) carried
   duplicate             one value at two offsets (each send appends once; a send the client re-sent,
                         its completion's "resent" (workloads/queue.py), appends once per request:
-                        those copies are counted in stats["resent-duplicate-count"], no anomaly)
+                        those copies are counted in stats["resent-duplicate-count"], no anomaly;
+                        the queue checker's rule, checkers/queue.py resent_copies)
   realtime-order        send a was acknowledged before send b was invoked, yet b's offset is
                         lower: appends took effect out of real-time order
   stale-read            a final read claimed an end below what was already known when it
@@ -38,14 +39,35 @@ histories that this checker and the general search give the same verdict.
 from __future__ import annotations
 
 import bisect
+import operator
+from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate, chain, compress, repeat
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.queue import QUEUE_VALUES, poll_items
+from checkers.core import UNKNOWN, Anomaly, Result
+from checkers.queue import Examples, drained, poll_items, resent_copies, resent_requests, written
 from checkers.reasons import say
-from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
+from checkers.stream import (
+    EXTRA,
+    INT64,
+    POS,
+    PROCESS,
+    SEQ_BITS,
+    TIME,
+    TYPE,
+    VALUE,
+    F,
+    InMemory,
+    IntColumn,
+    IntSet,
+    OffsetValues,
+    OpSource,
+    Row,
+    completion,
+)
+from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time
 
 EXPLANATIONS = {
     "inconsistent-offsets": "Two observations disagree on the value at one offset of a partition.",
@@ -60,204 +82,440 @@ EXPLANATIONS = {
 
 
 _MISSING = object()
-
-
-class _Found:
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = defaultdict(int)
-        self.examples: dict[str, list] = defaultdict(list)
-        self.resent_duplicates = 0  # values at several offsets, each copy from one of the client's requests
-
-    def add(self, name: str, ex: dict[str, Any]) -> None:
-        self.counts[name] += 1
-        if len(self.examples[name]) < MAX_EXAMPLES:
-            self.examples[name].append(ex)
-
-
+_BELOW_ALL, _ABOVE_ALL = float("-inf"), float("inf")  # no acknowledgement before; no send after
 NOTHING_OBSERVED = say("no-log-observed")
+# A completion the history does not hold ranks after every position (the old `len(history) + 1`).
+NEVER = 1 << 62
+
+
+class LogOrderChecker:
+    """The log fast path (the module's docstring). It reads the history once, pair by pair (`stream`), as the
+    queue checker does (checkers/stream.py); a history whose sends repeat a value in one partition is read
+    a second time (LogOrderCheck says why)."""
+
+    name = "log-order"
+
+    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
+        return check_log_order(history)
+
+    def stream(self, test: dict[str, Any], cutoff: int | None, ops: OpSource) -> LogOrderCheck:
+        return LogOrderCheck(cutoff, ops)
 
 
 def check_log_order(history: Sequence[Op]) -> Result:
-    cutoff = beyond_budget_time(history)
-    found = _Found()
-    stats: dict[str, Any] = {}
-    if cutoff is not None:
-        def era(op: Op) -> int:
-            return 1 if op.time >= cutoff else 0
-        observed = sum(_check_history(history, found, lambda op, e=e: era(op) == e) for e in (0, 1))
-        stats["eras"] = 2
-    else:
-        observed = _check_history(history, found, None)
-    anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in EXPLANATIONS
-                 if found.counts[n]]
-    stats = {**{f"{n}-count": found.counts[n] for n in EXPLANATIONS}, **stats, "observations": observed}
-    if found.resent_duplicates:
-        stats["resent-duplicate-count"] = found.resent_duplicates
-    # No observation, no verdict: "valid" would claim an order was checked when none was seen.
-    reasons = [] if observed else [NOTHING_OBSERVED]
-    valid: Any = False if anomalies else UNKNOWN if reasons else True
-    return Result(checker="log-order", valid=valid, anomalies=anomalies, stats=stats, unknown_reasons=reasons)
+    """The log fast path on a history in memory (the same check as a stream: LogOrderCheck)."""
+    ops = InMemory(history)
+    check = LogOrderCheck(beyond_budget_time(history), ops)
+    for inv, comp in ops.pairs():
+        check.feed(inv, comp)
+    return check.result()
 
 
-def _check_history(history: Sequence[Op], found: _Found, in_era) -> int:
-    """Check the observations `in_era` accepts (all when None); any send's value may be read.
-    Returns how many there were (acknowledged sends and reads of a partition)."""
-    pos = {id(op): k for k, op in enumerate(history)}
-    sends: dict[int, dict[Any, tuple[int, int, int | None, Op]]] = defaultdict(dict)  # key -> value -> (inv, ret, offset)
-    carried: dict[int, set[Any]] = defaultdict(set)  # key -> every value a send (of any era) carried
-    requests: dict[int, dict[Any, int]] = defaultdict(dict)  # key -> value -> requests, if the client re-sent it
-    reads: dict[int, list[tuple[int, int, list, int | None, Op, int]]] = defaultdict(list)
-    for inv, comp in pair_ops(history):
-        if inv.process == NEMESIS:
-            continue
-        t = comp.type if comp is not None else INFO
-        ret = pos[id(comp)] if comp is not None and t != INFO else len(history) + 1
-        if inv.f == "send":
-            key, _, value = QUEUE_VALUES.written(inv)
+class LogOrderCheck:
+    """The log fast path as a stream: `feed` each (invocation, completion) pair of rows in invocation order,
+    then `result`. After a fault beyond the budget it keeps one _Era per side of it.
+
+    Each partition's observations are judged as if its acknowledged sends came first (in invocation
+    order) and its reads after (in invocation order, record by record): the rules of `_Partition.judge`.
+    A read record at an offset already acknowledged, with the value acknowledged there, changes nothing
+    under those rules, so it is only counted; any other record is kept and judged at the end, when every
+    acknowledgement is known. That holds while no two sends of a partition carry one value (the later
+    one replaces the earlier, which may have been the first to claim an offset): a history where two do
+    is read again with every record kept (`exact`)."""
+
+    def __init__(self, cutoff: int | None, ops: OpSource, exact: bool = False):
+        self.cutoff, self.ops, self.exact = cutoff, ops, exact
+        self.carried: dict[int, IntSet] = defaultdict(IntSet)  # key -> every value a send (of any era) carried
+        # key -> value -> the requests the client sent it in, if it re-sent it (any era, any outcome)
+        self.requests: dict[int, dict[Any, int]] = defaultdict(dict)
+        self.resent_duplicates = 0  # values at several offsets, each copy from one of the client's requests
+        self.eras = [_Era(self, e if cutoff is not None else None) for e in ((0, 1) if cutoff is not None else (0,))]
+
+    def era_of(self, time: Any) -> int:
+        return 1 if time >= self.cutoff else 0
+
+    def feed(self, inv: Row, comp: Row | None) -> None:
+        if inv[PROCESS] == NEMESIS:
+            return
+        t = comp[TYPE] if comp is not None else INFO
+        ret = comp[POS] if comp is not None and t != INFO else NEVER
+        f = inv[F]
+        if f == "send":
+            key, _, value = written(f, inv[VALUE])
+            extra = comp[EXTRA] if comp is not None else None
+            if extra and "resent" in extra:  # the client re-sent it (resent_requests)
+                requests = resent_requests(extra)
+                if requests is not None:
+                    self.requests[key][value] = requests
+            era = self.eras[0] if self.cutoff is None else self._era(comp if comp is not None and t != INFO else inv)
             if t != FAIL:
-                carried[key].add(value)
-            if comp is not None and (comp.extra or {}).get("resent"):
-                requests[key][value] = int(comp.extra["resent"].get("requests", 2))
-            if in_era is not None and not in_era(comp if comp is not None and t != INFO else inv):
-                continue
-            if t == OK:
-                sends[key][value] = (pos[id(inv)], ret, int(QUEUE_VALUES.written(comp)[1]), comp)
-            elif t != FAIL:
-                sends[key][value] = (pos[id(inv)], ret, None, inv)  # may or may not have happened
-        elif inv.f in ("poll", "final-poll") and t == OK and (in_era is None or in_era(comp)):
-            end = int(QUEUE_VALUES.drained(comp)[1]) if inv.f == "final-poll" else None
-            for key, recs in poll_items(inv.f, comp.value):
+                # A value carried before (by a send of this partition, in either era) may replace an earlier
+                # send's: the class's docstring says what that costs.
+                again = not self.carried[key].add_new(value)
+                p = era.partitions.get(key) or era.partition(key)
+                if t == OK:
+                    p.send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret, again)
+                else:
+                    p.send(value, inv[POS], ret, None, inv[POS], again)  # may or may not have happened
+        elif t == OK and (f == "poll" or f == "final-poll"):
+            era = self.eras[0] if self.cutoff is None else self._era(comp)
+            partitions, read_keys = era.partitions, era.read_keys
+            end = int(drained(f, comp[VALUE])[1]) if f == "final-poll" else None
+            inv_pos = inv[POS]
+            seq = inv_pos << SEQ_BITS
+            exact = self.exact
+            for key, recs in poll_items(f, comp[VALUE]):
+                if key not in read_keys:
+                    read_keys[key] = None
+                p = partitions.get(key) or era.partition(key)
+                n = len(recs)
+                if n and not exact:
+                    # The common case: records at offsets that follow on, each acknowledged with the value read
+                    # there: nothing to keep (see the class's docstring), only how far the log reached, as the
+                    # record loop would have found it (the last record's offset, as written).
+                    if p.claims.holds_firsts(recs, n):
+                        last = recs[-1][0]
+                        reach = last + 1  # max(first, last) + 1: they follow on
+                        if last >= p.end:
+                            p.end = reach
+                        if end is not None:
+                            reach = max(reach, end)
+                            if end > p.end:
+                                p.end = end
+                            p.final_reads.append((inv_pos, end, ret))
+                        p.read_rets.append(ret)
+                        if end is None and type(reach) is int and type(p.read_reaches) is array:
+                            p.read_reaches.append(reach)  # an offset of the columns + 1: an int64
+                        else:
+                            p.add_reach(reach)
+                        seq += n
+                        continue
                 # reach: how far this read saw the log go (records come in offset order; a read
                 # that is not is the queue checker's nonmonotonic-poll)
                 reach = max(recs[0][0], recs[-1][0]) + 1 if recs else 0
                 if end is not None:
                     reach = max(reach, end)
-                reads[key].append((pos[id(inv)], ret, recs, end, comp, reach))
-    for key in set(sends) | set(reads):
-        _check_key(key, sends[key], reads[key], found, carried[key], requests[key])
-    return (sum(1 for by_value in sends.values() for s in by_value.values() if s[2] is not None)
-            + sum(map(len, reads.values())))
+                    p.final_reads.append((inv_pos, end, ret))
+                p.read_rets.append(ret)
+                p.add_reach(reach)
+                p.read(recs, end, seq)
+                seq += n
+
+    def _era(self, row: Row) -> _Era:
+        return self.eras[0] if self.cutoff is None else self.eras[self.era_of(row[TIME])]
+
+    def result(self) -> Result:
+        if not self.exact and any(p.repeated for era in self.eras for p in era.partitions.values()):
+            again = LogOrderCheck(self.cutoff, self.ops, exact=True)
+            for inv, comp in self.ops.pairs():
+                again.feed(inv, comp)
+            return again.result()
+        found = Examples()
+        observed = 0
+        for era in self.eras:
+            observed += era.judge(found)
+        stats: dict[str, Any] = {f"{n}-count": found.counts[n] for n in EXPLANATIONS}
+        if self.cutoff is not None:
+            stats["eras"] = 2
+        stats["observations"] = observed
+        if self.resent_duplicates:
+            stats["resent-duplicate-count"] = self.resent_duplicates
+        anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in EXPLANATIONS
+                     if found.counts[n]]
+        # No observation, no verdict: "valid" would claim an order was checked when none was seen.
+        reasons = [] if observed else [NOTHING_OBSERVED]
+        valid: Any = False if anomalies else UNKNOWN if reasons else True
+        return Result(checker="log-order", valid=valid, anomalies=anomalies, stats=stats, unknown_reasons=reasons)
 
 
-def _check_key(key: int, sends: dict, reads: list, found: _Found, carried: set,
-               requests: dict[Any, int] | None = None) -> None:
-    value_at: dict[int, Any] = {}       # offset -> the first value observed there
-    proof: dict[int, Op] = {}           # offset -> the op that observed it first
-    first_offset: dict[Any, int] = {}   # value -> the first offset it was observed at
-    extra_offsets: dict[Any, set[int]] = defaultdict(set)
+class _Era:
+    """The observations on one side of the last fault beyond the budget (or all of them), by partition."""
 
-    def conflict(off: int, val: Any, op: Op) -> None:
-        found.add("inconsistent-offsets", {"key": key, "offset": off, "values": [value_at[off], val],
-                                           "summary": f"partition {key} offset {off}: {value_at[off]!r} and {val!r}",
-                                           "reads": [proof[off].to_dict(), op.to_dict()]})
+    def __init__(self, check: LogOrderCheck, era: int | None):
+        self.check, self.era = check, era
+        self.partitions: dict[int, _Partition] = {}
+        self.send_keys: dict[int, None] = {}  # the partitions in the order sends, and reads, first named them
+        self.read_keys: dict[int, None] = {}
 
-    # The hot loop (every record of every read) stays inline: a 1M-op history has tens of
-    # millions of read records.
-    end = 0
-    for val, (_, _, off, op) in sends.items():
+    def partition(self, key: int) -> _Partition:
+        p = self.partitions.get(key)
+        if p is None:
+            p = self.partitions[key] = _Partition(key, self.check, self)
+        return p
+
+    def judge(self, found: Examples) -> int:
+        """Add each partition's anomalies to `found`, in the order of the rules; returns how many
+        observations there were (acknowledged sends and reads of a partition)."""
+        observed = 0
+        for key in set(self.send_keys) | set(self.read_keys):
+            for name, make in self.partitions[key].judge(self.check.carried[key], self.check.requests.get(key, {})):
+                found.add(name, make)
+        for p in self.partitions.values():
+            observed += sum(1 for *_, is_acked in p.sends() if is_acked) + len(p.read_rets)
+        return observed
+
+
+class _Partition:
+    """One partition's sends and reads in one era, as columns, and the read records `judge` needs."""
+
+    def __init__(self, key: int, check: LogOrderCheck, era: _Era):
+        self.key, self.check, self.ops, self.era = key, check, check.ops, era
+        # sends, in invocation order: value, invocation, completion (NEVER if none), offset (acknowledged)
+        self.send_values, self.send_offsets = IntColumn(), IntColumn()
+        self.send_invokes, self.send_returns = array("q"), array("q")
+        self.send_acked = bytearray()
+        self.repeated = False     # two sends carried one value (the later may replace the earlier)
+        self.claims = OffsetValues()  # offset -> the first value acknowledged there (seq: its completion)
+        self.claim_conflicts: list[tuple[Any, Any, int, int]] = []  # (offset, value, first claim's op, this op)
+        # reads, in invocation order: completion, reach; final reads also (invocation, end it claimed, position)
+        self.read_rets = array("q")
+        self.read_reaches: array | list = array("q")
+        self.final_reads: list[tuple[int, Any, int]] = []
+        self.kept_seqs, self.kept_offsets, self.kept_values = array("q"), IntColumn(), IntColumn()
+        self.end: Any = 0
+
+    def send(self, value: Any, inv: int, ret: int, off: int | None, op: int, again: bool) -> None:
+        """A send (`op`: the position of its acknowledgement, else of its invocation); `again`: its value
+        was carried before."""
+        self.era.send_keys.setdefault(self.key)
+        if again:
+            self.repeated = True
+        self.send_values.append(value)
+        self.send_invokes.append(inv)
+        self.send_returns.append(ret)
+        self.send_offsets.append(off if off is not None else 0)
+        self.send_acked.append(off is not None)
         if off is not None:
-            if first_offset.setdefault(val, off) != off:
-                extra_offsets[val].add(off)
-            if off in value_at:
-                if value_at[off] != val:
-                    conflict(off, val, op)
-            else:
-                value_at[off], proof[off] = val, op
-    for _, _, recs, claimed_end, op, _ in reads:
+            claims = self.claims
+            seqs = claims.seqs
+            if type(value) is int and 0 <= off < len(seqs) and seqs[off] < 0 and INT64[0] <= value <= INT64[1]:
+                claims.vals[off], seqs[off] = value, ret  # OffsetValues.observe's common case: a new offset
+                return
+            first = claims.observe(off, value, ret)
+            if first is not True and first is not False:
+                self.claim_conflicts.append((off, value, first[1], ret))
+
+    def add_reach(self, reach: Any) -> None:
+        reaches = self.read_reaches
+        if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
+            reaches.append(reach)
+        else:
+            if type(reaches) is array:
+                reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
+            reaches.append(reach)
+
+    def read(self, recs: list, claimed_end: Any, seq: int) -> None:
+        """The records of a read (the common case is LogOrderCheck.feed's): keep those an acknowledgement
+        does not settle; note how far the log reached."""
+        claims, end, exact = self.claims, self.end, self.check.exact
+        vals, seqs = claims.vals, claims.seqs
         for o, v in recs:
-            seen = value_at.get(o, _MISSING)
-            if seen is _MISSING:
-                value_at[o], proof[o] = v, op
-            elif seen != v:
-                conflict(o, v, op)
-            fo = first_offset.setdefault(v, o)
+            # The hot path: a record at an offset acknowledged with this value (see LogOrderCheck).
+            if exact or not (type(o) is int and 0 <= o < len(seqs) and seqs[o] >= 0 and vals[o] == v):
+                self.kept_seqs.append(seq)
+                self.kept_offsets.append(o)
+                self.kept_values.append(v)
+            if o >= end:
+                end = o + 1
+            seq += 1
+        if claimed_end is not None:
+            end = max(end, claimed_end)
+        self.end = end
+
+    def judge(self, carried: IntSet, requests: dict[Any, int]) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
+        """The partition's anomalies, in the order of the rules: (name, the example's maker). The rules, in
+        order: the acknowledged sends claim their offsets (in the order their values were first sent), then
+        each read record in turn is held against what is known at its offset. `requests`: value -> how many
+        produce requests the client sent it in, for the values it re-sent (their copies: resent_copies)."""
+        key, ops = self.key, self.ops
+        claims, claim_conflicts = self._claims()
+        value_at: dict[Any, Any] = {}   # offset -> the first value a read saw there, where no send was acked
+        proof: dict[Any, int] = {}      # offset -> the seq of that read
+        first_offset: dict[Any, Any] = {}  # value -> the first offset it was observed at
+        extra_offsets: dict[Any, set] = defaultdict(set)
+
+        def read_op(seq: int) -> Op:
+            return completion(ops, seq >> SEQ_BITS)
+
+        for off, val, first_ret, ret in claim_conflicts:
+            first_val = claimed(claims, off)
+            yield "inconsistent-offsets", lambda off=off, val=val, first_val=first_val, first_ret=first_ret, ret=ret: {
+                "key": key, "offset": off, "values": [first_val, val],
+                "summary": f"partition {key} offset {off}: {first_val!r} and {val!r}",
+                "reads": [ops.op(first_ret).to_dict(), ops.op(ret).to_dict()]}
+        acked_offset = self._acked_offsets(set(self.kept_values))  # value -> offset, for the values reads kept
+        for seq, o, v in zip(self.kept_seqs, self.kept_offsets, self.kept_values, strict=True):
+            seen = claimed(claims, o)
+            if seen is not _MISSING:
+                first = lambda o=o: ops.op(claimed_by(claims, o))  # noqa: E731 - the op that claimed `o`
+            else:
+                seen = value_at.get(o, _MISSING)
+                if seen is _MISSING:
+                    value_at[o], proof[o] = v, seq
+                first = lambda o=o: read_op(proof[o])  # noqa: E731 - the read that saw `o` first
+            if seen is not _MISSING and seen != v:
+                yield "inconsistent-offsets", lambda o=o, v=v, seen=seen, seq=seq, first=first: {
+                    "key": key, "offset": o, "values": [seen, v], "summary": f"partition {key} offset {o}: {seen!r} and {v!r}",
+                    "reads": [first().to_dict(), read_op(seq).to_dict()]}
+            fo = first_offset.setdefault(v, acked_offset[v] if v in acked_offset else o)
             if fo != o:
                 extra_offsets[v].add(o)
             if v not in carried:
-                found.add("unexpected", {"key": key, "offset": o, "value": v,
-                                         "summary": f"partition {key} offset {o} holds {v!r}, which no send carried",
-                                         "reads": [op.to_dict()]})
-            if o >= end:
-                end = o + 1
-        if claimed_end is not None:
-            end = max(end, claimed_end)
-    for val, offs in extra_offsets.items():
-        offs = sorted(offs | {first_offset[val]})
-        if len(offs) <= (requests or {}).get(val, 1):
-            found.resent_duplicates += 1
-            continue
-        found.add("duplicate", {"key": key, "value": val, "offsets": offs,
-                                "summary": f"{val!r} appears at offsets {offs} of partition {key}"})
+                yield "unexpected", lambda o=o, v=v, seq=seq: {
+                    "key": key, "offset": o, "value": v,
+                    "summary": f"partition {key} offset {o} holds {v!r}, which no send carried",
+                    "reads": [read_op(seq).to_dict()]}
+        for val, offs in extra_offsets.items():
+            offs = sorted(offs | {first_offset[val]})
+            if resent_copies(len(offs), requests.get(val, 1)):
+                self.check.resent_duplicates += 1
+                continue
+            yield "duplicate", lambda val=val, offs=offs: {
+                "key": key, "value": val, "offsets": offs, "summary": f"{val!r} appears at offsets {offs} of partition {key}"}
+        yield from self._orders(claims, first_offset, extra_offsets, value_at)
 
-    acked = [(inv, ret, off, val, op) for val, (inv, ret, off, op) in sends.items() if off is not None]
-    # Indeterminate sends whose value a read saw did happen, at the offset it was seen at.
-    placed = acked + [(inv, ret, min(extra_offsets.get(val, set()) | {first_offset[val]}), val, op)
-                      for val, (inv, ret, off, op) in sends.items() if off is None and val in first_offset]
-    end = max([end] + [off + 1 for _, _, off, _, _ in placed])
-    # realtime-order: sweep invocations; among sends acknowledged before, the highest offset
-    # must stay below the invoked send's offset.
-    by_ack = sorted(acked, key=lambda s: s[1])
-    best = None
-    i = 0
-    for s in sorted(placed, key=lambda s: s[0]):
-        while i < len(by_ack) and by_ack[i][1] < s[0]:
-            if best is None or by_ack[i][2] > best[2]:
-                best = by_ack[i]
-            i += 1
-        if best is not None and best[2] > s[2]:
-            found.add("realtime-order", {
+    def _claims(self) -> tuple[OffsetValues, list[tuple[Any, Any, int, int]]]:
+        """The offsets the acknowledged sends claim (the first value there, seq: its send's completion), and
+        the sends that claimed an offset already claimed by another value. Kept as the sends came, unless
+        two carried one value: then from the sends as `sends` gives them."""
+        if not self.repeated:
+            return self.claims, self.claim_conflicts
+        claims, conflicts = OffsetValues(), []
+        for val, _, ret, off, is_acked in self.sends():
+            if is_acked:
+                first = claims.observe(off, val, ret)
+                if first is not True and first is not False:
+                    conflicts.append((off, val, first[1], ret))
+        return claims, conflicts
+
+    def _acked_offsets(self, values: set) -> dict[Any, Any]:
+        """value -> the offset it was acknowledged at, for the acknowledged sends carrying one of `values`."""
+        if not values:
+            return {}
+        if not self.repeated:
+            hits = compress(range(len(self.send_values)), map(values.__contains__, self.send_values))
+            return {self.send_values[k]: self.send_offsets[k] for k in hits if self.send_acked[k]}
+        return {val: off for val, _, _, off, is_acked in self.sends() if is_acked and val in values}
+
+    def _orders(self, claims: OffsetValues, first_offset: dict, extra_offsets: dict,
+                value_at: dict) -> Iterator[tuple[str, Callable]]:
+        """realtime-order, future-read, stale-read and offset-gap (the module's docstring)."""
+        key, ops = self.key, self.ops
+        # (invocation, completion, offset, value, op position) of each acknowledged send, and of each
+        # indeterminate send whose value a read saw: it did happen, at the offset it was seen at.
+        acked, placed_later = [], []
+        spare = 0
+        for val, inv, ret, off, is_acked in self.sends():
+            if is_acked:
+                acked.append((inv, ret, off, val, ret))
+            elif val in first_offset:
+                placed_later.append((inv, ret, min(extra_offsets.get(val, set()) | {first_offset[val]}), val, inv))
+            else:
+                spare += 1  # an indeterminate send never observed: it may fill an unobserved offset
+        placed = acked + placed_later
+        end = max([self.end] + [off + 1 for _, _, off, _, _ in placed])
+        # realtime-order: sweep invocations; among sends acknowledged before, the highest offset
+        # must stay below the invoked send's offset. At C speed: for each send, how many were acknowledged
+        # before it began (bisect), and the highest offset among them (a running max).
+        by_ack = sorted(acked, key=lambda s: s[1])
+        by_inv = sorted(placed, key=lambda s: s[0])
+        ack_returns = [s[1] for s in by_ack]
+        highest = [_BELOW_ALL, *accumulate((s[2] for s in by_ack), max)]
+        before = map(bisect.bisect_left, repeat(ack_returns), (s[0] for s in by_inv))
+        for k in compress(range(len(by_inv)), map(operator.gt, map(highest.__getitem__, before), (s[2] for s in by_inv))):
+            s = by_inv[k]
+            n_before = bisect.bisect_left(ack_returns, s[0])
+            # the first acknowledgement, in completion order, to reach that highest offset
+            best = next(a for a in by_ack[:n_before] if a[2] == highest[n_before])
+            yield "realtime-order", lambda best=best, s=s: {
                 "key": key, "summary": f"{best[3]!r} was acknowledged at offset {best[2]} before the send of "
                                        f"{s[3]!r} began, which got the lower offset {s[2]} (partition {key})",
-                "sends": [best[4].to_dict(), s[4].to_dict()]})
-    # future-read: a read that saw the log reach offset r implies every offset below r was
-    # filled before it ended, so no send at such an offset may begin after the read ended.
-    by_inv = sorted(placed, key=lambda s: s[0])
-    suffix_min = [None] * (len(by_inv) + 1)
-    for k in range(len(by_inv) - 1, -1, -1):
-        cur = suffix_min[k + 1]
-        suffix_min[k] = by_inv[k] if cur is None or by_inv[k][2] < cur[2] else cur
-    inv_positions = [s[0] for s in by_inv]
-    for _, ret_pos, _, _, op, reach in reads:
-        k = bisect.bisect_right(inv_positions, ret_pos)
-        s = suffix_min[k]
-        if s is not None and s[2] < reach:
-            found.add("future-read", {"key": key, "summary": f"a read of partition {key} saw the log reach offset "
-                                                             f"{reach}, but {s[3]!r} at offset {s[2]} was sent only "
-                                                             "after that read ended",
-                                      "reads": [op.to_dict(), s[4].to_dict()]})
-    # stale-read: whatever completed before a final read began (an acknowledged send at offset
-    # o, a read that saw the log reach r) bounds the end that final read may claim from below.
-    bounds = sorted([(ret, off + 1, op) for _, ret, off, _, op in acked] +
-                    [(ret, reach, op) for _, ret, _, _, op, reach in reads])
-    prefix_best: list[tuple[int, Op] | None] = []
-    best_bound = None
-    for _, need, op in bounds:
-        if best_bound is None or need > best_bound[0]:
-            best_bound = (need, op)
-        prefix_best.append(best_bound)
-    completions = [b[0] for b in bounds]
-    for inv_pos, _, _, claimed_end, op, _ in reads:
-        if claimed_end is None:
-            continue
-        k = bisect.bisect_left(completions, inv_pos)
-        if k and prefix_best[k - 1][0] > claimed_end:
-            need, proof = prefix_best[k - 1]
-            found.add("stale-read", {"key": key, "summary": f"a final read of partition {key} claimed the log ends "
-                                                            f"at {claimed_end}, but before it began the log was "
-                                                            f"already known to reach {need}",
-                                     "reads": [op.to_dict(), proof.to_dict()]})
-    # offset-gap: offsets below the end that no observation fills need that many
-    # indeterminate sends whose values were never observed.
-    unfilled = sum(1 for o in range(end) if o not in value_at)
-    spare = sum(1 for val, (_, _, off, _) in sends.items() if off is None and val not in first_offset)
-    if unfilled > spare:
-        found.add("offset-gap", {"key": key, "summary": f"partition {key}: {unfilled} offset(s) below {end} were "
-                                                        f"never observed, but only {spare} indeterminate send(s) "
-                                                        "could have filled them"})
+                "sends": [ops.op(best[4]).to_dict(), ops.op(s[4]).to_dict()]}
+        # future-read: a read that saw the log reach offset r implies every offset below r was
+        # filled before it ended, so no send at such an offset may begin after the read ended. At C speed:
+        # for each read, the sends begun after it ended (bisect) and the least offset among them.
+        suffix_min: list = [None] * (len(by_inv) + 1)
+        for k in range(len(by_inv) - 1, -1, -1):
+            cur = suffix_min[k + 1]
+            suffix_min[k] = by_inv[k] if cur is None or by_inv[k][2] < cur[2] else cur
+        least = [s[2] if s is not None else _ABOVE_ALL for s in suffix_min]
+        inv_positions = [s[0] for s in by_inv]
+        after = map(bisect.bisect_right, repeat(inv_positions), self.read_rets)
+        for i in compress(range(len(self.read_rets)), map(operator.lt, map(least.__getitem__, after), self.read_reaches)):
+            ret_pos, reach = self.read_rets[i], self.read_reaches[i]
+            s = suffix_min[bisect.bisect_right(inv_positions, ret_pos)]
+            yield "future-read", lambda ret_pos=ret_pos, reach=reach, s=s: {
+                "key": key, "summary": f"a read of partition {key} saw the log reach offset {reach}, but "
+                                       f"{s[3]!r} at offset {s[2]} was sent only after that read ended",
+                "reads": [ops.op(ret_pos).to_dict(), ops.op(s[4]).to_dict()]}
+        # stale-read: whatever completed before a final read began (an acknowledged send at offset
+        # o, a read that saw the log reach r) bounds the end that final read may claim from below.
+        for inv_pos, claimed_end, ret_pos in self.final_reads:
+            bound = self._bound_before(acked, inv_pos)
+            if bound is not None and bound[0] > claimed_end:
+                need, by = bound
+                yield "stale-read", lambda need=need, by=by, claimed_end=claimed_end, ret_pos=ret_pos: {
+                    "key": key, "summary": f"a final read of partition {key} claimed the log ends at {claimed_end}, "
+                                           f"but before it began the log was already known to reach {need}",
+                    "reads": [ops.op(ret_pos).to_dict(), ops.op(by).to_dict()]}
+        # offset-gap: offsets below the end that no observation fills need that many
+        # indeterminate sends whose values were never observed.
+        unfilled = _unfilled(claims, value_at, end)
+        if unfilled > spare:
+            yield "offset-gap", lambda: {
+                "key": key, "summary": f"partition {key}: {unfilled} offset(s) below {end} were never observed, "
+                                       f"but only {spare} indeterminate send(s) could have filled them"}
+
+    def sends(self) -> Iterator[tuple[Any, int, int, Any, bool]]:
+        """(value, invocation, completion, offset, acknowledged) of each send in the order its value was first
+        sent, with its last send's data (a later send of a value replaces the earlier)."""
+        columns = zip(self.send_values, self.send_invokes, self.send_returns, self.send_offsets, self.send_acked,
+                      strict=True)
+        if not self.repeated:
+            return ((val, inv, ret, off, bool(a)) for val, inv, ret, off, a in columns)
+        last: dict[Any, tuple[Any, int, int, Any, bool]] = {}
+        for val, inv, ret, off, a in columns:
+            last[val] = (val, inv, ret, off, bool(a))
+        return iter(list(last.values()))
+
+    def _bound_before(self, acked: list, inv_pos: int) -> tuple[Any, int] | None:
+        """The highest offset known to exist before position `inv_pos`: (an acknowledged send's offset + 1, or
+        a read's reach; the op that showed it, the first in completion order to show that much), or None."""
+        bounds = chain(((ret, off + 1) for _, ret, off, _, _ in acked),
+                       zip(self.read_rets, self.read_reaches, strict=True))
+        best = None  # (completion, need)
+        for ret, need in bounds:
+            if ret < inv_pos and (best is None or need > best[1] or (need == best[1] and ret < best[0])):
+                best = (ret, need)
+        return None if best is None else (best[1], best[0])  # a completion's position is its op's
 
 
-class LogOrderChecker:
-    name = "log-order"
+def _unfilled(claims: OffsetValues, value_at: dict[Any, Any], end: Any) -> int:
+    """How many offsets below `end` neither an acknowledgement nor a read (value_at) fills."""
+    if claims.generic is not None or type(end) is not int:
+        return sum(1 for o in range(end) if claimed(claims, o) is _MISSING and o not in value_at)
+    seqs = claims.seqs
+    unclaimed = seqs[:end].count(-1) + max(0, end - len(seqs))  # at C speed: the common case
+    return unclaimed - sum(1 for o in value_at if o in range(end) and claimed(claims, o) is _MISSING)
 
-    def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
-        return check_log_order(history)
+
+def _claims_at(claims: OffsetValues, off: Any) -> dict[Any, int]:
+    """The values acknowledged at `off` (the first first), looked up as a dict key would be (2.0 is 2)."""
+    if type(off) is int or claims.generic is not None:
+        return claims.values_at(off)
+    try:
+        i = int(off)
+    except (TypeError, ValueError, OverflowError):
+        return {}
+    return claims.values_at(i) if i == off else {}
+
+
+def claimed(claims: OffsetValues, off: Any) -> Any:
+    """The value first acknowledged at `off`, or _MISSING."""
+    values = _claims_at(claims, off)
+    return next(iter(values)) if values else _MISSING
+
+
+def claimed_by(claims: OffsetValues, off: Any) -> int:
+    """The position of the completion that first claimed `off`."""
+    return next(iter(_claims_at(claims, off).values()))

@@ -26,7 +26,8 @@ A non-idempotent librdkafka producer re-sends a batch answered NOT_LEADER_OR_FOL
 retries, and a Kafka leader gives that answer to a produce it appended and that may still commit
 (workloads/queue.py). The send's completion then carries "resent": {"requests": n, ...}. Up to n
 copies of its value are the client's own appends, not a duplicate: they are counted in
-stats["resent-duplicate-count"], with examples in details["resent_duplicates"].
+stats["resent-duplicate-count"], with examples in details["resent_duplicates"] (`resent_requests` and
+`resent_copies` are the rule, which the log-order checker shares).
 Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
 read (nothing can be concluded about its losses), or when no send at all was acknowledged (a
 valid verdict would be vacuous); else true.
@@ -43,15 +44,33 @@ data-loss event) is the replica checker's question (checkers/replicas.py).
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from itertools import compress, islice
 from typing import Any
 
 from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from checkers.reasons import say
-from history import INFO, NEMESIS, OK, Op, beyond_budget_time, pair_ops
+from checkers.stream import (
+    EXTRA,
+    POS,
+    PROCESS,
+    SEQ_BITS,
+    TIME,
+    TYPE,
+    VALUE,
+    F,
+    InMemory,
+    IntColumn,
+    IntSet,
+    OffsetValues,
+    OpSource,
+    Row,
+    completion,
+)
+from history import INFO, NEMESIS, OK, Op, beyond_budget_time
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
                  "group-skip", "lost-commit")
@@ -119,13 +138,7 @@ class QueueValues:
     @staticmethod
     def written(op: Op) -> tuple[int, Any, Any] | None:
         """(key, offset, value) of a send: offset None until its ok completion ([key, [offset, value]])."""
-        v = op.value
-        if op.f != "send" or not isinstance(v, list) or len(v) != 2:
-            return None
-        placed = v[1]
-        if isinstance(placed, list) and len(placed) == 2:
-            return int(v[0]), placed[0], placed[1]
-        return int(v[0]), None, placed
+        return written(op.f, op.value)
 
     @staticmethod
     def records(op: Op) -> Iterator[tuple[int, Any, Any]]:
@@ -139,27 +152,63 @@ class QueueValues:
     @staticmethod
     def drained(op: Op) -> tuple[int, Any] | None:
         """(key, end offset) of a final read's ok completion: it drained the key up to that HWM."""
-        v = op.value
-        if op.f == "final-poll" and isinstance(v, list) and len(v) == 3:
-            return int(v[0]), v[1]
+        return drained(op.f, op.value)
+
+
+def written(f: str, v: Any) -> tuple[int, Any, Any] | None:
+    """QueueValues.written of an op's f and value (the checkers read rows, not Ops: checkers/stream.py)."""
+    if f != "send" or not isinstance(v, list) or len(v) != 2:
         return None
+    placed = v[1]
+    if isinstance(placed, list) and len(placed) == 2:
+        return int(v[0]), placed[0], placed[1]
+    return int(v[0]), None, placed
+
+
+def drained(f: str, v: Any) -> tuple[int, Any] | None:
+    """QueueValues.drained of an op's f and value."""
+    if f == "final-poll" and isinstance(v, list) and len(v) == 3:
+        return int(v[0]), v[1]
+    return None
 
 
 QUEUE_VALUES = QueueValues()
 
 
-@dataclass
-class _Examples:
-    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    examples: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+def resent_requests(extra: dict[str, Any] | None) -> int | None:
+    """How many produce requests the client sent a send in, when it re-sent it: the "requests" of the "resent"
+    its completion carries (workloads/queue.py; two when it does not say), else None. `extra`: the completion's
+    other fields (an Op's extra, a history file's line)."""
+    resent = (extra or {}).get("resent")
+    return int(resent.get("requests", 2)) if resent else None
 
-    def add(self, name: str, example: dict[str, Any]) -> None:
+
+def resent_copies(copies: int, requests: int) -> bool:
+    """The one rule for a value found at `copies` (more than one) offsets of a partition, whose send the client
+    sent in `requests` produce requests (1 unless it re-sent it: `resent_requests`): each request may append
+    its own copy without idempotence, so up to `requests` copies are the client's, counted apart
+    (resent-duplicate-count), and only more are a duplicate. The queue and log-order checkers both apply it."""
+    return copies <= requests
+
+
+class Examples:
+    """Each anomaly's count and its first MAX_EXAMPLES examples. An example is made only when it is kept
+    (`make`, called then): its ops are read back from the history, which a stream does not hold."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = defaultdict(int)
+        self.examples: dict[str, list] = defaultdict(list)
+
+    def add(self, name: str, make: Callable[[], dict[str, Any]]) -> None:
         self.counts[name] += 1
         if len(self.examples[name]) < MAX_EXAMPLES:
-            self.examples[name].append(example)
+            self.examples[name].append(make())
 
 
 class QueueChecker:
+    """The queue checker (the module's docstring). It reads the history once, pair by pair (`stream`), so
+    `kafkaesque check` checks a history file of any length without holding it (checkers/stream.py)."""
+
     name = "queue"
 
     def __init__(self, subscribe: bool = False):
@@ -168,249 +217,453 @@ class QueueChecker:
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
         return check_queue(history, subscribe=self.subscribe)
 
+    def stream(self, test: dict[str, Any], cutoff: int | None, ops: OpSource) -> QueueCheck:
+        return QueueCheck(cutoff, ops, self.subscribe)
+
 
 def check_queue(history: Sequence[Op], subscribe: bool = False) -> Result:
-    """`subscribe`: the consumers are one group's members (the queue workload's subscribe mode). A rebalance
+    """The queue checker on a history in memory (the same check as a stream: QueueCheck)."""
+    ops = InMemory(history)
+    check = QueueCheck(beyond_budget_time(history), ops, subscribe)
+    for inv, comp in ops.pairs():
+        check.feed(inv, comp)
+    return check.result()
+
+
+class _Acked:
+    """One partition's acknowledged sends, in invocation order, as columns."""
+
+    __slots__ = ("offsets", "values", "invokes", "completions", "eras")
+
+    def __init__(self) -> None:
+        self.offsets, self.invokes, self.completions = array("q"), array("q"), array("q")
+        self.values = IntColumn()
+        self.eras = array("b")  # 0 or 1; -1: no time to place it by (an error once an era is asked)
+
+    def append(self, off: int, val: Any, inv: int, comp: int, era: int) -> None:
+        self.offsets.append(off)
+        self.values.append(val)
+        self.invokes.append(inv)
+        self.completions.append(comp)
+        self.eras.append(era)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+class _Jumps:
+    """One partition's jumps in one era, as columns (an array of ints costs 8 bytes an entry, a tuple 90):
+    the offsets read before and after, and the positions of the two reads."""
+
+    __slots__ = ("starts", "ends", "before", "after")
+
+    def __init__(self) -> None:
+        self.starts, self.ends, self.before, self.after = array("q"), array("q"), array("q"), array("q")
+
+
+class QueueCheck:
+    """The queue checker as a stream: `feed` each (invocation, completion) pair of rows in invocation order
+    (checkers/stream.py), then `result`. What it keeps per record is a few columns (OffsetValues, _Acked,
+    IntSet): reads of one partition in one era cost 16 bytes an offset, however many consumers read it.
+
+    `subscribe`: the consumers are one group's members (the queue workload's subscribe mode). A rebalance
     moves a partition from one member to another, and a member resumes from the group's committed offset,
     so one consumer's reads may jump forward or go back: nonmonotonic-poll and poll-skip are not judged per
     consumer (Jepsen allows both under subscribe; counted in stats); the group as a whole must not skip
     (group-skip)."""
-    written, drained = QUEUE_VALUES.written, QUEUE_VALUES.drained
-    cutoff = beyond_budget_time(history)
-    pairs = pair_ops(history)
-    found = _Examples()
-    sent_values: dict[int, dict[Any, Op]] = defaultdict(dict)    # key -> value -> invoke
-    resent: dict[tuple[int, Any], int] = {}                       # (key, value) -> requests the client sent
-    acked: list[tuple[Op, Op]] = []                               # (invoke, ok completion)
-    info_sends: list[tuple[int, Any]] = []
-    stats = defaultdict(int)
-    # Reads are compared within their era: before the last fault beyond the budget (0) or after (1).
-    # Such a fault may take back offsets that were read, so a read before it and one after may see
-    # different values there, and a consumer's position may point past the new end; neither breaks
-    # the contract. Without such a fault everything is era 0.
-    def era(op: Op) -> int:
-        return 1 if cutoff is not None and op.time >= cutoff else 0
 
-    # (key, era) -> offset -> value -> first completion that read it
-    seen: dict[tuple[int, int], dict[int, dict[Any, Op]]] = defaultdict(lambda: defaultdict(dict))
-    value_offsets: dict[tuple[int, int], dict[Any, set[int]]] = defaultdict(lambda: defaultdict(set))
-    final_hwm: dict[int, int] = {}
-    final_values: dict[int, dict[Any, int]] = defaultdict(dict)
-    last_offset: dict[tuple[Any, int, int], tuple[int, Op]] = {}  # (process, key, era) -> last offset read
-    # (key, era) -> jumps of consumers over offsets, column by column (from, to, the read before, the
-    # read after): a log with a transaction marker after every commit has millions of them.
-    jumps: dict[tuple[int, int], _Jumps] = {}
-    group_read: dict[tuple[int, int], set[int]] = defaultdict(set)  # subscribe mode: offsets the group's polls read
-    # subscribe mode: (key, era) -> [(completion time, committed offset, the poll)], and the polls at which a
-    # member took a partition up from the group's offset rather than from its own last read
-    commits: dict[tuple[int, int], list[tuple[int, int, Op]]] = defaultdict(list)
-    resumes: list[tuple[Op, Op, int, int]] = []  # (invoke, completion, key, first offset read)
+    def __init__(self, cutoff: int | None, ops: OpSource, subscribe: bool = False):
+        self.cutoff, self.ops, self.subscribe = cutoff, ops, subscribe
+        self.op_at = ops.op
+        self.found = Examples()
+        self.stats: dict[str, int] = defaultdict(int)
+        self.outcomes: dict[tuple[str, str], int] = defaultdict(int)  # (f, type) -> how many pairs
+        self.sent: dict[int, IntSet] = defaultdict(IntSet)         # key -> every value a send carried
+        self.acked: dict[int, _Acked] = defaultdict(_Acked)
+        self.info_sends: list[tuple[int, Any]] = []
+        self.resent: dict[tuple[int, Any], int] = {}  # (key, value) -> the requests the client sent it in, if re-sent
+        # Reads are compared within their era: before the last fault beyond the budget (0) or after (1).
+        # Such a fault may take back offsets that were read, so a read before it and one after may see
+        # different values there, and a consumer's position may point past the new end; neither breaks
+        # the contract. Without such a fault everything is era 0.
+        self.seen: dict[tuple[int, int], OffsetValues] = {}         # (key, era) -> what reads saw where
+        self.unsent_read: dict[tuple[int, int], set[Any]] = defaultdict(set)  # read before any send carried it
+        self.final_hwm: dict[int, int] = {}
+        self.final_values: dict[int, IntSet] = defaultdict(IntSet)
+        self.seen_in: tuple[dict[int, OffsetValues], ...] = ({}, {})  # the same, by era and key
+        # era -> process -> key -> (the offset it read last, that read's position)
+        self.last_offset: tuple[dict[Any, dict[int, tuple[int, int]]], ...] = ({}, {})
+        # (key, era) -> jumps of consumers over offsets: a log with a transaction marker after every commit
+        # has millions of them.
+        self.jumps: dict[tuple[int, int], _Jumps] = {}
+        self.group_read: dict[tuple[int, int], set[int]] = defaultdict(set)  # subscribe: offsets the group read
+        # subscribe mode: (key, era) -> [(completion time, committed offset, the poll's position, its process)],
+        # and the polls at which a member took a partition up from the group's offset rather than its own
+        self.commits: dict[tuple[int, int], list[tuple[Any, int, int, Any]]] = defaultdict(list)
+        self.resumes: list[tuple[Any, Any, int, int, int, int]] = []  # (time, process, era, comp, key, first)
 
-    for inv, comp in pairs:
-        if inv.process == NEMESIS:
-            continue
-        if inv.f == "send":
-            key, _, value = written(inv)
-            sent_values[key][value] = inv
-            t = comp.type if comp is not None else INFO
-            stats[f"send-{t}"] += 1
-            if comp is not None and (comp.extra or {}).get("resent"):
-                resent[(key, value)] = int(comp.extra["resent"].get("requests", 2))
+    def era(self, time: Any) -> int:
+        return 1 if self.cutoff is not None and time >= self.cutoff else 0
+
+    def feed(self, inv: Row, comp: Row | None) -> None:
+        if inv[PROCESS] == NEMESIS:
+            return
+        f = inv[F]
+        t = comp[TYPE] if comp is not None else INFO
+        self.outcomes[(f, t)] += 1
+        if f == "send":
+            key, _, value = written(f, inv[VALUE])
+            self.sent[key].add(value)
+            extra = comp[EXTRA] if comp is not None else None
+            if extra and "resent" in extra:  # the client re-sent it (resent_requests)
+                requests = resent_requests(extra)
+                if requests is not None:
+                    self.resent[(key, value)] = requests
             if t == OK:
-                acked.append((inv, comp))
+                key, off, val = written(comp[F], comp[VALUE])
+                era = -1 if self.cutoff is not None and comp[TIME] is None else self.era(comp[TIME])
+                self.acked[key].append(int(off), val, inv[POS], comp[POS], era)
             elif t == INFO:
-                info_sends.append((key, value))
-        elif inv.f in ("poll", "final-poll"):
-            t = comp.type if comp is not None else INFO
-            stats[f"{inv.f}-{t}"] += 1
-            if t != OK:
+                self.info_sends.append((key, value))
+        elif t == OK and (f == "poll" or f == "final-poll"):
+            self._read(inv, comp)
+
+    def _read(self, inv: Row, comp: Row) -> None:
+        f, process, pos = inv[F], inv[PROCESS], comp[POS]
+        e = 0 if self.cutoff is None else self.era(comp[TIME])
+        group_poll = self.subscribe and f == "poll"
+        if group_poll:
+            for k, committed in ((comp[EXTRA] or {}).get("committed") or {}).items():
+                self.commits[(int(k), e)].append((comp[TIME], int(committed), pos, process))
+        seq = inv[POS] << SEQ_BITS
+        # this era's partitions, and where this process last read each of them
+        seen_in = self.seen_in[e]
+        last = self.last_offset[e].get(process)
+        if last is None:
+            last = self.last_offset[e][process] = {}
+        for key, recs in poll_items(f, comp[VALUE]):
+            prev = last.get(key)
+            if group_poll and recs and (prev is None or int(recs[0][0]) != prev[0] + 1):
+                self.resumes.append((inv[TIME], process, e, pos, key, int(recs[0][0])))
+            if not recs:
+                continue  # nothing read: no position to remember
+            seen = seen_in.get(key)
+            if seen is None:
+                seen = seen_in[key] = self.seen[(key, e)] = OffsetValues()
+            vals, seqs = seen.vals, seen.seqs
+            n = len(recs)
+            prev_off, prev_pos = prev if prev is not None else (None, None)
+            o0 = recs[0][0]
+            # The common case: offsets that follow on from this consumer's last, each holding the value the
+            # partition's reads saw there first (every consumer reads every record): the record loop below
+            # would find nothing in them.
+            if (prev_off is None or o0 == prev_off + 1) and seen.holds_firsts(recs, n):
+                if group_poll:
+                    self.group_read[(key, e)].update(range(o0, o0 + n))
+                if f == "poll":
+                    last[key] = (o0 + n - 1, pos)
+                seq += n
                 continue
-            e = era(comp)
-            if subscribe and inv.f == "poll":
-                for k, committed in ((comp.extra or {}).get("committed") or {}).items():
-                    commits[(int(k), e)].append((comp.time, int(committed), comp))
-            for key, recs in poll_items(inv.f, comp.value):
-                prev = last_offset.get((inv.process, key, e))
-                if subscribe and inv.f == "poll" and recs and (prev is None or int(recs[0][0]) != prev[0] + 1):
-                    resumes.append((inv, comp, key, int(recs[0][0])))
-                jumped = None
-                for off, val in recs:
+            jumped = None
+            for off, val in recs:
+                if type(off) is not int:
                     off = int(off)
-                    readers = seen[(key, e)][off]
-                    if val not in readers:
-                        if readers:
-                            other_val, other_op = next(iter(readers.items()))
-                            found.add("inconsistent-offsets", {
-                                "key": key, "offset": off, "values": [other_val, val],
-                                "summary": f"partition {key} offset {off}: one read saw {other_val!r}, "
-                                           f"another {val!r}",
-                                "reads": [other_op.to_dict(), comp.to_dict()]})
-                        readers[val] = comp
-                    value_offsets[(key, e)][val].add(off)
-                    if subscribe and inv.f == "poll":
-                        group_read[(key, e)].add(off)
-                        if prev is not None and off != prev[0] + 1:
-                            stats["subscribe-rewinds" if off <= prev[0] else "subscribe-jumps"] += 1
-                    elif prev is not None:
-                        if off <= prev[0]:
-                            found.add("nonmonotonic-poll", {
-                                "key": key, "process": inv.process, "from": prev[0], "to": off,
-                                "summary": f"process {inv.process} read partition {key} at offset {off} after "
-                                           f"having read offset {prev[0]}",
-                                "reads": [prev[1].to_dict(), comp.to_dict()]})
-                        elif off > prev[0] + 1:
-                            # A skip or a legitimate gap: decided after the pass, once every read
-                            # and acknowledgement that may prove the skipped offsets exist is known.
-                            if jumped is None:
-                                jumped = jumps.get((key, e)) or jumps.setdefault((key, e), _Jumps())
-                            jumped.starts.append(prev[0])
-                            jumped.ends.append(off)
-                            jumped.before.append(prev[1])
-                            jumped.after.append(comp)
-                    prev = (off, comp)
-                if prev is not None and inv.f == "poll":
-                    last_offset[(inv.process, key, e)] = prev
-                if inv.f == "final-poll":
-                    hwm = int(drained(comp)[1])
-                    final_hwm[key] = max(final_hwm.get(key, -1), hwm)
-                    for off, val in recs:
-                        final_values[key][val] = int(off)
+                if not (0 <= off < len(seqs) and seqs[off] >= 0 and vals[off] == val):
+                    first = seen.observe(off, val, seq)
+                    if first is True or first is not False:
+                        self._new_sighting(key, e, val)
+                    if first is not True and first is not False:
+                        self._inconsistent(key, off, val, first, pos)
+                    vals, seqs = seen.vals, seen.seqs
+                if group_poll:
+                    self.group_read[(key, e)].add(off)
+                    if prev_off is not None and off != prev_off + 1:
+                        self.stats["subscribe-rewinds" if off <= prev_off else "subscribe-jumps"] += 1
+                elif prev_off is not None:
+                    if off <= prev_off:
+                        self._nonmonotonic(key, process, prev_off, off, prev_pos, pos)
+                    elif off > prev_off + 1:
+                        # A skip or a legitimate gap: decided after the pass, once every read
+                        # and acknowledgement that may prove the skipped offsets exist is known.
+                        if jumped is None:
+                            jumped = self.jumps.get((key, e)) or self.jumps.setdefault((key, e), _Jumps())
+                        jumped.starts.append(prev_off)
+                        jumped.ends.append(off)
+                        jumped.before.append(prev_pos)
+                        jumped.after.append(pos)
+                prev_off, prev_pos = off, pos
+                seq += 1
+            if f == "poll":
+                last[key] = (prev_off, prev_pos)
+        if f == "final-poll":
+            for key, recs in poll_items(f, comp[VALUE]):
+                hwm = int(drained(f, comp[VALUE])[1])
+                self.final_hwm[key] = max(self.final_hwm.get(key, -1), hwm)
+                final = self.final_values[key]
+                for _, val in recs:
+                    final.add(val)
 
-    # Values read but never sent (once per key and value, whatever the era); values at two offsets.
-    unexpected_seen: set[tuple[int, Any]] = set()
-    resent_examples: list[dict[str, Any]] = []
-    for (key, e), by_value in value_offsets.items():
-        for val, offsets in by_value.items():
-            if val not in sent_values[key] and (key, val) not in unexpected_seen:
-                unexpected_seen.add((key, val))
-                off = min(offsets)
-                found.add("unexpected", {"key": key, "value": val, "offsets": sorted(offsets),
-                                         "summary": f"partition {key} offset {off} holds {val!r}, which was never sent",
-                                         "reads": [next(iter(seen[(key, e)][off].values())).to_dict()]})
-            if 1 < len(offsets) <= resent.get((key, val), 1):
-                stats["resent-duplicate-count"] += 1
-                if len(resent_examples) < MAX_EXAMPLES:
-                    resent_examples.append({"key": key, "value": val, "offsets": sorted(offsets),
-                                            "requests": resent[(key, val)]})
-            elif len(offsets) > 1:
-                found.add("duplicate", {"key": key, "value": val, "offsets": sorted(offsets),
-                                        "summary": f"value {val!r} appears at offsets {sorted(offsets)} of partition {key}",
-                                        "reads": [next(iter(seen[(key, e)][o].values())).to_dict()
-                                                  for o in sorted(offsets)[:2]]})
+    def _new_sighting(self, key: int, e: int, val: Any) -> None:
+        """A value seen at an offset for the first time in its era: one its key's sends have not carried (so
+        far) may be unexpected."""
+        if val not in self.sent[key]:
+            self.unsent_read[(key, e)].add(val)
 
-    gap_count, gaps = _judge_jumps(jumps, seen, acked, era, found)
-    if subscribe:
-        _judge_group_skips(group_read, seen, acked, era, found)
-        _judge_lost_commits(commits, resumes, era, found)
+    def _inconsistent(self, key: int, off: int, val: Any, first: tuple[Any, int], pos: int) -> None:
+        other_val, other_seq = first
+        self.found.add("inconsistent-offsets", lambda: {
+            "key": key, "offset": off, "values": [other_val, val],
+            "summary": f"partition {key} offset {off}: one read saw {other_val!r}, another {val!r}",
+            "reads": [self._read_op(other_seq).to_dict(), self.op_at(pos).to_dict()]})
 
-    def readers_at(key: int, off: int) -> dict[Any, Op]:
-        out: dict[Any, Op] = {}
-        for e in (0, 1):
-            if (key, e) in seen:
-                out.update(seen[(key, e)].get(off, {}))
-        return out
+    def _nonmonotonic(self, key: int, process: Any, prev_off: int, off: int, prev_pos: int, pos: int) -> None:
+        self.found.add("nonmonotonic-poll", lambda: {
+            "key": key, "process": process, "from": prev_off, "to": off,
+            "summary": f"process {process} read partition {key} at offset {off} after having read offset {prev_off}",
+            "reads": [self.op_at(prev_pos).to_dict(), self.op_at(pos).to_dict()]})
 
-    # Acknowledged sends that did not survive.
-    uncovered = set()
-    beyond_budget: list[dict[str, Any]] = []
-    for inv, comp in acked:
-        key, off, val = written(comp)
-        off = int(off)
-        if key not in final_hwm:
-            uncovered.add(key)
-            continue
-        hwm = final_hwm[key]
-        in_final = val in final_values[key]
-        at = readers_at(key, off)
-        seen_at_offset = val in at
-        if not in_final or (off < hwm and not seen_at_offset):
-            at_offset = sorted(map(repr, at))
-            if cutoff is not None and comp.time is not None and comp.time < cutoff:
+    def _read_op(self, seq: int) -> Op:
+        return completion(self.ops, seq >> SEQ_BITS)
+
+    def result(self) -> Result:
+        found = self.found
+        stats: dict[str, Any] = defaultdict(int, {f"{f}-{t}": n for (f, t), n in self.outcomes.items()
+                                                  if f in QUEUE_VALUES.op_names})
+        stats.update(self.stats)
+        self.stats = stats
+        resent_examples = self._unexpected_and_duplicates()
+        gap_count, gaps = self._judge_jumps()
+        if self.subscribe:
+            self._judge_group_skips()
+            self._judge_lost_commits()
+        uncovered, beyond_budget = self._lost_writes()
+        stats["info-sends-later-read"] = self._info_sends_later_read()
+        acked = sum(map(len, self.acked.values()))
+        stats["acked-sends"] = acked
+        stats["keys-with-final-reads"] = len(self.final_hwm)
+        stats["poll-gap-count"] = gap_count
+        details: dict[str, Any] = {}
+        if gap_count:
+            details["poll_gaps"] = {"count": gap_count, "explanation": GAP_EXPLANATION, "examples": gaps}
+        if resent_examples:
+            details["resent_duplicates"] = {"count": stats["resent-duplicate-count"], "explanation": RESENT_EXPLANATION,
+                                            "examples": resent_examples}
+        if self.cutoff is not None:
+            stats["lost-beyond-fault-budget"] = len(beyond_budget)
+            details["lost_beyond_fault_budget"] = {
+                "cutoff_ns": self.cutoff, "count": len(beyond_budget),
+                "by_key": {str(k): sum(1 for b in beyond_budget if b["key"] == k)
+                           for k in sorted({b["key"] for b in beyond_budget})},
+                "examples": beyond_budget[:MAX_EXAMPLES]}
+        anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in ANOMALY_TYPES
+                     if found.counts[n]]
+        reasons = []
+        if uncovered:
+            stats["keys-without-final-read"] = sorted(uncovered)
+            reasons.append(say("no-final-read", partitions=sorted(uncovered)))
+        if not acked:
+            reasons.append(NO_ACKNOWLEDGED_SEND)
+        valid: Any = False if anomalies else UNKNOWN if reasons else True
+        stats = dict(stats)
+        stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
+        return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
+                      unknown_reasons=reasons)
+
+    def _info_sends_later_read(self) -> int:
+        """How many indeterminate sends some read returned the value of (in either era)."""
+        by_key: dict[int, list[Any]] = defaultdict(list)
+        for key, value in self.info_sends:
+            by_key[key].append(value)
+        count = 0
+        for key, values in by_key.items():
+            wanted = set(values)
+            read = set()
+            for e in (0, 1):
+                if (key, e) in self.seen:
+                    read.update(v for v in self.seen[(key, e)].values_in(wanted))
+            count += sum(1 for v in values if v in read)
+        return count
+
+    def _unexpected_and_duplicates(self) -> list[dict[str, Any]]:
+        """Values read but never sent (once per key and value, whatever the era); values at two offsets, a
+        duplicate unless they are the copies of a send the client re-sent (`resent_copies`: counted apart).
+        Both are looked for in each partition and era in the order its reads first returned each value.
+        Returns the first few resent copies as examples."""
+        unexpected_seen: set[tuple[int, Any]] = set()
+        resent_examples: list[dict[str, Any]] = []
+        for (key, e), seen in self.seen.items():
+            sent = self.sent[key]
+            suspects = {v for v in self.unsent_read.get((key, e), ()) if v not in sent}
+            suspects |= _repeated(seen)
+            if not suspects:
+                continue
+            by_value: dict[Any, tuple[int, list[int]]] = {}  # value -> (its first sighting, its offsets)
+            for off, val, seq in seen.entries(suspects.__contains__):
+                first, offsets = by_value.get(val, (seq, []))
+                offsets.append(off)
+                by_value[val] = (min(first, seq), offsets)
+            for val, (_, offsets) in sorted(by_value.items(), key=lambda item: item[1][0]):
+                offsets = sorted(offsets)
+                if val not in sent and (key, val) not in unexpected_seen:
+                    unexpected_seen.add((key, val))
+                    self.found.add("unexpected", lambda key=key, val=val, offsets=offsets, seen=seen: {
+                        "key": key, "value": val, "offsets": offsets,
+                        "summary": f"partition {key} offset {offsets[0]} holds {val!r}, which was never sent",
+                        "reads": [self._read_op(seen.first_seq(offsets[0])).to_dict()]})
+                if len(offsets) > 1 and resent_copies(len(offsets), self.resent.get((key, val), 1)):
+                    self.stats["resent-duplicate-count"] += 1
+                    if len(resent_examples) < MAX_EXAMPLES:
+                        resent_examples.append({"key": key, "value": val, "offsets": offsets,
+                                                "requests": self.resent[(key, val)]})
+                elif len(offsets) > 1:
+                    self.found.add("duplicate", lambda key=key, val=val, offsets=offsets, seen=seen: {
+                        "key": key, "value": val, "offsets": offsets,
+                        "summary": f"value {val!r} appears at offsets {offsets} of partition {key}",
+                        "reads": [self._read_op(seen.first_seq(o)).to_dict() for o in offsets[:2]]})
+        return resent_examples
+
+    def _acked_in(self, key: int, e: int) -> Iterator[tuple[int, int]]:
+        """(offset, completion position) of each acknowledged send of `key` in era `e`, in invocation order."""
+        acked = self.acked.get(key)
+        if acked is None:
+            return
+        for off, comp, era in zip(acked.offsets, acked.completions, acked.eras, strict=True):
+            if era < 0:
+                raise TypeError("an acknowledged send has no time, so its side of the fault beyond the budget is unknown")
+            if era == e:
+                yield off, comp
+
+    def _proof(self, key: int, e: int) -> tuple[list[int], Callable[[int], Op]]:
+        """The offsets proven to exist in `key` and era `e` (a read returned a record there, or a send was
+        acknowledged there), sorted, and the op proving one: a read first, else the acknowledgement."""
+        seen = self.seen.get((key, e)) or OffsetValues()
+        acked_at: dict[int, int] = {}
+        for off, comp in self._acked_in(key, e):
+            acked_at.setdefault(off, comp)
+        offsets = sorted(set(seen.offsets()).union(acked_at))
+
+        def proof_op(off: int) -> Op:
+            seq = seen.first_seq(off)
+            return self._read_op(seq) if seq is not None else self.op_at(acked_at[off])
+        return offsets, proof_op
+
+    def _judge_jumps(self) -> tuple[int, list[dict[str, Any]]]:
+        """Each jump of a consumer over offsets: a poll-skip when an offset it skipped is proven to exist
+        (an acknowledged send got it, or some read returned a record there, in the same era), else a gap
+        (a transaction marker, a compacted or aborted record: offsets a Kafka log may legitimately lack).
+        Adds the skips to `found`; returns (how many gaps, the first few as examples)."""
+        gaps: list[dict[str, Any]] = []
+        gap_count = 0
+        for (key, e), jumped in self.jumps.items():
+            offsets, proof_op = self._proof(key, e)
+            for start, to, before, after in zip(jumped.starts, jumped.ends, jumped.before, jumped.after, strict=True):
+                skipped = proven_between(offsets, start, to)
+                if not skipped:
+                    gap_count += 1  # the common case on a log with markers: counted, an example only for the first few
+                    if len(gaps) < MAX_EXAMPLES:
+                        p = self.op_at(after).process
+                        gaps.append({"key": key, "process": p, "from": start, "to": to,
+                                     "summary": f"process {p} read partition {key} offset {start}, then offset {to}; "
+                                                f"nothing shows a record at the {to - start - 1} offset(s) between"})
+                    continue
+
+                def skip(key=key, start=start, to=to, before=before, after=after, skipped=skipped, proof_op=proof_op):
+                    first, p = proof_op(skipped[0]), self.op_at(after).process
+                    return {
+                        "key": key, "process": p, "from": start, "to": to,
+                        "skipped_existing": list(skipped[:MAX_EXAMPLES]),
+                        "summary": f"process {p} read partition {key} offset {start}, then offset {to}, skipping "
+                                   f"{len(skipped)} offset(s) that exist (offset {skipped[0]}: op {first.index} "
+                                   f"{'acknowledged a send' if first.f == 'send' else 'read a record'} there)",
+                        "reads": [self.op_at(before).to_dict(), self.op_at(after).to_dict()], "proof": first.to_dict()}
+                self.found.add("poll-skip", skip)
+        return gap_count, gaps
+
+    def _judge_group_skips(self) -> None:
+        """Subscribe mode: each offset proven to exist (some read returned a record there, or a send was
+        acknowledged there, in the same era) below the highest offset the group's polls read of that partition,
+        that no poll of the group read: a group-skip."""
+        for (key, e), read in sorted(self.group_read.items()):
+            offsets, proof_op = self._proof(key, e)
+            top = max(read)
+            for off in (o for o in offsets if o < top and o not in read):
+                def skip(key=key, off=off, top=top, proof_op=proof_op):
+                    by = proof_op(off)
+                    return {
+                        "key": key, "offset": off, "group_read_up_to": top,
+                        "summary": f"partition {key} offset {off} holds a record (op {by.index} "
+                                   f"{'acknowledged a send' if by.f == 'send' else 'read it'}); the group's consumers "
+                                   f"read up to offset {top} but none read offset {off}",
+                        "proof": by.to_dict()}
+                self.found.add("group-skip", skip)
+
+    def _judge_lost_commits(self) -> None:
+        """Subscribe mode: a member that takes a partition up (its first read of it, or a read not following
+        its own last one) starts from the group's committed offset, which is at least every commit of the
+        partition acknowledged before its poll began: starting below one is a lost-commit. Commits and polls
+        are compared within their era (a fault beyond the budget may take acknowledged commits back)."""
+        for time, process, e, comp, key, first in self.resumes:
+            before = [c for c in self.commits.get((key, e), ()) if c[0] < time]
+            if not before:
+                continue
+            _, committed, by, by_process = max(before, key=lambda c: c[1])
+            if first < committed:
+                self.found.add("lost-commit", lambda process=process, key=key, first=first, committed=committed,
+                               by=by, by_process=by_process, comp=comp: {
+                    "key": key, "process": process, "offset": first, "committed": committed,
+                    "summary": f"process {process} took partition {key} up at offset {first}, though the group's "
+                               f"commit of offset {committed} had been acknowledged (to process {by_process}) before",
+                    "reads": [self.op_at(by).to_dict(), self.op_at(comp).to_dict()]})
+
+    def _lost_writes(self) -> tuple[set[int], list[dict[str, Any]]]:
+        """Acknowledged sends that did not survive, in invocation order; the keys no final read covered, and
+        the losses beyond the fault budget (counted apart)."""
+        uncovered: set[int] = set()
+        lost: list[tuple[int, int, int, Any, int, int]] = []  # (invocation, completion, key, offset, value, era)
+        for key, acked in self.acked.items():
+            if key not in self.final_hwm:
+                uncovered.add(key)
+                continue
+            hwm, final = self.final_hwm[key], self.final_values[key]
+            seen = [self.seen.get((key, 0)), self.seen.get((key, 1))]
+            for off, val, inv, comp, era in zip(acked.offsets, acked.values, acked.invokes, acked.completions,
+                                                acked.eras, strict=True):
+                if val not in final or (off < hwm and not any(s is not None and val in s.values_at(off) for s in seen)):
+                    lost.append((inv, comp, key, off, val, era))
+                if off >= hwm:
+                    self.stats["acked-beyond-final-hwm"] += 1
+        beyond_budget: list[dict[str, Any]] = []
+        for inv, comp, key, off, val, era in sorted(lost, key=lambda loss: loss[0]):
+            if self.cutoff is not None and era == 0:  # acknowledged before the fault beyond the budget
                 beyond_budget.append({"key": key, "offset": off, "value": val})
                 continue
-            found.add("lost-write", {
-                "key": key, "offset": off, "value": val, "final_hwm": hwm,
-                "summary": (f"send of {val!r} to partition {key} was acknowledged at offset {off}; the final read "
-                            f"covered offsets below {hwm} and "
-                            + (f"held {', '.join(at_offset)} at {off}" if at_offset else f"nothing at {off}")),
-                "send": comp.to_dict(), "invoke": inv.to_dict()})
-        if off >= hwm:
-            stats["acked-beyond-final-hwm"] += 1
 
-    stats["info-sends-later-read"] = sum(1 for k, v in info_sends
-                                         if any(v in value_offsets.get((k, e), {}) for e in (0, 1)))
-    stats["acked-sends"] = len(acked)
-    stats["keys-with-final-reads"] = len(final_hwm)
-    stats["poll-gap-count"] = gap_count
-    details: dict[str, Any] = {}
-    if gap_count:
-        details["poll_gaps"] = {"count": gap_count, "explanation": GAP_EXPLANATION, "examples": gaps}
-    if resent_examples:
-        details["resent_duplicates"] = {"count": stats["resent-duplicate-count"], "explanation": RESENT_EXPLANATION,
-                                        "examples": resent_examples}
-    if cutoff is not None:
-        stats["lost-beyond-fault-budget"] = len(beyond_budget)
-        details["lost_beyond_fault_budget"] = {
-            "cutoff_ns": cutoff, "count": len(beyond_budget),
-            "by_key": {str(k): sum(1 for b in beyond_budget if b["key"] == k) for k in sorted({b["key"] for b in beyond_budget})},
-            "examples": beyond_budget[:MAX_EXAMPLES]}
-    anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in ANOMALY_TYPES
-                 if found.counts[n]]
-    reasons = []
-    if uncovered:
-        stats["keys-without-final-read"] = sorted(uncovered)
-        reasons.append(say("no-final-read", partitions=sorted(uncovered)))
-    if not acked:
-        reasons.append(NO_ACKNOWLEDGED_SEND)
-    valid: Any = False if anomalies else UNKNOWN if reasons else True
-    stats = dict(stats)
-    stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
-    return Result(checker="queue", valid=valid, anomalies=anomalies, stats=stats, details=details,
-                  unknown_reasons=reasons)
+            def lost_write(inv=inv, comp=comp, key=key, off=off, val=val):
+                at: dict[Any, int] = {}
+                for e in (0, 1):
+                    if (key, e) in self.seen:
+                        at.update(self.seen[(key, e)].values_at(off))
+                at_offset = sorted(map(repr, at))
+                hwm = self.final_hwm[key]
+                return {
+                    "key": key, "offset": off, "value": val, "final_hwm": hwm,
+                    "summary": (f"send of {val!r} to partition {key} was acknowledged at offset {off}; the final "
+                                f"read covered offsets below {hwm} and "
+                                + (f"held {', '.join(at_offset)} at {off}" if at_offset else f"nothing at {off}")),
+                    "send": self.op_at(comp).to_dict(), "invoke": self.op_at(inv).to_dict()}
+            self.found.add("lost-write", lost_write)
+        return uncovered, beyond_budget
 
 
-def _judge_lost_commits(commits: dict[tuple[int, int], list[tuple[int, int, Op]]],
-                        resumes: list[tuple[Op, Op, int, int]], era, found: _Examples) -> None:
-    """Subscribe mode: a member that takes a partition up (its first read of it, or a read not following its
-    own last one) starts from the group's committed offset, which is at least every commit of the partition
-    acknowledged before its poll began: starting below one is a lost-commit. Commits and polls are compared
-    within their era (a fault beyond the budget may take acknowledged commits back)."""
-    for inv, comp, key, first in resumes:
-        before = [(t, off, op) for t, off, op in commits.get((key, era(comp)), ()) if t < inv.time]
-        if not before:
-            continue
-        t, committed, by = max(before, key=lambda c: c[1])
-        if first < committed:
-            found.add("lost-commit", {
-                "key": key, "process": inv.process, "offset": first, "committed": committed,
-                "summary": f"process {inv.process} took partition {key} up at offset {first}, though the group's "
-                           f"commit of offset {committed} had been acknowledged (to process {by.process}) before",
-                "reads": [by.to_dict(), comp.to_dict()]})
-
-
-def _judge_group_skips(group_read: dict[tuple[int, int], set[int]], seen: dict[tuple[int, int], dict[int, dict]],
-                       acked: list[tuple[Op, Op]], era, found: _Examples) -> None:
-    """Subscribe mode: each offset proven to exist (some read returned a record there, or a send was
-    acknowledged there, in the same era) below the highest offset the group's polls read of that partition,
-    that no poll of the group read: a group-skip."""
-    proof: dict[tuple[int, int], dict[int, Any]] = defaultdict(dict)
-    for (key, e), by_offset in seen.items():
-        if (key, e) in group_read:
-            proof[(key, e)].update({off: next(iter(readers.values())) for off, readers in by_offset.items()})
-    for _, comp in acked:
-        (key, off, _), e = QUEUE_VALUES.written(comp), era(comp)
-        if (key, e) in group_read:
-            proof[(key, e)].setdefault(int(off), comp)
-    for (key, e), read in sorted(group_read.items()):
-        top = max(read)
-        for off in sorted(o for o in proof[(key, e)] if o < top and o not in read):
-            by = proof[(key, e)][off]
-            found.add("group-skip", {
-                "key": key, "offset": off, "group_read_up_to": top,
-                "summary": f"partition {key} offset {off} holds a record (op {by.index} "
-                           f"{'acknowledged a send' if by.f == 'send' else 'read it'}); the group's consumers read "
-                           f"up to offset {top} but none read offset {off}",
-                "proof": by.to_dict()})
+def _repeated(seen: OffsetValues) -> set[Any]:
+    """The values seen at more than one offset."""
+    if seen.generic is None and not seen.others:
+        values = sorted(compress(seen.vals, map((-1).__ne__, seen.seqs)))
+        return set(compress(values, map(operator.eq, values, islice(values, 1, None))))
+    counts: dict[Any, int] = defaultdict(int)
+    for val in seen.values():
+        counts[val] += 1
+    return {v for v, n in counts.items() if n > 1}
 
 
 def proven_between(proven: Sequence[int], start: int, to: int) -> Sequence[int]:
@@ -420,56 +673,6 @@ def proven_between(proven: Sequence[int], start: int, to: int) -> Sequence[int]:
     return proven[bisect.bisect_right(proven, start):bisect.bisect_left(proven, to)]
 
 
-class _Jumps:
-    """One partition's jumps in one era, as columns (an array of ints costs 8 bytes an entry, a tuple 90)."""
-
-    __slots__ = ("starts", "ends", "before", "after")
-
-    def __init__(self) -> None:
-        self.starts, self.ends = array("q"), array("q")
-        self.before: list[Op] = []
-        self.after: list[Op] = []
-
-
-def _judge_jumps(jumps: dict[tuple[int, int], _Jumps], seen: dict[tuple[int, int], dict[int, dict[Any, Op]]],
-                 acked: list[tuple[Op, Op]], era, found: _Examples) -> tuple[int, list[dict[str, Any]]]:
-    """Each jump of a consumer over offsets: a poll-skip when an offset it skipped is proven to exist
-    (an acknowledged send got it, or some read returned a record there, in the same era), else a gap
-    (a transaction marker, a compacted or aborted record: offsets a Kafka log may legitimately lack).
-    Adds the skips to `found`; returns (how many gaps, the first few as examples)."""
-    if not jumps:
-        return 0, []
-    # (key, era) -> offset -> the op proving a record is there: a read first, else the acknowledgement
-    proof: dict[tuple[int, int], dict[int, Op]] = {}
-    for key, e in jumps:
-        proof[(key, e)] = {off: next(iter(readers.values())) for off, readers in seen.get((key, e), {}).items()}
-    for _, comp in acked:
-        (key, off, _), e = QUEUE_VALUES.written(comp), era(comp)
-        if (key, e) in jumps:
-            proof[(key, e)].setdefault(int(off), comp)
-    gaps: list[dict[str, Any]] = []
-    gap_count = 0
-    for (key, e), jumped in jumps.items():
-        offsets = sorted(proof[(key, e)])
-        for k, (start, to) in enumerate(zip(jumped.starts, jumped.ends, strict=True)):
-            skipped = proven_between(offsets, start, to)
-            if not skipped:
-                gap_count += 1  # the common case on a log with markers: counted, an example only for the first few
-                if len(gaps) < MAX_EXAMPLES:
-                    p = jumped.after[k].process
-                    gaps.append({"key": key, "process": p, "from": start, "to": to,
-                                 "summary": f"process {p} read partition {key} offset {start}, then offset {to}; "
-                                            f"nothing shows a record at the {to - start - 1} offset(s) between"})
-                continue
-            first, p = proof[(key, e)][skipped[0]], jumped.after[k].process
-            found.add("poll-skip", {
-                "key": key, "process": p, "from": start, "to": to, "skipped_existing": skipped[:MAX_EXAMPLES],
-                "summary": f"process {p} read partition {key} offset {start}, then offset {to}, skipping "
-                           f"{len(skipped)} offset(s) that exist (offset {skipped[0]}: op {first.index} "
-                           f"{'acknowledged a send' if first.f == 'send' else 'read a record'} there)",
-                "reads": [jumped.before[k].to_dict(), jumped.after[k].to_dict()], "proof": first.to_dict()})
-    return gap_count, gaps
-
-
-__all__ = ["ANOMALY_TYPES", "QUEUE_VALUES", "SUBSCRIBE_ANOMALY_TYPES", "QueueChecker", "QueueValues", "check_queue", "poll_items",
-           "proven_between"]
+__all__ = ["ANOMALY_TYPES", "QUEUE_VALUES", "SUBSCRIBE_ANOMALY_TYPES", "Examples", "QueueCheck", "QueueChecker",
+           "QueueValues", "check_queue", "drained", "poll_items", "proven_between", "resent_copies", "resent_requests",
+           "written"]

@@ -14,6 +14,7 @@ naming the cause and the fix (exit 3).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from history import Op
+from history import HistoryFile, Op
 
 FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
 MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append", "txn")
@@ -53,8 +54,13 @@ def check_command(file: str, format: str, model: str | None, time_limit: float, 
     try:
         model = _model(format, model, time_limit)
         test = {"workload_options": _options(options or [])}
-        history = read_any_history(file, format, kafka=model == "txn")
-        _check_model_reads(history, model, file)
+        if format == "jsonl" and model == "queue":
+            # Read as a stream, never held whole: a history of tens of millions of ops checks in memory
+            # bounded by its partitions (checkers/stream.py).
+            history = HistoryFile(file)
+        else:
+            history = read_any_history(file, format, kafka=model == "txn")
+            _check_model_reads({op.f for op in history if op.is_client}, model, file)
         if model == "txn":
             from checkers.txn import TxnOptionError, check_options
 
@@ -62,12 +68,19 @@ def check_command(file: str, format: str, model: str | None, time_limit: float, 
                 check_options(test, history)
             except TxnOptionError as e:
                 raise CheckInputError(f"{e}.") from None
+        try:
+            with _read_errors(file, format):
+                results = run_checkers(_checkers(model, time_limit), test, history)
+                if isinstance(history, HistoryFile):
+                    if not len(history):
+                        _refuse_jsonl_without_a_line(Path(file))
+                    _check_model_reads(history.client_fs, model, file)
+        except CheckInputError:
+            raise
+        except ValueError as e:
+            out.print(f"[red]error:[/] {escape(str(e))}")
+            return EXIT_BAD_INPUT
     except CheckInputError as e:
-        out.print(f"[red]error:[/] {escape(str(e))}")
-        return EXIT_BAD_INPUT
-    try:
-        results = run_checkers(_checkers(model, time_limit), test, history)
-    except ValueError as e:
         out.print(f"[red]error:[/] {escape(str(e))}")
         return EXIT_BAD_INPUT
     valid = results["valid"]
@@ -125,10 +138,10 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
     """The ops of `file` in `format`; CheckInputError (one sentence) for anything that cannot be read.
     `kafka`: an EDN file is a history of Jepsen's Kafka workload (read into the txn schema)."""
-    from history import HistoryFormatError, read_history
+    from history import read_history
 
     path = Path(file)
-    try:
+    with _read_errors(file, format):
         if format == "jsonl":
             history = read_history(path)
             if not history:
@@ -141,6 +154,16 @@ def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
             from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
 
             history = (parse_etcd_log if format == "porcupine-etcd" else parse_kv_log)(path)
+    return history
+
+
+@contextlib.contextmanager
+def _read_errors(file: str, format: str):
+    """What reading `file` in `format` can go wrong with, as CheckInputError: one sentence with the fix."""
+    from history import HistoryFormatError
+
+    try:
+        yield
     except FileNotFoundError:
         raise CheckInputError(f"{file} does not exist; pass the path of a history file.") from None
     except IsADirectoryError:
@@ -153,7 +176,6 @@ def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
             raise CheckInputError(str(e)) from None
         raise CheckInputError(f"{str(e).rstrip('.')}; pass a JSON Lines history, or the --format the file is "
                               f"written in.") from None
-    return history
 
 
 def _refuse_jsonl_without_a_line(path: Path) -> None:
@@ -167,9 +189,9 @@ def _refuse_jsonl_without_a_line(path: Path) -> None:
         raise HistoryFormatError(f"{path} line 1: not a JSON op, and no other line is.")
 
 
-def _check_model_reads(history: list[Op], model: str, file: str) -> None:
-    """A model none of whose operations the history holds would judge nothing: refuse it by name."""
-    names = {op.f for op in history if op.is_client}
+def _check_model_reads(names: set[str], model: str, file: str) -> None:
+    """A model none of whose operations the history holds (`names`: its client ops' f) would judge nothing:
+    refuse it by name."""
     if names and not names & set(MODEL_OPS[model]):
         raise CheckInputError(f"the {model} model reads {', '.join(MODEL_OPS[model])} operations and {file} holds "
                               f"none (its operations are {', '.join(sorted(names)[:8])}); pass the --model that "

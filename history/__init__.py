@@ -13,12 +13,26 @@ from history.faults import (
                             beyond_budget_time,
                             fault_records,
                             fault_windows,
+                            marks_beyond_budget,
                             records_in,
 )
-from history.files import HistoryWriter, gc_paused, iter_history, read_history
-from history.ops import FAIL, INFO, INVOKE, NEMESIS, OK, OP_TYPES, History, HistoryFormatError, Op, pair_ops
+from history.files import HistoryFile, HistoryWriter, gc_paused, iter_history, read_history
+from history.ops import (
+                            FAIL,
+                            INFO,
+                            INVOKE,
+                            NEMESIS,
+                            OK,
+                            OP_TYPES,
+                            History,
+                            HistoryFormatError,
+                            Op,
+                            pair_ops,
+                            pair_stream,
+)
 
 __all__ = ["BEYOND_BUDGET", "FAIL", "FAULTS_KEY", "HEAL_F", "INFO", "INVOKE", "NEMESIS", "OK", "OP_TYPES",
-           "FaultRecord", "FaultWindow", "FaultWindows", "History", "HistoryFormatError", "HistoryWriter", "Op",
-           "beyond_budget_time", "fault_records", "fault_windows", "gc_paused", "iter_history", "pair_ops",
+           "FaultRecord", "FaultWindow", "FaultWindows", "History", "HistoryFile", "HistoryFormatError", "HistoryWriter", "Op",
+           "beyond_budget_time", "fault_records", "fault_windows", "gc_paused", "iter_history", "marks_beyond_budget",
+           "pair_ops", "pair_stream",
            "read_history", "records_in"]

@@ -47,9 +47,15 @@ def beyond_budget_time(history: Sequence[Op]) -> int | None:
     """The time (ns) of the last nemesis completion marked beyond the fault budget, or None."""
     last = None
     for op in history:
-        if op.process == NEMESIS and op.type != INVOKE and isinstance(op.value, dict) and op.value.get(BEYOND_BUDGET):
+        if marks_beyond_budget(op.process, op.type, op.value):
             last = op.time
     return last
+
+
+def marks_beyond_budget(process: Any, type_: str, value: Any) -> bool:
+    """Whether an op (its process, type and value) is a nemesis completion marked beyond the fault budget:
+    the one rule, for ops in memory (beyond_budget_time) and lines of a file (HistoryFile)."""
+    return process == NEMESIS and type_ != INVOKE and isinstance(value, dict) and bool(value.get(BEYOND_BUDGET))
 
 
 @dataclass

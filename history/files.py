@@ -5,28 +5,25 @@ project parses history files.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import json
 import os
 import threading
 import time
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from history.faults import BEYOND_BUDGET, marks_beyond_budget
 from history.ops import NEMESIS, OP_TYPES, History, HistoryFormatError, Op
 
-try:  # orjson parses large histories several times faster; json is the fallback for what it refuses
-    import orjson
-
-    def _loads(raw: bytes):
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return json.loads(raw)  # e.g. integers beyond 64 bits, which json accepts
+try:  # orjson parses large histories several times faster; json reads what it refuses (_op_lines)
+    from orjson import loads as _parse
 except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
-    _loads = json.loads
+    _parse = json.loads
 
 
 @contextlib.contextmanager
@@ -45,7 +42,8 @@ def gc_paused():
             gc.enable()
 
 
-def _validate(d: Any, lineno: int, path: str) -> Op:
+def _check_op(d: Any, lineno: int, path: str) -> None:
+    """Raise HistoryFormatError, naming the line, unless `d` is an op's JSON object."""
     if not isinstance(d, dict):
         raise HistoryFormatError(f"{path} line {lineno}: expected a JSON object, got {type(d).__name__}.")
     for field in ("type", "f", "process"):
@@ -58,41 +56,152 @@ def _validate(d: Any, lineno: int, path: str) -> Op:
     p = d["process"]
     if not (isinstance(p, int) or p == NEMESIS):
         raise HistoryFormatError(f"{path} line {lineno}: process {p!r} must be an integer or \"nemesis\".")
-    return Op.from_dict(d)
+
+
+def _op(d: dict[str, Any], line: int) -> Op:
+    """The Op of a checked JSON object read from line `line` (0-based): an op written without an index
+    takes its line's."""
+    op = Op.from_dict(d)
+    if op.index < 0:
+        op.index = line
+    return op
+
+
+def _op_lines(path: str, problems: list[str] | None, fh=None,
+              first_line: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number from 0, the op's checked JSON object) for each op of a JSONL history, from `fh`'s position
+    when given (line `first_line`). A final line without a newline is the trace of a writer killed mid-write:
+    it is dropped if it does not parse, and said in `problems` (the op it held is missing, which the verdict
+    must know). Any other bad line raises HistoryFormatError naming it; blank lines are passed over."""
+    # Line by line, not read whole: `kafkaesque check` and the Spark ingest read histories of tens of
+    # millions of ops. This loop is the cost of reading one: the common case is kept to the parse and
+    # _check_op's rules inline.
+    with contextlib.nullcontext(fh) if fh is not None else open(path, "rb") as fh:
+        for i, raw in enumerate(fh, first_line):
+            try:
+                d = _parse(raw)
+            except ValueError as e:
+                if not raw.strip():
+                    continue
+                try:
+                    d = json.loads(raw)  # e.g. integers beyond 64 bits, which json accepts
+                except ValueError:
+                    if not raw.endswith(b"\n"):  # torn final line: the writer died while writing it
+                        if problems is not None:
+                            problems.append(f"{path} line {i + 1}: torn (not valid JSON, no newline)")
+                        return
+                    msg = getattr(e, "msg", str(e))
+                    raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
+            if type(d) is not dict or not ("f" in d and d.get("type") in OP_TYPES
+                                          and (type(p := d.get("process")) is int or p == NEMESIS)):
+                _check_op(d, i + 1, path)
+            yield i, d
 
 
 def iter_history(path: str | os.PathLike, problems: list[str] | None = None) -> Iterator[Op]:
-    """Yield the ops of a JSONL history file.
-
-    A final line without a newline is the trace of a writer killed mid-write: it is
-    dropped if it does not parse, and said in `problems` (the op it held is missing, which
-    the verdict must know). Any other bad line raises HistoryFormatError naming it.
-    """
-    path = str(path)
-    # Line by line, not read whole: the Spark pipeline ingests histories of tens of millions of ops.
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh):
-            if not raw.strip():
-                continue
-            try:
-                d = _loads(raw)
-            except ValueError as e:
-                if not raw.endswith(b"\n"):  # torn final line: the writer died while writing it
-                    if problems is not None:
-                        problems.append(f"{path} line {i + 1}: torn (not valid JSON, no newline)")
-                    return
-                msg = getattr(e, "msg", str(e))
-                raise HistoryFormatError(f"{path} line {i + 1}: not valid JSON ({msg}).") from None
-            op = _validate(d, i + 1, path)
-            if op.index < 0:
-                op.index = i
-            yield op
+    """Yield the ops of a JSONL history file (_op_lines says what a bad or torn line does)."""
+    for line, d in _op_lines(str(path), problems):
+        yield _op(d, line)
 
 
 def read_history(path: str | os.PathLike, problems: list[str] | None = None) -> History:
     """The whole history, paired at most once however many checkers ask (history/ops.py's History)."""
     with gc_paused():
         return History(iter_history(path, problems))
+
+
+class HistoryFile:
+    """A history file read as a stream, never held whole (`kafkaesque check` of a history of tens of millions
+    of ops; checkers that can, check it in one pass: checkers/core.py run_checkers). `rows()` yields each op's
+    position (its index in read_history's list) and its JSON object, checked as iter_history checks it, and
+    builds no Op; `op(pos)` reads one op back, as read_history would hold it (for the few an anomaly's
+    example shows). Iterating it yields Ops, read again from the file each time."""
+
+    CHECKPOINT = 1024  # `op(pos)` reads at most this many ops from the nearest remembered place
+
+    def __init__(self, path: str | os.PathLike, problems: list[str] | None = None):
+        self.path = str(path)
+        self.problems = problems if problems is not None else []
+        self.count: int | None = None  # how many ops, once a pass has read them all
+        self.client_fs: set[str] = set()  # the names (f) of its client ops, once a pass has read them all
+        # every CHECKPOINT ops: the byte offset and the number of the line after an op, and the next op's position
+        self._offsets, self._lines, self._firsts = array("q", [0]), array("q", [0]), array("q", [0])
+
+    def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(position, checked JSON object) of each op, in file order."""
+        problems: list[str] = []
+        client_fs: set[str] = set()
+        every, known = self.CHECKPOINT, self._firsts[-1]
+        pos = -1
+        with open(self.path, "rb") as fh:
+            for pos, (line, d) in enumerate(_op_lines(self.path, problems, fh)):  # noqa: B007 - pos is read after
+                if d["process"] != NEMESIS:
+                    client_fs.add(d["f"])
+                yield pos, d
+                if pos % every == every - 1 and pos >= known:
+                    self._offsets.append(fh.tell())
+                    self._lines.append(line + 1)
+                    self._firsts.append(pos + 1)
+        self.count = pos + 1
+        self.client_fs = client_fs
+        for p in problems:
+            if p not in self.problems:
+                self.problems.append(p)
+
+    def op(self, pos: int) -> Op:
+        """The op at `pos` (read_history(path)[pos]), read back from the file: rows() must have passed it."""
+        for op in self.ops_from(pos):
+            return op
+        raise IndexError(f"{self.path} has no op {pos}")
+
+    def ops_from(self, pos: int) -> Iterator[Op]:
+        """The ops from position `pos` on, read back from the file: a pass (rows()) must have passed `pos`."""
+        k = bisect.bisect_right(self._firsts, pos) - 1
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offsets[k])
+            for at, (line, d) in enumerate(_op_lines(self.path, None, fh, self._lines[k]), self._firsts[k]):
+                if at >= pos:
+                    yield _op(d, line)
+
+    def beyond_budget_time(self) -> int | None:
+        """history/faults.py's beyond_budget_time over the file, reading only the lines that carry the mark
+        (a search of the raw bytes; the rest is not parsed). A mark spelled with JSON escapes is not found:
+        our writer never writes one so."""
+        last = None
+        for raw in _lines_containing(self.path, BEYOND_BUDGET.encode()):
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                continue  # a bad line: rows() says which, or drops it if it is the torn last one
+            if isinstance(d, dict) and marks_beyond_budget(d.get("process"), d.get("type"), d.get("value")):
+                last = d.get("time", 0)
+        return last
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter_history(self.path, self.problems)
+
+    def __len__(self) -> int:
+        if self.count is None:
+            for _ in self.rows():
+                pass
+        return self.count
+
+
+def _lines_containing(path: str, needle: bytes, block: int = 1 << 24) -> Iterator[bytes]:
+    """Each line of the file that contains `needle`, found by a search of the raw bytes."""
+    with open(path, "rb") as fh:
+        tail = b""
+        while chunk := fh.read(block):
+            buf = tail + chunk
+            whole = buf.rfind(b"\n") + 1  # the complete lines end here
+            i = buf.find(needle, 0, whole)
+            while i >= 0:
+                start, end = buf.rfind(b"\n", 0, i) + 1, buf.index(b"\n", i) + 1
+                yield buf[start:end]
+                i = buf.find(needle, end, whole)
+            tail = buf[whole:]
+        if needle in tail:
+            yield tail
 
 
 class HistoryWriter:

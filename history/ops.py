@@ -7,7 +7,8 @@ reads or writes a history (workloads, nemeses, checkers, results, the runner) st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,14 +113,36 @@ def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
 
 
 def _pair(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
+    return list(pair_stream((op.type, op.process, op) for op in history))
+
+
+def pair_stream(events: Iterable[tuple[str, Any, Any]]) -> Iterator[tuple[Any, Any | None]]:
+    """pair_ops's rule over a stream: (type, process, item) in history order in, (invocation's item,
+    completion's item or None) out, in invocation order, as soon as each pair is settled. A pair is settled
+    when its completion arrives, when its process invokes again (the open one then never completes), or at
+    the end. What is held meanwhile is the pairs invoked since the oldest open invocation: a history file of
+    any length pairs in memory bounded by how far its ops overlap, not by its length."""
     open_by_process: dict[Any, int] = {}
-    pairs: list[list[Any]] = []
-    for op in history:
-        if op.type == INVOKE:
-            open_by_process[op.process] = len(pairs)
-            pairs.append([op, None])
+    waiting: deque[list[Any]] = deque()  # [invocation, completion, settled], oldest first
+    first = 0                              # the invocation number of waiting[0]
+    count = 0
+    for type_, process, item in events:
+        if type_ == INVOKE:
+            was = open_by_process.get(process)
+            if was is not None:
+                waiting[was - first][2] = True  # superseded: it pairs with None
+            open_by_process[process] = count
+            waiting.append([item, None, False])
+            count += 1
         else:
-            i = open_by_process.pop(op.process, None)
-            if i is not None:
-                pairs[i][1] = op
-    return [(a, b) for a, b in pairs]
+            i = open_by_process.pop(process, None)
+            if i is None:
+                continue  # a completion without an invocation is ignored
+            pair = waiting[i - first]
+            pair[1], pair[2] = item, True
+        while waiting and waiting[0][2]:
+            inv, comp, _ = waiting.popleft()
+            first += 1
+            yield inv, comp
+    for inv, comp, _ in waiting:
+        yield inv, comp

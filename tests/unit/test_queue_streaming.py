@@ -1,0 +1,144 @@
+"""The queue checker and the log fast path give the same results, counts and examples on a history read as a
+stream from its file (kafkaesque check) as on the same history in memory (the runner), on valid histories and
+on histories with each anomaly injected; and the pieces the stream stands on keep pair_ops's and
+read_history's rules."""
+
+import json
+import random
+
+import pytest
+
+from checkers.core import run_checkers
+from checkers.log_order import LogOrderChecker
+from checkers.queue import QueueChecker
+from checkers.stream import IntSet, OffsetValues
+from history import HistoryFile, Op, pair_ops, pair_stream, read_history
+from tests.unit.queue_histories import ANOMALIES, generate
+
+
+def write(path, ops: list[Op]) -> None:
+    path.write_text("".join(json.dumps(op.to_dict()) + "\n" for op in ops))
+
+
+def both_ways(tmp_path, ops: list[Op], subscribe: bool = False) -> tuple[dict, dict]:
+    """The composite results of the queue and log-order checkers on `ops` in memory, and on its file."""
+    path = tmp_path / "history.jsonl"
+    write(path, ops)
+    checkers = [QueueChecker(subscribe=subscribe), LogOrderChecker()]
+    return run_checkers(checkers, {}, read_history(path)), run_checkers(checkers, {}, HistoryFile(path))
+
+
+CASES = [(seed, anomaly) for anomaly in (None, *ANOMALIES) for seed in range(6)]
+
+
+@pytest.mark.parametrize(("seed", "anomaly"), CASES)
+def test_a_history_file_checks_as_the_same_history_in_memory(tmp_path, seed, anomaly):
+    rng = random.Random(seed)
+    subscribe = anomaly == "committed-rewind" or seed % 3 == 0
+    ops = generate(seed, n_ops=rng.randrange(20, 150), keys=rng.randrange(1, 4), processes=rng.randrange(1, 6),
+                   anomalies=(anomaly,) if anomaly else (), subscribe=subscribe)
+    in_memory, streamed = both_ways(tmp_path, ops, subscribe)
+    assert streamed == in_memory
+
+
+def resent_send(ops: list[Op]) -> tuple[Op, int]:
+    """The send the generator made re-sent, and how many offsets of the final read hold its value."""
+    s = next(op for op in ops if op.f == "send" and op.extra and "resent" in op.extra)
+    key, value = s.value[0], s.value[1][1] if s.type == "ok" else s.value[1]
+    final = next(op for op in ops if op.f == "final-poll" and op.type == "ok" and op.value[0] == key)
+    return s, sum(1 for _, v in final.value[2] if v == value)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("anomaly", ["resent", "resent-over"])
+def test_copies_of_a_resent_value_are_the_clients_up_to_its_requests_both_ways(tmp_path, seed, anomaly):
+    """A value sent once and re-sent n times by the client (requests n + 1) may appear up to n + 1 times and
+    is no duplicate, counted in resent-duplicate-count; at n + 2 times it is a duplicate. In memory and
+    streamed from the file alike."""
+    ops = generate(seed, n_ops=80, keys=2, processes=3, anomalies=(anomaly,))
+    s, copies = resent_send(ops)
+    requests = s.extra["resent"]["requests"]
+    in_memory, streamed = both_ways(tmp_path, ops)
+    assert streamed == in_memory
+    # the same history without the re-sent copies (the generator injects after drawing it); its anomalies
+    # (its failed polls may have moved a consumer on: poll-skip) are the ones the copies must leave alone
+    before = run_checkers([QueueChecker(), LogOrderChecker()], {}, generate(seed, n_ops=80, keys=2, processes=3))
+    for name in ("queue", "log-order"):
+        r, base = in_memory["checkers"][name], before["checkers"][name]
+        assert "duplicate" not in base["anomaly_types"]
+        if anomaly == "resent":
+            assert 2 <= copies <= requests
+            assert r["anomaly_types"] == base["anomaly_types"], r
+            assert r["stats"]["resent-duplicate-count"] == 1
+        else:
+            assert copies == requests + 1
+            assert set(r["anomaly_types"]) == {*base["anomaly_types"], "duplicate"}
+            assert r["anomalies"][r["anomaly_types"].index("duplicate")]["count"] == 1
+            assert "resent-duplicate-count" not in r["stats"]
+    if anomaly == "resent":
+        example = in_memory["checkers"]["queue"]["details"]["resent_duplicates"]["examples"][0]
+        assert example["requests"] == requests and len(example["offsets"]) == copies
+
+
+def test_the_generated_histories_hold_every_anomaly_both_checkers_look_for(tmp_path):
+    """The differential test above is only as good as what it compares: every anomaly occurs somewhere."""
+    seen: set[str] = set()
+    for seed, anomaly in CASES:
+        rng = random.Random(seed)
+        subscribe = anomaly == "committed-rewind" or seed % 3 == 0
+        ops = generate(seed, n_ops=rng.randrange(20, 150), keys=rng.randrange(1, 4), processes=rng.randrange(1, 6),
+                       anomalies=(anomaly,) if anomaly else (), subscribe=subscribe)
+        results = run_checkers([QueueChecker(subscribe=subscribe), LogOrderChecker()], {}, ops)
+        for r in results["checkers"].values():
+            seen.update(r["anomaly_types"])
+            seen.update(k for k in ("poll_gaps", "lost_beyond_fault_budget", "resent_duplicates")
+                        if k in r.get("details", {}))
+            seen.update(k for k in ("resent-duplicate-count",) if k in r.get("stats", {}))
+    assert seen >= {"lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll",
+                    "poll-skip", "group-skip", "lost-commit", "realtime-order", "stale-read", "future-read",
+                    "offset-gap", "poll_gaps", "lost_beyond_fault_budget", "resent_duplicates",
+                    "resent-duplicate-count"}
+
+
+def test_a_bad_line_in_the_middle_of_a_streamed_file_names_its_line(tmp_path):
+    path = tmp_path / "history.jsonl"
+    write(path, generate(1, n_ops=30))
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:5]) + "{not json\n" + "".join(lines[5:]))
+    with pytest.raises(ValueError, match="line 6: not valid JSON"):
+        run_checkers([QueueChecker(), LogOrderChecker()], {}, HistoryFile(path))
+
+
+def test_pair_stream_pairs_as_pair_ops_does():
+    rng = random.Random(7)
+    for _ in range(200):
+        ops = []
+        for _ in range(rng.randrange(30)):
+            p = rng.randrange(4)
+            ops.append(Op(rng.choice(("invoke", "invoke", "ok", "info", "fail")), "send", p, len(ops)))
+        assert list(pair_stream((op.type, op.process, op) for op in ops)) == pair_ops(ops)
+
+
+def test_a_history_file_reads_back_any_op_as_read_history_holds_it(tmp_path):
+    path = tmp_path / "history.jsonl"
+    ops = generate(3, n_ops=1500, keys=3)
+    text = "".join(json.dumps({k: v for k, v in op.to_dict().items() if k != "index" or op.index % 7})
+                   + "\n" + ("\n" if op.index % 11 == 0 else "") for op in ops)  # some lack an index; blank lines
+    path.write_text(text)
+    history, streamed = read_history(path), HistoryFile(path)
+    assert len(streamed) == len(history)
+    for pos in (0, 1, 1023, 1024, 1025, len(history) - 1, *random.Random(1).sample(range(len(history)), 50)):
+        assert streamed.op(pos).to_dict() == history[pos].to_dict()
+
+
+def test_the_columns_take_values_as_a_dict_would():
+    values = IntSet()
+    for v in (3, 10**30, "7", 2.5, True, -4):
+        values.add(v)
+    assert 1 in values and 1.0 in values and 3.0 in values and 10**30 in values and "7" in values
+    assert 7 not in values and -4 in values and 2.5 in values and 4 not in values
+    seen = OffsetValues()
+    assert seen.observe(5, 50, 1) is True and seen.observe(5, 50, 2) is False
+    assert seen.observe(5, 51, 3) == (50, 1) and seen.observe(5, 51, 4) is False
+    assert seen.observe(6, "text", 5) is True  # not an int64: the columns become a dict, and keep what they had
+    assert seen.values_at(5) == {50: 1, 51: 3} and seen.values_at(6) == {"text": 5} and seen.offsets() == [5, 6]
