@@ -45,7 +45,8 @@ def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[st
     return ops
 
 
-def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it():
+def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it(monkeypatch):
+    monkeypatch.setattr("nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"}), c)
     n.moves = {m: steps for m, steps in n.moves.items() if not m.startswith(SEQUENCE_PREFIX)}  # see below
