@@ -128,6 +128,8 @@ def nemesis_fs(run_dir: Path) -> list[str]:
             if '"nemesis"' in line and json.loads(line)["type"] == "invoke"]
 
 
+# nightly: a long end-to-end run, kept out of `make test` (30-minute budget); `make nightly` runs it
+@pytest.mark.nightly
 def test_the_cluster_file_path_has_the_docker_backends_verdict_on_the_same_seed(ssh_nodes, tmp_path, kafkaesque_run):
     path = cluster_file(ssh_nodes, tmp_path)
     # the cluster file through the command line, as a user runs it

@@ -16,6 +16,8 @@ from results.mutation import current_digest
 pytestmark = pytest.mark.integration
 
 
+# nightly: a long end-to-end run, kept out of `make test` (30-minute budget); `make nightly` runs it
+@pytest.mark.nightly
 @pytest.mark.skipif(not netns_available(), reason="random faults with partitions and lossy crashes need root "
                                                    "(a network namespace per node)")
 def test_hwm_at_leader_leo_runs_on_the_mutated_code_and_is_caught(tmp_path):

@@ -328,6 +328,8 @@ def standalone_master(tmp_path):
                 p.wait(10)
 
 
+# nightly: a long end-to-end run, kept out of `make test` (30-minute budget); `make nightly` runs it
+@pytest.mark.nightly
 def test_spark_check_on_a_standalone_master_gives_the_same_verdicts(store, warehouse, standalone_master, tmp_path):
     out = tmp_path / "check.json"
     r = kafkaesque("pipeline", "check", "--warehouse", str(warehouse), "--spark-master", standalone_master,

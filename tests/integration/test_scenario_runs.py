@@ -9,7 +9,9 @@ import pytest
 
 from clusters.netns import netns_available
 
-pytestmark = pytest.mark.integration
+# nightly: five-to-nine-minute runs (each scenario against its variant and the default broker), kept out
+# of `make test` (30-minute budget); `make nightly` runs them, and docs/DETECTION.md measures the same
+pytestmark = [pytest.mark.integration, pytest.mark.nightly]
 
 
 def anomalies(results: dict) -> set[str]:

@@ -279,6 +279,8 @@ def test_ssh_cluster_runs_the_broker_and_its_faults(nodes, tmp_path):
         assert " fuse" not in nodes.docker[node].run(["grep", "/var/lib/kafkaesque", "/proc/mounts"]).out
 
 
+# nightly: a long end-to-end run, kept out of `make test` (30-minute budget); `make nightly` runs it
+@pytest.mark.nightly
 def test_kafkaesque_run_over_ssh_is_valid_and_stored(nodes, kafkaesque_run, capsys):
     node_file = nodes.node_file()
     assert len(load_node_file(str(node_file))) == 4
