@@ -6,7 +6,8 @@ exit status of the command that made the fault:
 - process_state_within: the process is gone, stopped (state T) or running, per /proc on the node
 - probe_tcp: can `src` open a TCP connection to `dst`'s port? "open", "refused" (nothing listens,
   but packets flow) or "timeout" (the packets are dropped: the cut holds)
-- node_clock_offset_s: the node's own wall clock (its state dump's time_ms) against ours
+- node_clock_reading, node_clock_offset_s: the node's own wall clock (its state dump's time_ms) against
+  ours, with the reading's error bound (half the dump's round trip)
 - cached_kib: the page cache size from the node's /proc/meminfo (drop-caches)
 - net_state: the qdisc and loss rules in place on a node (the net fault)
 """
@@ -76,15 +77,23 @@ def process_state_within(cluster, node: str, want: tuple[str, ...], timeout_s: f
     return state
 
 
-def node_clock_offset_s(cluster, node: str) -> float | None:
-    """The node's wall clock minus ours, from its own state dump (None: it did not answer). The
-    dump's round trip is milliseconds; the faults shift clocks by seconds to hours."""
+def node_clock_reading(cluster, node: str) -> tuple[float, float] | None:
+    """The node's wall clock minus ours, from its own state dump, and that reading's error bound: half
+    the dump's round trip, since the node read its clock somewhere inside it (None: it did not answer).
+    The round trip is milliseconds on a quiet machine, but a `docker exec` into a busy node can take
+    most of a second, and the reading is then off by up to half of that either way."""
     t0 = time.time()
     state = cluster.dump_state(node, include_log=False)
     t1 = time.time()
     if not state or "time_ms" not in state:
         return None
-    return round(state["time_ms"] / 1000 - (t0 + t1) / 2, 3)
+    return round(state["time_ms"] / 1000 - (t0 + t1) / 2, 3), round((t1 - t0) / 2, 3)
+
+
+def node_clock_offset_s(cluster, node: str) -> float | None:
+    """The node's wall clock minus ours (node_clock_reading without its error bound)."""
+    reading = node_clock_reading(cluster, node)
+    return reading[0] if reading else None
 
 
 def cached_kib(cluster, node: str) -> int | None:

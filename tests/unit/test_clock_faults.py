@@ -181,3 +181,32 @@ def test_a_clock_heal_is_seen_once_the_readings_settle_and_not_on_a_stale_first_
     readings = healed.heal_evidence["clock_offset_s"]
     assert abs(readings[0] - 30.0) < 1  # the stale reading is kept as evidence
     assert stuck or all(abs(r) < 0.2 for r in readings[-3:])
+
+
+class SlowDumpCluster(ClockFileCluster):
+    """A node whose state dump takes `delay_s`, read at the start of it (a docker exec into a loaded node:
+    the node's clock is read early and the answer comes back late), so a reading of a clock at offset 0
+    shows about -delay_s/2."""
+
+    def __init__(self, tmp_path, delay_s):
+        super().__init__(tmp_path)
+        self.delay_s = delay_s
+
+    def dump_state(self, node, include_log=True):
+        written_s = int((self.dir / node).read_text().split()[0]) / 1e9
+        now = time.time()
+        time.sleep(self.delay_s)
+        return {"time_ms": int((now + written_s) * 1000)}
+
+
+@pytest.mark.parametrize("delay_s, healed", [(0.7, True), (2.5, False)])
+def test_a_clock_reading_counts_within_its_own_round_trip_and_a_too_slow_one_proves_nothing(tmp_path, delay_s,
+                                                                                               healed):
+    cluster = SlowDumpCluster(tmp_path, 0.0)
+    actions = fault_actions(cluster)
+    assert actions.set_clock("broker-1", "clock", clock_preload.offset_file_text(30 * 10**9), (30.0,), "clock").observed
+    cluster.delay_s = delay_s  # the heal's readings are off by -delay_s/2, beyond CLOCK_TOLERANCE_S
+    (rec,) = actions.reset_clock("broker-1")
+    readings, errors = rec.heal_evidence["clock_offset_s"], rec.heal_evidence["error_s"]
+    assert all(r < -0.25 for r in readings) and all(e >= delay_s / 2 - 0.05 for e in errors)
+    assert rec.healed is healed
