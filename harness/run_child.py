@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from harness.console import err
 from harness.runner import EXIT_HARNESS, HarnessError, run_test
 from harness.spec import TestSpec
+from harness.watchdog import DIED_FILE, FROZEN_FILE
 from results.store import StoreError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -77,7 +79,22 @@ def run_in_child(spec, log: Callable[[str], None] = print, panel: bool = False) 
         raise RunChildError(said["error"])
     if run_dir is None:
         raise RunChildError(f"the run's process ended with status {_status(status)} before it made a run dir")
+    if status not in (0, 1, 2, 3):
+        _note_status(run_dir, status)
     return code, run_dir
+
+
+def _note_status(run_dir: Path, status: int) -> None:
+    """What ended the run's process, beside its watchdog's note (which the watchdog writes as the process
+    goes, so give it a moment): a SIGSEGV is a client library's crash (librdkafka's main thread dereferenced
+    NULL in a default lossy-crash txn run), a SIGKILL the watchdog's or the OOM killer's."""
+    for _ in range(50):
+        note = next((run_dir / f for f in (FROZEN_FILE, DIED_FILE) if (run_dir / f).exists()), None)
+        if note is not None:
+            with contextlib.suppress(OSError), open(note, "a") as f:
+                f.write(f"the run's process ended with status {_status(status)}\n")
+            return
+        time.sleep(0.1)
 
 
 class _HandOn:

@@ -16,7 +16,7 @@ import pytest
 
 from harness.campaign import run_campaign
 from harness.campaign_file import load_campaign
-from harness.run_child import RunChildError, _signals_handed_on, run_in_child
+from harness.run_child import RunChildError, _note_status, _signals_handed_on, run_in_child
 from harness.spec import TestSpec
 
 
@@ -99,3 +99,11 @@ def test_a_run_the_campaign_was_signalled_during_keeps_its_results_and_stops_the
     assert runs[0]["status"] == "unknown" and runs[0]["run_dir"] and runs[0]["exit_code"] == 2
     assert runs[0]["error"] == "interrupted by the user (Ctrl-C)"
     assert [r["skipped"] for r in runs[1:]] == ["interrupted", "interrupted"] and code == 2
+
+
+def test_what_ended_a_dead_harness_goes_beside_its_watchdogs_note(tmp_path):
+    (tmp_path / "harness-died.txt").write_text("the harness died before the end of its run\n")
+    _note_status(tmp_path, -signal.SIGSEGV)
+    assert (tmp_path / "harness-died.txt").read_text().splitlines()[-1] == \
+        "the run's process ended with status -11 (killed by SIGSEGV)"
+    assert not (tmp_path / "harness-frozen.txt").exists()
