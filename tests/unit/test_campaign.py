@@ -450,10 +450,15 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
     from nemesis.scenario import SCENARIOS
 
     root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
-    core = [load_campaign(f) for f in sorted((root / "core").glob("*.toml"))]
+    files = sorted((root / "core").glob("*.toml"))
+    core = [load_campaign(f) for f in files]
     full_names = {load_campaign(f).name for f in root.glob("*.toml")}
     assert not {c.name for c in core} & full_names  # its campaigns never land in the full plan's store folders
-    runs = [p for c in core for p in c.runs]
+    # a *-rerun.toml file runs again, with its seed, a run of the plan that was unknown: beside the plan, not in it
+    reruns = [c for f, c in zip(files, core, strict=True) if f.name.endswith("-rerun.toml")]
+    plan_seeds = {p.spec.seed for c in core if c not in reruns for p in c.runs}
+    assert all(p.spec.seed in plan_seeds for c in reruns for p in c.runs)
+    runs = [p for c in core if c not in reruns for p in c.runs]
     variants = {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
     contract = {(",".join(p.spec.nemesis), p.spec.broker_variant) for p in runs
                 if p.spec.acks == "all" and p.spec.flush_policy == "never"}
