@@ -725,25 +725,43 @@ def _classify_cycles(sub, deadline: float):
     g1c = None if g0 else _cycle_in(wwwr)
     if g1c:
         yield "G1c", g1c
+    # An anti-dependency a -> b closes a G-single cycle when b reaches a by ww/wr edges. It can only
+    # if it goes back in a topological order of those edges; when they have cycles of their own
+    # (G0, G1c) and no such order, only if a and b share a strongly connected component of the
+    # data edges. A step that is also ww or wr is no anti-dependency step.
     single = None
+    data = _view(sub, {WW, WR, RW})
     if g0 is None and g1c is None:
         order = {n: i for i, n in enumerate(nx.topological_sort(wwwr))}
-        for a, b in sub.edges:
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            if RW in _kinds(sub, a, b) and order[b] < order[a]:
-                try:
-                    path = nx.shortest_path(wwwr, b, a)
-                except nx.NetworkXNoPath:
-                    continue
-                if single is None or len(path) + 1 < len(single):
-                    single = [a] + path
-                    if len(single) <= 3:
-                        break
+        def closes(a: int, b: int) -> bool:
+            return order[b] < order[a]
+    else:
+        component = {x: i for i, comp in enumerate(nx.strongly_connected_components(data)) for x in comp}
+        def closes(a: int, b: int) -> bool:
+            return component[a] == component[b] and not _kinds(sub, a, b) & {WW, WR}
+    for a, b in sub.edges:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        if RW in _kinds(sub, a, b) and closes(a, b):
+            try:
+                path = nx.shortest_path(wwwr, b, a)
+            except nx.NetworkXNoPath:
+                continue
+            if single is None or len(path) + 1 < len(single):
+                single = [a] + path
+                if len(single) <= 3:
+                    break
     if single:
         yield "G-single", single
-    data = _view(sub, {WW, WR, RW})
-    g2 = None if single else _cycle_in(data)
+    g2 = None
+    if single is None:
+        if g0 is None and g1c is None:
+            g2 = _cycle_in(data)  # every cycle of data edges has anti-dependencies, and no G-single: two or more
+        else:
+            # a cycle through an anti-dependency, never the G0/G1c cycle again (it has none): with no
+            # G-single above, it takes two or more
+            g2 = next((([a] + nx.shortest_path(data, b, a)) for a, b in sub.edges
+                       if RW in _kinds(sub, a, b) and closes(a, b)), None)
     if g2:
         yield ("G-single" if _rw_count(sub, g2) == 1 else "G2-item"), g2
     if g0 or g1c or single or g2:

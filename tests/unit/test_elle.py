@@ -87,6 +87,28 @@ def test_g1c_circular_information_flow():
     assert "G1c" in names(h)
 
 
+def test_a_cycle_without_anti_dependencies_is_never_called_g2_item():
+    # each reads the other's append (G1c), or each appends after the other (G0): no rw edge at all
+    g1c = concurrent(txn(0, 0, [("append", "x", 1), ("r", "y", [1])]),
+                     txn(1, 1, [("append", "y", 1), ("r", "x", [1])]))
+    assert names(g1c) == {"G1c"}
+    g0 = concurrent(txn(0, 0, [("append", "x", 1), ("append", "y", 2)]),
+                    txn(1, 1, [("append", "x", 2), ("append", "y", 1)]),
+                    txn(2, 2, [("r", "x", [1, 2]), ("r", "y", [1, 2])]))
+    assert names(g0) == {"G0"}
+
+
+def test_a_read_skew_beside_a_g1c_cycle_is_still_found():
+    # T0 and T1: G1c; T2 sees T0's append to w but not its append to x: T0 wr T2 rw T0
+    h = concurrent(txn(0, 0, [("append", "x", 1), ("append", "w", 5), ("r", "y", [1])]),
+                   txn(1, 1, [("append", "y", 1), ("r", "x", [1])]),
+                   txn(2, 2, [("r", "w", [5]), ("r", "x", [])]))
+    r = check_list_append(h, ["serializable"])
+    assert {a.name for a in r.anomalies} == {"G1c", "G-single"}
+    single = next(a for a in r.anomalies if a.name == "G-single").examples[0]
+    assert sorted(kind for _, _, kind in single["edges"]) == ["rw", "wr"]
+
+
 def test_g_single_read_skew():
     h = concurrent(txn(0, 0, [("append", "x", 1), ("append", "y", 1)]),
                    txn(1, 1, [("r", "x", []), ("r", "y", [1])]))
