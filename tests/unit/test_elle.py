@@ -217,6 +217,31 @@ def test_own_tarjan_agrees_with_networkx_on_random_graphs():
         assert mine == sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
+def test_own_cycle_search_reports_the_cycle_networkx_find_cycle_reports():
+    import networkx as nx
+
+    from checkers.elle import _cycle_in
+
+    cyclic = 0
+    for seed in range(1500):
+        rng = random.Random(seed)
+        n = rng.randint(1, 14)
+        g = nx.DiGraph()
+        g.add_nodes_from(rng.sample(range(n), n))  # node order decides where the search starts
+        for _ in range(rng.randint(0, 3 * n)):
+            a, b = rng.randrange(n), rng.randrange(n)
+            if a < b or rng.random() < 0.15:  # mostly forward: large acyclic parts, as dependency graphs have
+                g.add_edge(a, b)
+        try:
+            found = nx.find_cycle(g)
+            expected = [a for a, _ in found] + [found[0][0]]
+        except nx.NetworkXNoCycle:
+            expected = None
+        assert _cycle_in(g) == expected, seed
+        cyclic += expected is not None
+    assert cyclic > 300
+
+
 def test_queue_history_through_elle():
     from checkers.elle import queue_to_list_append
     from checkers.queue import check_queue  # noqa: F401 - the same schema
