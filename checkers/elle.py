@@ -427,13 +427,16 @@ class _DependencyGraph:
         # transaction reading its own appends), so look before filtering: with map and compress,
         # at C speed, since a Python loop per edge would be most of the check's time.
         src, dst, segments = inference.src, inference.dst, inference.segments
-        failed = FAIL in types
-        if not failed and max(src, default=-1) < n and max(dst, default=-1) < n and not any(map(eq, src, dst)):
+        all_alive = FAIL not in types and max(src, default=-1) < n and max(dst, default=-1) < n
+        if all_alive and not any(map(eq, src, dst)):
             self.kinds = {kind for kind, start, end in segments if end > start}
         else:
-            alive = [t != FAIL for t in types] + [False]
-            mask = bytearray(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
-                                 map(ne, src, dst)))  # a byte per edge, not a pointer
+            if all_alive:  # only self-loops to drop (a transaction appending twice to a key, one
+                mask = bytearray(map(ne, src, dst))  # reading before its append): one map, not five
+            else:
+                alive = [t != FAIL for t in types] + [False]
+                mask = bytearray(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
+                                     map(ne, src, dst)))  # a byte per edge, not a pointer
             self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
             src, dst = list(compress(src, mask)), list(compress(dst, mask))
         self.src, self.dst = src, dst
