@@ -297,9 +297,15 @@ class _Inference:
             wr_dst.append(t)
             if failed_appends and k in failed_appends:
                 for x in failed_appends[k].intersection(external):
-                    found["G1a"].append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
-                                                    f"the failed {txns.describe(appender[k][x])}",
-                                         "ops": [txns.comps[t].to_dict(), txns.invs[appender[k][x]].to_dict()]})
+                    examples = found["G1a"]
+                    if len(examples) >= MAX_EXAMPLES:
+                        # only counted from here: a read of a long list can hold many aborted
+                        # elements, and wording each (two transactions' ops) was most of the check
+                        examples.append(None)
+                        continue
+                    examples.append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
+                                                f"the failed {txns.describe(appender[k][x])}",
+                                     "ops": [txns.comps[t].to_dict(), txns.invs[appender[k][x]].to_dict()]})
             if w in repeat_appenders and w != t and _last_append(txns.mops[w], k) != last:
                 found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
                                                 f"intermediate append of {txns.describe(w)}",
