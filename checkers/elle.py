@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import compress, islice, repeat
-from operator import add, and_, eq, ge, le, mul, ne
+from operator import add, and_, eq, ge, le, lt, mul, ne
 from typing import Any
 
 import networkx as nx
@@ -92,6 +92,7 @@ class _Txns:
         self.comps: list[Op | None] = []
         self.types: list[str] = []
         self.mops: list[list] = []
+        self.ids: list[int] = []
         self.n = 0
 
     def txn(self, i: int) -> Txn:
@@ -107,38 +108,60 @@ class _Inference:
     anomalies land in `found` as they are seen, each kind in read order (as Elle lists them);
     the data and process edges as parallel lists of transaction ids (`src`, `dst`), each kind one
     run (`segments`), with `nobody` (= the number of transactions) for an element no transaction
-    appended."""
+    appended. Whatever can be done a list at a time is (comprehensions, map, compress, at C
+    speed): a Python statement per transaction costs about a second per million."""
 
     def __init__(self, history: Sequence[Op], found: dict[str, list[dict[str, Any]]], with_process: bool):
         self.txns = txns = _Txns()
-        invs, comps, types, all_mops = txns.invs, txns.comps, txns.types, txns.mops
+        self.found = found
+        pairs = [pair for pair in pair_ops(history) if pair[0].f == "txn" and pair[0].process != NEMESIS]
+        txns.invs = invs = [inv for inv, _ in pairs]
+        txns.comps = comps = [comp for _, comp in pairs]
+        txns.types = types = [INFO if comp is None else comp.type for comp in comps]
+        txns.mops = [(comp.value if type_ == OK else inv.value) or []
+                     for (inv, comp), type_ in zip(pairs, types, strict=True)]
+        txns.n = n = len(pairs)
+        # One int object per transaction id, shared by every list that holds ids (an int above 256
+        # is 28 bytes: each list making its own would cost 28 MB per million).
+        txns.ids = ids = list(range(n))
+        del pairs
+        self._appends_and_reads()
+        self._unseen_and_failed_appends()
+        src, dst = self._write_edges()
+        ww_end = len(src)
+        wr_src, wr_dst, rw_src, rw_dst = self._read_edges()
+        src += wr_src
+        dst += wr_dst
+        wr_end = len(src)
+        src += rw_src
+        dst += rw_dst
+        rw_end = len(src)
+        if with_process:
+            last_of_process: dict[Any, int] = {}
+            for t, inv, type_ in zip(ids, invs, types, strict=True):
+                if type_ == OK or type_ == INFO:
+                    prev = last_of_process.get(inv.process)
+                    if prev is not None:
+                        src.append(prev)
+                        dst.append(t)
+                    last_of_process[inv.process] = t
+        self.segments = [(WW, 0, ww_end), (WR, ww_end, wr_end), (RW, wr_end, rw_end), (PROCESS, rw_end, len(src))]
+        self.src, self.dst = src, dst
+
+    def _appends_and_reads(self) -> None:
+        """The first pass: appenders, each key's longest read, and the reads; incompatible orders,
+        duplicates and internal inconsistencies as they are read."""
+        txns, found = self.txns, self.found
+        comps = txns.comps
         # key -> value -> the (last) transaction that appended it; per-key dicts, not (key, value)
         # tuples: a million appends would cost a million tuples
-        appender: dict[Any, dict[Any, int]] = {}
-        first_appender: dict[tuple[Any, Any], int] = {}  # of an element appended twice, the first
-        repeat_appenders = set()  # transactions that appended to one key twice: the only source of G1b
-        reads: list[tuple[int, Any, list, list]] = []  # (reader, key, list read, the part others appended)
-        orders: dict[Any, list] = {}  # key -> its longest read, which every other read must prefix
+        self.appender = appender = {}
+        self.first_appender = first_appender = {}  # (key, value) appended twice -> its first appender
+        self.repeat_appenders = repeat_appenders = set()  # appended to one key twice: the only source of G1b
+        self.reads = reads = []  # (reader, key, list read, the part others appended)
+        self.orders = orders = {}  # key -> its longest read, which every other read must prefix
         orders_without_duplicates: set = set()
-        process_src: list[int] = []
-        process_dst: list[int] = []
-        last_of_process: dict[Any, int] = {}
-        t = 0
-        for inv, comp in pair_ops(history):
-            if inv.process == NEMESIS or inv.f != "txn":
-                continue
-            type_ = INFO if comp is None else comp.type
-            mops = (comp.value if type_ == OK else inv.value) or []
-            invs.append(inv)
-            comps.append(comp)
-            types.append(type_)
-            all_mops.append(mops)
-            if with_process and (type_ == OK or type_ == INFO):
-                prev = last_of_process.get(inv.process)
-                if prev is not None:
-                    process_src.append(prev)
-                    process_dst.append(t)
-                last_of_process[inv.process] = t
+        for t, mops, type_ in zip(txns.ids, txns.mops, txns.types, strict=True):
             own: dict[Any, list] | None = None  # this transaction's appends so far, by key
             for f, k, v in mops:
                 if f == "append":
@@ -169,19 +192,20 @@ class _Inference:
                     if not agrees:
                         found["incompatible-order"].append({"summary": f"key {k} was read as {lst} and as "
                                                                        f"{cur}: neither is a prefix of the other",
-                                                            "ops": [comp.to_dict()]})
+                                                            "ops": [comps[t].to_dict()]})
                     orders[k] = cur = lst
                 else:
-                    agrees = cur[: len(lst)] == lst
+                    # most reads see the whole current order: compare without slicing a copy
+                    agrees = lst == cur if len(lst) == len(cur) else cur[: len(lst)] == lst
                     if not agrees:
                         found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
                                                                        f"{lst}: neither is a prefix of the other",
-                                                            "ops": [comp.to_dict()]})
+                                                            "ops": [comps[t].to_dict()]})
                 # A prefix of an order without duplicates has none: most reads need no set.
                 if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
                     if len(set(lst)) != len(lst):
                         found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
-                                                                       f"key {k}: {lst}", "ops": [comp.to_dict()]})
+                                                                       f"key {k}: {lst}", "ops": [comps[t].to_dict()]})
                         if cur is lst:
                             orders_without_duplicates.discard(k)
                     elif cur is lst:
@@ -193,90 +217,100 @@ class _Inference:
                 if mine:
                     if lst[-len(mine):] != mine:
                         found["internal"].append({"summary": f"{txns.describe(t)} read {k} = {lst} after "
-                                                             f"appending {mine} itself", "ops": [comp.to_dict()]})
+                                                             f"appending {mine} itself", "ops": [comps[t].to_dict()]})
                     else:
                         external = lst[: len(lst) - len(mine)]
                 reads.append((t, k, lst, external))
-            t += 1
-        txns.n = n = t
-        self.appender, self.reads, self.orders = appender, reads, orders
 
-        # Appends no read ever saw came after everything any read saw (a read containing a later
-        # element would contain them too). Listed in the order they were first appended.
+    def _unseen_and_failed_appends(self) -> None:
+        """Appends no read ever saw came after everything any read saw (a read containing a later
+        element would contain them too): `unseen`, listed in the order they were first appended.
+        And each key's elements whose (last) appender failed."""
+        txns, appender, orders = self.txns, self.appender, self.orders
+        types, all_mops = txns.types, txns.mops
         unseen_items = []
-        failed_appends: dict[Any, set] = {}
         for k, by_value in appender.items():
-            seen = set(orders.get(k, ()))
-            for v, w in by_value.items():
-                if types[w] == OK and v not in seen:
-                    first = first_appender.get((k, v), w)
+            order = orders.get(k)
+            # the set difference at C speed; its order does not matter, the sort below decides
+            for v in (by_value.keys() - order if order else by_value.keys()):
+                w = by_value[v]
+                if types[w] == OK:
+                    first = self.first_appender.get((k, v), w)
                     unseen_items.append((first, _append_position(all_mops[first], k, v), k, v, w))
-            failed = {v for v, w in by_value.items() if types[w] == FAIL}
-            if failed:
-                failed_appends[k] = failed
         unseen_items.sort(key=lambda item: (item[0], item[1]))
         self.unseen: list[tuple[Any, Any, int]] = [(k, v, w) for _, _, k, v, w in unseen_items]
         self.unseen_by_key: dict[Any, list[int]] = defaultdict(list)
         for k, _, w in self.unseen:
             self.unseen_by_key[k].append(w)
+        # from the failed transactions' own appends: there are few, and all appends are many
+        self.failed_appends = failed_appends = {}
+        for w in compress(txns.ids, map(eq, types, repeat(FAIL))):
+            for f, k, v in all_mops[w]:
+                if f == "append" and appender[k][v] == w:
+                    failed_appends.setdefault(k, set()).add(v)
 
-        # ww: between consecutive elements of each order, and from its last to each unseen append
+    def _write_edges(self) -> tuple[list[int], list[int]]:
+        """ww: between consecutive elements of each order, and from its last to each unseen append."""
+        n, appender = self.txns.n, self.appender
         src: list[int] = []
         dst: list[int] = []
-        order_ids = {}  # key -> the appenders of its version order, element by element
-        for k, order in orders.items():
-            by_value = appender.get(k, {})
-            order_ids[k] = ids = [by_value.get(x, n) for x in order]
-            src.extend(ids[:-1])
-            dst.extend(ids[1:])
+        self.order_ids = order_ids = {}  # key -> the appenders of its version order, element by element
+        nobody: dict[Any, int] = {}
+        for k, order in self.orders.items():
+            order_ids[k] = ids = list(map(appender.get(k, nobody).get, order, repeat(n, len(order))))
+            if len(ids) > 1:
+                src += islice(ids, len(ids) - 1)
+                dst += islice(ids, 1, None)
         for k, _, w in self.unseen:
             ids = order_ids.get(k)
             if ids:
                 src.append(ids[-1])
                 dst.append(w)
-        ww_end = len(src)
-        # Second pass, over the reads: aborted and intermediate reads, wr and rw edges.
+        return src, dst
+
+    def _read_edges(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """The second pass, over the reads against the finished orders: wr edges (from the
+        appender of the last element a read saw), rw edges (to the appender of the first it
+        missed, or to each unseen append), aborted reads (G1a) and intermediate reads (G1b)."""
+        txns, found, appender, n = self.txns, self.found, self.appender, self.txns.n
+        order_ids, unseen_by_key, failed_appends = self.order_ids, self.unseen_by_key, self.failed_appends
+        repeat_appenders = self.repeat_appenders
         wr_src: list[int] = []
         wr_dst: list[int] = []
         rw_src: list[int] = []
         rw_dst: list[int] = []
-        for t, k, lst, external in reads:
+        nobody: dict[Any, int] = {}
+        for t, k, lst, external in self.reads:
             ids = order_ids[k]
             if len(lst) < len(ids):
-                rw_src.append(t)  # rw: to the appender of the first element this read missed
+                rw_src.append(t)
                 rw_dst.append(ids[len(lst)])
-            elif len(lst) == len(ids):
-                unseen = self.unseen_by_key.get(k)
-                if unseen:
-                    rw_src.extend([t] * len(unseen))
-                    rw_dst.extend(unseen)
+            elif len(lst) == len(ids) and k in unseen_by_key:
+                unseen = unseen_by_key[k]
+                rw_src += repeat(t, len(unseen))
+                rw_dst += unseen
             if not external:
                 continue
-            failed = failed_appends.get(k)
-            if failed is not None:
-                for x in failed.intersection(external):
-                    w = appender[k][x]
-                    found["G1a"].append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
-                                                    f"the failed {txns.describe(w)}",
-                                         "ops": [comps[t].to_dict(), invs[w].to_dict()]})
             last = external[-1]
-            w = appender[k].get(last, n) if k in appender else n
-            wr_src.append(w)  # wr: from the appender of the last element this read saw
+            w = appender.get(k, nobody).get(last, n)
+            wr_src.append(w)
             wr_dst.append(t)
-            if w in repeat_appenders and w != t and _last_append(all_mops[w], k) != last:
+            if failed_appends and k in failed_appends:
+                for x in failed_appends[k].intersection(external):
+                    examples = found["G1a"]
+                    if len(examples) >= MAX_EXAMPLES:
+                        # only counted from here: a read of a long list can hold many aborted
+                        # elements, and wording each (two transactions' ops) was most of the check
+                        examples.append(None)
+                        continue
+                    examples.append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
+                                                f"the failed {txns.describe(appender[k][x])}",
+                                     "ops": [txns.comps[t].to_dict(), txns.invs[appender[k][x]].to_dict()]})
+            if w in repeat_appenders and w != t and _last_append(txns.mops[w], k) != last:
                 found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
                                                 f"intermediate append of {txns.describe(w)}",
-                                     "ops": [comps[t].to_dict(), invs[w].to_dict()]})
-        src.extend(wr_src)
-        dst.extend(wr_dst)
-        wr_end = len(src)
-        src.extend(rw_src)
-        dst.extend(rw_dst)
-        rw_end = len(src)
-        src.extend(process_src)
-        dst.extend(process_dst)
-        self.segments = [(WW, 0, ww_end), (WR, ww_end, wr_end), (RW, wr_end, rw_end), (PROCESS, rw_end, len(src))]
-        self.src, self.dst = src, dst
+                                     "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
+        return wr_src, wr_dst, rw_src, rw_dst
 
 
 def _last_append(mops: list, key: Any) -> Any:
@@ -335,10 +369,11 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
         succ[a].append(b)
     for scc in sccs:
         # networkx only for the (usually absent) cyclic parts: millions of edges stay plain ints.
+        edges = [(a, b) for a in scc for b in succ[a] if b in scc]
         sub = nx.DiGraph()
-        sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a in scc for b in succ[a] if b in scc)
+        sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a, b in edges)
         try:
-            for name, cycle in _classify_cycles(sub, deadline):
+            for name, cycle in _classify_cycles(sub, edges, deadline):
                 found[name].append(_explain(cycle, sub, txns.txn))
         except TimeoutError:
             timed_out = True
@@ -392,20 +427,22 @@ class _DependencyGraph:
         self.process = any(a.endswith("-process") for a in forbidden)
         self.realtime = any(a.endswith("-realtime") for a in forbidden)
         n, types = txns.n, txns.types
-        self.committed = [t for t in range(n) if types[t] == OK or types[t] == INFO]
+        self.committed = list(compress(txns.ids, map({OK, INFO}.__contains__, types)))
         # Transaction n stands for "nobody appended it"; it and failed transactions take part in
         # no edge, nor does a transaction with itself. Such edges are rare (an aborted read, a
         # transaction reading its own appends), so look before filtering: with map and compress,
         # at C speed, since a Python loop per edge would be most of the check's time.
         src, dst, segments = inference.src, inference.dst, inference.segments
-        excluded = {t for t in range(n) if types[t] == FAIL}
-        excluded.add(n)
-        if excluded.isdisjoint(src) and excluded.isdisjoint(dst) and not any(map(eq, src, dst)):
+        all_alive = FAIL not in types and max(src, default=-1) < n and max(dst, default=-1) < n
+        if all_alive and not any(map(eq, src, dst)):
             self.kinds = {kind for kind, start, end in segments if end > start}
         else:
-            alive = [t != FAIL for t in types] + [False]
-            mask = list(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
-                            map(ne, src, dst)))
+            if all_alive:  # only self-loops to drop (a transaction appending twice to a key, one
+                mask = bytearray(map(ne, src, dst))  # reading before its append): one map, not five
+            else:
+                alive = [t != FAIL for t in types] + [False]
+                mask = bytearray(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
+                                     map(ne, src, dst)))  # a byte per edge, not a pointer
             self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
             src, dst = list(compress(src, mask)), list(compress(dst, mask))
         self.src, self.dst = src, dst
@@ -433,7 +470,7 @@ class _DependencyGraph:
             by_completion = [by_completion[i] for i in sorted(range(len(times)), key=times.__getitem__)]
             times = [comps[t].time for t in by_completion]
         rank = [-1] * n
-        for _ in map(rank.__setitem__, by_completion, range(len(by_completion))):
+        for _ in map(rank.__setitem__, by_completion, txns.ids):  # ranks 0.. (the ids' ints)
             pass
         invoked = [invs[t].time for t in by_completion]
         self.well_formed = all(map(le, invoked, times))
@@ -476,11 +513,11 @@ class _DependencyGraph:
         # invocation; chain node r (below) just after the r-th completion. Real-time edges all
         # go forward in it by construction.
         rank, hi = self.completion_rank, self.frontier_hi
-        pos = [4 * rank[t] + 4 if types[t] == OK else 4 * hi[t] + 2 for t in range(n)]
+        pos = [4 * r + 4 if type_ == OK else 4 * h + 2 for r, type_, h in zip(rank, types, hi, strict=True)]
+        if all(map(lt, map(pos.__getitem__, src), map(pos.__getitem__, dst))):
+            return []  # the common case: nothing listed but the positions
         pos_src, pos_dst = list(map(pos.__getitem__, src)), list(map(pos.__getitem__, dst))
         backward = list(map(ge, pos_src, pos_dst))
-        if not any(backward):
-            return []
         # A cycle goes back as far as it goes forward: the positions it spans are covered by its
         # own backward edges' spans. So only transactions inside a run of overlapping backward
         # spans can be on a cycle, and each cycle stays inside one run: the search needs only
@@ -694,20 +731,71 @@ def _sccs(adjacency: list[list[int]]) -> list[list[int]]:
     return out
 
 
-def _kinds(sub, a, b) -> set[str]:
-    return set(sub[a][b]["kinds"])
+def _kinds(sub, a, b):
+    """The edge's kinds, as a set-like view of its {kind: why} (no set built per step of a search)."""
+    return sub[a][b]["kinds"].keys()
 
 
 def _view(sub, allowed: set[str]):
     return nx.subgraph_view(sub, filter_edge=lambda a, b: bool(_kinds(sub, a, b) & allowed))
 
 
-def _cycle_in(view) -> list[int] | None:
-    try:
-        edges = nx.find_cycle(view)
-    except nx.NetworkXNoCycle:
-        return None
-    return [a for a, _ in edges] + [edges[0][0]]
+def _graph_of(sub, edges: list[tuple[int, int]], allowed: set[str]) -> nx.DiGraph:
+    """The edges of `sub` with a kind in `allowed`, as a graph of their own: a search then walks plain
+    adjacency dicts, where a filtered view calls its filter at every step (most of the time on Elle's
+    huge-scc anchor). Nodes in `sub`'s order and `edges` in the order `sub` was given them, so each
+    node's successors and predecessors come in the same order as through a view: the same cycles."""
+    g = nx.DiGraph()
+    g.add_nodes_from(sub)
+    g.add_edges_from(e for e in edges if sub[e[0]][e[1]]["kinds"].keys() & allowed)
+    return g
+
+
+def _cycle_in(g) -> list[int] | None:
+    """The cycle networkx's find_cycle reports (the same one, so the same examples and classes), as
+    [a, ..., a], or None. find_cycle walks again, from each new start, everything earlier starts
+    explored and found acyclic (quadratic on a large acyclic component: seconds at a few thousand
+    transactions); this walk does not enter an explored node. Skipping it changes nothing found:
+    all it reaches is explored, and find_cycle ignores edges into explored nodes."""
+    adj = g._adj  # each node's successors, in the order find_cycle's edge DFS takes them
+    explored: set = set()
+    for start in g:
+        if start in explored:
+            continue
+        path: list[tuple[Any, Any]] = []  # find_cycle's active path, as edges
+        seen, active, previous_head = {start}, {start}, None
+        successors = {start: iter(adj[start])}
+        stack = [start]
+        while stack:
+            tail = stack[-1]
+            head = next(successors[tail], _NOTHING)
+            if head is _NOTHING:
+                stack.pop()
+                continue
+            if head in explored:
+                continue
+            stack.append(head)
+            if head not in successors:
+                successors[head] = iter(adj[head])
+            if previous_head is not None and tail != previous_head:
+                # backtracked: pop the path back to the edge that ends at this tail
+                while True:
+                    if not path:
+                        active = {tail}
+                        break
+                    active.remove(path.pop()[1])
+                    if path and path[-1][1] == tail:
+                        break
+            path.append((tail, head))
+            if head in active:
+                first = next(i for i, (a, _) in enumerate(path) if a == head)
+                cycle = [a for a, _ in path[first:]]
+                return cycle + [cycle[0]]
+            seen.add(head)
+            active.add(head)
+            previous_head = head
+        explored |= seen
+    return None
 
 
 def _rw_count(sub, cyc: list[int], extra: set[str] = frozenset()) -> int:
@@ -715,35 +803,53 @@ def _rw_count(sub, cyc: list[int], extra: set[str] = frozenset()) -> int:
     return sum(1 for x, y in zip(cyc, cyc[1:], strict=False) if not _kinds(sub, x, y) & ({WW, WR} | extra))
 
 
-def _classify_cycles(sub, deadline: float):
+def _classify_cycles(sub, edges: list[tuple[int, int]], deadline: float):
     """Yield (anomaly name, cycle) for the anomaly classes present in this SCC. Acyclicity tests
     and topological order keep this near-linear; paths are shortest where a BFS is affordable."""
-    g0 = _cycle_in(_view(sub, {WW}))
+    g0 = _cycle_in(_graph_of(sub, edges, {WW}))
     if g0:
         yield "G0", g0
-    wwwr = _view(sub, {WW, WR})
+    wwwr = _graph_of(sub, edges, {WW, WR})
     g1c = None if g0 else _cycle_in(wwwr)
     if g1c:
         yield "G1c", g1c
+    # An anti-dependency a -> b closes a G-single cycle when b reaches a by ww/wr edges. It can only
+    # if it goes back in a topological order of those edges; when they have cycles of their own
+    # (G0, G1c) and no such order, only if a and b share a strongly connected component of the
+    # data edges. A step that is also ww or wr is no anti-dependency step.
     single = None
+    data = _graph_of(sub, edges, {WW, WR, RW})
     if g0 is None and g1c is None:
         order = {n: i for i, n in enumerate(nx.topological_sort(wwwr))}
-        for a, b in sub.edges:
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            if RW in _kinds(sub, a, b) and order[b] < order[a]:
-                try:
-                    path = nx.shortest_path(wwwr, b, a)
-                except nx.NetworkXNoPath:
-                    continue
-                if single is None or len(path) + 1 < len(single):
-                    single = [a] + path
-                    if len(single) <= 3:
-                        break
+        def closes(a: int, b: int) -> bool:
+            return order[b] < order[a]
+    else:
+        component = {x: i for i, comp in enumerate(nx.strongly_connected_components(data)) for x in comp}
+        def closes(a: int, b: int) -> bool:
+            return component[a] == component[b] and not _kinds(sub, a, b) & {WW, WR}
+    for a, b in sub.edges:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        if RW in _kinds(sub, a, b) and closes(a, b):
+            try:
+                path = nx.shortest_path(wwwr, b, a)
+            except nx.NetworkXNoPath:
+                continue
+            if single is None or len(path) + 1 < len(single):
+                single = [a] + path
+                if len(single) <= 3:
+                    break
     if single:
         yield "G-single", single
-    data = _view(sub, {WW, WR, RW})
-    g2 = None if single else _cycle_in(data)
+    g2 = None
+    if single is None:
+        if g0 is None and g1c is None:
+            g2 = _cycle_in(data)  # every cycle of data edges has anti-dependencies, and no G-single: two or more
+        else:
+            # a cycle through an anti-dependency, never the G0/G1c cycle again (it has none): with no
+            # G-single above, it takes two or more
+            g2 = next((([a] + nx.shortest_path(data, b, a)) for a, b in sub.edges
+                       if RW in _kinds(sub, a, b) and closes(a, b)), None)
     if g2:
         yield ("G-single" if _rw_count(sub, g2) == 1 else "G2-item"), g2
     if g0 or g1c or single or g2:
@@ -752,7 +858,7 @@ def _classify_cycles(sub, deadline: float):
     for extra, suffix in ((PROCESS, "-process"), (REALTIME, "-realtime")):
         if time.monotonic() > deadline:
             raise TimeoutError
-        cyc = _cycle_in(_view(sub, {WW, WR, RW, extra}))
+        cyc = _cycle_in(_graph_of(sub, edges, {WW, WR, RW, extra}))
         if cyc is None:
             continue
         rws = _rw_count(sub, cyc, {extra})

@@ -87,6 +87,28 @@ def test_g1c_circular_information_flow():
     assert "G1c" in names(h)
 
 
+def test_a_cycle_without_anti_dependencies_is_never_called_g2_item():
+    # each reads the other's append (G1c), or each appends after the other (G0): no rw edge at all
+    g1c = concurrent(txn(0, 0, [("append", "x", 1), ("r", "y", [1])]),
+                     txn(1, 1, [("append", "y", 1), ("r", "x", [1])]))
+    assert names(g1c) == {"G1c"}
+    g0 = concurrent(txn(0, 0, [("append", "x", 1), ("append", "y", 2)]),
+                    txn(1, 1, [("append", "x", 2), ("append", "y", 1)]),
+                    txn(2, 2, [("r", "x", [1, 2]), ("r", "y", [1, 2])]))
+    assert names(g0) == {"G0"}
+
+
+def test_a_read_skew_beside_a_g1c_cycle_is_still_found():
+    # T0 and T1: G1c; T2 sees T0's append to w but not its append to x: T0 wr T2 rw T0
+    h = concurrent(txn(0, 0, [("append", "x", 1), ("append", "w", 5), ("r", "y", [1])]),
+                   txn(1, 1, [("append", "y", 1), ("r", "x", [1])]),
+                   txn(2, 2, [("r", "w", [5]), ("r", "x", [])]))
+    r = check_list_append(h, ["serializable"])
+    assert {a.name for a in r.anomalies} == {"G1c", "G-single"}
+    single = next(a for a in r.anomalies if a.name == "G-single").examples[0]
+    assert sorted(kind for _, _, kind in single["edges"]) == ["rw", "wr"]
+
+
 def test_g_single_read_skew():
     h = concurrent(txn(0, 0, [("append", "x", 1), ("append", "y", 1)]),
                    txn(1, 1, [("r", "x", []), ("r", "y", [1])]))
@@ -193,6 +215,31 @@ def test_own_tarjan_agrees_with_networkx_on_random_graphs():
             succ[a].append(b)
         mine = sorted(sorted(c) for c in _nontrivial_sccs(succ))
         assert mine == sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
+
+
+def test_own_cycle_search_reports_the_cycle_networkx_find_cycle_reports():
+    import networkx as nx
+
+    from checkers.elle import _cycle_in
+
+    cyclic = 0
+    for seed in range(1500):
+        rng = random.Random(seed)
+        n = rng.randint(1, 14)
+        g = nx.DiGraph()
+        g.add_nodes_from(rng.sample(range(n), n))  # node order decides where the search starts
+        for _ in range(rng.randint(0, 3 * n)):
+            a, b = rng.randrange(n), rng.randrange(n)
+            if a < b or rng.random() < 0.15:  # mostly forward: large acyclic parts, as dependency graphs have
+                g.add_edge(a, b)
+        try:
+            found = nx.find_cycle(g)
+            expected = [a for a, _ in found] + [found[0][0]]
+        except nx.NetworkXNoCycle:
+            expected = None
+        assert _cycle_in(g) == expected, seed
+        cyclic += expected is not None
+    assert cyclic > 300
 
 
 def test_queue_history_through_elle():
