@@ -312,7 +312,11 @@ class QueueCheck:
         t = comp[TYPE] if comp is not None else INFO
         self.outcomes[(f, t)] += 1
         if f == "send":
-            key, _, value = written(f, inv[VALUE])
+            v = inv[VALUE]
+            if type(v) is list and len(v) == 2 and type(value := v[1]) is not list:  # written's common case
+                key = int(v[0])
+            else:
+                key, _, value = written(f, v)
             self.sent[key].add(value)
             extra = comp[EXTRA] if comp is not None else None
             if extra and "resent" in extra:  # the client re-sent it (resent_requests)
@@ -350,20 +354,24 @@ class QueueCheck:
             seen = seen_in.get(key)
             if seen is None:
                 seen = seen_in[key] = self.seen[(key, e)] = OffsetValues()
-            vals, seqs = seen.vals, seen.seqs
             n = len(recs)
-            prev_off, prev_pos = prev if prev is not None else (None, None)
-            o0 = recs[0][0]
             # The common case: offsets that follow on from this consumer's last, each holding the value the
-            # partition's reads saw there first (every consumer reads every record): the record loop below
-            # would find nothing in them.
-            if (prev_off is None or o0 == prev_off + 1) and seen.holds_firsts(recs, n):
-                if group_poll:
-                    self.group_read[(key, e)].update(range(o0, o0 + n))
-                if f == "poll":
-                    last[key] = (o0 + n - 1, pos)
-                seq += n
-                continue
+            # partition's reads saw there first (every consumer reads every record), or nothing yet (the first
+            # read of them): the record loop below would find nothing but first sightings in them.
+            if prev is None or recs[0][0] == prev[0] + 1:
+                new = seen.follow(recs, n, seq)
+                if new >= 0:
+                    if new:
+                        for val in self.sent[key].missing(map(_VALUE_OF, islice(recs, n - new, None))):
+                            self._new_sighting(key, e, val)
+                    if group_poll:
+                        self.group_read[(key, e)].update(range(recs[0][0], recs[0][0] + n))
+                    if f == "poll":
+                        last[key] = (recs[0][0] + n - 1, pos)
+                    seq += n
+                    continue
+            vals, seqs = seen.vals, seen.seqs
+            prev_off, prev_pos = prev if prev is not None else (None, None)
             jumped = None
             for off, val in recs:
                 if type(off) is not int:
@@ -653,6 +661,9 @@ class QueueCheck:
                     "send": self.op_at(comp).to_dict(), "invoke": self.op_at(inv).to_dict()}
             self.found.add("lost-write", lost_write)
         return uncovered, beyond_budget
+
+
+_VALUE_OF = operator.itemgetter(1)  # a record's value
 
 
 def _repeated(seen: OffsetValues) -> set[Any]:
