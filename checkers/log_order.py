@@ -141,7 +141,11 @@ class LogOrderCheck:
         ret = comp[POS] if comp is not None and t != INFO else NEVER
         f = inv[F]
         if f == "send":
-            key, _, value = written(f, inv[VALUE])
+            v = inv[VALUE]
+            if type(v) is list and len(v) == 2 and type(value := v[1]) is not list:  # written's common case
+                key = int(v[0])
+            else:
+                key, _, value = written(f, v)
             extra = comp[EXTRA] if comp is not None else None
             if extra and "resent" in extra:  # the client re-sent it (resent_requests)
                 requests = resent_requests(extra)
@@ -154,7 +158,13 @@ class LogOrderCheck:
                 again = not self.carried[key].add_new(value)
                 p = era.partitions.get(key) or era.partition(key)
                 if t == OK:
-                    p.send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret, again)
+                    cv = comp[VALUE]
+                    if comp[F] == "send" and type(cv) is list and len(cv) == 2 and type(at := cv[1]) is list \
+                            and len(at) == 2:
+                        off = int(at[0])  # written's common case: [key, [offset, value]]
+                    else:
+                        off = int(written(comp[F], cv)[1])
+                    p.send(value, inv[POS], ret, off, ret, again)
                 else:
                     p.send(value, inv[POS], ret, None, inv[POS], again)  # may or may not have happened
         elif t == OK and (f == "poll" or f == "final-poll"):

@@ -159,6 +159,12 @@ class IntSet:
 
     def add_new(self, v: Any) -> bool:
         """Add `v`; whether it was not there before."""
+        if type(v) is int and 0 <= v < len(self.bits) << 3:  # the common case, without a call
+            byte, bit = v >> 3, 1 << (v & 7)
+            if self.bits[byte] & bit or (self.other and v in self.other):
+                return False
+            self.bits[byte] |= bit
+            return True
         if v in self:
             return False
         self.add(v)
@@ -172,7 +178,7 @@ class IntSet:
 
     def missing(self, values: Iterator[Any]) -> list[Any]:
         """The `values` not in the set, in order (membership tested without a call per value)."""
-        bits, nbits, other = self.bits, len(self.bits) << 3, self.other
+        bits, nbits = self.bits, len(self.bits) << 3
         return [v for v in values
                 if not (type(v) is int and 0 <= v < nbits and bits[v >> 3] >> (v & 7) & 1) and v not in self]
 
@@ -235,53 +241,63 @@ class OffsetValues:
         return g
 
     def holds_firsts(self, recs: list, n: int) -> bool:
-        """Whether `recs` (n > 0 of them) are [offset, value] lists at offsets that follow on from the
-        first's, each holding the value first seen there: the common case of a read. Record by record: a
-        read holds three records on average, too few for slicing the columns to pay."""
+        """Whether `recs` (n > 0 of them) are [offset, value] records at offsets that follow on from the
+        first's, each holding the value first seen there: the common case of a read. Record by record (a
+        read holds three records on average, too few for slicing the columns to pay), unpacked as the
+        checkers' record loops unpack them."""
         o = recs[0][0]
         vals, seqs = self.vals, self.seqs
         if type(o) is not int or o < 0 or o + n > len(seqs):
             return False
-        for r in recs:
-            if type(r) is not list or len(r) != 2 or r[0] != o or seqs[o] < 0 or r[1] != vals[o]:
-                return False
-            o += 1
+        try:
+            for off, v in recs:
+                if off != o or seqs[o] < 0 or v != vals[o]:
+                    return False
+                o += 1
+        except (TypeError, ValueError):  # not [offset, value] pairs: the record loops say what they are
+            return False
         return True
 
     def follow(self, recs: list, n: int, seq: int) -> int:
-        """A read's records (n > 0) in the common case: [offset, value] lists at offsets that follow on from
-        the first's, those seen before holding the value first seen there, then those seen by no read yet
-        (int64 values), which are noted as first sightings with seqs from `seq` on (what observe would do
-        record by record). Returns how many were new (the last ones of `recs`), or -1 when the read is not
-        the common case, having changed nothing."""
+        """A read's records (n > 0) in the common case: [offset, value] records at offsets that follow on
+        from the first's, those seen before holding the value first seen there, then those seen by no read
+        yet (int64 values), which are noted as first sightings with seqs from `seq` on (what observe would
+        do record by record). Returns how many were new (the last ones of `recs`), or -1 when the read is
+        not the common case, having changed nothing."""
         o0 = recs[0][0]
         vals, seqs = self.vals, self.seqs
         if self.generic is not None or type(o0) is not int or o0 < 0 or o0 + n > len(seqs) + self.MAX_JUMP:
             return -1
-        o, k = o0, 0
-        for r in recs:  # the records seen before: a prefix (reads follow on), each as first seen
-            if type(r) is not list or len(r) != 2 or r[0] != o:
-                return -1
-            if o >= len(seqs) or seqs[o] < 0:
-                break
-            if r[1] != vals[o]:
-                return -1
-            o, k = o + 1, k + 1
-        else:
-            return 0
-        lo, hi = INT64
-        for r in islice(recs, k, None):  # the rest: seen by no read yet
-            if type(r) is not list or len(r) != 2 or r[0] != o or type(v := r[1]) is not int or not lo <= v <= hi:
-                return -1
-            o += 1
+        o, size = o0, len(seqs)
+        try:
+            for off, v in recs:  # the records seen before: a prefix (reads follow on), each as first seen
+                if off != o:
+                    return -1
+                if o >= size or seqs[o] < 0:
+                    break
+                if v != vals[o]:
+                    return -1
+                o += 1
+            else:
+                return 0
+            k = o - o0
+            lo, hi = INT64
+            new = array("q")
+            for off, v in islice(recs, k, None):  # the rest: seen by no read yet
+                if off != o or type(v) is not int or not lo <= v <= hi:
+                    return -1
+                new.append(v)
+                o += 1
+        except (TypeError, ValueError):  # not [offset, value] pairs: the record loops say what they are
+            return -1
         start = o0 + k
-        if o > len(seqs):
-            grow = o - len(seqs) + len(seqs) // 4
+        if o > size:
+            grow = o - size + size // 4
             seqs.frombytes(b"\xff" * (8 * grow))
             self.vals.frombytes(bytes(8 * grow))
         if seqs[start:o].count(-1) != n - k:
             return -1  # something was seen among them after all: observe, record by record
-        self.vals[start:o] = array("q", [r[1] for r in islice(recs, k, None)])
+        self.vals[start:o] = new
         seqs[start:o] = array("q", range(seq + k, seq + n))
         return n - k
 
