@@ -66,6 +66,7 @@ from checkers.stream import (
     OpSource,
     Row,
     completion,
+    widened,
 )
 from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time
 
@@ -193,11 +194,7 @@ class LogOrderCheck:
                             if end > p.end:
                                 p.end = end
                             p.final_reads.append((inv_pos, end, ret))
-                        p.read_rets.append(ret)
-                        if end is None and type(reach) is int and type(p.read_reaches) is array:
-                            p.read_reaches.append(reach)  # an offset of the columns + 1: an int64
-                        else:
-                            p.add_reach(reach)
+                        p.add_read(ret, reach)
                         seq += n
                         continue
                 # reach: how far this read saw the log go (records come in offset order; a read
@@ -206,8 +203,7 @@ class LogOrderCheck:
                 if end is not None:
                     reach = max(reach, end)
                     p.final_reads.append((inv_pos, end, ret))
-                p.read_rets.append(ret)
-                p.add_reach(reach)
+                p.add_read(ret, reach)
                 p.read(recs, end, seq)
                 seq += n
 
@@ -272,14 +268,14 @@ class _Partition:
         self.key, self.check, self.ops, self.era = key, check, check.ops, era
         # sends, in invocation order: value, invocation, completion (NEVER if none), offset (acknowledged)
         self.send_values, self.send_offsets = IntColumn(), IntColumn()
-        self.send_invokes, self.send_returns = array("q"), array("q")
+        self.send_invokes, self.send_returns = array("i"), array("q")  # invokes widen as they must (widened)
         self.send_acked = bytearray()
         self.repeated = False     # two sends carried one value (the later may replace the earlier)
         self.claims = OffsetValues()  # offset -> the first value acknowledged there (seq: its completion)
         self.claim_conflicts: list[tuple[Any, Any, int, int]] = []  # (offset, value, first claim's op, this op)
         # reads, in invocation order: completion, reach; final reads also (invocation, end it claimed, position)
-        self.read_rets = array("q")
-        self.read_reaches: array | list = array("q")
+        self.read_rets = array("i")  # widened as it must be
+        self.read_reaches = IntColumn()
         self.final_reads: list[tuple[int, Any, int]] = []
         self.kept_seqs, self.kept_offsets, self.kept_values = array("q"), IntColumn(), IntColumn()
         self.end: Any = 0
@@ -291,7 +287,10 @@ class _Partition:
         if again:
             self.repeated = True
         self.send_values.append(value)
-        self.send_invokes.append(inv)
+        try:
+            self.send_invokes.append(inv)
+        except OverflowError:
+            self.send_invokes = widened(self.send_invokes, inv)
         self.send_returns.append(ret)
         self.send_offsets.append(off if off is not None else 0)
         self.send_acked.append(off is not None)
@@ -305,14 +304,13 @@ class _Partition:
             if first is not True and first is not False:
                 self.claim_conflicts.append((off, value, first[1], ret))
 
-    def add_reach(self, reach: Any) -> None:
-        reaches = self.read_reaches
-        if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
-            reaches.append(reach)
-        else:
-            if type(reaches) is array:
-                reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
-            reaches.append(reach)
+    def add_read(self, ret: int, reach: Any) -> None:
+        """A read completed at position `ret` saw the log reach `reach`."""
+        try:
+            self.read_rets.append(ret)
+        except OverflowError:
+            self.read_rets = widened(self.read_rets, ret)
+        self.read_reaches.append(reach)
 
     def read(self, recs: list, claimed_end: Any, seq: int) -> None:
         """The records of a read (the common case is LogOrderCheck.feed's): keep those an acknowledgement

@@ -69,6 +69,7 @@ from checkers.stream import (
     OpSource,
     Row,
     completion,
+    widened,
 )
 from history import INFO, NEMESIS, OK, Op, beyond_budget_time
 
@@ -236,16 +237,32 @@ class _Acked:
     __slots__ = ("offsets", "values", "invokes", "completions", "eras")
 
     def __init__(self) -> None:
-        self.offsets, self.invokes, self.completions = array("q"), array("q"), array("q")
+        # 4 bytes an entry until an offset or position needs more (widened)
+        self.offsets, self.invokes, self.completions = array("i"), array("i"), array("i")
         self.values = IntColumn()
         self.eras = array("b")  # 0 or 1; -1: no time to place it by (an error once an era is asked)
 
     def append(self, off: int, val: Any, inv: int, comp: int, era: int) -> None:
-        self.offsets.append(off)
         self.values.append(val)
-        self.invokes.append(inv)
-        self.completions.append(comp)
         self.eras.append(era)
+        try:
+            self.offsets.append(off)
+            self.invokes.append(inv)
+            self.completions.append(comp)
+        except OverflowError:
+            self._append_wide(off, inv, comp)
+
+    def _append_wide(self, off: int, inv: int, comp: int) -> None:
+        """append's rest, once one of off, inv, comp needs 8 bytes: the columns that have not taken theirs yet
+        take it, widened if they must be."""
+        n = len(self.eras)
+        for name, v in (("offsets", off), ("invokes", inv), ("completions", comp)):
+            column = getattr(self, name)
+            if len(column) < n:
+                try:
+                    column.append(v)
+                except OverflowError:
+                    setattr(self, name, widened(column, v))
 
     def __len__(self) -> int:
         return len(self.offsets)

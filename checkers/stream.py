@@ -28,6 +28,16 @@ Pairs = Iterator[tuple[Row, Row | None]]
 # (seq >> SEQ_BITS is the invocation; `completion`).
 SEQ_BITS = 27
 INT64 = (-(1 << 63), (1 << 63) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def widened(column: array, v: Any) -> array:
+    """`column` (4-byte ints) as 8-byte ints, with `v` appended: a value beyond 32 bits has arrived. The
+    columns of positions and offsets start at 4 bytes an entry, half the memory while a history has fewer
+    than 2**31 ops; `v` beyond 64 bits raises OverflowError, as appending it to an int64 column does."""
+    wide = array("q", column)
+    wide.append(v)
+    return wide
 
 
 class OpSource(Protocol):
@@ -354,18 +364,23 @@ class OffsetValues:
 
 
 class IntColumn:
-    """A column of a history's numbers: an array of int64s while they are (8 bytes each), a list once one is
-    not (any value the history holds)."""
+    """A column of a history's numbers: an array of int32s while they are (4 bytes each), of int64s while
+    they are (8 bytes), a list once one is not (any value the history holds)."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "lo", "hi")
 
     def __init__(self) -> None:
-        self.items: array | list = array("q")
+        self.items: array | list = array("i")
+        self.lo, self.hi = INT32
 
     def append(self, v: Any) -> None:
         items = self.items
-        if type(items) is array and not (type(v) is int and INT64[0] <= v <= INT64[1]):
-            items = self.items = list(items)
+        if type(items) is array and not (type(v) is int and self.lo <= v <= self.hi):
+            if type(v) is int and INT64[0] <= v <= INT64[1]:
+                items = self.items = array("q", items)
+                self.lo, self.hi = INT64
+            else:
+                items = self.items = list(items)
         items.append(v)
 
     def __len__(self) -> int:

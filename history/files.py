@@ -218,7 +218,7 @@ class HistoryFile:
         return self.count
 
 
-def _lines_containing(path: str, needle: bytes, block: int = 1 << 24) -> Iterator[bytes]:
+def _lines_containing(path: str, needle: bytes, block: int = 1 << 22) -> Iterator[bytes]:
     """Each line of the file that contains `needle`, found by a search of the raw bytes."""
     with open(path, "rb") as fh:
         tail = b""
