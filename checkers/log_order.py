@@ -194,7 +194,14 @@ class LogOrderCheck:
                             if end > p.end:
                                 p.end = end
                             p.final_reads.append((inv_pos, end, ret))
-                        p.add_read(ret, reach)
+                        if type(reach) is int:  # add_read's common case, without the call
+                            try:
+                                p.read_rets.append(ret)
+                                p.read_reaches.append(reach)
+                            except OverflowError:
+                                p.add_read(ret, reach)
+                        else:
+                            p.add_read(ret, reach)
                         seq += n
                         continue
                 # reach: how far this read saw the log go (records come in offset order; a read
@@ -274,8 +281,8 @@ class _Partition:
         self.claims = OffsetValues()  # offset -> the first value acknowledged there (seq: its completion)
         self.claim_conflicts: list[tuple[Any, Any, int, int]] = []  # (offset, value, first claim's op, this op)
         # reads, in invocation order: completion, reach; final reads also (invocation, end it claimed, position)
-        self.read_rets = array("i")  # widened as it must be
-        self.read_reaches = IntColumn()
+        self.read_rets = array("i")  # widened as they must be (add_read)
+        self.read_reaches: array | list = array("i")
         self.final_reads: list[tuple[int, Any, int]] = []
         self.kept_seqs, self.kept_offsets, self.kept_values = array("q"), IntColumn(), IntColumn()
         self.end: Any = 0
@@ -305,12 +312,21 @@ class _Partition:
                 self.claim_conflicts.append((off, value, first[1], ret))
 
     def add_read(self, ret: int, reach: Any) -> None:
-        """A read completed at position `ret` saw the log reach `reach`."""
+        """A read completed at position `ret` saw the log reach `reach` (4-byte columns, widened to 8 bytes
+        as they must be; the reaches a list once one is not an int64). The columns may already hold `ret`:
+        feed's inline append stops at the first that overflows."""
+        if len(self.read_rets) == len(self.read_reaches):
+            try:
+                self.read_rets.append(ret)
+            except OverflowError:
+                self.read_rets = widened(self.read_rets, ret)
+        reaches = self.read_reaches
+        if type(reaches) is array and not (type(reach) is int and INT64[0] <= reach <= INT64[1]):
+            reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
         try:
-            self.read_rets.append(ret)
+            reaches.append(reach)
         except OverflowError:
-            self.read_rets = widened(self.read_rets, ret)
-        self.read_reaches.append(reach)
+            self.read_reaches = widened(reaches, reach)
 
     def read(self, recs: list, claimed_end: Any, seq: int) -> None:
         """The records of a read (the common case is LogOrderCheck.feed's): keep those an acknowledgement

@@ -285,3 +285,16 @@ def test_a_files_pairs_are_pair_ops_pairs(tmp_path, seed):
     got = [(inv[0], comp[0] if comp is not None else None) for inv, comp in file_pairs(HistoryFile(path))]
     want = [(inv.index, comp.index if comp is not None else None) for inv, comp in pair_ops(ops)]
     assert got == want
+
+
+def test_a_partitions_read_columns_widen_as_they_must():
+    from checkers.log_order import LogOrderCheck
+    from checkers.stream import InMemory
+    p = LogOrderCheck(None, InMemory([])).eras[0].partition(0)
+    p.add_read(3, 5)
+    p.add_read(1 << 40, 6)        # a position beyond 32 bits
+    p.add_read(4, 1 << 35)        # a reach beyond 32 bits
+    p.add_read(5, 1 << 70)        # beyond 64: a list
+    p.add_read(6, 2.5)
+    assert list(p.read_rets) == [3, 1 << 40, 4, 5, 6]
+    assert list(p.read_reaches) == [5, 6, 1 << 35, 1 << 70, 2.5]
