@@ -3,12 +3,15 @@ in-memory path, and how peak memory grows with the history's length.
 
     .venv/bin/python benchmarks/bench_queue_streaming.py --dir /work/bench-stream \\
         [--ops 1000000,3000000,10000000,50000000] [--compare-ops 1000000] [--baseline-tree /work/main] [--keep]
+        [--duckdb-python /path/to/venv/bin/python]
 
 For each size it writes the history (benchmarks/bench_queue_checker.py's generator) under --dir, unless a file
 of that size is there already, then times each way of checking it in a fresh process: wall and CPU seconds
 inside the process, the whole process's wall (start and exit included), and its peak RSS (getrusage). At the
 sizes in --compare-ops it also times DuckDB (pip install duckdb: a benchmark-only dependency) computing lost
-writes and duplicates on one and on two threads, each checker streamed alone, and the in-memory path
+writes and duplicates on one and on two threads (run by --duckdb-python when this interpreter has no
+duckdb, e.g. a separate venv; the benchmark prints which DuckDB it found where), each checker streamed alone,
+and the in-memory path
 (read_history, then the checker) of this tree and of --baseline-tree (a checkout of the code before the
 stream, e.g. main); at the other sizes only what `kafkaesque check` runs (both checkers, one pass). The
 machine is shared: the load average is printed beside each figure. Files this run wrote are deleted unless
@@ -18,7 +21,6 @@ machine is shared: the load average is printed beside each figure. Files this ru
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -116,12 +118,29 @@ print(json.dumps(out, default=str))
 """
 
 
-def measure(code: str, path: Path, tree: Path, **names: object) -> dict:
-    """Run `code` in a fresh interpreter; its figures, the whole process's wall, and the load average."""
+DUCKDB_VERSION = "import duckdb, sys; print(duckdb.__version__, duckdb.__file__, sys.executable)"
+
+
+def find_duckdb(python: str | None) -> str | None:
+    """The interpreter that runs DuckDB: `python` if given (it must import duckdb), else this one when it
+    has duckdb, else None. Says which DuckDB it found, and where."""
+    for candidate in ([python] if python else [sys.executable]):
+        done = subprocess.run([candidate, "-c", DUCKDB_VERSION], capture_output=True, text=True)
+        if done.returncode == 0:
+            version, module, exe = done.stdout.split()
+            print(f"DuckDB {version} from {module} (run by {exe})", flush=True)
+            return candidate
+        print(f"no DuckDB for {candidate}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}")
+    return None
+
+
+def measure(code: str, path: Path, tree: Path, python: str = sys.executable, **names: object) -> dict:
+    """Run `code` in a fresh interpreter (`python`); its figures, the whole process's wall, and the load
+    average."""
     load = os.getloadavg()[0]
     prelude = f"PATH = {str(path)!r}\nTREE = {str(tree)!r}\n" + "".join(f"{k} = {v!r}\n" for k, v in names.items())
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", prelude + HARNESS.format(code=code)], capture_output=True, text=True,
+    done = subprocess.run([python, "-c", prelude + HARNESS.format(code=code)], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(tree)}, cwd=str(tree))
     process_wall = time.perf_counter() - t0
     if done.returncode != 0:
@@ -160,20 +179,24 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=8)
     ap.add_argument("--processes", type=int, default=10)
     ap.add_argument("--keep", action="store_true", help="keep the history files this run wrote")
+    ap.add_argument("--duckdb-python", default=None,
+                    help="an interpreter that imports duckdb (default: this one), e.g. a venv kept for the benchmark")
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     compare = {int(n) for n in args.compare_ops.split(",") if n}
     peaks: list[tuple[int, float, float, float]] = []
+    duckdb_python = find_duckdb(args.duckdb_python) if compare else None
     for n_ops in (int(n) for n in args.ops.split(",")):
         path, written = history_file(args.dir, n_ops, args.keys, args.processes)
         print(f"\n{n_ops:,} ops, {path.stat().st_size / 1e6:,.0f} MB ({path.name}):", flush=True)
         try:
-            if n_ops in compare and importlib.util.find_spec("duckdb") is None:
-                print("  DuckDB is not installed (pip install 'kafkaesque-harness[bench]'): its rows are left out")
+            if n_ops in compare and duckdb_python is None:
+                print("  DuckDB is not installed (pip install 'kafkaesque-harness[bench]', or --duckdb-python): "
+                      "its rows are left out")
             elif n_ops in compare:
                 for threads in (1, 2):
-                    print(row(f"DuckDB, {threads} thread(s): lost and duplicates", measure(DUCKDB, path, TREE, THREADS=threads)),
-                          flush=True)
+                    print(row(f"DuckDB, {threads} thread(s): lost and duplicates",
+                              measure(DUCKDB, path, TREE, duckdb_python, THREADS=threads)), flush=True)
             figures = {}
             for name, code in WAYS.items():
                 if n_ops not in compare and name != ONE_PASS:

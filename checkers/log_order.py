@@ -66,6 +66,7 @@ from checkers.stream import (
     OpSource,
     Row,
     completion,
+    widened,
 )
 from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time
 
@@ -141,7 +142,11 @@ class LogOrderCheck:
         ret = comp[POS] if comp is not None and t != INFO else NEVER
         f = inv[F]
         if f == "send":
-            key, _, value = written(f, inv[VALUE])
+            v = inv[VALUE]
+            if type(v) is list and len(v) == 2 and type(value := v[1]) is not list:  # written's common case
+                key = int(v[0])
+            else:
+                key, _, value = written(f, v)
             extra = comp[EXTRA] if comp is not None else None
             if extra and "resent" in extra:  # the client re-sent it (resent_requests)
                 requests = resent_requests(extra)
@@ -154,7 +159,13 @@ class LogOrderCheck:
                 again = not self.carried[key].add_new(value)
                 p = era.partitions.get(key) or era.partition(key)
                 if t == OK:
-                    p.send(value, inv[POS], ret, int(written(comp[F], comp[VALUE])[1]), ret, again)
+                    cv = comp[VALUE]
+                    if comp[F] == "send" and type(cv) is list and len(cv) == 2 and type(at := cv[1]) is list \
+                            and len(at) == 2:
+                        off = int(at[0])  # written's common case: [key, [offset, value]]
+                    else:
+                        off = int(written(comp[F], cv)[1])
+                    p.send(value, inv[POS], ret, off, ret, again)
                 else:
                     p.send(value, inv[POS], ret, None, inv[POS], again)  # may or may not have happened
         elif t == OK and (f == "poll" or f == "final-poll"):
@@ -183,11 +194,14 @@ class LogOrderCheck:
                             if end > p.end:
                                 p.end = end
                             p.final_reads.append((inv_pos, end, ret))
-                        p.read_rets.append(ret)
-                        if end is None and type(reach) is int and type(p.read_reaches) is array:
-                            p.read_reaches.append(reach)  # an offset of the columns + 1: an int64
+                        if type(reach) is int:  # add_read's common case, without the call
+                            try:
+                                p.read_rets.append(ret)
+                                p.read_reaches.append(reach)
+                            except OverflowError:
+                                p.add_read(ret, reach)
                         else:
-                            p.add_reach(reach)
+                            p.add_read(ret, reach)
                         seq += n
                         continue
                 # reach: how far this read saw the log go (records come in offset order; a read
@@ -196,8 +210,7 @@ class LogOrderCheck:
                 if end is not None:
                     reach = max(reach, end)
                     p.final_reads.append((inv_pos, end, ret))
-                p.read_rets.append(ret)
-                p.add_reach(reach)
+                p.add_read(ret, reach)
                 p.read(recs, end, seq)
                 seq += n
 
@@ -262,14 +275,14 @@ class _Partition:
         self.key, self.check, self.ops, self.era = key, check, check.ops, era
         # sends, in invocation order: value, invocation, completion (NEVER if none), offset (acknowledged)
         self.send_values, self.send_offsets = IntColumn(), IntColumn()
-        self.send_invokes, self.send_returns = array("q"), array("q")
+        self.send_invokes, self.send_returns = array("i"), array("q")  # invokes widen as they must (widened)
         self.send_acked = bytearray()
         self.repeated = False     # two sends carried one value (the later may replace the earlier)
         self.claims = OffsetValues()  # offset -> the first value acknowledged there (seq: its completion)
         self.claim_conflicts: list[tuple[Any, Any, int, int]] = []  # (offset, value, first claim's op, this op)
         # reads, in invocation order: completion, reach; final reads also (invocation, end it claimed, position)
-        self.read_rets = array("q")
-        self.read_reaches: array | list = array("q")
+        self.read_rets = array("i")  # widened as they must be (add_read)
+        self.read_reaches: array | list = array("i")
         self.final_reads: list[tuple[int, Any, int]] = []
         self.kept_seqs, self.kept_offsets, self.kept_values = array("q"), IntColumn(), IntColumn()
         self.end: Any = 0
@@ -281,7 +294,10 @@ class _Partition:
         if again:
             self.repeated = True
         self.send_values.append(value)
-        self.send_invokes.append(inv)
+        try:
+            self.send_invokes.append(inv)
+        except OverflowError:
+            self.send_invokes = widened(self.send_invokes, inv)
         self.send_returns.append(ret)
         self.send_offsets.append(off if off is not None else 0)
         self.send_acked.append(off is not None)
@@ -295,14 +311,22 @@ class _Partition:
             if first is not True and first is not False:
                 self.claim_conflicts.append((off, value, first[1], ret))
 
-    def add_reach(self, reach: Any) -> None:
+    def add_read(self, ret: int, reach: Any) -> None:
+        """A read completed at position `ret` saw the log reach `reach` (4-byte columns, widened to 8 bytes
+        as they must be; the reaches a list once one is not an int64). The columns may already hold `ret`:
+        feed's inline append stops at the first that overflows."""
+        if len(self.read_rets) == len(self.read_reaches):
+            try:
+                self.read_rets.append(ret)
+            except OverflowError:
+                self.read_rets = widened(self.read_rets, ret)
         reaches = self.read_reaches
-        if type(reach) is int and type(reaches) is array and INT64[0] <= reach <= INT64[1]:
+        if type(reaches) is array and not (type(reach) is int and INT64[0] <= reach <= INT64[1]):
+            reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
+        try:
             reaches.append(reach)
-        else:
-            if type(reaches) is array:
-                reaches = self.read_reaches = list(reaches)  # a reach no int64 holds: a list holds anything
-            reaches.append(reach)
+        except OverflowError:
+            self.read_reaches = widened(reaches, reach)
 
     def read(self, recs: list, claimed_end: Any, seq: int) -> None:
         """The records of a read (the common case is LogOrderCheck.feed's): keep those an acknowledgement

@@ -69,6 +69,7 @@ from checkers.stream import (
     OpSource,
     Row,
     completion,
+    widened,
 )
 from history import INFO, NEMESIS, OK, Op, beyond_budget_time
 
@@ -236,16 +237,32 @@ class _Acked:
     __slots__ = ("offsets", "values", "invokes", "completions", "eras")
 
     def __init__(self) -> None:
-        self.offsets, self.invokes, self.completions = array("q"), array("q"), array("q")
+        # 4 bytes an entry until an offset or position needs more (widened)
+        self.offsets, self.invokes, self.completions = array("i"), array("i"), array("i")
         self.values = IntColumn()
         self.eras = array("b")  # 0 or 1; -1: no time to place it by (an error once an era is asked)
 
     def append(self, off: int, val: Any, inv: int, comp: int, era: int) -> None:
-        self.offsets.append(off)
         self.values.append(val)
-        self.invokes.append(inv)
-        self.completions.append(comp)
         self.eras.append(era)
+        try:
+            self.offsets.append(off)
+            self.invokes.append(inv)
+            self.completions.append(comp)
+        except OverflowError:
+            self._append_wide(off, inv, comp)
+
+    def _append_wide(self, off: int, inv: int, comp: int) -> None:
+        """append's rest, once one of off, inv, comp needs 8 bytes: the columns that have not taken theirs yet
+        take it, widened if they must be."""
+        n = len(self.eras)
+        for name, v in (("offsets", off), ("invokes", inv), ("completions", comp)):
+            column = getattr(self, name)
+            if len(column) < n:
+                try:
+                    column.append(v)
+                except OverflowError:
+                    setattr(self, name, widened(column, v))
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -312,7 +329,11 @@ class QueueCheck:
         t = comp[TYPE] if comp is not None else INFO
         self.outcomes[(f, t)] += 1
         if f == "send":
-            key, _, value = written(f, inv[VALUE])
+            v = inv[VALUE]
+            if type(v) is list and len(v) == 2 and type(value := v[1]) is not list:  # written's common case
+                key = int(v[0])
+            else:
+                key, _, value = written(f, v)
             self.sent[key].add(value)
             extra = comp[EXTRA] if comp is not None else None
             if extra and "resent" in extra:  # the client re-sent it (resent_requests)
@@ -320,8 +341,13 @@ class QueueCheck:
                 if requests is not None:
                     self.resent[(key, value)] = requests
             if t == OK:
-                key, off, val = written(comp[F], comp[VALUE])
-                era = -1 if self.cutoff is not None and comp[TIME] is None else self.era(comp[TIME])
+                cv = comp[VALUE]
+                if comp[F] == "send" and type(cv) is list and len(cv) == 2 and type(at := cv[1]) is list \
+                        and len(at) == 2:
+                    key, off, val = int(cv[0]), at[0], at[1]  # written's common case: [key, [offset, value]]
+                else:
+                    key, off, val = written(comp[F], cv)
+                era = 0 if self.cutoff is None else -1 if comp[TIME] is None else self.era(comp[TIME])
                 self.acked[key].append(int(off), val, inv[POS], comp[POS], era)
             elif t == INFO:
                 self.info_sends.append((key, value))
@@ -350,20 +376,24 @@ class QueueCheck:
             seen = seen_in.get(key)
             if seen is None:
                 seen = seen_in[key] = self.seen[(key, e)] = OffsetValues()
-            vals, seqs = seen.vals, seen.seqs
             n = len(recs)
-            prev_off, prev_pos = prev if prev is not None else (None, None)
-            o0 = recs[0][0]
             # The common case: offsets that follow on from this consumer's last, each holding the value the
-            # partition's reads saw there first (every consumer reads every record): the record loop below
-            # would find nothing in them.
-            if (prev_off is None or o0 == prev_off + 1) and seen.holds_firsts(recs, n):
-                if group_poll:
-                    self.group_read[(key, e)].update(range(o0, o0 + n))
-                if f == "poll":
-                    last[key] = (o0 + n - 1, pos)
-                seq += n
-                continue
+            # partition's reads saw there first (every consumer reads every record), or nothing yet (the first
+            # read of them): the record loop below would find nothing but first sightings in them.
+            if prev is None or recs[0][0] == prev[0] + 1:
+                new = seen.follow(recs, n, seq)
+                if new >= 0:
+                    if new:
+                        for val in self.sent[key].missing(map(_VALUE_OF, islice(recs, n - new, None))):
+                            self._new_sighting(key, e, val)
+                    if group_poll:
+                        self.group_read[(key, e)].update(range(recs[0][0], recs[0][0] + n))
+                    if f == "poll":
+                        last[key] = (recs[0][0] + n - 1, pos)
+                    seq += n
+                    continue
+            vals, seqs = seen.vals, seen.seqs
+            prev_off, prev_pos = prev if prev is not None else (None, None)
             jumped = None
             for off, val in recs:
                 if type(off) is not int:
@@ -399,9 +429,7 @@ class QueueCheck:
             for key, recs in poll_items(f, comp[VALUE]):
                 hwm = int(drained(f, comp[VALUE])[1])
                 self.final_hwm[key] = max(self.final_hwm.get(key, -1), hwm)
-                final = self.final_values[key]
-                for _, val in recs:
-                    final.add(val)
+                self.final_values[key].update(val for _, val in recs)
 
     def _new_sighting(self, key: int, e: int, val: Any) -> None:
         """A value seen at an offset for the first time in its era: one its key's sends have not carried (so
@@ -626,9 +654,18 @@ class QueueCheck:
                 continue
             hwm, final = self.final_hwm[key], self.final_values[key]
             seen = [self.seen.get((key, 0)), self.seen.get((key, 1))]
+            # The common case, decided without a call: the value is among the final read's (its bit is set)
+            # and first seen at its offset by era 0's reads (the columns hold it there).
+            bits, nbits = final.bits, len(final.bits) << 3
+            first = seen[0] if seen[0] is not None and seen[0].generic is None else OffsetValues()
+            vals, seqs = first.vals, first.seqs
             for off, val, inv, comp, era in zip(acked.offsets, acked.values, acked.invokes, acked.completions,
                                                 acked.eras, strict=True):
-                if val not in final or (off < hwm and not any(s is not None and val in s.values_at(off) for s in seen)):
+                if (type(val) is int and 0 <= val < nbits and bits[val >> 3] >> (val & 7) & 1
+                        and (off >= hwm or (0 <= off < len(seqs) and seqs[off] >= 0 and vals[off] == val))):
+                    pass  # survived: what the rule below says of it
+                elif val not in final or (off < hwm and not any(s is not None and val in s.values_at(off)
+                                                                for s in seen)):
                     lost.append((inv, comp, key, off, val, era))
                 if off >= hwm:
                     self.stats["acked-beyond-final-hwm"] += 1
@@ -653,6 +690,9 @@ class QueueCheck:
                     "send": self.op_at(comp).to_dict(), "invoke": self.op_at(inv).to_dict()}
             self.found.add("lost-write", lost_write)
         return uncovered, beyond_budget
+
+
+_VALUE_OF = operator.itemgetter(1)  # a record's value
 
 
 def _repeated(seen: OffsetValues) -> set[Any]:

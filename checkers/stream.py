@@ -11,8 +11,9 @@ millions of lines cannot afford.
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain, compress
+from itertools import chain, compress, islice
 from typing import Any, Protocol
 
 from history import INVOKE, HistoryFile, Op, pair_stream
@@ -27,6 +28,16 @@ Pairs = Iterator[tuple[Row, Row | None]]
 # (seq >> SEQ_BITS is the invocation; `completion`).
 SEQ_BITS = 27
 INT64 = (-(1 << 63), (1 << 63) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def widened(column: array, v: Any) -> array:
+    """`column` (4-byte ints) as 8-byte ints, with `v` appended: a value beyond 32 bits has arrived. The
+    columns of positions and offsets start at 4 bytes an entry, half the memory while a history has fewer
+    than 2**31 ops; `v` beyond 64 bits raises OverflowError, as appending it to an int64 column does."""
+    wide = array("q", column)
+    wide.append(v)
+    return wide
 
 
 class OpSource(Protocol):
@@ -90,13 +101,34 @@ def op_pairs(history: Sequence[Op]) -> Pairs:
 
 
 def file_pairs(history: HistoryFile) -> Pairs:
-    return pair_stream(_file_events(history))
-
-
-def _file_events(history: HistoryFile) -> Iterator[tuple[str, Any, Row]]:
+    """The file's rows, paired as pair_stream pairs them (history/ops.py: its rule, written out here in the
+    loop that makes the rows: two generators fewer per op are a sixth of the time of a check)."""
+    open_by_process: dict[Any, int] = {}
+    waiting: deque[list[Any]] = deque()  # [invocation, completion, settled], oldest first
+    first = count = 0  # the invocation number of waiting[0]; how many invocations so far
     for pos, d in history.rows():
         t, p = d["type"], d["process"]
-        yield t, p, (pos, t, d["f"], p, d.get("value"), d.get("time", 0), d)
+        row = (pos, t, d["f"], p, d.get("value"), d.get("time", 0), d)
+        if t == INVOKE:
+            was = open_by_process.get(p)
+            open_by_process[p] = count
+            waiting.append([row, None, False])
+            count += 1
+            if was is None:
+                continue  # an invocation settles nothing, unless it supersedes its process's open one
+            waiting[was - first][2] = True  # superseded: it pairs with None
+        else:
+            i = open_by_process.pop(p, None)
+            if i is None:
+                continue  # a completion without an invocation is ignored
+            pair = waiting[i - first]
+            pair[1], pair[2] = row, True
+        while waiting and waiting[0][2]:
+            inv, comp, _ = waiting.popleft()
+            first += 1
+            yield inv, comp
+    for inv, comp, _ in waiting:
+        yield inv, comp
 
 
 def small_int(v: Any) -> int | None:
@@ -135,8 +167,23 @@ class IntSet:
         else:
             self.other.add(v)
 
+    def update(self, values: Iterator[Any]) -> None:
+        """Add each of `values` (a final read's: a call per value was a tenth of a check)."""
+        bits = self.bits
+        for v in values:
+            if type(v) is int and 0 <= v < len(bits) << 3:
+                bits[v >> 3] |= 1 << (v & 7)
+            else:
+                self.add(v)
+
     def add_new(self, v: Any) -> bool:
         """Add `v`; whether it was not there before."""
+        if type(v) is int and 0 <= v < len(self.bits) << 3:  # the common case, without a call
+            byte, bit = v >> 3, 1 << (v & 7)
+            if self.bits[byte] & bit or (self.other and v in self.other):
+                return False
+            self.bits[byte] |= bit
+            return True
         if v in self:
             return False
         self.add(v)
@@ -147,6 +194,12 @@ class IntSet:
         if i is not None and 0 <= i and (i >> 3) < len(self.bits) and self.bits[i >> 3] >> (i & 7) & 1:
             return True
         return v in self.other
+
+    def missing(self, values: Iterator[Any]) -> list[Any]:
+        """The `values` not in the set, in order (membership tested without a call per value)."""
+        bits, nbits = self.bits, len(self.bits) << 3
+        return [v for v in values
+                if not (type(v) is int and 0 <= v < nbits and bits[v >> 3] >> (v & 7) & 1) and v not in self]
 
 
 class OffsetValues:
@@ -207,13 +260,65 @@ class OffsetValues:
         return g
 
     def holds_firsts(self, recs: list, n: int) -> bool:
-        """Whether `recs` (n > 0 of them) are [offset, value] lists at offsets that follow on from the
-        first's, each holding the value first seen there: the common case of a read, decided at C speed
-        (the two columns' slices against the records)."""
+        """Whether `recs` (n > 0 of them) are [offset, value] records at offsets that follow on from the
+        first's, each holding the value first seen there: the common case of a read. Record by record (a
+        read holds three records on average, too few for slicing the columns to pay), unpacked as the
+        checkers' record loops unpack them."""
+        o = recs[0][0]
+        vals, seqs = self.vals, self.seqs
+        if type(o) is not int or o < 0 or o + n > len(seqs):
+            return False
+        try:
+            for off, v in recs:
+                if off != o or seqs[o] < 0 or v != vals[o]:
+                    return False
+                o += 1
+        except (TypeError, ValueError):  # not [offset, value] pairs: the record loops say what they are
+            return False
+        return True
+
+    def follow(self, recs: list, n: int, seq: int) -> int:
+        """A read's records (n > 0) in the common case: [offset, value] records at offsets that follow on
+        from the first's, those seen before holding the value first seen there, then those seen by no read
+        yet (int64 values), which are noted as first sightings with seqs from `seq` on (what observe would
+        do record by record). Returns how many were new (the last ones of `recs`), or -1 when the read is
+        not the common case, having changed nothing."""
         o0 = recs[0][0]
-        seqs = self.seqs
-        return (type(o0) is int and 0 <= o0 and o0 + n <= len(seqs) and seqs[o0:o0 + n].count(-1) == 0
-                and recs == list(map(list, zip(range(o0, o0 + n), self.vals[o0:o0 + n], strict=True))))
+        vals, seqs = self.vals, self.seqs
+        if self.generic is not None or type(o0) is not int or o0 < 0 or o0 + n > len(seqs) + self.MAX_JUMP:
+            return -1
+        o, size = o0, len(seqs)
+        try:
+            for off, v in recs:  # the records seen before: a prefix (reads follow on), each as first seen
+                if off != o:
+                    return -1
+                if o >= size or seqs[o] < 0:
+                    break
+                if v != vals[o]:
+                    return -1
+                o += 1
+            else:
+                return 0
+            k = o - o0
+            lo, hi = INT64
+            new = array("q")
+            for off, v in islice(recs, k, None):  # the rest: seen by no read yet
+                if off != o or type(v) is not int or not lo <= v <= hi:
+                    return -1
+                new.append(v)
+                o += 1
+        except (TypeError, ValueError):  # not [offset, value] pairs: the record loops say what they are
+            return -1
+        start = o0 + k
+        if o > size:
+            grow = o - size + size // 4
+            seqs.frombytes(b"\xff" * (8 * grow))
+            self.vals.frombytes(bytes(8 * grow))
+        if seqs[start:o].count(-1) != n - k:
+            return -1  # something was seen among them after all: observe, record by record
+        self.vals[start:o] = new
+        seqs[start:o] = array("q", range(seq + k, seq + n))
+        return n - k
 
     def first_seq(self, off: int) -> int | None:
         """The seq of the first sighting of anything at `off`, or None."""
@@ -268,18 +373,23 @@ class OffsetValues:
 
 
 class IntColumn:
-    """A column of a history's numbers: an array of int64s while they are (8 bytes each), a list once one is
-    not (any value the history holds)."""
+    """A column of a history's numbers: an array of int32s while they are (4 bytes each), of int64s while
+    they are (8 bytes), a list once one is not (any value the history holds)."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "lo", "hi")
 
     def __init__(self) -> None:
-        self.items: array | list = array("q")
+        self.items: array | list = array("i")
+        self.lo, self.hi = INT32
 
     def append(self, v: Any) -> None:
         items = self.items
-        if type(items) is array and not (type(v) is int and INT64[0] <= v <= INT64[1]):
-            items = self.items = list(items)
+        if type(items) is array and not (type(v) is int and self.lo <= v <= self.hi):
+            if type(v) is int and INT64[0] <= v <= INT64[1]:
+                items = self.items = array("q", items)
+                self.lo, self.hi = INT64
+            else:
+                items = self.items = list(items)
         items.append(v)
 
     def __len__(self) -> int:
