@@ -178,6 +178,11 @@ RULES: dict[str, str] = {
                                   "passed the commit (002 2.5; Kafka's offsets.commit.required.acks=-1)",
     "produce-after-fence": "a partition leader accepted a produce of a producer at an epoch below that of a marker "
                            "it already had for the producer (KIP-98 producer fencing; KIP-890)",
+    "sequence-reused": "the client sent other records under a (producer id, epoch, sequence) the partition already "
+                       "held, so the leader answered them as a retry with the earlier batch's offsets and never "
+                       "wrote them: the client broke the idempotent producer's contract (KIP-98: a sequence number "
+                       "names one batch; a producer that cannot know whether a batch landed must bump its epoch); "
+                       "Kafka's broker answers the same way",
 }
 # Kafka's producer epoch is an int16: an epoch at Short.MaxValue cannot be bumped (a new producer id is given).
 MAX_PRODUCER_EPOCH = 32767
@@ -254,7 +259,18 @@ def _isr_expansion(node: str, e: dict[str, Any], found: _Found) -> None:
                       _cite(node, e, "from", "to", "hwm", "leso", "added"))
 
 
+def _reused_sequence(node: str, e: dict[str, Any], found: _Found) -> None:
+    if e.get("duplicate") and e.get("same_batch") is False:
+        found.add("sequence-reused",
+                  f"{node} answered producer {e.get('producer_id')} (epoch {e.get('producer_epoch')}, sequence "
+                  f"{e.get('base_sequence')}) on {_where(e)} with offsets {e.get('first')}..{e.get('last')} of an "
+                  "earlier batch with other records: the new records were acknowledged and never written",
+                  _cite(node, e, "first", "last", "producer_id", "producer_epoch", "base_sequence", "duplicate",
+                        "same_batch"))
+
+
 def _ack(node: str, e: dict[str, Any], found: _Found) -> None:
+    _reused_sequence(node, e, found)
     if e.get("acks") != -1:
         return
     if e.get("last", 0) >= e.get("hwm", 0):

@@ -32,7 +32,9 @@ RECENT_BATCHES = 5  # max.in.flight.requests.per.connection for idempotent produ
 class ProducerEntry:
     epoch: int
     last_sequence: int
-    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))  # (first_seq, last_seq, first_offset, last_offset)
+    # (first_seq, last_seq, first_offset, last_offset, crc): the batch's CRC tells a retry (the same bytes) from
+    # different records a client sent under a sequence it had used already (the trace says which)
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
     coordinator_epoch: int = -1  # of the last marker: markers of an older coordinator are refused
 
 
@@ -96,7 +98,8 @@ class ProducerStateTable:
             self.aborted.append(AbortedTxn(h.producer_id, first, offset))
 
     def check(self, h: BatchHeader) -> tuple[int, tuple[int, int] | None]:
-        """(error, duplicate_offsets): NONE and None to append; NONE and offsets for a duplicate."""
+        """(error, duplicate): NONE and None to append; NONE and (first offset, last offset, CRC) of the batch
+        written before for a duplicate."""
         if h.producer_id < 0 or h.base_sequence < 0:
             return rpc.NONE, None
         e = self.producers.get(h.producer_id)
@@ -106,9 +109,9 @@ class ProducerStateTable:
             return rpc.INVALID_PRODUCER_EPOCH, None
         if h.producer_epoch > e.epoch:
             return (rpc.NONE, None) if h.base_sequence == 0 else (rpc.OUT_OF_ORDER_SEQUENCE_NUMBER, None)
-        for first_seq, last_seq, first_off, last_off in e.recent:
+        for first_seq, last_seq, first_off, last_off, crc in e.recent:
             if first_seq == h.base_sequence and last_seq == h.last_sequence:
-                return rpc.NONE, (first_off, last_off)
+                return rpc.NONE, (first_off, last_off, crc)
         if h.base_sequence != (e.last_sequence + 1) % (2**31):
             return rpc.OUT_OF_ORDER_SEQUENCE_NUMBER, None
         return rpc.NONE, None
@@ -129,5 +132,5 @@ class ProducerStateTable:
                 if e is None or h.producer_epoch != e.epoch:
                     e = self.producers[h.producer_id] = ProducerEntry(epoch=h.producer_epoch, last_sequence=-1)
                 e.last_sequence = h.last_sequence
-                e.recent.append((h.base_sequence, h.last_sequence, offset, last))
+                e.recent.append((h.base_sequence, h.last_sequence, offset, last, h.crc))
             offset = last + 1

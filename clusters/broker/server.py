@@ -260,8 +260,10 @@ class Broker:
                 return seq_err, -1, -1
             if dup is not None:
                 if len(headers) == 1:  # a retry: acknowledged with the offsets the batch was first written at
+                    # (as Kafka does, whatever the records; same_batch: whether they are the bytes written then)
                     return await self._await_commit(r, dup[0], dup[1], acks, timeout_s,
-                                                    {**_producer_facts(headers), "duplicate": True})
+                                                    {**_producer_facts(headers), "duplicate": True,
+                                                     "same_batch": dup[2] == h.crc})
                 return rpc.INVALID_REQUEST, -1, -1
         first, last = r.append(raw, headers)
         self.signal_change(r.key, wake_followers=True)

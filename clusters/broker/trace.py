@@ -44,7 +44,9 @@ Events and their facts (a broker's unless marked controller):
   log-recovery-truncated  start-up recovery cut a damaged or torn tail: partition ("topic-p"), offset
   produce_acked        first, last (offsets), acks, hwm (at the ack), isr_size, min_isr; producer_id,
                        producer_epoch, base_sequence (-1: not idempotent), transactional, control (a transaction
-                       marker); duplicate: true when the batch was a retry of one written before (its offsets)
+                       marker); duplicate: true when the batch was a retry of one written before (its offsets),
+                       with same_batch: whether its CRC is that batch's (false: other records under a used
+                       sequence, which the leader answers as a retry, as Kafka does, and never writes)
   consumer_fetch       offset (asked), first, last (offsets served), isolation ("read_committed" |
                        "read_uncommitted"), bound (what the read was cut at: "lso" | "hwm"), hwm, lso (the
                        partition's last stable offset, KIP-98: min(HWM, first offset of any open transaction))

@@ -17,8 +17,8 @@ def test_first_batch_in_order_batches_and_a_duplicate():
     t.record([header(0)], 10)         # offsets 10-11, sequences 0-1
     assert t.check(header(2)) == (rpc.NONE, None)
     t.record([header(2)], 12)         # offsets 12-13
-    assert t.check(header(0)) == (rpc.NONE, (10, 11))  # a retry: acknowledged with its original offsets
-    assert t.check(header(2)) == (rpc.NONE, (12, 13))
+    assert t.check(header(0)) == (rpc.NONE, (10, 11, header(0).crc))  # a retry: acknowledged with its original offsets
+    assert t.check(header(2)) == (rpc.NONE, (12, 13, header(2).crc))
 
 
 def test_gap_and_old_epoch_are_rejected_new_epoch_restarts_at_zero():
@@ -41,6 +41,7 @@ def test_non_idempotent_batches_are_never_checked():
 def test_rebuilt_from_log_headers_as_after_failover():
     raw = build_batch([b"a", b"b"], producer_id=5, producer_epoch=0, base_sequence=0, base_offset=7)
     t = ProducerStateTable.from_headers(validate_batches(raw))
-    assert t.check(header(0)) == (rpc.NONE, (7, 8))
+    # header(0) holds other records than the log's batch: the same offsets, told apart by the log batch's CRC
+    assert t.check(header(0)) == (rpc.NONE, (7, 8, validate_batches(raw)[0].crc)) != (rpc.NONE, (7, 8, header(0).crc))
     assert t.check(header(2)) == (rpc.NONE, None)
     assert t.check(header(4))[0] == rpc.OUT_OF_ORDER_SEQUENCE_NUMBER

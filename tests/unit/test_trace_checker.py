@@ -583,3 +583,17 @@ def test_a_produce_below_a_marker_epoch_is_not_judged_where_the_log_may_not_hold
     unclean = elected(2, "unclean", [], [], unclean=True, epoch=3, n=4)
     assert names({"broker-1": [marker(2, 5, 4)], "controller-0": [unclean],
                   "broker-2": [produced(5, 6, 3, leader_epoch=3)]}) == []
+
+
+def test_other_records_answered_as_a_retry_of_a_used_sequence_are_caught():
+    # A default txn run under the protocol nemesis: librdkafka aborted a transaction whose send (sequence 3) the
+    # leader had written but not acknowledged, then sent a record of its next transaction under the same
+    # (producer id, epoch, sequence 3); the leader answered it with the aborted record's offset.
+    def dup(same: bool | None) -> dict:
+        facts = {"duplicate": True} if same is None else {"duplicate": True, "same_batch": same}
+        return {**produced(4, 1239, 7), "base_sequence": 3, "hwm": 1275, **facts}
+    assert names({"broker-3": [dup(True)]}) == []  # a retry of the same bytes
+    assert names({"broker-3": [dup(None)]}) == []  # a trace from before the CRC was compared: not judged
+    result = check_traces({"broker-3": [dup(False)]})
+    assert [a.name for a in result.anomalies] == ["sequence-reused"]
+    assert result.anomalies[0].examples[0]["trace"][0]["same_batch"] is False
