@@ -169,6 +169,8 @@ def test_a_section_is_replaced_and_the_rest_of_the_page_kept(tmp_path):
     first = page.read_text()
     assert first.startswith("# Detection table\n\nthe replication rows, by hand\n")
     assert "## Transactions and consumer groups" in first and "#### 1. The default broker" in first
+    # the section judges the scenarios it ran: none here, so no replication scenario is "not run" in it
+    assert "scenario:zombie-follower" not in first and "not run at acks=all" not in first
     # rendered again from the ledger alone (the run dirs gone): the same section, once, the page's head kept
     import shutil
 
