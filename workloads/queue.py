@@ -318,10 +318,16 @@ class ConfluentQueueClient(_QueueClient):
         # subscribe mode: commit what was read, synchronously; the read stands whatever the commit does
         committed = {str(k): recs[-1][0] + 1 for k, recs in out.items()}
         try:
-            self.consumer.commit(offsets=[TopicPartition(self.topic, int(k), o) for k, o in committed.items()],
-                                 asynchronous=False)
+            answered = self.consumer.commit(offsets=[TopicPartition(self.topic, int(k), o)
+                                                     for k, o in committed.items()], asynchronous=False)
         except Exception as e:  # noqa: BLE001
             return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300]})
+        # A synchronous commit raises for the request; each partition's own error comes back in its
+        # TopicPartition, and such a partition was not committed
+        failed = [tp for tp in answered or [] if tp.error is not None]
+        if failed:
+            return _completion(op, OK, out, extra={"commit_error": "; ".join(
+                f"partition {tp.partition}: {tp.error}" for tp in failed)[:300]})
         return _completion(op, OK, out, extra={"committed": committed})
 
     def crash(self) -> None:

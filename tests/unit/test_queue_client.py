@@ -215,3 +215,51 @@ def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
     member = StuckMember()
     close_confluent_consumer(member, subscribed=True, drain_s=0.05)
     assert member.calls == ["unsubscribe"]
+
+
+def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_committed():
+    """confluent-kafka's synchronous commit() raises for the request; a partition's own error comes back in
+    its TopicPartition. Such a partition was not committed, so the op must not claim it was."""
+    from confluent_kafka import KafkaError
+
+    from history import Op
+    from workloads.queue import ConfluentQueueClient
+
+    class Record:
+        def __init__(self, offset, value):
+            self._offset, self._value = offset, value
+
+        def error(self):
+            return None
+
+        def partition(self):
+            return 2
+
+        def offset(self):
+            return self._offset
+
+        def value(self):
+            return str(self._value).encode()
+
+    class Member:
+        def __init__(self, error):
+            self.error = error
+
+        def consume(self, num_messages, timeout):
+            return [Record(1818, 7681), Record(1819, 7686)]
+
+        def commit(self, offsets, asynchronous):
+            # what confluent-kafka gives back: each partition with its committed offset and its own error
+            return [Answered(tp.partition, tp.offset, self.error) for tp in offsets]
+
+    class Answered:
+        def __init__(self, partition, offset, error):
+            self.partition, self.offset, self.error = partition, offset, error
+
+    for error, committed in ((None, {"2": 1820}), (KafkaError(KafkaError.NOT_COORDINATOR), None)):
+        client = ConfluentQueueClient("queue", 4, -1, group="g")
+        client.consumer = Member(error)
+        done = client.invoke(Op(type="invoke", f="poll", process=1, value=None))
+        assert done.type == "ok" and done.value == {"2": [[1818, 7681], [1819, 7686]]}
+        assert (done.extra or {}).get("committed") == committed
+        assert committed is not None or "partition 2" in done.extra["commit_error"]
