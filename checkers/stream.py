@@ -11,7 +11,6 @@ millions of lines cannot afford.
 from __future__ import annotations
 
 from array import array
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, compress, islice
 from typing import Any, Protocol
@@ -101,34 +100,11 @@ def op_pairs(history: Sequence[Op]) -> Pairs:
 
 
 def file_pairs(history: HistoryFile) -> Pairs:
-    """The file's rows, paired as pair_stream pairs them (history/ops.py: its rule, written out here in the
-    loop that makes the rows: two generators fewer per op are a sixth of the time of a check)."""
-    open_by_process: dict[Any, int] = {}
-    waiting: deque[list[Any]] = deque()  # [invocation, completion, settled], oldest first
-    first = count = 0  # the invocation number of waiting[0]; how many invocations so far
-    for pos, d in history.rows():
-        t, p = d["type"], d["process"]
-        row = (pos, t, d["f"], p, d.get("value"), d.get("time", 0), d)
-        if t == INVOKE:
-            was = open_by_process.get(p)
-            open_by_process[p] = count
-            waiting.append([row, None, False])
-            count += 1
-            if was is None:
-                continue  # an invocation settles nothing, unless it supersedes its process's open one
-            waiting[was - first][2] = True  # superseded: it pairs with None
-        else:
-            i = open_by_process.pop(p, None)
-            if i is None:
-                continue  # a completion without an invocation is ignored
-            pair = waiting[i - first]
-            pair[1], pair[2] = row, True
-        while waiting and waiting[0][2]:
-            inv, comp, _ = waiting.popleft()
-            first += 1
-            yield inv, comp
-    for inv, comp, _ in waiting:
-        yield inv, comp
+    """The file's rows, paired by pair_stream. (A copy of its rule written out in this loop saved about
+    0.1 s of CPU per million ops, 2% of a check: not worth a second copy of the rule.)"""
+    return pair_stream((d["type"], d["process"], (pos, d["type"], d["f"], d["process"], d.get("value"),
+                                                  d.get("time", 0), d))
+                       for pos, d in history.rows())
 
 
 def small_int(v: Any) -> int | None:
