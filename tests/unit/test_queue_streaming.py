@@ -273,7 +273,7 @@ def test_a_history_beyond_32_bits_checks_alike_and_finds_its_anomalies(tmp_path,
 
 @pytest.mark.parametrize("seed", range(30))
 def test_a_files_pairs_are_pair_ops_pairs(tmp_path, seed):
-    """file_pairs writes pair_stream's rule out in its reading loop: the same pairs, in the same order, with
+    """file_pairs pairs a file's rows as pair_ops pairs its ops: the same pairs, in the same order, with
     blank lines, superseded invocations and completions without one."""
     rng = random.Random(seed)
     ops = []
