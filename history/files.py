@@ -92,8 +92,7 @@ def _op_lines(path: str, problems: list[str] | None, fh=None,
     """(line number from 0, the op's checked JSON object) for each op of a JSONL history, from `fh`'s position
     when given (line `first_line`). A final line without a newline is the trace of a writer killed mid-write:
     it is dropped if it does not parse, and said in `problems` (the op it held is missing, which the verdict
-    must know). Any other bad line raises HistoryFormatError naming it; blank lines are passed over.
-    HistoryFile.rows is the same loop, written out for speed."""
+    must know). Any other bad line raises HistoryFormatError naming it; blank lines are passed over."""
     # Line by line, not read whole: `kafkaesque check` and the Spark ingest read histories of tens of
     # millions of ops. This loop is the cost of reading one: the common case is kept to the parse and
     # _check_op's rules inline.
@@ -144,28 +143,15 @@ class HistoryFile:
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position, checked JSON object) of each op, in file order."""
-        # _op_lines's loop, written out here: a generator fewer per op is a tenth of the time of a check.
         problems: list[str] = []
         client_fs: set[str] = set()
         every, known = self.CHECKPOINT, self._firsts[-1]
         next_checkpoint = known + every - 1  # the next position after which to remember where the file is
-        path, parse, op_types = self.path, _parse, OP_TYPES
         pos = -1
-        with open(path, "rb") as fh:
-            for i, raw in enumerate(fh):
-                try:
-                    d = parse(raw)
-                except ValueError as e:
-                    d = _reparse(raw, e, i, path, problems)
-                    if d is _BLANK:
-                        continue
-                    if d is _TORN:
-                        break
-                if type(d) is not dict or not ("f" in d and d.get("type") in op_types
-                                              and (type(p := d.get("process")) is int or p == NEMESIS)):
-                    _check_op(d, i + 1, path)
+        with open(self.path, "rb") as fh:
+            for i, d in _op_lines(self.path, problems, fh):
                 pos += 1
-                if p != NEMESIS:
+                if d["process"] != NEMESIS:
                     client_fs.add(d["f"])
                 yield pos, d
                 if pos == next_checkpoint:
