@@ -6,7 +6,7 @@ exit status of the command that made the fault:
 - process_state_within: the process is gone, stopped (state T) or running, per /proc on the node
 - probe_tcp: can `src` open a TCP connection to `dst`'s port? "open", "refused" (nothing listens,
   but packets flow) or "timeout" (the packets are dropped: the cut holds)
-- node_clock_reading, node_clock_offset_s: the node's own wall clock (its state dump's time_ms) against
+- node_clock_reading: the node's own wall clock (its state dump's time_ms) against
   ours, with the reading's error bound (half the dump's round trip)
 - cached_kib: the page cache size from the node's /proc/meminfo (drop-caches)
 - net_state: the qdisc and loss rules in place on a node (the net fault)
@@ -88,12 +88,6 @@ def node_clock_reading(cluster, node: str) -> tuple[float, float] | None:
     if not state or "time_ms" not in state:
         return None
     return round(state["time_ms"] / 1000 - (t0 + t1) / 2, 3), round((t1 - t0) / 2, 3)
-
-
-def node_clock_offset_s(cluster, node: str) -> float | None:
-    """The node's wall clock minus ours (node_clock_reading without its error bound)."""
-    reading = node_clock_reading(cluster, node)
-    return reading[0] if reading else None
 
 
 def cached_kib(cluster, node: str) -> int | None:
