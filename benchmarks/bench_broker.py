@@ -15,7 +15,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,13 +22,7 @@ import threading
 import time
 
 from clusters.broker.admin import create_topic
-from clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from clusters.broker.local_cluster import broker_argv, controller_argv, free_ports, wait_until_unfenced
 
 
 def start_cluster(root: str, brokers: int, flush_policy: str,
@@ -37,8 +30,8 @@ def start_cluster(root: str, brokers: int, flush_policy: str,
     """A controller and `brokers` brokers as local processes under `root` (output in root/nodes.out), started
     and unfenced; (their processes, the bootstrap list). `extra`: more broker flags. Also used by
     bench_groups.py and bench_txn.py."""
-    cport = free_port()
-    ports = {i: free_port() for i in range(1, brokers + 1)}
+    cport, *chosen = free_ports(brokers + 1)
+    ports = dict(enumerate(chosen, start=1))
     procs = []
     cdir = os.path.join(root, "controller")
     os.makedirs(cdir)

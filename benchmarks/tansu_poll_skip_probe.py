@@ -32,13 +32,9 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from clusters.broker.local_cluster import free_port
+
 TOPIC = "probe"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_tansu(port: int, log: Path) -> subprocess.Popen:

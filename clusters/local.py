@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from clusters.base import ClusterError, ClusterSpec
+from clusters.broker.local_cluster import free_ports
 from clusters.ownership import (
     Leftover,
     RunRecord,
@@ -32,12 +33,6 @@ from clusters.reference import CONTROLLER, OWNER_ENV, ReferenceCluster
 from clusters.remote import LocalRemote
 
 __all__ = ["CONTROLLER", "LocalCluster", "cleanup_leftovers", "find_processes"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _port_free(port: int) -> bool:
@@ -125,8 +120,9 @@ class LocalCluster(ReferenceCluster):
     def _prepare_nodes(self) -> None:
         """Ports and data dirs; a subclass adds what its nodes need (namespaces, mounts)."""
         base = self.spec.base_port
+        chosen = free_ports(len(self.nodes()))
         for i, node in enumerate(self.nodes()):
-            self.ports[node] = base + i if base else free_port()
+            self.ports[node] = base + i if base else chosen[i]
             if base and not _port_free(self.ports[node]):
                 raise ClusterError(f"Port {self.ports[node]} for {node} is already in use; pick another "
                                    "--base-port or stop what listens there.")

@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from clusters.broker import rpc
-from clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
+from clusters.broker.local_cluster import broker_argv, controller_argv, free_ports, wait_until_unfenced
 
 MiB = 1024 * 1024
 HOST = "127.0.0.1"
@@ -54,12 +54,6 @@ CLUSTER_CHANGING_APIS = (19, 45)  # CreateTopics, AlterPartitionReassignments (s
 # Internal apis whose handlers change nothing: tagged requests to them may carry any field values.
 READ_ONLY_APIS = ("replica_fetch", "get_replica_log_info", "dump_state", "fetch_metadata",
                   "list_partition_reassignments")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def framed(body: bytes) -> bytes:
@@ -203,7 +197,7 @@ class FuzzTarget:
         self.root = root
         self.cap_flags = CAP_FLAGS if cap_flags is None else cap_flags
         self.secret = rpc.process_secret()  # what broker_argv and controller_argv give the children
-        self.ports = {"controller": free_port(), "broker": free_port()}
+        self.ports = dict(zip(("controller", "broker"), free_ports(2, HOST), strict=True))
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self) -> FuzzTarget:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -15,13 +14,7 @@ import pytest
 
 from clusters.broker import rpc
 from clusters.broker.admin import create_topic, dump_state
-from clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from clusters.broker.local_cluster import broker_argv, controller_argv, free_ports, wait_until_unfenced
 
 
 @dataclass
@@ -61,8 +54,8 @@ class TestCluster:
                                                self.broker_flags + self.per_broker_flags.get(i, [])))
 
     def up(self) -> TestCluster:
-        self.controller_port = free_port()
-        self.broker_ports = {i: free_port() for i in range(1, self.brokers + 1)}
+        self.controller_port, *ports = free_ports(self.brokers + 1)
+        self.broker_ports = dict(enumerate(ports, start=1))
         self.start_controller()
         for i in self.broker_ports:
             self.start_broker(i)

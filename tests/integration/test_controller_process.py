@@ -9,15 +9,9 @@ import pytest
 
 from clusters.broker import rpc
 from clusters.broker.admin import dump_state
-from clusters.broker.local_cluster import controller_argv
+from clusters.broker.local_cluster import controller_argv, free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(port, data_dir):

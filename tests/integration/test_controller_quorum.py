@@ -19,10 +19,10 @@ from clusters.broker.local_cluster import (
     active_controller_state,
     broker_argv,
     controller_argv,
+    free_ports,
     quorum_spec,
     wait_until_unfenced,
 )
-from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +32,9 @@ HOST = "127.0.0.1"
 class Quorum:
     def __init__(self, root):
         self.root = root
-        self.cports = {CONTROLLER_ID + j: free_port() for j in range(3)}
-        self.bports = {i: free_port() for i in (1, 2, 3)}
+        ports = free_ports(6)
+        self.cports = {CONTROLLER_ID + j: ports[j] for j in range(3)}
+        self.bports = {i: ports[2 + i] for i in (1, 2, 3)}
         self.procs: dict[str, subprocess.Popen] = {}
 
     def spawn(self, name, argv):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from checkers.queue import ANOMALY_TYPES, SUBSCRIBE_ANOMALY_TYPES
+from clusters.broker.local_cluster import free_ports
 from harness.runner import analyze_history
 from harness.spec import TestSpec
 from history import HistoryWriter, Op, read_history
@@ -274,12 +274,6 @@ def test_summarize_aggregates_by_cell_latency_and_recovery(store, warehouse, tmp
     assert {c["fault"] for c in s["recovery"]["cells"]} >= {"kill", "pause", "partition"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def standalone_master(tmp_path):
     """A Spark standalone master and two 1-core, 512 MB workers from pyspark's own distribution, on loopback."""
@@ -291,7 +285,7 @@ def standalone_master(tmp_path):
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
            "SPARK_WORKER_DIR": str(tmp_path / "work"), "SPARK_LOG_DIR": str(tmp_path / "logs")}
-    port = _free_port()
+    port, master_ui, *worker_ui = free_ports(4)
     url = f"spark://127.0.0.1:{port}"
     procs = []
 
@@ -302,10 +296,10 @@ def standalone_master(tmp_path):
 
     try:
         spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(_free_port()))
+              "--webui-port", str(master_ui))
         for i in (1, 2):
             spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-                  "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / f"work-{i}"),
+                  "--memory", "1g", "--webui-port", str(worker_ui[i - 1]), "--work-dir", str(tmp_path / f"work-{i}"),
                   url)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

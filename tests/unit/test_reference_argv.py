@@ -101,3 +101,17 @@ def test_one_controller_has_no_quorum_flag(tmp_path):
     c = PathsOnly(ClusterSpec(brokers=3), str(tmp_path))
     assert parsed(c, CONTROLLER).quorum is None
     assert parsed(c, "broker-1").controller == "10.0.0.1:9000"
+
+
+def test_ports_asked_for_together_are_distinct_and_bindable():
+    """CI once gave two brokers of one test cluster the same port: asked one at a time, the kernel may hand a
+    just-closed port out again. free_ports keeps every socket bound until all are chosen."""
+    import socket
+
+    from clusters.broker.local_cluster import free_ports
+
+    ports = free_ports(40)
+    assert len(set(ports)) == 40
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # each is free again once chosen
