@@ -44,6 +44,7 @@ data-loss event) is the replica checker's question (checkers/replicas.py).
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
 from array import array
 from collections import defaultdict
@@ -92,10 +93,12 @@ EXPLANATIONS = {
                   "read past it, and none of them ever read it (a consumer resumed beyond its group's committed "
                   "offset, or a commit ran ahead of what was read). Reading a record again is allowed "
                   "(at-least-once); never reading it is not.",
-    "lost-commit": "The consumer group resumed a partition below an offset it had committed: the commit was "
-                   "acknowledged before this poll began, yet a member took the partition up again from an earlier "
-                   "offset, so the coordinator lost the acknowledged commit (at-least-once allows reading again "
-                   "from the last committed offset, not from before it).",
+    "lost-commit": "The consumer group resumed a partition below every offset it could have had committed: a "
+                   "member assigned the partition first read it below each commit the coordinator could have held "
+                   "as its latest when the assignment was made (acknowledged before it and not followed by a later "
+                   "acknowledged commit, or failed without a definite answer), so the coordinator lost an "
+                   "acknowledged commit (at-least-once allows reading again from the last committed offset, not "
+                   "from before it).",
 }
 GAP_EXPLANATION = ("A consumer's successive reads of a partition jumped over offsets that no send was "
                    "acknowledged at and no read returned: a Kafka log may lack records there (transaction "
@@ -278,6 +281,54 @@ class _Jumps:
         self.starts, self.ends, self.before, self.after = array("q"), array("q"), array("q"), array("q")
 
 
+# Commit errors that say the coordinator refused the commit before writing it (Kafka's GroupCoordinator answers
+# them from the group's state). Any other error (a timeout, a lost connection, NOT_COORDINATOR or
+# COORDINATOR_NOT_AVAILABLE, which a coordinator also answers to a commit it appended but lost the leadership
+# of before the append committed) may hide a commit that was applied.
+DEFINITE_COMMIT_ERRORS = ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS",
+                          "COORDINATOR_LOAD_IN_PROGRESS", "FENCED_INSTANCE_ID", "GROUP_AUTHORIZATION_FAILED",
+                          "OFFSET_METADATA_TOO_LARGE", "INVALID_COMMIT_OFFSET_SIZE", "_NO_OFFSET",
+                          "CommitFailedError", "IllegalGenerationError", "UnknownMemberIdError",
+                          "RebalanceInProgressError", "GroupLoadInProgressError", "CoordinatorLoadInProgressError")
+
+
+def commit_error_is_definite(error: str) -> bool:
+    """Whether a subscribe-mode poll's commit_error (the client's text, one error per failed partition) says
+    for every partition that the commit was refused, not applied."""
+    parts = [p for p in str(error).split("; ") if p]
+    return bool(parts) and all(any(name in p for name in DEFINITE_COMMIT_ERRORS) for p in parts)
+
+
+class _CommitBounds:
+    """One partition's commits in one era, ordered for `lowest_candidate` (_judge_lost_commits has the rule)."""
+
+    def __init__(self, commits: list[tuple[Any, Any, int, int, Any]]):
+        acked = sorted((c for c in commits if c[1] is not None), key=lambda c: c[1])
+        self.acked = acked
+        self.acked_at = [c[1] for c in acked]
+        self.latest_begin = list(itertools.accumulate((c[0] for c in acked), max))  # by acknowledgement order
+        self.longest = max((c[1] - c[0] for c in acked), default=0)
+        unknown = sorted((c for c in commits if c[1] is None), key=lambda c: c[0])
+        self.unknown_begun = [c[0] for c in unknown]
+        # the lowest of the indefinite commits begun so far, by beginning
+        self.unknown_lowest = list(itertools.accumulate(unknown, lambda a, b: b if b[2] < a[2] else a))
+
+    def lowest_candidate(self, a: Any) -> tuple[Any, Any, int, int, Any] | None:
+        """The lowest-offset commit the coordinator could hold as its latest at time `a`, or None."""
+        before = bisect.bisect_left(self.acked_at, a)  # acknowledged before a: [0, before)
+        followed_until = self.latest_begin[before - 1] if before else None
+        lo = bisect.bisect_left(self.acked_at, followed_until) if followed_until is not None else 0
+        hi = bisect.bisect_left(self.acked_at, a + self.longest + 1)  # begun before a: acknowledged by then
+        best = None
+        for c in islice(self.acked, lo, hi):
+            if c[0] < a and (best is None or c[2] < best[2]):
+                best = c
+        k = bisect.bisect_left(self.unknown_begun, a)
+        if k and (best is None or self.unknown_lowest[k - 1][2] < best[2]):
+            best = self.unknown_lowest[k - 1]
+        return best
+
+
 class QueueCheck:
     """The queue checker as a stream: `feed` each (invocation, completion) pair of rows in invocation order
     (checkers/stream.py), then `result`. What it keeps per record is a few columns (OffsetValues, _Acked,
@@ -314,10 +365,17 @@ class QueueCheck:
         # has millions of them.
         self.jumps: dict[tuple[int, int], _Jumps] = {}
         self.group_read: dict[tuple[int, int], set[int]] = defaultdict(set)  # subscribe: offsets the group read
-        # subscribe mode: (key, era) -> [(completion time, committed offset, the poll's position, its process)],
-        # and the polls at which a member took a partition up from the group's offset rather than its own
-        self.commits: dict[tuple[int, int], list[tuple[Any, int, int, Any]]] = defaultdict(list)
-        self.resumes: list[tuple[Any, Any, int, int, int, int]] = []  # (time, process, era, comp, key, first)
+        # subscribe mode: (key, era) -> [(the poll's invocation time, its completion time if the commit was
+        # acknowledged, else None (it may still have been applied), committed offset, the poll's position, its
+        # process)]; the assignment each member's next read of a partition follows ((process, key) -> the
+        # invocation time and position of the op whose rebalance log assigned it); and the reads that took a
+        # partition up after an assignment: (assignment time, process, era, read's position, key, first offset,
+        # assignment's position)
+        self.commits: dict[tuple[int, int], list[tuple[Any, Any, int, int, Any]]] = defaultdict(list)
+        self.assigned: dict[tuple[Any, int], tuple[Any, int]] = {}
+        self.ever_assigned: set[tuple[Any, int]] = set()
+        self.unassigned_takeups: set[tuple[Any, int]] = set()  # read with no assignment on record: not judged
+        self.resumes: list[tuple[Any, Any, int, int, int, int, int]] = []
 
     def era(self, time: Any) -> int:
         return 1 if self.cutoff is not None and time >= self.cutoff else 0
@@ -328,6 +386,8 @@ class QueueCheck:
         f = inv[F]
         t = comp[TYPE] if comp is not None else INFO
         self.outcomes[(f, t)] += 1
+        if self.subscribe and comp is not None and comp[EXTRA] and "rebalance_log" in comp[EXTRA]:
+            self._assignments(inv, comp)
         if f == "send":
             v = inv[VALUE]
             if type(v) is list and len(v) == 2 and type(value := v[1]) is not list:  # written's common case
@@ -359,8 +419,7 @@ class QueueCheck:
         e = 0 if self.cutoff is None else self.era(comp[TIME])
         group_poll = self.subscribe and f == "poll"
         if group_poll:
-            for k, committed in ((comp[EXTRA] or {}).get("committed") or {}).items():
-                self.commits[(int(k), e)].append((comp[TIME], int(committed), pos, process))
+            self._commits(inv, comp, e)
         seq = inv[POS] << SEQ_BITS
         # this era's partitions, and where this process last read each of them
         seen_in = self.seen_in[e]
@@ -369,8 +428,12 @@ class QueueCheck:
             last = self.last_offset[e][process] = {}
         for key, recs in poll_items(f, comp[VALUE]):
             prev = last.get(key)
-            if group_poll and recs and (prev is None or int(recs[0][0]) != prev[0] + 1):
-                self.resumes.append((inv[TIME], process, e, pos, key, int(recs[0][0])))
+            if group_poll and recs:
+                assignment = self.assigned.pop((process, key), None)
+                if assignment is not None:
+                    self.resumes.append((assignment[0], process, e, pos, key, int(recs[0][0]), assignment[1]))
+                elif (process, key) not in self.ever_assigned:
+                    self.unassigned_takeups.add((process, key))
             if not recs:
                 continue  # nothing read: no position to remember
             seen = seen_in.get(key)
@@ -491,6 +554,9 @@ class QueueCheck:
             reasons.append(say("no-final-read", partitions=sorted(uncovered)))
         if not acked:
             reasons.append(NO_ACKNOWLEDGED_SEND)
+        if self.subscribe and self.unassigned_takeups:
+            stats["takeups-without-assignment"] = len(self.unassigned_takeups)
+            reasons.append(say("no-assignment-log", count=len(self.unassigned_takeups)))
         valid: Any = False if anomalies else UNKNOWN if reasons else True
         stats = dict(stats)
         stats.update({f"{n}-count": found.counts[n] for n in ANOMALY_TYPES})
@@ -625,23 +691,63 @@ class QueueCheck:
                         "proof": by.to_dict()}
                 self.found.add("group-skip", skip)
 
+    def _assignments(self, inv: Row, comp: Row) -> None:
+        """A rebalance log (workloads/queue.py): the partitions it assigned are taken up at the group's committed
+        offsets, fetched after the assignment, so after this op's invocation."""
+        for entry in comp[EXTRA]["rebalance_log"] or ():
+            if isinstance(entry, dict) and entry.get("type") == "assigned":
+                for k in entry.get("keys") or ():
+                    self.assigned[(inv[PROCESS], int(k))] = (inv[TIME], comp[POS])
+                    self.ever_assigned.add((inv[PROCESS], int(k)))
+
+    def _commits(self, inv: Row, comp: Row, e: int) -> None:
+        """The commit a subscribe-mode poll made of what it read: acknowledged ("committed"), failed for certain
+        (a definite error: never applied, so not kept), or failed otherwise (it may have been applied, at any
+        time after the poll began)."""
+        extra = comp[EXTRA] or {}
+        committed = extra.get("committed") or {}
+        for k, offset in committed.items():
+            self.commits[(int(k), e)].append((inv[TIME], comp[TIME], int(offset), comp[POS], inv[PROCESS]))
+        error = extra.get("commit_error")
+        if error is None or commit_error_is_definite(error):
+            return
+        # what the poll committed is the next offset of each partition it read (workloads/queue.py); older
+        # histories do not say which partitions failed
+        attempted = extra.get("commit_offsets") or {k: recs[-1][0] + 1 for k, recs in poll_items("poll", comp[VALUE])
+                                                    if recs and k not in committed}
+        for k, offset in attempted.items():
+            self.commits[(int(k), e)].append((inv[TIME], None, int(offset), comp[POS], inv[PROCESS]))
+
     def _judge_lost_commits(self) -> None:
-        """Subscribe mode: a member that takes a partition up (its first read of it, or a read not following
-        its own last one) starts from the group's committed offset, which is at least every commit of the
-        partition acknowledged before its poll began: starting below one is a lost-commit. Commits and polls
-        are compared within their era (a fault beyond the budget may take acknowledged commits back)."""
-        for time, process, e, comp, key, first in self.resumes:
-            before = [c for c in self.commits.get((key, e), ()) if c[0] < time]
-            if not before:
+        """Subscribe mode: a member takes an assigned partition up at the group's committed offset, which the
+        client fetches after the assignment (inside the op whose rebalance log shows it, so after that op
+        began: time A). The coordinator then holds one of the commits that could be its latest at A: an
+        acknowledged commit whose poll began before A and that no commit acknowledged before A followed in real
+        time (began after it was acknowledged), or a commit that failed indefinitely and began before A. The
+        member's first read of the partition starting below all of them is a lost-commit: the coordinator lost
+        every commit it could have held. Commits and reads are compared within their era (a fault beyond the
+        budget may take acknowledged commits back). Commits may go backwards (a member redelivering from an
+        older committed offset commits it again), which is why the bound is the lowest candidate, not the
+        highest commit."""
+        bounds: dict[tuple[int, int], _CommitBounds] = {}
+        for a_time, process, e, read_pos, key, first, assign_pos in self.resumes:
+            commits = self.commits.get((key, e))
+            if not commits:
                 continue
-            _, committed, by, by_process = max(before, key=lambda c: c[1])
-            if first < committed:
-                self.found.add("lost-commit", lambda process=process, key=key, first=first, committed=committed,
-                               by=by, by_process=by_process, comp=comp: {
-                    "key": key, "process": process, "offset": first, "committed": committed,
-                    "summary": f"process {process} took partition {key} up at offset {first}, though the group's "
-                               f"commit of offset {committed} had been acknowledged (to process {by_process}) before",
-                    "reads": [self.op_at(by).to_dict(), self.op_at(comp).to_dict()]})
+            bound = bounds.get((key, e)) or bounds.setdefault((key, e), _CommitBounds(commits))
+            lowest = bound.lowest_candidate(a_time)
+            if lowest is None or first >= lowest[2]:
+                continue
+            self.found.add("lost-commit", lambda process=process, key=key, first=first, lowest=lowest,
+                           read_pos=read_pos, assign_pos=assign_pos: {
+                "key": key, "process": process, "offset": first, "committed": lowest[2],
+                "summary": f"process {process} was assigned partition {key} in op {self.op_at(assign_pos).index} and "
+                           f"first read it at offset {first}, though every commit the coordinator could have held "
+                           f"then was at offset {lowest[2]} or above (the lowest: process {lowest[4]}'s, "
+                           + ("acknowledged before the assignment)" if lowest[1] is not None
+                              else "which failed without a definite answer)"),
+                "reads": [self.op_at(lowest[3]).to_dict(), self.op_at(assign_pos).to_dict(),
+                          self.op_at(read_pos).to_dict()]})
 
     def _lost_writes(self) -> tuple[set[int], list[dict[str, Any]]]:
         """Acknowledged sends that did not survive, in invocation order; the keys no final read covered, and

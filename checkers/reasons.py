@@ -39,6 +39,10 @@ REASONS: dict[str, CannotDecide] = {r.code: r for r in (
                  "cannot be known", {"partitions": [1, 3]}),
     CannotDecide("no-committed-transaction", "progress",
                  "no send, poll or transaction completed ok, so no committed data can be judged", {}),
+    CannotDecide("no-assignment-log", "checker inputs",
+                 "consumer group members took up partitions {count} time(s) with no assignment of them on record "
+                 "(the op's rebalance_log; histories written before the queue workload logged rebalances lack it), "
+                 "so whether the group lost a committed offset cannot be judged", {"count": 3}),
     CannotDecide("no-acknowledged-send-at-all", "progress",
                  "no send was acknowledged, so no acknowledged write could be lost: the history never tested what "
                  "the queue checker exists to judge", {}),

@@ -36,7 +36,9 @@ Reads change nothing, so a failed poll is "fail".
 
 Option `queue_mode` "subscribe" (with `group`): the consumers join one consumer group instead of each
 assigning every partition, and commit, synchronously, what each poll read (the poll's completion carries
-"committed": {"<key>": next offset}, or "commit_error"; the records read stand either way). Option
+"committed": {"<key>": next offset}, or "commit_error" with "commit_offsets"; the records read stand either
+way), and every completion carries the rebalances the consumer went through during the op ("rebalance_log":
+[{"keys": [...], "type": "assigned"|"revoked"}], as the txn workload's). Option
 `crash_clients_interval_s`: `crash` ops (invoke null, completion info) drop a process's clients without
 closing them (no commit, and with confluent-kafka no leave-group either); the worker goes on as a fresh
 process whose consumer resumes from its group's committed offsets. The queue checker then judges the
@@ -83,8 +85,18 @@ class _QueueClient:
         self.producer = None
         self.consumer = None
         self.bootstrap = ""
+        # subscribe mode: the rebalances the consumer went through since the last completion (the client
+        # library calls back from inside a poll), as the txn workload's rebalance_log
+        self.rebalances: list[dict[str, Any]] = []
 
     def invoke(self, op: Op) -> Op:
+        comp = self._invoke(op)
+        if self.rebalances:
+            comp.extra = {**(comp.extra or {}), "rebalance_log": self.rebalances}
+            self.rebalances = []
+        return comp
+
+    def _invoke(self, op: Op) -> Op:
         if op.f == "send":
             return self._send(op)
         if op.f == "poll":
@@ -95,6 +107,11 @@ class _QueueClient:
             self.crash()
             return _completion(op, INFO, None, error="crashed")
         raise ValueError(f"unknown queue op {op.f!r}")
+
+    def journal(self, kind: str, partitions: list[int]) -> None:
+        """A rebalance callback: the checker judges a member's first read of an assigned partition against the
+        commits acknowledged before the op it was assigned in (checkers/queue.py, lost-commit)."""
+        self.rebalances.append({"keys": sorted(partitions), "type": kind})
 
     def crash(self) -> None:
         """Drop the clients without a clean shutdown: no offset commit (a restarted consumer resumes from its
@@ -135,7 +152,18 @@ class KafkaPythonQueueClient(_QueueClient):
                 session_timeout_ms=6000, heartbeat_interval_ms=1000,
                 reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500)
             if self.group is not None:
-                self.consumer.subscribe([self.topic])
+                from kafka import ConsumerRebalanceListener
+
+                client = self
+
+                class Journal(ConsumerRebalanceListener):
+                    def on_partitions_revoked(self, revoked):
+                        client.journal("revoked", [tp.partition for tp in revoked])
+
+                    def on_partitions_assigned(self, assigned):
+                        client.journal("assigned", [tp.partition for tp in assigned])
+
+                self.consumer.subscribe([self.topic], listener=Journal())
             else:
                 tps = [TopicPartition(self.topic, k) for k in range(self.partitions)]
                 self.consumer.assign(tps)
@@ -170,7 +198,8 @@ class KafkaPythonQueueClient(_QueueClient):
             self.consumer.commit({TopicPartition(self.topic, int(k)): OffsetAndMetadata(o, "", -1)
                                   for k, o in committed.items()})
         except Exception as e:  # noqa: BLE001
-            return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300]})
+            return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300],
+                                                   "commit_offsets": committed})
         return _completion(op, OK, out, extra={"committed": committed})
 
     def crash(self) -> None:
@@ -303,7 +332,9 @@ class ConfluentQueueClient(_QueueClient):
                                           "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
                                           "log_level": 0})
                 if self.group is not None:
-                    self.consumer.subscribe([self.topic])
+                    self.consumer.subscribe([self.topic],
+                                            on_assign=lambda _c, tps: self.journal("assigned", [tp.partition for tp in tps]),
+                                            on_revoke=lambda _c, tps: self.journal("revoked", [tp.partition for tp in tps]))
                 else:
                     self.consumer.assign([TopicPartition(self.topic, k, 0) for k in range(self.partitions)])
             msgs = self.consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
@@ -321,13 +352,18 @@ class ConfluentQueueClient(_QueueClient):
             answered = self.consumer.commit(offsets=[TopicPartition(self.topic, int(k), o)
                                                      for k, o in committed.items()], asynchronous=False)
         except Exception as e:  # noqa: BLE001
-            return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300]})
+            return _completion(op, OK, out, extra={"commit_error": f"{type(e).__name__}: {e}"[:300],
+                                                   "commit_offsets": committed})
         # A synchronous commit raises for the request; each partition's own error comes back in its
         # TopicPartition, and such a partition was not committed
         failed = [tp for tp in answered or [] if tp.error is not None]
         if failed:
-            return _completion(op, OK, out, extra={"commit_error": "; ".join(
-                f"partition {tp.partition}: {tp.error}" for tp in failed)[:300]})
+            refused = {str(tp.partition) for tp in failed}
+            extra = {"commit_error": "; ".join(f"partition {tp.partition}: {tp.error}" for tp in failed)[:300],
+                     "commit_offsets": {k: o for k, o in committed.items() if k in refused}}
+            if len(refused) < len(committed):
+                extra["committed"] = {k: o for k, o in committed.items() if k not in refused}
+            return _completion(op, OK, out, extra=extra)
         return _completion(op, OK, out, extra={"committed": committed})
 
     def crash(self) -> None:

@@ -23,6 +23,7 @@ def generate(seed: int, n_ops: int = 60, keys: int = 2, processes: int = 4,
     busy_until = [0.0] * processes
     pid = list(range(processes))
     value = 0
+    polled: set[int] = set()  # subscribe: processes that have polled (been assigned their partitions)
     t = 0.0
     tick = 0
 
@@ -66,7 +67,13 @@ def generate(seed: int, n_ops: int = 60, keys: int = 2, processes: int = 4,
                     out[str(k)] = recs
                     positions[p][k] = recs[-1][0] + 1
                     committed[str(k)] = recs[-1][0] + 1
-            extra = {"committed": committed} if subscribe and committed else None
+            extra: dict[str, Any] | None = None
+            if subscribe:
+                extra = {"committed": committed} if committed else {}
+                if pid[p] not in polled:  # a member's first poll: the group assigns it every partition
+                    polled.add(pid[p])
+                    extra["rebalance_log"] = [{"keys": list(range(keys)), "type": "assigned"}]
+                extra = extra or None
             at(end, Op("ok" if rng.random() < 0.95 else "fail", "poll", pid[p], out,
                        extra=extra))
         busy_until[p] = end
@@ -173,4 +180,4 @@ def _inject(rng: random.Random, ops: list[Op], anomaly: str, max_value: int) -> 
                 final.value[1] += 1
     elif anomaly == "committed-rewind" and polls:
         poll = rng.choice(polls)
-        poll.extra = {"committed": {k: v[-1][0] + 5 for k, v in poll.value.items() if v}}
+        poll.extra = {**(poll.extra or {}), "committed": {k: v[-1][0] + 5 for k, v in poll.value.items() if v}}

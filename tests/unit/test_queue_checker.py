@@ -244,12 +244,35 @@ def test_the_queue_values_read_every_shape_of_the_schema_once():
 
 
 # --- subscribe mode: the consumers are one group (workloads/queue.py queue_mode "subscribe") -------------
+def group_poll(h: H, p, records_by_key, assigned=(), committed=None, commit_error=None, commit_offsets=None,
+               invoke=True, complete=True) -> H:
+    """A subscribe-mode poll: its completion carries the partitions the rebalance assigned during it, and the
+    commit the workload made of what it read. invoke/complete: add only one half (to interleave ops)."""
+    if invoke:
+        h._add("invoke", "poll", p, None)
+    if complete:
+        extra = {}
+        if assigned:
+            extra["rebalance_log"] = [{"keys": sorted(assigned), "type": "assigned"}]
+        if committed is not None:
+            extra["committed"] = {str(k): o for k, o in committed.items()}
+        if commit_error is not None:
+            extra["commit_error"] = commit_error
+            if commit_offsets is not None:
+                extra["commit_offsets"] = {str(k): o for k, o in commit_offsets.items()}
+        h.ops.append(Op("ok", "poll", p, {str(k): v for k, v in records_by_key.items()}, time=len(h.ops) * 1000,
+                        index=len(h.ops), extra=extra or None))
+    return h
+
+
 def group_history() -> H:
     """Process 1 reads offsets 0-1 and crashes; process 6 (its worker's next process) resumes at the
     group's committed offset 2; process 2 took partition 1 in a rebalance and read it from 0."""
-    return (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3).send(0, 1, 20, 0)
-            .poll(1, {0: [[0, 10], [1, 11]]}).poll(6, {0: [[2, 12], [3, 13]]}).poll(2, {1: [[0, 20]]})
-            .final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]).final(9, 1, 1, [[0, 20]]))
+    h = H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3).send(0, 1, 20, 0)
+    group_poll(h, 1, {0: [[0, 10], [1, 11]]}, assigned=[0])
+    group_poll(h, 6, {0: [[2, 12], [3, 13]]}, assigned=[0])
+    group_poll(h, 2, {1: [[0, 20]]}, assigned=[1])
+    return h.final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]).final(9, 1, 1, [[0, 20]])
 
 
 def test_a_group_whose_members_together_read_every_offset_is_valid():
@@ -259,7 +282,8 @@ def test_a_group_whose_members_together_read_every_offset_is_valid():
 
 def test_a_restarted_consumer_reading_again_from_its_committed_offset_is_allowed():
     # process 6 crashed before its commit of offset 4: process 11 reads 2-3 again (at-least-once) and goes back
-    h = group_history().poll(11, {0: [[2, 12], [3, 13]]}).poll(6, {0: [[1, 11]]})
+    h = group_poll(group_history(), 11, {0: [[2, 12], [3, 13]]}, assigned=[0])
+    h = h.poll(6, {0: [[1, 11]]})
     r = check_queue(h.ops, subscribe=True)
     assert r.valid is True and not r.anomalies
     assert r.stats["subscribe-rewinds"] == 1
@@ -267,9 +291,9 @@ def test_a_restarted_consumer_reading_again_from_its_committed_offset_is_allowed
 
 def test_a_restarted_consumer_that_resumes_past_the_committed_offset_is_a_group_skip():
     # process 1 read 0-1 and committed 2; its successor resumed at 3: nobody in the group ever read offset 2
-    h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3)
-         .poll(1, {0: [[0, 10], [1, 11]]}).poll(6, {0: [[3, 13]]})
-         .final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]))
+    h = H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3)
+    group_poll(h, 1, {0: [[0, 10], [1, 11]]}, assigned=[0], committed={0: 2})
+    group_poll(h, 6, {0: [[3, 13]]}, assigned=[0]).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
     r = check_queue(h.ops, subscribe=True)
     assert r.valid is False and names(r) == {"group-skip"}
     (ex,) = r.anomalies[0].examples
@@ -277,14 +301,13 @@ def test_a_restarted_consumer_that_resumes_past_the_committed_offset_is_a_group_
 
 
 def test_offsets_past_everything_the_group_read_are_not_a_skip():
-    h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).poll(1, {0: [[0, 10]]})
-         .final(9, 0, 2, [[0, 10], [1, 11]]))
-    assert check_queue(h.ops, subscribe=True).valid is True
+    h = group_poll(H().send(0, 0, 10, 0).send(0, 0, 11, 1), 1, {0: [[0, 10]]}, assigned=[0])
+    assert check_queue(h.final(9, 0, 2, [[0, 10], [1, 11]]).ops, subscribe=True).valid is True
 
 
 def test_a_jump_over_a_marker_offset_is_no_group_skip():
-    h = (H().send(0, 0, 10, 0).send(0, 0, 12, 2).poll(1, {0: [[0, 10]]}).poll(6, {0: [[2, 12]]})
-         .final(9, 0, 3, [[0, 10], [2, 12]]))
+    h = group_poll(H().send(0, 0, 10, 0).send(0, 0, 12, 2), 1, {0: [[0, 10]]}, assigned=[0])
+    h = group_poll(h, 6, {0: [[2, 12]]}, assigned=[0]).final(9, 0, 3, [[0, 10], [2, 12]])
     assert check_queue(h.ops, subscribe=True).valid is True
 
 
@@ -292,46 +315,150 @@ def test_outside_subscribe_mode_the_same_jump_is_a_poll_skip_of_one_consumer():
     h = (H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2)
          .poll(1, {0: [[0, 10]]}).poll(1, {0: [[2, 12]]}).final(9, 0, 3, [[0, 10], [1, 11], [2, 12]]))
     assert names(check_queue(h.ops)) == {"poll-skip"}
+    h.ops[5].extra = {"rebalance_log": [{"keys": [0], "type": "assigned"}]}
     assert names(check_queue(h.ops, subscribe=True)) == {"group-skip"}
 
 
-# --- lost-commit: the group resumes below an acknowledged commit (offsets-commit-acks-1's fail-over) --------
-def committed_poll(h: H, p, records_by_key, committed) -> H:
-    """A subscribe-mode poll whose completion carries the commit the workload made of what it read."""
-    h._add("invoke", "poll", p, None)
-    h.ops.append(Op("ok", "poll", p, {str(k): v for k, v in records_by_key.items()}, time=len(h.ops) * 1000,
-                    index=len(h.ops), extra={"committed": {str(k): o for k, o in committed.items()}}))
-    return h
+def test_a_group_history_without_assignments_on_record_cannot_be_judged_for_lost_commits():
+    # a history from before the workload logged rebalances: no lost-commit can be proven or ruled out
+    h = H().send(0, 0, 10, 0).send(0, 0, 11, 1).poll(1, {0: [[0, 10], [1, 11]]}).final(9, 0, 2, [[0, 10], [1, 11]])
+    r = check_queue(h.ops, subscribe=True)
+    assert r.valid == "unknown" and not r.anomalies
+    assert "no assignment of them on record" in r.unknown_reasons[0]
+    assert r.stats["takeups-without-assignment"] == 1
 
 
+# --- lost-commit: the group resumes below every commit it could hold (offsets-commit-acks-1's fail-over) ----
 def four_records() -> H:
     return H().send(0, 0, 10, 0).send(0, 0, 11, 1).send(0, 0, 12, 2).send(0, 0, 13, 3)
 
 
+FINAL = [[0, 10], [1, 11], [2, 12], [3, 13]]
+
+
 def test_a_member_resuming_below_an_acknowledged_commit_is_a_lost_commit():
-    # process 1 read 0-2 and its commit of 3 was acknowledged; its successor was given offset 1 by the group
-    h = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, {0: 3})
-    h = h.poll(6, {0: [[1, 11], [2, 12], [3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
+    # process 1 read 0-2 and its commit of 3 was acknowledged; its successor, assigned after, was given offset 1
+    h = group_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    h = group_poll(h, 6, {0: [[1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
     r = check_queue(h.ops, subscribe=True)
     assert r.valid is False and names(r) == {"lost-commit"}
     (ex,) = r.anomalies[0].examples
     assert (ex["key"], ex["offset"], ex["committed"], ex["process"]) == (0, 1, 3, 6)
+    assert [op["index"] for op in ex["reads"]] == [9, 11, 11]  # the commit's poll, the assignment's, the read
+
+
+def test_a_member_reassigned_its_own_partition_and_reading_on_below_the_group_commit_is_a_lost_commit():
+    # process 1 read 0, process 2 took the partition and committed 3; process 1 got it back and read on at 1:
+    # its next offset, but the group's was 3
+    h = group_poll(four_records(), 1, {0: [[0, 10]]}, assigned=[0], committed={0: 1})
+    h = group_poll(h, 2, {0: [[1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    h = group_poll(h, 1, {0: [[1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    assert names(check_queue(h.ops, subscribe=True)) == {"lost-commit"}
 
 
 def test_resuming_at_the_committed_offset_or_below_an_unacknowledged_commit_is_at_least_once():
-    at = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, {0: 3})
-    at = at.poll(6, {0: [[3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
+    at = group_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    at = group_poll(at, 6, {0: [[3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
     assert check_queue(at.ops, subscribe=True).valid is True
-    # the commit failed (no "committed" on the completion): reading 1-3 again is the at-least-once redelivery
-    unacked = four_records().poll(1, {0: [[0, 10], [1, 11], [2, 12]]}).poll(6, {0: [[1, 11], [2, 12], [3, 13]]})
-    assert check_queue(unacked.final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]]).ops, subscribe=True).valid is True
+    # the commit was refused (no "committed" on the completion): reading 1-3 again is the at-least-once redelivery
+    unacked = group_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0],
+                         commit_error="CommitFailedError: the group has already rebalanced")
+    unacked = group_poll(unacked, 6, {0: [[1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    assert check_queue(unacked.ops, subscribe=True).valid is True
+
+
+def test_a_commit_acknowledged_after_the_assignment_began_does_not_bind_the_new_owner():
+    # The false lost-commit of run detection-txn-group-default/20261126T085044: process 2 was assigned the
+    # partition (and fetched the group's offset, 1) in a poll that began before process 1's commit of 3 was
+    # acknowledged; the classic protocol lets a member commit a partition it no longer owns.
+    h = group_poll(four_records(), 1, {0: [[0, 10]]}, assigned=[0], committed={0: 1})
+    group_poll(h, 1, {0: [[1, 11], [2, 12]]}, complete=False)
+    group_poll(h, 2, {}, assigned=[0], complete=False)
+    group_poll(h, 1, {0: [[1, 11], [2, 12]]}, committed={0: 3}, invoke=False)
+    group_poll(h, 2, {}, assigned=[0], invoke=False)
+    h = group_poll(h, 2, {0: [[1, 11], [2, 12], [3, 13]]}).final(9, 0, 4, FINAL)
+    r = check_queue(h.ops, subscribe=True)
+    assert r.valid is True and not r.anomalies
+    # the same commit acknowledged before the assignment's poll began binds it
+    h = group_poll(four_records(), 1, {0: [[0, 10]]}, assigned=[0], committed={0: 1})
+    group_poll(h, 1, {0: [[1, 11], [2, 12]]}, committed={0: 3})
+    h = group_poll(h, 2, {0: [[1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    assert names(check_queue(h.ops, subscribe=True)) == {"lost-commit"}
+
+
+def test_a_later_lower_commit_is_the_group_offset_and_no_lost_commit():
+    # process 1 committed 3; process 2, assigned before that commit, re-read 1 and committed 2 after it: the
+    # group's offset is 2, and process 6 (assigned after both) starting at 2 loses nothing
+    h = group_poll(four_records(), 2, {}, assigned=[0])
+    group_poll(h, 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    group_poll(h, 2, {0: [[1, 11]]}, committed={0: 2})
+    h = group_poll(h, 6, {0: [[2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    r = check_queue(h.ops, subscribe=True)
+    assert r.valid is True and not r.anomalies
+    # starting below the lower commit too is a lost-commit
+    h = group_poll(four_records(), 2, {}, assigned=[0])
+    group_poll(h, 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    group_poll(h, 2, {0: [[1, 11]]}, committed={0: 2})
+    h = group_poll(h, 6, {0: [[1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    (a,) = check_queue(h.ops, subscribe=True).anomalies
+    assert a.name == "lost-commit" and a.examples[0]["committed"] == 2
+
+
+def test_a_commit_that_failed_without_a_definite_answer_may_be_the_group_offset():
+    # process 1's commit of 3 was acknowledged; process 2 (assigned the partition before it) then read offset 0
+    # again and its commit of 1 timed out: it may have been applied
+    def history(error):
+        h = group_poll(four_records(), 2, {}, assigned=[0])
+        group_poll(h, 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+        group_poll(h, 2, {0: [[0, 10]]}, commit_error=error, commit_offsets={0: 1})
+        return group_poll(h, 6, {0: [[1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    assert check_queue(history("KafkaException: KafkaError{code=_TIMED_OUT}").ops, subscribe=True).valid is True
+    # refused with a definite error, it was never applied: the group's offset was 3
+    assert names(check_queue(history("partition 0: KafkaError{code=ILLEGAL_GENERATION}").ops,
+                             subscribe=True)) == {"lost-commit"}
+
+
+def test_a_commit_in_flight_when_the_assignment_began_may_be_the_group_offset():
+    # process 2 (assigned before process 1's commit of 3) re-read offset 0; its commit of 1 began before
+    # process 6's assignment and was acknowledged after: either commit may be the group's offset when process 6
+    # fetched it
+    h = group_poll(four_records(), 2, {}, assigned=[0])
+    group_poll(h, 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    group_poll(h, 2, {0: [[0, 10]]}, complete=False)
+    group_poll(h, 6, {}, assigned=[0], complete=False)
+    group_poll(h, 2, {0: [[0, 10]]}, committed={0: 1}, invoke=False)
+    group_poll(h, 6, {}, assigned=[0], invoke=False)
+    h = group_poll(h, 6, {0: [[1, 11], [2, 12], [3, 13]]}).final(9, 0, 4, FINAL)
+    assert check_queue(h.ops, subscribe=True).valid is True
+    # had it begun after the assignment's poll, the group's offset was 3
+    h = group_poll(four_records(), 2, {}, assigned=[0])
+    group_poll(h, 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0], committed={0: 3})
+    group_poll(h, 6, {}, assigned=[0], complete=False)
+    group_poll(h, 2, {0: [[0, 10]]}, complete=False)
+    group_poll(h, 6, {}, assigned=[0], invoke=False)
+    group_poll(h, 2, {0: [[0, 10]]}, committed={0: 1}, invoke=False)
+    h = group_poll(h, 6, {0: [[1, 11], [2, 12], [3, 13]]}).final(9, 0, 4, FINAL)
+    assert names(check_queue(h.ops, subscribe=True)) == {"lost-commit"}
 
 
 def test_a_member_reading_on_from_its_own_position_is_no_lost_commit():
     # process 1 keeps its partition and reads on; another process's later commit changes nothing for it
-    h = committed_poll(four_records(), 1, {0: [[0, 10], [1, 11]]}, {0: 2})
-    h = h.poll(1, {0: [[2, 12], [3, 13]]}).final(9, 0, 4, [[0, 10], [1, 11], [2, 12], [3, 13]])
+    h = group_poll(four_records(), 1, {0: [[0, 10], [1, 11]]}, assigned=[0], committed={0: 2})
+    h = h.poll(1, {0: [[2, 12], [3, 13]]}).final(9, 0, 4, FINAL)
     assert check_queue(h.ops, subscribe=True).valid is True
+
+
+def test_commit_errors_are_definite_only_when_every_partition_was_refused():
+    from checkers.queue import commit_error_is_definite
+
+    assert commit_error_is_definite("CommitFailedError: Commit cannot be completed since the group has already rebalanced")
+    assert commit_error_is_definite("partition 1: KafkaError{code=ILLEGAL_GENERATION}; "
+                                    "partition 2: KafkaError{code=UNKNOWN_MEMBER_ID}")
+    assert not commit_error_is_definite("partition 1: KafkaError{code=ILLEGAL_GENERATION}; "
+                                        "partition 2: KafkaError{code=REQUEST_TIMED_OUT}")
+    # a coordinator answers NOT_COORDINATOR to a commit it appended and lost the leadership of
+    assert not commit_error_is_definite("KafkaException: KafkaError{code=NOT_COORDINATOR}")
+    assert not commit_error_is_definite("")
 
 
 def resent_send(h: H, p, key, value, offset, requests=2, outcome="ok"):

@@ -263,3 +263,26 @@ def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_c
         assert done.type == "ok" and done.value == {"2": [[1818, 7681], [1819, 7686]]}
         assert (done.extra or {}).get("committed") == committed
         assert committed is not None or "partition 2" in done.extra["commit_error"]
+        # the checker needs what a failed commit tried (it may have been applied: NOT_COORDINATOR is not definite)
+        assert committed is not None or done.extra["commit_offsets"] == {"2": 1820}
+
+
+def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
+    """The client library calls back from inside consume(); the poll's completion carries what it was told (the
+    lost-commit check judges a member's first read of a partition against the time it was assigned)."""
+    from history import Op
+    from workloads.queue import ConfluentQueueClient
+
+    client = ConfluentQueueClient("queue", 4, -1, group="g")
+
+    class Member:
+        def consume(self, num_messages, timeout):
+            client.journal("revoked", [3, 1])
+            client.journal("assigned", [2, 0])
+            return []
+
+    client.consumer = Member()
+    done = client.invoke(Op(type="invoke", f="poll", process=1, value=None))
+    assert done.extra["rebalance_log"] == [{"keys": [1, 3], "type": "revoked"}, {"keys": [0, 2], "type": "assigned"}]
+    client.consumer.consume = lambda num_messages, timeout: []
+    assert client.invoke(Op(type="invoke", f="poll", process=1, value=None)).extra is None
