@@ -736,7 +736,10 @@ class QueueCheck:
                 continue
             bound = bounds.get((key, e)) or bounds.setdefault((key, e), _CommitBounds(commits))
             lowest = bound.lowest_candidate(a_time)
-            if lowest is None or first >= lowest[2]:
+            if lowest is None:
+                continue
+            self.stats["takeups-judged-against-commits"] += 1  # so a clean verdict says it tested something
+            if first >= lowest[2]:
                 continue
             self.found.add("lost-commit", lambda process=process, key=key, first=first, lowest=lowest,
                            read_pos=read_pos, assign_pos=assign_pos: {

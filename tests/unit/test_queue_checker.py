@@ -379,6 +379,7 @@ def test_a_commit_acknowledged_after_the_assignment_began_does_not_bind_the_new_
     h = group_poll(h, 2, {0: [[1, 11], [2, 12], [3, 13]]}).final(9, 0, 4, FINAL)
     r = check_queue(h.ops, subscribe=True)
     assert r.valid is True and not r.anomalies
+    assert r.stats["takeups-judged-against-commits"] == 1  # process 1's commit of 1 bound process 2
     # the same commit acknowledged before the assignment's poll began binds it
     h = group_poll(four_records(), 1, {0: [[0, 10]]}, assigned=[0], committed={0: 1})
     group_poll(h, 1, {0: [[1, 11], [2, 12]]}, committed={0: 3})
