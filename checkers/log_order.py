@@ -517,7 +517,20 @@ class _Partition:
 def _unfilled(claims: OffsetValues, value_at: dict[Any, Any], end: Any) -> int:
     """How many offsets below `end` neither an acknowledgement nor a read (value_at) fills."""
     if claims.generic is not None or type(end) is not int:
-        return sum(1 for o in range(end) if claimed(claims, o) is _MISSING and o not in value_at)
+        # Only offsets some observation names can be filled: count those, not every offset below the end (a
+        # log whose offsets start at 2**33 made range(end) run for hours).
+        end = operator.index(end)
+        named = set()
+        for o in chain(claims.generic or (), value_at):
+            try:
+                i = int(o)
+            except (TypeError, ValueError, OverflowError):
+                continue
+            if i == o and 0 <= i < end:
+                named.add(i)
+        if claims.generic is None:
+            named.update(o for o, seq in enumerate(claims.seqs[:end]) if seq >= 0)
+        return end - sum(1 for o in named if claimed(claims, o) is not _MISSING or o in value_at)
     seqs = claims.seqs
     unclaimed = seqs[:end].count(-1) + max(0, end - len(seqs))  # at C speed: the common case
     return unclaimed - sum(1 for o in value_at if o in range(end) and claimed(claims, o) is _MISSING)

@@ -496,3 +496,19 @@ def test_a_resent_send_that_failed_may_still_have_been_appended():
     h = resent_send(H(), 0, 0, 10, None, outcome="info").final(2, 0, 2, [[0, 10], [1, 10]])
     for r in (check_queue(h.ops), check_log_order(h.ops)):
         assert not r.anomalies, r.anomalies
+
+
+# --- the log fast path's offset-gap on offsets far from 0 ---------------------------------------------------
+def test_a_log_whose_offsets_start_at_2_to_the_33_checks_at_once_and_names_the_gap_below():
+    """_unfilled used to walk every offset below the end (range(2**33)): hours. Offsets that far up turn the
+    columns into a dict; only the offsets observations name are counted now."""
+    from checkers.log_order import check_log_order
+
+    base = 1 << 33
+    h = H().send(0, 0, 10, base).send(0, 0, 11, base + 1).poll(1, {0: [[base, 10], [base + 1, 11]]})
+    r = check_log_order(h.final(9, 0, base + 2, [[base, 10], [base + 1, 11]]).ops)
+    (gap,) = [a for a in r.anomalies if a.name == "offset-gap"]
+    assert f"{base} offset(s) below {base + 2} were never observed" in gap.examples[0]["summary"]
+    # the same log from offset 0 has no gap: the count is of offsets, not of the dict's size
+    h = H().send(0, 0, 10, 0).send(0, 0, 11, 1).poll(1, {0: [[0, 10], [1, 11]]})
+    assert check_log_order(h.final(9, 0, 2, [[0, 10], [1, 11]]).ops).valid is True
