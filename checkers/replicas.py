@@ -345,17 +345,26 @@ class ReplicaStateChecker:
 
     name = "replicas"
 
+    def __init__(self, excused_by: str | None = "queue"):
+        # The checker whose result counts the losses it excused beyond the fault budget (unreported-data-loss
+        # asks whether the cluster owned up to each); None: the workload's checker excuses none (the txn
+        # checker: every loss is its lost-write), so there is nothing for that rule to judge.
+        self.excused_by = excused_by
+
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
         return self.check_in(test, history, CheckContext())
 
     def check_in(self, test: dict[str, Any], history: Sequence[Op], context: CheckContext) -> Result:
-        return check_replicas(test, history, context.data.get(REPLICAS), context.previous.get("queue"))
+        if self.excused_by is None:
+            return check_replicas(test, history, context.data.get(REPLICAS), judge_excused_losses=False)
+        return check_replicas(test, history, context.data.get(REPLICAS), context.previous.get(self.excused_by))
 
 
 def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[str, Any] | None,
-                   queue: Result | None = None) -> Result:
+                   queue: Result | None = None, judge_excused_losses: bool = True) -> Result:
     """The replica checker's verdict from test.json, the history, replicas.json's document (None: none was
-    handed in) and the queue checker's result (None: it did not run before this one)."""
+    handed in) and the queue checker's result (None: it did not run before this one). judge_excused_losses
+    False: the workload's checker excused no loss beyond the budget, so unreported-data-loss is not asked."""
     if not _dumps_expected(test, replicas):
         return Result(REPLICAS, True, stats={"not_applicable": NOT_APPLICABLE})
     missing = missing_node_files(REPLICAS, test, replicas, "no-state-dumps", "state dumps",
@@ -370,7 +379,7 @@ def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[s
         else:
             reasons.append(say("state-dump-unreadable", node=node, where=entry.get("dump"), why=entry.get("why")))
     metadata_logs, log_reasons = _metadata_logs(nodes)
-    lost, lost_reasons = _lost_beyond_budget(history, queue)
+    lost, lost_reasons = _lost_beyond_budget(history, queue) if judge_excused_losses else (None, [])
     result = check_states(states, lost, metadata_logs=metadata_logs, damaged_since_start=damaged_since_start(history))
     result.unknown_reasons = reasons + log_reasons + lost_reasons
     result.stats["dumps_read"] = len(states)

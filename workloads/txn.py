@@ -916,9 +916,13 @@ class TxnWorkload:
     def checkers(self, test: dict[str, Any]):
         # checkers/txn.py: the transaction analyses (issue 25, deliverable 2)
         from checkers.evidence import ProgressChecker
+        from checkers.replicas import ReplicaStateChecker
         from checkers.trace import TraceChecker
         from checkers.txn import TxnChecker
 
-        # Every protocol decision the nodes traced, the coordinators' and the partition leaders' transaction
-        # facts among them (checkers/trace.py; not applicable where none is written).
-        return [ProgressChecker(self.partitions), TxnChecker(), TraceChecker()]
+        # The replicas' own states (log matching below the HWMs, the controller's ISR and ELR, corrupt batches
+        # kept), over every partition, __consumer_offsets and __transaction_state among them; the txn checker
+        # excuses no loss beyond the fault budget, so there is no excused loss to ask the cluster about. Every
+        # protocol decision the nodes traced, the coordinators' and the partition leaders' transaction facts
+        # among them (checkers/trace.py). Both not applicable on a cluster that gives neither.
+        return [ProgressChecker(self.partitions), TxnChecker(), ReplicaStateChecker(excused_by=None), TraceChecker()]

@@ -469,3 +469,16 @@ def test_damage_counts_from_the_file_corruption_ops_until_a_stop_restarted_the_n
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": _corrupt(2)})
     assert check_stored(test, damage).valid is True
     assert [a.name for a in check_stored(test, damage + restarted).anomalies] == ["corrupt-batch-kept"]
+
+
+def test_beside_a_checker_that_excuses_no_loss_the_replicas_are_still_judged_and_losses_not_asked(tmp_path):
+    """The txn workload's replica checker (excused_by=None): its checker counts every loss as lost-write, so
+    there is no excused loss for unreported-data-loss to ask about; the replicas' own states still count."""
+    from checkers.core import run_checkers
+
+    test = write_nodes(tmp_path, {"controller-0": controller([{"isr": [2], "elr": []}])})
+    out = run_checkers([ReplicaStateChecker(excused_by=None)], test, _beyond_budget_ops(), run_data(test))
+    assert out["checkers"]["replicas"]["valid"] is True
+    diverged = write_nodes(tmp_path / "diverged", {"broker-1": broker(1, 3, LOG), "broker-2": _corrupt(2)})
+    out = run_checkers([ReplicaStateChecker(excused_by=None)], diverged, _beyond_budget_ops(), run_data(diverged))
+    assert out["checkers"]["replicas"]["anomaly_types"] == ["corrupt-batch-kept"]

@@ -352,7 +352,7 @@ def test_the_txn_workload_judges_the_nodes_protocol_trace_too():
     # The coordinators' and partition leaders' transaction facts (checkers/trace.py); not applicable on a
     # cluster that writes no trace.
     checkers = TxnWorkload({"partitions": 3}).checkers({})
-    assert [c.name for c in checkers] == ["progress", "txn", "trace"]
+    assert [c.name for c in checkers] == ["progress", "txn", "replicas", "trace"]
     assert checkers[-1].check({"protocol_trace": False}, []).stats.get("not_applicable")
 
 
