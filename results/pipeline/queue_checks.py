@@ -45,6 +45,8 @@ def load_tables(spark, warehouse: str, campaigns: list[str] | None = None, runs:
         if table == "runs":  # small; runs ingested before a column was added read it as null
             reader = reader.option("mergeSchema", "true")
         df = reader.parquet(f"{warehouse}/{table}")
+        if table == "ops" and "resent" not in df.columns:  # a warehouse ingested before the column
+            df = df.withColumn("resent", F.lit(None).cast("long"))
         if campaigns:
             df = df.where(F.col("campaign").isin(campaigns))
         if runs:
@@ -54,13 +56,25 @@ def load_tables(spark, warehouse: str, campaigns: list[str] | None = None, runs:
     return read("runs"), read("ops"), read("reads")
 
 
+def judged_runs(runs):
+    """The runs these checks judge: the queue workload's in assign mode. A consumer group's runs (subscribe
+    mode) are judged in-process only: their members' reads go back and jump by design, and group-skip and
+    lost-commit are not restated here."""
+    from pyspark.sql import functions as F
+
+    queue = runs.where(F.col("workload") == "queue")
+    if "queue_mode" not in runs.columns:  # a warehouse ingested before the column: every run assigned
+        return queue
+    return queue.where(F.col("queue_mode").isNull() | (F.col("queue_mode") != "subscribe"))
+
+
 def pair_ops(ops):
     """One row per client invoke with its completion's fields (c_*) and outcome (ok/fail/info)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     w = Window.partitionBy("campaign", "run", "process").orderBy("seq")
-    nxt = {c: F.lead(c).over(w) for c in ("type", "seq", "time", "key", "value", "offset", "hwm")}
+    nxt = {c: F.lead(c).over(w) for c in ("type", "seq", "time", "key", "value", "offset", "hwm", "resent")}
     completed = nxt["type"].isNotNull() & (nxt["type"] != "invoke")
     return (ops.where(F.col("process").isNotNull())
             .select(*RUN, "process", "f", "type", F.col("seq").alias("inv_seq"), F.col("time").alias("inv_time"),
@@ -81,6 +95,11 @@ def queue_anomaly_counts(runs, ops, reads):
     pairs = pair_ops(ops).persist(StorageLevel.DISK_ONLY)
     sent = pairs.where(F.col("f") == "send").select(*RUN, F.col("inv_key").alias("key"),
                                                     F.col("inv_value").alias("value")).distinct()
+    # The sends the client re-sent: up to that many copies of the value are its own (checkers/queue.py
+    # resent_copies), counted apart, not a duplicate.
+    resent = (pairs.where((F.col("f") == "send") & F.col("c_resent").isNotNull())
+              .groupBy(*RUN, F.col("inv_key").alias("key"), F.col("inv_value").alias("value"))
+              .agg(F.max("c_resent").alias("requests")))
     # An ok send acknowledged before the run's last fault beyond the durability contract is not a
     # lost write when missing (checkers/queue.py): it is counted apart, as there.
     # A warehouse ingested before the column existed has none: no run there went beyond the budget.
@@ -110,7 +129,8 @@ def queue_anomaly_counts(runs, ops, reads):
     inconsistent = (seen.groupBy(*RUN, "era", "key", "offset").agg(F.count(F.lit(1)).alias("n"))
                     .groupBy(*RUN).agg(F.sum(F.col("n") - 1).cast("long").alias("inconsistent_offsets")))
     by_value = seen.groupBy(*RUN, "era", "key", "value").agg(F.count(F.lit(1)).alias("n_offsets"))
-    duplicate = per_run(by_value.where(F.col("n_offsets") > 1), "duplicate")
+    duplicate = per_run(by_value.join(resent, [*RUN, "key", "value"], "left")
+                        .where(F.col("n_offsets") > F.coalesce(F.col("requests"), F.lit(1))), "duplicate")
     unexpected = per_run(seen.select(*RUN, "key", "value").distinct().join(sent, [*RUN, "key", "value"], "left_anti"),
                          "unexpected")
 
@@ -168,10 +188,9 @@ def _proven_skips(jumps, seen, acked):
 def check(spark, warehouse: str, campaigns: list[str] | None = None,
           runs: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the queue checks; per-run rows (with the in-process verdict and counts recorded at ingest beside)."""
-    from pyspark.sql import functions as F
 
     runs_df, ops, reads = load_tables(spark, warehouse, campaigns, runs)
-    counts = queue_anomaly_counts(runs_df.where(F.col("workload") == "queue"), ops, reads)
+    counts = queue_anomaly_counts(judged_runs(runs_df), ops, reads)
     inproc = runs_df.select(*RUN, "run_dir", "nemesis", "broker_variant", "acks", "flush_policy", "queue_verdict",
                             *[f"inproc_{c}" for c in COUNT_COLUMNS])
     rows = counts.join(inproc, RUN, "left").orderBy(*RUN).collect()

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from results.pipeline.queue_checks import COUNT_COLUMNS, RUN, load_tables, pair_ops, queue_anomaly_counts
+from results.pipeline.queue_checks import (
+    COUNT_COLUMNS,
+    RUN,
+    judged_runs,
+    load_tables,
+    pair_ops,
+    queue_anomaly_counts,
+)
 
 CELL = ["nemesis", "broker_variant", "acks", "flush_policy"]
 RECOVERED_FRACTION = 0.8
@@ -30,7 +37,7 @@ def summarize(spark, warehouse: str, campaigns: list[str] | None = None) -> dict
 
     runs, ops, reads = load_tables(spark, warehouse, campaigns)
     runs = runs.cache()
-    counts = queue_anomaly_counts(runs.where(F.col("workload") == "queue"), ops, reads)
+    counts = queue_anomaly_counts(judged_runs(runs), ops, reads)
     per_run = runs.select(*RUN, *CELL).join(counts, RUN, "left")
     cells = per_run.groupBy(*CELL).agg(
         F.count(F.lit(1)).alias("runs"),

@@ -101,10 +101,14 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
                     value += 1
                     op("invoke", "send", p, [k, value])
                     op("ok", "send", p, [k, [len(logs[k]) + 7, value]])
-                elif here and inject == "duplicate":  # a retried send stored twice
+                elif here and inject in ("duplicate", "resent"):  # a retried send stored twice
                     done = True
                     logs[k] += [value, value]
-                    op("ok", "send", p, [k, [len(logs[k]) - 2, value]])
+                    # "resent": the client says it sent it in two produce requests (librdkafka's re-send of a
+                    # batch answered NOT_LEADER_OR_FOLLOWER): both copies are its own, no duplicate
+                    extra = {"extra": {"resent": {"requests": 2, "errors": ["Broker: Not leader"]}}} \
+                        if inject == "resent" else {}
+                    op("ok", "send", p, [k, [len(logs[k]) - 2, value]], **extra)
                 elif here and inject == "unexpected":  # a record nobody sent
                     done = True
                     logs[k] += [value, -value]
@@ -158,11 +162,11 @@ def write_history(path: Path, seed: int, inject: str | None, nemesis: list[str])
 
 
 def write_run(store: Path, name: str, stamp: str, seed: int, inject: str | None, nemesis: list[str],
-              variant: str, acks: str) -> Path:
+              variant: str, acks: str, workload_options: dict | None = None) -> Path:
     run = store / name / stamp
     run.mkdir(parents=True)
     spec = TestSpec(name=name, nemesis=nemesis, broker_variant=variant, acks=acks, partitions=3, seed=seed,
-                    store=str(store), cluster="local")
+                    store=str(store), cluster="local", workload_options=workload_options or {})
     test = spec.to_dict()
     write_json(run / "test.json", test)
     write_history(run / "history.jsonl", seed, inject, nemesis)
@@ -177,11 +181,14 @@ def store(tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("pipeline") / "store"
     nemeses, variants = (["kill"], ["pause"], ["partition"], []), ("default", "truncate-to-hw")
     kinds = [None, None, None, *INJECTIONS, *INJECTIONS, "poll-gap", "poll-gap", None]  # 3 + 7 + 7 + 3 = 20
-    kinds += ["beyond-budget", "lost-write", "duplicate", None]  # 24
+    kinds += ["beyond-budget", "lost-write", "duplicate", None, "resent"]  # 25
     runs = []
     for i, inject in enumerate(kinds):
         runs.append(write_run(store, f"synthetic-{i % 3}", f"20260101T0000{i:02d}", seed=100 + i, inject=inject,
                               nemesis=nemeses[i % 4], variant=variants[i % 2], acks="all" if i % 3 else "1"))
+    # a consumer group's run (subscribe mode): judged in-process only, so the pipeline leaves it out
+    write_run(store, "synthetic-group", "20260101T000099", seed=99, inject="nonmonotonic-poll", nemesis=[],
+              variant="default", acks="all", workload_options={"queue_mode": "subscribe"})
     campaign = store / "campaigns" / "diff" / "20260101T000000"
     campaign.mkdir(parents=True)
     write_json(campaign / "campaign.json", {"name": "diff", "runs": [{"run_dir": str(r)} for r in runs[-2:]]})
@@ -196,7 +203,7 @@ def warehouse(store) -> Path:
     wh = store.parent / "warehouse"
     r = kafkaesque("pipeline", "ingest", str(store), "--warehouse", str(wh))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1])["ingested"] == 25
+    assert json.loads(r.stdout.strip().splitlines()[-1])["ingested"] == 27
     return wh
 
 
@@ -204,6 +211,8 @@ def expected(store: Path) -> dict[str, dict]:
     """run dir -> the in-process queue checker's verdict and counts, from results.json."""
     out = {}
     for res in store.glob("*/*/results.json"):
+        if res.parent.parent.name == "synthetic-group":
+            continue  # subscribe mode: judged in-process only
         q = json.loads(res.read_text())["checkers"]["queue"]
         v = {True: "true", False: "false"}.get(q["valid"], q["valid"])
         out[str(res.parent.resolve())] = {"verdict": v, **{c: q["stats"][f"{n}-count"]
@@ -218,7 +227,7 @@ def spark_rows(check_json: Path) -> dict[str, dict]:
 
 def test_the_synthetic_runs_cover_every_anomaly_and_clean_runs(store):
     exp = expected(store)
-    assert len(exp) == 25
+    assert len(exp) == 26
     verdicts = [e["verdict"] for e in exp.values()]
     assert verdicts.count("true") >= 8 and verdicts.count("false") >= 12 and "unknown" in verdicts
     for c in COUNTS:  # each anomaly kind is found in-process in at least two runs: the test compares something
@@ -244,7 +253,7 @@ def test_spark_check_equals_the_in_process_checker_on_every_run(store, warehouse
 
 def test_campaign_runs_are_partitioned_under_their_campaign(warehouse):
     runs = sorted(p.name for p in (warehouse / "runs" / "campaign=diff-20260101T000000").iterdir())
-    assert runs == ["run=synthetic-1-20260101T000022", "run=synthetic-2-20260101T000023"]
+    assert runs == ["run=synthetic-0-20260101T000024", "run=synthetic-2-20260101T000023"]
     assert (warehouse / "reads" / "campaign=diff-20260101T000000" / runs[0] / "part-0.parquet").is_file()
 
 
@@ -252,7 +261,7 @@ def test_ingest_again_skips_runs_already_ingested(store, warehouse):
     r = kafkaesque("pipeline", "ingest", str(store), "--warehouse", str(warehouse))
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert summary["ingested"] == 0 and summary["skipped"] == 25
+    assert summary["ingested"] == 0 and summary["skipped"] == 27
 
 
 def test_summarize_aggregates_by_cell_latency_and_recovery(store, warehouse, tmp_path):
@@ -262,9 +271,9 @@ def test_summarize_aggregates_by_cell_latency_and_recovery(store, warehouse, tmp
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(out.read_text())
     exp = expected(store)
-    assert s["runs"] == 25 and sum(c["runs"] for c in s["cells"]) == 25
+    assert s["runs"] == 27 and sum(c["runs"] for c in s["cells"]) == 27  # the group run: no Spark verdict
     for c in COUNTS:
-        assert sum(cell[c] for cell in s["cells"]) == sum(e[c] for e in exp.values()), c
+        assert sum(cell[c] or 0 for cell in s["cells"]) == sum(e[c] for e in exp.values()), c  # None: no run judged
     phases = {(row["nemesis"], row["f"], row["phase"]) for row in s["latency"]}
     assert ("kill", "send", "fault") in phases and ("kill", "send", "no-fault") in phases
     assert ("none", "send", "fault") not in phases  # no windows without a nemesis
