@@ -101,6 +101,10 @@ def test_queue_subscribe_mode_consumers_resume_from_the_group_offsets_under_kill
     assert r.returncode == 0 and results["valid"] is True, (r.stderr[-3000:], results.get("unknown_reasons"))
     queue = results["checkers"]["queue"]
     assert queue["stats"]["group-skip-count"] == 0
+    # every take-up of a partition followed an assignment on record, and lost-commit had commits to judge by
+    assert "takeups-without-assignment" not in queue["stats"] and queue["stats"]["takeups-judged-against-commits"] > 0
+    assert any(entry["type"] == "assigned" and entry["keys"]
+               for op in history if op.get("rebalance_log") for entry in op["rebalance_log"])
     crashes = completions(history, "crash")
     assert crashes and all(op["type"] == "info" for op in crashes)
     polls = completions(history, "poll", "ok")
