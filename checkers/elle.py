@@ -858,11 +858,15 @@ def _classify_cycles(sub, edges: list[tuple[int, int]], deadline: float):
     for extra, suffix in ((PROCESS, "-process"), (REALTIME, "-realtime")):
         if time.monotonic() > deadline:
             raise TimeoutError
+        g0 = _cycle_in(_graph_of(sub, edges, {WW, extra}))  # write-write steps only: G0, as Elle names it
+        if g0 is not None:
+            yield "G0" + suffix, g0
+            continue
         cyc = _cycle_in(_graph_of(sub, edges, {WW, WR, RW, extra}))
         if cyc is None:
             continue
         rws = _rw_count(sub, cyc, {extra})
-        base = "G1c" if rws == 0 else "G-single" if rws == 1 else "G2-item"
+        base = "G1c" if rws == 0 else "G-single" if rws == 1 else "G2-item"  # rws 0 without a G0: a wr step
         yield base + suffix, cyc
 
 

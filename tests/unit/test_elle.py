@@ -145,6 +145,20 @@ def test_realtime_variant_needs_real_time():
     assert r.valid is False and {x.name for x in r.anomalies} == {"G-single-realtime"}
 
 
+def test_a_write_write_cycle_closed_by_real_time_is_g0_realtime_as_elle_names_it():
+    # b appended 2 and completed before a began, yet a's 1 precedes b's 2 in x's order: a ww b, b realtime a
+    b = txn(1, 1, [("append", "x", 2)], t=1)
+    a = txn(0, 0, [("append", "x", 1)], t=10)
+    c = txn(2, 2, [("r", "x", [1, 2])], t=20)
+    h = b + a + c
+    for i, o in enumerate(h):
+        o.index = i
+    assert check_list_append(h, ["serializable"]).valid is True
+    r = check_list_append(h, ["strict-serializable"])
+    assert r.valid is False and {x.name for x in r.anomalies} == {"G0-realtime"}
+    assert [e[2] for e in r.anomalies[0].examples[0]["edges"]] in (["ww", "realtime"], ["realtime", "ww"])
+
+
 def test_internal_incompatible_and_duplicate():
     assert "internal" in names(concurrent(txn(0, 0, [("append", "x", 1), ("r", "x", [])])))
     assert "incompatible-order" in names(concurrent(txn(0, 0, [("append", "x", 1)]), txn(1, 1, [("append", "x", 2)]),
