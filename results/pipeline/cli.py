@@ -173,3 +173,43 @@ def summarize(
     out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print_summary(summary, err)
     err.print(f"written: {out}")
+
+
+standalone_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                             help="A Spark standalone cluster on this machine (a master and workers, on loopback): "
+                                  "the scale-out path of check and summarize (--spark-master spark://...).")
+pipeline_app.add_typer(standalone_app, name="standalone")
+StandaloneDir = Annotated[Path, typer.Option("--dir", help="where its state file, logs and scratch space go")]
+DEFAULT_STANDALONE = Path("store/spark-standalone")
+
+
+@standalone_app.command("up")
+def standalone_up(
+    directory: StandaloneDir = DEFAULT_STANDALONE,
+    workers: Annotated[int, typer.Option(help="how many workers")] = 2,
+    cores: Annotated[int, typer.Option(help="cores per worker")] = 1,
+    memory: Annotated[str, typer.Option(help="memory per worker, e.g. 1g")] = "1g",
+) -> None:
+    """Start a master and workers; print the spark:// URL once every worker has registered (stop: down)."""
+    from results.pipeline.standalone import start
+
+    try:
+        with _spinner(f"starting a Spark master and {workers} worker(s)"):
+            cluster = start(directory, workers=workers, cores=cores, memory=memory)
+    except PipelineError as e:
+        _fail(str(e))
+    err.print(f"Spark standalone up: {len(cluster.processes) - 1} worker(s), logs in {cluster.dir}; "
+              f"stop it with `kafkaesque pipeline standalone down --dir {directory}`")
+    print(cluster.url)
+
+
+@standalone_app.command("down")
+def standalone_down(directory: StandaloneDir = DEFAULT_STANDALONE) -> None:
+    """Stop the master and workers `up` started in --dir (only those: a reused pid is left alone)."""
+    from results.pipeline.standalone import stop
+
+    try:
+        stopped = stop(directory)
+    except PipelineError as e:
+        _fail(str(e))
+    err.print(f"stopped: {', '.join(stopped)}" if stopped else f"nothing started in {directory} is running")

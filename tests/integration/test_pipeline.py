@@ -19,13 +19,11 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from checkers.queue import ANOMALY_TYPES, SUBSCRIBE_ANOMALY_TYPES
-from clusters.broker.local_cluster import free_ports
 from harness.runner import analyze_history
 from harness.spec import TestSpec
 from history import HistoryWriter, Op, read_history
@@ -285,50 +283,23 @@ def test_summarize_aggregates_by_cell_latency_and_recovery(store, warehouse, tmp
 
 @pytest.fixture
 def standalone_master(tmp_path):
-    """A Spark standalone master and two 1-core, 512 MB workers from pyspark's own distribution, on loopback."""
-    import pyspark
-
-    from results.pipeline.session import find_java
-
-    find_java()  # sets JAVA_HOME for spark-class
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
-           "SPARK_WORKER_DIR": str(tmp_path / "work"), "SPARK_LOG_DIR": str(tmp_path / "logs")}
-    port, master_ui, *worker_ui = free_ports(4)
-    url = f"spark://127.0.0.1:{port}"
-    procs = []
-
-    def spawn(name: str, *args: str) -> None:
-        log = open(tmp_path / f"{name}.log", "wb")
-        procs.append(subprocess.Popen([str(spark_class), *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                      start_new_session=True))
-
+    """A Spark standalone master and two 1-core workers from pyspark's own distribution, on loopback, started
+    and stopped by the documented command (kafkaesque pipeline standalone up|down)."""
+    where = tmp_path / "standalone"
+    r = kafkaesque("pipeline", "standalone", "up", "--dir", str(where), timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    url = r.stdout.strip().splitlines()[-1]
+    state = json.loads((where / "standalone.json").read_text())
+    assert url.startswith("spark://127.0.0.1:") and set(state["processes"]) == {"master", "worker-1", "worker-2"}
     try:
-        spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(master_ui))
-        for i in (1, 2):
-            spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-                  "--memory", "1g", "--webui-port", str(worker_ui[i - 1]), "--work-dir", str(tmp_path / f"work-{i}"),
-                  url)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if (tmp_path / "master.log").read_text(errors="replace").count("Registering worker") >= 2:
-                break
-            assert all(p.poll() is None for p in procs), (tmp_path / "master.log").read_text()[-2000:]
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the workers did not register: " + (tmp_path / "master.log").read_text()[-2000:])
         yield url
     finally:
-        for p in procs:  # ours only: each started in a session of its own
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        r = kafkaesque("pipeline", "standalone", "down", "--dir", str(where), timeout=120)
+        assert r.returncode == 0 and "stopped: master, worker-1, worker-2" in r.stderr, r.stderr[-3000:]
+        for p in state["processes"].values():
+            assert not Path(f"/proc/{p['pid']}").exists() or \
+                b"org.apache.spark" not in Path(f"/proc/{p['pid']}/cmdline").read_bytes()
+        assert not (where / "standalone.json").exists()
 
 
 # nightly: a long end-to-end run, kept out of `make test` (30-minute budget); `make nightly` runs it

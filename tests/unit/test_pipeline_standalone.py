@@ -1,0 +1,59 @@
+"""`kafkaesque pipeline standalone down` stops only the Spark daemons `up` started (results/pipeline/standalone.py):
+a pid that is now some other process, or the same pid with another start time, is left alone."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from clusters.ownership import process_start_time
+from results.pipeline import PipelineError
+from results.pipeline.standalone import STATE_FILE, stop
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    yield p
+    p.kill()
+    p.wait()
+
+
+def write_state(tmp_path, processes):
+    (tmp_path / STATE_FILE).write_text(json.dumps({"url": "spark://127.0.0.1:7077", "dir": str(tmp_path),
+                                                   "processes": processes}))
+
+
+def test_a_process_that_is_not_a_spark_daemon_is_never_stopped(tmp_path, sleeper):
+    # the recorded pid and start time are right, but the process is not Spark's (its pid was reused)
+    write_state(tmp_path, {"master": {"pid": sleeper.pid, "start": process_start_time(sleeper.pid)}})
+    assert stop(tmp_path, wait_s=0.5) == []
+    assert sleeper.poll() is None
+    assert not (tmp_path / STATE_FILE).exists()  # nothing of ours is left: the state goes
+
+
+def test_a_pid_with_another_start_time_is_not_ours(tmp_path, sleeper):
+    write_state(tmp_path, {"master": {"pid": sleeper.pid, "start": process_start_time(sleeper.pid) - 1}})
+    assert stop(tmp_path, wait_s=0.5) == []
+    assert sleeper.poll() is None
+
+
+def test_a_spark_daemon_recorded_here_is_stopped(tmp_path):
+    # a stand-in whose command line names a Spark daemon class, as spark-class's JVM does
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "org.apache.spark.deploy.master.Master"],
+                         start_new_session=True)
+    try:
+        write_state(tmp_path, {"master": {"pid": p.pid, "start": process_start_time(p.pid)}})
+        assert stop(tmp_path, wait_s=10) == ["master"]
+        assert p.wait(10) is not None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_no_state_means_nothing_to_stop_and_a_bad_state_file_says_so(tmp_path):
+    assert stop(tmp_path) == []
+    (tmp_path / STATE_FILE).write_text("{not json")
+    with pytest.raises(PipelineError, match="cannot be read"):
+        stop(tmp_path)
