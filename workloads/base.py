@@ -9,6 +9,7 @@ views of a history that are not its checkers: the report, the Spark pipeline's i
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -147,6 +148,38 @@ def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1
     except Exception:  # noqa: BLE001
         pass
     PARKED_CONSUMERS.append(consumer)
+
+
+class SpareMembers:
+    """Group members a workload's processes let go of, for its next processes to rejoin the group with.
+
+    A confluent-kafka group member cannot be closed safely (close_confluent_consumer), so each let go of is
+    parked for good, with its librdkafka threads and its connections to every broker. A detection run
+    retires hundreds of processes (Jepsen's rule: an info op ends its process), and the parked members
+    filled a broker's connection limit (512) within five minutes: its final reads and state dump failed.
+    A member put here leaves its group (unsubscribe: LeaveGroup, so it is no member any more, its member id
+    forgotten) and is kept, parked; the next process takes it and subscribes with its own callbacks, as a
+    new member that starts from the group's committed offsets. One librdkafka handle per worker, however
+    many processes."""
+
+    def __init__(self) -> None:
+        self._spare: list[Any] = []
+        self._lock = threading.Lock()
+
+    def put(self, consumer: Any) -> None:
+        try:
+            consumer.unsubscribe()
+        except Exception:  # noqa: BLE001 - the broker may be gone: it cannot be trusted again, only parked
+            close_confluent_consumer(consumer, subscribed=True, drain_s=0)
+            return
+        with self._lock:
+            if not any(c is consumer for c in PARKED_CONSUMERS):
+                PARKED_CONSUMERS.append(consumer)  # kept, and the process ends without finalizers
+            self._spare.append(consumer)
+
+    def take(self) -> Any | None:
+        with self._lock:
+            return self._spare.pop() if self._spare else None
 
 
 def exit_without_finalizers(code: int) -> None:

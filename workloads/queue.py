@@ -61,7 +61,7 @@ from typing import Any
 from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule, close_confluent_consumer, drop_kafka_python_clients
+from workloads.base import CrashSchedule, SpareMembers, close_confluent_consumer, drop_kafka_python_clients
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
@@ -269,7 +269,12 @@ class _ProduceRequests:
 
 
 class ConfluentQueueClient(_QueueClient):
-    """The same client with confluent-kafka (librdkafka)."""
+    """The same client with confluent-kafka (librdkafka). `members`: in subscribe mode, where a closed client
+    leaves its group member for the next process (SpareMembers says why)."""
+
+    def __init__(self, *args: Any, members: SpareMembers | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.members = members
 
     def open(self, bootstrap: str) -> None:
         Producer = need(*CONFLUENT).Producer
@@ -325,6 +330,11 @@ class ConfluentQueueClient(_QueueClient):
         Consumer, TopicPartition = confluent.Consumer, confluent.TopicPartition
 
         try:
+            if self.consumer is None and self.group is not None and self.members is not None:
+                spare = self.members.take()  # a member an earlier process left: it joins again as ours
+                if spare is not None:
+                    self.consumer = spare
+                    self._subscribe()
             if self.consumer is None:
                 self.consumer = Consumer({"bootstrap.servers": self.bootstrap,
                                           "group.id": self.group or "kafkaesque-unused",
@@ -332,9 +342,7 @@ class ConfluentQueueClient(_QueueClient):
                                           "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
                                           "log_level": 0})
                 if self.group is not None:
-                    self.consumer.subscribe([self.topic],
-                                            on_assign=lambda _c, tps: self.journal("assigned", [tp.partition for tp in tps]),
-                                            on_revoke=lambda _c, tps: self.journal("revoked", [tp.partition for tp in tps]))
+                    self._subscribe()
                 else:
                     self.consumer.assign([TopicPartition(self.topic, k, 0) for k in range(self.partitions)])
             msgs = self.consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
@@ -366,6 +374,12 @@ class ConfluentQueueClient(_QueueClient):
             return _completion(op, OK, out, extra=extra)
         return _completion(op, OK, out, extra={"committed": committed})
 
+    def _subscribe(self) -> None:
+        """Join the group with this client's rebalance journal (a spare member's earlier callbacks replaced)."""
+        self.consumer.subscribe([self.topic],
+                                on_assign=lambda _c, tps: self.journal("assigned", [tp.partition for tp in tps]),
+                                on_revoke=lambda _c, tps: self.journal("revoked", [tp.partition for tp in tps]))
+
     def crash(self) -> None:
         # Dropping the last reference destroys the handles without rd_kafka_consumer_close: no commit, no
         # leave-group (the coordinator ends the member's session when it times out).
@@ -375,8 +389,11 @@ class ConfluentQueueClient(_QueueClient):
         if self.producer is not None:
             self.producer.flush(0.5)
         if self.consumer is not None:
-            consumer, self.consumer = self.consumer, None  # dropped unclosed if its group did not revoke in time
-            close_confluent_consumer(consumer, subscribed=self.group is not None)
+            consumer, self.consumer = self.consumer, None
+            if self.group is not None and self.members is not None:
+                self.members.put(consumer)  # leaves the group; the worker's next process joins with it
+            else:  # dropped unclosed if its group did not revoke in time
+                close_confluent_consumer(consumer, subscribed=self.group is not None)
 
 
 def _completion(op: Op, type_: str, value: Any, error: Any = None, extra: dict | None = None) -> Op:
@@ -416,6 +433,7 @@ class QueueWorkload:
         self.crash_interval_s = float(options.get("crash_clients_interval_s", 0))
         self._values = itertools.count(1)
         self._lock = threading.Lock()
+        self.members = SpareMembers()  # subscribe mode with confluent-kafka: members closed clients left
 
     def coordinated_keys(self, concurrency: int) -> dict[str, list[str]]:
         """The keys whose coordinators a nemesis may aim at: the group, in subscribe mode."""
@@ -438,8 +456,10 @@ class QueueWorkload:
 
     def new_client(self, test: dict[str, Any]):
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[str(test.get("acks", "all"))]
-        cls = ConfluentQueueClient if self.client == "confluent-kafka" else KafkaPythonQueueClient
-        return cls(self.topic, self.partitions, acks, self.idempotent, self.group)
+        if self.client == "confluent-kafka":
+            return ConfluentQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group,
+                                        members=self.members)
+        return KafkaPythonQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group)
 
     def op_mix(self, test: dict[str, Any]):
         crashes = CrashSchedule(self.crash_interval_s, int(test.get("concurrency", 1)))

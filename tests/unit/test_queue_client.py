@@ -286,3 +286,48 @@ def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
     assert done.extra["rebalance_log"] == [{"keys": [1, 3], "type": "revoked"}, {"keys": [0, 2], "type": "assigned"}]
     client.consumer.consume = lambda num_messages, timeout: []
     assert client.invoke(Op(type="invoke", f="poll", process=1, value=None)).extra is None
+
+
+def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_next_process():
+    """A confluent-kafka member cannot be closed safely, and parking one per retired process filled a broker's
+    connection limit in five minutes: the next process takes the member over and joins again as its own."""
+    from history import Op
+    from workloads import base
+    from workloads.base import SpareMembers
+    from workloads.queue import ConfluentQueueClient
+
+    class Member:
+        def __init__(self):
+            self.calls = []
+            self.on_assign = None
+
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def subscribe(self, topics, on_assign, on_revoke):
+            self.calls.append("subscribe")
+            self.on_assign = on_assign
+
+        def consume(self, num_messages, timeout):
+            self.on_assign(self, [])  # the rebalance goes to whoever subscribed last
+            return []
+
+    members = SpareMembers()
+    first = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
+    member = first.consumer = Member()
+    first.close()
+    assert member.calls == ["unsubscribe"] and any(c is member for c in base.PARKED_CONSUMERS)
+    second = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
+    done = second.invoke(Op(type="invoke", f="poll", process=9, value=None))
+    assert second.consumer is member and member.calls == ["unsubscribe", "subscribe"]
+    assert done.extra["rebalance_log"] == [{"keys": [], "type": "assigned"}]  # journaled by the new process
+    assert members.take() is None  # one handle, one process at a time
+
+    class Gone(Member):
+        def unsubscribe(self):
+            raise RuntimeError("broker gone")
+
+    gone = Gone()
+    members.put(gone)  # a member that cannot even leave is parked, never handed on
+    assert members.take() is None and any(c is gone for c in base.PARKED_CONSUMERS)
+    base.PARKED_CONSUMERS[:] = [c for c in base.PARKED_CONSUMERS if c is not member and c is not gone]
