@@ -47,6 +47,7 @@ Options (workload_options, `--workload-option KEY=VALUE`): see TXN_OPTIONS.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import threading
@@ -56,7 +57,7 @@ from typing import Any
 
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule, close_confluent_consumer, drop_kafka_python_clients
+from workloads.base import CrashSchedule, SpareMembers, close_confluent_consumer, drop_kafka_python_clients
 from workloads.stalls import ProducerStallControl, Stall, outcome_of
 
 TXN_OPTIONS = {
@@ -229,10 +230,11 @@ class ConfluentTxnLibrary(TxnLibrary):
     """confluent-kafka (librdkafka): KafkaError.fatal() / txn_requires_abort() / retriable() classify errors."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, txn_id: str, o: dict[str, Any],
-                 on_rebalance: Callable[[str, list[int]], None]):
+                 on_rebalance: Callable[[str, list[int]], None], members: SpareMembers | None = None):
         self.ck = need("confluent_kafka", "confluent", "the txn workload (--client confluent-kafka)")
         self.bootstrap, self.topic, self.partitions, self.txn_id, self.o = bootstrap, topic, partitions, txn_id, o
         self.on_rebalance = on_rebalance
+        self.members = members  # where a closed library leaves its group member for the next (SpareMembers)
         self.producer = None
         self.consumer = None
         self.subscribed = False
@@ -296,6 +298,11 @@ class ConfluentTxnLibrary(TxnLibrary):
         self.producer.abort_transaction(OP_TIMEOUT_S)
 
     def _consumer(self):
+        if self.consumer is None and self.members is not None:
+            spare = self.members.take()  # a member an earlier process left: it starts over with a manual assignment
+            if spare is not None:
+                self.consumer, self.was_member = spare, True
+                self.consumer.assign([self.ck.TopicPartition(self.topic, k) for k in range(self.partitions)])
         if self.consumer is None:
             self.consumer = self.ck.Consumer({
                 "bootstrap.servers": self.bootstrap, "group.id": self.o["group"], "enable.auto.commit": False,
@@ -387,7 +394,10 @@ class ConfluentTxnLibrary(TxnLibrary):
 
     def close(self) -> None:
         if self.consumer is not None:
-            close_confluent_consumer(self.consumer, self.was_member)
+            if self.was_member and self.members is not None:
+                self.members.put(self.consumer)  # leaves the group; the worker's next process takes it over
+            else:
+                close_confluent_consumer(self.consumer, self.was_member)
         self.producer = self.consumer = None
 
 
@@ -887,6 +897,7 @@ class TxnWorkload:
         self.o = txn_options(options)
         self.tracker = OffsetTracker()
         self.stalls = ProducerStallControl(self.o["txn_timeout_ms"] / 1000)
+        self.members = SpareMembers()  # confluent-kafka group members closed processes left
         self._mix: TxnOpMix | None = None
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
@@ -898,7 +909,8 @@ class TxnWorkload:
                 "groups": [self.o["group"]] if self.o["subscribe_p"] > 0 else []}
 
     def new_client(self, test: dict[str, Any]) -> TxnClient:
-        library = ConfluentTxnLibrary if self.client == "confluent-kafka" else KafkaPythonTxnLibrary
+        library = (functools.partial(ConfluentTxnLibrary, members=self.members) if self.client == "confluent-kafka"
+                   else KafkaPythonTxnLibrary)
         return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker,
                          self.stalls)
 

@@ -402,3 +402,36 @@ def test_a_process_with_parked_members_ends_with_its_code_and_its_output_flushed
     quiet = subprocess.run([sys.executable, "-c", "from workloads import base\nbase.exit_without_finalizers(3)\n"
                                                   "print('went on')"], capture_output=True, text=True, timeout=60)
     assert (quiet.returncode, quiet.stdout.strip()) == (0, "went on")  # nothing parked: no early exit
+
+
+def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_process():
+    """As the queue workload's: a member that ever joined the group is never closed (librdkafka issue 4041),
+    and parking one per retired process fills a broker's connection limit; the next library takes it over."""
+    from workloads import base
+    from workloads.base import SpareMembers
+    from workloads.txn import ConfluentTxnLibrary
+
+    class Member:
+        def __init__(self):
+            self.calls = []
+
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def assign(self, tps):
+            self.calls.append(("assign", sorted(tp.partition for tp in tps)))
+
+    members = SpareMembers()
+    opts = {"group": "g", "isolation": "read_committed"}
+    first = ConfluentTxnLibrary("b:9092", "txn", 3, "t-0", opts, lambda kind, keys: None, members=members)
+    member = first.consumer = Member()
+    first.was_member = True
+    before = len(base.PARKED_CONSUMERS)
+    try:
+        first.close()
+        assert member.calls == ["unsubscribe"] and first.consumer is None
+        second = ConfluentTxnLibrary("b:9092", "txn", 3, "t-0", opts, lambda kind, keys: None, members=members)
+        assert second._consumer() is member and second.was_member  # so it is handed on again, never closed
+        assert member.calls == ["unsubscribe", ("assign", [0, 1, 2])]
+    finally:
+        del base.PARKED_CONSUMERS[before:]
