@@ -166,9 +166,15 @@ class SpareMembers:
         self._spare: list[Any] = []
         self._lock = threading.Lock()
 
-    def put(self, consumer: Any) -> None:
+    def put(self, consumer: Any, drain_s: float = 1.0) -> None:
+        """Leave the group and serve the revocation (consume() runs the rebalance callback) for up to
+        `drain_s`, so the member the next process takes has no rebalance pending: a manual assign() into a
+        revocation still under way is a state librdkafka is not known to survive."""
         try:
             consumer.unsubscribe()
+            deadline = time.monotonic() + drain_s
+            while consumer.assignment() and time.monotonic() < deadline:
+                consumer.consume(num_messages=1, timeout=0.1)
         except Exception:  # noqa: BLE001 - the broker may be gone: it cannot be trusted again, only parked
             close_confluent_consumer(consumer, subscribed=True, drain_s=0)
             return

@@ -300,26 +300,35 @@ def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_n
         def __init__(self):
             self.calls = []
             self.on_assign = None
+            self.assigned = [0, 1]  # until the revocation is served
 
         def unsubscribe(self):
             self.calls.append("unsubscribe")
+
+        def assignment(self):
+            return self.assigned
 
         def subscribe(self, topics, on_assign, on_revoke):
             self.calls.append("subscribe")
             self.on_assign = on_assign
 
         def consume(self, num_messages, timeout):
-            self.on_assign(self, [])  # the rebalance goes to whoever subscribed last
+            if self.on_assign is None:  # left the group: consume() serves the revocation
+                self.calls.append("revoked")
+                self.assigned = []
+            else:
+                self.on_assign(self, [])  # the rebalance goes to whoever subscribed last
             return []
 
     members = SpareMembers()
     first = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
     member = first.consumer = Member()
     first.close()
-    assert member.calls == ["unsubscribe"] and any(c is member for c in base.PARKED_CONSUMERS)
+    # it left the group and its revocation was served before it was handed on
+    assert member.calls == ["unsubscribe", "revoked"] and any(c is member for c in base.PARKED_CONSUMERS)
     second = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
     done = second.invoke(Op(type="invoke", f="poll", process=9, value=None))
-    assert second.consumer is member and member.calls == ["unsubscribe", "subscribe"]
+    assert second.consumer is member and member.calls == ["unsubscribe", "revoked", "subscribe"]
     assert done.extra["rebalance_log"] == [{"keys": [], "type": "assigned"}]  # journaled by the new process
     assert members.take() is None  # one handle, one process at a time
 

@@ -418,6 +418,9 @@ def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_proces
         def unsubscribe(self):
             self.calls.append("unsubscribe")
 
+        def assignment(self):
+            return []
+
         def assign(self, tps):
             self.calls.append(("assign", sorted(tp.partition for tp in tps)))
 
