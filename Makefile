@@ -39,7 +39,7 @@ test-unit: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# The nightly CI: the long end-to-end tests `make test` leaves out (marked `nightly`, about 15 minutes),
+# The nightly CI: the long end-to-end tests `make test` leaves out (marked `nightly`, about 17 minutes),
 # then the campaign campaigns/nightly.toml (the default broker and each historic flaw under kill, pause,
 # partition and lossy-crash, within a 60-minute budget). Writes junit.xml and index.html under
 # store/campaigns/nightly/latest/; exit: the tests' when they fail, else the campaign's (0 all valid,
