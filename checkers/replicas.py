@@ -355,9 +355,9 @@ class ReplicaStateChecker:
         return self.check_in(test, history, CheckContext())
 
     def check_in(self, test: dict[str, Any], history: Sequence[Op], context: CheckContext) -> Result:
-        if self.excused_by is None:
-            return check_replicas(test, history, context.data.get(REPLICAS), judge_excused_losses=False)
-        return check_replicas(test, history, context.data.get(REPLICAS), context.previous.get(self.excused_by))
+        excused = context.previous.get(self.excused_by) if self.excused_by is not None else None
+        return check_replicas(test, history, context.data.get(REPLICAS), excused,
+                              judge_excused_losses=self.excused_by is not None)
 
 
 def check_replicas(test: dict[str, Any], history: Sequence[Op], replicas: dict[str, Any] | None,

@@ -150,6 +150,27 @@ def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1
     PARKED_CONSUMERS.append(consumer)
 
 
+def confluent_rebalance_callbacks(journal: Callable[[str, list[int]], None]) -> dict[str, Callable]:
+    """confluent-kafka subscribe()'s on_assign and on_revoke: each tells `journal` ("assigned" or "revoked", the
+    partitions in order), the rebalance log both workloads keep per op."""
+    return {"on_assign": lambda _consumer, tps: journal("assigned", sorted(tp.partition for tp in tps)),
+            "on_revoke": lambda _consumer, tps: journal("revoked", sorted(tp.partition for tp in tps))}
+
+
+def kafka_python_rebalance_listener(journal: Callable[[str, list[int]], None]) -> Any:
+    """The same for kafka-python's subscribe(listener=...)."""
+    from kafka import ConsumerRebalanceListener
+
+    class Journal(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            journal("revoked", sorted(tp.partition for tp in revoked))
+
+        def on_partitions_assigned(self, assigned):
+            journal("assigned", sorted(tp.partition for tp in assigned))
+
+    return Journal()
+
+
 class SpareMembers:
     """Group members a workload's processes let go of, for its next processes to rejoin the group with.
 

@@ -61,7 +61,14 @@ from typing import Any
 from checkers.queue import QUEUE_VALUES
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule, SpareMembers, close_confluent_consumer, drop_kafka_python_clients
+from workloads.base import (
+    CrashSchedule,
+    SpareMembers,
+    close_confluent_consumer,
+    confluent_rebalance_callbacks,
+    drop_kafka_python_clients,
+    kafka_python_rebalance_listener,
+)
 
 DEFINITE_SEND_ERRORS = {
     "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
@@ -152,18 +159,7 @@ class KafkaPythonQueueClient(_QueueClient):
                 session_timeout_ms=6000, heartbeat_interval_ms=1000,
                 reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500)
             if self.group is not None:
-                from kafka import ConsumerRebalanceListener
-
-                client = self
-
-                class Journal(ConsumerRebalanceListener):
-                    def on_partitions_revoked(self, revoked):
-                        client.journal("revoked", [tp.partition for tp in revoked])
-
-                    def on_partitions_assigned(self, assigned):
-                        client.journal("assigned", [tp.partition for tp in assigned])
-
-                self.consumer.subscribe([self.topic], listener=Journal())
+                self.consumer.subscribe([self.topic], listener=kafka_python_rebalance_listener(self.journal))
             else:
                 tps = [TopicPartition(self.topic, k) for k in range(self.partitions)]
                 self.consumer.assign(tps)
@@ -376,9 +372,7 @@ class ConfluentQueueClient(_QueueClient):
 
     def _subscribe(self) -> None:
         """Join the group with this client's rebalance journal (a spare member's earlier callbacks replaced)."""
-        self.consumer.subscribe([self.topic],
-                                on_assign=lambda _c, tps: self.journal("assigned", [tp.partition for tp in tps]),
-                                on_revoke=lambda _c, tps: self.journal("revoked", [tp.partition for tp in tps]))
+        self.consumer.subscribe([self.topic], **confluent_rebalance_callbacks(self.journal))
 
     def crash(self) -> None:
         # Dropping the last reference destroys the handles without rd_kafka_consumer_close: no commit, no

@@ -57,7 +57,14 @@ from typing import Any
 
 from history import FAIL, INFO, OK, Op
 from history.extras import need
-from workloads.base import CrashSchedule, SpareMembers, close_confluent_consumer, drop_kafka_python_clients
+from workloads.base import (
+    CrashSchedule,
+    SpareMembers,
+    close_confluent_consumer,
+    confluent_rebalance_callbacks,
+    drop_kafka_python_clients,
+    kafka_python_rebalance_listener,
+)
 from workloads.stalls import ProducerStallControl, Stall, outcome_of
 
 TXN_OPTIONS = {
@@ -333,13 +340,7 @@ class ConfluentTxnLibrary(TxnLibrary):
         if not self.subscribed:
             c.unassign()
 
-        def assigned(_consumer, tps) -> None:
-            self.on_rebalance("assigned", sorted(tp.partition for tp in tps))
-
-        def revoked(_consumer, tps) -> None:
-            self.on_rebalance("revoked", sorted(tp.partition for tp in tps))
-
-        c.subscribe([self.topic], on_assign=assigned, on_revoke=revoked)
+        c.subscribe([self.topic], **confluent_rebalance_callbacks(self.on_rebalance))
         self.subscribed = self.was_member = True
 
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:
@@ -509,21 +510,10 @@ class KafkaPythonTxnLibrary(TxnLibrary):
             c.seek(TopicPartition(self.topic, k), offset)
 
     def subscribe(self) -> None:
-        from kafka import ConsumerRebalanceListener
-
-        workload = self
-
-        class Journal(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                workload.on_rebalance("revoked", sorted(tp.partition for tp in revoked))
-
-            def on_partitions_assigned(self, assigned):
-                workload.on_rebalance("assigned", sorted(tp.partition for tp in assigned))
-
         c = self._consumer()
         if not self.subscribed:
             c.unsubscribe()  # drops the manual assignment: the two modes exclude each other
-        c.subscribe([self.topic], listener=Journal())
+        c.subscribe([self.topic], listener=kafka_python_rebalance_listener(self.on_rebalance))
         self.subscribed = True
 
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:

@@ -340,3 +340,20 @@ def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_n
     members.put(gone)  # a member that cannot even leave is parked, never handed on
     assert members.take() is None and any(c is gone for c in base.PARKED_CONSUMERS)
     base.PARKED_CONSUMERS[:] = [c for c in base.PARKED_CONSUMERS if c is not member and c is not gone]
+
+
+def test_both_libraries_rebalance_callbacks_journal_the_partitions_in_order():
+    """workloads/base.py's callbacks, which the queue and txn workloads subscribe with."""
+    from types import SimpleNamespace
+
+    from workloads.base import confluent_rebalance_callbacks, kafka_python_rebalance_listener
+
+    seen = []
+    tps = [SimpleNamespace(partition=p) for p in (3, 0, 2)]
+    callbacks = confluent_rebalance_callbacks(lambda kind, keys: seen.append((kind, keys)))
+    callbacks["on_revoke"](None, tps)
+    callbacks["on_assign"](None, tps[:1])
+    listener = kafka_python_rebalance_listener(lambda kind, keys: seen.append((kind, keys)))
+    listener.on_partitions_revoked(tps)
+    listener.on_partitions_assigned([])
+    assert seen == [("revoked", [0, 2, 3]), ("assigned", [3]), ("revoked", [0, 2, 3]), ("assigned", [])]
