@@ -67,6 +67,19 @@ def test_a_second_ingest_skips_the_unchanged_run(tmp_path):
     assert (again["ingested"], again["skipped"]) == (0, 1)
 
 
+def test_a_run_ingested_before_a_column_existed_is_ingested_again(tmp_path):
+    make_run(tmp_path / "store", ops=[Op("invoke", "send", 0, [1, 7]),
+                                      Op("ok", "send", 0, [1, [0, 7]], extra={"resent": {"requests": 2}})])
+    wh = tmp_path / "wh"
+    assert ingest([tmp_path / "store"], wh, jobs=1)["ingested"] == 1
+    part = wh / "ops" / "campaign=none/run=queue-20260101T000000/part-0.parquet"
+    assert [o["resent"] for o in pq.read_table(part).to_pylist()] == [None, 2]
+    pq.write_table(pq.read_table(part).drop(["resent"]), part)  # as an older version wrote it
+    again = ingest([tmp_path / "store"], wh, jobs=1)
+    assert (again["ingested"], again["skipped"]) == (1, 0)
+    assert [o["resent"] for o in pq.read_table(part).to_pylist()] == [None, 2]
+
+
 def test_a_campaign_dir_names_the_partition(tmp_path):
     run = make_run(tmp_path / "store", ops=[Op("invoke", "poll", 0, None)])
     camp = tmp_path / "store" / "campaigns" / "nightly" / "20260102T000000"
