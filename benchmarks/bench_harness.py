@@ -33,6 +33,9 @@ def main() -> int:
            "--concurrency", str(args.concurrency), "--time-limit", str(args.seconds), "--client", args.client,
            "--recovery-wait", "1", "--store", store, "--no-panel"]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    if not r.stdout.strip():  # the run never started (bad flag, no cluster): its own sentence says why
+        print(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"kafkaesque run exited {r.returncode}")
+        return r.returncode or 3
     run_dir = Path(r.stdout.strip().splitlines()[-1])
     pairs = [(i, c) for i, c in pair_ops(read_history(run_dir / "history.jsonl"))
              if i.process != NEMESIS and i.f in ("send", "poll") and c is not None]

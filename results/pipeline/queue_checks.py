@@ -168,8 +168,11 @@ def queue_anomaly_counts(runs, ops, reads):
 def _proven_skips(jumps, seen, acked):
     """The jumps (run, era, key, prev, offset) over an offset proven to exist in that era: one a read
     returned a record at, or an acknowledged send got. For each jump, the first proven offset above
-    its start, found by a running minimum over the partition's proven offsets and jumps in offset
-    order (a proven offset equal to a jump's start sorts before it: only those above it count)."""
+    its start, found by a running minimum over the partition's proven offsets and jumps in descending
+    offset order (a proven offset equal to a jump's start sorts after it: only those above it count).
+    The frame grows from the partition's start, which Spark computes in one pass; the same minimum over
+    a frame running to the partition's end (rowsBetween(1, unboundedFollowing)) is recomputed row by
+    row, quadratic in a partition's rows: it made a 1M-op history's check 3x slower."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -178,9 +181,9 @@ def _proven_skips(jumps, seen, acked):
               .distinct()
               .select(*RUN, "era", "key", F.col("offset").alias("at"), F.lit(None).cast("long").alias("to")))
     marks = jumps.select(*RUN, "era", "key", F.col("prev").alias("at"), F.col("offset").alias("to")).unionByName(proven)
-    after = (Window.partitionBy(*RUN, "era", "key").orderBy("at", F.col("to").isNotNull())
-             .rowsBetween(1, Window.unboundedFollowing))
-    next_proven = F.first(F.when(F.col("to").isNull(), F.col("at")), ignorenulls=True).over(after)
+    above = (Window.partitionBy(*RUN, "era", "key").orderBy(F.col("at").desc(), F.col("to").isNotNull().desc())
+             .rowsBetween(Window.unboundedPreceding, -1))
+    next_proven = F.min(F.when(F.col("to").isNull(), F.col("at"))).over(above)
     return (marks.select("*", next_proven.alias("next_proven"))
             .where(F.col("to").isNotNull() & (F.col("next_proven") < F.col("to"))))
 
