@@ -50,7 +50,7 @@ BASE_PACKAGES = (
     "kmod",
 )
 # Python packages the broker imports (kafka-python's protocol classes and record codec).
-NODE_REQUIREMENTS = ("kafka-python==3.0.12", "crc32c>=2.9,<3", "pyfuse3==3.5.0")
+NODE_REQUIREMENTS = ("kafka-python==3.0.12", "crc32c>=2.9,<3", "pyfuse3==3.5.0", "uvloop==0.23.0")
 # The code that runs inside a node: the broker imports nothing from the harness.
 NODE_CODE = ("clusters/__init__.py", "clusters/broker", "clusters/lossyfs.py")
 # Native helpers built on the host at image time and installed under /opt/kafkaesque/lib.

@@ -41,6 +41,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="max.connections: a connection beyond it is closed at once")
     p.add_argument("--connections-max-idle-ms", type=int, default=_LIMITS.connections_max_idle_ms,
                    help="connections.max.idle.ms: a connection with no request for this long is closed")
+    p.add_argument("--event-loop", default="auto", choices=["auto", "uvloop", "asyncio"],
+                   help="the asyncio event loop: uvloop (libuv; about a third more acknowledged sends per CPU "
+                        "second, benchmarks/bench_broker.py), asyncio's own, or auto: uvloop when installed")
 
 
 def build_parser() -> argparse.ArgumentParser:
