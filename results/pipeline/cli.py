@@ -60,9 +60,16 @@ def _session(master: str, warehouse: Path, command: str, spark_logs: bool, conf:
 
 
 def _need_tables(warehouse: Path) -> None:
+    from results.pipeline.ingest import stale_tables
+
     if not (warehouse / "runs").is_dir() or not any((warehouse / "runs").glob("campaign=*/run=*/part-0.parquet")):
         raise PipelineError(f"no ingested runs in {warehouse}; run `kafkaesque pipeline ingest STORE "
                             f"--warehouse {warehouse}` first.")
+    stale = stale_tables(warehouse)
+    if stale:
+        raise PipelineError(f"{len(stale)} table(s) in {warehouse} were ingested before columns the checks read "
+                            f"(e.g. {stale[0]}); run `kafkaesque pipeline ingest` on their runs again (it "
+                            "re-ingests them).")
 
 
 @pipeline_app.command()

@@ -12,9 +12,13 @@ Tables under the warehouse (default store/pipeline), Hive-partitioned by campaig
       reads it (workloads/base.py ValueReader; the queue's: send [key, value] / ok [key, [offset,
       value]], final-poll [key] / ok [key, hwm, ...]): seq (line order, what pairing follows), index,
       time, process (null: nemesis), type, f, key, value, offset (a write's), hwm (a final read's),
-      node, error, value_json (nemesis ops' and other ops' values the workload does not read)
+      node, error, value_json (nemesis ops' and other ops' values the workload does not read),
+      resent; on a completion, its invocation's seq, time, f, key and value (inv_*): ingest pairs
+      the ops as the lines pass (history.pair_stream's rule), so no Spark job sorts them again
   reads/campaign=C/run=R/part-0.parquet   one row per record a read returned (a poll, a final-poll):
-      seq (of the completion), pos (order inside it), kind (the op's f), key, offset, value
+      seq (of the completion), pos (order inside it), kind (the op's f), key, offset, value; and,
+      when the read is an ok completion of an invocation of the same f (the reads the checks
+      judge), inv_seq, process and time (the completion's)
   runs/campaign=C/run=R/part-0.parquet    one row per run: the spec fields, results.json's
       verdicts and in-process queue anomaly counts, fault windows from the nemesis ops, and
       the history's size and mtime (a run already ingested from the same file is skipped)
@@ -58,14 +62,22 @@ def ops_schema():
                       ("value_json", pa.string()),
                       # the produce requests the client sent a send in, when it re-sent it (checkers/queue.py
                       # resent_requests: up to that many copies of its value are no duplicate)
-                      ("resent", pa.int64())])
+                      ("resent", pa.int64()),
+                      # a completion's invocation (history.pair_stream's rule, applied here as the lines
+                      # pass): its seq, time, f, key and value; null on invocations, nemesis ops and a
+                      # completion without an invocation (ignored, as pairing ignores it)
+                      ("inv_seq", pa.int64()), ("inv_time", pa.int64()), ("inv_f", pa.string()),
+                      ("inv_key", pa.int64()), ("inv_value", pa.int64())])
 
 
 def reads_schema():
     import pyarrow as pa
 
     return pa.schema([("seq", pa.int64()), ("pos", pa.int32()), ("kind", pa.string()), ("key", pa.int64()),
-                      ("offset", pa.int64()), ("value", pa.int64())])
+                      ("offset", pa.int64()), ("value", pa.int64()),
+                      # the read as the checks judge it: an ok completion of an invocation of the same f (its
+                      # seq, its process, the completion's time); null for any other, which no check reads
+                      ("inv_seq", pa.int64()), ("process", pa.int64()), ("time", pa.int64())])
 
 
 def runs_schema():
@@ -227,7 +239,13 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
     o_seq, o_index, o_time, o_process, o_type, o_f = o["seq"], o["index"], o["time"], o["process"], o["type"], o["f"]
     o_key, o_value, o_offset, o_hwm = o["key"], o["value"], o["offset"], o["hwm"]
     o_node, o_error, o_json, o_resent = o["node"], o["error"], o["value_json"], o["resent"]
+    o_inv = [o[c] for c in ("inv_seq", "inv_time", "inv_f", "inv_key", "inv_value")]
     r_seq, r_pos, r_kind, r_key, r_offset, r_value = r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]
+    r_inv_seq, r_process, r_time = r["inv_seq"], r["process"], r["time"]
+    # Pairing as the lines pass (history.pair_stream's rule): a process's open invocation, as the fields its
+    # completion's row carries; an invocation's next op of its process completes it unless it is an invocation.
+    open_invocation: dict[Any, tuple] = {}
+    unpaired = (None,) * len(o_inv)
     windows = FaultWindows()  # the report's rule too (history/faults.py)
     beyond_budget_ns = None
     n_ops = n_reads = 0
@@ -260,7 +278,19 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
                 hwm = _int(hwm, "hwm", history, line)
             if key is not None:
                 key = _int(key, "key", history, line)
+        invocation = unpaired
+        if op.process != NEMESIS:
+            if op.type == "invoke":
+                open_invocation[op.process] = (seq, op.time, op.f, key, value)
+            else:
+                invocation = open_invocation.pop(op.process, unpaired)
+        if op.process != NEMESIS and op.f in read_ops:
+            judged = op.type == "ok" and invocation[2] == op.f
+            inv_seq, process, time = (invocation[0], int(op.process), op.time) if judged else (None, None, None)
             for pos, (k, o, val) in enumerate(records):
+                r_inv_seq.append(inv_seq)
+                r_process.append(process)
+                r_time.append(time)
                 r_seq.append(seq)
                 r_pos.append(pos)
                 r_kind.append(op.f)
@@ -284,6 +314,8 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
         o_error.append(None if op.error is None else str(op.error))
         o_json.append(vjson)
         o_resent.append(resent_requests(op.extra) if op.extra and op.type != "invoke" else None)
+        for column, v in zip(o_inv, invocation, strict=True):
+            column.append(v)
         n_ops += 1
         if first_ns is None:
             first_ns = op.time
@@ -351,9 +383,27 @@ def _up_to_date(warehouse: Path, src: RunSource) -> bool:
     try:
         have = set(pq.read_schema(_table_dirs(warehouse, src)["ops"] / "part-0.parquet").names)
         have |= set(pq.read_schema(f).names)
+        have_reads = set(pq.read_schema(_table_dirs(warehouse, src)["reads"] / "part-0.parquet").names)
     except Exception:  # noqa: BLE001 - unreadable: ingest again
         return False
-    return set(ops_schema().names) <= have and set(runs_schema().names) <= have
+    return set(ops_schema().names) <= have and set(runs_schema().names) <= have and \
+        set(reads_schema().names) <= have_reads
+
+
+def stale_tables(warehouse: Path) -> list[Path]:
+    """The ops and reads tables under `warehouse` that lack a column of today's schema (ingested before it
+    was added; `ingest` writes them again): Spark would read the column as null in those runs only."""
+    import pyarrow.parquet as pq
+
+    stale = []
+    for table, schema in (("ops", ops_schema()), ("reads", reads_schema())):
+        for f in sorted((warehouse / table).glob("campaign=*/run=*/part-0.parquet")):
+            try:
+                if not set(schema.names) <= set(pq.read_schema(f).names):
+                    stale.append(f)
+            except Exception:  # noqa: BLE001 - unreadable: as stale, ingest writes it again
+                stale.append(f)
+    return stale
 
 
 def ingest_run(src: RunSource, warehouse: Path) -> dict[str, Any]:

@@ -80,6 +80,50 @@ def test_a_run_ingested_before_a_column_existed_is_ingested_again(tmp_path):
     assert [o["resent"] for o in pq.read_table(part).to_pylist()] == [None, 2]
 
 
+def test_completions_carry_their_invocation_as_pairing_decides(tmp_path):
+    """Ingest pairs as history.pair_stream does: an invocation's next op of its process completes it unless
+    it is an invocation (then the first never completes); a completion with no open invocation is ignored;
+    a read's records are judged only for an ok completion of an invocation of the same f."""
+    make_run(tmp_path / "store", ops=[
+        Op("invoke", "send", 0, [1, 7]),            # 0: superseded by 1, never completes
+        Op("invoke", "send", 0, [1, 8]),            # 1
+        Op("invoke", "poll", 1, None),              # 2
+        Op("ok", "send", 0, [1, [0, 8]]),           # 3: completes 1
+        Op("ok", "poll", 1, {"1": [[0, 8]]}),       # 4: completes 2, judged
+        Op("ok", "poll", 1, {"1": [[0, 8]]}),       # 5: no open invocation: ignored
+        Op("invoke", "send", 2, [1, 9]),            # 6
+        Op("ok", "poll", 2, {"1": [[0, 8]]}),       # 7: completes a send: its records are not judged
+        Op("invoke", "poll", 3, None),              # 8
+        Op("fail", "poll", 3, None),                # 9: completes 8, no records
+    ])
+    wh = tmp_path / "wh"
+    ingest([tmp_path / "store"], wh, jobs=1)
+    part = "campaign=none/run=queue-20260101T000000/part-0.parquet"
+    ops = pq.read_table(wh / "ops" / part).to_pylist()
+    paired = {o["seq"]: (o["inv_seq"], o["inv_f"], o["inv_key"], o["inv_value"]) for o in ops
+              if o["inv_seq"] is not None}
+    assert paired == {3: (1, "send", 1, 8), 4: (2, "poll", None, None), 7: (6, "send", 1, 9),
+                      9: (8, "poll", None, None)}
+    assert ops[3]["inv_time"] == ops[1]["time"]
+    reads = pq.read_table(wh / "reads" / part).to_pylist()
+    assert [(r["seq"], r["inv_seq"], r["process"], r["time"]) for r in reads] == [
+        (4, 2, 1, ops[4]["time"]), (5, None, None, None), (7, None, None, None)]
+
+
+def test_a_reads_table_without_the_pairing_columns_is_stale(tmp_path):
+    from results.pipeline.ingest import stale_tables
+
+    make_run(tmp_path / "store", ops=HISTORY)
+    wh = tmp_path / "wh"
+    ingest([tmp_path / "store"], wh, jobs=1)
+    assert stale_tables(wh) == []
+    part = wh / "reads" / "campaign=none/run=queue-20260101T000000/part-0.parquet"
+    pq.write_table(pq.read_table(part).drop(["inv_seq", "process", "time"]), part)  # as an older version wrote it
+    assert stale_tables(wh) == [part]
+    again = ingest([tmp_path / "store"], wh, jobs=1)
+    assert (again["ingested"], again["skipped"]) == (1, 0) and stale_tables(wh) == []
+
+
 def test_a_campaign_dir_names_the_partition(tmp_path):
     run = make_run(tmp_path / "store", ops=[Op("invoke", "poll", 0, None)])
     camp = tmp_path / "store" / "campaigns" / "nightly" / "20260102T000000"
