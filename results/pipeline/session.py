@@ -82,6 +82,22 @@ def _fds_to(path: Path | None) -> Iterator[None]:
             os.close(f)
 
 
+STANDALONE_CORES = 2  # spark.cores.max of a job on a spark:// master
+
+
+def _cores(master: str) -> int:
+    """The cores a job gets on `master`: local[N] N, local[*] every core, local one; a standalone master's
+    STANDALONE_CORES. Shuffles get two partitions a core: 8 on 2 cores made the 1M-op check about a tenth
+    slower than 4 (many small partitions, each with its own files and tasks)."""
+    if master.startswith("local"):
+        n = master[len("local["):-1] if master.startswith("local[") and master.endswith("]") else "1"
+        n = n.split(",")[0]  # local[N,F]: F is the task retries
+        if n == "*":
+            return os.cpu_count() or 1
+        return max(1, int(n)) if n.isdigit() else 1
+    return STANDALONE_CORES
+
+
 def _is_loopback_master(master: str) -> bool:
     host = urlparse(master).hostname if master.startswith("spark://") else None
     return host in ("127.0.0.1", "localhost", "::1")
@@ -106,7 +122,7 @@ def start_session(master: str, warehouse: Path, command: str, spark_logs: bool =
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", "2g")  # local mode: the executors live in this heap too
                .config("spark.executor.memory", "512m")
-               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.sql.shuffle.partitions", str(2 * _cores(master)))
                # Broadcast joins intermittently ran the 1 GB driver out of heap on a few thousand rows
                # (Spark 4.3, local[2], the summarize plan); sort-merge joins are steady.
                .config("spark.sql.autoBroadcastJoinThreshold", "-1")
@@ -115,7 +131,7 @@ def start_session(master: str, warehouse: Path, command: str, spark_logs: bool =
                .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
     if master.startswith("spark://"):
-        builder = builder.config("spark.cores.max", "2")
+        builder = builder.config("spark.cores.max", str(STANDALONE_CORES))
         if _is_loopback_master(master):  # executors must reach the driver on the loopback address too
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for k, v in (extra_conf or {}).items():

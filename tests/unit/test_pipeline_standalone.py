@@ -2,6 +2,7 @@
 a pid that is now some other process, or the same pid with another start time, is left alone."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -57,3 +58,13 @@ def test_no_state_means_nothing_to_stop_and_a_bad_state_file_says_so(tmp_path):
     (tmp_path / STATE_FILE).write_text("{not json")
     with pytest.raises(PipelineError, match="cannot be read"):
         stop(tmp_path)
+
+
+@pytest.mark.parametrize("master, cores", [
+    ("local", 1), ("local[2]", 2), ("local[4,3]", 4), ("local[*]", os.cpu_count() or 1), ("local[x]", 1),
+    ("spark://127.0.0.1:7077", 2),
+])
+def test_a_jobs_cores_follow_its_master(master, cores):
+    from results.pipeline.session import _cores
+
+    assert _cores(master) == cores
