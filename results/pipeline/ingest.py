@@ -369,7 +369,8 @@ def _table_dirs(warehouse: Path, src: RunSource) -> dict[str, Path]:
 def _up_to_date(warehouse: Path, src: RunSource) -> bool:
     import pyarrow.parquet as pq
 
-    f = _table_dirs(warehouse, src)["runs"] / "part-0.parquet"
+    dirs = _table_dirs(warehouse, src)
+    f = dirs["runs"] / "part-0.parquet"
     if not f.is_file():
         return False
     try:
@@ -379,31 +380,27 @@ def _up_to_date(warehouse: Path, src: RunSource) -> bool:
     st = (src.run_dir / "history.jsonl").stat()
     if row["history_bytes"] != st.st_size or row["history_mtime_ns"] != st.st_mtime_ns:
         return False
-    # ingested before a column was added (the ops' resent): its tables lack what the checks read now
+    # ingested before a column was added (the ops' resent, the pairing): its tables lack what the checks read now
+    return not any(_lacks_columns(dirs[table] / "part-0.parquet", schema)
+                   for table, schema in (("ops", ops_schema()), ("reads", reads_schema()), ("runs", runs_schema())))
+
+
+def _lacks_columns(f: Path, schema) -> bool:
+    """Whether the Parquet file `f` lacks a column of `schema` (ingested before it was added) or cannot be read:
+    either way `ingest` writes it again."""
+    import pyarrow.parquet as pq
+
     try:
-        have = set(pq.read_schema(_table_dirs(warehouse, src)["ops"] / "part-0.parquet").names)
-        have |= set(pq.read_schema(f).names)
-        have_reads = set(pq.read_schema(_table_dirs(warehouse, src)["reads"] / "part-0.parquet").names)
-    except Exception:  # noqa: BLE001 - unreadable: ingest again
-        return False
-    return set(ops_schema().names) <= have and set(runs_schema().names) <= have and \
-        set(reads_schema().names) <= have_reads
+        return not set(schema.names) <= set(pq.read_schema(f).names)
+    except Exception:  # noqa: BLE001 - unreadable: as stale
+        return True
 
 
 def stale_tables(warehouse: Path) -> list[Path]:
     """The ops and reads tables under `warehouse` that lack a column of today's schema (ingested before it
     was added; `ingest` writes them again): Spark would read the column as null in those runs only."""
-    import pyarrow.parquet as pq
-
-    stale = []
-    for table, schema in (("ops", ops_schema()), ("reads", reads_schema())):
-        for f in sorted((warehouse / table).glob("campaign=*/run=*/part-0.parquet")):
-            try:
-                if not set(schema.names) <= set(pq.read_schema(f).names):
-                    stale.append(f)
-            except Exception:  # noqa: BLE001 - unreadable: as stale, ingest writes it again
-                stale.append(f)
-    return stale
+    return [f for table, schema in (("ops", ops_schema()), ("reads", reads_schema()))
+            for f in sorted((warehouse / table).glob("campaign=*/run=*/part-0.parquet")) if _lacks_columns(f, schema)]
 
 
 def ingest_run(src: RunSource, warehouse: Path) -> dict[str, Any]:
