@@ -36,6 +36,7 @@ def test_hwm_at_leader_leo_runs_on_the_mutated_code_and_is_caught(tmp_path):
     log = (run_file.parent / "nodes" / "broker-1" / "broker.log").read_text()
     start = next(json.loads(line) for line in log.splitlines() if '"node_code"' in line)
     assert "kafkaesque-code-hwm-leader-leo-" in start["root"]  # imported from the copy, not the worktree
+    assert start["event_loop"] == "uvloop"  # --event-loop auto: a real node serves on uvloop, installed with it
     results = json.loads((run_file.parent / "results.json").read_text())
     assert results["valid"] is False
     assert {"lost-write", "stale-read", "future-read", "inconsistent-offsets"} & set(
