@@ -18,7 +18,9 @@ Tables under the warehouse (default store/pipeline), Hive-partitioned by campaig
   reads/campaign=C/run=R/part-0.parquet   one row per record a read returned (a poll, a final-poll):
       seq (of the completion), pos (order inside it), kind (the op's f), key, offset, value; and,
       when the read is an ok completion of an invocation of the same f (the reads the checks
-      judge), inv_seq, process and time (the completion's)
+      judge), inv_seq, process and time (the completion's), and the consumer's position before the
+      record (prev_offset, prev_time: where the same process last read the key), which ingest follows as
+      the lines pass, so no Spark job sorts every record by process
   runs/campaign=C/run=R/part-0.parquet    one row per run: the spec fields, results.json's
       verdicts and in-process queue anomaly counts, fault windows from the nemesis ops, and
       the history's size and mtime (a run already ingested from the same file is skipped)
@@ -77,7 +79,13 @@ def reads_schema():
                       ("offset", pa.int64()), ("value", pa.int64()),
                       # the read as the checks judge it: an ok completion of an invocation of the same f (its
                       # seq, its process, the completion's time); null for any other, which no check reads
-                      ("inv_seq", pa.int64()), ("process", pa.int64()), ("time", pa.int64())])
+                      ("inv_seq", pa.int64()), ("process", pa.int64()), ("time", pa.int64()),
+                      # the consumer's position before this record, for the judged reads (checkers/queue.py
+                      # QueueCheck._read): the offset of the previous record of the same key in the same read,
+                      # else of the last record of the key in an earlier judged poll of the process (final-polls
+                      # do not move a position); and the completion time of the read it came from, which says
+                      # its era. Null: no earlier record. A sort of every record in Spark otherwise.
+                      ("prev_offset", pa.int64()), ("prev_time", pa.int64())])
 
 
 def runs_schema():
@@ -242,9 +250,17 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
     o_inv = [o[c] for c in ("inv_seq", "inv_time", "inv_f", "inv_key", "inv_value")]
     r_seq, r_pos, r_kind, r_key, r_offset, r_value = r["seq"], r["pos"], r["kind"], r["key"], r["offset"], r["value"]
     r_inv_seq, r_process, r_time = r["inv_seq"], r["process"], r["time"]
+    r_prev_offset, r_prev_time = r["prev_offset"], r["prev_time"]
     # Pairing as the lines pass (history.pair_stream's rule): a process's open invocation, as the fields its
     # completion's row carries; an invocation's next op of its process completes it unless it is an invocation.
     open_invocation: dict[Any, tuple] = {}
+    # (process, key) -> (offset, completion time) of the last record of the key in the process's last judged
+    # poll: the consumer's position, which its next read of the key is compared with. Without regard to eras
+    # (the cutoff is known at the end): the check drops a position from the era before the record's, which is
+    # exact while each process's completions are in time order (checked below).
+    position: dict[tuple[int, int], tuple[int, int]] = {}
+    last_completion: dict[Any, int] = {}  # process -> its last completion's time
+    backwards_line = None  # the first line where a process's completion is earlier than its previous one
     unpaired = (None,) * len(o_inv)
     windows = FaultWindows()  # the report's rule too (history/faults.py)
     beyond_budget_ns = None
@@ -287,17 +303,34 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
         if op.process != NEMESIS and op.f in read_ops:
             judged = op.type == "ok" and invocation[2] == op.f
             inv_seq, process, time = (invocation[0], int(op.process), op.time) if judged else (None, None, None)
+            in_this_read: dict[int, tuple[int, int]] = {}  # key -> this read's last record of it, with its time
             for pos, (k, o, val) in enumerate(records):
+                k, o = _int(k, "key", history, line), _int(o, "offset", history, line)
+                prev_offset = prev_time = None
+                if judged:
+                    at = in_this_read.get(k) or position.get((process, k))
+                    if at is not None:
+                        prev_offset, prev_time = at
+                    in_this_read[k] = (o, time)
                 r_inv_seq.append(inv_seq)
                 r_process.append(process)
                 r_time.append(time)
+                r_prev_offset.append(prev_offset)
+                r_prev_time.append(prev_time)
                 r_seq.append(seq)
                 r_pos.append(pos)
                 r_kind.append(op.f)
-                r_key.append(_int(k, "key", history, line))
-                r_offset.append(_int(o, "offset", history, line))
+                r_key.append(k)
+                r_offset.append(o)
                 r_value.append(_int(val, "value", history, line))
+            if judged and op.f == "poll":
+                for k, at in in_this_read.items():
+                    position[(process, k)] = at
             n_reads += len(records)
+        if op.process != NEMESIS and op.type != "invoke" and op.time is not None:
+            if op.time < last_completion.get(op.process, op.time) and backwards_line is None:
+                backwards_line = line
+            last_completion[op.process] = op.time
         if vjson is None and v is not None and (op.process == NEMESIS or op.f not in read_ops):
             vjson = json.dumps(v, separators=(",", ":"), default=str)
         o_seq.append(seq)
@@ -324,6 +357,10 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
             ops_w.flush()
         if len(r_seq) >= ROW_GROUP:
             reads_w.flush()
+    if beyond_budget_ns is not None and backwards_line is not None:  # the tables stay dot-files: read by none
+        raise PipelineError(f"{history} line {backwards_line}: a completion is earlier than its process's previous "
+                            "one, and the run has a fault beyond the durability contract, so the pipeline cannot "
+                            "place its reads in eras; check this run with `kafkaesque analyze`.")
     ops_w.close()
     reads_w.close()
     return {"ops": n_ops, "reads": n_reads, "first_ns": first_ns, "last_ns": last_ns,

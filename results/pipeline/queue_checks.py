@@ -18,7 +18,8 @@ and the differential test (tests/integration/test_pipeline.py) holds the two equ
   inconsistent-offsets  per (key, offset), distinct values read minus one
   nonmonotonic-poll / poll-skip  per (process, key), each record read compared with the one
               before it: the previous record of the same op, else the last record of an
-              earlier *poll* (final-polls do not move a consumer's position): offset <= prev is
+              earlier *poll* (final-polls do not move a consumer's position; ingest followed these
+              positions as the lines passed: reads.prev_offset, prev_time): offset <= prev is
               nonmonotonic; offset > prev + 1 is a jump, and a poll-skip when an offset between
               is proven to exist in the same era (a read returned a record there, or an ok send
               was acknowledged there), else a gap (no anomaly)
@@ -104,7 +105,6 @@ def _cutoff_of(cutoffs: dict[tuple[str, str], int]):
 def queue_anomaly_counts(runs, ops, reads):
     """Per run: campaign, run, the six anomaly counts, uncovered (ok sends of keys without a final read), verdict."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     pairs = pair_ops(ops)
@@ -134,8 +134,12 @@ def queue_anomaly_counts(runs, ops, reads):
     read_ops = pairs.where(F.col("f").isin("poll", "final-poll") & (F.col("outcome") == "ok"))
     # The records of ok reads (ingest paired each with its invocation, of the same f). Not persisted: reading
     # the Parquet columns again is cheaper than writing the rows to local disk (1M ops: 4.7 s against 14.7 s).
-    rd = reads.where(F.col("inv_seq").isNotNull()).select(*RUN, "seq", "pos", "kind", "key", "offset", "value",
-                                                          "inv_seq", "process", era("time").alias("era"))
+    # A record's consumer position (ingest followed it, per process and key, as the lines passed) counts in the
+    # record's era only: a process's completions are in time order (ingest refuses a run where they are not and
+    # eras matter), so a position from the era before means no earlier record of this one.
+    prev = F.when(era("prev_time") == era("time"), F.col("prev_offset"))
+    rd = reads.where(F.col("inv_seq").isNotNull()).select(*RUN, "kind", "key", "offset", "value",
+                                                          era("time").alias("era"), prev.alias("prev"))
     final_hwm = (read_ops.where((F.col("f") == "final-poll") & F.col("c_hwm").isNotNull())
                  .groupBy(*RUN, F.col("c_key").alias("key")).agg(F.max("c_hwm").alias("hwm")))
     in_final = (rd.where(F.col("kind") == "final-poll").select(*RUN, "key", "value").distinct()
@@ -165,14 +169,8 @@ def queue_anomaly_counts(runs, ops, reads):
         F.sum(F.when(F.col("hwm").isNull(), 1).otherwise(0)).cast("long").alias("uncovered"),
         F.count(F.lit(1)).alias("acked_sends"))
 
-    # A consumer's position: the previous record of the same op, else the last record of an earlier poll.
-    chain = Window.partitionBy(*RUN, "process", "key", "era").orderBy("inv_seq", "pos")
-    before = chain.rowsBetween(Window.unboundedPreceding, -1)
-    prev = F.when(F.lag("inv_seq").over(chain) == F.col("inv_seq"), F.lag("offset").over(chain)) \
-        .otherwise(F.last(F.when(F.col("kind") == "poll", F.col("offset")), ignorenulls=True).over(before))
-    # Only the steps that are not to the next offset matter, and few are: kept, so that the window (a sort
-    # of every record read) runs once for both counts below, not once for each.
-    odd_steps = (rd.select(*RUN, "era", "key", "offset", prev.alias("prev"))
+    # Only the steps that are not to the next offset matter, and few are: kept for both counts below.
+    odd_steps = (rd.select(*RUN, "era", "key", "offset", "prev")
                  .where(F.col("prev").isNotNull() & (F.col("offset") != F.col("prev") + 1))
                  .persist(StorageLevel.DISK_ONLY))
     nonmonotonic = per_run(odd_steps.where(F.col("offset") <= F.col("prev")), "nonmonotonic_poll")

@@ -191,3 +191,56 @@ def test_a_second_workload_is_ingested_as_its_values_read_with_no_change_here(tm
         (3, None, 9, None), (3, 4, 9, None), (3, None, None, None), (3, None, None, None), (None, None, None, "[1,2]")]
     reads = pq.read_table(wh / "reads" / part).to_pylist()
     assert [(r["kind"], r["key"], r["offset"], r["value"]) for r in reads] == [("read", 3, 4, 9)]
+
+
+def test_reads_carry_the_consumer_position_before_them(tmp_path):
+    """Ingest follows each process's position per key as checkers/queue.py does: the previous record of the key
+    in the same read, else the last record of the key in the process's last judged poll; a final-poll is compared
+    with that position but does not move it; records no check judges have none."""
+    make_run(tmp_path / "store", ops=[
+        Op("invoke", "poll", 0, None),                              # 0
+        Op("ok", "poll", 0, {"1": [[0, 7], [1, 8]], "2": [[4, 9]]}),  # 1: first reads: no position, then 0
+        Op("invoke", "poll", 0, None),                              # 2
+        Op("ok", "poll", 0, {"1": [[3, 10]]}),                      # 3: after 1 (read at 1's time)
+        Op("invoke", "final-poll", 0, [1]),                         # 4
+        Op("ok", "final-poll", 0, [1, 5, [[0, 7], [1, 8]]]),        # 5: after 3, then 0
+        Op("invoke", "poll", 0, None),                              # 6
+        Op("ok", "poll", 0, {"1": [[4, 11]], "2": [[5, 12]]}),      # 7: after 3 again; after 4
+        Op("invoke", "poll", 1, None),                              # 8
+        Op("ok", "poll", 1, {"1": [[0, 7]]}),                       # 9: another process: no position
+        Op("ok", "poll", 1, {"1": [[1, 8]]}),                       # 10: no open invocation: not judged
+    ])
+    wh = tmp_path / "wh"
+    ingest([tmp_path / "store"], wh, jobs=1)
+    part = "campaign=none/run=queue-20260101T000000/part-0.parquet"
+    t = {o["seq"]: o["time"] for o in pq.read_table(wh / "ops" / part).to_pylist()}
+    reads = pq.read_table(wh / "reads" / part).to_pylist()
+    assert [(r["seq"], r["key"], r["offset"], r["prev_offset"], r["prev_time"]) for r in reads] == [
+        (1, 1, 0, None, None), (1, 1, 1, 0, t[1]), (1, 2, 4, None, None),
+        (3, 1, 3, 1, t[1]),
+        (5, 1, 0, 3, t[3]), (5, 1, 1, 0, t[5]),
+        (7, 1, 4, 3, t[3]), (7, 2, 5, 4, t[1]),
+        (9, 1, 0, None, None),
+        (10, 1, 1, None, None)]
+
+
+def test_a_run_whose_completions_go_back_in_time_across_a_fault_beyond_budget_is_refused(tmp_path):
+    """Eras need each process's completions in time order; without a fault beyond the budget there is one era."""
+    from history import BEYOND_BUDGET
+
+    def run_with(name, nemesis):
+        ops = [Op("invoke", "poll", 0, None), Op("ok", "poll", 0, {"1": [[0, 7]]}),
+               Op("invoke", "poll", 0, None), Op("ok", "poll", 0, {"1": [[1, 8]]}), *nemesis]
+        run = make_run(tmp_path / name, ops=ops)
+        lines = (run / "history.jsonl").read_text().splitlines()
+        late = json.loads(lines[1])
+        late["time"] = 10_000  # the first poll completes after the second (4000)
+        lines[1] = json.dumps(late)
+        (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+
+    run_with("one-era", [])
+    assert ingest([tmp_path / "one-era"], tmp_path / "wh", jobs=1)["ingested"] == 1
+    run_with("two-eras", [Op("invoke", "start-kill", "nemesis", None),
+                          Op("info", "start-kill", "nemesis", {"kill": ["broker-1"], BEYOND_BUDGET: True})])
+    with pytest.raises(PipelineError, match=r"line 4: a completion is earlier than its process's previous one"):
+        ingest([tmp_path / "two-eras"], tmp_path / "wh", jobs=1)
