@@ -53,6 +53,9 @@ class LossyOperations(pyfuse3.Operations):
         self.paths: dict[int, str] = {pyfuse3.ROOT_INODE: self.backing}
         self.dirty: dict[int, DirtyFile] = {}
         self.fds: dict[int, int] = {}  # fh -> inode
+        # fh -> a descriptor of its backing file, opened at the handle's first clean read: a broker's consumer
+        # fetches are mostly such reads, and opening the file for each cost more than the read
+        self.read_fds: dict[int, int] = {}
         self._next_fh = 1
         self.seq = 0
 
@@ -234,10 +237,17 @@ class LossyOperations(pyfuse3.Operations):
         inode = self.fds[fh]
         d = self.dirty.get(inode)
         if d is not None:
-            return bytes(d.data[off:off + size])
-        with open(self._path(inode), "rb") as f:
-            f.seek(off)
-            return f.read(size)
+            with memoryview(d.data) as view:  # one copy, not two
+                return bytes(view[off:off + size])
+        fd = self.read_fds.get(fh)
+        if fd is None:
+            try:
+                fd = self.read_fds[fh] = os.open(self._path(inode), os.O_RDONLY)
+            except OSError as e:
+                raise pyfuse3.FUSEError(e.errno) from None
+        # the backing file as it is now: a sync, a truncate and the file-corruption fault all change it in place,
+        # and a descriptor follows the file through a rename or unlink, as the broker's own does
+        return os.pread(fd, size, off)
 
     async def write(self, fh, off, buf):
         inode = self.fds[fh]
@@ -276,13 +286,18 @@ class LossyOperations(pyfuse3.Operations):
 
     async def release(self, fh):
         self.fds.pop(fh, None)
+        fd = self.read_fds.pop(fh, None)
+        if fd is not None:
+            os.close(fd)
 
     # --- the fault ---------------------------------------------------------------------
-    def drop_unsynced(self) -> tuple[int, int]:
+    def drop_unsynced(self) -> tuple[int, int, list[int]]:
+        """Forget every unsynced byte: (files, bytes lost, their inodes, whose kernel page cache must go too)."""
         files = len(self.dirty)
         lost = sum(len(d.data) - d.dirty_from for d in self.dirty.values())
+        inodes = list(self.dirty)
         self.dirty.clear()
-        return files, lost
+        return files, lost, inodes
 
     def sync_all(self) -> tuple[int, int]:
         files = len(self.dirty)
@@ -298,11 +313,24 @@ def _report(status_file: str | None, ops: LossyOperations, event: str, files: in
             f.write(line + "\n")
 
 
+def _forget_pages(inodes: list[int]) -> None:
+    for inode in inodes:
+        try:
+            pyfuse3.invalidate_inode(inode)
+        except OSError:
+            pass  # the kernel no longer knows the inode (unlinked, forgotten): nothing of it is cached
+
+
 async def _signals(ops: LossyOperations, status_file: str | None) -> None:
     with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT) as sigs:
         async for sig in sigs:
             if sig == signal.SIGUSR1:
-                _report(status_file, ops, "dropped", *ops.drop_unsynced())
+                files, lost, inodes = ops.drop_unsynced()
+                # The kernel keeps a file's pages across opens (pyfuse3's keep_cache): without this, bytes written
+                # over synced ones would still be read back after the drop, as no power cut allows. In a thread:
+                # an invalidation waits for pages a reader holds, whose read this loop must answer.
+                await trio.to_thread.run_sync(_forget_pages, inodes)
+                _report(status_file, ops, "dropped", files, lost)
             elif sig == signal.SIGUSR2:
                 _report(status_file, ops, "synced", *ops.sync_all())
             else:

@@ -87,3 +87,39 @@ def test_sigterm_unmounts(lossy_mount):
     proc.send_signal(signal.SIGTERM)
     proc.wait(10)
     assert not os.path.ismount(mnt)
+
+
+def test_a_handle_held_open_reads_the_file_as_it_is_now(lossy_mount):
+    """Reads of clean bytes go to a descriptor the file system keeps per handle: they must still see damage done
+    in place through another handle (the file-corruption fault's way), follow a rename, and after a drop see
+    only the synced bytes."""
+    proc, backing, mnt, status = lossy_mount
+    path = mnt / "seg.log"
+    with open(path, "wb") as f:
+        f.write(b"A" * 8192)
+        f.flush()
+        os.fsync(f.fileno())
+    held = os.open(path, os.O_RDONLY)
+    try:
+        assert os.pread(held, 16, 4096) == b"A" * 16
+        with open(path, "r+b") as f:  # as nemesis/kinds/file_corruption.py flip_bits does
+            f.seek(4096)
+            f.write(b"B" * 16)
+            f.flush()
+            os.fsync(f.fileno())
+        assert os.pread(held, 16, 4096) == b"B" * 16
+        assert (backing / "seg.log").read_bytes()[4096:4112] == b"B" * 16
+        os.rename(path, mnt / "seg.moved")
+        assert os.pread(held, 4, 0) == b"AAAA"
+        with open(mnt / "seg.moved", "r+b") as f:  # unsynced: lost at the drop
+            f.seek(0)
+            f.write(b"C" * 4)
+        assert os.pread(held, 4, 0) == b"CCCC"
+        # The drop takes the kernel's cached pages too (they outlive every handle): the overwritten bytes come
+        # back as they were synced, to a new handle and to one held across it.
+        proc.send_signal(signal.SIGUSR1)
+        _wait_status(status, "dropped")
+        assert (mnt / "seg.moved").read_bytes()[:8] == b"AAAAAAAA"
+        assert os.pread(held, 8, 0) == b"AAAAAAAA"
+    finally:
+        os.close(held)
