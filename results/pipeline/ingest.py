@@ -300,6 +300,10 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
                 open_invocation[op.process] = (seq, op.time, op.f, key, value)
             else:
                 invocation = open_invocation.pop(op.process, unpaired)
+                if op.time is not None:
+                    if op.time < last_completion.get(op.process, op.time) and backwards_line is None:
+                        backwards_line = line
+                    last_completion[op.process] = op.time
         if op.process != NEMESIS and op.f in read_ops:
             judged = op.type == "ok" and invocation[2] == op.f
             inv_seq, process, time = (invocation[0], int(op.process), op.time) if judged else (None, None, None)
@@ -327,10 +331,6 @@ def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: Valu
                 for k, at in in_this_read.items():
                     position[(process, k)] = at
             n_reads += len(records)
-        if op.process != NEMESIS and op.type != "invoke" and op.time is not None:
-            if op.time < last_completion.get(op.process, op.time) and backwards_line is None:
-                backwards_line = line
-            last_completion[op.process] = op.time
         if vjson is None and v is not None and (op.process == NEMESIS or op.f not in read_ops):
             vjson = json.dumps(v, separators=(",", ":"), default=str)
         o_seq.append(seq)

@@ -114,28 +114,23 @@ def wait_for_progress(cluster: Cluster, watcher: CommittedWatcher, what: str) ->
     cluster.wait_for(lambda: sum(watcher.latest().values()) >= before + 20, timeout=90, what=what)
 
 
+def last_fact_is(m: EosMember, event: str, among: tuple[str, ...], older_than_s: float) -> bool:
+    """Whether the latest of member m's facts of the events `among` is an `event` fact older than `older_than_s`."""
+    last = max((f for e in among for f in m.facts(e)), key=lambda f: f["time"], default=None)
+    return last is not None and last["event"] == event and time.monotonic() - last["time"] > older_than_s
+
+
 def hung_in_send_offsets(m: EosMember, after_s: float = 30.0) -> bool:
     """Alive, and its last fact is a send_offsets_to_transaction begun more than `after_s` ago: the call's own
     timeout is 30 s, which librdkafka overruns while its cached group coordinator is a dead broker
     (wait_for_progress says more)."""
-    if m.proc.poll() is not None:
-        return False
-    facts = [f for e in ("begun", "sending_offsets", "committing", "committed", "aborting", "aborted", "uncertain")
-             for f in m.facts(e)]
-    last = max(facts, key=lambda f: f["time"], default=None)
-    return last is not None and last["event"] == "sending_offsets" and time.monotonic() - last["time"] > after_s
+    among = ("begun", "sending_offsets", "committing", "committed", "aborting", "aborted", "uncertain")
+    return m.proc.poll() is None and last_fact_is(m, "sending_offsets", among, after_s)
 
 
 def stalled(members: list[EosMember]) -> list[str]:
     """Members whose last fact is a transaction begun more than 30 s ago and not ended."""
-    now = time.monotonic()
-    out = []
-    for m in members:
-        facts = [f for e in ("begun", "committed", "aborted", "uncertain") for f in m.facts(e)]
-        last = max(facts, key=lambda f: f["time"], default=None)
-        if last is not None and last["event"] == "begun" and now - last["time"] > 30:
-            out.append(m.name)
-    return out
+    return [m.name for m in members if last_fact_is(m, "begun", ("begun", "committed", "aborted", "uncertain"), 30)]
 
 
 def test_consume_transform_produce_is_exactly_once_across_coordinator_kills_and_rebalances(tmp_path):
