@@ -376,9 +376,11 @@ def test_list_offsets_latest_is_unknown_until_the_hwm_reaches_the_leso(tmp_path)
 def test_producer_state_is_rebuilt_from_the_log_on_becoming_leader(tmp_path):
     a = make_replica(tmp_path, 1)
     a.apply_partition_state(state(2, 1, [1, 2]), now_ms=0)
-    raw = build_batch([b"x", b"y"], producer_id=77, producer_epoch=0, base_sequence=0)
+    # one timestamp for both: build_batch stamps the clock otherwise, and a millisecond between them changes the CRC
+    ts = 1_700_000_000_000
+    raw = build_batch([b"x", b"y"], producer_id=77, producer_epoch=0, base_sequence=0, timestamp_ms=ts)
     a.log.append_as_follower(build_batch([b"x", b"y"], producer_id=77, producer_epoch=0, base_sequence=0,
-                                         leader_epoch=1))
+                                         leader_epoch=1, timestamp_ms=ts))
     a.apply_partition_state(state(1, 2, [1, 2]), now_ms=1)
     h = validate_batches(raw)[0]
     assert a.producers.check(h) == (rpc.NONE, (0, 1, h.crc))  # a retry: original offsets, the same bytes

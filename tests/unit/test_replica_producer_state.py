@@ -8,7 +8,9 @@ from clusters.broker.producer_state import ProducerStateTable
 
 
 def header(seq: int, n: int = 2, pid: int = 5, epoch: int = 0):
-    return validate_batches(build_batch([b"v"] * n, producer_id=pid, producer_epoch=epoch, base_sequence=seq))[0]
+    # a fixed timestamp: build_batch stamps the clock otherwise, and two calls astride a millisecond differ in CRC
+    batch = build_batch([b"v"] * n, producer_id=pid, producer_epoch=epoch, base_sequence=seq, timestamp_ms=1_700_000_000_000)
+    return validate_batches(batch)[0]
 
 
 def test_first_batch_in_order_batches_and_a_duplicate():
