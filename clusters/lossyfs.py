@@ -33,6 +33,14 @@ from dataclasses import dataclass
 import pyfuse3
 import trio
 
+# How long the kernel may keep a regular file's attributes (seconds). With 0, libfuse's auto_inval_data (on, and
+# pyfuse3 has no switch for it) made the kernel ask for them before every read: 4 requests in 5 were GETATTRs,
+# a round trip through this process that a broker's event loop waited on for each consumer fetch. Kept, they stay
+# right: every change to a file's data or size goes through this mount (the kernel moves its own copy, and a
+# write makes it ask again before the next read), a lookup of a path refreshes them, and a drop invalidates the
+# dropped files (_forget_pages). Directories keep 0: their entries change under renames.
+ATTR_TIMEOUT = 1.0
+
 
 @dataclass
 class DirtyFile:
@@ -83,7 +91,7 @@ class LossyOperations(pyfuse3.Operations):
         e.st_ino = ino
         e.generation = 0
         e.entry_timeout = 0
-        e.attr_timeout = 0
+        e.attr_timeout = ATTR_TIMEOUT if stat.S_ISREG(st.st_mode) else 0
         e.st_mode = st.st_mode
         e.st_nlink = st.st_nlink
         e.st_uid = st.st_uid

@@ -111,6 +111,11 @@ def test_a_handle_held_open_reads_the_file_as_it_is_now(lossy_mount):
         assert (backing / "seg.log").read_bytes()[4096:4112] == b"B" * 16
         os.rename(path, mnt / "seg.moved")
         assert os.pread(held, 4, 0) == b"AAAA"
+        # appended through another handle (unsynced): read at once through the held one, as a consumer reads a
+        # producer's append (the kernel keeps a file's attributes ATTR_TIMEOUT, but a write through it moves them)
+        with open(mnt / "seg.moved", "ab") as f:
+            f.write(b"D" * 100)
+        assert os.pread(held, 200, 8192) == b"D" * 100 and os.fstat(held).st_size == 8292
         with open(mnt / "seg.moved", "r+b") as f:  # unsynced: lost at the drop
             f.seek(0)
             f.write(b"C" * 4)
@@ -119,7 +124,9 @@ def test_a_handle_held_open_reads_the_file_as_it_is_now(lossy_mount):
         # back as they were synced, to a new handle and to one held across it.
         proc.send_signal(signal.SIGUSR1)
         _wait_status(status, "dropped")
-        assert (mnt / "seg.moved").read_bytes()[:8] == b"AAAAAAAA"
+        # the held handle first: a lookup of the path would refresh the file's attributes and pages on its own
         assert os.pread(held, 8, 0) == b"AAAAAAAA"
+        assert os.fstat(held).st_size == 8192 and os.pread(held, 200, 8192) == b""  # the unsynced append is gone
+        assert (mnt / "seg.moved").read_bytes()[:8] == b"AAAAAAAA"
     finally:
         os.close(held)
