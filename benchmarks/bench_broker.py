@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 
-from yardstick import yardstick  # benchmarks/yardstick.py (this script's directory is on sys.path)
+from yardstick import bracket  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
 from clusters.broker.admin import create_topic
 from clusters.broker.local_cluster import broker_argv, controller_argv, free_ports, wait_until_unfenced
@@ -189,7 +189,7 @@ def main() -> int:
     ap.add_argument("--batched", type=int, default=50_000, help="records per batched phase")
     ap.add_argument("--flush-policy", default="never")
     args = ap.parse_args()
-    print(yardstick(), flush=True)  # the machine's speed now: figures of other days compare through it
+    bracket()  # the machine's speed before and after: figures compare through it
     root = tempfile.mkdtemp(prefix="bench-broker-")
     procs: list[subprocess.Popen] = []
     try:

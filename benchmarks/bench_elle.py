@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from yardstick import yardstick  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
+from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
 from checkers.elle import check_list_append  # noqa: E402
 from checkers.formats.edn import parse_edn_history  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> int:
                     "the serialization order is then not the completion order, and the cycle search runs in full")
     ap.add_argument("--no-anchor", action="store_true", help="skip Elle's huge-scc anchor")
     args = ap.parse_args()
-    print(yardstick(), flush=True)  # the machine's speed now: figures of other days compare through it
+    bracket()  # the machine's speed before and after: figures compare through it
     ctx = multiprocessing.get_context("fork")
     for n in args.txns:
         runs = []

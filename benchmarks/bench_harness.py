@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from yardstick import yardstick  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
+from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
 from history import NEMESIS, pair_ops, read_history  # noqa: E402
 
@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--client", default="kafka-python")
     ap.add_argument("--cluster", default="local")
     args = ap.parse_args()
-    print(yardstick(), flush=True)  # the machine's speed now: figures of other days compare through it
+    bracket()  # the machine's speed before and after: figures compare through it
     store = tempfile.mkdtemp(prefix="bench-harness-")
     cmd = [sys.executable, "-m", "harness.cli", "run", "--cluster", args.cluster, "--rate", "0",
            "--concurrency", str(args.concurrency), "--time-limit", str(args.seconds), "--client", args.client,

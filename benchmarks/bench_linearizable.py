@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from yardstick import yardstick  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
+from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
 from checkers.formats.porcupine import parse_etcd_log, parse_kv_log  # noqa: E402
 from checkers.linearizable import calls_from_history, check_calls  # noqa: E402
@@ -106,7 +106,7 @@ def main() -> int:
     ap.add_argument("--go", default=shutil.which("go"), help="the Go toolchain (default: go on PATH)")
     ap.add_argument("--only", default="", help="comma-separated substrings of file names to keep")
     args = ap.parse_args()
-    print(yardstick(), flush=True)  # the machine's speed now: figures of other days compare through it
+    bracket()  # the machine's speed before and after: figures compare through it
 
     manifest = json.loads((ANCHORS / "TIMINGS.json").read_text())["rows"]  # the files, models and verdicts
     stored = {r["go_bench"]: r["go_ms_median"] for r in json.loads((ANCHORS / STORED).read_text())["rows"]}

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_queue_checker import generate  # noqa: E402
-from yardstick import yardstick  # noqa: E402
+from yardstick import bracket  # noqa: E402
 
 BYTES_PER_OP = 160  # measured: 1M ops of this generator are 154 MB of JSONL; Parquet adds about a fifth
 IN_PROCESS = """
@@ -178,7 +178,7 @@ def main() -> int:
     ap.add_argument("--standalone", default="", help="comma list of sizes also checked on a standalone master")
     ap.add_argument("--keep", action="store_true", help="keep the generated history and Parquet")
     args = ap.parse_args()
-    print(yardstick(), flush=True)  # the machine's speed now: figures of other days compare through it
+    bracket()  # the machine's speed before and after: figures compare through it
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)
     on_standalone = {int(x) for x in args.standalone.split(",") if x}

@@ -33,7 +33,7 @@ TREE = HERE.parent
 sys.path.insert(0, str(TREE))
 
 from benchmarks.bench_queue_checker import generate  # noqa: E402
-from benchmarks.yardstick import yardstick  # noqa: E402
+from benchmarks.yardstick import bracket  # noqa: E402
 
 # Each way of checking, as the code a fresh process runs; it prints {"valid": ..., "lost": ..., ...}.
 ONE_CHECKER = """
@@ -183,7 +183,7 @@ def main() -> int:
     ap.add_argument("--duckdb-python", default=None,
                     help="an interpreter that imports duckdb (default: this one), e.g. a venv kept for the benchmark")
     args = ap.parse_args()
-    print(yardstick(), flush=True)  # the machine's speed now: figures of other days compare through it
+    bracket()  # the machine's speed before and after: figures compare through it
     args.dir.mkdir(parents=True, exist_ok=True)
     compare = {int(n) for n in args.compare_ops.split(",") if n}
     peaks: list[tuple[int, float, float, float]] = []
