@@ -8,10 +8,13 @@ in-memory path, and how peak memory grows with the history's length.
 For each size it writes the history (benchmarks/bench_queue_checker.py's generator) under --dir, unless a file
 of that size is there already, then times each way of checking it in a fresh process: wall and CPU seconds
 inside the process, the whole process's wall (start and exit included), and its peak RSS (getrusage). At the
-sizes in --compare-ops it also times DuckDB (pip install duckdb: a benchmark-only dependency) computing lost
-writes and duplicates on one and on two threads (run by --duckdb-python when this interpreter has no
-duckdb, e.g. a separate venv; the benchmark prints which DuckDB it found where), each checker streamed alone,
-and the in-memory path
+sizes in --compare-ops it also times DuckDB (pip install duckdb: a benchmark-only dependency) on one and on
+two threads, twice: computing the queue checker's rules (benchmarks/peers/duckdb_queue_rules.py: pairing,
+consumer positions, the six assign-mode anomalies and the verdict; tests/unit/test_duckdb_queue_rules.py holds
+its counts equal to the checker's), the figure for the same work; and computing lost writes and duplicates
+only, the figure issue 26 first quoted, which skips most of that work. DuckDB runs in --duckdb-python when
+this interpreter has no duckdb (e.g. a separate venv; the benchmark prints which DuckDB it found where). Then
+each checker streamed alone, and the in-memory path
 (read_history, then the checker) of this tree and of --baseline-tree (a checkout of the code before the
 stream, e.g. main); at the other sizes only what `kafkaesque check` runs (both checkers, one pass). The
 machine is shared: the load average is printed beside each figure. Files this run wrote are deleted unless
@@ -108,6 +111,13 @@ dup = con.execute('''SELECT count(*) FROM (SELECT k, v FROM reads GROUP BY k, v
 out = {"lost": lost, "dup": dup}
 """
 
+# The same rules as the queue checker (its verdict and anomaly counts), the peer for the same work
+DUCKDB_RULES = """
+from benchmarks.peers.duckdb_queue_rules import queue_rule_counts
+c = queue_rule_counts(PATH, THREADS)
+out = {"valid": c["verdict"], "lost": c["lost-write"], "dup": c["duplicate"]}
+"""
+
 HARNESS = """
 import json, resource, sys, time
 sys.path.insert(0, TREE)
@@ -197,7 +207,10 @@ def main() -> int:
                       "its rows are left out")
             elif n_ops in compare:
                 for threads in (1, 2):
-                    print(row(f"DuckDB, {threads} thread(s): lost and duplicates",
+                    print(row(f"DuckDB, {threads} thread(s): the queue rules",
+                              measure(DUCKDB_RULES, path, TREE, duckdb_python, THREADS=threads)), flush=True)
+                for threads in (1, 2):
+                    print(row(f"DuckDB, {threads} thread(s): lost and dups only",
                               measure(DUCKDB, path, TREE, duckdb_python, THREADS=threads)), flush=True)
             figures = {}
             for name, code in WAYS.items():
