@@ -3,17 +3,22 @@
     .venv/bin/python benchmarks/bench_harness.py [--seconds 30] [--concurrency 10] [--client kafka-python]
 
 Runs `kafkaesque run` with an unlimited rate and no faults, then counts the completed ops
-in the stored history over the main phase. Prints ops/s overall and per op type, and
-the p50/p99 latency of sends.
+in the stored history over the main phase. Prints ops/s overall and per op type, the
+p50/p99 latency of sends, and where the machine's CPU went over the main phase, by kind of
+process (the harness, the brokers, their FUSE daemons, a foreign broker, the rest): on 2
+cores that says what bounds the figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -21,6 +26,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
 from history import NEMESIS, pair_ops, read_history  # noqa: E402
+
+# A process's kind by its command line, first match: what bench_harness splits the machine's CPU by
+KINDS = (("harness", ("harness.cli run", "kafkaesque run")), ("lossyfs", ("clusters.lossyfs", "lossyfs")),
+         ("brokers and controller", ("clusters.broker",)), ("tansu", ("tansu",)))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process() -> dict[int, tuple[float, str]]:
+    """Every process's CPU seconds so far (user + system) and its command line, from /proc."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        out[int(pid)] = ((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, cmd)
+    return out
+
+
+def kind_of(cmd: str) -> str:
+    return next((kind for kind, words in KINDS if any(w in cmd for w in words)), "the rest")
+
+
+def cpu_split(store: str, proc: subprocess.Popen, seconds: float) -> dict[str, float] | None:
+    """Cores each kind of process used over the main phase: from the first op in the run's history to
+    1 s before its time limit. None if the run ended before (it printed why)."""
+    deadline = time.monotonic() + 600
+    while not any(p.stat().st_size for p in Path(store).glob("*/*/history.jsonl")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+    before, t0 = cpu_by_process(), time.monotonic()
+    time.sleep(max(seconds - 1, 1))
+    after, elapsed = cpu_by_process(), time.monotonic() - t0
+    cores: dict[str, float] = collections.Counter()
+    for pid, (busy, cmd) in after.items():
+        cores[kind_of(cmd)] += (busy - before.get(pid, (0.0, ""))[0]) / elapsed
+    return cores
 
 
 def main() -> int:
@@ -35,7 +81,13 @@ def main() -> int:
     cmd = [sys.executable, "-m", "harness.cli", "run", "--cluster", args.cluster, "--rate", "0",
            "--concurrency", str(args.concurrency), "--time-limit", str(args.seconds), "--client", args.client,
            "--recovery-wait", "1", "--store", store, "--no-panel"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # no pipe to fill meanwhile
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        cores = cpu_split(store, proc, args.seconds)
+        proc.wait()
+        out.seek(0)
+        err.seek(0)
+        r = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
     if not r.stdout.strip():  # the run never started (bad flag, no cluster): its own sentence says why
         print(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"kafkaesque run exited {r.returncode}")
         return r.returncode or 3
@@ -51,6 +103,10 @@ def main() -> int:
     lat = sorted((c.time - i.time) / 1e6 for i, c in pairs if i.f == "send" and c.type == "ok")
     if lat:
         print(f"send latency ms: p50 {statistics.median(lat):.1f}  p99 {lat[int(len(lat) * 0.99) - 1]:.1f}")
+    if cores:
+        print(f"CPU over the main phase ({os.cpu_count()} cores): "
+              + ", ".join(f"{kind} {c:.2f}" for kind, c in sorted(cores.items(), key=lambda kc: -kc[1]))
+              + f"; total {sum(cores.values()):.2f} cores")
     print(f"verdict exit={r.returncode}  run={run_dir}")
     return 0
 
