@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.console import err
-from harness.runner import EXIT_HARNESS, HarnessError, run_test
+from harness.runner import EXIT_HARNESS, HarnessError, not_ignored, run_test
 from harness.spec import TestSpec
 from harness.watchdog import DIED_FILE, FROZEN_FILE
 from results.store import StoreError
@@ -133,7 +133,7 @@ def _signals_handed_on():
     if threading.current_thread() is not threading.main_thread():
         yield hand_on
         return
-    old = {s: signal.signal(s, hand_on) for s in FORWARDED}
+    old = {s: signal.signal(s, hand_on) for s in not_ignored(FORWARDED)}  # the child inherits what is ignored
     try:
         yield hand_on
     finally:

@@ -657,6 +657,13 @@ def analyze_run(run_dir: Path, test: dict, previous: dict[str, Any] | None = Non
     return results
 
 
+def not_ignored(sigs: tuple[signal.Signals, ...]) -> list[signal.Signals]:
+    """The signals of `sigs` this process does not ignore. One ignored when the harness began stays ignored
+    (a shell does the same): `nohup kafkaesque campaign ...` ignores SIGHUP so that closing the terminal
+    does not end the campaign, and a command started with `&` by a script ignores SIGINT."""
+    return [s for s in sigs if signal.getsignal(s) is not signal.SIG_IGN]
+
+
 def _interruption(e: KeyboardInterrupt) -> str:
     return e.how if isinstance(e, Interrupted) else "interrupted by the user (Ctrl-C)"
 
@@ -664,7 +671,8 @@ def _interruption(e: KeyboardInterrupt) -> str:
 @contextlib.contextmanager
 def _signals_handled(run: Run):
     """SIGTERM, SIGHUP and Ctrl-C end the main phase (or the final reads) like Ctrl-C always did: an
-    Interrupted raised in the main thread, then heal, teardown and results. Arriving while the run heals
+    Interrupted raised in the main thread, then heal, teardown and results (each unless ignored when the
+    run began: not_ignored). Arriving while the run heals
     or tears down, the first is noted and the heal goes on; a second ends the harness at once (exit 3),
     after writing the results it can."""
     if threading.current_thread() is not threading.main_thread():
@@ -684,8 +692,7 @@ def _signals_handled(run: Run):
             return
         raise Interrupted(how)
 
-    sigs = (signal.SIGINT, *INTERRUPT_SIGNALS)
-    old = {s: signal.signal(s, on_signal) for s in sigs}
+    old = {s: signal.signal(s, on_signal) for s in not_ignored((signal.SIGINT, *INTERRUPT_SIGNALS))}
     try:
         yield
     finally:

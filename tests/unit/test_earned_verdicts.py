@@ -343,7 +343,7 @@ def test_analyze_gives_a_stored_run_the_verdict_the_run_gave(tmp_path, world):
 # --- signals ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_and_sighup_heal_keep_the_history_and_write_unknown(tmp_path, world, sig):
+def test_sigterm_and_sighup_heal_keep_the_history_and_write_unknown(tmp_path, world, sig, foreground_signals):
     threading.Timer(1.0, lambda: os.kill(os.getpid(), sig)).start()
     code, res = run(tmp_path, nemesis=["kill", "pause"], time_limit=30.0, nemesis_interval=0.2)
     name = signal.Signals(sig).name
@@ -352,7 +352,16 @@ def test_sigterm_and_sighup_heal_keep_the_history_and_write_unknown(tmp_path, wo
     history = read_history(os.path.join(res["_dir"], "history.jsonl"))
     assert history[-1].time < 10e9 and any(o.f == "heal" and o.type == INFO for o in history)
     assert not world["cluster"].process  # every kill and pause undone
-    assert world["cluster"].calls[-1] == "down" and signal.getsignal(sig) is signal.SIG_DFL
+    assert world["cluster"].calls[-1] == "down" and signal.getsignal(sig) is foreground_signals[sig]
+
+
+def test_a_sighup_ignored_when_the_run_began_stays_ignored(tmp_path, world, foreground_signals):
+    """`nohup kafkaesque run ...`: closing the terminal must not end the run."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGHUP)).start()
+    code, res = run(tmp_path, time_limit=2.0)
+    assert (code, res["valid"]) == (0, True) and "interrupted" not in res, reasons(res)
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
 
 
 # --- scenarios -------------------------------------------------------------------------------------------

@@ -63,8 +63,7 @@ print(" ".join(map(str, got)), flush=True)
 """
 
 
-def test_signals_the_campaign_gets_while_a_child_runs_go_on_to_the_child_once_each():
-    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when pytest itself was started in the background
+def test_signals_the_campaign_gets_while_a_child_runs_go_on_to_the_child_once_each(foreground_signals):
     with _signals_handed_on() as hand_on:
         child = subprocess.Popen([sys.executable, "-c", TRAPPING_CHILD], stdout=subprocess.PIPE, text=True,
                                  process_group=0)
@@ -76,7 +75,18 @@ def test_signals_the_campaign_gets_while_a_child_runs_go_on_to_the_child_once_ea
         out, _ = child.communicate(timeout=15)
     assert out.split() == [str(int(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
     assert hand_on.received == [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
-    assert signal.getsignal(signal.SIGINT) is before  # put back
+    assert all(signal.getsignal(s) is h for s, h in foreground_signals.items())  # put back
+
+
+def test_a_signal_the_campaign_ignores_is_not_handed_on(foreground_signals):
+    """`nohup kafkaesque campaign ...`: a hangup reaches neither the campaign nor its run."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    with _signals_handed_on() as hand_on:
+        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signal.SIGTERM)  # handed on (no child yet: only noted)
+        time.sleep(0.1)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    assert hand_on.received == [signal.SIGTERM]
 
 
 def test_a_run_the_campaign_was_signalled_during_keeps_its_results_and_stops_the_campaign(tmp_path):
