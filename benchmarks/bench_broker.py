@@ -61,14 +61,16 @@ def stop_cluster(procs: list[subprocess.Popen], root: str) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far, from /proc (Linux); OSError if it is gone."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def busy_seconds(procs: list[subprocess.Popen]) -> list[float]:
-    """CPU seconds (user + system) each process has used so far, from /proc (Linux)."""
-    out = []
-    for p in procs:
-        with open(f"/proc/{p.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        out.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
-    return out
+    """CPU seconds each process has used so far."""
+    return [cpu_seconds(p.pid) for p in procs]
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -23,28 +23,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
+from bench_broker import cpu_seconds  # noqa: E402  # (this script's directory is on sys.path)
+from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py
 
 from history import NEMESIS, pair_ops, read_history  # noqa: E402
 
 # A process's kind by its command line, first match: what bench_harness splits the machine's CPU by
-KINDS = (("harness", ("harness.cli run", "kafkaesque run")), ("lossyfs", ("clusters.lossyfs", "lossyfs")),
+KINDS = (("harness", ("harness.cli run", "kafkaesque run")), ("lossyfs", ("lossyfs",)),
          ("brokers and controller", ("clusters.broker",)), ("tansu", ("tansu",)))
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_by_process() -> dict[int, tuple[float, str]]:
     """Every process's CPU seconds so far (user + system) and its command line, from /proc."""
     out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            out[pid] = (cpu_seconds(pid), cmd)
         except OSError:
             continue  # gone meanwhile
-        out[int(pid)] = ((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, cmd)
     return out
 
 

@@ -672,9 +672,8 @@ def _interruption(e: KeyboardInterrupt) -> str:
 def _signals_handled(run: Run):
     """SIGTERM, SIGHUP and Ctrl-C end the main phase (or the final reads) like Ctrl-C always did: an
     Interrupted raised in the main thread, then heal, teardown and results (each unless ignored when the
-    run began: not_ignored). Arriving while the run heals
-    or tears down, the first is noted and the heal goes on; a second ends the harness at once (exit 3),
-    after writing the results it can."""
+    run began: not_ignored). Arriving while the run heals or tears down, the first is noted and the heal
+    goes on; a second ends the harness at once (exit 3), after writing the results it can."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach only the main thread; a runner in another thread keeps the defaults
         return
