@@ -19,18 +19,18 @@ $(STAMP): pyproject.toml scripts/install-system-packages.sh
 # The node image for the docker cluster (debootstrap + docker import + offline wheels); reused
 # while its inputs are unchanged, rebuilt when they change.
 image: setup
-	$(PY) -m clusters.image
+	$(PY) -m kafkaesque_harness.clusters.image
 
 # A real test on the default cluster: queue workload, kill and pause faults, 60 s.
 demo: setup
-	@if docker info >/dev/null 2>&1; then $(PY) -m clusters.image; fi
+	@if docker info >/dev/null 2>&1; then $(PY) -m kafkaesque_harness.clusters.image; fi
 	$(VENV)/bin/kafkaesque run --workload queue --nemesis kill,pause --time-limit 60
 
 # The test suite (unit, property and integration), as CI runs it, within 30 minutes here: every test
 # but the few long end-to-end runs marked `nightly`, which `make nightly` runs.
 test: setup
 	$(PY) scripts/import_graph.py --check
-	$(PY) -m clusters.image
+	$(PY) -m kafkaesque_harness.clusters.image
 	$(VENV)/bin/pytest -q -m "not nightly" tests
 
 test-unit: setup
@@ -45,7 +45,7 @@ lint: setup
 # store/campaigns/nightly/latest/; exit: the tests' when they fail, else the campaign's (0 all valid,
 # 1 any invalid, 2 any unknown).
 nightly: setup
-	@if docker info >/dev/null 2>&1; then $(PY) -m clusters.image; fi
+	@if docker info >/dev/null 2>&1; then $(PY) -m kafkaesque_harness.clusters.image; fi
 	$(VENV)/bin/pytest -q -m nightly tests
 	$(VENV)/bin/kafkaesque campaign campaigns/nightly.toml --no-panel
 

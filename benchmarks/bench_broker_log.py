@@ -14,7 +14,7 @@ import argparse
 import tempfile
 import time
 
-from clusters.broker.log import PartitionLog, build_batch, parse_flush_policy
+from kafkaesque_harness.clusters.broker.log import PartitionLog, build_batch, parse_flush_policy
 
 
 def main() -> None:

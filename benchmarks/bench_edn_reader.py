@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import edn_format  # noqa: E402
 
-from checkers.formats.edn import export_edn, parse_edn_history  # noqa: E402
-from history import Op  # noqa: E402
+from kafkaesque_harness.checkers.formats.edn import export_edn, parse_edn_history  # noqa: E402
+from kafkaesque_harness.history import Op  # noqa: E402
 
 WORDS = ("a,b", "é", 'say "hi"', "tab\there", "back\\slash", "plain", "日本", "x, y, z")
 

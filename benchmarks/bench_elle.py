@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
-from checkers.elle import check_list_append  # noqa: E402
-from checkers.formats.edn import parse_edn_history  # noqa: E402
-from history import Op, gc_paused  # noqa: E402
+from kafkaesque_harness.checkers.elle import check_list_append  # noqa: E402
+from kafkaesque_harness.checkers.formats.edn import parse_edn_history  # noqa: E402
+from kafkaesque_harness.history import Op, gc_paused  # noqa: E402
 
 ANCHOR = Path(__file__).resolve().parents[1].parent / "shared" / "anchors" / "elle" / "huge-scc.edn"
 

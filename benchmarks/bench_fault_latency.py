@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clusters.base import ClusterSpec  # noqa: E402
-from clusters.docker import DockerCluster  # noqa: E402
-from history import INVOKE, Op  # noqa: E402
-from nemesis.faults import PartitionNemesis  # noqa: E402
+from kafkaesque_harness.clusters.base import ClusterSpec  # noqa: E402
+from kafkaesque_harness.clusters.docker import DockerCluster  # noqa: E402
+from kafkaesque_harness.history import INVOKE, Op  # noqa: E402
+from kafkaesque_harness.nemesis.faults import PartitionNemesis  # noqa: E402
 
 # Prints "<unix time>" once the pid is gone.
 KILL_WATCH = """

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from bench_broker import start_cluster, stop_cluster  # a sibling script: benchmarks/ is on the path
 
-from clusters.broker.admin import create_topic
+from kafkaesque_harness.clusters.broker.admin import create_topic
 
 
 class MemberThread(threading.Thread):

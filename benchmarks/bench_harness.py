@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_broker import cpu_seconds  # noqa: E402  # (this script's directory is on sys.path)
 from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py
 
-from history import NEMESIS, pair_ops, read_history  # noqa: E402
+from kafkaesque_harness.history import NEMESIS, pair_ops, read_history  # noqa: E402
 
 # A process's kind by its command line, first match: what bench_harness splits the machine's CPU by
 KINDS = (("harness", ("harness.cli run", "kafkaesque run")), ("lossyfs", ("lossyfs",)),
-         ("brokers and controller", ("clusters.broker",)), ("tansu", ("tansu",)))
+         ("brokers and controller", ("kafkaesque_harness.clusters.broker",)), ("tansu", ("tansu",)))
 
 
 def cpu_by_process() -> dict[int, tuple[float, str]]:
@@ -76,7 +76,7 @@ def main() -> int:
     args = ap.parse_args()
     bracket()  # the machine's speed before and after: figures compare through it
     store = tempfile.mkdtemp(prefix="bench-harness-")
-    cmd = [sys.executable, "-m", "harness.cli", "run", "--cluster", args.cluster, "--rate", "0",
+    cmd = [sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", args.cluster, "--rate", "0",
            "--concurrency", str(args.concurrency), "--time-limit", str(args.seconds), "--client", args.client,
            "--recovery-wait", "1", "--store", store, "--no-panel"]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # no pipe to fill meanwhile

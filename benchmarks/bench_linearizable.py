@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
-from checkers.formats.porcupine import parse_etcd_log, parse_kv_log  # noqa: E402
-from checkers.linearizable import calls_from_history, check_calls  # noqa: E402
-from checkers.models import MODELS  # noqa: E402
+from kafkaesque_harness.checkers.formats.porcupine import parse_etcd_log, parse_kv_log  # noqa: E402
+from kafkaesque_harness.checkers.linearizable import calls_from_history, check_calls  # noqa: E402
+from kafkaesque_harness.checkers.models import MODELS  # noqa: E402
 
 ANCHORS = Path(__file__).resolve().parents[1].parent / "shared" / "anchors" / "porcupine"
 STORED = "TIMINGS-2026-11-24.json"  # the newer of the two stored Go measurements (see its "note")

@@ -45,9 +45,9 @@ from yardstick import bracket  # noqa: E402
 BYTES_PER_OP = 160  # measured: 1M ops of this generator are 154 MB of JSONL; Parquet adds about a fifth
 IN_PROCESS = """
 import json, sys, time
-from checkers.core import run_checkers
-from checkers.queue import QueueChecker
-from history import HistoryFile
+from kafkaesque_harness.checkers.core import run_checkers
+from kafkaesque_harness.checkers.queue import QueueChecker
+from kafkaesque_harness.history import HistoryFile
 t0 = time.perf_counter()
 r = run_checkers([QueueChecker()], {}, HistoryFile(sys.argv[1]))
 q = r["checkers"]["queue"]["stats"]
@@ -101,8 +101,8 @@ def timed(argv: list[str]) -> tuple[float, int, subprocess.CompletedProcess]:
 
 
 def write_run(root: Path, n_ops: int) -> Path:
-    from harness.spec import TestSpec
-    from results.store import write_json
+    from kafkaesque_harness.harness.spec import TestSpec
+    from kafkaesque_harness.results.store import write_json
 
     run = root / "store" / f"bench-{n_ops}" / "20260101T000000"
     run.mkdir(parents=True, exist_ok=True)

@@ -23,10 +23,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checkers.core import run_checkers  # noqa: E402
-from checkers.log_order import LogOrderChecker  # noqa: E402
-from checkers.queue import QueueChecker  # noqa: E402
-from history import read_history  # noqa: E402
+from kafkaesque_harness.checkers.core import run_checkers  # noqa: E402
+from kafkaesque_harness.checkers.log_order import LogOrderChecker  # noqa: E402
+from kafkaesque_harness.checkers.queue import QueueChecker  # noqa: E402
+from kafkaesque_harness.history import read_history  # noqa: E402
 
 
 def generate(path: str, n_ops: int, keys: int, processes: int, seed: int = 1) -> None:

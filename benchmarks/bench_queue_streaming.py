@@ -40,8 +40,8 @@ from benchmarks.yardstick import bracket  # noqa: E402
 
 # Each way of checking, as the code a fresh process runs; it prints {"valid": ..., "lost": ..., ...}.
 ONE_CHECKER = """
-from checkers.stream import InFile
-from history import HistoryFile, gc_paused
+from kafkaesque_harness.checkers.stream import InFile
+from kafkaesque_harness.history import HistoryFile, gc_paused
 from {module} import {reader}
 with gc_paused():
     hf = HistoryFile(PATH)
@@ -54,29 +54,29 @@ out = {{"valid": r.valid, "dup": r.stats["duplicate-count"], **({{"lost": r.stat
                                                                if "lost-write-count" in r.stats else {{}})}}
 """
 WAYS = {
-    "stream: queue checker": ONE_CHECKER.format(module="checkers.queue", reader="QueueCheck"),
-    "stream: log fast path": ONE_CHECKER.format(module="checkers.log_order", reader="LogOrderCheck"),
+    "stream: queue checker": ONE_CHECKER.format(module="kafkaesque_harness.checkers.queue", reader="QueueCheck"),
+    "stream: log fast path": ONE_CHECKER.format(module="kafkaesque_harness.checkers.log_order", reader="LogOrderCheck"),
     "stream: both, one pass (kafkaesque check)": """
-from checkers.core import run_checkers
-from checkers.log_order import LogOrderChecker
-from checkers.queue import QueueChecker
-from history import HistoryFile
+from kafkaesque_harness.checkers.core import run_checkers
+from kafkaesque_harness.checkers.log_order import LogOrderChecker
+from kafkaesque_harness.checkers.queue import QueueChecker
+from kafkaesque_harness.history import HistoryFile
 r = run_checkers([QueueChecker(), LogOrderChecker()], {}, HistoryFile(PATH))
 q = r["checkers"]["queue"]["stats"]
 out = {"valid": r["valid"], "lost": q["lost-write-count"], "dup": q["duplicate-count"]}
 """,
     "in memory: queue checker": """
-from checkers.core import run_checkers
-from checkers.queue import QueueChecker
-from history import read_history
+from kafkaesque_harness.checkers.core import run_checkers
+from kafkaesque_harness.checkers.queue import QueueChecker
+from kafkaesque_harness.history import read_history
 r = run_checkers([QueueChecker()], {}, read_history(PATH))
 q = r["checkers"]["queue"]["stats"]
 out = {"valid": r["valid"], "lost": q["lost-write-count"], "dup": q["duplicate-count"]}
 """,
     "in memory: log fast path": """
-from checkers.core import run_checkers
-from checkers.log_order import LogOrderChecker
-from history import read_history
+from kafkaesque_harness.checkers.core import run_checkers
+from kafkaesque_harness.checkers.log_order import LogOrderChecker
+from kafkaesque_harness.history import read_history
 r = run_checkers([LogOrderChecker()], {}, read_history(PATH))
 out = {"valid": r["valid"], "dup": r["checkers"]["log-order"]["stats"]["duplicate-count"]}
 """,

@@ -20,8 +20,8 @@ import statistics
 import tempfile
 import time
 
-from clusters.broker.raft_sim import SimCluster
-from clusters.broker.raft_store import Entry, FileRaftStore
+from kafkaesque_harness.clusters.broker.raft_sim import SimCluster
+from kafkaesque_harness.clusters.broker.raft_store import Entry, FileRaftStore
 
 
 def commits_per_second(size: int, commits: int, per_tick: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ import time
 from bench_broker import pct, start_cluster, stop_cluster  # a sibling script: benchmarks/ is on the path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from clusters.broker.admin import create_topic
+from kafkaesque_harness.clusters.broker.admin import create_topic
 
 
 def read_committed_count(bootstrap: str, topic: str) -> int:

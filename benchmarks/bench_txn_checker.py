@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checkers.txn import check_txn  # noqa: E402
-from history import Op, gc_paused  # noqa: E402
+from kafkaesque_harness.checkers.txn import check_txn  # noqa: E402
+from kafkaesque_harness.history import Op, gc_paused  # noqa: E402
 
 PLANTED = ("G1a", "int-poll-skip", "precommitted-read", "lost-write", "duplicate", "G1c")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from clusters.broker.local_cluster import free_port
+from kafkaesque_harness.clusters.broker.local_cluster import free_port
 
 TOPIC = "probe"
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from checkers.reasons import say
-from checkers.stream import InFile, OpSource, Row
-from history import HistoryFile, Op, gc_paused, read_history
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.checkers.stream import InFile, OpSource, Row
+from kafkaesque_harness.history import HistoryFile, Op, gc_paused, read_history
 
 Valid = bool | Literal["unknown"]
 UNKNOWN: Literal["unknown"] = "unknown"

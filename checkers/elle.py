@@ -34,9 +34,9 @@ from typing import Any
 
 import networkx as nx
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.reasons import say
-from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 WW, WR, RW, PROCESS, REALTIME = "ww", "wr", "rw", "process", "realtime"
 KIND_BIT = {WW: 1, WR: 2, RW: 4, PROCESS: 8, REALTIME: 16}
@@ -929,7 +929,7 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
     only when some acknowledgement or read proves a record is there; a jump over offsets
     nothing proves, a transaction marker's, continues the prefix).
     """
-    from checkers.queue import QUEUE_VALUES, poll_items, proven_between
+    from kafkaesque_harness.checkers.queue import QUEUE_VALUES, poll_items, proven_between
 
     pairs = pair_ops(history)
     proven = _proven_offsets(pairs)
@@ -970,7 +970,7 @@ def queue_to_list_append(history: Sequence[Op]) -> list[Op]:
 
 def _proven_offsets(pairs: Sequence[tuple[Op, Op | None]]) -> dict[int, list[int]]:
     """key -> the sorted offsets proven to hold a record: acknowledged sends' and every record read."""
-    from checkers.queue import QUEUE_VALUES, poll_items
+    from kafkaesque_harness.checkers.queue import QUEUE_VALUES, poll_items
 
     out: dict[int, set[int]] = defaultdict(set)
     for inv, comp in pairs:

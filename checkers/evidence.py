@@ -27,9 +27,19 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.core import UNKNOWN, Result
-from checkers.reasons import say
-from history import FAULTS_KEY, HEAL_F, INVOKE, NEMESIS, OK, FaultRecord, Op, fault_records, pair_ops
+from kafkaesque_harness.checkers.core import UNKNOWN, Result
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.history import (
+    FAULTS_KEY,
+    HEAL_F,
+    INVOKE,
+    NEMESIS,
+    OK,
+    FaultRecord,
+    Op,
+    fault_records,
+    pair_ops,
+)
 
 
 # --- progress -------------------------------------------------------------------------------------------
@@ -45,7 +55,7 @@ class ProgressChecker:
         self.partitions = partitions
 
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
-        from checkers.queue import QUEUE_VALUES, poll_items
+        from kafkaesque_harness.checkers.queue import QUEUE_VALUES, poll_items
 
         acked: Counter[int] = Counter()
         read: Counter[int] = Counter()

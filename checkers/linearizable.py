@@ -26,10 +26,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.core import UNKNOWN, Anomaly, Result
-from checkers.models import MODELS, UNKNOWN_OUTPUT, Call, Model
-from checkers.reasons import REASONS, say
-from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from kafkaesque_harness.checkers.core import UNKNOWN, Anomaly, Result
+from kafkaesque_harness.checkers.models import MODELS, UNKNOWN_OUTPUT, Call, Model
+from kafkaesque_harness.checkers.reasons import REASONS, say
+from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 NEVER = 1 << 60  # the return position of an indeterminate op
 

@@ -46,10 +46,17 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, chain, compress, repeat
 from typing import Any
 
-from checkers.core import UNKNOWN, Anomaly, Result
-from checkers.queue import Examples, drained, poll_items, resent_copies, resent_requests, written
-from checkers.reasons import say
-from checkers.stream import (
+from kafkaesque_harness.checkers.core import UNKNOWN, Anomaly, Result
+from kafkaesque_harness.checkers.queue import (
+    Examples,
+    drained,
+    poll_items,
+    resent_copies,
+    resent_requests,
+    written,
+)
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.checkers.stream import (
     EXTRA,
     INT64,
     POS,
@@ -68,7 +75,7 @@ from checkers.stream import (
     completion,
     widened,
 )
-from history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time
+from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, beyond_budget_time
 
 EXPLANATIONS = {
     "inconsistent-offsets": "Two observations disagree on the value at one offset of a partition.",

@@ -52,9 +52,9 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, islice
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.reasons import say
-from checkers.stream import (
+from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.checkers.stream import (
     EXTRA,
     POS,
     PROCESS,
@@ -72,7 +72,7 @@ from checkers.stream import (
     completion,
     widened,
 )
-from history import INFO, NEMESIS, OK, Op, beyond_budget_time
+from kafkaesque_harness.history import INFO, NEMESIS, OK, Op, beyond_budget_time
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
                  "group-skip", "lost-commit")

@@ -51,9 +51,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result, missing_node_files
-from checkers.reasons import say
-from history import Op, beyond_budget_time
+from kafkaesque_harness.checkers.core import (
+    MAX_EXAMPLES,
+    UNKNOWN,
+    Anomaly,
+    CheckContext,
+    Result,
+    missing_node_files,
+)
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.history import Op, beyond_budget_time
 
 
 def check_states(states: dict[str, dict[str, Any]], lost_beyond_budget: dict[str, int] | None = None,

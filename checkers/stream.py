@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, compress, islice
 from typing import Any, Protocol
 
-from history import INVOKE, HistoryFile, Op, pair_stream
+from kafkaesque_harness.history import INVOKE, HistoryFile, Op, pair_stream
 
 # A row: (position in the history, type, f, process, value, time, the op's other fields or None)
 Row = tuple

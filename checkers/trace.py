@@ -115,9 +115,16 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, CheckContext, Result, missing_node_files
-from checkers.reasons import say
-from history import Op
+from kafkaesque_harness.checkers.core import (
+    MAX_EXAMPLES,
+    UNKNOWN,
+    Anomaly,
+    CheckContext,
+    Result,
+    missing_node_files,
+)
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.history import Op
 
 TRACE = "trace"  # the checker's name, and its input's name in CheckContext.data
 NO_LEADER = -1

@@ -59,10 +59,19 @@ from typing import Any
 
 import networkx as nx
 
-from checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from checkers.elle import PROCESS, REALTIME, RW, WR, WW, _nontrivial_sccs, _realtime_edges, _view
-from checkers.reasons import say
-from history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from kafkaesque_harness.checkers.elle import (
+    PROCESS,
+    REALTIME,
+    RW,
+    WR,
+    WW,
+    _nontrivial_sccs,
+    _realtime_edges,
+    _view,
+)
+from kafkaesque_harness.checkers.reasons import say
+from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
 
 _second = itemgetter(1)
 CYCLE_BASES = ("G0", "G1c", "G-single", "G2-item")

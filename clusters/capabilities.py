@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from clusters.base import DEFAULT_NET_DEVICE
+from kafkaesque_harness.clusters.base import DEFAULT_NET_DEVICE
 
 CAPABILITIES = ("iptables", "tc", "netem", "fuse", "cap_sys_time", "preload", "sigstop")
 CAP_SYS_TIME_BIT = 25  # linux/capability.h

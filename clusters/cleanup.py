@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from clusters.base import ClusterError
-from clusters.ownership import Leftover, RunRecord, owner_tag, registered_runs, run_state
+from kafkaesque_harness.clusters.base import ClusterError
+from kafkaesque_harness.clusters.ownership import Leftover, RunRecord, owner_tag, registered_runs, run_state
 
 
 class RunIsLive(ClusterError):
@@ -33,12 +33,12 @@ class CleanupPlan:
 def find_leftovers(owners: tuple[str, ...] = ()) -> list[Leftover]:
     """Everything of ours every backend finds, each with the run it belongs to where anything names it.
     `owners`: run ids to recognise by their tag too (namespaces and bridges carry only the tag)."""
-    from clusters.code_copy import find_code_copies
-    from clusters.docker import find_docker
-    from clusters.external import find_external
-    from clusters.local import find_processes
-    from clusters.netns import find_network
-    from clusters.ssh import find_ssh
+    from kafkaesque_harness.clusters.code_copy import find_code_copies
+    from kafkaesque_harness.clusters.docker import find_docker
+    from kafkaesque_harness.clusters.external import find_external
+    from kafkaesque_harness.clusters.local import find_processes
+    from kafkaesque_harness.clusters.netns import find_network
+    from kafkaesque_harness.clusters.ssh import find_ssh
 
     processes = find_processes()
     network = find_network((*owners, *(p.owner for p in processes)))

@@ -1,10 +1,12 @@
 """A temporary copy of the node code with edits applied: what a mutant's run gives its nodes (issue 22).
 
 `CodeCopy(edits, label)` copies this tree's `clusters/` package into a fresh directory under the
-system's temporary directory (`kafkaesque-code-<label>-*`), applies each edit (a file, an exact
-snippet that must occur exactly once, and its replacement), and is what a run's `node_code`
-names: the local backends start their nodes with that directory first on the Python path, the
-docker backend mounts its `clusters/` over the image's (clusters/local.py, clusters/docker.py).
+system's temporary directory (`kafkaesque-code-<label>-*`), laid out as a node's code dir holds it
+(`kafkaesque_harness/__init__.py` and `kafkaesque_harness/clusters/`), applies each edit (a file
+under `kafkaesque_harness/`, an exact snippet that must occur exactly once, and its replacement),
+and is what a run's `node_code` names: the local backends start their nodes with that directory
+first on the Python path, the docker backend mounts its `clusters/` over the image's
+(clusters/local.py, clusters/docker.py).
 The shipped code is never edited.
 
 The copy is registered as a run (clusters/ownership.py) for as long as it exists, and carries a
@@ -23,9 +25,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusters.base import ClusterError
-from clusters.broker.code_digest import code_digest
-from clusters.ownership import Leftover, RunRecord, register_run, unregister_run
+from kafkaesque_harness.clusters.base import ClusterError
+from kafkaesque_harness.clusters.broker.code_digest import NAMESPACE, code_digest, node_code_members
+from kafkaesque_harness.clusters.ownership import Leftover, RunRecord, register_run, unregister_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "kafkaesque-code-"
@@ -38,7 +40,7 @@ class SnippetError(ClusterError):
 
 @dataclass(frozen=True)
 class Edit:
-    file: str   # relative to the root holding clusters/, e.g. "clusters/broker/replica.py"
+    file: str   # relative to the directory holding clusters/, e.g. "clusters/broker/replica.py"
     old: str    # must occur exactly once
     new: str
 
@@ -88,7 +90,10 @@ def _safe(label: str) -> str:
 
 
 class CodeCopy:
-    """A registered temporary copy of `clusters/` with `edits` applied. Use as a context manager."""
+    """A registered temporary copy of `clusters/` with `edits` applied. Use as a context manager.
+
+    `root` is the node code dir (what `node_code` names, first on the nodes' path); `package`, the
+    copy's `kafkaesque_harness/`, holds clusters/ and is what the edits' paths are relative to."""
 
     def __init__(self, edits: list[Edit] | tuple[Edit, ...] = (), label: str = "copy", source: Path = REPO_ROOT):
         self.label = label
@@ -97,10 +102,13 @@ class CodeCopy:
         try:
             self.root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_safe(label)}-"))
             (self.root / MARKER).write_text(self.owner + "\n")
-            shutil.copytree(source / "clusters", self.root / "clusters",
+            self.package = self.root / NAMESPACE
+            shutil.copytree(source / "clusters", self.package / "clusters",
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o"))
-            apply_edits(self.root, edits, label)
-            self.digest = code_digest(self.root)
+            namespace_init = dict(node_code_members(source))[f"{NAMESPACE}/__init__.py"]
+            shutil.copyfile(namespace_init, self.package / "__init__.py")
+            apply_edits(self.package, edits, label)
+            self.digest = code_digest(self.package)
         except BaseException:
             self.close()
             raise

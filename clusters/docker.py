@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.ownership import Leftover, pick, register_run, release_run, remove_all
-from clusters.reference import OWNER_ENV, ReferenceCluster
-from clusters.remote import DockerRemote
-from clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.broker.code_digest import NAMESPACE
+from kafkaesque_harness.clusters.ownership import Leftover, pick, register_run, release_run, remove_all
+from kafkaesque_harness.clusters.reference import OWNER_ENV, ReferenceCluster
+from kafkaesque_harness.clusters.remote import DockerRemote
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
 LABEL = "kafkaesque"
 SPEC_LABEL = f"{LABEL}.spec"  # the cluster's spec as JSON, on every container
@@ -158,7 +159,7 @@ class DockerCluster(ReferenceCluster):
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def up(self) -> str:
-        from clusters.image import ImageError, ensure_image
+        from kafkaesque_harness.clusters.image import ImageError, ensure_image
 
         self.client = docker_client()
         try:
@@ -197,7 +198,8 @@ class DockerCluster(ReferenceCluster):
         if self.spec.node_code:
             # A copy of the node code (a mutant's, clusters/code_copy.py) over the image's, read-only: the
             # image stays the one built from this tree, and no image or tag is made per copy.
-            kwargs["volumes"] = {f"{self.spec.node_code}/clusters": {"bind": f"{CODE_DIR}/clusters", "mode": "ro"}}
+            kwargs["volumes"] = {f"{self.spec.node_code}/{NAMESPACE}/clusters":
+                                 {"bind": f"{CODE_DIR}/{NAMESPACE}/clusters", "mode": "ro"}}
         if self.lossy and node != "controller-0":
             kwargs["cap_add"] = ["NET_ADMIN", "SYS_ADMIN"]
             kwargs["devices"] = ["/dev/fuse:/dev/fuse:rwm"]
@@ -210,7 +212,7 @@ class DockerCluster(ReferenceCluster):
         r.put(CLOCK_FILE, b"0\n")
         if self.lossy and node != "controller-0":
             # The broker's data dir is a FUSE mount that keeps unsynced bytes in memory.
-            r.start_daemon(["python3", "-m", "clusters.lossyfs", f"{NODE_ROOT}/backing", f"{NODE_ROOT}/data",
+            r.start_daemon(["python3", "-m", "kafkaesque_harness.clusters.lossyfs", f"{NODE_ROOT}/backing", f"{NODE_ROOT}/data",
                             "--status-file", "/run/kafkaesque/lossyfs.status"],
                            "/run/kafkaesque/lossyfs.pid", "/run/kafkaesque/lossyfs.log",
                            env={"PYTHONPATH": "/opt/kafkaesque"})

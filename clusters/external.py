@@ -105,8 +105,14 @@ from typing import Any
 
 import jinja2
 
-from clusters.base import DEFAULT_NET_DEVICE, ClusterError, ClusterSpec, PartitionView, proc_sys_refusal
-from clusters.ownership import (
+from kafkaesque_harness.clusters.base import (
+    DEFAULT_NET_DEVICE,
+    ClusterError,
+    ClusterSpec,
+    PartitionView,
+    proc_sys_refusal,
+)
+from kafkaesque_harness.clusters.ownership import (
     Leftover,
     claim_node_dir,
     forget_pause_script,
@@ -123,10 +129,10 @@ from clusters.ownership import (
     root_qdisc,
     state_dir,
 )
-from clusters.remote import RemoteError
-from clusters.replica_dumps import no_dumps, write_replicas
-from clusters.waiting import WaitTimeout, wait_until
-from history.extras import PACKAGE_EXTRAS, install_hint
+from kafkaesque_harness.clusters.remote import RemoteError
+from kafkaesque_harness.clusters.replica_dumps import no_dumps, write_replicas
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.history.extras import PACKAGE_EXTRAS, install_hint
 
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
 KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
@@ -376,7 +382,7 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     if transport == "ssh":
         for key, (typ, default) in SSH_KEYS.items():
             node_ssh[key] = _want(path, where, key, raw.get(key, ssh.get(key, default)), typ)
-        from clusters.ssh_remote import HOST_KEY_POLICIES
+        from kafkaesque_harness.clusters.ssh_remote import HOST_KEY_POLICIES
 
         if node_ssh["host_key_policy"] not in HOST_KEY_POLICIES:
             raise ClusterFileError(f"{where} of the cluster file {path}: host_key_policy = "
@@ -556,10 +562,10 @@ class ExternalCluster:
 
     def _make_remote(self, n: ExternalNode):
         if self.cf.transport == "ssh":
-            from clusters.ssh_remote import SshRemote, SshTarget
+            from kafkaesque_harness.clusters.ssh_remote import SshRemote, SshTarget
 
             return SshRemote(SshTarget(host=n.host, **n.ssh), n.name)
-        from clusters.remote import DockerRemote
+        from kafkaesque_harness.clusters.remote import DockerRemote
 
         name = self.container_name(n.name)
         try:
@@ -585,7 +591,7 @@ class ExternalCluster:
 
                 self._docker_client = docker.DockerClient(base_url=self.cf.docker["base_url"], timeout=60)
             else:
-                from clusters.docker import docker_client
+                from kafkaesque_harness.clusters.docker import docker_client
 
                 self._docker_client = docker_client("start dockerd, or fix [docker] base_url in the cluster file")
         return self._docker_client
@@ -602,11 +608,11 @@ class ExternalCluster:
         """One container per managed node, from [docker] image (default: the node image, clusters/image.py),
         on a network of this run's, labelled as clusters/docker.py labels its own so that `kafkaesque
         cleanup` removes them once the run is dead. NET_ADMIN for iptables and tc; nothing broader."""
-        from clusters.docker import LABEL, RUN_LABEL
+        from kafkaesque_harness.clusters.docker import LABEL, RUN_LABEL
 
         image = self.cf.docker.get("image") or ""
         if not image:
-            from clusters.image import ImageError, ensure_image
+            from kafkaesque_harness.clusters.image import ImageError, ensure_image
 
             try:
                 image = ensure_image(log=lambda m: None)
@@ -787,7 +793,7 @@ class ExternalCluster:
             for node in controllers_first:
                 self.start(node)
             self.wait_ready(self.broker_nodes(), timeout_s=120)
-            from clusters.capabilities import probe_cluster
+            from kafkaesque_harness.clusters.capabilities import probe_cluster
 
             self.capabilities = probe_cluster(self)
             return self.bootstrap()
@@ -814,7 +820,7 @@ class ExternalCluster:
     def _claim(self, node: str) -> None:
         """The node's dir is this run's (clusters/ownership.py claim_node_dir); its marker also keeps the
         chain our faults use and the root qdisc the node had, what cleanup needs to undo a dead run's."""
-        from clusters.netrules import CHAIN
+        from kafkaesque_harness.clusters.netrules import CHAIN
 
         device = self.net_device(node)
         claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
@@ -882,7 +888,7 @@ class ExternalCluster:
         """On every node whose marker still names this run: SIGCONT what it paused (the same processes:
         pid and start time), remove our iptables chain, and a tbf qdisc it added; returns the nodes healed.
         A node another run holds now, or without our marker, is not touched."""
-        from clusters import netrules
+        from kafkaesque_harness.clusters import netrules
 
         def heal(node: str) -> str | None:
             try:
@@ -918,7 +924,7 @@ class ExternalCluster:
                                 client_id="kafkaesque-roles")
 
     def partitions(self, topic: str) -> list[PartitionView]:
-        from clusters.reference import metadata_partitions
+        from kafkaesque_harness.clusters.reference import metadata_partitions
 
         return metadata_partitions(self.bootstrap(), topic)
 
@@ -1054,7 +1060,7 @@ class ExternalCluster:
         return None  # a system we did not build has no state dump: the replica checks are skipped
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
-        from clusters.reference import create_topic_or_fail
+        from kafkaesque_harness.clusters.reference import create_topic_or_fail
 
         create_topic_or_fail(self.bootstrap(), topic, partitions, replication_factor, min_isr)
 
@@ -1136,7 +1142,7 @@ def cluster_file_brokers(path: str) -> int:
     """How many brokers the file describes (either kind), or a ClusterError sentence: the CLI's check."""
     if cluster_file_kind(path) == KIND_EXTERNAL:
         return sum(1 for n in load_cluster_file(path).nodes if "broker" in n.roles)
-    from clusters.ssh import load_node_file
+    from kafkaesque_harness.clusters.ssh import load_node_file
 
     return sum(1 for n in load_node_file(path) if n.name.startswith("broker-"))
 
@@ -1179,6 +1185,6 @@ def cluster_from_file(path: str, spec: ClusterSpec, run_dir: str):
     """The cluster a file describes: ExternalCluster, or the reference broker over SSH (clusters/ssh.py)."""
     if cluster_file_kind(path) == KIND_EXTERNAL:
         return ExternalCluster.from_file(path, spec, run_dir)
-    from clusters.ssh import SshCluster
+    from kafkaesque_harness.clusters.ssh import SshCluster
 
     return SshCluster.from_file(path, spec, run_dir)

@@ -31,7 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from kafkaesque_harness.clusters.broker.code_digest import node_code_members
+
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the directory holding clusters/
 BASE_REPO = "kafkaesque-base"
 NODE_REPO = "kafkaesque-node"
 LABEL = "kafkaesque"
@@ -51,8 +53,6 @@ BASE_PACKAGES = (
 )
 # Python packages the broker imports (kafka-python's protocol classes and record codec).
 NODE_REQUIREMENTS = ("kafka-python==3.0.12", "crc32c>=2.9,<3", "pyfuse3==3.5.0", "uvloop==0.23.0")
-# The code that runs inside a node: the broker imports nothing from the harness.
-NODE_CODE = ("clusters/__init__.py", "clusters/broker", "clusters/lossyfs.py")
 # Native helpers built on the host at image time and installed under /opt/kafkaesque/lib.
 NODE_NATIVE = ("clusters/native/clock_offset.c",)
 NODE_LIB_DIR = "/opt/kafkaesque/lib"
@@ -115,15 +115,9 @@ def _hash(parts: list[bytes]) -> str:
     return h.hexdigest()[:12]
 
 
-def _code_files() -> list[Path]:
-    files: list[Path] = []
-    for entry in NODE_CODE:
-        p = REPO_ROOT / entry
-        if p.is_dir():
-            files += sorted(q for q in p.rglob("*.py") if "__pycache__" not in q.parts)
-        else:
-            files.append(p)
-    return files
+def _code_files() -> list[tuple[str, Path]]:
+    """(path under the image's code dir, source file) of the node code (code_digest.node_code_members)."""
+    return node_code_members(REPO_ROOT)
 
 
 @dataclass
@@ -131,7 +125,7 @@ class ImagePlan:
     source: AptSource
     base_tag: str
     node_tag: str
-    code_files: list[Path] = field(default_factory=list)
+    code_files: list[tuple[str, Path]] = field(default_factory=list)
 
 
 def plan(source: AptSource | None = None) -> ImagePlan:
@@ -142,7 +136,7 @@ def plan(source: AptSource | None = None) -> ImagePlan:
     code = _code_files()
     node_hash = _hash(
         [base_tag.encode(), " ".join(NODE_REQUIREMENTS).encode(), _dockerfile(base_tag).encode()]
-        + [str(f.relative_to(REPO_ROOT)).encode() + b"\0" + f.read_bytes() for f in code]
+        + [name.encode() + b"\0" + f.read_bytes() for name, f in code]
         + [(REPO_ROOT / f).read_bytes() for f in NODE_NATIVE]
     )
     return ImagePlan(source, base_tag, f"{NODE_REPO}:{node_hash}", code)
@@ -263,11 +257,11 @@ def build_node(client, p: ImagePlan, log: Callable[[str], None], force: bool = F
         tar.addfile(info, io.BytesIO(df))
         for w in sorted(wheels.iterdir()):
             tar.add(w, arcname=f"wheels/{w.name}")
-        for f in p.code_files:
-            tar.add(f, arcname=f"code/{f.relative_to(REPO_ROOT)}")
+        for name, f in p.code_files:
+            tar.add(f, arcname=f"code/{name}")
         # The clock preload is compiled with the host's compiler: the image's Debian
         # release matches the host's, and the image then needs no compiler at all.
-        from clusters.clock_preload import LIBRARY_NAME, build_preload
+        from kafkaesque_harness.clusters.clock_preload import LIBRARY_NAME, build_preload
 
         tar.add(build_preload(), arcname=f"lib/{LIBRARY_NAME}")
     buf.seek(0)

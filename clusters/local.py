@@ -17,9 +17,9 @@ import socket
 import sys
 from pathlib import Path
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.broker.local_cluster import free_ports
-from clusters.ownership import (
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.broker.local_cluster import free_ports
+from kafkaesque_harness.clusters.ownership import (
     Leftover,
     RunRecord,
     mark_local_dir,
@@ -29,8 +29,8 @@ from clusters.ownership import (
     remove_all,
     unregister_run,
 )
-from clusters.reference import CONTROLLER, OWNER_ENV, ReferenceCluster
-from clusters.remote import LocalRemote
+from kafkaesque_harness.clusters.reference import CONTROLLER, OWNER_ENV, ReferenceCluster
+from kafkaesque_harness.clusters.remote import LocalRemote
 
 __all__ = ["CONTROLLER", "LocalCluster", "cleanup_leftovers", "find_processes"]
 
@@ -87,7 +87,7 @@ class LocalCluster(ReferenceCluster):
             # A copy of the node code (a mutant's, clusters/code_copy.py) before everything else.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (self.spec.node_code, os.environ.get("PYTHONPATH")) if p)
         if self._clock_lib:
-            from clusters.clock_preload import preload_env
+            from kafkaesque_harness.clusters.clock_preload import preload_env
 
             env.update(preload_env(self._clock_lib, self.clock_file(node)))
         return env
@@ -109,7 +109,7 @@ class LocalCluster(ReferenceCluster):
     def _build_clock_preload(self) -> None:
         """The clock preload for every node's process; where it cannot be built the nodes run without it and
         the clock faults refuse, naming the reason (ClockControl)."""
-        from clusters.clock_preload import PreloadBuildError, build_preload
+        from kafkaesque_harness.clusters.clock_preload import PreloadBuildError, build_preload
 
         try:
             self._clock_lib, self._clock_problem = str(build_preload()), None
@@ -200,7 +200,7 @@ def cleanup_leftovers(owner: str = "") -> list[str]:
 def _reset_clock_file(environ: bytes) -> None:
     """Put a leftover node's clock control file back to the real time (offset 0): a clock fault a
     crashed run never healed must not greet whatever starts next on that data dir."""
-    from clusters.clock_preload import CLOCK_FILE_ENV, offset_file_text
+    from kafkaesque_harness.clusters.clock_preload import CLOCK_FILE_ENV, offset_file_text
 
     marker = f"{CLOCK_FILE_ENV}=".encode()
     for kv in environ.split(b"\0"):

@@ -1,6 +1,6 @@
 """A FUSE file system that loses unsynced writes on demand, as a power cut would (LazyFS in spirit).
 
-    python -m clusters.lossyfs BACKING_DIR MOUNTPOINT [--status-file F]
+    python -m kafkaesque_harness.clusters.lossyfs BACKING_DIR MOUNTPOINT [--status-file F]
 
 Every file operation passes through to BACKING_DIR, except file data: written bytes stay
 in this process's memory (a per-file page cache) until the file is fsynced, and only then
@@ -354,7 +354,7 @@ async def _main(ops: LossyOperations, status_file: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m clusters.lossyfs", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kafkaesque_harness.clusters.lossyfs", description=__doc__.split("\n\n")[0])
     ap.add_argument("backing")
     ap.add_argument("mountpoint")
     ap.add_argument("--status-file", default=None)

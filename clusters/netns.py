@@ -27,9 +27,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.local import LocalCluster
-from clusters.ownership import (
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.local import LocalCluster
+from kafkaesque_harness.clusters.ownership import (
     Leftover,
     local_dir_owner,
     mark_local_dir,
@@ -39,10 +39,10 @@ from clusters.ownership import (
     registered_runs,
     remove_all,
 )
-from clusters.reference import OWNER_ENV
-from clusters.remote import LocalRemote, RemoteResult
-from clusters.waiting import WaitTimeout, wait_until
-from history.extras import extra_missing
+from kafkaesque_harness.clusters.reference import OWNER_ENV
+from kafkaesque_harness.clusters.remote import LocalRemote, RemoteResult
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.history.extras import extra_missing
 
 PORT = 9092
 SUBNET = "10.213"
@@ -188,7 +188,7 @@ class NetnsCluster(LocalCluster):
         os.makedirs(mount, exist_ok=True)
         pidfile, status = self.lossyfs_files(node)
         project = str(Path(__file__).resolve().parent.parent)
-        self.host_remote.start_daemon([sys.executable, "-m", "clusters.lossyfs", backing, mount,
+        self.host_remote.start_daemon([sys.executable, "-m", "kafkaesque_harness.clusters.lossyfs", backing, mount,
                                        "--status-file", status], pidfile, f"{self.node_dir(node)}/lossyfs.log",
                                       env={"PYTHONPATH": project, OWNER_ENV: self.owner})
         try:
@@ -277,20 +277,20 @@ def _lossyfs_mounts() -> list[Leftover]:
 
 
 def _served_mounts() -> dict[str, str]:
-    """mount point -> run id of every lossyfs daemon running here (`python -m clusters.lossyfs BACKING MOUNT
+    """mount point -> run id of every lossyfs daemon running here (`python -m kafkaesque_harness.clusters.lossyfs BACKING MOUNT
     ...` with KAFKAESQUE_OWNER in its environment)."""
     served = {}
     marker = f"{OWNER_ENV}=".encode()
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-            if b"clusters.lossyfs" not in argv[:4]:
+            if b"kafkaesque_harness.clusters.lossyfs" not in argv[:4]:
                 continue
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
         owner = next((kv[len(marker):].decode(errors="replace") for kv in environ if kv.startswith(marker)), "")
-        at = argv.index(b"clusters.lossyfs")
+        at = argv.index(b"kafkaesque_harness.clusters.lossyfs")
         if owner and len(argv) > at + 2:
             mount = argv[at + 2].decode(errors="replace")
             try:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from clusters.base import ClusterError
+from kafkaesque_harness.clusters.base import ClusterError
 
 STATE_ENV = "KAFKAESQUE_STATE_DIR"
 NODE_MARKER = ".kafkaesque-node.json"      # in a remote node's dir: ours, and which run uses it now
@@ -430,7 +430,7 @@ def root_qdisc(remote, device: str) -> str:
 def remove_added_qdisc(remote, marker: dict[str, Any]) -> None:
     """Delete the root qdisc of the marker's device if it is a token bucket (what the net fault adds,
     clusters/netrules.py) and the node had none before the run: never a qdisc the node had of its own."""
-    from clusters.netrules import clear_qdisc
+    from kafkaesque_harness.clusters.netrules import clear_qdisc
 
     device = str(marker.get("device") or "eth0")
     if _qdisc_kind(root_qdisc(remote, device)) == "tbf" and _qdisc_kind(str(marker.get("qdisc_before", ""))) != "tbf":

@@ -18,12 +18,18 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from clusters.base import DEFAULT_NET_DEVICE, ClusterError, ClusterSpec, PartitionView, proc_sys_refusal
-from clusters.broker import rpc
-from clusters.broker.admin import create_topic, dump_state
-from clusters.broker.trace import TRACE_FILE
-from clusters.replica_dumps import collect_replicas
-from clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.clusters.base import (
+    DEFAULT_NET_DEVICE,
+    ClusterError,
+    ClusterSpec,
+    PartitionView,
+    proc_sys_refusal,
+)
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.admin import create_topic, dump_state
+from kafkaesque_harness.clusters.broker.trace import TRACE_FILE
+from kafkaesque_harness.clusters.replica_dumps import collect_replicas
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
 CONTROLLER_ID = 1000
 CONTROLLER = "controller-0"
@@ -163,13 +169,13 @@ class ReferenceCluster:
                   "--secret-file", self.secret_file(node)]
         controllers = self.controller_nodes()
         if node in controllers:
-            argv = [*self.python_argv(), "-m", "clusters.broker", "controller", *common,
+            argv = [*self.python_argv(), "-m", "kafkaesque_harness.clusters.broker", "controller", *common,
                     "--session-timeout-ms", str(cfg.get("session_timeout_ms", 3000)),
                     "--unclean-recovery-strategy", str(cfg.get("unclean_recovery_strategy", "balanced"))]
             if len(controllers) > 1:
                 argv += ["--quorum", ",".join(f"{self.node_id(c)}@{_hostport(self.address(c))}" for c in controllers)]
         else:
-            argv = [*self.python_argv(), "-m", "clusters.broker", "broker", *common,
+            argv = [*self.python_argv(), "-m", "kafkaesque_harness.clusters.broker", "broker", *common,
                     "--controller", ",".join(_hostport(self.address(c)) for c in controllers),
                     "--flush-policy", self.spec.flush_policy,
                     "--replica-lag-time-max-ms", str(cfg.get("replica_lag_time_max_ms", 5000)),
@@ -290,7 +296,7 @@ class ReferenceCluster:
 
     def controller_call(self, api: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         """An internal-RPC request to the active controller (reassignments, membership: nemesis/membership.py)."""
-        from clusters.broker.membership import active_controller_call
+        from kafkaesque_harness.clusters.broker.membership import active_controller_call
 
         return active_controller_call([self.address(c) for c in self.controller_nodes()], timeout,
                                       secret=self.secret)(api, body)

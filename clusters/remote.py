@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
 
 @dataclass

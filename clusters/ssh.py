@@ -56,8 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.ownership import (
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.broker.code_digest import node_code_members
+from kafkaesque_harness.clusters.ownership import (
     Leftover,
     check_node_dir,
     claim_node_dir,
@@ -70,12 +71,11 @@ from clusters.ownership import (
     root_qdisc,
     state_dir,
 )
-from clusters.reference import CONTROLLER, ReferenceCluster
-from clusters.remote import RemoteError
-from clusters.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
-from clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.clusters.reference import CONTROLLER, ReferenceCluster
+from kafkaesque_harness.clusters.remote import RemoteError
+from kafkaesque_harness.clusters.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
-PACKAGE_ROOT = Path(__file__).resolve().parent  # the `clusters` package that goes to the nodes
 CLOCK_PROBE_S = 1000  # the skew the clock probe asks for; any clock far from it means the preload failed
 
 # key: (type, default). Top-level keys are defaults; the same keys (plus name, host) per node.
@@ -175,12 +175,11 @@ def _check_roles(path: str, names: list[str]) -> None:
 
 
 def code_tarball() -> bytes:
-    """The `clusters` package as a gzipped tar (sources only): what a node runs."""
+    """The node code as a gzipped tar, laid out as the node's code dir holds it (node_code_members)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for f in sorted(PACKAGE_ROOT.rglob("*.py")):
-            if "__pycache__" not in f.parts:
-                tar.add(f, arcname=f"clusters/{f.relative_to(PACKAGE_ROOT)}")
+        for name, f in node_code_members():
+            tar.add(f, arcname=name)
     return buf.getvalue()
 
 
@@ -241,7 +240,7 @@ class SshCluster(ReferenceCluster):
     def node_env(self, node: str) -> dict[str, str]:
         env = {**super().node_env(node), "PYTHONPATH": f"{self.node_dir(node)}/code"}
         if self._clock_lib:
-            from clusters.clock_preload import preload_env
+            from kafkaesque_harness.clusters.clock_preload import preload_env
 
             env.update(preload_env(f"{self.node_dir(node)}/lib/{Path(self._clock_lib).name}", self.clock_file(node)))
         return env
@@ -298,7 +297,7 @@ class SshCluster(ReferenceCluster):
 
     def _claim(self, node: str) -> None:
         """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
-        from clusters.netrules import CHAIN
+        from kafkaesque_harness.clusters.netrules import CHAIN
 
         device = self.net_device(node)
         claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
@@ -316,7 +315,7 @@ class SshCluster(ReferenceCluster):
         r.run(["mkdir", "-p", f"{d}/code", f"{d}/data", f"{d}/backing"], check=True)
         r.put(f"{d}/clusters.tar.gz", tarball)
         r.run(["tar", "-xzf", f"{d}/clusters.tar.gz", "-C", f"{d}/code"], check=True)
-        probe = r.run(["env", f"PYTHONPATH={d}/code", self.python, "-c", "import kafka, crc32c, clusters.broker"],
+        probe = r.run(["env", f"PYTHONPATH={d}/code", self.python, "-c", "import kafka, crc32c, kafkaesque_harness.clusters.broker"],
                       timeout=60)
         if not probe.ok:
             last = (probe.err.strip().splitlines() or ["no output"])[-1]
@@ -326,7 +325,12 @@ class SshCluster(ReferenceCluster):
     def _install_clock_preload(self) -> str | None:
         """Upload the clock preload (built here) and check on one node that it shifts the wall clock;
         None (the clock faults then refuse) when it cannot be built or does not work there."""
-        from clusters.clock_preload import PreloadBuildError, build_preload, offset_file_text, preload_env
+        from kafkaesque_harness.clusters.clock_preload import (
+            PreloadBuildError,
+            build_preload,
+            offset_file_text,
+            preload_env,
+        )
 
         try:
             lib = build_preload()
@@ -356,7 +360,7 @@ class SshCluster(ReferenceCluster):
     def _mount_lossyfs(self, node: str) -> None:
         r, d = self.remote(node), self.node_dir(node)
         pidfile, status = self.lossyfs_files(node)
-        r.start_daemon([self.python, "-m", "clusters.lossyfs", f"{d}/backing", self.data_dir(node),
+        r.start_daemon([self.python, "-m", "kafkaesque_harness.clusters.lossyfs", f"{d}/backing", self.data_dir(node),
                         "--status-file", status], pidfile, f"{d}/lossyfs.log", env={"PYTHONPATH": f"{d}/code"})
         try:
             wait_until(lambda: r.run(["grep", "-q", "mounted", status]).ok, 20, 0.2,
@@ -417,8 +421,8 @@ class SshCluster(ReferenceCluster):
         """Undo every fault a dead harness may have left on the nodes (partition and loss rules, tc
         qdiscs, clock offsets, paused or running brokers, lossy mounts); returns what was reached. A node
         whose dir another run has claimed since is that run's now: it is left alone."""
-        from clusters import netrules
-        from clusters.clock_preload import offset_file_text
+        from kafkaesque_harness.clusters import netrules
+        from kafkaesque_harness.clusters.clock_preload import offset_file_text
 
         def heal(node: str) -> str | None:
             try:

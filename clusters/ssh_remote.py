@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusters.remote import RemoteError, RemoteResult, ShellDaemons, shell_join
-from history.extras import need
+from kafkaesque_harness.clusters.remote import RemoteError, RemoteResult, ShellDaemons, shell_join
+from kafkaesque_harness.history.extras import need
 
 paramiko = need("paramiko", "ssh", "a cluster reached over SSH (--cluster ssh:FILE, or transport ssh)")
 

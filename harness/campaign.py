@@ -29,11 +29,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.campaign_file import Campaign, PlannedRun
-from harness.run_child import RunChildError, RunInterrupted
-from harness.runner import EXIT_HARNESS, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
-from harness.watchdog import watchdog_note
-from results.store import create_run_dir
+from kafkaesque_harness.harness.campaign_file import Campaign, PlannedRun
+from kafkaesque_harness.harness.run_child import RunChildError, RunInterrupted
+from kafkaesque_harness.harness.runner import EXIT_HARNESS, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from kafkaesque_harness.harness.watchdog import watchdog_note
+from kafkaesque_harness.results.store import create_run_dir
 
 CAMPAIGNS_DIR = "campaigns"  # <store>/campaigns/<name>/<timestamp>/
 VALID, INVALID, UNKNOWN, SKIPPED = "valid", "invalid", "unknown", "skipped"
@@ -69,7 +69,7 @@ def resolve_cluster(campaign: Campaign) -> str:
     """Pick the cluster once for the whole campaign, so every run uses the same one (auto: docker if it answers)."""
     cluster = campaign.cluster
     if cluster == "auto":
-        from clusters.docker import docker_available
+        from kafkaesque_harness.clusters.docker import docker_available
 
         cluster = "docker" if docker_available() else "local"
     for planned in campaign.runs:
@@ -102,8 +102,8 @@ def run_campaign(campaign: Campaign, run: RunTest | None = None, log: Callable[[
     campaign directory cannot be created, before any run starts.
     """
     if run is None:
-        from harness.run_child import run_in_child as run
-    from results.campaign_report import write_campaign
+        from kafkaesque_harness.harness.run_child import run_in_child as run
+    from kafkaesque_harness.results.campaign_report import write_campaign
 
     store = campaign.runs[0].spec.store
     campaign_dir = create_run_dir(Path(store) / CAMPAIGNS_DIR, campaign.name)

@@ -30,7 +30,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from harness.spec import TestSpec
+from kafkaesque_harness.harness.spec import TestSpec
 
 # The campaign's own keys (besides the axes and the TestSpec settings).
 CAMPAIGN_KEYS = ("name", "repetitions", "budget", "seed", "require")
@@ -202,7 +202,7 @@ def _unknown_key_sentence(key: str) -> str:
 
 def _required_states(table: dict[str, Any]) -> tuple[str, ...]:
     """`require = ["isr-shrunk-to-one", ...]`: the protocol states the campaign exists to reach."""
-    from checkers.coverage import STATES
+    from kafkaesque_harness.checkers.coverage import STATES
 
     value = table.get("require", [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -262,7 +262,7 @@ def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
 
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
     """The checks `kafkaesque run` makes on its flags (TestSpec.problems), worded for the file's keys."""
-    from harness.spec import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
+    from kafkaesque_harness.harness.spec import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
 
     if spec.cluster.startswith(SSH_PREFIX):
         problem = cluster_problem(spec.cluster)  # the node file itself, checked before anything runs
@@ -303,10 +303,10 @@ def _axis(table: dict[str, Any], key: str) -> list[str]:
 
 
 def _check_axis_value(key: str, value: str) -> None:
-    from clusters.broker.log.flush import parse_flush_policy
-    from clusters.reference import BROKER_VARIANTS
-    from nemesis.registry import nemesis_problem
-    from workloads.registry import WORKLOAD_NAMES
+    from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
+    from kafkaesque_harness.clusters.reference import BROKER_VARIANTS
+    from kafkaesque_harness.nemesis.registry import nemesis_problem
+    from kafkaesque_harness.workloads.registry import WORKLOAD_NAMES
 
     if key == "workloads" and value not in WORKLOAD_NAMES:
         raise CampaignFileError(f"unknown workload {value!r} in 'workloads'; valid: {', '.join(WORKLOAD_NAMES)}.")

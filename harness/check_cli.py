@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from history import HistoryFile, Op
+from kafkaesque_harness.history import HistoryFile, Op
 
 FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
 MODELS = ("queue", "register", "cas-register", "etcd", "kv", "log", "list-append", "txn")
@@ -48,7 +48,7 @@ class CheckInputError(ValueError):
 
 def check_command(file: str, format: str, model: str | None, time_limit: float, as_json: bool = False,
                   options: list[str] | None = None) -> int:
-    from checkers.core import run_checkers
+    from kafkaesque_harness.checkers.core import run_checkers
 
     out = Console(stderr=True, soft_wrap=True)
     try:
@@ -62,7 +62,7 @@ def check_command(file: str, format: str, model: str | None, time_limit: float, 
             history = read_any_history(file, format, kafka=model == "txn")
             _check_model_reads({op.f for op in history if op.is_client}, model, file)
         if model == "txn":
-            from checkers.txn import TxnOptionError, check_options
+            from kafkaesque_harness.checkers.txn import TxnOptionError, check_options
 
             try:
                 check_options(test, history)
@@ -138,7 +138,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
     """The ops of `file` in `format`; CheckInputError (one sentence) for anything that cannot be read.
     `kafka`: an EDN file is a history of Jepsen's Kafka workload (read into the txn schema)."""
-    from history import read_history
+    from kafkaesque_harness.history import read_history
 
     path = Path(file)
     with _read_errors(file, format):
@@ -147,11 +147,11 @@ def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
             if not history:
                 _refuse_jsonl_without_a_line(path)
         elif format == "edn":
-            from checkers.formats.edn import parse_edn_history, parse_kafka_edn_history
+            from kafkaesque_harness.checkers.formats.edn import parse_edn_history, parse_kafka_edn_history
 
             history = (parse_kafka_edn_history if kafka else parse_edn_history)(path)
         else:
-            from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
+            from kafkaesque_harness.checkers.formats.porcupine import parse_etcd_log, parse_kv_log
 
             history = (parse_etcd_log if format == "porcupine-etcd" else parse_kv_log)(path)
     return history
@@ -160,7 +160,7 @@ def read_any_history(file: str, format: str, kafka: bool = False) -> list[Op]:
 @contextlib.contextmanager
 def _read_errors(file: str, format: str):
     """What reading `file` in `format` can go wrong with, as CheckInputError: one sentence with the fix."""
-    from history import HistoryFormatError
+    from kafkaesque_harness.history import HistoryFormatError
 
     try:
         yield
@@ -184,7 +184,7 @@ def _refuse_jsonl_without_a_line(path: Path) -> None:
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     if head.strip():
-        from history import HistoryFormatError
+        from kafkaesque_harness.history import HistoryFormatError
 
         raise HistoryFormatError(f"{path} line 1: not a JSON op, and no other line is.")
 
@@ -200,18 +200,18 @@ def _check_model_reads(names: set[str], model: str, file: str) -> None:
 
 def _checkers(model: str, time_limit: float) -> list:
     if model == "txn":
-        from checkers.txn import TxnChecker
+        from kafkaesque_harness.checkers.txn import TxnChecker
 
         return [TxnChecker(cycle_budget_s=time_limit)]
     if model == "list-append":
-        from checkers.elle import ElleListAppendChecker
+        from kafkaesque_harness.checkers.elle import ElleListAppendChecker
 
         return [ElleListAppendChecker(cycle_budget_s=time_limit)]
     if model == "queue":
-        from checkers.log_order import LogOrderChecker
-        from checkers.queue import QueueChecker
+        from kafkaesque_harness.checkers.log_order import LogOrderChecker
+        from kafkaesque_harness.checkers.queue import QueueChecker
 
         return [QueueChecker(), LogOrderChecker()]
-    from checkers.linearizable import LinearizableChecker
+    from kafkaesque_harness.checkers.linearizable import LinearizableChecker
 
     return [LinearizableChecker(model, time_limit)]

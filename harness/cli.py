@@ -27,13 +27,13 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer._click.utils import PacifyFlushWrapper
 from typer.core import TyperGroup
 
-from harness.cluster_cli import cluster_app, image_app
-from harness.console import OutputClosed, err, fail, fail_all, silence_stdout
-from history.extras import MissingExtra, dist_version
-from nemesis.registry import nemesis_help, parse_nemesis_options
-from results.pipeline.cli import pipeline_app
-from results.store import format_problem
-from workloads.registry import parse_workload_options
+from kafkaesque_harness.harness.cluster_cli import cluster_app, image_app
+from kafkaesque_harness.harness.console import OutputClosed, err, fail, fail_all, silence_stdout
+from kafkaesque_harness.history.extras import MissingExtra, dist_version
+from kafkaesque_harness.nemesis.registry import nemesis_help, parse_nemesis_options
+from kafkaesque_harness.results.pipeline.cli import pipeline_app
+from kafkaesque_harness.results.store import format_problem
+from kafkaesque_harness.workloads.registry import parse_workload_options
 
 EXIT_HARNESS = 3
 EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
@@ -197,14 +197,15 @@ def run(
     from_run: Annotated[Path | None, typer.Option("--from", help="repeat a stored run: every setting (and the "
                                                                  "cluster file) from RUN_DIR/test.json; only "
                                                                  "--store and --no-panel apply")] = None,
-    node_code: Annotated[str, typer.Option(help="a directory holding a copy of clusters/ for the nodes to run "
-                                                "instead of this tree's (local and docker; `kafkaesque mutate` "
-                                                "makes such copies)")] = "",
+    node_code: Annotated[str, typer.Option(help="a directory holding a copy of the kafkaesque_harness package "
+                                                "(its __init__.py and clusters/) for the nodes to run instead of "
+                                                "this tree's (local and docker; `kafkaesque mutate` makes such "
+                                                "copies)")] = "",
 ) -> None:
     """Run one test: cluster up, workload + faults, heal, final reads, check, store. Prints the run dir last."""
-    from harness.runner import HarnessError, run_test
-    from harness.spec import TestSpec
-    from results.store import StoreError
+    from kafkaesque_harness.harness.runner import HarnessError, run_test
+    from kafkaesque_harness.harness.spec import TestSpec
+    from kafkaesque_harness.results.store import StoreError
 
     faults = [n.strip() for n in nemesis.split(",") if n.strip()]
     nemesis_options, option_problems = parse_nemesis_options(nemesis_option or [])
@@ -253,7 +254,9 @@ def run(
 def doctor(as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False) -> None:
     """What this machine offers (Docker engine, node image, root, namespaces, iptables, tc and netem, FUSE, Java
     for Spark, free ports), with the fix for each missing part. Exit 0 when the default cluster can run."""
-    from harness.doctor import diagnose  # here, like the other commands' imports: it loads the cluster code
+    from kafkaesque_harness.harness.doctor import (
+        diagnose,  # here, like the other commands' imports: it loads the cluster code
+    )
 
     found = diagnose()
     if as_json:
@@ -272,7 +275,7 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="one JSON object
 @app.command()
 def faults() -> None:
     """List the faults --nemesis takes: what each does, its options (--nemesis-option KEY=VALUE) and needs."""
-    from nemesis.kinds import all_kinds
+    from kafkaesque_harness.nemesis.kinds import all_kinds
 
     for k in all_kinds().values():
         print(f"{k.name}{'  (alone)' if k.alone else ''}\n    {k.help}")
@@ -294,7 +297,7 @@ def _print_verdict(run_dir: Path) -> None:
     if not isinstance(res, dict):
         err.print("[red]no results were written[/] (results.json is not a JSON object)")
         return
-    from harness.check_cli import print_unknown_reasons
+    from kafkaesque_harness.harness.check_cli import print_unknown_reasons
 
     if res.get("error"):
         # A harness failure (exit 3) is never a verdict: the one sentence that says why, and where the run is.
@@ -325,10 +328,10 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
     """Re-check a stored run offline (its history, node dumps and the harness's facts in results.json); rewrites
     results.json (identically, for a run of this version) and prints the verdict (--json: results.json's
     content)."""
-    from harness.runner import analyze_run, exit_code
-    from harness.spec import TestSpec
-    from history import HistoryFormatError
-    from results.store import write_json
+    from kafkaesque_harness.harness.runner import analyze_run, exit_code
+    from kafkaesque_harness.harness.spec import TestSpec
+    from kafkaesque_harness.history import HistoryFormatError
+    from kafkaesque_harness.results.store import write_json
 
     if not (run_dir / "test.json").exists() or not (run_dir / "history.jsonl").exists():
         fail(f"{run_dir} is not a run directory (it needs test.json and history.jsonl); see `kafkaesque ls`.")
@@ -368,8 +371,8 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a stored run directory")]) -> None:
     """(Re)write a run's self-contained HTML report and print its path."""
-    from history import HistoryFormatError
-    from results.report import render_report
+    from kafkaesque_harness.history import HistoryFormatError
+    from kafkaesque_harness.results.report import render_report
 
     if not (run_dir / "test.json").exists():
         fail(f"{run_dir} is not a run directory (it needs test.json); see `kafkaesque ls`.")
@@ -410,7 +413,7 @@ def _run_json(path: Path, fix: str) -> dict[str, Any]:
 def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
               as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False) -> None:
     """Runs in the store with their verdicts, newest first (--json: a JSON list, [] for none)."""
-    from results.store import list_runs as runs_in
+    from kafkaesque_harness.results.store import list_runs as runs_in
 
     runs = runs_in(store)
     if as_json:
@@ -446,7 +449,7 @@ def cleanup(
     network namespaces, bridges and rules, containers and networks, and the faults on the nodes of SSH and
     external clusters. A live run is skipped and named; a thing no run registered here owns is left alone
     (clusters/ownership.py, docs/SAFETY.md)."""
-    from clusters.cleanup import RunIsLive, carry_out, plan_cleanup
+    from kafkaesque_harness.clusters.cleanup import RunIsLive, carry_out, plan_cleanup
 
     if run and all_dead:
         fail("--run and --all-dead contradict each other; give one of them.")
@@ -499,7 +502,7 @@ def check(
     """Check any history file and print the verdict; exit 0 valid, 1 invalid, 2 unknown. --json prints the
     checkers' whole results (verdict, anomalies with examples, unknown reasons) as one JSON object."""
     try:
-        from harness.check_cli import check_command
+        from kafkaesque_harness.harness.check_cli import check_command
     except ImportError:
         fail("the history checker command is not available in this build.")
     raise typer.Exit(check_command(str(file), format, model or None, time_limit, as_json, option or []))
@@ -517,9 +520,9 @@ def campaign(
 
     Exit 0 all valid, 1 any invalid, 2 any unknown and none invalid, 3 bad input. Prints the campaign dir last.
     """
-    from harness.campaign import resolve_cluster, run_campaign
-    from harness.campaign_file import CampaignFileError, load_campaign
-    from results.store import StoreError
+    from kafkaesque_harness.harness.campaign import resolve_cluster, run_campaign
+    from kafkaesque_harness.harness.campaign_file import CampaignFileError, load_campaign
+    from kafkaesque_harness.results.store import StoreError
 
     try:
         plan = load_campaign(file, store=store, cluster=cluster or None)
@@ -570,7 +573,7 @@ def detect(
     ledger and the section is made from every campaign the ledger holds for it, so it survives the
     store (a fresh machine re-renders it from the ledger).
     """
-    from results.detection import write_detection
+    from kafkaesque_harness.results.detection import write_detection
 
     command = "kafkaesque detect " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque detect"
     dirs = list(from_campaign or [])
@@ -592,9 +595,9 @@ def detect(
     files = files or sorted(DETECTION_DIR.glob("*.toml"))
     if not files:
         fail(f"no campaign files given and none in {DETECTION_DIR}; pass the campaign TOML files to run.")
-    from harness.campaign import resolve_cluster, run_campaign
-    from harness.campaign_file import CampaignFileError, load_campaign
-    from results.store import StoreError
+    from kafkaesque_harness.harness.campaign import resolve_cluster, run_campaign
+    from kafkaesque_harness.harness.campaign_file import CampaignFileError, load_campaign
+    from kafkaesque_harness.results.store import StoreError
 
     plans = []
     for file in files:  # every file is read and checked before the first run starts
@@ -653,9 +656,9 @@ def mutate(
     """
     import py_compile
 
-    from harness.mutate import measure, unit_test_mutant
-    from results.mutants import MUTANTS
-    from results.mutation import (
+    from kafkaesque_harness.harness.mutate import measure, unit_test_mutant
+    from kafkaesque_harness.results.mutants import MUTANTS
+    from kafkaesque_harness.results.mutation import (
         DEFAULT_PLANS,
         PLANS,
         catalogue_problems,
@@ -680,7 +683,7 @@ def mutate(
             with mutant_copy(m) as copy:
                 for f in m.files:
                     try:
-                        py_compile.compile(str(copy.root / f), doraise=True)
+                        py_compile.compile(str(copy.package / f), doraise=True)
                     except py_compile.PyCompileError as e:
                         fail(f"mutant {m.name}: the mutated {f} does not compile ({e.msg.strip()}); fix its "
                              "replacement in results/mutants.py.")
@@ -709,7 +712,7 @@ def mutate(
         write_mutation_doc(store, out, command, note_text, ledger=ledger)
 
     if reanalyze:
-        from harness.mutate import reanalyze as recheck
+        from kafkaesque_harness.harness.mutate import reanalyze as recheck
 
         n = recheck(store, chosen, log=lambda m: err.print(m))
         err.print(f"mutate: {n} stored run(s) checked again")
@@ -725,7 +728,7 @@ def mutate(
         render()
         err.print(f"wrote {out}")
         return
-    from results.store import StoreError
+    from kafkaesque_harness.results.store import StoreError
 
     try:
         ran, skipped = measure(chosen, plans, list(range(seed, seed + seeds)), minutes * 60, store, cluster,
@@ -753,7 +756,7 @@ def _print_campaign_plan(plan) -> None:
 
 def main() -> None:
     """The console script: the guarded app, and a guard around it for what fails before a command runs."""
-    from workloads.base import exit_without_finalizers
+    from kafkaesque_harness.workloads.base import exit_without_finalizers
 
     try:
         app()

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.console import err, fail
+from kafkaesque_harness.harness.console import err, fail
 
 DEFAULT_NAME = "kafkaesque"
 # Docker's rule for container and network names, which embed the cluster name.
@@ -35,7 +35,7 @@ NameOption = Annotated[str, typer.Option("--name", help="the cluster's name (its
 def image_build(force: Annotated[bool, typer.Option(help="rebuild the node image even if its tag exists")] = False
                 ) -> None:
     """Build the node image, or reuse it while its inputs are unchanged; print the set-up time, then the tag."""
-    from clusters.image import ImageError, ensure_image
+    from kafkaesque_harness.clusters.image import ImageError, ensure_image
 
     t0 = time.monotonic()
     try:
@@ -54,8 +54,8 @@ def _check_name(name: str) -> None:
 
 def _attach(name: str):
     """The running cluster called `name`, or a one-sentence failure."""
-    from clusters.base import ClusterError
-    from clusters.docker import DockerCluster, docker_client
+    from kafkaesque_harness.clusters.base import ClusterError
+    from kafkaesque_harness.clusters.docker import DockerCluster, docker_client
 
     try:
         client = docker_client(fix=_DOCKER_FIX)
@@ -82,12 +82,12 @@ def cluster_up(
     """Start a docker cluster (building the image if needed); print its status, then the bootstrap servers."""
     from docker.errors import DockerException
 
-    from clusters.base import ClusterError, ClusterSpec
-    from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from clusters.broker.log.flush import parse_flush_policy
-    from clusters.docker import DockerCluster, docker_client
-    from clusters.image import ImageError, ensure_image
-    from clusters.reference import BROKER_VARIANTS
+    from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+    from kafkaesque_harness.clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
+    from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
+    from kafkaesque_harness.clusters.docker import DockerCluster, docker_client
+    from kafkaesque_harness.clusters.image import ImageError, ensure_image
+    from kafkaesque_harness.clusters.reference import BROKER_VARIANTS
 
     _check_name(name)
     if brokers < 1:
@@ -151,7 +151,7 @@ def cluster_down(name: NameOption = DEFAULT_NAME) -> None:
 
 def status_tables(cluster) -> list[Table]:
     """The node table and the partition table, from docker and from the controller's own state dump."""
-    from clusters.reference import CONTROLLER
+    from kafkaesque_harness.clusters.reference import CONTROLLER
 
     state = cluster.dump_state(CONTROLLER, include_log=False)
     registered = {b["broker_id"]: b for b in state["brokers"]} if state else {}

@@ -20,12 +20,12 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from clusters.base import ClusterError
-from clusters.docker import docker_client
-from clusters.image import plan
-from history.extras import extra_missing, install_hint
-from results.pipeline import PipelineError
-from results.pipeline.session import find_java
+from kafkaesque_harness.clusters.base import ClusterError
+from kafkaesque_harness.clusters.docker import docker_client
+from kafkaesque_harness.clusters.image import plan
+from kafkaesque_harness.history.extras import extra_missing, install_hint
+from kafkaesque_harness.results.pipeline import PipelineError
+from kafkaesque_harness.results.pipeline.session import find_java
 
 
 @dataclass

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clusters.code_copy import REPO_ROOT, CodeCopy
-from harness.runner import run_test
-from harness.spec import TestSpec
-from results.mutants import Mutant
-from results.mutation import (
+from kafkaesque_harness.clusters.code_copy import REPO_ROOT, CodeCopy
+from kafkaesque_harness.harness.runner import run_test
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.results.mutants import Mutant
+from kafkaesque_harness.results.mutation import (
     COMMON,
     PLANS,
     RUN_FILE,
@@ -97,8 +97,8 @@ def measure(mutants: list[Mutant], plans: list[str], seeds: list[int], time_limi
 def reanalyze(store: str, mutants: list[Mutant], log: Callable[[str], None] = print) -> int:
     """Check every stored run of these mutants again with this tree's checkers (`kafkaesque analyze`: the same
     history, node dumps and traces), so the table says what the current checkers find in them; the count."""
-    from harness.runner import analyze_run
-    from results.store import write_json
+    from kafkaesque_harness.harness.runner import analyze_run
+    from kafkaesque_harness.results.store import write_json
 
     names = {m.name for m in mutants}
     done = 0

@@ -44,11 +44,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from history import Op
+# pytest loads this module into every test process of an environment that has the distribution, so it
+# imports nothing of the project until a fixture runs (tests/unit/test_packaging.py holds it to that).
+if TYPE_CHECKING:
+    from kafkaesque_harness.history import Op
 
 MARKER = "kafkaesque"
 UNSET = object()
@@ -107,7 +110,7 @@ class KafkaesqueRun:
     @property
     def history(self) -> list[Op]:
         if self._history is None:
-            from history import read_history
+            from kafkaesque_harness.history import read_history
 
             self._history = read_history(self.run_dir / "history.jsonl")
         return self._history
@@ -169,7 +172,7 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
                name: str, seed: int | None = None):
     """A TestSpec from a marker's and a call's settings over the fixtures' choices; a bad setting is
     one sentence (ValueError) naming it and the fix."""
-    from harness.spec import TestSpec
+    from kafkaesque_harness.harness.spec import TestSpec
 
     fields = {f.name for f in dataclasses.fields(TestSpec)}
     unknown = sorted(set(settings) - fields)
@@ -193,7 +196,7 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
 # --- fixtures ----------------------------------------------------------------------------------------
 @pytest.fixture
 def kafkaesque_cluster(request: pytest.FixtureRequest) -> ClusterChoice:
-    from harness.spec import cluster_problem
+    from kafkaesque_harness.harness.spec import cluster_problem
 
     name = _marker_settings(request).get("cluster") or request.config.getoption("--kafkaesque-cluster") or "auto"
     problem = cluster_problem(name)
@@ -208,7 +211,7 @@ def kafkaesque_nemesis(request: pytest.FixtureRequest) -> NemesisChoice:
     faults = settings.get("nemesis", request.config.getoption("--kafkaesque-nemesis") or "")
     choice = NemesisChoice(_faults(faults) if isinstance(faults, (str, list, tuple)) else faults,
                            settings.get("nemesis_target", "random-node"), settings.get("nemesis_interval", 10.0))
-    from harness.spec import TestSpec
+    from kafkaesque_harness.harness.spec import TestSpec
 
     # The nemesis settings alone, checked as `kafkaesque run` checks them (the rest wait for kafkaesque_run).
     problems = TestSpec(nemesis=choice.faults, nemesis_target=choice.target,
@@ -232,7 +235,7 @@ def kafkaesque_run(request: pytest.FixtureRequest, kafkaesque_cluster: ClusterCh
     seed = request.config.getoption("--kafkaesque-seed")
 
     def run(expect: Any = UNSET, **overrides: Any) -> KafkaesqueRun:
-        from harness.runner import HarnessError, run_test
+        from kafkaesque_harness.harness.runner import HarnessError, run_test
 
         if expect is UNSET:
             expect = marker.get("expect", True)

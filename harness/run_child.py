@@ -2,7 +2,7 @@
 
 A run whose harness froze (a client library's C call holding the GIL forever) is SIGKILLed by its watchdog
 (harness/watchdog.py); in the campaign's own process that would end the whole campaign. So each run is
-`python -m harness.run_child`, a harness of its own: its spec arrives on stdin as JSON (TestSpec.to_dict),
+`python -m kafkaesque_harness.harness.run_child`, a harness of its own: its spec arrives on stdin as JSON (TestSpec.to_dict),
 and it writes a small JSON "hand-off" file, first with its run dir as soon as that exists, last with its
 exit status. The campaign reads the hand-off and the run's results.json, or, when the run wrote none, the
 note its watchdog left (harness-frozen.txt, harness-died.txt).
@@ -29,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.console import err
-from harness.runner import EXIT_HARNESS, HarnessError, not_ignored, run_test
-from harness.spec import TestSpec
-from harness.watchdog import DIED_FILE, FROZEN_FILE
-from results.store import StoreError
+from kafkaesque_harness.harness.console import err
+from kafkaesque_harness.harness.runner import EXIT_HARNESS, HarnessError, not_ignored, run_test
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.harness.watchdog import DIED_FILE, FROZEN_FILE
+from kafkaesque_harness.results.store import StoreError
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,7 +60,7 @@ def run_in_child(spec, log: Callable[[str], None] = print, panel: bool = False) 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH")) if p)}
     with tempfile.TemporaryDirectory(prefix="kafkaesque-run-") as tmp, _signals_handed_on() as hand_on:
         handoff = Path(tmp) / "handoff.json"
-        proc = subprocess.Popen([sys.executable, "-m", "harness.run_child", "--handoff", str(handoff),
+        proc = subprocess.Popen([sys.executable, "-m", "kafkaesque_harness.harness.run_child", "--handoff", str(handoff),
                                  *(["--panel"] if panel else [])],
                                 stdin=subprocess.PIPE, env=env, cwd=project, process_group=0)
         hand_on.child = proc
@@ -162,7 +162,7 @@ def _hand_off(path: Path, **said: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.run_child", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kafkaesque_harness.harness.run_child", description=__doc__.splitlines()[0])
     parser.add_argument("--handoff", type=Path, required=True, help="the JSON file the run dir goes to")
     parser.add_argument("--panel", action="store_true", help="show the live panel")
     args = parser.parse_args(argv)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from workloads.base import exit_without_finalizers
+    from kafkaesque_harness.workloads.base import exit_without_finalizers
 
     status = main()
     exit_without_finalizers(status)  # parked group members must not be destroyed by the finalizers

@@ -30,25 +30,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkers.core import UNKNOWN, run_checkers
-from checkers.coverage import SAME_HOST_CLUSTERS, MetadataObservations, log_events, reached_states, read_jsonl
-from checkers.evidence import FaultEvidenceChecker, decide
-from clusters.base import ClusterError, ClusterSpec, ProtocolTrace
-from clusters.replica_dumps import load_replicas
-from clusters.trace_files import load_traces
-from clusters.waiting import WaitTimeout, wait_until
-from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, final_assignments
-from harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
-from harness.watchdog import RunWatchdog, watchdog_note
-from history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
-from history.extras import DIST, dist_version
-from nemesis.actions import FaultActions
-from nemesis.base import NemesisRefused
-from nemesis.ledger import FaultLedger
-from nemesis.plan import PlanStep, drive
-from nemesis.requirements import StateDumps, can
-from results.store import STORE_FORMAT, create_run_dir, write_json
-from workloads.base import StallableProducers
+from kafkaesque_harness.checkers.core import UNKNOWN, run_checkers
+from kafkaesque_harness.checkers.coverage import (
+    SAME_HOST_CLUSTERS,
+    MetadataObservations,
+    log_events,
+    reached_states,
+    read_jsonl,
+)
+from kafkaesque_harness.checkers.evidence import FaultEvidenceChecker, decide
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec, ProtocolTrace
+from kafkaesque_harness.clusters.replica_dumps import load_replicas
+from kafkaesque_harness.clusters.trace_files import load_traces
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.harness.generator import (
+    ClientSchedule,
+    NemesisSchedule,
+    ProcessTable,
+    final_assignments,
+)
+from kafkaesque_harness.harness.spec import CLUSTER_NAMES, SSH_PREFIX, TestSpec
+from kafkaesque_harness.harness.watchdog import RunWatchdog, watchdog_note
+from kafkaesque_harness.history import INFO, INVOKE, NEMESIS, OK, HistoryWriter, Op, read_history
+from kafkaesque_harness.history.extras import DIST, dist_version
+from kafkaesque_harness.nemesis.actions import FaultActions
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.plan import PlanStep, drive
+from kafkaesque_harness.nemesis.requirements import StateDumps, can
+from kafkaesque_harness.results.store import STORE_FORMAT, create_run_dir, write_json
+from kafkaesque_harness.workloads.base import StallableProducers
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
@@ -86,16 +97,16 @@ def make_cluster(spec: TestSpec, run_dir: Path):
                                        "replica_fetch_max_bytes": spec.replica_fetch_max_bytes,
                                        "hwm_checkpoint_interval_ms": spec.hwm_checkpoint_interval_ms})
     if spec.cluster == "docker":
-        from clusters.docker import DockerCluster
+        from kafkaesque_harness.clusters.docker import DockerCluster
 
         return DockerCluster(cspec, str(run_dir))
     if spec.cluster == "local":
-        from clusters.local import LocalCluster
-        from clusters.netns import NetnsCluster, netns_available
+        from kafkaesque_harness.clusters.local import LocalCluster
+        from kafkaesque_harness.clusters.netns import NetnsCluster, netns_available
 
         # As root, a network namespace per node, so partitions, tc and lossy crashes work here too.
         return (NetnsCluster if netns_available() else LocalCluster)(cspec, str(run_dir))
-    from clusters.external import cluster_from_file, is_cluster_file
+    from kafkaesque_harness.clusters.external import cluster_from_file, is_cluster_file
 
     if is_cluster_file(spec.cluster):
         try:
@@ -103,7 +114,7 @@ def make_cluster(spec: TestSpec, run_dir: Path):
         except ClusterError as e:
             raise HarnessError(str(e)) from None
     if spec.cluster.startswith(SSH_PREFIX):
-        from clusters.ssh import NodeFileError, SshCluster
+        from kafkaesque_harness.clusters.ssh import NodeFileError, SshCluster
 
         try:
             return SshCluster.from_file(spec.cluster[len(SSH_PREFIX):], cspec, str(run_dir))
@@ -115,7 +126,7 @@ def make_cluster(spec: TestSpec, run_dir: Path):
 def _cluster_file_facts(spec: TestSpec, cluster, run_dir: Path) -> dict[str, Any]:
     """For a run on a cluster file: the file itself, kept in the run dir with secrets masked, and the versions
     its nodes report, so that `kafkaesque run --from RUN_DIR` can repeat the run (clusters/external.py)."""
-    from clusters.external import ExternalCluster, is_cluster_file, keep_cluster_file
+    from kafkaesque_harness.clusters.external import ExternalCluster, is_cluster_file, keep_cluster_file
 
     path = spec.cluster.removeprefix(SSH_PREFIX)
     if not (is_cluster_file(path) or spec.cluster.startswith(SSH_PREFIX)):
@@ -323,8 +334,8 @@ class Run:
 
     def _execute(self, panel: bool) -> tuple[int, Path]:
         spec = self.spec
-        from nemesis.registry import make_nemesis
-        from workloads.registry import make_workload
+        from kafkaesque_harness.nemesis.registry import make_nemesis
+        from kafkaesque_harness.workloads.registry import make_workload
 
         workload = make_workload(spec.workload, spec.workload_opts())
         nemesis = make_nemesis(spec.nemesis, {"target": spec.nemesis_target, "seed": spec.seed,
@@ -335,7 +346,7 @@ class Run:
                                               **getattr(workload, "coordinated_keys", lambda c: {})(spec.concurrency),
                                               **spec.nemesis_options})
         if spec.cluster == "auto":
-            from clusters.docker import docker_available
+            from kafkaesque_harness.clusters.docker import docker_available
 
             # DESIGN: containers are the default whenever a Docker engine answers.
             spec.cluster = "docker" if docker_available() else "local"
@@ -367,7 +378,7 @@ class Run:
                     bootstrap = cluster.up()
                     # What each node allows, printed and kept in test.json; faults needing what a node
                     # lacks are refused by nemesis.setup below, before the main phase.
-                    from clusters.capabilities import report_capabilities
+                    from kafkaesque_harness.clusters.capabilities import report_capabilities
 
                     test["capabilities"] = report_capabilities(cluster, self.log)
                     test.update(_cluster_file_facts(spec, cluster, run_dir))
@@ -377,7 +388,7 @@ class Run:
                     nemesis.setup(cluster, faults)
                     schedule = self._nemesis_schedule(nemesis)
                     if panel:
-                        from harness.panel import start_panel
+                        from kafkaesque_harness.harness.panel import start_panel
 
                         live = start_panel(self.stats, spec)
                     watchdog = _StackWatchdog(run_dir / "stacks.txt", spec.time_limit + MAIN_PHASE_GRACE_S
@@ -575,7 +586,7 @@ class Run:
         results.update(notes or {})  # e.g. faults the kernel cannot do, refused by name
         write_json(run_dir / "results.json", results)
         try:
-            from results.report import render_report
+            from kafkaesque_harness.results.report import render_report
 
             render_report(run_dir, history)
         except Exception as e:  # noqa: BLE001 - a report failure never hides the verdict
@@ -589,7 +600,7 @@ def analyze_history(test: dict, history: list[Op], workload=None) -> dict[str, A
     replicas.json) and the fault evidence: the composite of the checkers (checkers/core.py), before the
     harness's own facts."""
     if workload is None:
-        from workloads.registry import make_workload
+        from kafkaesque_harness.workloads.registry import make_workload
 
         spec = TestSpec.from_dict(test)
         workload = make_workload(spec.workload, spec.workload_opts())
@@ -702,7 +713,7 @@ def _signals_handled(run: Run):
 def _write_after_second_signal(run: Run, seen: list[str]) -> None:
     """What a second signal still leaves: results.json saying the run was cut short (the history is on disk
     already, line by line)."""
-    from checkers.reasons import say
+    from kafkaesque_harness.checkers.reasons import say
 
     if run.run_dir is None:
         return

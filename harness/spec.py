@@ -19,9 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from clusters.base import ClusterError
-from history.extras import DIST, extra_missing
-from results.store import STORE_FORMAT
+from kafkaesque_harness.clusters.base import ClusterError
+from kafkaesque_harness.history.extras import DIST, extra_missing
+from kafkaesque_harness.results.store import STORE_FORMAT
 
 # How a setting is named in a problem's sentence: "--time-limit -5" on the command line, "key
 # 'time_limit' is -5" in a campaign file, "time_limit=-5" for a pytest marker or TestSpec(...).
@@ -43,7 +43,7 @@ def cluster_problem(name: str) -> str | None:
     """Why `name` is not a --cluster value (one sentence without the full stop), or None."""
     if name in CLUSTER_NAMES[:3]:
         return None
-    from clusters.external import cluster_file_brokers, is_cluster_file
+    from kafkaesque_harness.clusters.external import cluster_file_brokers, is_cluster_file
 
     if is_cluster_file(name):  # a cluster file of either kind (clusters/external.py)
         try:
@@ -52,7 +52,7 @@ def cluster_problem(name: str) -> str | None:
             return str(e).rstrip(".")
         return None
     if name.startswith(SSH_PREFIX):
-        from clusters.ssh import NodeFileError, load_node_file
+        from kafkaesque_harness.clusters.ssh import NodeFileError, load_node_file
 
         try:
             load_node_file(name[len(SSH_PREFIX):])
@@ -117,7 +117,7 @@ class TestSpec:
         on a cluster file uses that file again (clusters/external.py cluster_file_for_rerun), or the run
         dir's copy when the file is gone. Returns the spec and notes to print; a ValueError sentence when
         the dir holds no usable test.json."""
-        from clusters.external import cluster_file_for_rerun
+        from kafkaesque_harness.clusters.external import cluster_file_for_rerun
 
         test_json = Path(run_dir) / "test.json"
         try:
@@ -183,9 +183,10 @@ class TestSpec:
                 out.append(said.bad(name, getattr(self, name), "needs our own broker (cluster local or docker)",
                                     "a cluster file's brokers keep their own settings; leave it at 0"))
         if "node_code" in typed and self.node_code:
-            if not Path(self.node_code, "clusters", "broker", "__main__.py").is_file():
-                out.append(said.bad("node_code", self.node_code, "holds no clusters/broker/__main__.py",
-                                    "give a directory holding a copy of clusters/ (clusters/code_copy.py)"))
+            if not Path(self.node_code, "kafkaesque_harness", "clusters", "broker", "__main__.py").is_file():
+                out.append(said.bad("node_code", self.node_code, "holds no kafkaesque_harness/clusters/broker/__main__.py",
+                                    "give a directory holding a copy of the kafkaesque_harness package with its "
+                                    "clusters/ (clusters/code_copy.py lays one out)"))
             elif "cluster" in typed and self.cluster not in OUR_CLUSTERS:
                 out.append(said.bad("node_code", self.node_code, "needs our own cluster (local or docker)",
                                     "run it with --cluster local or docker"))
@@ -209,8 +210,8 @@ class TestSpec:
     def cluster_file_brokers(self) -> int | None:
         """How many brokers the cluster file or node file in `cluster` describes (the file decides, not
         `brokers`), or None for our own clusters and for a file that cannot be read (problems() says why)."""
-        from clusters.base import ClusterError
-        from clusters.external import cluster_file_brokers, is_cluster_file
+        from kafkaesque_harness.clusters.base import ClusterError
+        from kafkaesque_harness.clusters.external import cluster_file_brokers, is_cluster_file
 
         file = self.cluster.removeprefix("ssh:")
         if not (is_cluster_file(file) or self.cluster.startswith("ssh:")):
@@ -287,14 +288,14 @@ def _type_problem(said: _Wording, name: str, value: Any) -> str | None:
 
 def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[str]:
     """The settings that name one of a fixed set of things (each list is where that set is defined)."""
-    from clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from clusters.broker.log.flush import parse_flush_policy
-    from clusters.reference import BROKER_VARIANTS
-    from harness.generator import NEMESIS_SCHEDULES
-    from nemesis.faults import PARTITION_TARGETS
-    from nemesis.registry import nemesis_options_problems, nemesis_problem
-    from nemesis.targets import TARGETS
-    from workloads.registry import WORKLOAD_NAMES, workload_options_problems
+    from kafkaesque_harness.clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
+    from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
+    from kafkaesque_harness.clusters.reference import BROKER_VARIANTS
+    from kafkaesque_harness.harness.generator import NEMESIS_SCHEDULES
+    from kafkaesque_harness.nemesis.faults import PARTITION_TARGETS
+    from kafkaesque_harness.nemesis.registry import nemesis_options_problems, nemesis_problem
+    from kafkaesque_harness.nemesis.targets import TARGETS
+    from kafkaesque_harness.workloads.registry import WORKLOAD_NAMES, workload_options_problems
 
     out: list[str] = []
     if "name" in typed and (not _NAME_RE.match(spec.name) or spec.name in RESERVED_NAMES):

@@ -5,7 +5,7 @@ call that waits forever while holding the GIL (librdkafka's rebalance callback i
 Consumer.close(), librdkafka issue 4041) stops every Python thread of the harness: no heal, no
 teardown, no results, and the run's faults (cut links, paused or killed brokers, clock offsets,
 lossy file systems) stay. Nothing inside that process can help, so the runner starts this one
-(`python -m harness.watchdog`, a fresh interpreter, in a session of its own so a Ctrl-C or a
+(`python -m kafkaesque_harness.harness.watchdog`, a fresh interpreter, in a session of its own so a Ctrl-C or a
 closed terminal reaches only the harness) as soon as the run dir exists.
 
 The harness writes one byte to the watchdog's stdin every second from a daemon thread. That
@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from clusters.cleanup import RunIsLive, carry_out, plan_cleanup
-from clusters.ownership import Harness, boot_id, process_start_time, registered_runs
+from kafkaesque_harness.clusters.cleanup import RunIsLive, carry_out, plan_cleanup
+from kafkaesque_harness.clusters.ownership import Harness, boot_id, process_start_time, registered_runs
 
 SILENCE_ENV = "KAFKAESQUE_WATCHDOG_SILENCE_S"
 DEFAULT_SILENCE_S = 60.0
@@ -125,7 +125,7 @@ class RunWatchdog:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH")) if p)}
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "harness.watchdog", "--pid", str(me),
+                [sys.executable, "-m", "kafkaesque_harness.harness.watchdog", "--pid", str(me),
                  "--start", str(process_start_time(me) or 0), "--run-dir", str(run_dir),
                  "--silence", str(silence_s or silence_bound())],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, cwd=project,
@@ -353,7 +353,7 @@ def _append(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.watchdog", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kafkaesque_harness.harness.watchdog", description=__doc__.splitlines()[0])
     parser.add_argument("--pid", type=int, required=True, help="the harness's pid")
     parser.add_argument("--start", type=int, required=True, help="its start time (/proc/<pid>/stat field 22)")
     parser.add_argument("--run-dir", type=Path, required=True)

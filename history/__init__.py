@@ -3,7 +3,7 @@
 Imports nothing of the project; every other package may import it (docs/ARCHITECTURE.md).
 """
 
-from history.faults import (
+from kafkaesque_harness.history.faults import (
                             BEYOND_BUDGET,
                             FAULTS_KEY,
                             HEAL_F,
@@ -16,8 +16,8 @@ from history.faults import (
                             marks_beyond_budget,
                             records_in,
 )
-from history.files import HistoryFile, HistoryWriter, gc_paused, iter_history, read_history
-from history.ops import (
+from kafkaesque_harness.history.files import HistoryFile, HistoryWriter, gc_paused, iter_history, read_history
+from kafkaesque_harness.history.ops import (
                             FAIL,
                             INFO,
                             INVOKE,

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from history.ops import INVOKE, NEMESIS, Op
+from kafkaesque_harness.history.ops import INVOKE, NEMESIS, Op
 
 FAULTS_KEY = "faults"  # where a nemesis op's completion carries the records it touched
 HEAL_F = "heal"        # the run's final heal op (harness/runner.py)

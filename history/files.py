@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from history.faults import BEYOND_BUDGET, marks_beyond_budget
-from history.ops import NEMESIS, OP_TYPES, History, HistoryFormatError, Op
+from kafkaesque_harness.history.faults import BEYOND_BUDGET, marks_beyond_budget
+from kafkaesque_harness.history.ops import NEMESIS, OP_TYPES, History, HistoryFormatError, Op
 
 try:  # orjson parses large histories several times faster; json reads what it refuses (_op_lines)
     from orjson import loads as _parse

@@ -35,13 +35,13 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from clusters import netrules
-from clusters.remote import shell_join
-from clusters.waiting import WaitTimeout, wait_until
-from history import FaultRecord
-from nemesis.grudge import Grudge, describe
-from nemesis.ledger import FaultLedger
-from nemesis.observe import (
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.remote import shell_join
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.history import FaultRecord
+from kafkaesque_harness.nemesis.grudge import Grudge, describe
+from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.observe import (
     net_state,
     node_clock_reading,
     probe_pairs,
@@ -349,7 +349,7 @@ class FaultActions:
 
     def reset_clock(self, node: str) -> list[FaultRecord]:
         """Back to the real time (offset 0); heals every clock fault on the node."""
-        from clusters.clock_preload import offset_file_text
+        from kafkaesque_harness.clusters.clock_preload import offset_file_text
 
         owed = self.ledger.active(CLOCK_FAULTS, node)
         self.cluster.remote(node).put(self.cluster.clock_file(node), offset_file_text(0).encode())

@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from history import Op
-from nemesis.plan import Event, Plan, timed
-from nemesis.requirements import ability_refusal, can, capability_refusal, target_refusal
+from kafkaesque_harness.history import Op
+from kafkaesque_harness.nemesis.plan import Event, Plan, timed
+from kafkaesque_harness.nemesis.requirements import ability_refusal, can, capability_refusal, target_refusal
 
 if TYPE_CHECKING:
-    from nemesis.actions import FaultActions
+    from kafkaesque_harness.nemesis.actions import FaultActions
 
 
 class NemesisRefused(RuntimeError):

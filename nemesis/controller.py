@@ -15,10 +15,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from history import INFO, Op
-from nemesis import grudge
-from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.requirements import IsolatedNodes, can
+from kafkaesque_harness.history import INFO, Op
+from kafkaesque_harness.nemesis import grudge
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
+from kafkaesque_harness.nemesis.requirements import IsolatedNodes, can
 
 MOVES = ("kill-active", "pause-active", "isolate-active", "kill-minority", "kill-majority")
 

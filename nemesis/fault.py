@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from clusters.base import (
+from kafkaesque_harness.clusters.base import (
     ClockControl,
     ControllerAdmin,
     IsolatedNodes,
@@ -117,8 +117,11 @@ class FaultKind:
 
 def lazy(path: str) -> Callable[[dict[str, Any]], Any]:
     """A factory for the class at "module:Class", imported only when a run asks for the fault (so
-    listing the kinds imports none of the nemeses)."""
+    listing the kinds imports none of the nemeses). The module is named in full, from the namespace:
+    a bare `nemesis.x` would be found only from a checkout's root."""
     module, _, cls = path.partition(":")
+    if not module.startswith("kafkaesque_harness.") or not cls:
+        raise ValueError(f"lazy({path!r}): name the class as 'kafkaesque_harness.<room>.<module>:<Class>'")
 
     def make(options: dict[str, Any]) -> Any:
         return getattr(importlib.import_module(module), cls)(options)

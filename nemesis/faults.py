@@ -29,14 +29,14 @@ import random
 import zlib
 from typing import Any
 
-from clusters import netrules
-from clusters.base import DROP_CACHES
-from history import BEYOND_BUDGET, INFO, Op
-from nemesis import grudge
-from nemesis.actions import CLOCK_FAULTS
-from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.observe import cached_kib
-from nemesis.targets import running_brokers
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.base import DROP_CACHES
+from kafkaesque_harness.history import BEYOND_BUDGET, INFO, Op
+from kafkaesque_harness.nemesis import grudge
+from kafkaesque_harness.nemesis.actions import CLOCK_FAULTS
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
+from kafkaesque_harness.nemesis.observe import cached_kib
+from kafkaesque_harness.nemesis.targets import running_brokers
 
 __all__ = ["DROP_CACHES", "PARTITION_TARGETS", "beyond_fault_budget"]
 
@@ -214,14 +214,14 @@ class _ClockFault(_Fault):
         self.target = options.get("target", "random-node")
 
     def set_offset(self, cluster, node: str, offset_s: float) -> None:
-        from clusters.clock_preload import offset_file_text
+        from kafkaesque_harness.clusters.clock_preload import offset_file_text
 
         self.faults.set_clock(node, self.name, offset_file_text(int(offset_s * 1e9)), (offset_s,), by=self.name,
                               detail={"offset_s": offset_s})
 
     def targets(self, cluster) -> list[str]:
         """The nodes `--nemesis-target` names (a partition-only shape means one random node)."""
-        from nemesis.targets import TARGETS, choose
+        from kafkaesque_harness.nemesis.targets import TARGETS, choose
 
         target = self.target if self.target in TARGETS else "random-node"
         leaders = self._leader_nodes(cluster) if target in ("leader", "mixed") else []
@@ -295,7 +295,7 @@ class ClockStrobeNemesis(_ClockFault):
         self.period_ms = float(options.get("clock_strobe_period_ms", 50))
 
     def invoke(self, cluster, op: Op) -> Op:
-        from clusters.clock_preload import strobe_file_text
+        from kafkaesque_harness.clusters.clock_preload import strobe_file_text
 
         if op.f == self.start_f:
             nodes = self.targets(cluster)

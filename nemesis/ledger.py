@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from history import FaultRecord
+from kafkaesque_harness.history import FaultRecord
 
 
 class FaultLedger:

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from clusters import netrules
-from clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
 PROBE_TIMEOUT_S = 1.0  # a SYN on a live link is answered in under a millisecond here; DROP never answers
 

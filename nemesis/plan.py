@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from history import INVOKE, NEMESIS, Op
+from kafkaesque_harness.history import INVOKE, NEMESIS, Op
 
 
 @dataclass(frozen=True)

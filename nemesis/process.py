@@ -13,10 +13,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from history import INFO, Op
-from nemesis.actions import FaultActions, resumed
-from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.targets import choose, running_brokers
+from kafkaesque_harness.history import INFO, Op
+from kafkaesque_harness.nemesis.actions import FaultActions, resumed
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
+from kafkaesque_harness.nemesis.targets import choose, running_brokers
 
 
 class _ProcessFault(NemesisBase):

@@ -73,10 +73,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nemesis.base import NemesisRefused
-from nemesis.plan import Plan, PlanStep
-from nemesis.requirements import IsolatedNodes, LossyControllers, can, steps_refusal, why_not
-from nemesis.scenario import (
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.plan import Plan, PlanStep
+from kafkaesque_harness.nemesis.requirements import (
+    IsolatedNodes,
+    LossyControllers,
+    can,
+    steps_refusal,
+    why_not,
+)
+from kafkaesque_harness.nemesis.scenario import (
     CONTROLLERS,
     SCENARIOS,
     Scenario,

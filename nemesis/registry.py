@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from history import Op
-from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
-from nemesis.fault import FaultKind, Option
-from nemesis.kinds import all_kinds
-from nemesis.plan import Event, Plan, in_turn, timed
-from nemesis.requirements import can
+from kafkaesque_harness.history import Op
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused, SelfDriven
+from kafkaesque_harness.nemesis.fault import FaultKind, Option
+from kafkaesque_harness.nemesis.kinds import all_kinds
+from kafkaesque_harness.nemesis.plan import Event, Plan, in_turn, timed
+from kafkaesque_harness.nemesis.requirements import can
 
 
 def nemesis_names() -> tuple[str, ...]:
@@ -23,7 +23,7 @@ SCENARIO_PREFIX = "scenario:"  # `--nemesis scenario:NAME` runs one protocol-awa
 
 
 def scenario_names() -> tuple[str, ...]:
-    from nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.nemesis.scenario import SCENARIOS
 
     return tuple(SCENARIO_PREFIX + s for s in SCENARIOS)
 
@@ -44,7 +44,7 @@ def nemesis_problem(names: list[str], where: str = "") -> str | None:
         return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(nemesis_names())}, "
                 f"one of {', '.join(scenario_names())}, or scenario:FILE.toml")
     for n in files:
-        from nemesis.scenario import ScenarioFileError, load_scenario_file
+        from kafkaesque_harness.nemesis.scenario import ScenarioFileError, load_scenario_file
 
         try:
             load_scenario_file(n[len(SCENARIO_PREFIX):])
@@ -99,7 +99,7 @@ def nemesis_options_problems(options: dict[str, Any]) -> list[str]:
 
 def _make_one(name: str, options: dict[str, Any]):
     if name.startswith(SCENARIO_PREFIX):
-        from nemesis.scenario import ScenarioNemesis
+        from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
 
         return ScenarioNemesis(name[len(SCENARIO_PREFIX):], options)
     if name not in nemesis_names():

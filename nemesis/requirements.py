@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from clusters.base import (
+from kafkaesque_harness.clusters.base import (
     ClockControl,
     ControllerAdmin,
     HasRemotes,
@@ -40,8 +40,8 @@ from clusters.base import (
     SharedIds,
     StateDumps,
 )
-from clusters.capabilities import Capability
-from nemesis.kinds import kind
+from kafkaesque_harness.clusters.capabilities import Capability
+from kafkaesque_harness.nemesis.kinds import kind
 
 
 def ability_refusal(fault: str, cluster) -> str | None:

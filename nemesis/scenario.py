@@ -44,13 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusters.waiting import WaitTimeout, wait_until
-from history import BEYOND_BUDGET, Op
-from nemesis import grudge
-from nemesis.actions import PROCESS_FAULTS, resumed
-from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.plan import Plan, PlanStep
-from nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.history import BEYOND_BUDGET, Op
+from kafkaesque_harness.nemesis import grudge
+from kafkaesque_harness.nemesis.actions import PROCESS_FAULTS, resumed
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
+from kafkaesque_harness.nemesis.plan import Plan, PlanStep
+from kafkaesque_harness.nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ def load_scenario_file(path: str | Path) -> Scenario:
     steps, bound = [], set()
     for i, raw in enumerate(raw_steps, 1):
         steps.append(_file_step(p, i, raw, bound))
-    from clusters.reference import FLAW_VARIANTS
+    from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
 
     targets = doc.get("targets", [])
     bad = [t for t in targets if t not in FLAW_VARIANTS] if isinstance(targets, list) else [targets]
@@ -530,7 +530,7 @@ class ScenarioNemesis(NemesisBase):
         if step.do == "kill":
             self.faults.kill(node, self.by)
         elif step.do == "lossy-crash":
-            from nemesis.faults import beyond_fault_budget
+            from kafkaesque_harness.nemesis.faults import beyond_fault_budget
 
             rec = self.faults.lossy_crash(node, self.by)
             out = {"lossy-crash": node, "dropped": rec.evidence.get("lossyfs")}
@@ -567,7 +567,7 @@ class ScenarioNemesis(NemesisBase):
     def _stall_producer(self, cluster, step: Step) -> dict[str, Any]:
         """Stall a client producer for the transaction timeout plus `step.seconds`: with a node, one whose
         transactional id that broker coordinates now. A stall no process took ends the scenario here."""
-        from nemesis.targets import coordinator_node
+        from kafkaesque_harness.nemesis.targets import coordinator_node
 
         ids, detail = None, {}
         if step.node:
@@ -619,7 +619,7 @@ class ScenarioNemesis(NemesisBase):
 
     def _coordinator(self, cluster, role: str, taken: set[str]) -> str:
         """The broker coordinating the most of the workload's keys (ties drawn), down or paused ones aside."""
-        from nemesis.targets import coordinator_node
+        from kafkaesque_harness.nemesis.targets import coordinator_node
 
         option, topic, noun = COORDINATOR_ROLES[role]
         if not self.keys[option]:

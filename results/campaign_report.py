@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import jinja2
 
-from results.store import write_json
+from kafkaesque_harness.results.store import write_json
 
 # Worst first: a cell takes the colour of its worst run.
 _SEVERITY = ("invalid", "unknown", "valid", "pending", "skipped")

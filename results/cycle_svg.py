@@ -20,7 +20,7 @@ import math
 from html import escape
 from typing import Any
 
-from checkers.elle import PROCESS, REALTIME, RW, WR, WW
+from kafkaesque_harness.checkers.elle import PROCESS, REALTIME, RW, WR, WW
 
 MAX_DRAWN = 12  # nodes on the circle; a longer cycle shows its first MAX_DRAWN - 1 and one node for the rest
 TOOLTIP_CHARS = 240

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusters.code_copy import Edit
+from kafkaesque_harness.clusters.code_copy import Edit
 
 REPLICA = "clusters/broker/replica.py"
 SERVER = "clusters/broker/server.py"

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusters.broker.code_digest import code_digest
-from clusters.code_copy import REPO_ROOT, CodeCopy, edited_texts
-from results.detection import first_anomaly_s
-from results.mutants import MUTANTS, Mutant
+from kafkaesque_harness.clusters.broker.code_digest import code_digest
+from kafkaesque_harness.clusters.code_copy import REPO_ROOT, CodeCopy, edited_texts
+from kafkaesque_harness.results.detection import first_anomaly_s
+from kafkaesque_harness.results.mutants import MUTANTS, Mutant
 
 # The fault plans: the protocol-aware nemesis, and random faults of four kinds (as docs/DETECTION.md's
 # rate campaigns: a fault every 6 s or so, on random nodes, recovery wait 5 s). `disk`, run only when named

@@ -26,11 +26,20 @@ from typing import Any
 
 import jinja2
 
-from checkers.coverage import STATES
-from history import INVOKE, NEMESIS, FaultWindow, Op, fault_records, fault_windows, pair_ops, read_history
-from results.cycle_svg import cycle_svg
-from workloads.base import ValueReader
-from workloads.registry import value_reader
+from kafkaesque_harness.checkers.coverage import STATES
+from kafkaesque_harness.history import (
+    INVOKE,
+    NEMESIS,
+    FaultWindow,
+    Op,
+    fault_records,
+    fault_windows,
+    pair_ops,
+    read_history,
+)
+from kafkaesque_harness.results.cycle_svg import cycle_svg
+from kafkaesque_harness.workloads.base import ValueReader
+from kafkaesque_harness.workloads.registry import value_reader
 
 MAX_TIMELINE_OPS = 4000  # beyond this the timeline shows the first ops only (the page stays usable)
 MAX_SCATTER_POINTS = 60000

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from checkers.core import Checker
-from history import Op
+from kafkaesque_harness.checkers.core import Checker
+from kafkaesque_harness.history import Op
 
 if TYPE_CHECKING:
-    from workloads.stalls import ProducerStallControl
+    from kafkaesque_harness.workloads.stalls import ProducerStallControl
 
 
 class Client(Protocol):

@@ -58,10 +58,10 @@ import threading
 import time
 from typing import Any
 
-from checkers.queue import QUEUE_VALUES
-from history import FAIL, INFO, OK, Op
-from history.extras import need
-from workloads.base import (
+from kafkaesque_harness.checkers.queue import QUEUE_VALUES
+from kafkaesque_harness.history import FAIL, INFO, OK, Op
+from kafkaesque_harness.history.extras import need
+from kafkaesque_harness.workloads.base import (
     CrashSchedule,
     SpareMembers,
     close_confluent_consumer,
@@ -472,17 +472,17 @@ class QueueWorkload:
         return [("final-poll", [k]) for k in range(self.partitions)]
 
     def checkers(self, test: dict[str, Any]):
-        from checkers.evidence import ProgressChecker
-        from checkers.log_order import LogOrderChecker
-        from checkers.queue import QueueChecker
-        from checkers.replicas import ReplicaStateChecker
-        from checkers.trace import TraceChecker
+        from kafkaesque_harness.checkers.evidence import ProgressChecker
+        from kafkaesque_harness.checkers.log_order import LogOrderChecker
+        from kafkaesque_harness.checkers.queue import QueueChecker
+        from kafkaesque_harness.checkers.replicas import ReplicaStateChecker
+        from kafkaesque_harness.checkers.trace import TraceChecker
 
         # Progress first: a run that did nothing on a partition proved nothing there (checkers/evidence.py).
         checkers = [ProgressChecker(self.partitions), QueueChecker(subscribe=self.mode == "subscribe"),
                     LogOrderChecker()]
         if test.get("elle") or self.elle:
-            from checkers.elle import QueueElleChecker
+            from kafkaesque_harness.checkers.elle import QueueElleChecker
 
             checkers.append(QueueElleChecker())
         # The replicas' own states (replicas.json, handed in by the runner), after the queue checker: the

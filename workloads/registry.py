@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workloads.base import ValueReader
+from kafkaesque_harness.workloads.base import ValueReader
 
 WORKLOAD_NAMES = ("queue", "txn")
 # set by the spec from its own fields (harness/spec.py TestSpec.workload_opts), accepted by every workload
@@ -14,11 +14,11 @@ COMMON_OPTIONS = ("topic", "partitions", "client")
 
 def workload_class(name: str):
     if name == "queue":
-        from workloads.queue import QueueWorkload
+        from kafkaesque_harness.workloads.queue import QueueWorkload
 
         return QueueWorkload
     if name == "txn":
-        from workloads.txn import TxnWorkload
+        from kafkaesque_harness.workloads.txn import TxnWorkload
 
         return TxnWorkload
     raise ValueError(f"unknown workload {name!r}; valid: {', '.join(WORKLOAD_NAMES)}")

@@ -55,9 +55,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from history import FAIL, INFO, OK, Op
-from history.extras import need
-from workloads.base import (
+from kafkaesque_harness.history import FAIL, INFO, OK, Op
+from kafkaesque_harness.history.extras import need
+from kafkaesque_harness.workloads.base import (
     CrashSchedule,
     SpareMembers,
     close_confluent_consumer,
@@ -65,7 +65,7 @@ from workloads.base import (
     drop_kafka_python_clients,
     kafka_python_rebalance_listener,
 )
-from workloads.stalls import ProducerStallControl, Stall, outcome_of
+from kafkaesque_harness.workloads.stalls import ProducerStallControl, Stall, outcome_of
 
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
@@ -917,10 +917,10 @@ class TxnWorkload:
 
     def checkers(self, test: dict[str, Any]):
         # checkers/txn.py: the transaction analyses (issue 25, deliverable 2)
-        from checkers.evidence import ProgressChecker
-        from checkers.replicas import ReplicaStateChecker
-        from checkers.trace import TraceChecker
-        from checkers.txn import TxnChecker
+        from kafkaesque_harness.checkers.evidence import ProgressChecker
+        from kafkaesque_harness.checkers.replicas import ReplicaStateChecker
+        from kafkaesque_harness.checkers.trace import TraceChecker
+        from kafkaesque_harness.checkers.txn import TxnChecker
 
         # The replicas' own states (log matching below the HWMs, the controller's ISR and ELR, corrupt batches
         # kept), over every partition, __consumer_offsets and __transaction_state among them; the txn checker

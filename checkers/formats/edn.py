@@ -20,10 +20,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from checkers.formats.lines import read_text_lines
-from history import OP_TYPES, HistoryFormatError, Op
-from history.extras import need
-from history.ops import STANDARD_FIELDS
+from kafkaesque_harness.checkers.formats.lines import read_text_lines
+from kafkaesque_harness.history import OP_TYPES, HistoryFormatError, Op
+from kafkaesque_harness.history.extras import need
+from kafkaesque_harness.history.ops import STANDARD_FIELDS
 
 edn_format = need("edn_format", "edn", "reading and writing Jepsen's EDN histories")
 Keyword = edn_format.Keyword

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from history import HistoryFormatError
+from kafkaesque_harness.history import HistoryFormatError
 
 
 def read_text_lines(path: str | os.PathLike) -> list[str]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from checkers.formats.lines import read_text_lines
-from history import OP_TYPES, HistoryFormatError, Op
+from kafkaesque_harness.checkers.formats.lines import read_text_lines
+from kafkaesque_harness.history import OP_TYPES, HistoryFormatError, Op
 
 _ETCD = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(\w+)\s+:(\w+)\s+(.*?)\s*$")
 _KV = re.compile(r'^\{:process (\d+), :type :(\w+), :f :(\w+), :key "([^"]*)", :value (nil|"[^"]*")\}\s*$')

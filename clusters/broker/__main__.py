@@ -1,4 +1,4 @@
-"""`python -m clusters.broker controller|broker|cluster|create-topic|reassign|alter-cluster|admin ...`
+"""`python -m kafkaesque_harness.clusters.broker controller|broker|cluster|create-topic|reassign|alter-cluster|admin ...`
 
 One program, two roles (DESIGN.md, "The reference broker"). Flags here are the contract
 the harness's cluster backends rely on; change them only together with clusters/local.py.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clusters.broker.listener import Limits
-from clusters.broker.rpc import SECRET_ENV
+from kafkaesque_harness.clusters.broker.listener import Limits
+from kafkaesque_harness.clusters.broker.rpc import SECRET_ENV
 
 _LIMITS = Limits()
 
@@ -47,7 +47,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m clusters.broker", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m kafkaesque_harness.clusters.broker", description=__doc__)
     sub = ap.add_subparsers(dest="role", required=True)
 
     c = sub.add_parser("controller", help="run the (single, active) controller")
@@ -148,31 +148,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.role == "controller":
-        from clusters.broker.controller_quorum import run_controller
+        from kafkaesque_harness.clusters.broker.controller_quorum import run_controller
 
         return run_controller(args)
     if args.role == "broker":
-        from clusters.broker.server import run_broker
+        from kafkaesque_harness.clusters.broker.server import run_broker
 
         return run_broker(args)
     if args.role == "cluster":
-        from clusters.broker.local_cluster import run_local_cluster
+        from kafkaesque_harness.clusters.broker.local_cluster import run_local_cluster
 
         return run_local_cluster(args)
     if args.role == "create-topic":
-        from clusters.broker.admin import create_topic_cli
+        from kafkaesque_harness.clusters.broker.admin import create_topic_cli
 
         return create_topic_cli(args)
     if args.role == "reassign":
-        from clusters.broker.reassign import reassign_cli
+        from kafkaesque_harness.clusters.broker.reassign import reassign_cli
 
         return reassign_cli(args)
     if args.role == "alter-cluster":
-        from clusters.broker.membership import alter_cluster_cli
+        from kafkaesque_harness.clusters.broker.membership import alter_cluster_cli
 
         return alter_cluster_cli(args)
     if args.role == "admin":
-        from clusters.broker.admin import admin_cli
+        from kafkaesque_harness.clusters.broker.admin import admin_cli
 
         return admin_cli(args)
     return 2

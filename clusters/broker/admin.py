@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import rpc
 
 
 def dump_state(host: str, port: int, include_log: bool = True, timeout: float = 5.0,
@@ -60,7 +60,7 @@ def admin_cli(args: Any) -> int:
     if secret is None:
         return 2
     if args.what == "elect-preferred":
-        from clusters.broker.reassign import elect_preferred_cli
+        from kafkaesque_harness.clusters.broker.reassign import elect_preferred_cli
 
         return elect_preferred_cli(args.node, args.topic, args.partition, secret)
     host, port = args.node.rsplit(":", 1)

@@ -2,16 +2,22 @@
 
 Every node logs it at start-up (listener.start_serving: event `node_code`), so a run can prove which
 code its nodes ran: a mutant's run (results/mutation.py) compares it with the digest of its mutated
-copy. The files are the node code the image carries (clusters/image.py NODE_CODE): the package
+copy. The files are the node code the image carries (node_code_members, below): the package
 marker, the broker package and the lossy file system, relative to the root that holds `clusters/`.
+
+On a node the code sits as it does installed: a code dir (the node's PYTHONPATH) holding the
+namespace package, `kafkaesque_harness/__init__.py`, and under it `clusters/`; `node_code_members`
+is that layout, which the image, the SSH upload and the mutants' copies all write.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding clusters/
+NAMESPACE = __name__.split(".")[0]  # kafkaesque_harness: the one package the project installs
 
 
 def node_code_files(root: str | Path = ROOT) -> list[Path]:
@@ -19,6 +25,15 @@ def node_code_files(root: str | Path = ROOT) -> list[Path]:
     files = [root / "clusters" / "__init__.py", root / "clusters" / "lossyfs.py"]
     files += [p for p in (root / "clusters" / "broker").rglob("*.py") if "__pycache__" not in p.parts]
     return sorted(p for p in files if p.is_file())
+
+
+def node_code_members(root: str | Path = ROOT) -> list[tuple[str, Path]]:
+    """(path inside a node's code dir, source file) for each file a node runs: the namespace's
+    __init__.py, then the node code files under `<namespace>/`."""
+    init = Path(importlib.import_module(NAMESPACE).__file__ or "")
+    root = Path(root)
+    return [(f"{NAMESPACE}/__init__.py", init)] + [
+        (f"{NAMESPACE}/{f.relative_to(root).as_posix()}", f) for f in node_code_files(root)]
 
 
 def code_digest(root: str | Path = ROOT) -> str:

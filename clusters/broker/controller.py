@@ -47,8 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.metadata import NO_LEADER, MetadataImage, PartitionState
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, MetadataImage, PartitionState
 
 UNCLEAN_RECOVERY_STRATEGIES = ("proactive", "balanced", "manual")
 
@@ -386,7 +386,7 @@ class Controller:
             self._manual_noted.add((p.topic, p.partition))
             self._event("unclean_recovery_needed", topic=p.topic, partition=p.partition,
                         last_known_elr=p.last_known_elr,
-                        action="waiting for an operator: python -m clusters.broker admin elect")
+                        action="waiting for an operator: python -m kafkaesque_harness.clusters.broker admin elect")
         return None
 
     def _plan_recoveries(self, now_ms: int) -> None:

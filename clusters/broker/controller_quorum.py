@@ -46,18 +46,18 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.controller import Controller
-from clusters.broker.controller_server import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.controller import Controller
+from kafkaesque_harness.clusters.broker.controller_server import (
     ControllerServer,
     JsonLog,
     controller_config,
     controller_events,
     now_ms,
 )
-from clusters.broker.listener import Limits, serve
-from clusters.broker.metadata import MetadataImage
-from clusters.broker.raft import (
+from kafkaesque_harness.clusters.broker.listener import Limits, serve
+from kafkaesque_harness.clusters.broker.metadata import MetadataImage
+from kafkaesque_harness.clusters.broker.raft import (
     LEADER,
     AppendEntries,
     AppendResponse,
@@ -69,7 +69,7 @@ from clusters.broker.raft import (
     SnapshotResponse,
     VoteResponse,
 )
-from clusters.broker.raft_store import Entry, FileRaftStore, Snapshot
+from kafkaesque_harness.clusters.broker.raft_store import Entry, FileRaftStore, Snapshot
 
 RAFT_TICK_S = 0.05
 # Python processes on a loaded machine stall for tens of milliseconds; Raft's default 0.5-1 s

@@ -16,11 +16,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.controller import Controller, ControllerConfig
-from clusters.broker.listener import Limits, Listener, start_serving
-from clusters.broker.metadata import MetadataImage, MetadataLogFile
-from clusters.broker.trace import EventSink, default_trace_path, open_sink
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.controller import Controller, ControllerConfig
+from kafkaesque_harness.clusters.broker.listener import Limits, Listener, start_serving
+from kafkaesque_harness.clusters.broker.metadata import MetadataImage, MetadataLogFile
+from kafkaesque_harness.clusters.broker.trace import EventSink, default_trace_path, open_sink
 
 TICK_S = 0.1
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import rpc
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -75,10 +75,15 @@ from kafka.protocol.producer.transaction import (
     TxnOffsetCommitResponse,
 )
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import MAX_METADATA_CHARS, OFFSETS_TOPIC, JoinResult, SyncResult
-from clusters.broker.log import InvalidBatchError, validate_batches
-from clusters.broker.metadata import NO_LEADER
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import (
+    MAX_METADATA_CHARS,
+    OFFSETS_TOPIC,
+    JoinResult,
+    SyncResult,
+)
+from kafkaesque_harness.clusters.broker.log import InvalidBatchError, validate_batches
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER
 
 
 class Broker(Protocol):

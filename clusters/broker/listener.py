@@ -38,9 +38,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.code_digest import ROOT as CODE_ROOT
-from clusters.broker.code_digest import code_digest
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.code_digest import ROOT as CODE_ROOT
+from kafkaesque_harness.clusters.broker.code_digest import code_digest
 
 MiB = 1024 * 1024
 _LEN = struct.Struct(">i")

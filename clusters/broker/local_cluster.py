@@ -1,4 +1,4 @@
-"""`python -m clusters.broker cluster`: a controller and N brokers as processes on this machine.
+"""`python -m kafkaesque_harness.clusters.broker cluster`: a controller and N brokers as processes on this machine.
 
 For people trying the broker by hand and for the harness's local backend: prints exactly
 one line `bootstrap=HOST:PORT,...` once every broker is registered and unfenced, and on
@@ -23,8 +23,8 @@ import threading
 import time
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.admin import dump_state
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.admin import dump_state
 
 CONTROLLER_ID = 1000
 
@@ -52,7 +52,7 @@ def broker_argv(node_id: int, host: str, port: int, controller: str, data_dir: s
                 variants: list[str], extra: list[str] | None = None) -> list[str]:
     """A broker's command line; the child started with it inherits this process's cluster secret."""
     rpc.process_secret()
-    argv = [sys.executable, "-m", "clusters.broker", "broker", "--node-id", str(node_id),
+    argv = [sys.executable, "-m", "kafkaesque_harness.clusters.broker", "broker", "--node-id", str(node_id),
             "--listen", f"{host}:{port}", "--controller", controller, "--data-dir", data_dir,
             "--log-file", os.path.join(data_dir, "broker.log"), "--flush-policy", flush_policy]
     for v in variants:
@@ -64,7 +64,7 @@ def controller_argv(host: str, port: int, data_dir: str, extra: list[str] | None
                     node_id: int = CONTROLLER_ID) -> list[str]:
     """A controller's command line; the child started with it inherits this process's cluster secret."""
     rpc.process_secret()
-    return [sys.executable, "-m", "clusters.broker", "controller", "--node-id", str(node_id),
+    return [sys.executable, "-m", "kafkaesque_harness.clusters.broker", "controller", "--node-id", str(node_id),
             "--listen", f"{host}:{port}", "--data-dir", data_dir,
             "--log-file", os.path.join(data_dir, "controller.log")] + (extra or [])
 

@@ -1,4 +1,4 @@
-"""`python -m clusters.broker alter-cluster add|remove|rebalance|unregister --brokers ...`: grow and
+"""`python -m kafkaesque_harness.clusters.broker alter-cluster add|remove|rebalance|unregister --brokers ...`: grow and
 shrink the cluster online (003, "Incrementally add brokers online", "Take brokers offline").
 
 As in 003, a standalone coordinator does the rebalance: it reads the active controller's state,
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.reassign import ReassignError, checked, controller_call
-from clusters.broker.rebalance import moved_replicas, plan_rebalance
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.reassign import ReassignError, checked, controller_call
+from kafkaesque_harness.clusters.broker.rebalance import moved_replicas, plan_rebalance
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -155,7 +155,7 @@ def active_controller_call(addrs: list[tuple[str, int]], timeout: float = 5.0, r
 
 
 def alter_cluster_cli(args: Any) -> int:
-    from clusters.broker.server import controller_addresses
+    from kafkaesque_harness.clusters.broker.server import controller_addresses
 
     secret = rpc.cli_secret(args)
     if secret is None:
@@ -187,5 +187,5 @@ def alter_cluster_cli(args: Any) -> int:
           f"{result['moved_replicas']} replica(s) copied")
     if args.action == "remove":
         print(f"broker(s) {brokers} host no partitions now: stop them, then run "
-              f"`python -m clusters.broker alter-cluster unregister --brokers {args.brokers} --controller ...`")
+              f"`python -m kafkaesque_harness.clusters.broker alter-cluster unregister --brokers {args.brokers} --controller ...`")
     return 0

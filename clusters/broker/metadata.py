@@ -29,7 +29,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clusters.broker.log.checkpoints import atomic_write, fsync_dir
+from kafkaesque_harness.clusters.broker.log.checkpoints import atomic_write, fsync_dir
 
 NO_LEADER = -1
 

@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from clusters.broker import rpc
-from clusters.broker.log import BatchHeader
-from clusters.broker.log.batch import parse_control
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.log import BatchHeader
+from kafkaesque_harness.clusters.broker.log.batch import parse_control
 
 RECENT_BATCHES = 5  # max.in.flight.requests.per.connection for idempotent producers
 

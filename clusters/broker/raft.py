@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.broker.raft_store import Entry, RaftStore, Snapshot, entries_after_snapshot
+from kafkaesque_harness.clusters.broker.raft_store import Entry, RaftStore, Snapshot, entries_after_snapshot
 
 INFLIGHT_MESSAGES = 4  # AppendEntries a leader keeps unacknowledged per follower, beyond heartbeats
 

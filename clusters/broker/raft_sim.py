@@ -27,8 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.broker.raft import LEADER, AppendResponse, Message, NotLeader, RaftConfig, RaftNode
-from clusters.broker.raft_store import MemoryRaftStore, RaftStore
+from kafkaesque_harness.clusters.broker.raft import (
+    LEADER,
+    AppendResponse,
+    Message,
+    NotLeader,
+    RaftConfig,
+    RaftNode,
+)
+from kafkaesque_harness.clusters.broker.raft_store import MemoryRaftStore, RaftStore
 
 
 @dataclass(frozen=True)

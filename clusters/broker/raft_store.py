@@ -36,7 +36,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from clusters.broker.log.checkpoints import atomic_write
+from kafkaesque_harness.clusters.broker.log.checkpoints import atomic_write
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Client side of partition reassignment and preferred-leader election (PROTOCOL.md 7).
 
-Operators use `python -m clusters.broker reassign ...` and `admin elect-preferred`; other
+Operators use `python -m kafkaesque_harness.clusters.broker reassign ...` and `admin elect-preferred`; other
 modules (the membership nemesis, a decommission coordinator) import:
 
     controller_call(addrs, api, body) -> response   # the active controller's answer
@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import rpc
 
 Addrs = str | Sequence[str] | Sequence[tuple[str, int]]
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.log import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.log import (
     BatchHeader,
     NonContiguousAppendError,
     PartitionLog,
@@ -23,8 +23,8 @@ from clusters.broker.log import (
     iter_batch_headers,
     leader_divergence,
 )
-from clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
-from clusters.broker.producer_state import ProducerStateTable
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
+from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
 
 OFFSET_NOT_AVAILABLE = 78
 LEADER = "leader"

@@ -23,9 +23,9 @@ import uuid
 from collections import deque
 from typing import Any
 
-from clusters.broker import kafka_api, rpc
-from clusters.broker.controller_server import JsonLog
-from clusters.broker.group_coordinator import (
+from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker.controller_server import JsonLog
+from kafkaesque_harness.clusters.broker.group_coordinator import (
     OFFSETS_TOPIC,
     TXN_ABORT,
     TXN_COMMIT,
@@ -35,8 +35,8 @@ from clusters.broker.group_coordinator import (
     Reply,
     offset_record,
 )
-from clusters.broker.listener import Limits, Listener, serve, start_serving
-from clusters.broker.log import (
+from kafkaesque_harness.clusters.broker.listener import Limits, Listener, serve, start_serving
+from kafkaesque_harness.clusters.broker.log import (
     BatchHeader,
     LogManager,
     NonContiguousAppendError,
@@ -46,12 +46,12 @@ from clusters.broker.log import (
     parse_flush_policy,
     validate_batches,
 )
-from clusters.broker.log.batch import control_key_commits
-from clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
-from clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
-from clusters.broker.trace import default_trace_path, open_sink
-from clusters.broker.txn_coordinator import TXN_STATE_TOPIC
-from clusters.broker.txn_shell import TxnShell
+from kafkaesque_harness.clusters.broker.log.batch import control_key_commits
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, MetadataImage, MetadataLogFile
+from kafkaesque_harness.clusters.broker.replica import FOLLOWER, LEADER, Replica, ReplicaConfig
+from kafkaesque_harness.clusters.broker.trace import default_trace_path, open_sink
+from kafkaesque_harness.clusters.broker.txn_coordinator import TXN_STATE_TOPIC
+from kafkaesque_harness.clusters.broker.txn_shell import TxnShell
 
 HOUSEKEEPING_S = 0.1
 MAX_FETCH_BYTES = 4 * 1024 * 1024

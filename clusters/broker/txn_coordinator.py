@@ -45,8 +45,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import LOADED, LOADING, coordinator_partition
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import LOADED, LOADING, coordinator_partition
 
 TXN_STATE_TOPIC = "__transaction_state"
 

@@ -19,12 +19,12 @@ import asyncio
 import time
 from typing import Any
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import OFFSETS_TOPIC
-from clusters.broker.log import BatchHeader, build_batch, validate_batches
-from clusters.broker.log.batch import build_control_batch
-from clusters.broker.replica import LEADER, Replica
-from clusters.broker.txn_coordinator import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
+from kafkaesque_harness.clusters.broker.log import BatchHeader, build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.log.batch import build_control_batch
+from kafkaesque_harness.clusters.broker.replica import LEADER, Replica
+from kafkaesque_harness.clusters.broker.txn_coordinator import (
     TXN_STATE_TOPIC,
     MarkerJob,
     TransactionCoordinator,

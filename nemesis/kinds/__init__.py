@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from nemesis.fault import FaultKind
+from kafkaesque_harness.nemesis.fault import FaultKind
 
 
 @cache

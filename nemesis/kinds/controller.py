@@ -1,6 +1,6 @@
 """controller: faults of the metadata quorum's members, by role (nemesis/controller.py)."""
 
-from nemesis.fault import FaultKind, lazy
+from kafkaesque_harness.nemesis.fault import FaultKind, lazy
 
 KIND = FaultKind("controller", "kill, pause or isolate the active controller, or kill a minority or a majority of "
-                               "the quorum; the stop undoes it", lazy("nemesis.controller:ControllerNemesis"), on="all")
+                               "the quorum; the stop undoes it", lazy("kafkaesque_harness.nemesis.controller:ControllerNemesis"), on="all")

@@ -42,12 +42,12 @@ import shlex
 import zlib
 from typing import Any
 
-from clusters.remote import RemoteError, RemoteResult
-from clusters.waiting import WaitTimeout, wait_until
-from history import INFO, Op
-from nemesis.base import NemesisBase, NemesisRefused
-from nemesis.fault import DATA_DIRS, FaultKind, Option
-from nemesis.targets import running_brokers
+from kafkaesque_harness.clusters.remote import RemoteError, RemoteResult
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.history import INFO, Op
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
+from kafkaesque_harness.nemesis.fault import DATA_DIRS, FaultKind, Option
+from kafkaesque_harness.nemesis.targets import running_brokers
 
 NAME = "file-corruption"
 MODES = ("bitflip", "truncate", "rollback")

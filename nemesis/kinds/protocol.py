@@ -1,7 +1,7 @@
 """protocol: role-aware random moves and the flaw sequences, timed against the cluster's state."""
 
-from nemesis.fault import FaultKind, lazy
+from kafkaesque_harness.nemesis.fault import FaultKind, lazy
 
 KIND = FaultKind("protocol", "random role-aware moves (kill the leader, power-cut the last ISR member, ...) and "
-                             "the flaw sequences of the scenarios; alone", lazy("nemesis.protocol:ProtocolNemesis"),
+                             "the flaw sequences of the scenarios; alone", lazy("kafkaesque_harness.nemesis.protocol:ProtocolNemesis"),
                  alone=True)

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from history.extras import need
-from results.pipeline import PipelineError
+from kafkaesque_harness.history.extras import need
+from kafkaesque_harness.results.pipeline import PipelineError
 
 pipeline_app = typer.Typer(add_completion=False, no_args_is_help=True,
                            help="The Spark pipeline over stored histories: ingest to Parquet, check, summarize.")
@@ -44,7 +44,7 @@ def _spinner(text: str) -> Progress:
 
 
 def _session(master: str, warehouse: Path, command: str, spark_logs: bool, conf: list[str] | None):
-    from results.pipeline.session import start_session
+    from kafkaesque_harness.results.pipeline.session import start_session
 
     extra = {}
     for kv in conf or []:
@@ -60,7 +60,7 @@ def _session(master: str, warehouse: Path, command: str, spark_logs: bool, conf:
 
 
 def _need_tables(warehouse: Path) -> None:
-    from results.pipeline.ingest import stale_tables
+    from kafkaesque_harness.results.pipeline.ingest import stale_tables
 
     if not (warehouse / "runs").is_dir() or not any((warehouse / "runs").glob("campaign=*/run=*/part-0.parquet")):
         raise PipelineError(f"no ingested runs in {warehouse}; run `kafkaesque pipeline ingest STORE "
@@ -81,7 +81,7 @@ def ingest(
 ) -> None:
     """Stored runs -> Parquet tables ops, reads and runs under the warehouse, partitioned by campaign and run."""
     need("pyarrow", "spark", "kafkaesque pipeline ingest")
-    from results.pipeline.ingest import ingest as run_ingest
+    from kafkaesque_harness.results.pipeline.ingest import ingest as run_ingest
 
     t0 = time.perf_counter()
     try:
@@ -113,8 +113,8 @@ def check(
     spark_conf: SparkConf = None,
 ) -> None:
     """The queue checks (lost, unexpected, duplicate, inconsistent offsets, nonmonotonic, skips) as Spark jobs."""
-    from results.pipeline.queue_checks import COUNT_COLUMNS, disagreements
-    from results.pipeline.queue_checks import check as run_check
+    from kafkaesque_harness.results.pipeline.queue_checks import COUNT_COLUMNS, disagreements
+    from kafkaesque_harness.results.pipeline.queue_checks import check as run_check
 
     try:
         _need_tables(warehouse)
@@ -163,8 +163,8 @@ def summarize(
     spark_conf: SparkConf = None,
 ) -> None:
     """Campaign aggregates: anomalies by nemesis x variant x acks x flush, latency in/out of faults, recovery."""
-    from results.pipeline.summarize import print_summary
-    from results.pipeline.summarize import summarize as run_summarize
+    from kafkaesque_harness.results.pipeline.summarize import print_summary
+    from kafkaesque_harness.results.pipeline.summarize import summarize as run_summarize
 
     try:
         _need_tables(warehouse)
@@ -198,7 +198,7 @@ def standalone_up(
     memory: Annotated[str, typer.Option(help="memory per worker, e.g. 1g")] = "1g",
 ) -> None:
     """Start a master and workers; print the spark:// URL once every worker has registered (stop: down)."""
-    from results.pipeline.standalone import start
+    from kafkaesque_harness.results.pipeline.standalone import start
 
     try:
         with _spinner(f"starting a Spark master and {workers} worker(s)"):
@@ -213,7 +213,7 @@ def standalone_up(
 @standalone_app.command("down")
 def standalone_down(directory: StandaloneDir = DEFAULT_STANDALONE) -> None:
     """Stop the master and workers `up` started in --dir (only those: a reused pid is left alone)."""
-    from results.pipeline.standalone import stop
+    from kafkaesque_harness.results.pipeline.standalone import stop
 
     try:
         stopped = stop(directory)

@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkers.queue import ANOMALY_TYPES as QUEUE_ANOMALIES
-from checkers.queue import resent_requests
-from results.pipeline import PipelineError
-from workloads.base import ValueReader
-from workloads.registry import value_reader
+from kafkaesque_harness.checkers.queue import ANOMALY_TYPES as QUEUE_ANOMALIES
+from kafkaesque_harness.checkers.queue import resent_requests
+from kafkaesque_harness.results.pipeline import PipelineError
+from kafkaesque_harness.workloads.base import ValueReader
+from kafkaesque_harness.workloads.registry import value_reader
 
 NO_CAMPAIGN = "none"
 ROW_GROUP = 1_000_000
@@ -240,7 +240,7 @@ class _TableWriter:
 def _flatten_history(history: Path, ops_dir: Path, reads_dir: Path, values: ValueReader) -> dict[str, Any]:
     """Write the ops and reads tables of one history, its values read with `values` (the run's workload's);
     return counts, times and fault windows."""
-    from history import BEYOND_BUDGET, NEMESIS, FaultWindows, iter_history
+    from kafkaesque_harness.history import BEYOND_BUDGET, NEMESIS, FaultWindows, iter_history
 
     ops_w, reads_w = _TableWriter(ops_dir, ops_schema()), _TableWriter(reads_dir, reads_schema())
     o, r = ops_w.cols, reads_w.cols
@@ -445,7 +445,7 @@ def ingest_run(src: RunSource, warehouse: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from history import HistoryFormatError
+    from kafkaesque_harness.history import HistoryFormatError
 
     dirs = _table_dirs(warehouse, src)
     for d in dirs.values():

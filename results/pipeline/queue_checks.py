@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkers.queue import SUBSCRIBE_ANOMALY_TYPES
-from results.pipeline.ingest import QUEUE_ANOMALIES, _column
+from kafkaesque_harness.checkers.queue import SUBSCRIBE_ANOMALY_TYPES
+from kafkaesque_harness.results.pipeline.ingest import QUEUE_ANOMALIES, _column
 
 RUN = ["campaign", "run"]
 # lost_write, unexpected, ...: the assign-mode anomalies; a consumer group's (subscribe mode) are judged in-process only

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from history.extras import need
-from results.pipeline import PipelineError
+from kafkaesque_harness.history.extras import need
+from kafkaesque_harness.results.pipeline import PipelineError
 
 MIN_JAVA = 17  # Spark 4 runs on Java 17 or newer
 JAVA_FIX = "install it (apt-get install openjdk-17-jre-headless) or set JAVA_HOME to a Java 17+ install"

@@ -18,10 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from clusters.broker.local_cluster import free_ports
-from clusters.ownership import process_start_time
-from results.pipeline import PipelineError
-from results.pipeline.session import find_java
+from kafkaesque_harness.clusters.broker.local_cluster import free_ports
+from kafkaesque_harness.clusters.ownership import process_start_time
+from kafkaesque_harness.results.pipeline import PipelineError
+from kafkaesque_harness.results.pipeline.session import find_java
 
 STATE_FILE = "standalone.json"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from results.pipeline.queue_checks import (
+from kafkaesque_harness.results.pipeline.queue_checks import (
     COUNT_COLUMNS,
     RUN,
     judged_runs,

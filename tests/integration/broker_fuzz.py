@@ -37,8 +37,13 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from clusters.broker import rpc
-from clusters.broker.local_cluster import broker_argv, controller_argv, free_ports, wait_until_unfenced
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.local_cluster import (
+    broker_argv,
+    controller_argv,
+    free_ports,
+    wait_until_unfenced,
+)
 
 MiB = 1024 * 1024
 HOST = "127.0.0.1"
@@ -75,8 +80,8 @@ def kafka_seeds() -> list[bytes]:
     from kafka.protocol.metadata import MetadataRequest
     from kafka.protocol.producer import ProduceRequest
 
-    from clusters.broker.kafka_api import SUPPORTED
-    from clusters.broker.log import build_batch
+    from kafkaesque_harness.clusters.broker.kafka_api import SUPPORTED
+    from kafkaesque_harness.clusters.broker.log import build_batch
 
     requests: list[Any] = []
     for key, (req_cls, _resp, low, high) in sorted(SUPPORTED.items()):
@@ -332,7 +337,7 @@ class FuzzTarget:
         """Create a topic, produce with acks=all and read everything back with kafka-python."""
         from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-        from clusters.broker.admin import create_topic
+        from kafkaesque_harness.clusters.broker.admin import create_topic
 
         bootstrap = f"{HOST}:{self.ports['broker']}"
         topic = f"after-{int(time.time() * 1000)}"

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.admin import create_topic, dump_state
-from clusters.broker.local_cluster import broker_argv, controller_argv, free_ports, wait_until_unfenced
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.admin import create_topic, dump_state
+from kafkaesque_harness.clusters.broker.local_cluster import (
+    broker_argv,
+    controller_argv,
+    free_ports,
+    wait_until_unfenced,
+)
 
 
 @dataclass
@@ -199,8 +204,8 @@ def docker_cluster_up(spec, tmp_path_factory, name: str):
     tests fail, never skip (CI must have one)."""
     import random
 
-    from clusters.base import ClusterError
-    from clusters.docker import DockerCluster, docker_client
+    from kafkaesque_harness.clusters.base import ClusterError
+    from kafkaesque_harness.clusters.docker import DockerCluster, docker_client
 
     try:
         docker_client()
@@ -217,8 +222,8 @@ def docker_cluster_up(spec, tmp_path_factory, name: str):
 def set_up_nemesis(nemesis, cluster):
     """Set a nemesis up as the runner does, with the run's shared fault actions over a fresh ledger; the
     actions come back so a test can look at the ledger or run the final heal (heal_everything)."""
-    from nemesis.actions import FaultActions
-    from nemesis.ledger import FaultLedger
+    from kafkaesque_harness.nemesis.actions import FaultActions
+    from kafkaesque_harness.nemesis.ledger import FaultLedger
 
     faults = FaultActions(cluster, FaultLedger())
     nemesis.setup(cluster, faults)

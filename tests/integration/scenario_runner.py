@@ -22,7 +22,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from clusters.broker.log.flush import last_synced_lengths
+from kafkaesque_harness.clusters.broker.log.flush import last_synced_lengths
 
 
 class Scenario:

@@ -1,4 +1,4 @@
-"""`python -m clusters.broker alter-cluster` on a real local cluster (003, "Take brokers offline" and
+"""`python -m kafkaesque_harness.clusters.broker alter-cluster` on a real local cluster (003, "Take brokers offline" and
 "Incrementally add brokers online"): under acks=all load, broker 4 is decommissioned (its replicas
 move to the others), stopped, unregistered and wiped; it comes back empty and `add` gives it its
 share again. Every acknowledged record survives, and the load ends even."""
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def alter_cluster(controller: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clusters.broker", "alter-cluster", *args, "--controller", controller,
+    return subprocess.run([sys.executable, "-m", "kafkaesque_harness.clusters.broker", "alter-cluster", *args, "--controller", controller,
                            "--wait", "90"], capture_output=True, text=True, timeout=150)
 
 

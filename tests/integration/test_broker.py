@@ -284,7 +284,7 @@ def _raw_produce(port: int, topic: str, records: bytes, cid: int) -> tuple[int, 
 
 
 def test_idempotent_retry_is_acknowledged_once_and_a_sequence_gap_is_rejected(local_cluster):
-    from clusters.broker.log import build_batch
+    from kafkaesque_harness.clusters.broker.log import build_batch
 
     local_cluster.create_topic("idem", partitions=1, rf=3, min_isr=2)
     port = local_cluster.broker_ports[local_cluster.partition("idem")["leader"]]

@@ -81,7 +81,7 @@ def campaign(tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("browser-campaign")
     f = tmp / "browser.toml"
     f.write_text(CAMPAIGN)
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "campaign", str(f), "--cluster", "local",
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "campaign", str(f), "--cluster", "local",
                         "--store", str(tmp / "store"), "--no-panel"],
                        capture_output=True, text=True, timeout=600)
     assert r.stdout.strip(), r.stderr[-3000:]

@@ -32,7 +32,7 @@ acks = ["all", "1"]
 def test_a_two_cell_campaign_runs_both_and_reports_them(tmp_path):
     f = tmp_path / "tiny.toml"
     f.write_text(TINY)
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "campaign", str(f), "--cluster", "local",
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "campaign", str(f), "--cluster", "local",
                         "--store", str(tmp_path / "store"), "--no-panel"],
                        capture_output=True, text=True, timeout=240)
     assert r.stdout.strip(), r.stderr[-3000:]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.netns import netns_available
+from kafkaesque_harness.clusters.netns import netns_available
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PROJECT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def start_run(tmp_path: Path, env: dict[str, str], name: str, *args: str) -> Har
     store = tmp_path / "store"
     out = tmp_path / f"{name}.out"
     with open(out, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--cluster", "local", "--no-panel",
+        proc = subprocess.Popen([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", "local", "--no-panel",
                                  "--store", str(store), "--name", name, *args], stdout=f, stderr=subprocess.STDOUT,
                                 env=env, cwd=PROJECT)
     return HarnessRun(proc, store, name, out)
@@ -129,14 +129,14 @@ def kill_watchdog(run: HarnessRun) -> None:
         return
     for pid in map(int, children):
         try:
-            if b"harness.watchdog" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"kafkaesque_harness.harness.watchdog" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
         except OSError:
             continue
 
 
 def kafkaesque(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", *args], capture_output=True, text=True, env=env,
                           cwd=PROJECT, timeout=timeout)
 
 
@@ -188,7 +188,7 @@ def register_dead_run(env: dict[str, str], owner: str) -> None:
     """A registration as a harness killed earlier would have left it: this host and boot, a pid that is gone."""
     p = subprocess.Popen(["true"])
     p.wait()
-    code = (f"import json; from clusters.ownership import register_run; r = register_run({owner!r}); "
+    code = (f"import json; from kafkaesque_harness.clusters.ownership import register_run; r = register_run({owner!r}); "
             f"d = json.loads(r.path.read_text()); d['harness'].update(pid={p.pid}, start=1); "
             "r.path.write_text(json.dumps(d))")
     subprocess.run([sys.executable, "-c", code], env=env, cwd=PROJECT, check=True)
@@ -275,9 +275,9 @@ def test_cleanup_removes_what_a_harness_killed_mid_partition_left_and_dry_run_on
 
 
 def test_a_container_started_by_hand_from_the_node_image_survives_cleanup(tmp_path, env):
-    from clusters.base import ClusterError
-    from clusters.docker import LABEL, RUN_LABEL, docker_client
-    from clusters.image import ensure_image
+    from kafkaesque_harness.clusters.base import ClusterError
+    from kafkaesque_harness.clusters.docker import LABEL, RUN_LABEL, docker_client
+    from kafkaesque_harness.clusters.image import ensure_image
 
     try:
         client = docker_client()

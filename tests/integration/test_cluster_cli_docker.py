@@ -8,8 +8,8 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from clusters.base import ClusterError
-from clusters.docker import LABEL, DockerCluster, docker_client
+from kafkaesque_harness.clusters.base import ClusterError
+from kafkaesque_harness.clusters.docker import LABEL, DockerCluster, docker_client
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ def test_up_status_down_on_docker():
         client = docker_client()
     except ClusterError as e:
         pytest.fail(f"the cluster command test needs a Docker engine: {e}")
-    from harness.cli import app
+    from kafkaesque_harness.harness.cli import app
 
     runner = CliRunner()
     name = f"clitest{random.randrange(10**6)}"
@@ -55,7 +55,7 @@ def test_up_status_down_on_docker():
 
 def test_down_removes_a_network_left_without_containers():
     client = docker_client()
-    from harness.cli import app
+    from kafkaesque_harness.harness.cli import app
 
     runner = CliRunner()
     name = f"clitest{random.randrange(10**6)}"

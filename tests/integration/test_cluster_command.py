@@ -1,4 +1,4 @@
-"""`python -m clusters.broker cluster`: one bootstrap line once every broker serves; clean exit on SIGTERM."""
+"""`python -m kafkaesque_harness.clusters.broker cluster`: one bootstrap line once every broker serves; clean exit on SIGTERM."""
 
 import signal
 import socket
@@ -9,7 +9,7 @@ import time
 import pytest
 from kafka import KafkaProducer
 
-from clusters.broker.admin import create_topic
+from kafkaesque_harness.clusters.broker.admin import create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def free_base_port(count: int) -> int:
 
 def test_cluster_command_prints_one_bootstrap_line_and_shuts_down_cleanly(tmp_path):
     base = free_base_port(4)
-    p = subprocess.Popen([sys.executable, "-m", "clusters.broker", "cluster", "--brokers", "3",
+    p = subprocess.Popen([sys.executable, "-m", "kafkaesque_harness.clusters.broker", "cluster", "--brokers", "3",
                           "--data-dir", str(tmp_path), "--base-port", str(base)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.admin import dump_state
-from clusters.broker.local_cluster import controller_argv, free_port
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.admin import dump_state
+from kafkaesque_harness.clusters.broker.local_cluster import controller_argv, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.admin import create_topic, dump_state
-from clusters.broker.local_cluster import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.admin import create_topic, dump_state
+from kafkaesque_harness.clusters.broker.local_cluster import (
     CONTROLLER_ID,
     active_controller_state,
     broker_argv,
@@ -172,8 +172,8 @@ def test_quorum_survives_the_active_controller_sigkill_and_keeps_electing(tmp_pa
 
 
 def test_the_local_backend_runs_a_quorum_and_finds_the_active_controller(tmp_path):
-    from clusters.base import ClusterSpec
-    from clusters.local import LocalCluster
+    from kafkaesque_harness.clusters.base import ClusterSpec
+    from kafkaesque_harness.clusters.local import LocalCluster
 
     c = LocalCluster(ClusterSpec(brokers=3, controllers=3), str(tmp_path), owner="test-controller-quorum")
     try:

@@ -6,10 +6,10 @@ import time
 import pytest
 from kafka import KafkaProducer
 
-from clusters.base import ClusterSpec
-from clusters.local import LocalCluster
-from history import INVOKE, Op
-from nemesis.faults import DiskNemesis
+from kafkaesque_harness.clusters.base import ClusterSpec
+from kafkaesque_harness.clusters.local import LocalCluster
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.faults import DiskNemesis
 from tests.integration.conftest import set_up_nemesis
 
 pytestmark = pytest.mark.integration

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from clusters import netrules
-from clusters.base import ClusterSpec
-from clusters.docker import LABEL, cleanup_docker, docker_client
-from history import INVOKE, Op
-from nemesis.base import NemesisRefused
-from nemesis.faults import ClockNemesis, PartitionNemesis
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.base import ClusterSpec
+from kafkaesque_harness.clusters.docker import LABEL, cleanup_docker, docker_client
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.faults import ClockNemesis, PartitionNemesis
 from tests.integration.conftest import docker_cluster_up, set_up_nemesis
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def test_clock_offset_shows_in_date_and_in_the_brokers_own_time(cluster):
 
 
 def test_clock_jump_and_strobe_show_in_the_brokers_own_time_and_are_reset(cluster):
-    from nemesis.registry import make_nemesis
+    from kafkaesque_harness.nemesis.registry import make_nemesis
 
     def broker_offset_s(node: str) -> float:
         return cluster.dump_state(node, include_log=False)["time_ms"] / 1000 - time.time()
@@ -104,7 +104,7 @@ def test_clock_jump_and_strobe_show_in_the_brokers_own_time_and_are_reset(cluste
 
 
 def test_drop_caches_is_refused_by_name_in_containers(cluster):
-    from nemesis.faults import DropCachesNemesis
+    from kafkaesque_harness.nemesis.faults import DropCachesNemesis
 
     with pytest.raises(NemesisRefused, match="read-only in the containers"):  # it could never act there
         set_up_nemesis(DropCachesNemesis({}), cluster)
@@ -121,8 +121,8 @@ def test_lossy_crash_drops_unsynced_bytes_and_the_broker_recovers(cluster):
     p.flush(30)
     p.close()
     node = cluster.node_name(cluster.partitions("lossy")[0].leader)
-    from nemesis.actions import FaultActions
-    from nemesis.ledger import FaultLedger
+    from kafkaesque_harness.nemesis.actions import FaultActions
+    from kafkaesque_harness.nemesis.ledger import FaultLedger
 
     rec = FaultActions(cluster, FaultLedger()).lossy_crash(node, by="test")
     report = rec.evidence["lossyfs"]

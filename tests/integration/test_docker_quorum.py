@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from clusters.base import ClusterSpec
-from nemesis.membership import MembershipNemesis
+from kafkaesque_harness.clusters.base import ClusterSpec
+from kafkaesque_harness.nemesis.membership import MembershipNemesis
 from tests.integration.conftest import docker_cluster_up, set_up_nemesis
 
 pytestmark = pytest.mark.integration

@@ -28,8 +28,12 @@ from collections import Counter
 
 import pytest
 
-from clusters.broker.group_coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
-from clusters.broker.txn_coordinator import TXN_STATE_TOPIC, TransactionCoordinator
+from kafkaesque_harness.clusters.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    CoordinatorConfig,
+    GroupCoordinator,
+)
+from kafkaesque_harness.clusters.broker.txn_coordinator import TXN_STATE_TOPIC, TransactionCoordinator
 from tests.integration.conftest import TestCluster as Cluster
 from tests.integration.conftest import start_local_cluster
 from tests.integration.group_txn_helpers import (

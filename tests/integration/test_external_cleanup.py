@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters import netrules
-from clusters.external import ExternalCluster
-from clusters.ownership import NODE_MARKER, register_run
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.external import ExternalCluster
+from kafkaesque_harness.clusters.ownership import NODE_MARKER, register_run
 from tests.integration import test_ssh_cluster
 from tests.integration.test_ssh_cluster import NODES, SshNodes
 
@@ -51,7 +51,7 @@ def state_outside(ssh: SshNodes, node: str) -> str:
 
 
 def kafkaesque(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", *args], capture_output=True, text=True, env=env,
                           cwd=PROJECT, timeout=300)
 
 

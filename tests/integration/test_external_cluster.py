@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from clusters import netrules
-from clusters.broker import rpc
-from clusters.external import ExternalCluster
-from clusters.ssh import code_tarball
-from history import INVOKE, NEMESIS, Op
-from nemesis.base import NemesisRefused
-from nemesis.faults import ClockNemesis, DiskNemesis, LossyCrashNemesis, PartitionNemesis
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.external import ExternalCluster
+from kafkaesque_harness.clusters.ssh import code_tarball
+from kafkaesque_harness.history import INVOKE, NEMESIS, Op
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.faults import ClockNemesis, DiskNemesis, LossyCrashNemesis, PartitionNemesis
 from tests.integration import test_ssh_cluster
 from tests.integration.conftest import set_up_nemesis
 from tests.integration.test_ssh_cluster import NODES, SshNodes
@@ -133,7 +133,7 @@ def nemesis_fs(run_dir: Path) -> list[str]:
 def test_the_cluster_file_path_has_the_docker_backends_verdict_on_the_same_seed(ssh_nodes, tmp_path, kafkaesque_run):
     path = cluster_file(ssh_nodes, tmp_path)
     # the cluster file through the command line, as a user runs it
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", str(path),
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", str(path),
                         "--nemesis", ",".join(RUN["nemesis"]), "--nemesis-schedule", RUN["nemesis_schedule"],
                         "--seed", str(RUN["seed"]), "--time-limit", str(RUN["time_limit"]),
                         "--nemesis-interval", str(RUN["nemesis_interval"]), "--recovery-wait", str(RUN["recovery_wait"]),

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from history import fault_records
+from kafkaesque_harness.history import fault_records
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_a_replica_whose_recovery_cut_acknowledged_records_is_not_elected_as_cle
     down after a controlled shutdown (the file-corruption fault's truncate). RF 3, min ISR 2: 2 falls out of
     the ISR, 3 shuts down cleanly into the ELR, its last 600 bytes are cut, the leader 1 dies; 3 returns,
     finds and cuts the damage (log-recovery-truncated), and must not lead as if complete."""
-    from nemesis.kinds.file_corruption import truncate_tail
+    from kafkaesque_harness.nemesis.kinds.file_corruption import truncate_tail
     from tests.integration.conftest import start_local_cluster
     from tests.integration.scenario_runner import Scenario
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.broker.group_coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
+from kafkaesque_harness.clusters.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    CoordinatorConfig,
+    GroupCoordinator,
+)
 from tests.integration.conftest import start_local_cluster
 from tests.integration.group_txn_helpers import (
     CommittedWatcher,

@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import rpc
 
 pytestmark = pytest.mark.integration
 

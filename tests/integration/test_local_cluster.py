@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from clusters.base import ClusterSpec
-from clusters.local import CONTROLLER, LocalCluster, cleanup_leftovers
+from kafkaesque_harness.clusters.base import ClusterSpec
+from kafkaesque_harness.clusters.local import CONTROLLER, LocalCluster, cleanup_leftovers
 
 pytestmark = pytest.mark.integration
 

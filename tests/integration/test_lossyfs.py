@@ -43,7 +43,7 @@ def lossy_mount(tmp_path):
     backing, mnt, status = tmp_path / "backing", tmp_path / "mnt", tmp_path / "status"
     backing.mkdir()
     mnt.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "clusters.lossyfs", str(backing), str(mnt),
+    proc = subprocess.Popen([sys.executable, "-m", "kafkaesque_harness.clusters.lossyfs", str(backing), str(mnt),
                              "--status-file", str(status)], stderr=subprocess.PIPE)
     _wait_status(status, "mounted")
     yield proc, backing, mnt, status

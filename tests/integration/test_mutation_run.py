@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.netns import netns_available
-from results.mutation import current_digest
+from kafkaesque_harness.clusters.netns import netns_available
+from kafkaesque_harness.results.mutation import current_digest
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def test_hwm_at_leader_leo_runs_on_the_mutated_code_and_is_caught(tmp_path):
     store, out = tmp_path / "store", tmp_path / "MUTATION.md"
     copies_before = set(Path(tempfile.gettempdir()).glob("kafkaesque-code-*"))
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "mutate", "--mutant", "hwm-leader-leo", "--plan", "random",
+    p = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "mutate", "--mutant", "hwm-leader-leo", "--plan", "random",
                         "--minutes", "0.75", "--cluster", "local", "--store", str(store), "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -47,7 +47,7 @@ def test_hwm_at_leader_leo_runs_on_the_mutated_code_and_is_caught(tmp_path):
     # The run's outcome went to the ledger beside the table, not to the committed docs/MUTATION-runs.jsonl.
     assert (tmp_path / "MUTATION-runs.jsonl").read_text().count('"mutant": "hwm-leader-leo"') == 1
     # Resumable: the same measurement again makes no run.
-    again = subprocess.run([sys.executable, "-m", "harness.cli", "mutate", "--mutant", "hwm-leader-leo", "--plan",
+    again = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "mutate", "--mutant", "hwm-leader-leo", "--plan",
                             "random", "--minutes", "0.75", "--cluster", "local", "--store", str(store), "--out",
                             str(out)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "0 run(s) made, 1 already in" in again.stderr, again.stderr[-1000:]

@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from clusters import netrules
-from clusters.base import ClusterSpec
-from clusters.netns import NetnsCluster, cleanup_netns, netns_available
-from history import INVOKE, Op
-from nemesis.faults import LossyCrashNemesis, PartitionNemesis
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.base import ClusterSpec
+from kafkaesque_harness.clusters.netns import NetnsCluster, cleanup_netns, netns_available
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.faults import LossyCrashNemesis, PartitionNemesis
 from tests.integration.conftest import set_up_nemesis
 from tests.integration.test_docker_cluster import tcp_ok
 from tests.integration.test_docker_cluster import (
@@ -65,8 +65,8 @@ def test_partition_cuts_tcp_between_namespaces_and_heal_restores_it(cluster):
 
 
 def test_net_fault_shapes_the_nodes_own_veth_and_the_probe_sees_tc_there(cluster):
-    from clusters.capabilities import probe_node
-    from nemesis.faults import NetNemesis
+    from kafkaesque_harness.clusters.capabilities import probe_node
+    from kafkaesque_harness.nemesis.faults import NetNemesis
 
     assert probe_node(cluster, "broker-1")["tc"].ok  # tc on the node's own device, not the host's eth0
     nem = NetNemesis({"seed": 2})

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from clusters import netrules
+from kafkaesque_harness.clusters import netrules
 
 pytestmark = pytest.mark.integration
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from checkers.queue import ANOMALY_TYPES, SUBSCRIBE_ANOMALY_TYPES
-from harness.runner import analyze_history
-from harness.spec import TestSpec
-from history import HistoryWriter, Op, read_history
-from results.store import write_json
+from kafkaesque_harness.checkers.queue import ANOMALY_TYPES, SUBSCRIBE_ANOMALY_TYPES
+from kafkaesque_harness.harness.runner import analyze_history
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.history import HistoryWriter, Op, read_history
+from kafkaesque_harness.results.store import write_json
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ INJECTIONS = ("lost-write", "duplicate", "unexpected", "inconsistent-offsets", "
 
 
 def kafkaesque(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=env)
 
 

@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
-from clusters.broker.reassign import elect_preferred, list_reassignments, reassign
+from kafkaesque_harness.clusters.broker.reassign import elect_preferred, list_reassignments, reassign
 from tests.integration.test_broker import assert_logs_identical_below_hwm, consume_all
 
 pytestmark = pytest.mark.integration
@@ -109,7 +109,7 @@ def test_reassignment_under_acks_all_load_keeps_every_acknowledged_record(cluste
     cluster.wait_for(lambda: prod.acked_count() > before + 200, what="acknowledgements after the first move")
 
     # 2. {2,3,4} -> {4,1,2} with the CLI: broker 1 comes back from an empty log, broker 3 goes.
-    out = subprocess.run([sys.executable, "-m", "clusters.broker", "reassign", "--controller", controller,
+    out = subprocess.run([sys.executable, "-m", "kafkaesque_harness.clusters.broker", "reassign", "--controller", controller,
                           "--topic", TOPIC, "--partition", "0", "--replicas", "4,1,2", "--wait", "90"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr + cluster.logs()

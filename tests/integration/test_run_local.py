@@ -11,7 +11,7 @@ pytestmark = pytest.mark.integration
 
 
 def kafkaesque(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.netns import netns_available
+from kafkaesque_harness.clusters.netns import netns_available
 
 # nightly: five-to-nine-minute runs (each scenario against its variant and the default broker), kept out
 # of `make test` (30-minute budget); `make nightly` runs them, and docs/DETECTION.md measures the same

@@ -20,15 +20,15 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from clusters import netrules
-from clusters.base import ClusterError, ClusterSpec
-from clusters.docker import LABEL, docker_client
-from clusters.remote import DockerRemote, RemoteError
-from clusters.ssh import SshCluster, load_node_file
-from clusters.ssh_remote import SshRemote, SshTarget
-from history import INVOKE, Op
-from nemesis.base import NemesisRefused
-from nemesis.faults import ClockNemesis, PartitionNemesis
+from kafkaesque_harness.clusters import netrules
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.docker import LABEL, docker_client
+from kafkaesque_harness.clusters.remote import DockerRemote, RemoteError
+from kafkaesque_harness.clusters.ssh import SshCluster, load_node_file
+from kafkaesque_harness.clusters.ssh_remote import SshRemote, SshTarget
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.faults import ClockNemesis, PartitionNemesis
 from tests.integration.conftest import set_up_nemesis
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ def nodes(tmp_path_factory):
         client = docker_client()
     except ClusterError as e:
         pytest.fail(f"the SSH backend tests need a Docker engine to run sshd in: {e}")
-    from clusters.image import ensure_image
+    from kafkaesque_harness.clusters.image import ensure_image
 
     image = ensure_image(log=lambda m: None)
     root = tmp_path_factory.mktemp("ssh")
@@ -346,7 +346,7 @@ def test_sudo_that_does_not_work_is_one_sentence(nodes, tmp_path):
 def test_cleanup_heals_and_stops_the_nodes_of_a_harness_that_died(nodes, tmp_path, monkeypatch):
     """A harness killed mid-run leaves a partition, a paused broker and a skewed clock on SSH nodes;
     `kafkaesque cleanup` finds the cluster by its marker and undoes all of it."""
-    from clusters.ssh import cleanup_ssh, ssh_state_dir
+    from kafkaesque_harness.clusters.ssh import cleanup_ssh, ssh_state_dir
 
     monkeypatch.setenv("KAFKAESQUE_STATE_DIR", str(tmp_path / "state"))
     c = SshCluster.from_file(str(nodes.node_file()), ClusterSpec(), str(tmp_path))

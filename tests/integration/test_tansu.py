@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from clusters.docker import RUN_LABEL, docker_client
-from clusters.external import ExternalCluster
-from nemesis.base import NemesisRefused
-from nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
+from kafkaesque_harness.clusters.docker import RUN_LABEL, docker_client
+from kafkaesque_harness.clusters.external import ExternalCluster
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.faults import ClockNemesis, LossyCrashNemesis, PartitionNemesis
 from tests.integration.conftest import set_up_nemesis
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def containers_of(owner_prefix: str) -> list[str]:
 
 
 def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", str(TANSU), "--no-panel",
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", str(TANSU), "--no-panel",
                         "--store", str(tmp_path / "store"), "--recovery-wait", "3", *args],
                        capture_output=True, text=True, timeout=300, cwd=PROJECT)
     return r, Path(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else tmp_path

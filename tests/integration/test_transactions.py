@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from clusters.broker.txn_coordinator import TXN_STATE_TOPIC, TransactionCoordinator
+from kafkaesque_harness.clusters.broker.txn_coordinator import TXN_STATE_TOPIC, TransactionCoordinator
 from tests.integration.conftest import start_local_cluster
 from tests.integration.group_txn_helpers import (
     TxnProducer,

@@ -18,7 +18,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def run(tmp_path: Path, *args: str, timeout: float = 400) -> tuple[subprocess.CompletedProcess, Path, list[dict]]:
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", "local", "--no-panel",
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", "local", "--no-panel",
                         "--store", str(tmp_path / "store"), "--recovery-wait", "3", *args],
                        capture_output=True, text=True, timeout=timeout, cwd=PROJECT)
     assert r.stdout.strip(), r.stderr[-3000:]

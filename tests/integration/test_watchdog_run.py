@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.watchdog import FROZEN_FILE
-from history import read_history
+from kafkaesque_harness.harness.watchdog import FROZEN_FILE
+from kafkaesque_harness.history import read_history
 from tests.integration.test_cleanup_live import (  # noqa: F401 - env is a fixture
     env,
     kafkaesque,

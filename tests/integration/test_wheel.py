@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from history.extras import DIST
+from kafkaesque_harness.history.extras import DIST
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +45,8 @@ def test_the_core_install_pulls_no_extra_and_works_outside_the_source_tree(insta
     frozen = _run([str(installed / "bin" / "pip"), "list", "--format", "json"], cwd=tmp_path).stdout
     names = {p["name"].lower() for p in json.loads(frozen)}
     assert DIST in names and not names & set(HEAVY), names & set(HEAVY)
-    where = _run([str(installed / "bin" / "python"), "-c", "import harness, clusters.broker; "
-                  "print(harness.__file__); print(clusters.broker.__file__)"], cwd=tmp_path).stdout
+    where = _run([str(installed / "bin" / "python"), "-c", "import kafkaesque_harness.harness, kafkaesque_harness.clusters.broker as b; "
+                  "print(kafkaesque_harness.harness.__file__); print(b.__file__)"], cwd=tmp_path).stdout
     assert all(line.startswith(str(installed)) for line in where.split()), where  # not the repository's code
     size = sum(f.stat().st_size for f in (installed / "lib").rglob("*") if f.is_file())
     print(f"core install: {size / 2**20:.0f} MiB in {len(names)} distributions")  # the note quotes it
@@ -70,12 +70,49 @@ def test_a_command_that_needs_a_missing_extra_says_which_and_exits_3(installed, 
     assert r.returncode == 3 and f"pip install '{DIST}[confluent]'" in " ".join(r.stderr.split()), r.stderr
 
 
-def test_the_core_install_runs_a_real_test_on_the_local_cluster(installed, tmp_path):
+def test_the_wheel_puts_one_package_at_the_top_of_site_packages(installed):
+    site = next((installed / "lib").glob("python3*/site-packages"))
+    ours = [p.name for p in site.iterdir() if p.name.startswith(("kafkaesque", "history", "harness", "results",
+                                                                   "nemesis", "checkers", "clusters", "workloads"))]
+    assert sorted(n for n in ours if not n.endswith(".dist-info")) == ["kafkaesque_harness"], ours
+
+
+# A user's project that keeps modules named like our rooms: its own harness/ package at its root and
+# history.py and results.py beside its tests. pytest loads our plugin into every test process there.
+USER_PROJECT = {
+    "pyproject.toml": "[tool.pytest.ini_options]\npythonpath = ['.']\n",  # their harness/ importable under `pytest`
+    "harness/__init__.py": "WHOSE = 'the user'\n",
+    "tests/history.py": "def events():\n    return ['theirs']\n",
+    "tests/results.py": "TOTAL = 3\n",
+    "tests/test_own.py": (
+        "import harness\nimport history\nimport results\n\n\n"
+        "def test_their_own_modules_are_theirs():\n"
+        "    assert harness.WHOSE == 'the user' and history.events() == ['theirs'] and results.TOTAL == 3\n\n\n"
+        "def test_our_cluster_fixture_resolves_beside_them(kafkaesque_cluster):\n"
+        "    assert kafkaesque_cluster.name == 'local'\n"),
+    "tests/test_chaos.py": (
+        "import pytest\n\n\n"
+        "@pytest.mark.kafkaesque(cluster='local', nemesis='kill', time_limit=20)\n"
+        "def test_acked_writes_survive_kills(kafkaesque_history):\n"
+        "    assert kafkaesque_history.valid is True and kafkaesque_history.ops(f='start-kill')\n"
+        "    assert (kafkaesque_history.run_dir / 'report.html').stat().st_size > 100_000\n"),
+}
+
+
+def test_a_user_project_with_its_own_harness_history_and_results_passes_under_both_pytest_commands(installed, tmp_path):
+    project = tmp_path / "project"
+    for name, text in USER_PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    _run([str(installed / "bin" / "pip"), "install", "-q", "pytest>=9,<10"], cwd=tmp_path)  # the user's own
     store = tmp_path / "store"
-    r = _run([str(installed / "bin" / "kafkaesque"), "run", "--cluster", "local", "--workload", "queue",
-              "--nemesis", "kill", "--time-limit", "20", "--store", str(store)], cwd=tmp_path, timeout=300,
-             check=False)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]  # valid: the run proved what it claims
-    run_dir = Path(r.stdout.strip().splitlines()[-1])
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["valid"] is True and (run_dir / "report.html").stat().st_size > 100_000
+    common = ["-q", "-p", "no:cacheprovider", f"--kafkaesque-store={store}", "--kafkaesque-cluster=local"]
+    # `pytest`: the user's own tests and our fixture beside them, no cluster started
+    quick = _run([str(installed / "bin" / "pytest"), *common, "tests/test_own.py"], cwd=project, check=False)
+    assert quick.returncode == 0 and "2 passed" in quick.stdout, quick.stdout[-3000:] + quick.stderr[-3000:]
+    # `python -m pytest` (the working directory first on the path): everything, a real 20 s local run included
+    full = _run([str(installed / "bin" / "python"), "-m", "pytest", *common, "-s"], cwd=project, timeout=400,
+                check=False)
+    assert full.returncode == 0 and "3 passed" in full.stdout, full.stdout[-3000:] + full.stderr[-3000:]
+    (run_dir,) = [p for p in (store / "test_acked_writes_survive_kills").iterdir() if not p.is_symlink()]
+    assert json.loads((run_dir / "results.json").read_text())["valid"] is True

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from clusters.remote import RemoteResult
-from nemesis.actions import FaultActions
-from nemesis.ledger import FaultLedger
+from kafkaesque_harness.clusters.remote import RemoteResult
+from kafkaesque_harness.nemesis.actions import FaultActions
+from kafkaesque_harness.nemesis.ledger import FaultLedger
 
 _PROBE = re.compile(r" (\S+) (\d+) [\d.]+; else timeout")
 _DROP = re.compile(r"-A KAFKAESQUE -s (\S+) -j DROP")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from history import Op
+from kafkaesque_harness.history import Op
 
 ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "unexpected", "future-read",
              "stale-final", "swap-acks", "unmatched", "orphan-completion", "beyond-budget", "gap", "wrong-hwm",

@@ -16,22 +16,22 @@ from pathlib import Path
 
 import pytest
 
-import clusters.base as ab  # the abilities: ab.Pausable, ab.ClockControl, ...
-from clusters.base import ABILITIES, Cluster, ClusterSpec
-from clusters.capabilities import CAPABILITIES, Capability
-from clusters.docker import DockerCluster
-from clusters.external import ExternalCluster
-from clusters.local import LocalCluster
-from clusters.netns import NetnsCluster
-from clusters.remote import RemoteResult
-from clusters.ssh import SshCluster, SshNode
-from clusters.ssh_remote import SshTarget
-from harness.generator import NemesisEvent
-from nemesis.base import NemesisBase, NemesisRefused, SelfDriven
-from nemesis.fault import Need
-from nemesis.kinds import kind
-from nemesis.registry import make_nemesis, nemesis_names
-from nemesis.requirements import ability_refusal, can, why_not
+import kafkaesque_harness.clusters.base as ab  # the abilities: ab.Pausable, ab.ClockControl, ...
+from kafkaesque_harness.clusters.base import ABILITIES, Cluster, ClusterSpec
+from kafkaesque_harness.clusters.capabilities import CAPABILITIES, Capability
+from kafkaesque_harness.clusters.docker import DockerCluster
+from kafkaesque_harness.clusters.external import ExternalCluster
+from kafkaesque_harness.clusters.local import LocalCluster
+from kafkaesque_harness.clusters.netns import NetnsCluster
+from kafkaesque_harness.clusters.remote import RemoteResult
+from kafkaesque_harness.clusters.ssh import SshCluster, SshNode
+from kafkaesque_harness.clusters.ssh_remote import SshTarget
+from kafkaesque_harness.harness.generator import NemesisEvent
+from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused, SelfDriven
+from kafkaesque_harness.nemesis.fault import Need
+from kafkaesque_harness.nemesis.kinds import kind
+from kafkaesque_harness.nemesis.registry import make_nemesis, nemesis_names
+from kafkaesque_harness.nemesis.requirements import ability_refusal, can, why_not
 from tests.unit.fakes import FakeCluster, fault_actions
 from tests.unit.test_external_cluster_file import GOOD
 
@@ -93,7 +93,7 @@ def test_every_backend_has_the_core_shape_and_declares_exactly_its_abilities(kin
 
 
 def test_the_local_backend_runs_on_loopback_and_its_clock_depends_on_the_preload_build(tmp_path, monkeypatch):
-    from clusters import clock_preload
+    from kafkaesque_harness.clusters import clock_preload
 
     c = LocalCluster(ClusterSpec(), str(tmp_path))
     assert why_not(c, ab.IsolatedNodes) == "the local cluster runs every node as a process on this host's loopback"
@@ -135,7 +135,7 @@ def test_the_docker_backend_says_lossy_by_its_flag_and_read_only_proc_sys_by_its
 
 
 def test_the_ssh_backend_answers_isolation_and_clock_from_what_it_probed_at_start_up(tmp_path, monkeypatch):
-    from clusters import clock_preload
+    from kafkaesque_harness.clusters import clock_preload
 
     c = SshCluster(ClusterSpec(), str(tmp_path), ssh_nodes())
     assert "has not" in why_not(c, ab.IsolatedNodes) and "has not" in why_not(c, ab.ClockControl)
@@ -247,7 +247,7 @@ def test_a_declared_ability_that_is_unavailable_now_is_refused_with_the_clusters
 
 
 def test_isolation_decides_the_moves_of_the_protocol_and_controller_nemeses():
-    from nemesis.controller import ControllerNemesis
+    from kafkaesque_harness.nemesis.controller import ControllerNemesis
 
     class Quorum(FakeCluster):
         def pause(self, node):

@@ -23,9 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from clusters.broker import kafka_api, rpc
-from clusters.broker.__main__ import build_parser
-from clusters.broker.listener import Limits, Listener
+from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker.__main__ import build_parser
+from kafkaesque_harness.clusters.broker.listener import Limits, Listener
 
 SECRET = "s" * 64
 
@@ -139,7 +139,7 @@ def test_the_secret_file_is_written_private_even_over_a_file_open_to_others(tmp_
 
 @pytest.mark.parametrize("role", ["broker", "controller"])
 def test_a_node_without_a_secret_refuses_to_start_in_one_sentence(tmp_path, monkeypatch, capsys, role):
-    from clusters.broker.__main__ import main
+    from kafkaesque_harness.clusters.broker.__main__ import main
 
     monkeypatch.delenv(rpc.SECRET_ENV, raising=False)
     argv = [role, "--node-id", "1", "--listen", "127.0.0.1:1", "--data-dir", str(tmp_path)]
@@ -149,7 +149,7 @@ def test_a_node_without_a_secret_refuses_to_start_in_one_sentence(tmp_path, monk
 
 
 def test_a_node_refuses_a_request_cap_larger_than_its_memory_pool(tmp_path, monkeypatch, capsys):
-    from clusters.broker.__main__ import main
+    from kafkaesque_harness.clusters.broker.__main__ import main
 
     monkeypatch.setenv(rpc.SECRET_ENV, SECRET)
     assert main(["controller", "--node-id", "1", "--listen", "127.0.0.1:1", "--data-dir", str(tmp_path),

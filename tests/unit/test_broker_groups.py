@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import OFFSETS_TOPIC, offset_record
-from clusters.broker.log import build_batch, validate_batches
-from clusters.broker.server import Broker
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC, offset_record
+from kafkaesque_harness.clusters.broker.log import build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.server import Broker
 
 NODE, FOLLOWER = 1, 2
 

@@ -8,7 +8,7 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.util import calc_crc32c
 
-from clusters.broker.log import (
+from kafkaesque_harness.clusters.broker.log import (
     InvalidBatchError,
     build_batch,
     iter_all_records,
@@ -17,7 +17,7 @@ from clusters.broker.log import (
     validate_batches,
     value_digest,
 )
-from clusters.broker.log.batch import stamp_batch
+from kafkaesque_harness.clusters.broker.log.batch import stamp_batch
 
 
 def test_header_fields_of_a_built_batch():

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from clusters.broker.log import (
+from kafkaesque_harness.clusters.broker.log import (
     CheckpointError,
     LeaderEpochCache,
     follower_truncation_offset,

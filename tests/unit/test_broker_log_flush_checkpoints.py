@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from clusters.broker.log import (
+from kafkaesque_harness.clusters.broker.log import (
     CheckpointError,
     FlushMode,
     FlushPolicy,
@@ -21,7 +21,7 @@ from clusters.broker.log import (
     write_clean_shutdown,
     write_hwm_checkpoint,
 )
-from clusters.broker.log import checkpoints as checkpoints_mod
+from kafkaesque_harness.clusters.broker.log import checkpoints as checkpoints_mod
 
 
 def flush_lines(data_dir) -> list[dict]:

@@ -13,7 +13,12 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusters.broker.log import LogManager, build_batch, iter_all_records, last_synced_lengths
+from kafkaesque_harness.clusters.broker.log import (
+    LogManager,
+    build_batch,
+    iter_all_records,
+    last_synced_lengths,
+)
 
 ops = st.lists(
     st.one_of(

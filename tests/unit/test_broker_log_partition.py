@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from clusters.broker.log import (
+from kafkaesque_harness.clusters.broker.log import (
     InvalidBatchError,
     NonContiguousAppendError,
     OffsetOutOfRangeError,

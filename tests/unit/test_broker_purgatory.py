@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import OFFSETS_TOPIC
-from clusters.broker.log import build_batch, validate_batches
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
+from kafkaesque_harness.clusters.broker.log import build_batch, validate_batches
 from tests.unit.test_broker_groups import FOLLOWER, NODE, make_broker
 
 TOPIC = "queue"

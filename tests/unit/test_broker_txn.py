@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from clusters.broker import kafka_api, rpc
-from clusters.broker.group_coordinator import OFFSETS_TOPIC
-from clusters.broker.log import build_batch, iter_all_records, validate_batches
-from clusters.broker.txn_coordinator import (
+from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
+from kafkaesque_harness.clusters.broker.log import build_batch, iter_all_records, validate_batches
+from kafkaesque_harness.clusters.broker.txn_coordinator import (
     COMPLETE_COMMIT,
     ONGOING,
     PREPARE_COMMIT,

@@ -1,5 +1,5 @@
 """Campaigns: the TOML file and its matrix, bad files refused in one sentence, the budget, the JUnit XML and
-index.html views, and exit codes. run_test (in its child process: harness.run_child.run_in_child) is replaced
+index.html views, and exit codes. run_test (in its child process: run_child.run_in_child) is replaced
 by a fake that stores canned results (no cluster)."""
 
 import json
@@ -10,12 +10,11 @@ from urllib.parse import unquote
 import pytest
 from typer.testing import CliRunner
 
-import harness.run_child
-import harness.runner
-from harness.campaign import run_campaign
-from harness.campaign_file import CampaignFileError, load_campaign, parse_campaign
-from harness.cli import app
-from results.store import create_run_dir, write_json
+from kafkaesque_harness.harness import run_child, runner
+from kafkaesque_harness.harness.campaign import run_campaign
+from kafkaesque_harness.harness.campaign_file import CampaignFileError, load_campaign, parse_campaign
+from kafkaesque_harness.harness.cli import app
+from kafkaesque_harness.results.store import create_run_dir, write_json
 
 HOSTILE = '<&"'  # must come out of every view escaped, never as markup
 
@@ -51,7 +50,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 class FakeRunTest:
-    """Stands in for harness.runner.run_test: stores a run with canned results, as the real one would."""
+    """Stands in for runner.run_test: stores a run with canned results, as the real one would."""
 
     def __init__(self, verdict=lambda spec: True, anomaly_name="lost-write", crash_on=()):
         self.verdict, self.anomaly_name, self.crash_on = verdict, anomaly_name, crash_on
@@ -71,7 +70,7 @@ class FakeRunTest:
         write_json(run_dir / "results.json", {"valid": valid, "checkers": {"queue": {
             "valid": valid, "anomaly_types": [a["name"] for a in anomalies], "anomalies": anomalies}}})
         (run_dir / "report.html").write_text("<html>report</html>")
-        return harness.runner.exit_code(valid), run_dir
+        return runner.exit_code(valid), run_dir
 
 
 class FakeClock:
@@ -180,7 +179,7 @@ def test_a_missing_file_names_itself(tmp_path):
 
 def test_a_bad_file_exits_3_with_one_sentence_and_runs_nothing(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
+    monkeypatch.setattr(run_child, "run_in_child", fake)
     text = TWO_BY_TWO.replace('nemeses = ["kill,pause", ""]', 'nemeses = ["kill,pause", "meteor"]')
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, text)), "--store", str(tmp_path / "store")])
     assert r.exit_code == 3
@@ -353,7 +352,7 @@ def test_index_escapes_every_value(tmp_path):
 ], ids=["all-valid", "one-invalid", "unknown-none-invalid", "invalid-beats-unknown"])
 def test_exit_status_of_the_command(tmp_path, monkeypatch, verdict, code):
     fake = FakeRunTest(verdict=verdict)
-    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
+    monkeypatch.setattr(run_child, "run_in_child", fake)
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, TWO_BY_TWO)), "--store", str(tmp_path / "store"),
                                  "--no-panel"])
     assert r.exit_code == code, r.output
@@ -364,7 +363,7 @@ def test_exit_status_of_the_command(tmp_path, monkeypatch, verdict, code):
 
 def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
+    monkeypatch.setattr(run_child, "run_in_child", fake)
     r = CliRunner().invoke(app, ["campaign", "--dry-run", str(write(tmp_path, TWO_BY_TWO)),
                                  "--store", str(tmp_path / "store")], env={"COLUMNS": "300"})
     assert r.exit_code == 0, r.output
@@ -375,7 +374,7 @@ def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, monkeypatch):
 
 def test_minimal_file_is_one_run(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
+    monkeypatch.setattr(run_child, "run_in_child", fake)
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(tmp_path / "store")])
     assert r.exit_code == 0, r.output
     assert len(fake.specs) == 1 and fake.specs[0].cluster == "local"
@@ -388,7 +387,7 @@ def test_a_bad_cluster_on_the_command_line_names_the_flag(tmp_path):
 
 def test_an_unwritable_store_is_one_sentence_and_exit_3(tmp_path, monkeypatch):
     fake = FakeRunTest()
-    monkeypatch.setattr(harness.run_child, "run_in_child", fake)
+    monkeypatch.setattr(run_child, "run_in_child", fake)
     blocker = tmp_path / "f"
     blocker.write_text("x")
     r = CliRunner().invoke(app, ["campaign", str(write(tmp_path, MINIMAL)), "--store", str(blocker)])
@@ -421,8 +420,8 @@ def test_ctrl_c_between_phases_stops_the_campaign(tmp_path):
 
 def replication_scenarios() -> set[str]:
     """The scenarios of the replication flaws (the transaction and group coordinators' have a plan of their own)."""
-    from clusters.reference import TXN_GROUP_VARIANTS
-    from nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.clusters.reference import TXN_GROUP_VARIANTS
+    from kafkaesque_harness.nemesis.scenario import SCENARIOS
 
     return {f"scenario:{name}" for name, s in SCENARIOS.items() if not set(s.targets) & set(TXN_GROUP_VARIANTS)}
 
@@ -446,8 +445,8 @@ def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
 
 
 def test_the_core_detection_plan_covers_what_docs_detection_claims():
-    from clusters.reference import TXN_GROUP_VARIANTS
-    from nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.clusters.reference import TXN_GROUP_VARIANTS
+    from kafkaesque_harness.nemesis.scenario import SCENARIOS
 
     root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
     files = sorted((root / "core").glob("*.toml"))

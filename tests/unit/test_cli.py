@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from harness.cli import app
+from kafkaesque_harness.harness.cli import app
 
 runner = CliRunner()
 
@@ -85,7 +85,7 @@ def test_unknown_nemesis_schedule_and_an_even_or_foreign_controller_quorum_are_o
 
 
 def test_the_verdict_is_followed_by_every_reason_it_is_unknown(tmp_path, capsys):
-    from harness.cli import _print_verdict
+    from kafkaesque_harness.harness.cli import _print_verdict
 
     (tmp_path / "results.json").write_text(json.dumps({
         "valid": "unknown", "checkers": {},
@@ -103,7 +103,7 @@ def test_a_reader_that_closes_the_pipe_early_ends_in_exit_3_not_1():
     import sys
 
     for args in (["faults"], ["--help"]):
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "kafkaesque_harness.harness.cli", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         proc.stdout.close()  # the reader goes away before a byte is read
         _, err_text = proc.communicate(timeout=60)

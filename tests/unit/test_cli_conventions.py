@@ -8,11 +8,11 @@ from importlib import metadata
 
 from typer.testing import CliRunner
 
-import harness.doctor as doctor
-from harness.cli import app
-from history import HistoryWriter, Op
-from history.extras import DIST
-from results.store import STORE_FORMAT
+import kafkaesque_harness.harness.doctor as doctor
+from kafkaesque_harness.harness.cli import app
+from kafkaesque_harness.history import HistoryWriter, Op
+from kafkaesque_harness.history.extras import DIST
+from kafkaesque_harness.results.store import STORE_FORMAT
 
 runner = CliRunner()
 

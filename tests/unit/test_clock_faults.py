@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from clusters import clock_preload
-from clusters.remote import LocalRemote
-from history import INVOKE, Op
-from nemesis.base import NemesisRefused
-from nemesis.registry import make_nemesis
+from kafkaesque_harness.clusters import clock_preload
+from kafkaesque_harness.clusters.remote import LocalRemote
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.registry import make_nemesis
 from tests.unit.fakes import fault_actions
 
 NODES = ["controller-0", "broker-1", "broker-2", "broker-3"]
@@ -139,7 +139,7 @@ def test_clock_faults_refuse_nodes_without_the_preload(tmp_path):
 
 
 def test_cleanup_of_a_leftover_node_puts_its_clock_file_back_to_the_real_time(tmp_path):
-    from clusters.local import _reset_clock_file
+    from kafkaesque_harness.clusters.local import _reset_clock_file
 
     clock = tmp_path / "clock-offset"
     clock.write_text(clock_preload.strobe_file_text(10**9, 10**7))

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from clusters import clock_preload
+from kafkaesque_harness.clusters import clock_preload
 
 PROBE = r"""
 import json, sys, threading, time

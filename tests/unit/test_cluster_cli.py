@@ -5,10 +5,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import clusters.docker
-import clusters.image
-from harness.cli import app
-from harness.cluster_cli import status_tables
+from kafkaesque_harness.clusters import docker, image
+from kafkaesque_harness.harness.cli import app
+from kafkaesque_harness.harness.cluster_cli import status_tables
 
 runner = CliRunner()
 
@@ -18,8 +17,8 @@ def no_docker_calls(monkeypatch):
     def refuse(*a, **kw):
         raise AssertionError("docker was contacted before the arguments were checked")
 
-    monkeypatch.setattr(clusters.docker, "docker_client", refuse)
-    monkeypatch.setattr(clusters.image, "ensure_image", refuse)
+    monkeypatch.setattr(docker, "docker_client", refuse)
+    monkeypatch.setattr(image, "ensure_image", refuse)
 
 
 class NoContainers:
@@ -35,7 +34,7 @@ class NoContainers:
 
 def test_image_build_prints_the_set_up_time_and_then_the_tag(monkeypatch):
     calls = []
-    monkeypatch.setattr(clusters.image, "ensure_image", lambda log, force: calls.append(force) or "kafkaesque-node:abc")
+    monkeypatch.setattr(image, "ensure_image", lambda log, force: calls.append(force) or "kafkaesque-node:abc")
     r = runner.invoke(app, ["image", "build", "--force"])
     assert r.exit_code == 0 and calls == [True]
     assert "image set-up:" in r.output and r.stdout.strip().splitlines()[-1] == "kafkaesque-node:abc"
@@ -43,9 +42,9 @@ def test_image_build_prints_the_set_up_time_and_then_the_tag(monkeypatch):
 
 def test_image_build_failure_is_one_sentence_and_exit_3(monkeypatch):
     def fail(log, force):
-        raise clusters.image.ImageError("debootstrap is not installed; run `apt-get install -y debootstrap`.")
+        raise image.ImageError("debootstrap is not installed; run `apt-get install -y debootstrap`.")
 
-    monkeypatch.setattr(clusters.image, "ensure_image", fail)
+    monkeypatch.setattr(image, "ensure_image", fail)
     r = runner.invoke(app, ["image", "build"])
     assert r.exit_code == 3 and "error: debootstrap is not installed" in r.output and "Traceback" not in r.output
 
@@ -71,15 +70,15 @@ def test_no_docker_engine_is_one_sentence_naming_the_fix():
 
 @pytest.mark.parametrize("command", ["status", "down"])
 def test_a_cluster_that_is_not_up_is_named_with_the_command_that_starts_it(monkeypatch, command):
-    monkeypatch.setattr(clusters.docker, "docker_client", lambda fix: NoContainers())
+    monkeypatch.setattr(docker, "docker_client", lambda fix: NoContainers())
     r = runner.invoke(app, ["cluster", command, "--name", "lab"])
     assert r.exit_code == 3
     assert "No cluster named 'lab' is up" in r.output and "kafkaesque cluster up --name lab" in r.output
 
 
 def test_cluster_up_refuses_a_name_already_up(monkeypatch):
-    monkeypatch.setattr(clusters.docker, "docker_client", lambda fix: NoContainers())
-    monkeypatch.setattr(clusters.docker.DockerCluster, "attach", classmethod(lambda cls, client, owner: object()))
+    monkeypatch.setattr(docker, "docker_client", lambda fix: NoContainers())
+    monkeypatch.setattr(docker.DockerCluster, "attach", classmethod(lambda cls, client, owner: object()))
     r = runner.invoke(app, ["cluster", "up"])
     assert r.exit_code == 3 and "A cluster named 'kafkaesque' is already up" in r.output
 

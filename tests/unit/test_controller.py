@@ -2,9 +2,9 @@
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.controller import Controller, ControllerConfig, place_replicas
-from clusters.broker.metadata import NO_LEADER, MetadataImage
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.controller import Controller, ControllerConfig, place_replicas
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, MetadataImage
 
 TIMEOUT = 1000
 

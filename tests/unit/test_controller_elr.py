@@ -7,8 +7,8 @@ Each ELR transition of 001 5.2.1 (cases A to G) has its own test; the two worked
 
 from __future__ import annotations
 
-from clusters.broker import rpc
-from clusters.broker.metadata import NO_LEADER, PartitionState
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, PartitionState
 from tests.unit.test_controller import TIMEOUT, alter, cluster, create, heartbeat, register
 
 

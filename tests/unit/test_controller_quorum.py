@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.controller_quorum import decode_message, encode_message, parse_quorum
-from clusters.broker.raft import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.controller_quorum import decode_message, encode_message, parse_quorum
+from kafkaesque_harness.clusters.broker.raft import (
     AppendEntries,
     AppendResponse,
     InstallSnapshot,
@@ -16,8 +16,8 @@ from clusters.broker.raft import (
     SnapshotResponse,
     VoteResponse,
 )
-from clusters.broker.raft_store import Entry, Snapshot
-from clusters.broker.server import ControllerClient
+from kafkaesque_harness.clusters.broker.raft_store import Entry, Snapshot
+from kafkaesque_harness.clusters.broker.server import ControllerClient
 
 
 @pytest.mark.parametrize("message", [
@@ -101,8 +101,8 @@ def test_one_controller_is_a_plain_client():
 import os  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-from clusters.broker.controller_quorum import QuorumControllerServer  # noqa: E402
-from clusters.broker.metadata import MetadataImage, MetadataLogFile  # noqa: E402
+from kafkaesque_harness.clusters.broker.controller_quorum import QuorumControllerServer  # noqa: E402
+from kafkaesque_harness.clusters.broker.metadata import MetadataImage, MetadataLogFile  # noqa: E402
 
 QUORUM = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3"
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from clusters.broker import rpc
-from clusters.broker.metadata import NO_LEADER, MetadataImage
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, MetadataImage
 from tests.unit.test_controller import heartbeat, register
 from tests.unit.test_controller_elr import Sim
 
@@ -290,7 +290,7 @@ def test_leaderless_partition_with_removed_leader_gets_a_target_leader_at_comple
 # --- the leader's side (replica.py): replicas added within a leader epoch -----------------------
 
 def test_leader_serves_a_replica_being_added_and_proposes_it_for_the_isr(tmp_path):
-    from clusters.broker.metadata import BrokerInfo, PartitionState
+    from kafkaesque_harness.clusters.broker.metadata import BrokerInfo, PartitionState
     from tests.unit.test_replica import make_replica, produce, replicate
 
     leader, new = make_replica(tmp_path, 1), make_replica(tmp_path, 4)
@@ -333,7 +333,7 @@ def test_controller_call_follows_the_not_controller_hint_and_skips_dead_addresse
     import struct
     import threading
 
-    from clusters.broker.reassign import ReassignError, controller_call
+    from kafkaesque_harness.clusters.broker.reassign import ReassignError, controller_call
 
     def serve(answer):
         srv = socket.socket()

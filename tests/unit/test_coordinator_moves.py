@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.base import PartitionView
-from clusters.broker.group_coordinator import CoordinatorConfig, GroupCoordinator, coordinator_partition
-from clusters.broker.txn_coordinator import TransactionCoordinator, TxnConfig
-from nemesis.actions import FaultActions
-from nemesis.ledger import FaultLedger
-from nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
-from nemesis.scenario import SCENARIOS, ScenarioNemesis
-from nemesis.targets import coordinator_node
+from kafkaesque_harness.clusters.base import PartitionView
+from kafkaesque_harness.clusters.broker.group_coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    coordinator_partition,
+)
+from kafkaesque_harness.clusters.broker.txn_coordinator import TransactionCoordinator, TxnConfig
+from kafkaesque_harness.nemesis.actions import FaultActions
+from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
+from kafkaesque_harness.nemesis.scenario import SCENARIOS, ScenarioNemesis
+from kafkaesque_harness.nemesis.targets import coordinator_node
+from kafkaesque_harness.workloads.queue import QueueWorkload
+from kafkaesque_harness.workloads.txn import TxnWorkload, transactional_id
 from tests.unit.test_protocol_nemesis import drive_moves, set_up
 from tests.unit.test_scenario import FakeCluster, run
-from workloads.queue import QueueWorkload
-from workloads.txn import TxnWorkload, transactional_id
 
 TXN_IDS = [transactional_id(s) for s in range(6)]
 INTERNAL = 5  # partitions of __transaction_state and __consumer_offsets in the fake
@@ -49,7 +53,7 @@ def coordinators_of(keys, topic="__transaction_state"):
 
 
 def no_sleep(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.idle", lambda seconds, stopped: True)
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: True)
 
 
 def test_the_coordinator_partition_is_the_brokers_own_rule_for_groups_and_transactional_ids():
@@ -90,7 +94,7 @@ def test_the_txn_coordinator_role_binds_the_broker_coordinating_most_of_the_work
 
 def test_pause_leader_past_the_txn_timeout_pauses_a_leader_longer_than_the_transaction_timeout(monkeypatch):
     slept = []
-    monkeypatch.setattr("nemesis.scenario.idle", lambda seconds, stopped: slept.append(seconds) or True)
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: slept.append(seconds) or True)
     c = CoordinatorCluster()
     n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "transactional_ids": TXN_IDS}), c)
     n.moves = {"pause-leader-past-txn-timeout": MOVES["pause-leader-past-txn-timeout"]}

@@ -7,12 +7,12 @@ import subprocess
 
 import pytest
 
-from clusters.base import proc_sys_refusal
-from clusters.remote import LocalRemote, RemoteResult
-from history import INVOKE, Op
-from nemesis.base import NemesisRefused
-from nemesis.faults import DROP_CACHES
-from nemesis.registry import make_nemesis
+from kafkaesque_harness.clusters.base import proc_sys_refusal
+from kafkaesque_harness.clusters.remote import LocalRemote, RemoteResult
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.faults import DROP_CACHES
+from kafkaesque_harness.nemesis.registry import make_nemesis
 from tests.unit.fakes import fault_actions
 
 BROKERS = ["broker-1", "broker-2"]

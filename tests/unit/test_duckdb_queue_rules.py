@@ -9,9 +9,9 @@ import pytest
 
 from benchmarks.peers import duckdb_queue_rules
 from benchmarks.peers.duckdb_queue_rules import COUNTS, queue_rule_counts
-from checkers.queue import check_queue
-from history import NEMESIS, Op
-from history.faults import BEYOND_BUDGET
+from kafkaesque_harness.checkers.queue import check_queue
+from kafkaesque_harness.history import NEMESIS, Op
+from kafkaesque_harness.history.faults import BEYOND_BUDGET
 from tests.unit.queue_histories import ANOMALIES, generate
 
 # The peer reads the queue workload's int keys, offsets and values; subscribe mode's anomalies are not its.

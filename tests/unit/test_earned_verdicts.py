@@ -14,11 +14,11 @@ import threading
 
 import pytest
 
-from clusters.base import PartitionView
-from clusters.remote import RemoteResult
-from harness import runner
-from harness.spec import TestSpec
-from history import INFO, NEMESIS, OK, Op, read_history
+from kafkaesque_harness.clusters.base import PartitionView
+from kafkaesque_harness.clusters.remote import RemoteResult
+from kafkaesque_harness.harness import runner
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.history import INFO, NEMESIS, OK, Op, read_history
 from tests.unit.fakes import FakeNetwork
 
 NODES = ["controller-0", "broker-1", "broker-2", "broker-3"]
@@ -88,8 +88,8 @@ class QueueWorkload:
         return [("final-poll", [k]) for k in self.log.records]
 
     def checkers(self, test):
-        from checkers.evidence import ProgressChecker
-        from checkers.queue import QueueChecker
+        from kafkaesque_harness.checkers.evidence import ProgressChecker
+        from kafkaesque_harness.checkers.queue import QueueChecker
 
         return [ProgressChecker(len(self.log.records)), QueueChecker()]
 
@@ -205,9 +205,9 @@ class FakeCluster:
 def world(monkeypatch):
     state = {"cluster": FakeCluster(), "log": Log()}
     monkeypatch.setattr(runner, "make_cluster", lambda spec, run_dir: state["cluster"])
-    monkeypatch.setattr("workloads.registry.make_workload", lambda name, opts: QueueWorkload(state["log"]))
+    monkeypatch.setattr("kafkaesque_harness.workloads.registry.make_workload", lambda name, opts: QueueWorkload(state["log"]))
     # The capability probe is a shell script for real nodes (tests/unit/test_capabilities.py); these can do all.
-    monkeypatch.setattr("clusters.capabilities.report_capabilities", lambda cluster, log: {})
+    monkeypatch.setattr("kafkaesque_harness.clusters.capabilities.report_capabilities", lambda cluster, log: {})
     return state
 
 
@@ -295,7 +295,7 @@ def test_a_worker_thread_that_dies_is_unknown(tmp_path, world, monkeypatch):
 
 
 def test_a_failed_final_heal_is_unknown(tmp_path, world, monkeypatch):
-    from nemesis.actions import FaultActions
+    from kafkaesque_harness.nemesis.actions import FaultActions
 
     def heal_everything(self):
         return ["start broker-2: RemoteError: broker-2: `start` exited 1"]
@@ -375,8 +375,8 @@ def test_a_scenario_that_stalls_is_unknown(tmp_path, world):
 
 
 def test_the_evidence_rules_read_a_finished_scenario_as_proven():
-    from checkers.evidence import FaultEvidenceChecker
-    from nemesis.ledger import FaultLedger
+    from kafkaesque_harness.checkers.evidence import FaultEvidenceChecker
+    from kafkaesque_harness.nemesis.ledger import FaultLedger
 
     ledger = FaultLedger()
     rec = ledger.request("kill", ["broker-1"], "scenario:t")
@@ -400,7 +400,7 @@ def test_the_evidence_rules_read_a_finished_scenario_as_proven():
 
 
 def test_a_run_from_before_the_ledger_cannot_show_its_faults_took_effect():
-    from checkers.evidence import FaultEvidenceChecker
+    from kafkaesque_harness.checkers.evidence import FaultEvidenceChecker
 
     history = [Op("invoke", "start-kill", NEMESIS, None), Op(INFO, "start-kill", NEMESIS, {"kill": ["broker-1"]}),
                Op("invoke", "heal", NEMESIS, None), Op(INFO, "heal", NEMESIS, {"errors": []})]  # no "faults" key
@@ -409,7 +409,7 @@ def test_a_run_from_before_the_ledger_cannot_show_its_faults_took_effect():
 
 
 def test_an_invalid_run_stays_invalid_with_its_missing_proofs_beside_it(tmp_path, world, monkeypatch):
-    from checkers.evidence import decide
+    from kafkaesque_harness.checkers.evidence import decide
 
     out = decide({"valid": False, "unknown_reasons": ["queue: partitions [1] have acknowledged sends but no "
                                                       "complete final read"]}, {"thread_failures": {"worker-2": "X"}})
@@ -417,7 +417,7 @@ def test_an_invalid_run_stays_invalid_with_its_missing_proofs_beside_it(tmp_path
 
 
 def test_every_reason_in_the_catalogue_is_one_sentence_with_an_example():
-    from checkers.reasons import REASONS
+    from kafkaesque_harness.checkers.reasons import REASONS
 
     for code, r in REASONS.items():
         sentence = r.say(**r.example)

@@ -5,12 +5,12 @@ pass and the one that must still fail, so the rule does not make the checker say
 
 import pytest
 
-from checkers.core import UNKNOWN, run_checkers
-from checkers.elle import check_list_append
-from checkers.linearizable import check_linearizable
-from checkers.log_order import check_log_order
-from checkers.queue import QueueChecker, check_queue
-from history import Op
+from kafkaesque_harness.checkers.core import UNKNOWN, run_checkers
+from kafkaesque_harness.checkers.elle import check_list_append
+from kafkaesque_harness.checkers.linearizable import check_linearizable
+from kafkaesque_harness.checkers.log_order import check_log_order
+from kafkaesque_harness.checkers.queue import QueueChecker, check_queue
+from kafkaesque_harness.history import Op
 
 
 def history(*pairs) -> list[Op]:

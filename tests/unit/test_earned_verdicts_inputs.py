@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
+from kafkaesque_harness.harness.cli import app
 
 runner = CliRunner()
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_BAD_INPUT = 0, 1, 2, 3
@@ -115,12 +115,11 @@ def test_a_checker_budget_of_no_time_is_refused(budget):
 # --- the guard: a harness bug is exit 3 and one sentence, usage errors are exit 3 ----------------
 def test_an_exception_escaping_a_command_is_exit_3_with_one_sentence_and_the_traceback_in_a_file(
         tmp_path, monkeypatch):
-    import harness.check_cli
-
+    from kafkaesque_harness.harness import check_cli
     def explode(*args, **kwargs):
         raise RuntimeError("boom\nacross lines")
 
-    monkeypatch.setattr(harness.check_cli, "check_command", explode)
+    monkeypatch.setattr(check_cli, "check_command", explode)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     r = runner.invoke(app, ["check", "whatever.jsonl"])
     assert r.exit_code == EXIT_BAD_INPUT
@@ -149,10 +148,10 @@ def test_help_says_what_every_exit_status_means():
 def test_the_console_script_is_the_guarded_main(monkeypatch):
     import tomllib
 
-    from harness.cli import main
+    from kafkaesque_harness.harness.cli import main
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["kafkaesque"] == "harness.cli:main"
+    assert pyproject["project"]["scripts"]["kafkaesque"] == "kafkaesque_harness.harness.cli:main"
     monkeypatch.setattr("sys.argv", ["kafkaesque", "run", "--no-such-option"])
     with pytest.raises(SystemExit) as e:
         main()
@@ -178,10 +177,9 @@ def test_pretty_tracebacks_never_show_locals():
     (["--name", "../elsewhere"], "--name '../elsewhere'"),
 ])
 def test_run_refuses_a_bad_setting_with_exit_3_before_anything_starts(tmp_path, monkeypatch, argv, named):
-    import harness.runner
-
+    from kafkaesque_harness.harness import runner as runner_module
     started = []
-    monkeypatch.setattr(harness.runner, "run_test", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(runner_module, "run_test", lambda *a, **k: started.append(a))
     r = runner.invoke(app, ["run", "--store", str(tmp_path / "store"), *argv])
     assert r.exit_code == EXIT_BAD_INPUT, r.output
     assert named in one_sentence_error(r.output)

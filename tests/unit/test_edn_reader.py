@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkers.formats.edn import _fast_loads, _plain, parse_edn_history, read_edn_form
+from kafkaesque_harness.checkers.formats.edn import _fast_loads, _plain, parse_edn_history, read_edn_form
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

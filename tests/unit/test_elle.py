@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from checkers.elle import check_list_append
-from checkers.formats.edn import export_edn, parse_edn_history
-from history import Op
+from kafkaesque_harness.checkers.elle import check_list_append
+from kafkaesque_harness.checkers.formats.edn import export_edn, parse_edn_history
+from kafkaesque_harness.history import Op
 
 ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors" / "elle"
 
@@ -219,7 +219,7 @@ def test_own_tarjan_agrees_with_networkx_on_random_graphs():
 
     import networkx as nx
 
-    from checkers.elle import _nontrivial_sccs
+    from kafkaesque_harness.checkers.elle import _nontrivial_sccs
 
     for seed in range(200):
         rng = random.Random(seed)
@@ -234,7 +234,7 @@ def test_own_tarjan_agrees_with_networkx_on_random_graphs():
 def test_own_cycle_search_reports_the_cycle_networkx_find_cycle_reports():
     import networkx as nx
 
-    from checkers.elle import _cycle_in
+    from kafkaesque_harness.checkers.elle import _cycle_in
 
     cyclic = 0
     for seed in range(1500):
@@ -257,8 +257,8 @@ def test_own_cycle_search_reports_the_cycle_networkx_find_cycle_reports():
 
 
 def test_queue_history_through_elle():
-    from checkers.elle import queue_to_list_append
-    from checkers.queue import check_queue  # noqa: F401 - the same schema
+    from kafkaesque_harness.checkers.elle import queue_to_list_append
+    from kafkaesque_harness.checkers.queue import check_queue  # noqa: F401 - the same schema
 
     def ops(*specs):
         out = []
@@ -297,7 +297,7 @@ MARKED_LOG = (("invoke", "send", 0, [0, 10]), ("ok", "send", 0, [0, [0, 10]]),
 
 
 def test_a_consumers_poll_past_a_transaction_marker_still_continues_its_prefix():
-    from checkers.elle import queue_to_list_append
+    from kafkaesque_harness.checkers.elle import queue_to_list_append
 
     # process 1 reads 10, then (past the marker) 13 and 12: its prefix [10, 13, 12] contradicts the
     # final read's [10, 12, 13], which a claim dropped at the marker would never show
@@ -308,7 +308,7 @@ def test_a_consumers_poll_past_a_transaction_marker_still_continues_its_prefix()
 
 
 def test_a_consumers_poll_past_an_offset_that_exists_makes_no_prefix_claim():
-    from checkers.elle import queue_to_list_append
+    from kafkaesque_harness.checkers.elle import queue_to_list_append
 
     # process 1 reads 10, then 13, skipping 12 at offset 2, which exists (the queue checker's
     # poll-skip): its reads are no prefix of the log, so they claim none
@@ -350,7 +350,7 @@ def _random_concurrent_history(seed: int, n: int = 60, keys: int = 4) -> list[Op
 def test_real_time_order_kept_as_frontier_runs_finds_the_same_cycles_as_listing_every_edge():
     from collections import defaultdict
 
-    from checkers.elle import FORBIDDEN, _DependencyGraph, _Inference
+    from kafkaesque_harness.checkers.elle import FORBIDDEN, _DependencyGraph, _Inference
 
     cyclic = 0
     for seed in range(120):
@@ -368,7 +368,7 @@ def test_real_time_order_kept_as_frontier_runs_finds_the_same_cycles_as_listing_
 def test_the_explaining_pass_gives_the_edges_the_graph_holds():
     from collections import defaultdict
 
-    from checkers.elle import FORBIDDEN, _DependencyGraph, _frontier_edges, _Inference
+    from kafkaesque_harness.checkers.elle import FORBIDDEN, _DependencyGraph, _frontier_edges, _Inference
 
     for seed in range(60):
         h = _random_concurrent_history(seed)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from clusters.broker.__main__ import build_parser
-from clusters.broker.listener import event_loop_runner
+from kafkaesque_harness.clusters.broker.__main__ import build_parser
+from kafkaesque_harness.clusters.broker.listener import event_loop_runner
 
 
 async def _loop_module() -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.external import (
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.external import (
     ClusterFileError,
     ExternalCluster,
     cluster_file_brokers,
@@ -20,8 +20,8 @@ from clusters.external import (
     load_cluster_file,
     render_all,
 )
-from clusters.ssh import SshCluster
-from harness.spec import cluster_problem
+from kafkaesque_harness.clusters.ssh import SshCluster
+from kafkaesque_harness.harness.spec import cluster_problem
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "clusters" / "examples"
 
@@ -202,7 +202,7 @@ def test_kind_decides_the_backend_and_ssh_node_files_keep_working(tmp_path):
     assert "kind = 'kafka'" in cluster_problem(write(tmp_path, 'kind = "kafka"\n', "bad.toml"))
     assert "cannot read the cluster file" in cluster_problem(str(tmp_path / "nope.toml"))
     with pytest.raises(ClusterError, match='is kind = "reference-ssh"'):
-        from clusters.ssh import load_node_file
+        from kafkaesque_harness.clusters.ssh import load_node_file
 
         load_node_file(external)
 
@@ -241,7 +241,7 @@ def test_the_command_line_prints_the_files_sentence_with_its_table_names(tmp_pat
     import sys
 
     bad = write(tmp_path, 'kind = "external"\n[commands]\nstart = "x"\n')
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", bad], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", bad], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 3
     assert f"error: the cluster file {bad} has no dir in [paths]; add `dir = \"/absolute/path\"`." in r.stderr
@@ -358,7 +358,7 @@ def test_metadata_lacking_a_broker_waits_and_then_says_what_it_listed(tmp_path):
 
 
 def test_a_one_broker_file_lowers_the_replication_factor_and_says_so():
-    from harness.spec import TestSpec
+    from kafkaesque_harness.harness.spec import TestSpec
 
     spec = TestSpec()
     assert spec.take_file_brokers(1) == ("the cluster file has 1 broker(s): replication factor 3 -> 1, "
@@ -368,7 +368,7 @@ def test_a_one_broker_file_lowers_the_replication_factor_and_says_so():
 
 
 def test_a_kept_cluster_file_masks_keys_named_like_secrets_and_nothing_else():
-    from clusters.external import mask_secrets
+    from kafkaesque_harness.clusters.external import mask_secrets
 
     text = ('[ssh]\nkey = "~/.ssh/id"  # the login key\nuser = "root"\n[vars]\nsasl_password = \'p4ss\'\n'
             'api_token = "t0k"\nkafka_port_x = 9\ncreds = {secret = "s", name = "n"}\n# token = "a comment stays"\n')
@@ -380,8 +380,8 @@ def test_a_kept_cluster_file_masks_keys_named_like_secrets_and_nothing_else():
 
 
 def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_path):
-    from clusters.external import keep_cluster_file
-    from harness.spec import TestSpec
+    from kafkaesque_harness.clusters.external import keep_cluster_file
+    from kafkaesque_harness.harness.spec import TestSpec
 
     cluster = Path(write(tmp_path, GOOD, "c.toml"))
     run_dir = tmp_path / "run"
@@ -405,7 +405,7 @@ def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_p
 
 @pytest.mark.parametrize("target, refused", [("isr-member", True), ("last-isr-member", True), ("leader", False)])
 def test_isr_targets_are_not_applicable_where_nodes_share_an_id(tmp_path, target, refused):
-    from nemesis.registry import make_nemesis
+    from kafkaesque_harness.nemesis.registry import make_nemesis
 
     shared = ExternalCluster.from_file(write(tmp_path, SHARED), None, str(tmp_path))
     own = ExternalCluster.from_file(write(tmp_path, GOOD, "own.toml"), None, str(tmp_path))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from history.extras import DIST, EXTRAS, MissingExtra, install_hint, installed, need
+from kafkaesque_harness.history.extras import DIST, EXTRAS, MissingExtra, install_hint, installed, need
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,10 +75,10 @@ def test_every_extra_the_code_asks_for_is_declared_and_not_in_the_core():
 def test_a_missing_extra_is_said_once_for_every_feature_that_needs_it(monkeypatch):
     """extra_missing: need()'s sentence without importing, for the first absent module of the extra; the
     local-netns cluster's lossy file system and the confluent-client check say exactly that."""
-    import history.extras as extras
-    from clusters.base import ClusterSpec
-    from clusters.netns import NetnsCluster
-    from harness.spec import TestSpec
+    import kafkaesque_harness.history.extras as extras
+    from kafkaesque_harness.clusters.base import ClusterSpec
+    from kafkaesque_harness.clusters.netns import NetnsCluster
+    from kafkaesque_harness.harness.spec import TestSpec
 
     assert extras.extra_missing("lossy", "x") is None  # the dev venv has every extra
     monkeypatch.setattr(extras, "installed", lambda module: module != "trio")

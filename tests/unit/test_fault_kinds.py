@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import nemesis.kinds
-from harness.cli import app
-from harness.spec import TestSpec
-from nemesis.fault import FaultKind, Option
-from nemesis.kinds import all_kinds
-from nemesis.registry import make_nemesis, nemesis_help, nemesis_names, nemesis_problem
-from nemesis.requirements import fault_needs
+from kafkaesque_harness.harness.cli import app
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.nemesis import kinds
+from kafkaesque_harness.nemesis.fault import FaultKind, Option
+from kafkaesque_harness.nemesis.kinds import all_kinds
+from kafkaesque_harness.nemesis.registry import make_nemesis, nemesis_help, nemesis_names, nemesis_problem
+from kafkaesque_harness.nemesis.requirements import fault_needs
 
 BEFORE = ("kill", "pause", "partition", "lossy-crash", "clock", "clock-jump", "clock-strobe", "net", "disk",
           "protocol", "drop-caches", "controller", "membership")  # the hand-written list the kinds replaced
@@ -40,14 +40,14 @@ def test_capability_needs_are_the_kinds_declarations():
 
 def test_a_new_module_in_the_package_is_a_fault_with_nothing_else_edited(tmp_path, monkeypatch):
     (tmp_path / "meteor.py").write_text(
-        "from nemesis.fault import FaultKind, Option\n"
+        "from kafkaesque_harness.nemesis.fault import FaultKind, Option\n"
         "class Meteor:\n"
         "    name = 'meteor'\n"
         "    def __init__(self, options):\n"
         "        self.size = options['meteor_size']\n"
         "KIND = FaultKind('meteor', 'a meteor strikes', Meteor,\n"
         "                 options=(Option('meteor_size', int, 3, 'how big', low=1),))\n")
-    monkeypatch.setattr(nemesis.kinds, "__path__", [*nemesis.kinds.__path__, str(tmp_path)])
+    monkeypatch.setattr(kinds, "__path__", [*kinds.__path__, str(tmp_path)])
     all_kinds.cache_clear()
     try:
         assert "meteor" in nemesis_names() and nemesis_problem(["meteor", "kill"]) is None

@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from clusters.base import PartitionView
-from clusters.remote import LocalRemote
-from history import INVOKE, Op
-from nemesis.kinds.file_corruption import (
+from kafkaesque_harness.clusters.base import PartitionView
+from kafkaesque_harness.clusters.remote import LocalRemote
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.kinds.file_corruption import (
     NODE_PROGRAM,
     FileCorruptionNemesis,
     allowed_replicas,
@@ -24,7 +24,12 @@ from nemesis.kinds.file_corruption import (
     snapshot_tail,
     truncate_tail,
 )
-from nemesis.registry import make_nemesis, nemesis_names, nemesis_options_problems, parse_nemesis_options
+from kafkaesque_harness.nemesis.registry import (
+    make_nemesis,
+    nemesis_names,
+    nemesis_options_problems,
+    parse_nemesis_options,
+)
 from tests.unit.fakes import fault_actions
 
 
@@ -261,7 +266,7 @@ def test_only_the_chosen_minority_is_damaged_and_never_the_whole_isr(tmp_path):
 
 
 def test_a_cluster_too_small_for_a_minority_is_refused_by_name(tmp_path):
-    from nemesis.base import NemesisRefused
+    from kafkaesque_harness.nemesis.base import NemesisRefused
 
     class Two(DirCluster):
         def partitions(self, topic):

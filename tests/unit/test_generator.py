@@ -4,7 +4,13 @@ import random
 
 import pytest
 
-from harness.generator import ClientSchedule, NemesisSchedule, ProcessTable, RateLimiter, final_assignments
+from kafkaesque_harness.harness.generator import (
+    ClientSchedule,
+    NemesisSchedule,
+    ProcessTable,
+    RateLimiter,
+    final_assignments,
+)
 
 
 def mix(rng: random.Random, process: int):

@@ -3,8 +3,8 @@ state transition and every error of the classic protocol, and the offsets rebuil
 
 from __future__ import annotations
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from nemesis import grudge
+from kafkaesque_harness.nemesis import grudge
 
 NODES = ["n1", "n2", "n3", "n4", "n5"]
 

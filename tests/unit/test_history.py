@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from history import HistoryFormatError, HistoryWriter, Op, pair_ops, read_history
+from kafkaesque_harness.history import HistoryFormatError, HistoryWriter, Op, pair_ops, read_history
 
 WRITER = r"""
 import sys
-from history import HistoryWriter, Op
+from kafkaesque_harness.history import HistoryWriter, Op
 w = HistoryWriter(sys.argv[1])
 i = 0
 while True:
@@ -64,9 +64,9 @@ def test_pairing_treats_unmatched_invocations_as_open():
 
 
 def test_a_history_read_from_disk_is_paired_once_for_every_checker_and_the_report(tmp_path, monkeypatch):
-    import history.ops as ops
-    from harness.runner import analyze_history
-    from results.report import render_report
+    import kafkaesque_harness.history.ops as ops
+    from kafkaesque_harness.harness.runner import analyze_history
+    from kafkaesque_harness.results.report import render_report
 
     w = HistoryWriter(tmp_path / "history.jsonl")
     for p in range(3):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import image
+from kafkaesque_harness.clusters import image
 
 
 def test_mirror_read_from_deb822_sources(tmp_path: Path):

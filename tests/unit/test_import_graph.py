@@ -36,8 +36,8 @@ def test_the_project_has_no_circle_and_no_arrow_back_up():
 
 def test_a_planted_circle_of_files_fails_the_check(tmp_path, capsys):
     root = _tree(tmp_path, {
-        "checkers/a.py": "from checkers.b import x\n",
-        "checkers/b.py": "def f():\n    from checkers import a\nx = 1\n",  # hidden in a function: still a circle
+        "checkers/a.py": "from kafkaesque_harness.checkers.b import x\n",
+        "checkers/b.py": "def f():\n    from kafkaesque_harness.checkers import a\nx = 1\n",  # hidden in a function: still a circle
     })
     graph = _script()
     assert graph.measure(root)["file_circles"] == [["checkers.a", "checkers.b"]]
@@ -48,8 +48,8 @@ def test_a_planted_circle_of_files_fails_the_check(tmp_path, capsys):
 def test_an_arrow_back_up_fails_the_check_unless_allowed(tmp_path):
     root = _tree(tmp_path, {
         "history/ops.py": "import json\n",
-        "history/bad.py": "from harness import runner\n",
-        "harness/runner.py": "from history.ops import json\n",
+        "history/bad.py": "from kafkaesque_harness.harness import runner\n",
+        "harness/runner.py": "from kafkaesque_harness.history.ops import json\n",
     })
     graph = _script()
     found = graph.measure(root)
@@ -61,7 +61,7 @@ def test_an_arrow_back_up_fails_the_check_unless_allowed(tmp_path):
 
 def test_type_checking_imports_are_arrows_too(tmp_path):
     root = _tree(tmp_path, {
-        "clusters/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from clusters.b import B\n",
-        "clusters/b.py": "from clusters import a\nclass B: ...\n",
+        "clusters/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kafkaesque_harness.clusters.b import B\n",
+        "clusters/b.py": "from kafkaesque_harness.clusters import a\nclass B: ...\n",
     })
     assert _script().measure(root)["file_circles"] == [["clusters.a", "clusters.b"]]

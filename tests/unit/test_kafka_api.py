@@ -22,9 +22,9 @@ from kafka.protocol.producer import (
 )
 from kafka.record import MemoryRecords
 
-from clusters.broker import kafka_api, rpc
-from clusters.broker.log import build_batch
-from clusters.broker.metadata import MetadataImage
+from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker.log import build_batch
+from kafkaesque_harness.clusters.broker.metadata import MetadataImage
 
 
 class StubBroker:

@@ -29,8 +29,12 @@ from kafka.protocol.metadata import (
     FindCoordinatorResponse,
 )
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import CoordinatorConfig, GroupCoordinator, offset_record
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    offset_record,
+)
 from tests.unit.test_kafka_api import roundtrip
 
 G = "grp"

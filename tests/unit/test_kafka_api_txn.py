@@ -22,12 +22,20 @@ from kafka.protocol.producer.transaction import (
     EndTxnResponse,
 )
 
-from clusters.broker import kafka_api, rpc
-from clusters.broker.group_coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
-from clusters.broker.log import build_batch
-from clusters.broker.metadata import MetadataImage
-from clusters.broker.txn_coordinator import COMPLETE_COMMIT, PREPARE_COMMIT, TXN_STATE_TOPIC
-from clusters.broker.txn_shell import TxnShell
+from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    CoordinatorConfig,
+    GroupCoordinator,
+)
+from kafkaesque_harness.clusters.broker.log import build_batch
+from kafkaesque_harness.clusters.broker.metadata import MetadataImage
+from kafkaesque_harness.clusters.broker.txn_coordinator import (
+    COMPLETE_COMMIT,
+    PREPARE_COMMIT,
+    TXN_STATE_TOPIC,
+)
+from kafkaesque_harness.clusters.broker.txn_shell import TxnShell
 
 T = "tx-1"
 

@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers.linearizable import check_linearizable
-from history import Op
+from kafkaesque_harness.checkers.linearizable import check_linearizable
+from kafkaesque_harness.history import Op
 
 
 def register_history(seed: int, n: int, crash_rate: float = 0.1):

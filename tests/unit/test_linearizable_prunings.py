@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers.linearizable import check_calls
-from checkers.models import MODELS, UNKNOWN_OUTPUT, Call
+from kafkaesque_harness.checkers.linearizable import check_calls
+from kafkaesque_harness.checkers.models import MODELS, UNKNOWN_OUTPUT, Call
 
 NEVER = 1 << 60
 

@@ -6,9 +6,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers.linearizable import check_linearizable
-from checkers.log_order import check_log_order
-from history import Op
+from kafkaesque_harness.checkers.linearizable import check_linearizable
+from kafkaesque_harness.checkers.log_order import check_log_order
+from kafkaesque_harness.history import Op
 
 
 def simulate(seed: int, n_ops: int, fault: str | None) -> list[Op]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.base import PartitionView
-from history import Op
-from nemesis.actions import FaultActions
-from nemesis.faults import LossyCrashNemesis
+from kafkaesque_harness.clusters.base import PartitionView
+from kafkaesque_harness.history import Op
+from kafkaesque_harness.nemesis.actions import FaultActions
+from kafkaesque_harness.nemesis.faults import LossyCrashNemesis
 from tests.unit.fakes import fault_actions
 
 BROKERS = ["broker-1", "broker-2", "broker-3"]

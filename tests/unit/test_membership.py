@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.controller import Controller, ControllerConfig
-from clusters.broker.membership import MembershipError, alter_cluster
-from history import INVOKE, Op
-from nemesis.membership import MembershipNemesis
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.controller import Controller, ControllerConfig
+from kafkaesque_harness.clusters.broker.membership import MembershipError, alter_cluster
+from kafkaesque_harness.history import INVOKE, Op
+from kafkaesque_harness.nemesis.membership import MembershipNemesis
 from tests.unit.fakes import fault_actions
 
 SESSION_MS = 1000
@@ -215,7 +215,7 @@ def test_membership_is_refused_by_name_on_a_cluster_without_our_controller():
     class Foreign:
         name = "external"
 
-    from nemesis.base import NemesisRefused
+    from kafkaesque_harness.nemesis.base import NemesisRefused
 
     with pytest.raises(NemesisRefused, match="drop membership from --nemesis"):
         MembershipNemesis({}).setup(Foreign(), fault_actions(Foreign()))

@@ -12,13 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from clusters.base import ClusterSpec
-from clusters.broker.code_digest import code_digest
-from clusters.code_copy import REPO_ROOT, CodeCopy, Edit, SnippetError, apply_edits, find_code_copies
-from clusters.ownership import run_state
-from harness.spec import TestSpec
-from results.mutants import MUTANTS, Mutant
-from results.mutation import (
+from kafkaesque_harness.clusters.base import ClusterSpec
+from kafkaesque_harness.clusters.broker.code_digest import code_digest
+from kafkaesque_harness.clusters.code_copy import (
+    REPO_ROOT,
+    CodeCopy,
+    Edit,
+    SnippetError,
+    apply_edits,
+    find_code_copies,
+)
+from kafkaesque_harness.clusters.ownership import run_state
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.results.mutants import MUTANTS, Mutant
+from kafkaesque_harness.results.mutation import (
     all_records,
     catalogue_problems,
     classify,
@@ -30,7 +37,7 @@ from results.mutation import (
     write_mutation_doc,
 )
 
-BROKER_MODULES = {f: "clusters." + f.removeprefix("clusters/").removesuffix(".py").replace("/", ".")
+BROKER_MODULES = {f: "kafkaesque_harness.clusters." + f.removeprefix("clusters/").removesuffix(".py").replace("/", ".")
                   for m in MUTANTS for f in m.files}
 
 
@@ -79,12 +86,12 @@ def test_each_mutated_copy_differs_compiles_and_imports(mutant):
     with CodeCopy(mutant.edits, label=mutant.name) as copy:
         assert copy.digest != before
         for e in mutant.edits:
-            text = (copy.root / e.file).read_text()
+            text = (copy.package / e.file).read_text()
             assert e.new in text and text.count(e.old) == text.count(e.new) * (e.old in e.new)
         modules = sorted({BROKER_MODULES[f] for f in mutant.files})
         # -P: the copy, not this tree, is what imports (the nodes start the same way).
         code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; " \
-               "import clusters; print(clusters.__file__)"
+               "import kafkaesque_harness.clusters as c; print(c.__file__)"
         p = subprocess.run([sys.executable, "-P", "-c", code, *modules], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(copy.root)}, cwd=str(REPO_ROOT), timeout=60)
         assert p.returncode == 0, p.stderr
@@ -96,7 +103,7 @@ def test_each_mutated_copy_differs_compiles_and_imports(mutant):
 def test_a_code_copy_is_registered_found_by_cleanup_and_removed_on_close():
     copy = CodeCopy([], label="probe")
     try:
-        assert (copy.root / "clusters" / "broker" / "replica.py").is_file()
+        assert (copy.package / "clusters" / "broker" / "replica.py").is_file()
         assert copy.digest == code_digest(REPO_ROOT)  # no edit: the same node code
         assert run_state(copy.owner) == "live"
         found = [f for f in find_code_copies() if f.owner == copy.owner]
@@ -109,7 +116,7 @@ def test_a_code_copy_is_registered_found_by_cleanup_and_removed_on_close():
 
 
 def test_cleanup_removes_the_copy_of_a_harness_that_died_and_spares_a_live_one(tmp_path):
-    from clusters.cleanup import carry_out, plan_cleanup
+    from kafkaesque_harness.clusters.cleanup import carry_out, plan_cleanup
     from tests.unit.test_ownership import dead_harness
 
     dead, live = CodeCopy([], label="dead"), CodeCopy([], label="live")
@@ -138,13 +145,13 @@ def test_a_copy_that_cannot_apply_leaves_nothing_behind(tmp_path):
 
 
 def test_local_nodes_run_the_copy_first_on_the_path(tmp_path):
-    from clusters.local import LocalCluster
+    from kafkaesque_harness.clusters.local import LocalCluster
 
     c = LocalCluster(ClusterSpec(node_code="/tmp/copy-x"), str(tmp_path / "run"))
     c.ports = {n: 9000 + i for i, n in enumerate(c.nodes())}
     for node in c.nodes():
         argv = c.node_argv(node)
-        assert argv[1] == "-P" and argv[2:4] == ["-m", "clusters.broker"]
+        assert argv[1] == "-P" and argv[2:4] == ["-m", "kafkaesque_harness.clusters.broker"]
         assert c.node_env(node)["PYTHONPATH"].split(os.pathsep)[0] == "/tmp/copy-x"
     plain = LocalCluster(ClusterSpec(), str(tmp_path / "run2"))
     plain.ports = dict(c.ports)
@@ -153,10 +160,10 @@ def test_local_nodes_run_the_copy_first_on_the_path(tmp_path):
 
 def test_node_code_is_checked_before_a_run(tmp_path):
     assert TestSpec(node_code=str(tmp_path)).problems(only={"node_code"}) == [
-        f"node_code={str(tmp_path)!r} holds no clusters/broker/__main__.py; give a directory holding a copy of "
-        "clusters/ (clusters/code_copy.py)."]
-    (tmp_path / "clusters" / "broker").mkdir(parents=True)
-    (tmp_path / "clusters" / "broker" / "__main__.py").write_text("")
+        f"node_code={str(tmp_path)!r} holds no kafkaesque_harness/clusters/broker/__main__.py; give a directory "
+        "holding a copy of the kafkaesque_harness package with its clusters/ (clusters/code_copy.py lays one out)."]
+    (tmp_path / "kafkaesque_harness" / "clusters" / "broker").mkdir(parents=True)
+    (tmp_path / "kafkaesque_harness" / "clusters" / "broker" / "__main__.py").write_text("")
     assert TestSpec(node_code=str(tmp_path), cluster="local").problems(only={"node_code", "cluster"}) == []
 
 
@@ -328,7 +335,7 @@ def test_node_digests_reads_the_start_up_line_of_every_node(tmp_path):
 
 
 def test_every_plan_is_a_valid_spec_and_disk_runs_only_when_named():
-    from results.mutation import COMMON, DEFAULT_PLANS, PLANS
+    from kafkaesque_harness.results.mutation import COMMON, DEFAULT_PLANS, PLANS
 
     for name, plan in PLANS.items():
         spec = TestSpec(name=f"mutant-x-{name}", time_limit=300, cluster="local", **COMMON, **plan)

@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from clusters.base import PartitionView
-from history import Op
-from nemesis.base import NemesisRefused
-from nemesis.registry import make_nemesis
-from nemesis.targets import choose
+from kafkaesque_harness.clusters.base import PartitionView
+from kafkaesque_harness.history import Op
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.registry import make_nemesis
+from kafkaesque_harness.nemesis.targets import choose
 from tests.unit.fakes import fault_actions
 
 BROKERS = ["broker-1", "broker-2", "broker-3", "broker-4", "broker-5"]
@@ -144,7 +144,7 @@ def test_fault_targets_replay_from_the_seed_in_a_fresh_process():
     import subprocess
     import sys
 
-    code = ("from nemesis.faults import PartitionNemesis as P;import random;"
+    code = ("from kafkaesque_harness.nemesis.faults import PartitionNemesis as P;import random;"
             "print([P({'seed': 7}).rng.random() for _ in range(1)])")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={"PYTHONHASHSEED": str(salt), "PATH": ""}).stdout for salt in (1, 2, 3)}
@@ -165,7 +165,7 @@ def test_mixed_target_draws_a_target_per_fault_lone_nodes_leaders_majorities_and
 
 
 def test_mixed_partitions_draw_their_shape_per_fault():
-    from nemesis.faults import PartitionNemesis
+    from kafkaesque_harness.nemesis.faults import PartitionNemesis
 
     class Net(FakeCluster):
         def isolation_unavailable(self):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clusters import netrules
+from kafkaesque_harness.clusters import netrules
 
 
 def test_partition_rules_drop_each_peer_once_in_our_chain():

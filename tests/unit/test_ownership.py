@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from clusters import cleanup as cleanup_module
-from clusters.base import ClusterError
-from clusters.cleanup import RunIsLive, plan_cleanup
-from clusters.local import cleanup_leftovers, find_processes
-from clusters.ownership import (
+from kafkaesque_harness.clusters import cleanup as cleanup_module
+from kafkaesque_harness.clusters.base import ClusterError
+from kafkaesque_harness.clusters.cleanup import RunIsLive, plan_cleanup
+from kafkaesque_harness.clusters.local import cleanup_leftovers, find_processes
+from kafkaesque_harness.clusters.ownership import (
     Harness,
     Leftover,
     is_live,
@@ -39,8 +39,8 @@ from clusters.ownership import (
     this_harness,
     unregister_run,
 )
-from clusters.reference import OWNER_ENV
-from harness.cli import app
+from kafkaesque_harness.clusters.reference import OWNER_ENV
+from kafkaesque_harness.harness.cli import app
 
 
 @pytest.fixture(autouse=True)
@@ -209,7 +209,7 @@ def test_run_option_refuses_a_live_run_and_takes_an_unregistered_one():
 
 
 def test_run_option_finds_a_namespace_by_the_runs_tag():
-    from clusters.ownership import owner_tag
+    from kafkaesque_harness.clusters.ownership import owner_tag
 
     tag = owner_tag("old-run")
     plan = plan_cleanup("old-run", found=[Leftover("", f"network namespace kq{tag}-0", lambda: None, tag=tag)])
@@ -274,7 +274,7 @@ def test_cleanup_run_and_all_dead_together_are_refused(found_by_backends):
 
 def test_the_harness_of_a_real_child_process_is_live_then_dead_after_kill_9(tmp_path):
     """The registration as a separate `kafkaesque` process leaves it: live while it runs, dead after kill -9."""
-    code = ("import sys, time; from clusters.ownership import register_run; register_run('child-run'); "
+    code = ("import sys, time; from kafkaesque_harness.clusters.ownership import register_run; register_run('child-run'); "
             "print('registered', flush=True); time.sleep(300)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                          cwd=Path(__file__).resolve().parents[2])

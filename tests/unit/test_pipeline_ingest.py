@@ -7,10 +7,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from history import HistoryWriter, Op
-from results.pipeline import PipelineError
-from results.pipeline.ingest import discover_runs, ingest
-from results.store import write_json
+from kafkaesque_harness.history import HistoryWriter, Op
+from kafkaesque_harness.results.pipeline import PipelineError
+from kafkaesque_harness.results.pipeline.ingest import discover_runs, ingest
+from kafkaesque_harness.results.store import write_json
 
 
 def make_run(root, name="queue", stamp="20260101T000000", ops=None):
@@ -111,7 +111,7 @@ def test_completions_carry_their_invocation_as_pairing_decides(tmp_path):
 
 
 def test_a_reads_table_without_the_pairing_columns_is_stale(tmp_path):
-    from results.pipeline.ingest import stale_tables
+    from kafkaesque_harness.results.pipeline.ingest import stale_tables
 
     make_run(tmp_path / "store", ops=HISTORY)
     wh = tmp_path / "wh"
@@ -174,7 +174,7 @@ def test_a_second_workload_is_ingested_as_its_values_read_with_no_change_here(tm
     class KeyValueWorkload:
         values = _KeyValueValues()
 
-    monkeypatch.setattr("workloads.registry.workload_class",
+    monkeypatch.setattr("kafkaesque_harness.workloads.registry.workload_class",
                         lambda name: KeyValueWorkload if name == "kv" else pytest.fail(name))
     run = make_run(tmp_path / "store", ops=[Op("invoke", "write", 0, {"k": 3, "v": 9}),
                                             Op("ok", "write", 0, {"k": 3, "v": 9, "at": 4}),
@@ -226,7 +226,7 @@ def test_reads_carry_the_consumer_position_before_them(tmp_path):
 
 def test_a_run_whose_completions_go_back_in_time_across_a_fault_beyond_budget_is_refused(tmp_path):
     """Eras need each process's completions in time order; without a fault beyond the budget there is one era."""
-    from history import BEYOND_BUDGET
+    from kafkaesque_harness.history import BEYOND_BUDGET
 
     def run_with(name, nemesis):
         ops = [Op("invoke", "poll", 0, None), Op("ok", "poll", 0, {"1": [[0, 7]]}),

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from clusters.ownership import process_start_time
-from results.pipeline import PipelineError
-from results.pipeline.standalone import STATE_FILE, stop
+from kafkaesque_harness.clusters.ownership import process_start_time
+from kafkaesque_harness.results.pipeline import PipelineError
+from kafkaesque_harness.results.pipeline.standalone import STATE_FILE, stop
 
 
 @pytest.fixture
@@ -65,6 +65,6 @@ def test_no_state_means_nothing_to_stop_and_a_bad_state_file_says_so(tmp_path):
     ("spark://127.0.0.1:7077", 2),
 ])
 def test_a_jobs_cores_follow_its_master(master, cores):
-    from results.pipeline.session import _cores
+    from kafkaesque_harness.results.pipeline.session import _cores
 
     assert _cores(master) == cores

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from history import Op
-from nemesis.plan import PlanStep, drive, in_turn, timed
+from kafkaesque_harness.history import Op
+from kafkaesque_harness.nemesis.plan import PlanStep, drive, in_turn, timed
 
 
 class Clock:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from checkers.formats.porcupine import parse_etcd_log, parse_kv_log
-from checkers.linearizable import check_linearizable
+from kafkaesque_harness.checkers.formats.porcupine import parse_etcd_log, parse_kv_log
+from kafkaesque_harness.checkers.linearizable import check_linearizable
 
 ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors" / "porcupine"
 MANIFEST = json.loads((ANCHORS / "MANIFEST.json").read_text()) if (ANCHORS / "MANIFEST.json").exists() else None

@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from checkers.evidence import FaultEvidenceChecker
-from history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
-from nemesis import actions
-from nemesis.actions import STALL_FAULT, FaultActions
-from nemesis.base import NemesisRefused
-from nemesis.ledger import FaultLedger
-from nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
-from nemesis.registry import make_nemesis
-from nemesis.requirements import can
-from nemesis.scenario import (
+from kafkaesque_harness.checkers.evidence import FaultEvidenceChecker
+from kafkaesque_harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op
+from kafkaesque_harness.nemesis import actions
+from kafkaesque_harness.nemesis.actions import STALL_FAULT, FaultActions
+from kafkaesque_harness.nemesis.base import NemesisRefused
+from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
+from kafkaesque_harness.nemesis.registry import make_nemesis
+from kafkaesque_harness.nemesis.requirements import can
+from kafkaesque_harness.nemesis.scenario import (
     SCENARIOS,
     Scenario,
     ScenarioNemesis,
@@ -30,14 +30,28 @@ from nemesis.scenario import (
     load_scenario_file,
     stall_producer,
 )
-from nemesis.targets import coordinator_node
+from kafkaesque_harness.nemesis.targets import coordinator_node
+from kafkaesque_harness.workloads.base import StallableProducers
+from kafkaesque_harness.workloads.queue import QueueWorkload
+from kafkaesque_harness.workloads.stalls import (
+    ABORTED,
+    COMMITTED,
+    FENCED,
+    UNKNOWN,
+    ProducerStallControl,
+    outcome_of,
+)
+from kafkaesque_harness.workloads.txn import (
+    CommitNotSent,
+    OffsetTracker,
+    TxnClient,
+    TxnWorkload,
+    transactional_id,
+    txn_options,
+)
 from tests.unit.test_coordinator_moves import TXN_IDS, CoordinatorCluster
 from tests.unit.test_scenario import FakeCluster, run
 from tests.unit.test_txn_workload import LibraryError, ScriptedLibrary
-from workloads.base import StallableProducers
-from workloads.queue import QueueWorkload
-from workloads.stalls import ABORTED, COMMITTED, FENCED, UNKNOWN, ProducerStallControl, outcome_of
-from workloads.txn import CommitNotSent, OffsetTracker, TxnClient, TxnWorkload, transactional_id, txn_options
 
 TWO_SENDS = [["send", 0, 1], ["poll"], ["send", 1, 2]]
 TIMEOUT_S = 0.05  # the producers' transaction timeout in these tests
@@ -275,7 +289,7 @@ def quick(steps):
 
 
 def test_the_producer_pause_scenario_binds_the_coordinator_and_stalls_a_producer_it_coordinates(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.idle", lambda seconds, stopped: True)
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: True)
     shipped = SCENARIOS["producer-paused-past-txn-timeout"]
     assert shipped.steps == (bind("C", "txn-coordinator"), stall_producer("C", 3.0), act("resume-producer"),
                              shipped.steps[-1])

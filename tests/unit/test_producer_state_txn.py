@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.log import PartitionLog, build_batch, validate_batches
-from clusters.broker.log.batch import build_control_batch, parse_control
-from clusters.broker.producer_state import ProducerStateTable
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.log import PartitionLog, build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.log.batch import build_control_batch, parse_control
+from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
 
 PID = 7
 

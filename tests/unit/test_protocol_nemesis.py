@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from nemesis.plan import drive
-from nemesis.protocol import (
+from kafkaesque_harness.nemesis.plan import drive
+from kafkaesque_harness.nemesis.protocol import (
     FAST_FAILOVER,
     MAX_DOWN,
     MOVES,
@@ -16,8 +16,8 @@ from nemesis.protocol import (
     SEQUENCES,
     ProtocolNemesis,
 )
-from nemesis.registry import nemesis_problem
-from nemesis.scenario import Scenario, ScenarioNemesis
+from kafkaesque_harness.nemesis.registry import nemesis_problem
+from kafkaesque_harness.nemesis.scenario import Scenario, ScenarioNemesis
 from tests.unit.fakes import fault_actions
 from tests.unit.test_scenario import FakeCluster, run
 
@@ -46,7 +46,7 @@ def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[st
 
 
 def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"}), c)
     n.moves = {m: steps for m, steps in n.moves.items() if not m.startswith(SEQUENCE_PREFIX)}  # see below
@@ -117,7 +117,7 @@ class FastClock:
 
 
 def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 4, "topic": "queue"}), c)
     assert {SEQUENCE_PREFIX + s for s in SEQUENCES} <= set(n.moves)
@@ -140,7 +140,7 @@ def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(mon
 
 
 def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_their_cuts(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
     n.moves = {"pause-controller": n.moves["pause-controller"]}
@@ -160,7 +160,7 @@ def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_the
 
 
 def test_flaw_sequences_are_dealt_from_a_deck_each_once_per_round(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 5, "topic": "queue"}), c)
     n.moves = {m: s for m, s in n.moves.items() if m.startswith(SEQUENCE_PREFIX) or m == "heal"}
@@ -214,14 +214,14 @@ class LossyControllersCluster(FakeCluster):
 
 
 def test_power_cut_controller_crashes_the_active_controller_and_restarts_it_within_the_fault_budget(monkeypatch):
-    from nemesis.actions import FaultActions
+    from kafkaesque_harness.nemesis.actions import FaultActions
 
     def crash(self, node):
         self.cluster.kill(node)
         return {"event": "dropped"}
 
     monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
-    monkeypatch.setattr("nemesis.scenario.time", FastClock())
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = LossyControllersCluster()
     n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
     assert "power-cut-controller" in n.moves
@@ -244,7 +244,7 @@ def test_power_cut_controller_is_left_out_where_controllers_are_not_on_the_lossy
 
 
 def test_lagging_leader_then_failover_elects_the_successor_then_the_other_follower(monkeypatch):
-    monkeypatch.setattr("nemesis.scenario.idle", lambda seconds, stopped: True)  # sleeps take no time here
+    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: True)  # sleeps take no time here
     c = FakeCluster()
     c.fence_on_cut = True  # the fake's controller fences a broker it cannot hear
     n = ScenarioNemesis(Scenario("t", "test", MOVES[SEQUENCE_PREFIX + FAST_FAILOVER], needs_isolated_nodes=True),

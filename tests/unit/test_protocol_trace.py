@@ -8,14 +8,14 @@ import asyncio
 import json
 from pathlib import Path
 
-from checkers.trace import check_traces
-from clusters.broker import rpc
-from clusters.broker.log import PartitionLog, build_batch, validate_batches
-from clusters.broker.metadata import BrokerInfo, PartitionState
-from clusters.broker.replica import Replica, ReplicaConfig
-from clusters.broker.trace import EventSink, TraceWriter, default_trace_path, open_sink
-from clusters.broker.txn_coordinator import TransactionCoordinator
-from clusters.trace_files import read_trace
+from kafkaesque_harness.checkers.trace import check_traces
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.log import PartitionLog, build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.metadata import BrokerInfo, PartitionState
+from kafkaesque_harness.clusters.broker.replica import Replica, ReplicaConfig
+from kafkaesque_harness.clusters.broker.trace import EventSink, TraceWriter, default_trace_path, open_sink
+from kafkaesque_harness.clusters.broker.txn_coordinator import TransactionCoordinator
+from kafkaesque_harness.clusters.trace_files import read_trace
 from tests.unit.test_broker_groups import follower_fetches_up_to, lead_offsets_partition, make_broker
 from tests.unit.test_broker_txn import PID, lead, marker, produce, txn_batch
 from tests.unit.test_txn_coordinator import TIMEOUT, TP1, T, write

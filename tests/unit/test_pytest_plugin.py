@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.pytest_plugin import ClusterChoice, KafkaesqueRun, NemesisChoice, build_spec, verdict_problem
+from kafkaesque_harness.harness.pytest_plugin import (
+    ClusterChoice,
+    KafkaesqueRun,
+    NemesisChoice,
+    build_spec,
+    verdict_problem,
+)
 
 
 def run_pytest(tmp_path: Path, test_source: str, *args: str) -> subprocess.CompletedProcess:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from checkers.queue import check_queue
-from history import Op
+from kafkaesque_harness.checkers.queue import check_queue
+from kafkaesque_harness.history import Op
 
 
 class H:
@@ -212,7 +212,7 @@ def test_disagreements_within_one_side_of_the_power_cut_still_count():
 
 
 def test_the_log_order_checker_compares_observations_within_each_side_of_the_cut_only():
-    from checkers.log_order import check_log_order
+    from kafkaesque_harness.checkers.log_order import check_log_order
 
     def history(beyond):
         h = H().send(0, 0, 10, 0).send(1, 0, 11, 1).poll(2, {0: [[0, 10], [1, 11]]})
@@ -229,8 +229,8 @@ def test_the_log_order_checker_compares_observations_within_each_side_of_the_cut
 
 
 def test_the_queue_values_read_every_shape_of_the_schema_once():
-    from checkers.queue import QUEUE_VALUES as v
-    from workloads.registry import value_reader
+    from kafkaesque_harness.checkers.queue import QUEUE_VALUES as v
+    from kafkaesque_harness.workloads.registry import value_reader
 
     assert value_reader("queue") is v  # what the report and the pipeline read a queue history with
     h = clean().send(4, 2, 30, outcome="info").ops
@@ -450,7 +450,7 @@ def test_a_member_reading_on_from_its_own_position_is_no_lost_commit():
 
 
 def test_commit_errors_are_definite_only_when_every_partition_was_refused():
-    from checkers.queue import commit_error_is_definite
+    from kafkaesque_harness.checkers.queue import commit_error_is_definite
 
     assert commit_error_is_definite("CommitFailedError: Commit cannot be completed since the group has already rebalanced")
     assert commit_error_is_definite("partition 1: KafkaError{code=ILLEGAL_GENERATION}; "
@@ -473,7 +473,7 @@ def resent_send(h: H, p, key, value, offset, requests=2, outcome="ok"):
 def test_copies_of_a_value_the_client_resent_are_counted_not_a_duplicate():
     """The detection run's shape: the first request appended at 0 and was answered NOT_LEADER_OR_FOLLOWER,
     the re-sent one was acknowledged at 1. Both copies are the client's own appends."""
-    from checkers.log_order import check_log_order
+    from kafkaesque_harness.checkers.log_order import check_log_order
 
     h = resent_send(H(), 0, 0, 10, 1).poll(1, {0: [[0, 10], [1, 10]]}).final(2, 0, 2, [[0, 10], [1, 10]])
     for r in (check_queue(h.ops), check_log_order(h.ops)):
@@ -483,7 +483,7 @@ def test_copies_of_a_value_the_client_resent_are_counted_not_a_duplicate():
 
 
 def test_more_copies_than_the_client_sent_requests_are_still_a_duplicate():
-    from checkers.log_order import check_log_order
+    from kafkaesque_harness.checkers.log_order import check_log_order
 
     h = resent_send(H(), 0, 0, 10, 2).final(2, 0, 3, [[0, 10], [1, 10], [2, 10]])
     for r in (check_queue(h.ops), check_log_order(h.ops)):
@@ -491,7 +491,7 @@ def test_more_copies_than_the_client_sent_requests_are_still_a_duplicate():
 
 
 def test_a_resent_send_that_failed_may_still_have_been_appended():
-    from checkers.log_order import check_log_order
+    from kafkaesque_harness.checkers.log_order import check_log_order
 
     h = resent_send(H(), 0, 0, 10, None, outcome="info").final(2, 0, 2, [[0, 10], [1, 10]])
     for r in (check_queue(h.ops), check_log_order(h.ops)):
@@ -502,7 +502,7 @@ def test_a_resent_send_that_failed_may_still_have_been_appended():
 def test_a_log_whose_offsets_start_at_2_to_the_33_checks_at_once_and_names_the_gap_below():
     """_unfilled used to walk every offset below the end (range(2**33)): hours. Offsets that far up turn the
     columns into a dict; only the offsets observations name are counted now."""
-    from checkers.log_order import check_log_order
+    from kafkaesque_harness.checkers.log_order import check_log_order
 
     base = 1 << 33
     h = H().send(0, 0, 10, base).send(0, 0, 11, base + 1).poll(1, {0: [[base, 10], [base + 1, 11]]})

@@ -3,8 +3,8 @@
 import kafka.errors as kerr
 import pytest
 
-from history import Op
-from workloads.queue import KafkaPythonQueueClient, send_outcome
+from kafkaesque_harness.history import Op
+from kafkaesque_harness.workloads.queue import KafkaPythonQueueClient, send_outcome
 
 
 class FakeFuture:
@@ -69,7 +69,7 @@ def test_an_idempotent_producers_failed_send_is_never_definite():
 
 
 def test_the_idempotent_option_reaches_the_real_producers_configuration():
-    from workloads.queue import QueueWorkload
+    from kafkaesque_harness.workloads.queue import QueueWorkload
 
     client = QueueWorkload({"idempotent": True}).new_client({"acks": "all"})
     assert client.idempotent is True
@@ -130,7 +130,7 @@ class BrokerThread:
         assert ready.wait(10)
 
     def values(self) -> list[tuple[int, bytes]]:
-        from clusters.broker.log import iter_all_records
+        from kafkaesque_harness.clusters.broker.log import iter_all_records
 
         log = self.broker.replicas[("queue", 0)].log
         return [(rec.offset, rec.value) for _, rec in iter_all_records(log.read(0, 1 << 20))]
@@ -143,7 +143,7 @@ class BrokerThread:
 
 def confluent_send(tmp_path, answers: list[int]) -> tuple[Op, list[tuple[int, bytes]]]:
     pytest.importorskip("confluent_kafka")
-    from workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
 
     broker = BrokerThread(tmp_path, answers)
     client = ConfluentQueueClient("queue", 1, -1)
@@ -161,7 +161,7 @@ def test_librdkafka_resends_a_batch_answered_not_leader_and_the_client_says_so(t
     answer as "not persisted"). A leader that stops leading gives that answer to a produce it has appended, so
     the value may be in the log twice: the completion records the client's requests (the checkers count the
     copies apart, not as a duplicate)."""
-    from clusters.broker import rpc
+    from kafkaesque_harness.clusters.broker import rpc
 
     done, values = confluent_send(tmp_path, [rpc.NOT_LEADER_OR_FOLLOWER])
     assert values == [(0, b"7463"), (1, b"7463")]
@@ -172,7 +172,7 @@ def test_librdkafka_resends_a_batch_answered_not_leader_and_the_client_says_so(t
 
 def test_a_resent_send_finally_refused_is_info_not_fail(tmp_path):
     """NOT_ENOUGH_REPLICAS alone means "not appended" (fail), but here an earlier request was appended first."""
-    from clusters.broker import rpc
+    from kafkaesque_harness.clusters.broker import rpc
 
     done, values = confluent_send(tmp_path, [rpc.NOT_LEADER_OR_FOLLOWER, rpc.NOT_ENOUGH_REPLICAS])
     assert values == [(0, b"7463"), (1, b"7463")]
@@ -181,7 +181,7 @@ def test_a_resent_send_finally_refused_is_info_not_fail(tmp_path):
 
 
 def test_a_send_in_one_request_carries_no_resent(tmp_path):
-    from clusters.broker import rpc
+    from kafkaesque_harness.clusters.broker import rpc
 
     done, values = confluent_send(tmp_path, [rpc.NOT_ENOUGH_REPLICAS])
     assert values == [(0, b"7463")]  # (the fake appends, then refuses: the real broker checks first)
@@ -194,7 +194,7 @@ def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
     """close() would run the rebalance callback itself, and its rd_kafka_assign() can wait forever holding the
     GIL (librdkafka issue 4041): the whole harness froze. A member still assigned after the drain is dropped
     unclosed, as a crash drops it."""
-    from workloads.base import close_confluent_consumer
+    from kafkaesque_harness.workloads.base import close_confluent_consumer
 
     class StuckMember:
         def __init__(self):
@@ -222,8 +222,8 @@ def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_c
     its TopicPartition. Such a partition was not committed, so the op must not claim it was."""
     from confluent_kafka import KafkaError
 
-    from history import Op
-    from workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.history import Op
+    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
 
     class Record:
         def __init__(self, offset, value):
@@ -270,8 +270,8 @@ def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_c
 def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
     """The client library calls back from inside consume(); the poll's completion carries what it was told (the
     lost-commit check judges a member's first read of a partition against the time it was assigned)."""
-    from history import Op
-    from workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.history import Op
+    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
 
     client = ConfluentQueueClient("queue", 4, -1, group="g")
 
@@ -291,10 +291,10 @@ def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
 def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_next_process():
     """A confluent-kafka member cannot be closed safely, and parking one per retired process filled a broker's
     connection limit in five minutes: the next process takes the member over and joins again as its own."""
-    from history import Op
-    from workloads import base
-    from workloads.base import SpareMembers
-    from workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.history import Op
+    from kafkaesque_harness.workloads import base
+    from kafkaesque_harness.workloads.base import SpareMembers
+    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
 
     class Member:
         def __init__(self):
@@ -346,7 +346,10 @@ def test_both_libraries_rebalance_callbacks_journal_the_partitions_in_order():
     """workloads/base.py's callbacks, which the queue and txn workloads subscribe with."""
     from types import SimpleNamespace
 
-    from workloads.base import confluent_rebalance_callbacks, kafka_python_rebalance_listener
+    from kafkaesque_harness.workloads.base import (
+        confluent_rebalance_callbacks,
+        kafka_python_rebalance_listener,
+    )
 
     seen = []
     tps = [SimpleNamespace(partition=p) for p in (3, 0, 2)]

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from checkers.core import run_checkers
-from checkers.log_order import LogOrderChecker
-from checkers.queue import QueueChecker, _Acked
-from checkers.stream import IntColumn, IntSet, OffsetValues, file_pairs
-from history import HistoryFile, Op, pair_ops, pair_stream, read_history
+from kafkaesque_harness.checkers.core import run_checkers
+from kafkaesque_harness.checkers.log_order import LogOrderChecker
+from kafkaesque_harness.checkers.queue import QueueChecker, _Acked
+from kafkaesque_harness.checkers.stream import IntColumn, IntSet, OffsetValues, file_pairs
+from kafkaesque_harness.history import HistoryFile, Op, pair_ops, pair_stream, read_history
 from tests.unit.queue_histories import ANOMALIES, generate
 
 
@@ -288,8 +288,8 @@ def test_a_files_pairs_are_pair_ops_pairs(tmp_path, seed):
 
 
 def test_a_partitions_read_columns_widen_as_they_must():
-    from checkers.log_order import LogOrderCheck
-    from checkers.stream import InMemory
+    from kafkaesque_harness.checkers.log_order import LogOrderCheck
+    from kafkaesque_harness.checkers.stream import InMemory
     p = LogOrderCheck(None, InMemory([])).eras[0].partition(0)
     p.add_read(3, 5)
     p.add_read(1 << 40, 6)        # a position beyond 32 bits

@@ -15,9 +15,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from clusters.broker.raft import LEADER, AppendEntries, AppendResponse, NotLeader, RaftConfig, RaftNode
-from clusters.broker.raft_sim import SimCluster
-from clusters.broker.raft_store import (
+from kafkaesque_harness.clusters.broker.raft import (
+    LEADER,
+    AppendEntries,
+    AppendResponse,
+    NotLeader,
+    RaftConfig,
+    RaftNode,
+)
+from kafkaesque_harness.clusters.broker.raft_sim import SimCluster
+from kafkaesque_harness.clusters.broker.raft_store import (
     CorruptRaftStore,
     Entry,
     FileRaftStore,

@@ -6,8 +6,13 @@ import random
 
 import pytest
 
-from clusters.broker.controller import place_replicas
-from clusters.broker.rebalance import leader_load, moved_replicas, plan_rebalance, replica_load
+from kafkaesque_harness.clusters.broker.controller import place_replicas
+from kafkaesque_harness.clusters.broker.rebalance import (
+    leader_load,
+    moved_replicas,
+    plan_rebalance,
+    replica_load,
+)
 
 
 def placed(brokers: list[int], partitions: int, rf: int, topic: str = "t") -> dict:

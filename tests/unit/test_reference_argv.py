@@ -2,9 +2,9 @@
 
 import pytest
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.broker.__main__ import build_parser
-from clusters.reference import CONTROLLER, ReferenceCluster
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.broker.__main__ import build_parser
+from kafkaesque_harness.clusters.reference import CONTROLLER, ReferenceCluster
 
 
 class PathsOnly(ReferenceCluster):
@@ -20,7 +20,7 @@ class PathsOnly(ReferenceCluster):
 
 def parsed(cluster, node):
     argv = cluster.node_argv(node)
-    return build_parser().parse_args(argv[argv.index("clusters.broker") + 1:])
+    return build_parser().parse_args(argv[argv.index("kafkaesque_harness.clusters.broker") + 1:])
 
 
 @pytest.mark.parametrize("variant", ["truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing",
@@ -54,7 +54,7 @@ def test_replica_fetch_size_and_hwm_checkpoint_interval_reach_the_brokers_only_w
 
 
 def test_a_negative_fetch_size_or_one_for_a_foreign_cluster_is_one_sentence(tmp_path):
-    from harness.spec import TestSpec
+    from kafkaesque_harness.harness.spec import TestSpec
 
     assert TestSpec(replica_fetch_max_bytes=1024, cluster="local").problems() == []
     (bad,) = TestSpec(replica_fetch_max_bytes=-1, cluster="local").problems()
@@ -79,7 +79,7 @@ def test_two_runs_started_in_the_same_second_by_two_processes_get_different_owne
 
     run_dir = tmp_path / "20261122T200649"
     mine = PathsOnly(ClusterSpec(brokers=1), str(run_dir)).owner
-    other = subprocess.run([sys.executable, "-c", "from clusters.base import ClusterSpec;"
+    other = subprocess.run([sys.executable, "-c", "from kafkaesque_harness.clusters.base import ClusterSpec;"
                             "from tests.unit.test_reference_argv import PathsOnly;"
                             f"print(PathsOnly(ClusterSpec(brokers=1), {str(run_dir)!r}).owner)"],
                            capture_output=True, text=True, check=True).stdout.strip()
@@ -108,7 +108,7 @@ def test_ports_asked_for_together_are_distinct_and_bindable():
     just-closed port out again. free_ports keeps every socket bound until all are chosen."""
     import socket
 
-    from clusters.broker.local_cluster import free_ports
+    from kafkaesque_harness.clusters.broker.local_cluster import free_ports
 
     ports = free_ports(40)
     assert len(set(ports)) == 40

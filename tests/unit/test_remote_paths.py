@@ -18,9 +18,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from clusters.base import ClusterError, ClusterSpec
-from clusters.external import ClusterFileError, ExternalCluster, load_cluster_file
-from clusters.ownership import (
+from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
+from kafkaesque_harness.clusters.external import ClusterFileError, ExternalCluster, load_cluster_file
+from kafkaesque_harness.clusters.ownership import (
     NODE_MARKER,
     PAUSED_FILE,
     Harness,
@@ -34,8 +34,8 @@ from clusters.ownership import (
     resume_paused_script,
     this_harness,
 )
-from clusters.remote import LocalRemote
-from clusters.ssh import NodeFileError, SshCluster, load_node_file
+from kafkaesque_harness.clusters.remote import LocalRemote
+from kafkaesque_harness.clusters.ssh import NodeFileError, SshCluster, load_node_file
 
 UNSAFE = {
     "/usr": "'/usr' is a system directory",
@@ -286,7 +286,7 @@ def test_cleanup_resumes_the_processes_a_run_paused_and_only_those(tmp_path, sto
 
 
 def test_every_remote_path_of_an_external_cluster_file_is_normalised_before_use(tmp_path):
-    from clusters.external import render_all
+    from kafkaesque_harness.clusters.external import render_all
 
     f = external_file(tmp_path, "/var/lib/kq//x/..")
     text = f.read_text().replace("[[nodes]]", 'logs = ["{{ dir }}/./logs/../server.log"]\n[install]\n'

@@ -11,12 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.log import PartitionLog, build_batch, validate_batches
-from clusters.broker.log.batch import build_control_batch
-from clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
-from clusters.broker.producer_state import ProducerStateTable
-from clusters.broker.replica import FOLLOWER, LEADER, OFFSET_NOT_AVAILABLE, Replica, ReplicaConfig
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.log import PartitionLog, build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.log.batch import build_control_batch
+from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
+from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
+from kafkaesque_harness.clusters.broker.replica import (
+    FOLLOWER,
+    LEADER,
+    OFFSET_NOT_AVAILABLE,
+    Replica,
+    ReplicaConfig,
+)
 
 LAG = 1000
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from clusters.broker import rpc
-from clusters.broker.log import build_batch, validate_batches
-from clusters.broker.producer_state import ProducerStateTable
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.log import build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
 
 
 def header(seq: int, n: int = 2, pid: int = 5, epoch: int = 0):

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from checkers.core import CheckContext
-from checkers.queue import check_queue
-from checkers.replicas import REPLICAS, ReplicaStateChecker, check_states
-from harness.runner import run_data
+from kafkaesque_harness.checkers.core import CheckContext
+from kafkaesque_harness.checkers.queue import check_queue
+from kafkaesque_harness.checkers.replicas import REPLICAS, ReplicaStateChecker, check_states
+from kafkaesque_harness.harness.runner import run_data
 
 
 def check_stored(test, history=(), previous=None):
@@ -186,7 +186,7 @@ def test_loss_beyond_the_budget_must_be_covered_by_a_reported_unclean_recovery_o
 
 
 def test_checker_takes_the_losses_beyond_the_budget_from_the_history(tmp_path):
-    from history import Op
+    from kafkaesque_harness.history import Op
 
     (tmp_path / "nodes" / "controller-0").mkdir(parents=True)
     (tmp_path / "nodes" / "controller-0" / "state.json").write_text(json.dumps(controller([{"isr": [2], "elr": []}])))
@@ -228,7 +228,7 @@ def _record(offset_type, **kw):
 
 
 def test_broker_metadata_logs_must_be_prefixes_of_the_controllers_and_epochs_have_one_leader():
-    from checkers.replicas import check_states
+    from kafkaesque_harness.checkers.replicas import check_states
 
     part = {"topic": "q", "partition": 0, "replicas": [1, 2, 3], "isr": [1, 2, 3]}
     log = [_record("topic", topic="q", partitions=1, replication_factor=3, configs={}),
@@ -251,7 +251,7 @@ def test_broker_metadata_logs_must_be_prefixes_of_the_controllers_and_epochs_hav
 
 
 def test_two_brokers_leading_one_partition_in_one_epoch_is_an_anomaly():
-    from checkers.replicas import check_states
+    from kafkaesque_harness.checkers.replicas import check_states
 
     def broker(role, epoch):
         return {"role": "broker", "partitions": [{"topic": "q", "partition": 0, "role": role, "leader_epoch": epoch,
@@ -263,7 +263,7 @@ def test_two_brokers_leading_one_partition_in_one_epoch_is_an_anomaly():
 
 
 def test_metadata_logs_with_base_offsets_are_compared_on_the_offsets_both_hold():
-    from checkers.replicas import check_states
+    from kafkaesque_harness.checkers.replicas import check_states
 
     def quorum(node_id, log, base, role="follower"):
         return {**controller([{"isr": [1, 2, 3], "elr": []}]), "node_id": node_id, "metadata_log": log,
@@ -289,7 +289,7 @@ def test_metadata_logs_with_base_offsets_are_compared_on_the_offsets_both_hold()
 
 
 def test_metadata_log_files_after_a_snapshot_come_back_with_their_base(tmp_path):
-    from clusters.replica_dumps import read_metadata_log
+    from kafkaesque_harness.clusters.replica_dumps import read_metadata_log
 
     lines = [json.dumps({"offset": o, "record": {"type": "topic", "topic": str(o)}}) for o in (5, 6)]
     (tmp_path / "metadata.log").write_text("\n".join(lines) + '\n{"offset":7,"rec')
@@ -350,7 +350,7 @@ def test_a_torn_last_line_of_a_metadata_log_is_no_reason_for_doubt(tmp_path):
 
 # --- replicas.json: written when the logs are collected, read by the runner, handed to the checker ---------
 def test_collect_writes_replicas_json_beside_nodes_and_the_run_reads_it_rather_than_the_dumps(tmp_path):
-    from clusters.replica_dumps import REPLICAS_FILE, collect_replicas, load_replicas
+    from kafkaesque_harness.clusters.replica_dumps import REPLICAS_FILE, collect_replicas, load_replicas
 
     write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT, "controller-0": CTRL})
     path = collect_replicas(tmp_path / "nodes", ["controller-0", "broker-1", "broker-2", "broker-3"])
@@ -369,7 +369,7 @@ def test_collect_writes_replicas_json_beside_nodes_and_the_run_reads_it_rather_t
 
 
 def test_a_damaged_replicas_json_is_normalised_again_from_the_dumps(tmp_path):
-    from clusters.replica_dumps import REPLICAS_FILE
+    from kafkaesque_harness.clusters.replica_dumps import REPLICAS_FILE
 
     test = write_nodes(tmp_path, {"broker-1": broker(1, 3, LOG), "broker-2": DIVERGENT})
     (tmp_path / REPLICAS_FILE).write_text('{"format": "kafkaesque-replicas/1", "nod')
@@ -378,7 +378,7 @@ def test_a_damaged_replicas_json_is_normalised_again_from_the_dumps(tmp_path):
 
 
 def test_a_cluster_that_says_it_gives_no_dumps_in_replicas_json_is_not_applicable(tmp_path):
-    from clusters.replica_dumps import no_dumps, write_replicas
+    from kafkaesque_harness.clusters.replica_dumps import no_dumps, write_replicas
 
     write_replicas(tmp_path, no_dumps())
     r = check_stored({"run_dir": str(tmp_path)})
@@ -398,7 +398,7 @@ def test_the_checker_reads_only_what_it_is_handed(tmp_path):
 
 
 def _beyond_budget_ops():
-    from history import Op
+    from kafkaesque_harness.history import Op
 
     return [Op("invoke", "send", 0, [0, 10], time=1), Op("ok", "send", 0, [0, [0, 10]], time=2),
             Op("invoke", "scenario-lossy-crash", "nemesis", {}, time=3),
@@ -407,8 +407,8 @@ def _beyond_budget_ops():
 
 
 def test_checkers_hand_their_results_on_so_the_queue_check_is_not_run_twice(tmp_path):
-    from checkers.core import run_checkers
-    from checkers.queue import QueueChecker
+    from kafkaesque_harness.checkers.core import run_checkers
+    from kafkaesque_harness.checkers.queue import QueueChecker
 
     test = write_nodes(tmp_path, {"controller-0": controller([{"isr": [2], "elr": []}])})
     out = run_checkers([QueueChecker(), ReplicaStateChecker()], test, _beyond_budget_ops(), run_data(test))
@@ -416,7 +416,7 @@ def test_checkers_hand_their_results_on_so_the_queue_check_is_not_run_twice(tmp_
 
 
 def test_losses_beyond_the_budget_without_the_queue_checkers_count_are_unknown(tmp_path):
-    from checkers.core import Result
+    from kafkaesque_harness.checkers.core import Result
 
     test = write_nodes(tmp_path, {"controller-0": controller([{"isr": [2], "elr": []}])})
     r = check_stored(test, _beyond_budget_ops())
@@ -449,8 +449,8 @@ def test_a_batch_failing_its_crc_after_the_start_up_recovery_is_an_anomaly_unles
 
 
 def test_damage_counts_from_the_file_corruption_ops_until_a_stop_restarted_the_node(tmp_path):
-    from checkers.replicas import damaged_since_start
-    from history import Op
+    from kafkaesque_harness.checkers.replicas import damaged_since_start
+    from kafkaesque_harness.history import Op
 
     damage = [Op("invoke", "start-file-corruption", "nemesis", None, time=1),
               Op("info", "start-file-corruption", "nemesis", {"file-corruption": ["broker-2"], "mode": "bitflip"},
@@ -474,7 +474,7 @@ def test_damage_counts_from_the_file_corruption_ops_until_a_stop_restarted_the_n
 def test_beside_a_checker_that_excuses_no_loss_the_replicas_are_still_judged_and_losses_not_asked(tmp_path):
     """The txn workload's replica checker (excused_by=None): its checker counts every loss as lost-write, so
     there is no excused loss for unreported-data-loss to ask about; the replicas' own states still count."""
-    from checkers.core import run_checkers
+    from kafkaesque_harness.checkers.core import run_checkers
 
     test = write_nodes(tmp_path, {"controller-0": controller([{"isr": [2], "elr": []}])})
     out = run_checkers([ReplicaStateChecker(excused_by=None)], test, _beyond_budget_ops(), run_data(test))

@@ -2,9 +2,15 @@
 
 import json
 
-from checkers.queue import QUEUE_VALUES
-from history import HistoryWriter, Op, pair_ops, read_history
-from results.report import fault_at, fault_windows, faults_during, first_screen_summary, render_report
+from kafkaesque_harness.checkers.queue import QUEUE_VALUES
+from kafkaesque_harness.history import HistoryWriter, Op, pair_ops, read_history
+from kafkaesque_harness.results.report import (
+    fault_at,
+    fault_windows,
+    faults_during,
+    first_screen_summary,
+    render_report,
+)
 
 EVIL = "</script><script>alert(1)</script>"
 
@@ -178,7 +184,7 @@ def test_report_first_screen_of_a_valid_run_says_so_without_a_lost_write_table(t
 def test_fault_windows_run_from_the_fault_applied_to_its_heal_or_the_final_heal():
     """From the fault records the ledger puts in the nemesis ops (history/faults.py): the rule the
     report and the pipeline share."""
-    from nemesis.ledger import FaultLedger
+    from kafkaesque_harness.nemesis.ledger import FaultLedger
 
     s, now = 1_000_000_000, [0]
     ledger = FaultLedger(clock=lambda: now[0])

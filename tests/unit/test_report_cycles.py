@@ -6,12 +6,12 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from checkers.core import run_checkers
-from checkers.elle import ElleListAppendChecker, check_list_append
-from checkers.txn import TxnChecker
-from history import HistoryWriter, Op
-from results.cycle_svg import MAX_DRAWN, cycle_svg
-from results.report import render_report
+from kafkaesque_harness.checkers.core import run_checkers
+from kafkaesque_harness.checkers.elle import ElleListAppendChecker, check_list_append
+from kafkaesque_harness.checkers.txn import TxnChecker
+from kafkaesque_harness.history import HistoryWriter, Op
+from kafkaesque_harness.results.cycle_svg import MAX_DRAWN, cycle_svg
+from kafkaesque_harness.results.report import render_report
 from tests.unit.test_elle import concurrent, txn
 from tests.unit.test_txn_checker import wr_cycle
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import run_campaign
-from harness.campaign_file import load_campaign
-from harness.run_child import RunChildError, _note_status, _signals_handed_on, run_in_child
-from harness.spec import TestSpec
+from kafkaesque_harness.harness.campaign import run_campaign
+from kafkaesque_harness.harness.campaign_file import load_campaign
+from kafkaesque_harness.harness.run_child import RunChildError, _note_status, _signals_handed_on, run_in_child
+from kafkaesque_harness.harness.spec import TestSpec
 
 
 def test_every_planned_spec_crosses_to_the_child_unchanged():
@@ -90,8 +90,8 @@ def test_a_signal_the_campaign_ignores_is_not_handed_on(foreground_signals):
 
 
 def test_a_run_the_campaign_was_signalled_during_keeps_its_results_and_stops_the_campaign(tmp_path):
-    from harness.run_child import RunInterrupted
-    from results.store import create_run_dir
+    from kafkaesque_harness.harness.run_child import RunInterrupted
+    from kafkaesque_harness.results.store import create_run_dir
 
     (tmp_path / "c.toml").write_text('[campaign]\nname = "ci"\ncluster = "local"\ntime_limit = 1\n'
                                      'repetitions = 3\n')

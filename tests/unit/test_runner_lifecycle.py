@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from checkers.core import Result
-from clusters.base import ClusterError, PartitionView
-from harness import runner
-from harness.spec import TestSpec
-from history import INFO, OK, Op, read_history
+from kafkaesque_harness.checkers.core import Result
+from kafkaesque_harness.clusters.base import ClusterError, PartitionView
+from kafkaesque_harness.harness import runner
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.history import INFO, OK, Op, read_history
 
 
 class FakeCluster:
@@ -129,7 +129,7 @@ class FakeWorkload:
 def patched(monkeypatch):
     state = {"cluster": FakeCluster(), "workload": FakeWorkload()}
     monkeypatch.setattr(runner, "make_cluster", lambda spec, run_dir: state["cluster"])
-    monkeypatch.setattr("workloads.registry.make_workload", lambda name, opts: state["workload"])
+    monkeypatch.setattr("kafkaesque_harness.workloads.registry.make_workload", lambda name, opts: state["workload"])
     return state
 
 
@@ -237,7 +237,7 @@ class SlowStepsNemesis:
     def plan(self, cluster, events, stopped):
         import time
 
-        from nemesis.plan import PlanStep
+        from kafkaesque_harness.nemesis.plan import PlanStep
 
         while not stopped():
             yield PlanStep("scenario-slow", {}, lambda: (self.events.append(("step", time.monotonic())),
@@ -252,7 +252,7 @@ class SlowStepsNemesis:
 
 def test_a_driving_nemesis_stops_at_the_time_limit_and_the_heal_waits_for_its_step(tmp_path, patched, monkeypatch):
     nem = SlowStepsNemesis()
-    monkeypatch.setattr("nemesis.registry.make_nemesis", lambda names, options: nem)
+    monkeypatch.setattr("kafkaesque_harness.nemesis.registry.make_nemesis", lambda names, options: nem)
     code, run_dir = runner.run_test(spec(tmp_path, time_limit=1.0))
     kinds = [k for k, _ in nem.events]
     assert kinds[-1] == "heal" and kinds[-2] == "done"      # the last step ended before the heal began

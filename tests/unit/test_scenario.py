@@ -8,13 +8,22 @@ import threading
 
 import pytest
 
-from clusters.base import PartitionView
-from clusters.remote import RemoteResult
-from nemesis.base import NemesisRefused, SelfDriven
-from nemesis.plan import drive
-from nemesis.registry import make_nemesis, nemesis_problem
-from nemesis.requirements import can
-from nemesis.scenario import CONTROLLERS, SCENARIOS, Scenario, ScenarioNemesis, act, bind, cut, wait
+from kafkaesque_harness.clusters.base import PartitionView
+from kafkaesque_harness.clusters.remote import RemoteResult
+from kafkaesque_harness.nemesis.base import NemesisRefused, SelfDriven
+from kafkaesque_harness.nemesis.plan import drive
+from kafkaesque_harness.nemesis.registry import make_nemesis, nemesis_problem
+from kafkaesque_harness.nemesis.requirements import can
+from kafkaesque_harness.nemesis.scenario import (
+    CONTROLLERS,
+    SCENARIOS,
+    Scenario,
+    ScenarioNemesis,
+    act,
+    bind,
+    cut,
+    wait,
+)
 from tests.unit.fakes import FakeNetwork, fault_actions
 
 
@@ -275,8 +284,8 @@ def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster
 
 
 def test_every_shipped_scenario_uses_known_steps_and_conditions():
-    from clusters.reference import FLAW_VARIANTS
-    from nemesis.scenario import ACTIONS, CONDITIONS
+    from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
+    from kafkaesque_harness.nemesis.scenario import ACTIONS, CONDITIONS
 
     for s in SCENARIOS.values():
         assert s.doc and set(s.targets) <= set(FLAW_VARIANTS), s.name
@@ -296,7 +305,7 @@ def test_nemesis_names_for_scenarios():
 
 
 def test_power_cuts_beyond_min_isr_minus_one_at_once_are_marked_beyond_the_fault_budget(monkeypatch):
-    from nemesis.actions import FaultActions
+    from kafkaesque_harness.nemesis.actions import FaultActions
 
     def crash(self, node):
         self.cluster.kill(node)
@@ -331,7 +340,7 @@ steps = [
 
 
 def test_a_scenario_file_is_data_and_runs_like_a_shipped_one(tmp_path):
-    from nemesis.scenario import load_scenario_file
+    from kafkaesque_harness.nemesis.scenario import load_scenario_file
 
     f = tmp_path / "s.toml"
     f.write_text(GOOD_FILE)
@@ -374,7 +383,7 @@ def test_the_readme_scenario_file_example_loads(tmp_path):
     import re
     from pathlib import Path
 
-    from nemesis.scenario import load_scenario_file
+    from kafkaesque_harness.nemesis.scenario import load_scenario_file
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     block = re.search(r"```toml\n(name = .*?)```", readme, re.S)

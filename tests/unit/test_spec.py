@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.spec import TestSpec
+from kafkaesque_harness.harness.spec import TestSpec
 
 
 def test_the_default_spec_has_no_problems():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from clusters.ssh import NodeFileError, code_tarball, load_node_file
+from kafkaesque_harness.clusters.ssh import NodeFileError, code_tarball, load_node_file
 
 GOOD = """
 user = "kq"
@@ -71,7 +71,7 @@ def test_a_missing_file_names_the_flag(tmp_path):
 
 def test_kafkaesque_run_refuses_a_bad_node_file_in_one_line_without_a_traceback(tmp_path):
     path = write(tmp_path, "[[nodes]]\nname = 'broker-1'\nhost = 'b'\n")
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cluster", f"ssh:{path}", "--store",
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", f"ssh:{path}", "--store",
                         str(tmp_path / "store")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 3
     assert "exactly one controller-0" in r.stderr and "Traceback" not in r.stderr
@@ -83,5 +83,10 @@ def test_the_code_tarball_carries_the_broker_and_no_bytecode():
     import tarfile
 
     names = tarfile.open(fileobj=io.BytesIO(code_tarball())).getnames()
-    assert "clusters/broker/__main__.py" in names and "clusters/lossyfs.py" in names
+    assert {"kafkaesque_harness/__init__.py", "kafkaesque_harness/clusters/__init__.py",
+            "kafkaesque_harness/clusters/broker/__main__.py", "kafkaesque_harness/clusters/lossyfs.py"} <= set(names)
+    # the node runs the broker only: none of the harness's own rooms goes there
+    assert not [n for n in names if not n.startswith(("kafkaesque_harness/clusters/broker/",
+                                                       "kafkaesque_harness/clusters/__init__", "kafkaesque_harness/clusters/lossyfs",
+                                                       "kafkaesque_harness/__init__"))]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]

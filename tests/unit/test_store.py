@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from results.store import StoreError, create_run_dir, list_runs
+from kafkaesque_harness.results.store import StoreError, create_run_dir, list_runs
 
 
 def test_run_dirs_and_latest_link(tmp_path):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from results.store import StoreError, create_run_dir
+from kafkaesque_harness.results.store import StoreError, create_run_dir
 
 
 @pytest.mark.parametrize("name", ["../x", "..", ".", "a/b", "/etc", "x/../../y", "", " "])
@@ -38,7 +38,7 @@ def test_a_plain_name_gets_its_run_dir_inside_the_store(tmp_path):
 
 def test_kafkaesque_run_with_name_dot_dot_writes_nothing_outside_the_store(tmp_path):
     store = tmp_path / "store"
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--name", "../x", "--cluster", "local",
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--name", "../x", "--cluster", "local",
                         "--store", str(store)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and "--name" in r.stderr, r.stderr
     assert not (tmp_path / "x").exists() and not store.exists()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from checkers.core import UNKNOWN
-from checkers.trace import check_trace_input, check_traces
-from clusters.trace_files import load_traces
+from kafkaesque_harness.checkers.core import UNKNOWN
+from kafkaesque_harness.checkers.trace import check_trace_input, check_traces
+from kafkaesque_harness.clusters.trace_files import load_traces
 
 T = {"topic": "queue", "partition": 0}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from checkers.txn import ANOMALY_TYPES, TxnChecker, TxnOptionError, check_txn
-from history import Op
+from kafkaesque_harness.checkers.txn import ANOMALY_TYPES, TxnChecker, TxnOptionError, check_txn
+from kafkaesque_harness.history import Op
 
 
 class H:
@@ -377,7 +377,7 @@ def test_a_history_with_no_completed_transaction_is_unknown():
 
 
 def test_every_named_analysis_has_an_explanation():
-    from checkers.txn import EXPLANATIONS
+    from kafkaesque_harness.checkers.txn import EXPLANATIONS
 
     assert set(ANOMALY_TYPES) <= set(EXPLANATIONS)
 
@@ -391,7 +391,7 @@ JEPSEN_NAMES = set(ANOMALY_TYPES) - {"torn-transaction"}  # torn-transaction is 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_a_jepsen_kafka_history_gets_the_verdict_jepsen_gives(name):
-    from checkers.formats.edn import parse_kafka_edn_history
+    from kafkaesque_harness.checkers.formats.edn import parse_kafka_edn_history
 
     want = MANIFEST[name]
     r = TxnChecker().check({"workload_options": want["options"]}, parse_kafka_edn_history(KAFKA_EDN / name))
@@ -401,7 +401,7 @@ def test_a_jepsen_kafka_history_gets_the_verdict_jepsen_gives(name):
 
 
 def test_the_kafka_edn_reader_maps_jepsen_ops_to_the_txn_schema():
-    from checkers.formats.edn import parse_kafka_edn_history
+    from kafkaesque_harness.checkers.formats.edn import parse_kafka_edn_history
 
     ops = parse_kafka_edn_history(KAFKA_EDN / "valid.edn")
     polled = ops[9]
@@ -413,7 +413,7 @@ def test_the_kafka_edn_reader_maps_jepsen_ops_to_the_txn_schema():
 
 
 def test_a_txn_history_exported_to_edn_reads_back_with_the_same_verdict(tmp_path):
-    from checkers.formats.edn import export_edn, parse_kafka_edn_history
+    from kafkaesque_harness.checkers.formats.edn import export_edn, parse_kafka_edn_history
 
     for h in (clean(), lost_history(read_all=False), wr_cycle(),
               three_sends().poll(0, {0: [(1, "a"), (4, "d")]}, rebalance_log=[{"keys": [0], "type": "assigned"}])):
@@ -424,7 +424,7 @@ def test_a_txn_history_exported_to_edn_reads_back_with_the_same_verdict(tmp_path
 
 
 def test_kafkaesque_check_judges_a_jepsen_kafka_history_with_the_tests_options(capsys):
-    from harness.check_cli import EXIT_BAD_INPUT, check_command
+    from kafkaesque_harness.harness.check_cli import EXIT_BAD_INPUT, check_command
 
     path = str(KAFKA_EDN / "poll-skip-subscribe.edn")
     assert check_command(path, "edn", "txn", 10.0) == 0
@@ -439,8 +439,13 @@ def test_real_time_through_barrier_nodes_gives_the_same_cyclic_components_as_dir
     same transactions in cycles."""
     import random
 
-    from checkers.elle import _nontrivial_sccs
-    from checkers.txn import _Analysis, _dependency_edges, _realtime_barriers, _realtime_frontier
+    from kafkaesque_harness.checkers.elle import _nontrivial_sccs
+    from kafkaesque_harness.checkers.txn import (
+        _Analysis,
+        _dependency_edges,
+        _realtime_barriers,
+        _realtime_frontier,
+    )
 
     rng, cyclic = random.Random(7), 0
     for _ in range(200):

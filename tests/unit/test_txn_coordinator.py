@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from clusters.broker import rpc
-from clusters.broker.group_coordinator import java_string_hash
-from clusters.broker.txn_coordinator import (
+from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker.group_coordinator import java_string_hash
+from kafkaesque_harness.clusters.broker.txn_coordinator import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
     EMPTY,

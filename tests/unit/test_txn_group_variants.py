@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from clusters.broker import kafka_api, rpc
-from clusters.broker.log import build_batch, validate_batches
-from clusters.broker.log.batch import build_control_batch
-from clusters.broker.producer_state import ProducerStateTable
-from clusters.broker.txn_coordinator import TransactionCoordinator, TxnConfig
-from clusters.reference import BROKER_VARIANTS, FLAW_VARIANTS, TXN_GROUP_VARIANTS
+from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker.log import build_batch, validate_batches
+from kafkaesque_harness.clusters.broker.log.batch import build_control_batch
+from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
+from kafkaesque_harness.clusters.broker.txn_coordinator import TransactionCoordinator, TxnConfig
+from kafkaesque_harness.clusters.reference import BROKER_VARIANTS, FLAW_VARIANTS, TXN_GROUP_VARIANTS
 from tests.unit.test_broker_groups import FOLLOWER, lead_offsets_partition, make_broker
 from tests.unit.test_broker_txn import lead, produce, txn_batch, values
 from tests.unit.test_txn_coordinator import TIMEOUT, TP1, TP2, T, write

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from history import FAIL, INFO, INVOKE, OK, Op
-from workloads.registry import parse_workload_options, workload_options_problems
-from workloads.txn import (
+from kafkaesque_harness.history import FAIL, INFO, INVOKE, OK, Op
+from kafkaesque_harness.workloads.registry import parse_workload_options, workload_options_problems
+from kafkaesque_harness.workloads.txn import (
     CRASHED_ON_REBALANCE,
     WORKLOAD_ABORT,
     CommitNotSent,
@@ -360,7 +360,7 @@ def test_a_group_member_leaves_its_group_and_is_parked_never_closed():
     """librdkafka issue 4041: a rebalance callback run from inside close() (or destroy) can wait forever
     holding the GIL. close_confluent_consumer makes a member leave its group, serves its revocation in
     consume(), and parks it (never closed); a consumer that never joined a group is simply closed."""
-    from workloads import base
+    from kafkaesque_harness.workloads import base
 
     class Consumer:
         def __init__(self):
@@ -395,11 +395,11 @@ def test_a_process_with_parked_members_ends_with_its_code_and_its_output_flushed
     import subprocess
     import sys
 
-    code = ("from workloads import base\nbase.PARKED_CONSUMERS.append(object())\nprint('said', end='')\n"
+    code = ("from kafkaesque_harness.workloads import base\nbase.PARKED_CONSUMERS.append(object())\nprint('said', end='')\n"
             "base.exit_without_finalizers(3)\nprint('never')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (3, "said")
-    quiet = subprocess.run([sys.executable, "-c", "from workloads import base\nbase.exit_without_finalizers(3)\n"
+    quiet = subprocess.run([sys.executable, "-c", "from kafkaesque_harness.workloads import base\nbase.exit_without_finalizers(3)\n"
                                                   "print('went on')"], capture_output=True, text=True, timeout=60)
     assert (quiet.returncode, quiet.stdout.strip()) == (0, "went on")  # nothing parked: no early exit
 
@@ -407,9 +407,9 @@ def test_a_process_with_parked_members_ends_with_its_code_and_its_output_flushed
 def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_process():
     """As the queue workload's: a member that ever joined the group is never closed (librdkafka issue 4041),
     and parking one per retired process fills a broker's connection limit; the next library takes it over."""
-    from workloads import base
-    from workloads.base import SpareMembers
-    from workloads.txn import ConfluentTxnLibrary
+    from kafkaesque_harness.workloads import base
+    from kafkaesque_harness.workloads.base import SpareMembers
+    from kafkaesque_harness.workloads.txn import ConfluentTxnLibrary
 
     class Member:
         def __init__(self):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
 
 class FakeClock:

@@ -23,13 +23,26 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from clusters.ownership import process_start_time, register_run, registered_runs, unregister_run
-from clusters.reference import OWNER_ENV
-from harness.campaign import run_campaign
-from harness.campaign_file import load_campaign
-from harness.cli import app
-from harness.watchdog import DIED_FILE, FROZEN_FILE, STACKS_FILE, Watched, kill_if_same, listen, watchdog_note
-from results.store import create_run_dir
+from kafkaesque_harness.clusters.ownership import (
+    process_start_time,
+    register_run,
+    registered_runs,
+    unregister_run,
+)
+from kafkaesque_harness.clusters.reference import OWNER_ENV
+from kafkaesque_harness.harness.campaign import run_campaign
+from kafkaesque_harness.harness.campaign_file import load_campaign
+from kafkaesque_harness.harness.cli import app
+from kafkaesque_harness.harness.watchdog import (
+    DIED_FILE,
+    FROZEN_FILE,
+    STACKS_FILE,
+    Watched,
+    kill_if_same,
+    listen,
+    watchdog_note,
+)
+from kafkaesque_harness.results.store import create_run_dir
 
 PROJECT = Path(__file__).resolve().parents[2]
 SILENCE_S = 3.0  # beats come every second: a loaded test machine must not miss three in a row
@@ -37,8 +50,8 @@ SILENCE_S = 3.0  # beats come every second: a loaded test machine must not miss 
 HARNESS = r"""
 import ctypes, os, sys, time
 from pathlib import Path
-from clusters.ownership import register_run
-from harness.watchdog import RunWatchdog
+from kafkaesque_harness.clusters.ownership import register_run
+from kafkaesque_harness.harness.watchdog import RunWatchdog
 
 run_dir, how, owner, silence = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
 register_run(owner, "local", str(run_dir))

@@ -17,7 +17,7 @@ The API the broker's data plane uses (everything else in this package is interna
   `NonContiguousAppendError` (a follower append not at the LEO).
 """
 
-from clusters.broker.log.batch import (
+from kafkaesque_harness.clusters.broker.log.batch import (
     BatchHeader,
     InvalidBatchError,
     RecordView,
@@ -29,7 +29,7 @@ from clusters.broker.log.batch import (
     validate_batches,
     value_digest,
 )
-from clusters.broker.log.checkpoints import (
+from kafkaesque_harness.clusters.broker.log.checkpoints import (
     CheckpointError,
     atomic_write,
     read_hwm_checkpoint,
@@ -37,22 +37,22 @@ from clusters.broker.log.checkpoints import (
     write_clean_shutdown,
     write_hwm_checkpoint,
 )
-from clusters.broker.log.epoch_cache import (
+from kafkaesque_harness.clusters.broker.log.epoch_cache import (
     NO_EPOCH,
     EpochEntry,
     LeaderEpochCache,
     follower_truncation_offset,
     leader_divergence,
 )
-from clusters.broker.log.flush import (
+from kafkaesque_harness.clusters.broker.log.flush import (
     FlushLog,
     FlushMode,
     FlushPolicy,
     last_synced_lengths,
     parse_flush_policy,
 )
-from clusters.broker.log.manager import LogManager
-from clusters.broker.log.partition_log import (
+from kafkaesque_harness.clusters.broker.log.manager import LogManager
+from kafkaesque_harness.clusters.broker.log.partition_log import (
     NonContiguousAppendError,
     OffsetOutOfRangeError,
     PartitionLog,

@@ -19,7 +19,11 @@ import bisect
 import os
 from dataclasses import dataclass
 
-from clusters.broker.log.checkpoints import CheckpointError, read_versioned, write_versioned
+from kafkaesque_harness.clusters.broker.log.checkpoints import (
+    CheckpointError,
+    read_versioned,
+    write_versioned,
+)
 
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 NO_EPOCH = -1

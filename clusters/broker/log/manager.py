@@ -16,10 +16,10 @@ import re
 import shutil
 import threading
 
-from clusters.broker.log import checkpoints
-from clusters.broker.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
-from clusters.broker.log.flush import FlushLog, FlushPolicy, parse_flush_policy
-from clusters.broker.log.partition_log import (
+from kafkaesque_harness.clusters.broker.log import checkpoints
+from kafkaesque_harness.clusters.broker.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
+from kafkaesque_harness.clusters.broker.log.flush import FlushLog, FlushPolicy, parse_flush_policy
+from kafkaesque_harness.clusters.broker.log.partition_log import (
     DEFAULT_SEGMENT_BYTES,
     SEGMENT_SUFFIX,
     EventLogger,

@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
-from clusters.broker.log.batch import (
+from kafkaesque_harness.clusters.broker.log.batch import (
     HEADER_SIZE,
     BatchHeader,
     InvalidBatchError,
@@ -36,10 +36,14 @@ from clusters.broker.log.batch import (
     validate_batches,
     value_digest,
 )
-from clusters.broker.log.checkpoints import CheckpointError, fsync_dir, remove_stale_tmp_files
-from clusters.broker.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
-from clusters.broker.log.epoch_cache import NO_EPOCH, LeaderEpochCache
-from clusters.broker.log.flush import FlushLog, FlushMode, FlushPolicy
+from kafkaesque_harness.clusters.broker.log.checkpoints import (
+    CheckpointError,
+    fsync_dir,
+    remove_stale_tmp_files,
+)
+from kafkaesque_harness.clusters.broker.log.epoch_cache import CHECKPOINT_NAME as EPOCH_CHECKPOINT_NAME
+from kafkaesque_harness.clusters.broker.log.epoch_cache import NO_EPOCH, LeaderEpochCache
+from kafkaesque_harness.clusters.broker.log.flush import FlushLog, FlushMode, FlushPolicy
 
 SEGMENT_SUFFIX = ".log"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
