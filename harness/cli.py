@@ -278,7 +278,7 @@ def faults() -> None:
     from kafkaesque_harness.nemesis.kinds import all_kinds
 
     for k in all_kinds().values():
-        print(f"{k.name}{'  (alone)' if k.alone else ''}\n    {k.help}")
+        print(f"{k.name}{'  (times its own faults)' if k.self_driven else ''}\n    {k.help}")
         for o in k.options:
             choices = f" ({'|'.join(map(str, o.choices))})" if o.choices else ""
             print(f"    --nemesis-option {o.key}={o.default}{choices}: {o.help}")

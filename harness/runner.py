@@ -45,7 +45,6 @@ from kafkaesque_harness.clusters.trace_files import load_traces
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 from kafkaesque_harness.harness.generator import (
     ClientSchedule,
-    NemesisSchedule,
     ProcessTable,
     final_assignments,
 )
@@ -58,6 +57,7 @@ from kafkaesque_harness.nemesis.base import NemesisRefused
 from kafkaesque_harness.nemesis.ledger import FaultLedger
 from kafkaesque_harness.nemesis.plan import PlanStep, drive
 from kafkaesque_harness.nemesis.requirements import StateDumps, can
+from kafkaesque_harness.nemesis.schedule import NemesisSchedule
 from kafkaesque_harness.results.store import STORE_FORMAT, create_run_dir, write_json
 from kafkaesque_harness.workloads.base import StallableProducers
 
@@ -170,6 +170,34 @@ ABANDONED = ("no completion by the end of the main phase: the client call never 
              "was abandoned")
 
 
+class StepRecorder:
+    """Writes each nemesis step as an invoke and its info completion (the ledger's records changed by it
+    beside its value; its error with it), and shows the current fault on the live panel."""
+
+    def __init__(self, run: Run, writer: HistoryWriter):
+        self.run = run
+        self.writer = writer
+
+    def began(self, step: PlanStep) -> None:
+        self.writer.append(Op(INVOKE, step.f, NEMESIS, step.value))
+        what = self._what(step)
+        if not step.f.startswith("stop-"):
+            self.run.stats.fault = what if step.value is None else f"{what} {json.dumps(step.value, default=str)}"
+
+    def ended(self, step: PlanStep, value: Any, error: BaseException | None) -> None:
+        if error is not None:
+            self.writer.append(Op(INFO, step.f, NEMESIS, self.run._with_fault_records(step.value),
+                                  error=f"{type(error).__name__}: {error}"[:300]))
+            return
+        self.writer.append(Op(INFO, step.f, NEMESIS, self.run._with_fault_records(value)))
+        self.run.stats.fault = ("none" if step.f.startswith("stop-")
+                                else f"{self._what(step)} {json.dumps(value, default=str)}")
+
+    @staticmethod
+    def _what(step: PlanStep) -> str:
+        return step.f.removeprefix("scenario-").removeprefix("start-")
+
+
 class Run:
     def __init__(self, spec: TestSpec, log=print, on_run_dir: Callable[[Path], None] | None = None):
         self.spec = spec
@@ -267,33 +295,11 @@ class Run:
                   error=f"the client call had not returned after {timeout_s:g} s, so its process was abandoned")
 
     def _nemesis_loop(self, nemesis, cluster, writer: HistoryWriter, schedule: NemesisSchedule) -> None:
-        """The one scheduler (nemesis/plan.py) runs the nemesis's plan: the schedule's random faults, or the
-        steps of a scenario or the protocol nemesis, which stop at the time limit with the clients, so no
-        fault lands on an idle cluster."""
-        time_limit_ns = self.spec.time_limit * 1e9
-
-        def stopped() -> bool:
-            return self.stop.is_set() or writer.now() >= time_limit_ns
-
-        drive(nemesis.plan(cluster, schedule.events(), stopped), lambda step: self._perform(writer, step),
-              self.stop, lambda: writer.now() / 1e9)
-
-    def _perform(self, writer: HistoryWriter, step: PlanStep) -> Any:
-        """One nemesis step as an invoke/info pair; its error is recorded with the completion, then raised on
-        for the plan to decide what it means."""
-        writer.append(Op(INVOKE, step.f, NEMESIS, step.value))
-        what = step.f.removeprefix("scenario-").removeprefix("start-")
-        if not step.f.startswith("stop-"):
-            self.stats.fault = what if step.value is None else f"{what} {json.dumps(step.value, default=str)}"
-        try:
-            result = step.act()
-        except Exception as e:
-            writer.append(Op(INFO, step.f, NEMESIS, self._with_fault_records(step.value),
-                             error=f"{type(e).__name__}: {e}"[:300]))
-            raise
-        writer.append(Op(INFO, step.f, NEMESIS, self._with_fault_records(result)))
-        self.stats.fault = "none" if step.f.startswith("stop-") else f"{what} {json.dumps(result, default=str)}"
-        return result
+        """The one scheduler (nemesis/plan.py) runs the nemesis's plans together: the schedule's random faults
+        and the steps of a scenario or the protocol nemesis, which end at the time limit with the clients, so
+        no fault lands on an idle cluster."""
+        drive(nemesis.plans(cluster, schedule.events()), StepRecorder(self, writer), self.stop,
+              lambda: writer.now() / 1e9, end=self.spec.time_limit)
 
     def _with_fault_records(self, value: Any) -> Any:
         """A nemesis completion's value with the ledger's records changed since the last one (the faults

@@ -291,9 +291,9 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
     from kafkaesque_harness.clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
     from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
     from kafkaesque_harness.clusters.reference import BROKER_VARIANTS
-    from kafkaesque_harness.harness.generator import NEMESIS_SCHEDULES
     from kafkaesque_harness.nemesis.faults import PARTITION_TARGETS
     from kafkaesque_harness.nemesis.registry import nemesis_options_problems, nemesis_problem
+    from kafkaesque_harness.nemesis.schedule import NEMESIS_SCHEDULES
     from kafkaesque_harness.nemesis.targets import TARGETS
     from kafkaesque_harness.workloads.registry import WORKLOAD_NAMES, workload_options_problems
 

@@ -66,8 +66,8 @@ class Nemesis(Protocol):
 class SelfDriven(Protocol):
     """A nemesis that times its own faults against the cluster's state (scenarios, the protocol nemesis)."""
 
-    def own_plan(self, cluster, stopped: Callable[[], bool]) -> Plan:
-        """Its steps, decided one at a time against the cluster's state, until done or `stopped()`."""
+    def own_plan(self, cluster) -> Plan:
+        """Its steps, decided one at a time against the cluster's state (the scheduler ends it with the run)."""
 
 
 class NemesisBase:
@@ -98,8 +98,9 @@ class NemesisBase:
     def ability_refusal(self, cluster) -> str | None:
         return ability_refusal(self.name, cluster) or target_refusal(self.name, self.target, cluster)
 
-    def plan(self, cluster, events: Iterable[Event], stopped: Callable[[], bool]) -> Plan:
-        return self.own_plan(cluster, stopped) if can(self, SelfDriven) else timed(events, self, cluster)
+    def plans(self, cluster, events: Iterable[Event]) -> list[Plan]:
+        """What the scheduler runs for this nemesis: its own plan, or the random events' (nemesis/plan.py)."""
+        return [self.own_plan(cluster)] if can(self, SelfDriven) else [timed(events, self, cluster)]
 
     def capability_refusal(self, cluster, capabilities: dict[str, dict[str, Any]]) -> str | None:
         return capability_refusal(self.name, cluster, capabilities, self.target)

@@ -103,7 +103,8 @@ class FaultKind:
     abilities: tuple[Need, ...] = ()         # what it needs of the cluster (nemesis/requirements.py checks)
     capabilities: tuple[str, ...] = ()       # what the set-up probe must find on the nodes (iptables, fuse, ...)
     on: Literal["brokers", "all"] = "brokers"  # ... on which nodes
-    alone: bool = False                      # times its own faults against the cluster: no other part beside it
+    self_driven: bool = False                # times its own faults against the cluster: one such part a run,
+                                             # random faults beside it (nemesis/plan.py drive)
 
     def __post_init__(self) -> None:
         wrong = [a for a in self.abilities if not isinstance(a, Need)]

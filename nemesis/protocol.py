@@ -70,11 +70,10 @@ run's final heal undoes everything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from kafkaesque_harness.nemesis.base import NemesisRefused
-from kafkaesque_harness.nemesis.plan import Plan, PlanStep
+from kafkaesque_harness.nemesis.plan import Plan, Stalled, pause
 from kafkaesque_harness.nemesis.requirements import (
     IsolatedNodes,
     LossyControllers,
@@ -82,21 +81,19 @@ from kafkaesque_harness.nemesis.requirements import (
     steps_refusal,
     why_not,
 )
-from kafkaesque_harness.nemesis.scenario import (
+from kafkaesque_harness.nemesis.scenario import ScenarioNemesis, ScenarioStalled
+from kafkaesque_harness.nemesis.scenario_steps import (
     CONTROLLERS,
-    SCENARIOS,
     Scenario,
-    ScenarioNemesis,
-    ScenarioStalled,
     Step,
     act,
     bind,
     cut,
-    idle,
     sleep,
     stall_producer,
     wait,
 )
+from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
 MOVES: dict[str, tuple[Step, ...]] = {
     "kill-leader": (bind("L", "leader"), act("kill", "L")),
@@ -162,6 +159,7 @@ SEQUENCE_SHARE = 2 / 3
 
 class ProtocolNemesis(ScenarioNemesis):
     name = "protocol"
+    bind_wait_s = 0.0  # a move whose role is absent gives way to another move at once
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(Scenario("protocol", __doc__ or "", (), needs_isolated_nodes=False), options)
@@ -207,17 +205,20 @@ class ProtocolNemesis(ScenarioNemesis):
     def fs(self) -> set[str]:
         return {f"scenario-{s.do}" for steps in MOVES.values() for s in steps}
 
-    def own_plan(self, cluster, stopped: Callable[[], bool]) -> Plan:
-        """One move after another, `interval` seconds apart on average, until the run stops."""
-        pause = self.delay
-        while idle(pause, stopped):
-            yield from self._one_move(cluster, stopped)
-            pause = self.rng.uniform(self.interval / 2, self.interval)
+    def own_plan(self, cluster) -> Plan:
+        """One move after another, `interval` seconds apart on average, until the run stops (the scheduler
+        begins no step at or after the time limit). Each move is chosen when it is due, against the
+        cluster as it is then."""
+        wait_s = self.delay
+        while True:
+            yield pause(wait_s)
+            yield from self._one_move(cluster)
+            wait_s = self.rng.uniform(self.interval / 2, self.interval)
 
     def _down(self) -> int:
         return len(self.down_nodes() | self.active_nodes(("pause",)))
 
-    def _one_move(self, cluster, stopped: Callable[[], bool]) -> Plan:
+    def _one_move(self, cluster) -> Plan:
         singles = sorted(m for m in self.moves if not m.startswith(SEQUENCE_PREFIX))
         sequences = sorted(m for m in self.moves if m.startswith(SEQUENCE_PREFIX))
         down, cut_off = self._down(), self.cut_off()
@@ -241,21 +242,19 @@ class ProtocolNemesis(ScenarioNemesis):
             self.bound = {}
             try:
                 for step in self.moves[move]:
-                    if stopped():
-                        return  # the run is over: the rest of the move would land after the heal
                     value = {**self._describe(step), "move": move, "partition": self.partition}
-                    yield PlanStep(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
+                    yield self.plan_step(cluster, step, value)
                     if move in self.deck and self.bound:
                         self.deck.remove(move)  # it has begun: its turn in this round is taken
                 return
-            except ScenarioStalled:
+            except Stalled:  # a role to bind absent, or a wait not reached
                 if self.bound:  # the move had begun: its recorded steps stand, try nothing else now
                     return
                 continue  # its role is absent right now: another move
             except Exception:  # noqa: BLE001 - recorded as the step's error; heal at the end regardless
                 return
 
-    def _perform(self, cluster, step: Step, stopped) -> Any:
+    def _perform(self, cluster, step: Step) -> Any:
         if step.do == "start-all":
             started = sorted(self.down_nodes())
             for n in started:
@@ -266,7 +265,7 @@ class ProtocolNemesis(ScenarioNemesis):
             for n in resumed:
                 self.faults.resume(n)
             return {"resumed": resumed}
-        return super()._perform(cluster, step, stopped)
+        return super()._perform(cluster, step)
 
     def _choose(self, cluster, role: str) -> str:
         p = self._partition(cluster)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from kafkaesque_harness.history import Op
 from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused, SelfDriven
 from kafkaesque_harness.nemesis.fault import FaultKind, Option
 from kafkaesque_harness.nemesis.kinds import all_kinds
-from kafkaesque_harness.nemesis.plan import Event, Plan, in_turn, timed
+from kafkaesque_harness.nemesis.plan import Event, Plan, timed
 from kafkaesque_harness.nemesis.requirements import can
 
 
@@ -23,16 +23,17 @@ SCENARIO_PREFIX = "scenario:"  # `--nemesis scenario:NAME` runs one protocol-awa
 
 
 def scenario_names() -> tuple[str, ...]:
-    from kafkaesque_harness.nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
     return tuple(SCENARIO_PREFIX + s for s in SCENARIOS)
 
 
 def nemesis_help() -> str:
     """The --nemesis help: the kinds' names, from the kinds themselves."""
-    alone = [n for n, k in all_kinds().items() if k.alone]
-    return (f"comma list of faults: {', '.join(n for n, k in all_kinds().items() if not k.alone)}; or "
-            f"{', '.join(alone)}, or scenario:NAME, alone (`kafkaesque faults` says what each does)")
+    driven = [n for n, k in all_kinds().items() if k.self_driven]
+    return (f"comma list of faults: {', '.join(n for n, k in all_kinds().items() if not k.self_driven)}; with at "
+            f"most one of {', '.join(driven)} or scenario:NAME among them, which times its own faults while the "
+            "others run at random (`kafkaesque faults` says what each does)")
 
 
 def nemesis_problem(names: list[str], where: str = "") -> str | None:
@@ -44,15 +45,16 @@ def nemesis_problem(names: list[str], where: str = "") -> str | None:
         return (f"unknown nemesis {', '.join(map(repr, bad))}{where}; valid: {', '.join(nemesis_names())}, "
                 f"one of {', '.join(scenario_names())}, or scenario:FILE.toml")
     for n in files:
-        from kafkaesque_harness.nemesis.scenario import ScenarioFileError, load_scenario_file
+        from kafkaesque_harness.nemesis.scenario_steps import ScenarioFileError, load_scenario_file
 
         try:
             load_scenario_file(n[len(SCENARIO_PREFIX):])
         except ScenarioFileError as e:
             return str(e).rstrip(".") + where
-    alone = [n for n in names if n.startswith(SCENARIO_PREFIX) or (n in nemesis_names() and all_kinds()[n].alone)]
-    if alone and len(names) > 1:
-        return f"a scenario or the protocol nemesis times its own faults against the cluster's state: give it alone{where}"
+    driven = [n for n in names if n.startswith(SCENARIO_PREFIX) or (n in nemesis_names() and all_kinds()[n].self_driven)]
+    if len(driven) > 1:
+        return (f"{' and '.join(driven)} each time their own faults against the cluster's state and would bind "
+                f"the same roles: give one of them{where} (random faults may run beside it)")
     return None
 
 
@@ -117,13 +119,14 @@ class CompositeNemesis(NemesisBase):
     def __init__(self, parts: list):
         self.parts = parts
 
-    def plan(self, cluster, events: Iterable[Event], stopped: Callable[[], bool]) -> Plan:
-        """The parts that time their own faults (a scenario, the protocol nemesis) drive, one after another;
-        otherwise every part's start/stop pairs follow the run's schedule."""
-        driven = [p for p in self.parts if can(p, SelfDriven)]
-        if driven:
-            return in_turn(p.own_plan(cluster, stopped) for p in driven)
-        return timed(events, self, cluster)
+    def plans(self, cluster, events: Iterable[Event]) -> list[Plan]:
+        """The plan of the part that times its own faults (a scenario, the protocol nemesis), and beside it
+        the run's random schedule for the start/stop pairs of every other part: the scheduler runs them
+        together, each step when it is due."""
+        plans = [p.own_plan(cluster) for p in self.parts if can(p, SelfDriven)]
+        if self.pairs():
+            plans.append(timed(events, self, cluster))
+        return plans
 
     def pairs(self) -> list[tuple[str, str]]:
         return [pair for p in self.parts for pair in p.pairs()]

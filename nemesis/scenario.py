@@ -36,360 +36,32 @@ anomaly".
 from __future__ import annotations
 
 import random
-import re
-import time
-import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 from kafkaesque_harness.history import BEYOND_BUDGET, Op
 from kafkaesque_harness.nemesis import grudge
 from kafkaesque_harness.nemesis.actions import PROCESS_FAULTS, resumed
 from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
-from kafkaesque_harness.nemesis.plan import Plan, PlanStep
+from kafkaesque_harness.nemesis.plan import Plan, PlanStep, Stalled, pause
 from kafkaesque_harness.nemesis.requirements import IsolatedNodes, StateDumps, can, steps_refusal
+from kafkaesque_harness.nemesis.scenario_steps import (
+    ACTIONS,
+    CLIENT_ACTIONS,
+    CONDITIONS,
+    CONTROLLERS,
+    COORDINATOR_ROLES,
+    ROLES,
+    Scenario,
+    Step,
+    bind,
+    load_scenario_file,
+)
+from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
 
-@dataclass(frozen=True)
-class Step:
-    do: str
-    node: str = ""            # a bound name ("L"), or a node name ("broker-2")
-    role: str = ""            # bind: one of ROLES
-    until: str = ""           # wait: the condition's name
-    nodes: tuple[str, ...] = ()  # wait isr-is: the bound names that must make up the ISR
-    peer: str = ""            # cut: the other side, a bound name, a node name or "controllers"
-    seconds: float = 30.0     # wait: timeout; sleep: duration; stall-producer: how far past the txn timeout
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    doc: str
-    steps: tuple[Step, ...]
-    needs_isolated_nodes: bool = False   # partitions or lossy crashes: docker or local-netns
-    targets: tuple[str, ...] = ()        # the broker variants it exists to catch
-
-
-# --- the DSL -------------------------------------------------------------------------------------------
-def bind(name: str, role: str) -> Step:
-    return Step("bind", node=name, role=role)
-
-
-def wait(until: str, node: str = "", nodes: tuple[str, ...] = (), timeout: float = 30.0) -> Step:
-    return Step("wait", node=node, until=until, nodes=tuple(nodes), seconds=timeout)
-
-
-def act(do: str, node: str = "") -> Step:
-    return Step(do, node=node)
-
-
-def sleep(seconds: float) -> Step:
-    return Step("sleep", seconds=seconds)
-
-
-def cut(node: str, peer: str) -> Step:
-    """Cut `node` off from `peer` only (both ways); `peer` "controllers" is every controller."""
-    return Step("cut", node=node, peer=peer)
-
-
-STALL_PAST_TIMEOUT_S = 3.0  # a stall's default length past the transaction timeout
-
-
-def stall_producer(of: str = "", past_timeout_s: float = STALL_PAST_TIMEOUT_S) -> Step:
-    """A client process stops inside an open transaction for its transaction timeout plus `past_timeout_s`;
-    `of`: a bound broker, and then a process whose transactional id that broker coordinates (any when "")."""
-    return Step("stall-producer", node=of, seconds=past_timeout_s)
-
-
-CONTROLLERS = "controllers"
-ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "cut", "heal", "stall-producer",
-           "resume-producer")
-CLIENT_ACTIONS = ("stall-producer", "resume-producer")  # on the workload's clients, not on a node
-CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
-              "fenced", "unfenced", "log-reaches")
-
-# The set-up of the power-loss scenarios: S cut off (it falls behind), F restarted cleanly (its
-# log is synced up to then), later L too (synced further), so a power cut leaves L holding the most.
-L_SYNCED_FURTHER_THAN_F = (
-    bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
-    act("isolate", "S"), wait("isr-is", nodes=("L", "F")), sleep(2),
-    act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
-    act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2))
-
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario(
-        "unclean-election",
-        "004, last section (and Jepsen 2013): a follower is cut off and falls out of the ISR while the "
-        "others keep acknowledging; then the whole ISR dies and only the stale follower is left. With "
-        "unclean.leader.election.enable it leads and the writes acknowledged in its absence are gone; "
-        "by default the partition waits for a complete replica.",
-        (bind("L", "leader"), bind("F", "follower"), bind("S", "follower"),
-         act("isolate", "S"), wait("not-in-isr", "S"), sleep(3),
-         act("kill", "L"), act("kill", "F"), wait("fenced", "L"), wait("fenced", "F"),
-         act("heal", "S"), sleep(8), act("start", "L"), act("start", "F"), wait("has-leader")),
-        needs_isolated_nodes=True, targets=("unclean-election",)),
-    Scenario(
-        "last-replica-standing",
-        "002 2.4.2 / PROTOCOL.md 9.4: the ISR shrinks to the leader (two followers cut off one after "
-        "the other), then the leader loses power and its unsynced writes. Without the ELR it is the "
-        "only candidate and the others truncate to its shortened log; with the ELR the follower that "
-        "left last (complete up to the frozen HWM) leads.",
-        (bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
-         act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
-         act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2),
-         act("lossy-crash", "L"), wait("fenced", "L"), act("heal"), sleep(5),
-         act("start", "L"), wait("has-leader"), wait("in-isr", "L", timeout=60)),
-        needs_isolated_nodes=True, targets=("no-elr",)),
-    Scenario(
-        "elr-clean-recovery",
-        "001 5.2.2: the ISR shrinks to the leader, the leader and sole ISR member loses power, the "
-        "follower that left the ISR last (in the ELR) comes back and must lead; then the old leader "
-        "restarts without its unsynced data and catches up. Nothing acknowledged may be lost. Without "
-        "the ELR the lone ISR member stays the only candidate and leads from its shortened log. (The "
-        "unclean-election variant elects like the default here: an ELR member is alive when it leads.)",
-        (bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
-         act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
-         act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2),
-         act("lossy-crash", "L"), wait("fenced", "L"), act("heal", "F2"), wait("leader-is", "F2"),
-         act("start", "L"), act("heal"), wait("in-isr", "L", timeout=60)),
-        needs_isolated_nodes=True, targets=("no-elr",)),
-    Scenario(
-        "hw-truncation-then-election",
-        "004, 'HW truncation followed by immediate leader election': with a third replica cut off, "
-        "the leader L stops answering just after a write, the follower A restarts (a controlled "
-        "restart: it stays a leader candidate in the ELR) before learning the HW that covers it, and "
-        "L dies. A truncating to its checkpointed HW loses what L acknowledged last.",
-        (bind("L", "leader"), bind("A", "follower"), bind("C", "follower"),
-         act("isolate", "C"), wait("isr-is", nodes=("L", "A")), sleep(2),
-         act("pause", "L"), act("stop", "A"), wait("fenced", "L"), act("start", "A"), wait("leader-is", "A"),
-         act("kill", "L"), act("start", "L"), act("heal"), wait("in-isr", "L", timeout=60)),
-        needs_isolated_nodes=True, targets=("truncate-to-hw",)),
-    Scenario(
-        "balanced-recovery",
-        "001 5.3.3: both ISR members lose power (beyond the durability contract: acknowledged writes may "
-        "be lost, silently they may not). F restarted cleanly early (its log is synced up to then), L "
-        "later (synced further), so after the power cuts L holds more. F returns first: L, still in the "
-        "ELR, is waited for; when L returns too, both are in the LastKnownELR and the balanced unclean "
-        "recovery asks each for its log and elects the highest (last epoch, end offset), L, and reports "
-        "it as a potential data-loss event. Without the ELR, F is the last ISR member and leads from its "
-        "shorter log the moment it is back, reporting nothing.",
-        (*L_SYNCED_FURTHER_THAN_F, act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), wait("no-leader"),
-         act("start", "F"), sleep(5), act("start", "L"), wait("has-leader", timeout=60),
-         act("heal", "S"), wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60)),
-        needs_isolated_nodes=True, targets=("no-elr",)),
-    Scenario(
-        "power-loss-all-replicas",
-        "004, 'divergence after power loss of all replicas': every replica loses power, each keeping a "
-        "different synced prefix (S cut off early and synced least, F restarted cleanly early, L later, "
-        "so L holds the most). They return in the worst order, S, then F, then L. With leader epochs "
-        "the replicas that come back truncate to the leader's log and converge; truncating to the "
-        "checkpointed HW instead, a replica keeps records past the new leader's log beside the new "
-        "leader's own writes at the same offsets, for good. Beyond the fault budget: acknowledged "
-        "writes may be lost, silently they may not (each unclean recovery must be reported). Run it "
-        "with --min-isr 1, 004's setting: L then leaves the ISR without entering the ELR, so the "
-        "balanced recovery's only candidate is the less complete F. With min ISR 2 the ELR keeps L "
-        "a candidate, L leads and nothing diverges (the protocol's fix at work).",
-        (*L_SYNCED_FURTHER_THAN_F, act("lossy-crash", "L"), wait("not-in-isr", "L"), act("lossy-crash", "F"), act("lossy-crash", "S"),
-         wait("no-leader"), act("heal"),
-         act("start", "S"), sleep(3), act("start", "F"), sleep(5), act("start", "L"), wait("has-leader", timeout=60),
-         wait("in-isr", "L", timeout=60), wait("in-isr", "F", timeout=60), wait("in-isr", "S", timeout=60)),
-        needs_isolated_nodes=True, targets=("truncate-to-hw",)),
-    Scenario(
-        "zombie-leader",
-        "A leader paused past its session timeout while clients still talk to it: a new leader is "
-        "elected, then the old one resumes believing it leads, and answers the requests queued while "
-        "it slept until the metadata tells it otherwise. No follower may take its replies as the new "
-        "epoch's and it may acknowledge nothing the new leader lacks. It targets none of our variants: "
-        "even a follower that sends no epochs checks its log when it follows the new leader, so this "
-        "guards the default (and acks=1 shows what an acknowledgement without the ISR is worth).",
-        (bind("L", "leader"), act("pause", "L"), wait("leader-is-not", "L"), sleep(2),
-         act("resume", "L"), sleep(5), wait("in-isr", "L", timeout=60))),
-    Scenario(
-        "zombie-follower",
-        "KAFKA-6880, the case KIP-320's epoch fencing closed: a follower Z cut off from the controller "
-        "is fenced and misses every leader change, yet still reaches the leader L it knew and keeps "
-        "fetching from it. L gathers a suffix the other follower F never gets (F is cut off from L) and "
-        "Z copies it; L is paused past its session timeout and F leads (L resumes, a zombie leader for "
-        "a moment, and truncates that suffix as F's follower); then F dies and L leads again, and its "
-        "log grows back to Z's length. By default Z's next fetch names its stale epoch and L fences "
-        "it; once the cut heals, Z's first fetch in the new epoch finds the divergence and truncates. A follower "
-        "that sends no epochs (Kafka before KIP-320, which checks its log only when it becomes a "
-        "follower) is served by offset and splices L's new records after its stale ones, and when the "
-        "cut heals it joins the ISR with them: the replicas differ below the HWM, for good.",
-        (bind("L", "leader"), bind("F", "follower"), bind("Z", "follower"),
-         cut("Z", CONTROLLERS), wait("not-in-isr", "Z"),
-         cut("F", "L"), sleep(3),
-         act("pause", "L"), wait("leader-is", "F"), act("heal", "F"), act("resume", "L"),
-         wait("in-isr", "L", timeout=60),
-         act("kill", "F"), wait("leader-is", "L"), act("start", "F"),
-         wait("log-reaches", "L", nodes=("Z",), timeout=60), sleep(2),
-         act("heal", "Z"), wait("in-isr", "Z", timeout=60)),
-        needs_isolated_nodes=True, targets=("no-epoch-fencing",)),
-    # --- the transaction and group coordinators (issue 25 deliverable 4) --------------------------------
-    Scenario(
-        "txn-coordinator-killed-mid-commit",
-        "KIP-98 fencing: the transaction coordinator of the workload's transactional ids is killed while "
-        "transactions commit (the workload commits several a second, so there is always one in flight): "
-        "their commits time out, the processes that ran them end info and are replaced, and each new "
-        "process re-initialises its slot's transactional id at the coordinator that took over, which "
-        "must abort the open transaction at a bumped epoch and fence the previous producer of the id. "
-        "Under zombie-not-fenced the epoch stays, so whatever the previous producer still has on its "
-        "way (a produce queued at a partition leader) lands beside the new one's writes.",
-        (bind("C", "txn-coordinator"), act("kill", "C"), wait("fenced", "C"), sleep(5),
-         act("start", "C"), wait("unfenced", "C", timeout=60)),
-        targets=("zombie-not-fenced",)),
-    Scenario(
-        "producer-paused-past-txn-timeout",
-        "KIP-890's hanging transaction, from the producer's side: a client process whose transactional id "
-        "the coordinator C coordinates stops in the middle of an open transaction (a send of it delivered, "
-        "a send to a partition it has not written and the commit to come), as a GC pause or a stopped client "
-        "VM would stop it, for the workload's transaction timeout plus 3 s; then it goes on with the same "
-        "transaction. C aborts the transaction on its timeout. By default that abort bumps the producer's "
-        "epoch, so the resumed producer is fenced (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH) and nothing it "
-        "sends after the abort is visible; under txn-markers-no-epoch-bump the markers keep its epoch, so C "
-        "takes the resumed producer's new partition for a new transaction, which the commit then commits "
-        "without the aborted sends before the stall (a torn transaction: lost-write, unseen; the trace "
-        "checker's txn-abort-not-fenced judges the abort itself).",
-        (bind("C", "txn-coordinator"), stall_producer("C"), act("resume-producer"), sleep(3)),
-        targets=("txn-markers-no-epoch-bump",)),
-    Scenario(
-        "late-txn-markers",
-        "The transaction coordinator C is cut off from the leader L of a partition its transactions "
-        "write to, for 12 s (past the 10 s transaction timeout): the markers of every transaction ending "
-        "then are late at L, and transactions there stay open, some to be aborted. A read_committed "
-        "consumer must see none of them until their commit marker (the LSO holds at the first open "
-        "one); read-committed-to-hwm serves them up to the HWM (aborted and uncommitted reads, G1a and "
-        "precommitted-read). Late markers also widen txn-markers-no-epoch-bump's window.",
-        (bind("C", "txn-coordinator"), bind("L", "other-leader"), cut("C", "L"), sleep(12),
-         act("heal", "C"), sleep(3)),
-        needs_isolated_nodes=True, targets=("read-committed-to-hwm",)),
-    Scenario(
-        "group-coordinator-fails-over",
-        "002 2.5: the group coordinator G is cut off from every other node while the group commits "
-        "offsets (the queue workload's subscribe mode commits after each poll), then killed, so a "
-        "follower of its __consumer_offsets partition takes over. By default a commit is answered only "
-        "once the ISR has it, so the commits G took while cut off fail (the ISR cannot grow back to min "
-        "ISR 2); under offsets-commit-acks-1 G answers them alone and the new coordinator lacks them: "
-        "the group resumes below offsets it was told were committed (the queue checker's lost-commit).",
-        # 20 s first: a group takes several rebalances to settle after the run starts (members join one by
-        # one), and a commit can be lost only once the group has committed
-        (sleep(20), bind("G", "group-coordinator"), act("isolate", "G"), sleep(4), act("kill", "G"), wait("fenced", "G"),
-         act("heal", "G"), sleep(3), act("start", "G"), wait("unfenced", "G", timeout=60)),
-        needs_isolated_nodes=True, targets=("offsets-commit-acks-1",)),
-)}
-
-
-# --- scenarios of one's own, as TOML -------------------------------------------------------------------
-STEP_KEYS = {"do", "node", "role", "until", "nodes", "peer", "seconds", "timeout"}
-ROLES = ("leader", "follower", "successor", "broker", "other-leader", "txn-coordinator", "group-coordinator")
-# The roles bound through the workload's own transactional ids or consumer groups (the runner passes
-# them as options "transactional_ids" and "groups"): the coordinator of a key is the leader of its
-# partition of the internal topic (clusters/broker/group_coordinator.py coordinator_partition).
-COORDINATOR_ROLES = {"txn-coordinator": ("transactional_ids", "__transaction_state", "transactional id"),
-                     "group-coordinator": ("groups", "__consumer_offsets", "consumer group")}
-_NODE_NAME = re.compile(r"^(broker|controller)-\d+$")
-
-
-class ScenarioFileError(ValueError):
-    """A scenario file that cannot run; the message is one sentence naming the step and the fix."""
-
-
-def load_scenario_file(path: str | Path) -> Scenario:
-    """A scenario written as TOML, checked in full before anything runs:
-
-        name = "isolate-then-power-cut"
-        doc = "what it does and what it exists to catch"
-        targets = ["no-elr"]                       # optional: the broker variants it should catch
-        steps = [
-          {do = "bind", node = "L", role = "leader"},
-          {do = "isolate", node = "L"},
-          {do = "wait", until = "not-in-isr", node = "L", timeout = 30},
-          {do = "cut", node = "broker-2", peer = "controllers"},
-          {do = "sleep", seconds = 3},
-          {do = "heal"},
-        ]
-    """
-    p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ScenarioFileError(f"scenario file {p} does not exist; give the path of a scenario TOML file.") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ScenarioFileError(f"cannot read scenario file {p} ({e}); fix the file's TOML.") from None
-    unknown = set(doc) - {"name", "doc", "targets", "steps"}
-    if unknown:
-        raise ScenarioFileError(f"unknown key {sorted(unknown)[0]!r} in {p}; valid: name, doc, targets, steps.")
-    raw_steps = doc.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise ScenarioFileError(f"{p} has no steps; add steps = [{{do = \"bind\", node = \"L\", role = \"leader\"}}, ...].")
-    steps, bound = [], set()
-    for i, raw in enumerate(raw_steps, 1):
-        steps.append(_file_step(p, i, raw, bound))
-    from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
-
-    targets = doc.get("targets", [])
-    bad = [t for t in targets if t not in FLAW_VARIANTS] if isinstance(targets, list) else [targets]
-    if bad:
-        raise ScenarioFileError(f"targets in {p} names {bad[0]!r}; valid: {', '.join(FLAW_VARIANTS)}.")
-    return Scenario(str(doc.get("name") or p.stem), str(doc.get("doc") or f"scenario file {p}"), tuple(steps),
-                    needs_isolated_nodes=any(st.do in ("isolate", "cut", "lossy-crash") for st in steps),
-                    targets=tuple(targets))
-
-
-def _file_step(path: Path, i: int, raw: Any, bound: set[str]) -> Step:
-    where = f"step {i} of {path}"
-    if not isinstance(raw, dict):
-        raise ScenarioFileError(f"{where} is not a table; write it as {{do = \"...\", ...}}.")
-    extra = set(raw) - STEP_KEYS
-    if extra:
-        raise ScenarioFileError(f"{where} has unknown key {sorted(extra)[0]!r}; valid: {', '.join(sorted(STEP_KEYS))}.")
-    do = raw.get("do")
-    if do not in ("bind", "wait", "sleep", *ACTIONS):
-        raise ScenarioFileError(f"{where} does {do!r}; valid: bind, wait, sleep, {', '.join(ACTIONS)}.")
-    node, peer = str(raw.get("node", "")), str(raw.get("peer", ""))
-    nodes = raw.get("nodes", [])
-    if not isinstance(nodes, list):
-        raise ScenarioFileError(f"{where}: nodes must be a list of names, e.g. nodes = [\"L\"].")
-    seconds = raw.get("timeout", raw.get("seconds", STALL_PAST_TIMEOUT_S if do == "stall-producer" else 30.0))
-    if not isinstance(seconds, int | float) or seconds < 0:
-        raise ScenarioFileError(f"{where}: timeout/seconds is {seconds!r}; give a number of seconds, 0 or more.")
-    if do == "bind":
-        if not node or raw.get("role") not in ROLES:
-            raise ScenarioFileError(f"{where} binds {node!r} to role {raw.get('role')!r}; give node = a name and "
-                                    f"role = one of {', '.join(ROLES)}.")
-        bound.add(node)
-    if do == "wait" and raw.get("until") not in CONDITIONS:
-        raise ScenarioFileError(f"{where} waits until {raw.get('until')!r}; valid: {', '.join(CONDITIONS)}.")
-    if do == "wait" and raw.get("until") in ("isr-is", "log-reaches") and not nodes:
-        raise ScenarioFileError(f"{where} waits until {raw['until']} of no nodes; add nodes = [\"L\", ...].")
-    if do == "cut" and not (node and peer):
-        raise ScenarioFileError(f"{where} cuts without node and peer; give both (peer may be \"controllers\").")
-    needs_node = do in ACTIONS and do not in ("heal", *CLIENT_ACTIONS) or (do == "wait" and raw.get("until") not in
-                                                     ("isr-is", "no-leader", "has-leader"))
-    if needs_node and not node:
-        raise ScenarioFileError(f"{where} ({do}) names no node; add node = a bound name or a node name.")
-    for name in [n for n in (node, peer, *nodes) if n] if do != "bind" else []:
-        if name not in bound and name != CONTROLLERS and not _NODE_NAME.match(name):
-            raise ScenarioFileError(f"{where} names {name!r}, which no earlier bind step binds and which is not a "
-                                    "node name (broker-N, controller-N); bind it first.")
-    return Step(do, node=node, role=str(raw.get("role", "")), until=str(raw.get("until", "")),
-                nodes=tuple(str(n) for n in nodes), peer=peer, seconds=float(seconds))
-
-
-def idle(seconds: float, stopped: Callable[[], bool]) -> bool:
-    """Wait `seconds`, or less if the run stops first; whether the time passed (False: stopped)."""
-    try:  # this module's clock, so a test's fast clock reaches the idle time too
-        wait_until(stopped, seconds, 0.1, "the end of the run", clock=time.monotonic, sleep=time.sleep)
-    except WaitTimeout:
-        return True
-    return False
-
-
-class ScenarioStalled(RuntimeError):
-    """A wait timed out: the cluster did not reach the state the next step needs."""
+class ScenarioStalled(Stalled):
+    """The cluster is not in the state the next step needs (no node holds the role to bind), or cannot
+    show it (a wait's condition this cluster does not report)."""
 
 
 class ScenarioNemesis(NemesisBase):
@@ -478,22 +150,44 @@ class ScenarioNemesis(NemesisBase):
     def invoke(self, cluster, op: Op) -> Op:
         raise ValueError("a scenario runs as a whole through its plan (own_plan()), not op by op")
 
-    def own_plan(self, cluster, stopped: Callable[[], bool]) -> Plan:
+    def own_plan(self, cluster) -> Plan:
         """The steps in order, `delay` seconds into the main phase, each decided when the one before it
-        has ended. It ends early when the run is over or a step fails (a wait that stalls): the rest
-        needs that step."""
-        if not idle(self.delay, stopped):
-            return
-        steps = self.scenario.steps
-        for i, step in enumerate(steps, 1):
-            if stopped():
-                return
+        has ended. It ends early when a step fails (a wait that stalls): the rest needs that step. A
+        sleep is a pause of the plan, not an op: random faults running beside the scenario may land in
+        it, and the steps the history counts ("step i of n") are the others."""
+        recorded = [s for s in self.scenario.steps if s.do != "sleep"]
+        yield pause(self.delay)
+        i = 0
+        for step in self.scenario.steps:
+            if step.do == "sleep":
+                yield self.plan_step(cluster, step, {})
+                continue
+            i += 1
             # "step i of n" lets a stored run show whether the scenario ran to its end (checkers/evidence.py)
-            value = {**self._describe(step), "step": i, "steps": len(steps)}
+            value = {**self._describe(step), "step": i, "steps": len(recorded)}
             try:
-                yield PlanStep(f"scenario-{step.do}", value, lambda step=step: self._perform(cluster, step, stopped))
+                yield self.plan_step(cluster, step, value)
             except Exception:  # noqa: BLE001 - recorded as the step's error; the rest needs this step
                 return
+
+    # How long a bind waits for a node that holds its role and is up (another fault, a random kill beside the
+    # scenario, may hold that node down right now); 0: a bind that finds none fails at once.
+    bind_wait_s = 30.0
+
+    def plan_step(self, cluster, step: Step, value: dict[str, Any]) -> PlanStep:
+        """One step of the scenario language as a step of the plan: a sleep is a pause, a wait holds until its
+        condition holds (at most its timeout), a bind until a live node holds the role; every other step is
+        an act."""
+        f = f"scenario-{step.do}"
+        if step.do == "sleep":
+            return pause(step.seconds)
+        if step.do == "wait":
+            return PlanStep(f, value, until=lambda: self._reached(cluster, step), timeout=step.seconds,
+                            what=f"{step.until} {step.node or list(step.nodes)}")
+        if step.do == "bind" and self.bind_wait_s > 0:
+            return PlanStep(f, value, until=lambda: self._bound(cluster, step), timeout=self.bind_wait_s,
+                            what=f"a live {step.role} to bind as {step.node}")
+        return PlanStep(f, value, lambda: self._perform(cluster, step))
 
     # --- steps ------------------------------------------------------------------------------------------
     def _describe(self, step: Step) -> dict[str, Any]:
@@ -503,7 +197,7 @@ class ScenarioNemesis(NemesisBase):
                 d[k] = getattr(step, k)
         if step.nodes:
             d["nodes"] = list(step.nodes)
-        if step.do in ("wait", "sleep"):
+        if step.do == "wait":
             d["seconds"] = step.seconds
         if step.do == "stall-producer":
             d["past_txn_timeout_s"] = step.seconds
@@ -512,16 +206,11 @@ class ScenarioNemesis(NemesisBase):
     def node(self, name: str) -> str:
         return self.bound.get(name, name)
 
-    def _perform(self, cluster, step: Step, stopped: Callable[[], bool]) -> Any:
+    def _perform(self, cluster, step: Step) -> Any:
         if step.do == "bind":
             node = self._choose(cluster, step.role)
             self.bound[step.node] = node
             return {step.node: node}
-        if step.do == "wait":
-            return self._wait(cluster, step, stopped)
-        if step.do == "sleep":
-            idle(step.seconds, stopped)
-            return None
         if step.do == "stall-producer":
             return self._stall_producer(cluster, step)
         if step.do == "resume-producer":
@@ -683,21 +372,23 @@ class ScenarioNemesis(NemesisBase):
                 return int(p["leo"])
         return None
 
-    def _wait(self, cluster, step: Step, stopped: Callable[[], bool]) -> dict[str, Any]:
-        deadline = time.monotonic() + step.seconds
-        seen: dict[str, Any] = {}
-        while time.monotonic() < deadline and not stopped():
-            try:
-                ok, seen = self._holds(cluster, step)
-            except ScenarioStalled:
-                raise  # the condition cannot be seen on this cluster at all: waiting will not help
-            except Exception:  # noqa: BLE001 - the controller may be unreachable for a moment
-                ok = False
-            if ok:
-                return {"reached": True, **seen}
-            time.sleep(0.2)
-        raise ScenarioStalled(f"{step.until} {step.node or list(step.nodes)} not reached in {step.seconds:.0f} s "
-                              f"(last seen: {seen})")
+    def _bound(self, cluster, step: Step) -> tuple[bool, dict[str, Any]]:
+        """A bind, as the plan asks it: the role's node, once one holds it that no fault (the scenario's or
+        another part's) holds down or paused."""
+        try:
+            node = self._choose(cluster, step.role)
+        except ScenarioStalled as e:
+            return False, {"why": str(e)}
+        held = {n for r in self.faults.ledger.active((*PROCESS_FAULTS, "pause")) for n in r.nodes}
+        if node in held:
+            return False, {step.role: node, "why": f"{node} is down or paused by a fault"}
+        self.bound[step.node] = node
+        return True, {step.node: node}
+
+    def _reached(self, cluster, step: Step) -> tuple[bool, dict[str, Any]]:
+        """A wait's condition, as the plan asks it: (reached, the completion's value or what was seen)."""
+        ok, seen = self._holds(cluster, step)
+        return ok, ({"reached": True, **seen} if ok else seen)
 
     def teardown(self, cluster) -> list[str]:
         """Reconnect, resume and restart everything the scenario left down; every part is tried."""

@@ -170,7 +170,7 @@ def _plan(row: Row) -> str:
 
 def scenario_targets() -> dict[str, tuple[str, ...]]:
     """Plan name -> the broker variants that scenario exists to catch (nemesis/scenario.py)."""
-    from kafkaesque_harness.nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
     return {f"scenario:{name}": s.targets for name, s in SCENARIOS.items()}
 

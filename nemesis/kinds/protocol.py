@@ -3,5 +3,5 @@
 from kafkaesque_harness.nemesis.fault import FaultKind, lazy
 
 KIND = FaultKind("protocol", "random role-aware moves (kill the leader, power-cut the last ISR member, ...) and "
-                             "the flaw sequences of the scenarios; alone", lazy("kafkaesque_harness.nemesis.protocol:ProtocolNemesis"),
-                 alone=True)
+                             "the flaw sequences of the scenarios; times its own faults", lazy("kafkaesque_harness.nemesis.protocol:ProtocolNemesis"),
+                 self_driven=True)

@@ -4,12 +4,15 @@ actions over a fresh ledger. The real network is exercised by the integration te
 
 from __future__ import annotations
 
+import math
 import re
+import threading
 from collections import defaultdict
 
 from kafkaesque_harness.clusters.remote import RemoteResult
 from kafkaesque_harness.nemesis.actions import FaultActions
 from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.plan import drive
 
 _PROBE = re.compile(r" (\S+) (\d+) [\d.]+; else timeout")
 _DROP = re.compile(r"-A KAFKAESQUE -s (\S+) -j DROP")
@@ -123,3 +126,54 @@ class FakeCluster:
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
         pass
+
+
+# --- the one scheduler on a clock that moves only when it waits (nemesis/plan.py drive) ------------------
+class FastClock:
+    """The main phase's clock in seconds, moved only by FastStop's waits: no real sleeping."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FastStop(threading.Event):
+    """drive's stop event: a wait moves the clock by its timeout instead of sleeping; set at `stop_at`."""
+
+    def __init__(self, clock: FastClock, stop_at: float = math.inf):
+        super().__init__()
+        self.clock, self.stop_at, self.waits = clock, stop_at, []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if self.clock.t + timeout >= self.stop_at:
+            self.clock.t = self.stop_at
+            self.set()
+            return True
+        self.clock.t += timeout
+        return False
+
+
+class StepLog:
+    """A Recorder keeping each ended step as (f, value, its result, or "error: ..."), and when each began."""
+
+    def __init__(self, clock: FastClock | None = None):
+        self.clock = clock
+        self.ops: list[tuple] = []
+        self.began_at: list[tuple[str, float]] = []
+
+    def began(self, step) -> None:
+        self.began_at.append((step.f, self.clock.t if self.clock else 0.0))
+
+    def ended(self, step, value, error) -> None:
+        self.ops.append((step.f, step.value, value if error is None else f"error: {error}"))
+
+
+def run_plans(plans, end: float = math.inf, stop_at: float = math.inf) -> StepLog:
+    """drive() the plans on a FastClock; what was recorded."""
+    clock = FastClock()
+    log = StepLog(clock)
+    drive(plans, log, FastStop(clock, stop_at), clock, end=end)
+    return log

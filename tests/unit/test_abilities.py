@@ -26,12 +26,12 @@ from kafkaesque_harness.clusters.netns import NetnsCluster
 from kafkaesque_harness.clusters.remote import RemoteResult
 from kafkaesque_harness.clusters.ssh import SshCluster, SshNode
 from kafkaesque_harness.clusters.ssh_remote import SshTarget
-from kafkaesque_harness.harness.generator import NemesisEvent
 from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused, SelfDriven
 from kafkaesque_harness.nemesis.fault import Need
 from kafkaesque_harness.nemesis.kinds import kind
 from kafkaesque_harness.nemesis.registry import make_nemesis, nemesis_names
 from kafkaesque_harness.nemesis.requirements import ability_refusal, can, why_not
+from kafkaesque_harness.nemesis.schedule import NemesisEvent
 from tests.unit.fakes import FakeCluster, fault_actions
 from tests.unit.test_external_cluster_file import GOOD
 
@@ -288,14 +288,19 @@ def test_the_composite_gathers_plans_pairs_and_what_its_parts_left_out():
     nem = make_nemesis(["kill", "net"], {})
     assert nem.schedule() == [("start-kill", "stop-kill"), ("start-net", "stop-net")]
     events = [NemesisEvent(1.0, "start-kill"), NemesisEvent(2.0, "stop-net")]
-    plan = nem.plan(FakeCluster(), events, lambda: False)
+    (plan,) = nem.plans(FakeCluster(), events)
     first = next(plan)  # the schedule's events, performed by the composite's invoke
     assert (first.f, first.value, first.at) == ("start-kill", None, 1.0)
     nem.parts[1].not_run.append("netem (delay/duplicate/reorder): the kernel has no netem qdisc (x)")
     assert nem.not_run == ["netem (delay/duplicate/reorder): the kernel has no netem qdisc (x)"]
     scenario = make_nemesis(["scenario:zombie-leader"], {"scenario_delay": 0})
-    step = next(scenario.plan(FakeCluster(), events, lambda: False))  # its own steps, not the schedule's
+    (own,) = scenario.plans(FakeCluster(), events)  # its own steps, and no schedule: it has no pairs
+    assert next(own).f == ""  # the scenario's delay, a pause
+    step = next(own)
     assert step.f == "scenario-bind" and step.at is None and step.value["scenario"] == "zombie-leader"
+    with_kills = make_nemesis(["scenario:zombie-leader", "kill"], {"scenario_delay": 0})
+    own, random_kills = with_kills.plans(FakeCluster(), events)  # the scenario, and the random faults beside it
+    assert next(own).f == "" and next(random_kills).f == "start-kill"
 
 
 # --- no probes: nothing outside nemesis/requirements.py looks for attributes on a cluster or a nemesis -------

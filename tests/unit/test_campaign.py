@@ -421,7 +421,7 @@ def test_ctrl_c_between_phases_stops_the_campaign(tmp_path):
 def replication_scenarios() -> set[str]:
     """The scenarios of the replication flaws (the transaction and group coordinators' have a plan of their own)."""
     from kafkaesque_harness.clusters.reference import TXN_GROUP_VARIANTS
-    from kafkaesque_harness.nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
     return {f"scenario:{name}" for name, s in SCENARIOS.items() if not set(s.targets) & set(TXN_GROUP_VARIANTS)}
 
@@ -446,7 +446,7 @@ def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
 
 def test_the_core_detection_plan_covers_what_docs_detection_claims():
     from kafkaesque_harness.clusters.reference import TXN_GROUP_VARIANTS
-    from kafkaesque_harness.nemesis.scenario import SCENARIOS
+    from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
     root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
     files = sorted((root / "core").glob("*.toml"))

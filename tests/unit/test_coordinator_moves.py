@@ -17,10 +17,12 @@ from kafkaesque_harness.clusters.broker.txn_coordinator import TransactionCoordi
 from kafkaesque_harness.nemesis.actions import FaultActions
 from kafkaesque_harness.nemesis.ledger import FaultLedger
 from kafkaesque_harness.nemesis.protocol import MOVES, SEQUENCE_PREFIX, ProtocolNemesis
-from kafkaesque_harness.nemesis.scenario import SCENARIOS, ScenarioNemesis
+from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
+from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 from kafkaesque_harness.nemesis.targets import coordinator_node
 from kafkaesque_harness.workloads.queue import QueueWorkload
 from kafkaesque_harness.workloads.txn import TxnWorkload, transactional_id
+from tests.unit.fakes import fault_actions, run_plans
 from tests.unit.test_protocol_nemesis import drive_moves, set_up
 from tests.unit.test_scenario import FakeCluster, run
 
@@ -52,10 +54,6 @@ def coordinators_of(keys, topic="__transaction_state"):
     return [1 + coordinator_partition(k, INTERNAL) % 3 for k in keys]
 
 
-def no_sleep(monkeypatch):
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: True)
-
-
 def test_the_coordinator_partition_is_the_brokers_own_rule_for_groups_and_transactional_ids():
     txn = TransactionCoordinator(lambda: 1, TxnConfig(txn_partitions=INTERNAL))
     groups = GroupCoordinator(CoordinatorConfig(offsets_partitions=INTERNAL))
@@ -74,7 +72,6 @@ def test_coordinator_node_is_the_leader_of_the_keys_partition_and_none_before_th
 
 
 def test_the_txn_coordinator_role_binds_the_broker_coordinating_most_of_the_workloads_ids(monkeypatch):
-    no_sleep(monkeypatch)
     c = CoordinatorCluster()
     n = ScenarioNemesis("txn-coordinator-killed-mid-commit",
                         {"scenario_delay": 0, "seed": 1, "transactional_ids": TXN_IDS})
@@ -83,8 +80,8 @@ def test_the_txn_coordinator_role_binds_the_broker_coordinating_most_of_the_work
     most = max(counts.values())
     bound = ops[0][2]["C"]
     assert counts[c.node_id(bound)] == most
-    assert [f for f, _, _ in ops] == ["scenario-bind", "scenario-kill", "scenario-wait", "scenario-sleep",
-                                      "scenario-start", "scenario-wait"]
+    assert [f for f, _, _ in ops] == ["scenario-bind", "scenario-kill", "scenario-wait", "scenario-start",
+                                      "scenario-wait"]
     assert c.calls == [f"kill {bound}", f"start {bound}"]
     # the kill went through the ledger: requested, applied, observed (the node is down), healed by the start
     [rec] = [r for r in n.faults.ledger.records() if r.fault == "kill"]
@@ -93,12 +90,13 @@ def test_the_txn_coordinator_role_binds_the_broker_coordinating_most_of_the_work
 
 
 def test_pause_leader_past_the_txn_timeout_pauses_a_leader_longer_than_the_transaction_timeout(monkeypatch):
-    slept = []
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: slept.append(seconds) or True)
     c = CoordinatorCluster()
     n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "transactional_ids": TXN_IDS}), c)
     n.moves = {"pause-leader-past-txn-timeout": MOVES["pause-leader-past-txn-timeout"]}
-    ops = drive_moves(n, c, 1)
+    log = run_plans([n._one_move(c)])
+    ops = log.ops
+    began = dict(log.began_at)
+    slept = [round(began["scenario-resume"] - began["scenario-pause"], 6)]  # the pause's act takes no time here
     [(_, _, bound)] = [op for op in ops if op[0] == "scenario-bind"]
     assert c.calls == [f"pause {bound['L']}", f"resume {bound['L']}"]
     assert slept == [12] and slept[0] > TxnWorkload({}).o["txn_timeout_ms"] / 1000
@@ -107,7 +105,6 @@ def test_pause_leader_past_the_txn_timeout_pauses_a_leader_longer_than_the_trans
 
 
 def test_late_markers_cut_the_coordinator_from_the_leader_only_and_heal_it(monkeypatch):
-    no_sleep(monkeypatch)
     c = CoordinatorCluster()
     ids = [k for k in TXN_IDS if coordinators_of([k])[0] == 1][:1]
     n = ScenarioNemesis("late-txn-markers", {"scenario_delay": 0, "seed": 1, "transactional_ids": ids})
@@ -120,15 +117,17 @@ def test_late_markers_cut_the_coordinator_from_the_leader_only_and_heal_it(monke
 
 
 def test_group_coordinator_fails_over_isolates_then_kills_the_groups_coordinator(monkeypatch):
-    no_sleep(monkeypatch)
     c = CoordinatorCluster()
     c.fence_on_cut = True  # the fake controller fences a broker it cannot hear
     n = ScenarioNemesis("group-coordinator-fails-over",
                         {"scenario_delay": 0, "seed": 1, "groups": ["kafkaesque-queue"]})
-    ops = run(n, c)
+    n.setup(c, fault_actions(c))
+    log = run_plans(n.plans(c, []))
+    ops = log.ops
     g = f"broker-{coordinators_of(['kafkaesque-queue'])[0]}"
-    assert ops[0][0] == "scenario-sleep" and ops[1][2] == {"G": g}  # the group settles first
-    assert [f for f, _, _ in ops][2:4] == ["scenario-isolate", "scenario-sleep"]
+    assert ops[0][2] == {"G": g} and log.began_at[0] == ("scenario-bind", 20.0)  # the group settles first
+    assert [f for f, _ in log.began_at][1:3] == ["scenario-isolate", "scenario-kill"]
+    assert log.began_at[2][1] - log.began_at[1][1] == 4.0  # the kill 4 s after the isolation
     assert c.calls == [f"kill {g}", f"start {g}"]
     assert not n.faults.ledger.active()  # isolation and kill both healed by the scenario's end
 
@@ -143,7 +142,6 @@ def test_a_coordinator_scenario_is_refused_when_the_workload_has_no_such_keys(na
 
 
 def test_coordinator_scenarios_stall_until_the_internal_topic_exists(monkeypatch):
-    no_sleep(monkeypatch)
     c = CoordinatorCluster(internal=False)
     n = ScenarioNemesis("txn-coordinator-killed-mid-commit",
                         {"scenario_delay": 0, "seed": 1, "transactional_ids": TXN_IDS})

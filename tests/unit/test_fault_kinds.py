@@ -28,7 +28,7 @@ def test_the_help_and_the_valid_names_come_from_the_kinds():
     for name in nemesis_names():
         assert name in nemesis_help()
         assert name in nemesis_problem(["meteor"])
-    assert "give it alone" in nemesis_problem(["protocol", "kill"])  # protocol declares alone=True
+    assert "give one of them" in nemesis_problem(["protocol", "scenario:zombie-leader"])  # both self_driven=True
 
 
 def test_capability_needs_are_the_kinds_declarations():

@@ -6,11 +6,11 @@ import pytest
 
 from kafkaesque_harness.harness.generator import (
     ClientSchedule,
-    NemesisSchedule,
     ProcessTable,
     RateLimiter,
     final_assignments,
 )
+from kafkaesque_harness.nemesis.schedule import NemesisSchedule
 
 
 def mix(rng: random.Random, process: int):

@@ -4,8 +4,6 @@ before too many brokers are down, absent roles are skipped, teardown undoes ever
 
 from __future__ import annotations
 
-import threading
-
 from kafkaesque_harness.nemesis.plan import drive
 from kafkaesque_harness.nemesis.protocol import (
     FAST_FAILOVER,
@@ -17,8 +15,9 @@ from kafkaesque_harness.nemesis.protocol import (
     ProtocolNemesis,
 )
 from kafkaesque_harness.nemesis.registry import nemesis_problem
-from kafkaesque_harness.nemesis.scenario import Scenario, ScenarioNemesis
-from tests.unit.fakes import fault_actions
+from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
+from kafkaesque_harness.nemesis.scenario_steps import Scenario
+from tests.unit.fakes import FastClock, FastStop, StepLog, fault_actions, run_plans
 from tests.unit.test_scenario import FakeCluster, run
 
 
@@ -31,22 +30,12 @@ def drive_moves(n: ProtocolNemesis, c: FakeCluster, moves: int) -> list[tuple[st
     if n.faults is None:
         set_up(n, c)
     ops = []
-
-    def perform(step):
-        try:
-            result = step.act()
-        except Exception as e:
-            ops.append((step.f, step.value, f"error: {e}"))
-            raise
-        ops.append((step.f, step.value, result))
-        return result
     for _ in range(moves):
-        drive(n._one_move(c, lambda: False), perform, threading.Event(), lambda: 0.0)
+        ops += run_plans([n._one_move(c)]).ops
     return ops
 
 
 def test_a_random_walk_mixes_moves_keeps_a_quorum_up_and_teardown_undoes_it(monkeypatch):
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 3, "scenario_delay": 0, "topic": "queue"}), c)
     n.moves = {m: steps for m, steps in n.moves.items() if not m.startswith(SEQUENCE_PREFIX)}  # see below
@@ -98,26 +87,13 @@ def test_on_a_loopback_cluster_moves_needing_own_nodes_are_left_out():
     assert not NEEDS_ISOLATED_NODES & set(n.moves)
 
 
-def test_protocol_nemesis_runs_alone():
+def test_protocol_nemesis_runs_with_random_faults_beside_it_but_not_with_a_scenario():
     assert nemesis_problem(["protocol"]) is None
-    assert "give it alone" in nemesis_problem(["protocol", "kill"])
-
-
-class FastClock:
-    """time for nemesis.scenario: sleeps and waits pass at once."""
-
-    def __init__(self):
-        self.t = 0.0
-
-    def monotonic(self):
-        return self.t
-
-    def sleep(self, seconds):
-        self.t += seconds
+    assert nemesis_problem(["protocol", "kill"]) is None
+    assert "give one of them" in nemesis_problem(["protocol", "scenario:zombie-leader"])
 
 
 def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(monkeypatch):
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 4, "topic": "queue"}), c)
     assert {SEQUENCE_PREFIX + s for s in SEQUENCES} <= set(n.moves)
@@ -131,7 +107,7 @@ def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(mon
             done = [f for f, v, _ in ops if v["move"] == move]
             started[move] = started.get(move, 0) + 1
             # the sequence's own steps, in order, from its first bind
-            steps = [f"scenario-{st.do}" for st in n.moves[move]]
+            steps = [f"scenario-{st.do}" for st in n.moves[move] if st.do != "sleep"]  # a sleep is a pause, no op
             assert done == steps[:len(done)]
         assert n._down() <= MAX_DOWN + 1  # a sequence's two kills may add to a paused broker of its own
     assert len(started) >= 3, started
@@ -140,7 +116,6 @@ def test_flaw_sequences_start_only_from_a_healed_cluster_and_run_their_steps(mon
 
 
 def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_their_cuts(monkeypatch):
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
     n.moves = {"pause-controller": n.moves["pause-controller"]}
@@ -160,7 +135,6 @@ def test_controller_and_zombie_moves_aim_at_the_controller_and_a_heal_undoes_the
 
 
 def test_flaw_sequences_are_dealt_from_a_deck_each_once_per_round(monkeypatch):
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 5, "topic": "queue"}), c)
     n.moves = {m: s for m, s in n.moves.items() if m.startswith(SEQUENCE_PREFIX) or m == "heal"}
@@ -179,14 +153,17 @@ def test_a_move_stops_between_steps_once_the_run_is_over():
     c = FakeCluster()
     n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue"}), c)
     n.moves = {"bounce-follower-then-kill-leader": MOVES["bounce-follower-then-kill-leader"]}
-    done, over = [], []
+    clock = FastClock()
+    stop = c.stop
 
-    def perform(step):
-        done.append(step.f)
-        if step.f == "scenario-stop":
-            over.append(True)  # the time limit passes while the follower is being stopped
-        return step.act()
-    drive(n._one_move(c, lambda: bool(over)), perform, threading.Event(), lambda: 0.0)
+    def stop_past_the_limit(node):
+        clock.t = 100.0  # the time limit (50 s) passes while the follower is being stopped
+        return stop(node)
+
+    c.stop = stop_past_the_limit
+    log = StepLog(clock)
+    drive([n._one_move(c)], log, FastStop(clock), clock, end=50.0)
+    done = [f for f, _, _ in log.ops]
     assert done == ["scenario-bind", "scenario-bind", "scenario-stop"]  # no start, no kill after the end
     assert c.calls == [f"stop {n.bound['F']}"]
 
@@ -221,7 +198,6 @@ def test_power_cut_controller_crashes_the_active_controller_and_restarts_it_with
         return {"event": "dropped"}
 
     monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.time", FastClock())
     c = LossyControllersCluster()
     n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
     assert "power-cut-controller" in n.moves
@@ -244,7 +220,6 @@ def test_power_cut_controller_is_left_out_where_controllers_are_not_on_the_lossy
 
 
 def test_lagging_leader_then_failover_elects_the_successor_then_the_other_follower(monkeypatch):
-    monkeypatch.setattr("kafkaesque_harness.nemesis.scenario.idle", lambda seconds, stopped: True)  # sleeps take no time here
     c = FakeCluster()
     c.fence_on_cut = True  # the fake's controller fences a broker it cannot hear
     n = ScenarioNemesis(Scenario("t", "test", MOVES[SEQUENCE_PREFIX + FAST_FAILOVER], needs_isolated_nodes=True),

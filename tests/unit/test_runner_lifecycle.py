@@ -234,12 +234,15 @@ class SlowStepsNemesis:
     def setup(self, cluster, faults):
         pass
 
-    def plan(self, cluster, events, stopped):
+    def plans(self, cluster, events):
+        return [self._steps()]
+
+    def _steps(self):
         import time
 
         from kafkaesque_harness.nemesis.plan import PlanStep
 
-        while not stopped():
+        while True:  # the scheduler begins none at or after the time limit
             yield PlanStep("scenario-slow", {}, lambda: (self.events.append(("step", time.monotonic())),
                                                          time.sleep(0.3), self.events.append(("done", time.monotonic()))))
 

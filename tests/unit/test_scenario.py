@@ -4,27 +4,17 @@ come, and teardown undoes everything. The real thing runs in tests/integration/t
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from kafkaesque_harness.clusters.base import PartitionView
 from kafkaesque_harness.clusters.remote import RemoteResult
 from kafkaesque_harness.nemesis.base import NemesisRefused, SelfDriven
-from kafkaesque_harness.nemesis.plan import drive
 from kafkaesque_harness.nemesis.registry import make_nemesis, nemesis_problem
 from kafkaesque_harness.nemesis.requirements import can
-from kafkaesque_harness.nemesis.scenario import (
-    CONTROLLERS,
-    SCENARIOS,
-    Scenario,
-    ScenarioNemesis,
-    act,
-    bind,
-    cut,
-    wait,
-)
-from tests.unit.fakes import FakeNetwork, fault_actions
+from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
+from kafkaesque_harness.nemesis.scenario_steps import CONTROLLERS, Scenario, act, bind, cut, wait
+from kafkaesque_harness.nemesis.scenarios import SCENARIOS
+from tests.unit.fakes import FakeNetwork, fault_actions, run_plans
 
 
 class FakeRemote:
@@ -155,18 +145,7 @@ class FakeCluster:
 def run(nemesis, cluster):
     if nemesis.faults is None:
         nemesis.setup(cluster, fault_actions(cluster))
-    ops = []
-
-    def perform(step):
-        try:
-            result = step.act()
-        except Exception as e:
-            ops.append((step.f, step.value, "error: " + str(e)))
-            raise
-        ops.append((step.f, step.value, result))
-        return result
-    drive(nemesis.plan(cluster, [], lambda: False), perform, threading.Event(), lambda: 0.0)
-    return ops
+    return run_plans(nemesis.plans(cluster, [])).ops
 
 
 def scenario(*steps, isolated=False):
@@ -207,7 +186,7 @@ def test_isolate_cuts_one_node_off_and_heal_reconnects_it():
     (rec,) = n.faults.ledger.records()
     assert rec.fault == "partition" and rec.nodes == ["broker-2"] and rec.applied and rec.observed
     assert set(rec.evidence["probes"].values()) == {"timeout"}  # seen: a probe across the cut timed out
-    n._perform(c, act("heal", "broker-2"), lambda: False)
+    n._perform(c, act("heal", "broker-2"))
     assert not any(c.net.drops.values())
     assert rec.healed and set(rec.heal_evidence["probes"].values()) == {"open"}
 
@@ -228,7 +207,7 @@ def test_cut_separates_two_nodes_both_ways_and_heal_of_one_node_undoes_only_its_
     assert ip["broker-3"] in drops["broker-1"] and ip["broker-1"] in drops["broker-3"]
     other = ({"broker-2", "broker-3"} - {z}).pop()
     assert ip[other] not in drops[z]                      # a cut is not an isolation
-    n._perform(c, act("heal", "broker-3"), lambda: False)
+    n._perform(c, act("heal", "broker-3"))
     drops = _drops(c)
     assert ip["controller-0"] in drops[z] and not drops["broker-1"] and not drops["broker-3"] - {ip["controller-0"]}
     n.teardown(c)
@@ -285,7 +264,7 @@ def test_scenarios_that_cut_or_power_cut_nodes_are_refused_on_a_loopback_cluster
 
 def test_every_shipped_scenario_uses_known_steps_and_conditions():
     from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
-    from kafkaesque_harness.nemesis.scenario import ACTIONS, CONDITIONS
+    from kafkaesque_harness.nemesis.scenario_steps import ACTIONS, CONDITIONS
 
     for s in SCENARIOS.values():
         assert s.doc and set(s.targets) <= set(FLAW_VARIANTS), s.name
@@ -299,7 +278,9 @@ def test_every_shipped_scenario_uses_known_steps_and_conditions():
 
 def test_nemesis_names_for_scenarios():
     assert nemesis_problem(["scenario:unclean-election"]) is None
-    assert "give it alone" in nemesis_problem(["scenario:unclean-election", "kill"])
+    assert nemesis_problem(["scenario:unclean-election", "kill", "pause"]) is None  # random faults beside it
+    assert "give one of them" in nemesis_problem(["scenario:unclean-election", "protocol"])
+    assert "give one of them" in nemesis_problem(["scenario:unclean-election", "scenario:zombie-leader"])
     assert "unknown nemesis 'scenario:nope'" in nemesis_problem(["scenario:nope"])
     assert can(make_nemesis(["scenario:zombie-leader"], {}).parts[0], SelfDriven)
 
@@ -340,7 +321,7 @@ steps = [
 
 
 def test_a_scenario_file_is_data_and_runs_like_a_shipped_one(tmp_path):
-    from kafkaesque_harness.nemesis.scenario import load_scenario_file
+    from kafkaesque_harness.nemesis.scenario_steps import load_scenario_file
 
     f = tmp_path / "s.toml"
     f.write_text(GOOD_FILE)
@@ -352,7 +333,8 @@ def test_a_scenario_file_is_data_and_runs_like_a_shipped_one(tmp_path):
     n = make_nemesis([f"scenario:{f}"], {"scenario_delay": 0}).parts[0]
     c.fenced.update({2, 3})  # this fake fences on kills and pauses only: let the wait on Z hold
     ops = run(n, c)
-    assert [f[len("scenario-"):] for f, _, r in ops if not isinstance(r, str)] == [st.do for st in s.steps]
+    assert [f[len("scenario-"):] for f, _, r in ops if not isinstance(r, str)] == [st.do for st in s.steps
+                                                                                   if st.do != "sleep"]
     assert c.calls == ["kill broker-1"]
 
 
@@ -383,7 +365,7 @@ def test_the_readme_scenario_file_example_loads(tmp_path):
     import re
     from pathlib import Path
 
-    from kafkaesque_harness.nemesis.scenario import load_scenario_file
+    from kafkaesque_harness.nemesis.scenario_steps import load_scenario_file
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     block = re.search(r"```toml\n(name = .*?)```", readme, re.S)
