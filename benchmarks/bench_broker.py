@@ -27,12 +27,8 @@ import time
 from yardstick import bracket  # benchmarks/yardstick.py (this script's directory is on sys.path)
 
 from kafkaesque_harness.clusters.broker.admin import create_topic
-from kafkaesque_harness.clusters.broker.local_cluster import (
-    broker_argv,
-    controller_argv,
-    free_ports,
-    wait_until_unfenced,
-)
+from kafkaesque_harness.clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
+from kafkaesque_harness.clusters.ports import free_ports
 
 
 def start_cluster(root: str, brokers: int, flush_policy: str,

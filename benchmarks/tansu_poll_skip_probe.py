@@ -32,7 +32,7 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from kafkaesque_harness.clusters.broker.local_cluster import free_port
+from kafkaesque_harness.clusters.ports import free_ports
 
 TOPIC = "probe"
 
@@ -136,7 +136,7 @@ def main() -> int:
     proc = None
     bootstrap = args.bootstrap
     if not bootstrap:
-        port = free_port()
+        port = free_ports(1)[0]
         log = Path(tempfile.gettempdir()) / f"tansu-probe-{os.getpid()}.log"
         proc = start_tansu(port, log)
         bootstrap = f"127.0.0.1:{port}"

@@ -35,11 +35,21 @@ from typing import Any
 import networkx as nx
 
 from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
+from kafkaesque_harness.checkers.graph import (
+    PROCESS,
+    REALTIME,
+    RW,
+    WR,
+    WW,
+    cycle_in,
+    edge_kinds,
+    kind_subgraph,
+    realtime_edges,
+    rw_count,
+    sccs,
+)
 from kafkaesque_harness.checkers.reasons import say
 from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
-
-WW, WR, RW, PROCESS, REALTIME = "ww", "wr", "rw", "process", "realtime"
-KIND_BIT = {WW: 1, WR: 2, RW: 4, PROCESS: 8, REALTIME: 16}
 
 # Which anomalies each consistency model forbids (Adya / Elle), smallest model first.
 FORBIDDEN = {
@@ -567,7 +577,7 @@ class _DependencyGraph:
             for b in self.committed:
                 if b in run_of and hi[b] and run_of.get(n + hi[b] - 1) == run_of[b]:
                     adjacency[local[n + hi[b] - 1]].append(local[b])
-        cyclic = [real for comp in _sccs(adjacency) if len(real := {nodes[x] for x in comp if nodes[x] < n}) > 1]
+        cyclic = [real for comp in sccs(adjacency) if len(real := {nodes[x] for x in comp if nodes[x] < n}) > 1]
         # Later runs first, as a search of the whole graph from its first transaction would
         # finish them (edges between runs all go forward): the same examples, in the same order.
         cyclic.sort(key=lambda comp: -run_of[next(iter(comp))])
@@ -581,7 +591,7 @@ class _DependencyGraph:
             adjacency[a].append(b)
         for a, b, *_ in _frontier_edges(self.txns, self.committed, None):
             adjacency[a].append(b)
-        return [comp for comp in _sccs(adjacency) if len(comp) > 1]
+        return [comp for comp in sccs(adjacency) if len(comp) > 1]
 
     def explain_edges(self, members: set[int], edge) -> None:
         """The edges among `members`, each with its reason, handed to `edge(a, b, kind, why-format,
@@ -651,166 +661,18 @@ def _frontier_edges(txns: _Txns, committed: list[int], members: set[int] | None)
         if a.id != b.id and (members is None or (a.id in members and b.id in members)):
             out.append((a.id, b.id, why))
 
-    _realtime_edges([txns.txn(t) for t in committed], edge)
+    realtime_edges([txns.txn(t) for t in committed], edge)
     return out
-
-
-def _realtime_edges(txns: list[Txn], edge) -> None:
-    """T1 completed before T2 was invoked. Through a frontier of the latest completions, as Elle
-    does, so the edge count stays near-linear. (Also checkers/txn.py's, for its cyclic parts.)"""
-    events = []
-    for t in txns:
-        events.append((t.inv.time, 1, t))
-        if t.type == OK:
-            events.append((t.comp.time, 0, t))
-    # At equal times an invocation sorts first: "before" is strict (Elle's anchors with all
-    # :time 0 have no real-time order at all).
-    events.sort(key=lambda e: (e[0], -e[1]))
-    frontier: list[Txn] = []
-    for _, kind, t in events:
-        if kind == 1:
-            for a in frontier:
-                edge(a, t, REALTIME, "completed before the other began")
-        else:
-            frontier = [a for a in frontier if not a.comp.time < t.inv.time] + [t]
-
-
-def _nontrivial_sccs(succ: dict[int, list[int]]) -> list[set[int]]:
-    """Strongly connected components with two or more nodes of a graph given as node -> successors."""
-    nodes = sorted(set(succ) | {b for bs in succ.values() for b in bs})
-    number = {x: i for i, x in enumerate(nodes)}
-    adjacency = [[number[b] for b in succ.get(x, ())] for x in nodes]
-    return [{nodes[i] for i in comp} for comp in _sccs(adjacency) if len(comp) > 1]
-
-
-def _sccs(adjacency: list[list[int]]) -> list[list[int]]:
-    """Strongly connected components of a graph on nodes 0..n-1 (iterative Tarjan: no recursion
-    limit; flat lists, no dicts), each listed as Tarjan pops it."""
-    n = len(adjacency)
-    index = [-1] * n
-    low = [0] * n
-    on_stack = bytearray(n)
-    stack: list[int] = []
-    out: list[list[int]] = []
-    counter = 0
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = 1
-        work = [(root, iter(adjacency[root]))]
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if index[child] < 0:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack[child] = 1
-                    work.append((child, iter(adjacency[child])))
-                    break
-                if on_stack[child] and index[child] < low[node]:
-                    low[node] = index[child]
-            else:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    if low[node] < low[parent]:
-                        low[parent] = low[node]
-                if low[node] == index[node]:
-                    comp = []
-                    while True:
-                        x = stack.pop()
-                        on_stack[x] = 0
-                        comp.append(x)
-                        if x == node:
-                            break
-                    out.append(comp)
-    return out
-
-
-def _kinds(sub, a, b):
-    """The edge's kinds, as a set-like view of its {kind: why} (no set built per step of a search)."""
-    return sub[a][b]["kinds"].keys()
-
-
-def _view(sub, allowed: set[str]):
-    return nx.subgraph_view(sub, filter_edge=lambda a, b: bool(_kinds(sub, a, b) & allowed))
-
-
-def _graph_of(sub, edges: list[tuple[int, int]], allowed: set[str]) -> nx.DiGraph:
-    """The edges of `sub` with a kind in `allowed`, as a graph of their own: a search then walks plain
-    adjacency dicts, where a filtered view calls its filter at every step (most of the time on Elle's
-    huge-scc anchor). Nodes in `sub`'s order and `edges` in the order `sub` was given them, so each
-    node's successors and predecessors come in the same order as through a view: the same cycles."""
-    g = nx.DiGraph()
-    g.add_nodes_from(sub)
-    g.add_edges_from(e for e in edges if sub[e[0]][e[1]]["kinds"].keys() & allowed)
-    return g
-
-
-def _cycle_in(g) -> list[int] | None:
-    """The cycle networkx's find_cycle reports (the same one, so the same examples and classes), as
-    [a, ..., a], or None. find_cycle walks again, from each new start, everything earlier starts
-    explored and found acyclic (quadratic on a large acyclic component: seconds at a few thousand
-    transactions); this walk does not enter an explored node. Skipping it changes nothing found:
-    all it reaches is explored, and find_cycle ignores edges into explored nodes."""
-    adj = g._adj  # each node's successors, in the order find_cycle's edge DFS takes them
-    explored: set = set()
-    for start in g:
-        if start in explored:
-            continue
-        path: list[tuple[Any, Any]] = []  # find_cycle's active path, as edges
-        seen, active, previous_head = {start}, {start}, None
-        successors = {start: iter(adj[start])}
-        stack = [start]
-        while stack:
-            tail = stack[-1]
-            head = next(successors[tail], _NOTHING)
-            if head is _NOTHING:
-                stack.pop()
-                continue
-            if head in explored:
-                continue
-            stack.append(head)
-            if head not in successors:
-                successors[head] = iter(adj[head])
-            if previous_head is not None and tail != previous_head:
-                # backtracked: pop the path back to the edge that ends at this tail
-                while True:
-                    if not path:
-                        active = {tail}
-                        break
-                    active.remove(path.pop()[1])
-                    if path and path[-1][1] == tail:
-                        break
-            path.append((tail, head))
-            if head in active:
-                first = next(i for i, (a, _) in enumerate(path) if a == head)
-                cycle = [a for a, _ in path[first:]]
-                return cycle + [cycle[0]]
-            seen.add(head)
-            active.add(head)
-            previous_head = head
-        explored |= seen
-    return None
-
-
-def _rw_count(sub, cyc: list[int], extra: set[str] = frozenset()) -> int:
-    """Anti-dependencies the cycle needs: steps with no ww/wr (or allowed extra) edge."""
-    return sum(1 for x, y in zip(cyc, cyc[1:], strict=False) if not _kinds(sub, x, y) & ({WW, WR} | extra))
 
 
 def _classify_cycles(sub, edges: list[tuple[int, int]], deadline: float):
     """Yield (anomaly name, cycle) for the anomaly classes present in this SCC. Acyclicity tests
     and topological order keep this near-linear; paths are shortest where a BFS is affordable."""
-    g0 = _cycle_in(_graph_of(sub, edges, {WW}))
+    g0 = cycle_in(kind_subgraph(sub, edges, {WW}))
     if g0:
         yield "G0", g0
-    wwwr = _graph_of(sub, edges, {WW, WR})
-    g1c = None if g0 else _cycle_in(wwwr)
+    wwwr = kind_subgraph(sub, edges, {WW, WR})
+    g1c = None if g0 else cycle_in(wwwr)
     if g1c:
         yield "G1c", g1c
     # An anti-dependency a -> b closes a G-single cycle when b reaches a by ww/wr edges. It can only
@@ -818,7 +680,7 @@ def _classify_cycles(sub, edges: list[tuple[int, int]], deadline: float):
     # (G0, G1c) and no such order, only if a and b share a strongly connected component of the
     # data edges. A step that is also ww or wr is no anti-dependency step.
     single = None
-    data = _graph_of(sub, edges, {WW, WR, RW})
+    data = kind_subgraph(sub, edges, {WW, WR, RW})
     if g0 is None and g1c is None:
         order = {n: i for i, n in enumerate(nx.topological_sort(wwwr))}
         def closes(a: int, b: int) -> bool:
@@ -826,11 +688,11 @@ def _classify_cycles(sub, edges: list[tuple[int, int]], deadline: float):
     else:
         component = {x: i for i, comp in enumerate(nx.strongly_connected_components(data)) for x in comp}
         def closes(a: int, b: int) -> bool:
-            return component[a] == component[b] and not _kinds(sub, a, b) & {WW, WR}
+            return component[a] == component[b] and not edge_kinds(sub, a, b) & {WW, WR}
     for a, b in sub.edges:
         if time.monotonic() > deadline:
             raise TimeoutError
-        if RW in _kinds(sub, a, b) and closes(a, b):
+        if RW in edge_kinds(sub, a, b) and closes(a, b):
             try:
                 path = nx.shortest_path(wwwr, b, a)
             except nx.NetworkXNoPath:
@@ -844,28 +706,28 @@ def _classify_cycles(sub, edges: list[tuple[int, int]], deadline: float):
     g2 = None
     if single is None:
         if g0 is None and g1c is None:
-            g2 = _cycle_in(data)  # every cycle of data edges has anti-dependencies, and no G-single: two or more
+            g2 = cycle_in(data)  # every cycle of data edges has anti-dependencies, and no G-single: two or more
         else:
             # a cycle through an anti-dependency, never the G0/G1c cycle again (it has none): with no
             # G-single above, it takes two or more
             g2 = next((([a] + nx.shortest_path(data, b, a)) for a, b in sub.edges
-                       if RW in _kinds(sub, a, b) and closes(a, b)), None)
+                       if RW in edge_kinds(sub, a, b) and closes(a, b)), None)
     if g2:
-        yield ("G-single" if _rw_count(sub, g2) == 1 else "G2-item"), g2
+        yield ("G-single" if rw_count(sub, g2) == 1 else "G2-item"), g2
     if g0 or g1c or single or g2:
         return
     # No cycle on data edges alone: cycles closed by process or real-time order.
     for extra, suffix in ((PROCESS, "-process"), (REALTIME, "-realtime")):
         if time.monotonic() > deadline:
             raise TimeoutError
-        g0 = _cycle_in(_graph_of(sub, edges, {WW, extra}))  # write-write steps only: G0, as Elle names it
+        g0 = cycle_in(kind_subgraph(sub, edges, {WW, extra}))  # write-write steps only: G0, as Elle names it
         if g0 is not None:
             yield "G0" + suffix, g0
             continue
-        cyc = _cycle_in(_graph_of(sub, edges, {WW, WR, RW, extra}))
+        cyc = cycle_in(kind_subgraph(sub, edges, {WW, WR, RW, extra}))
         if cyc is None:
             continue
-        rws = _rw_count(sub, cyc, {extra})
+        rws = rw_count(sub, cyc, {extra})
         base = "G1c" if rws == 0 else "G-single" if rws == 1 else "G2-item"  # rws 0 without a G0: a wr step
         yield base + suffix, cyc
 

@@ -60,15 +60,15 @@ from typing import Any
 import networkx as nx
 
 from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
-from kafkaesque_harness.checkers.elle import (
+from kafkaesque_harness.checkers.graph import (
     PROCESS,
     REALTIME,
     RW,
     WR,
     WW,
-    _nontrivial_sccs,
-    _realtime_edges,
-    _view,
+    kind_view,
+    nontrivial_sccs,
+    realtime_edges,
 )
 from kafkaesque_harness.checkers.reasons import say
 from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
@@ -643,7 +643,7 @@ def _dependency_edges(a: _Analysis, graph_txns: list[Txn], ww_deps: bool, rw_dep
 def _realtime_frontier(txns: list[Txn], edge) -> None:
     """T1 completed before T2 began, as edges between transactions (checkers/elle.py's frontier): for the
     few transactions of the cyclic components, whose cycles are explained step by step."""
-    _realtime_edges(txns, lambda t1, t2, kind, *why: edge(t1.id, t2.id, kind, *why))
+    realtime_edges(txns, lambda t1, t2, kind, *why: edge(t1.id, t2.id, kind, *why))
 
 
 def _realtime_barriers(first_free_id: int):
@@ -685,7 +685,7 @@ _SEARCHES = (({WW}, WW), ({WW, WR}, WR), ({WW, WR, RW}, RW), ({WW, WR, RW, PROCE
 def _cycle_through(sub: nx.DiGraph, kinds: set[str], through: str, deadline: float) -> list[int] | None:
     """A short cycle of `sub` over edges of `kinds` that takes an edge of kind `through`: an edge within a
     strongly connected component of that view, closed by the shortest path back."""
-    view = _view(sub, kinds)
+    view = kind_view(sub, kinds)
     for comp in nx.strongly_connected_components(view):
         if time.monotonic() > deadline:
             raise TimeoutError
@@ -731,7 +731,7 @@ def _cycles(a: _Analysis, ww_deps: bool, rw_deps: bool, budget_s: float) -> tupl
 
     _dependency_edges(a, graph_txns, ww_deps, rw_deps, edge, _realtime_barriers(len(a.txns)))
     stats = {"edges": sum(map(len, succ.values()))}
-    sccs = [{x for x in scc if x < len(a.txns)} for scc in _nontrivial_sccs(succ)]
+    sccs = [{x for x in scc if x < len(a.txns)} for scc in nontrivial_sccs(succ)]
     succ.clear()  # the cyclic parts get their edges again, with reasons, below
     stats["cyclic-components"] = len(sccs)
     if not sccs:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafkaesque_harness.clusters.base import ClusterError
-from kafkaesque_harness.clusters.broker.code_digest import NAMESPACE, code_digest, node_code_members
+from kafkaesque_harness.clusters.broker import NAMESPACE, node_code_digest, node_code_members
 from kafkaesque_harness.clusters.ownership import Leftover, RunRecord, register_run, unregister_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ class CodeCopy:
             namespace_init = dict(node_code_members(source))[f"{NAMESPACE}/__init__.py"]
             shutil.copyfile(namespace_init, self.package / "__init__.py")
             apply_edits(self.package, edits, label)
-            self.digest = code_digest(self.package)
+            self.digest = node_code_digest(self.package)
         except BaseException:
             self.close()
             raise

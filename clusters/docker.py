@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
-from kafkaesque_harness.clusters.broker.code_digest import NAMESPACE
+from kafkaesque_harness.clusters.broker import NAMESPACE
 from kafkaesque_harness.clusters.ownership import Leftover, pick, register_run, release_run, remove_all
 from kafkaesque_harness.clusters.reference import OWNER_ENV, ReferenceCluster
 from kafkaesque_harness.clusters.remote import DockerRemote

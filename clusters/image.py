@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkaesque_harness.clusters.broker.code_digest import node_code_members
+from kafkaesque_harness.clusters.broker import node_code_members
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the directory holding clusters/
 BASE_REPO = "kafkaesque-base"

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
-from kafkaesque_harness.clusters.broker.local_cluster import free_ports
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
     RunRecord,
@@ -29,6 +28,7 @@ from kafkaesque_harness.clusters.ownership import (
     remove_all,
     unregister_run,
 )
+from kafkaesque_harness.clusters.ports import free_ports
 from kafkaesque_harness.clusters.reference import CONTROLLER, OWNER_ENV, ReferenceCluster
 from kafkaesque_harness.clusters.remote import LocalRemote
 

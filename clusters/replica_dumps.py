@@ -51,7 +51,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kafkaesque_harness.clusters.broker.metadata import parse_log_lines
+from kafkaesque_harness.clusters.broker import parse_log_lines
 
 FORMAT = "kafkaesque-replicas/1"
 REPLICAS_FILE = "replicas.json"

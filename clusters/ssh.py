@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
-from kafkaesque_harness.clusters.broker.code_digest import node_code_members
+from kafkaesque_harness.clusters.broker import node_code_members
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
     check_node_dir,
@@ -114,7 +114,7 @@ def load_node_file(path: str) -> list[SshNode]:
     if not isinstance(raw_nodes, list) or not raw_nodes or not all(isinstance(n, dict) for n in raw_nodes):
         raise NodeFileError(f"the node file {path} has no [[nodes]] tables; add one per node with name and host "
                             "(see clusters/ssh.py).")
-    if data.get("kind", "reference-ssh") != "reference-ssh":  # `--cluster FILE.toml` reads `kind` (clusters/external.py)
+    if data.get("kind", "reference-ssh") != "reference-ssh":  # `--cluster FILE.toml` reads `kind` (clusters/cluster_file.py)
         raise NodeFileError(f"the node file {path} has kind = {data['kind']!r}; an SSH node file for the reference "
                             "broker is kind = \"reference-ssh\" (or has no kind); use --cluster FILE.toml for "
                             "kind = \"external\".")

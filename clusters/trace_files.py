@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kafkaesque_harness.clusters.broker.trace import TRACE_FILE
+from kafkaesque_harness.clusters.broker import TRACE_FILE
 
 
 def read_trace(path: Path) -> dict[str, Any]:

@@ -303,7 +303,7 @@ def _axis(table: dict[str, Any], key: str) -> list[str]:
 
 
 def _check_axis_value(key: str, value: str) -> None:
-    from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
+    from kafkaesque_harness.clusters.broker import parse_flush_policy
     from kafkaesque_harness.clusters.reference import BROKER_VARIANTS
     from kafkaesque_harness.nemesis.registry import nemesis_problem
     from kafkaesque_harness.workloads.registry import WORKLOAD_NAMES

@@ -173,7 +173,7 @@ def run(
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
     cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local, "
                                              "FILE.toml (a cluster file: any Kafka-protocol cluster, format in "
-                                             "clusters/external.py), or ssh:FILE.toml (our broker over SSH, "
+                                             "clusters/cluster_file.py), or ssh:FILE.toml (our broker over SSH, "
                                              "clusters/ssh.py)")] = "auto",
     flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
     broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to switch "
@@ -573,7 +573,7 @@ def detect(
     ledger and the section is made from every campaign the ledger holds for it, so it survives the
     store (a fresh machine re-renders it from the ledger).
     """
-    from kafkaesque_harness.results.detection import write_detection
+    from kafkaesque_harness.studies.detection import write_detection
 
     command = "kafkaesque detect " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque detect"
     dirs = list(from_campaign or [])
@@ -622,7 +622,7 @@ def detect(
 @app.command()
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
-                                                          "catalogue, results/mutants.py)")] = None,
+                                                          "catalogue, clusters/mutants.py)")] = None,
     plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership or small-fetches "
                                                         "(repeatable; default protocol and random)")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
@@ -649,16 +649,16 @@ def mutate(
 ) -> None:
     """Run broker mutants under the protocol nemesis and random faults and write docs/MUTATION.md.
 
-    Each mutant (results/mutants.py) breaks one protocol rule in one place; it is applied to a temporary
+    Each mutant (clusters/mutants.py) breaks one protocol rule in one place; it is applied to a temporary
     copy of the code that the nodes run (never to this tree). Runs already in the store (same mutant,
     plan, seed, length and mutated code) are skipped, so the command resumes. Exit 3 on bad input or a
     catalogue that no longer applies.
     """
     import py_compile
 
+    from kafkaesque_harness.clusters.mutants import MUTANTS
     from kafkaesque_harness.harness.mutate import measure, unit_test_mutant
-    from kafkaesque_harness.results.mutants import MUTANTS
-    from kafkaesque_harness.results.mutation import (
+    from kafkaesque_harness.studies.mutation import (
         DEFAULT_PLANS,
         PLANS,
         catalogue_problems,
@@ -686,7 +686,7 @@ def mutate(
                         py_compile.compile(str(copy.package / f), doraise=True)
                     except py_compile.PyCompileError as e:
                         fail(f"mutant {m.name}: the mutated {f} does not compile ({e.msg.strip()}); fix its "
-                             "replacement in results/mutants.py.")
+                             "replacement in clusters/mutants.py.")
         err.print(f"mutate: all {len(chosen)} mutants apply exactly once and compile")
         return
     plans = plan or list(DEFAULT_PLANS)

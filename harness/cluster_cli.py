@@ -83,8 +83,7 @@ def cluster_up(
     from docker.errors import DockerException
 
     from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
-    from kafkaesque_harness.clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
+    from kafkaesque_harness.clusters.broker import UNCLEAN_RECOVERY_STRATEGIES, parse_flush_policy
     from kafkaesque_harness.clusters.docker import DockerCluster, docker_client
     from kafkaesque_harness.clusters.image import ImageError, ensure_image
     from kafkaesque_harness.clusters.reference import BROKER_VARIANTS

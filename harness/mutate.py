@@ -1,6 +1,6 @@
-"""`kafkaesque mutate`'s runs (issue 22, deliverable 3): each mutant of results/mutants.py under the fault plans of
-results/mutation.py, on a temporary copy of the node code, one run at a time; and the quick cross-check that
-runs the broker's unit tests against a mutant. The table (docs/MUTATION.md) is results/mutation.py's.
+"""`kafkaesque mutate`'s runs (issue 22, deliverable 3): each mutant of clusters/mutants.py under the fault plans of
+studies/mutation.py, on a temporary copy of the node code, one run at a time; and the quick cross-check that
+runs the broker's unit tests against a mutant. The table (docs/MUTATION.md) is studies/mutation.py's.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.code_copy import REPO_ROOT, CodeCopy
+from kafkaesque_harness.clusters.mutants import Mutant
 from kafkaesque_harness.harness.runner import run_test
 from kafkaesque_harness.harness.spec import TestSpec
-from kafkaesque_harness.results.mutants import Mutant
-from kafkaesque_harness.results.mutation import (
+from kafkaesque_harness.studies.mutation import (
     COMMON,
     PLANS,
     RUN_FILE,
@@ -50,7 +50,7 @@ def run_mutant(m: Mutant, plan: str, seed: int, time_limit: float, store: str, c
         problems = spec.problems()
         if problems:
             raise ValueError(" ".join(problems))
-        mono_start = time.monotonic()  # places node lines (trace anomalies) in the run: results/mutation.py
+        mono_start = time.monotonic()  # places node lines (trace anomalies) in the run: studies/mutation.py
         code, run_dir = run_test(spec, log=log)
         digests = node_digests(run_dir)
         doc = {"mutant": m.name, "plan": plan, "seed": seed, "time_limit": time_limit, "cluster": cluster,

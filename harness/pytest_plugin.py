@@ -17,7 +17,7 @@ project that has kafkaesque installed gets these fixtures without a conftest:
 Fixtures:
 
 - `kafkaesque_cluster`: what to test (`.name`): our brokers on `docker` or `local`, `auto`
-  (docker when an engine answers), a cluster file `FILE.toml` (clusters/external.py) or
+  (docker when an engine answers), a cluster file `FILE.toml` (clusters/cluster_file.py) or
   `ssh:FILE.toml`. From the test's marker (`cluster=`), else `--kafkaesque-cluster`.
 - `kafkaesque_nemesis`: the faults (`.faults`, `.target`, `.interval`), from the marker
   (`nemesis=`, `nemesis_target=`, `nemesis_interval=`), else `--kafkaesque-nemesis`.

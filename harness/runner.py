@@ -106,7 +106,8 @@ def make_cluster(spec: TestSpec, run_dir: Path):
 
         # As root, a network namespace per node, so partitions, tc and lossy crashes work here too.
         return (NetnsCluster if netns_available() else LocalCluster)(cspec, str(run_dir))
-    from kafkaesque_harness.clusters.external import cluster_from_file, is_cluster_file
+    from kafkaesque_harness.clusters.cluster_file import is_cluster_file
+    from kafkaesque_harness.clusters.external import cluster_from_file
 
     if is_cluster_file(spec.cluster):
         try:
@@ -126,7 +127,8 @@ def make_cluster(spec: TestSpec, run_dir: Path):
 def _cluster_file_facts(spec: TestSpec, cluster, run_dir: Path) -> dict[str, Any]:
     """For a run on a cluster file: the file itself, kept in the run dir with secrets masked, and the versions
     its nodes report, so that `kafkaesque run --from RUN_DIR` can repeat the run (clusters/external.py)."""
-    from kafkaesque_harness.clusters.external import ExternalCluster, is_cluster_file, keep_cluster_file
+    from kafkaesque_harness.clusters.cluster_file import is_cluster_file, keep_cluster_file
+    from kafkaesque_harness.clusters.external import ExternalCluster
 
     path = spec.cluster.removeprefix(SSH_PREFIX)
     if not (is_cluster_file(path) or spec.cluster.startswith(SSH_PREFIX)):

@@ -43,9 +43,9 @@ def cluster_problem(name: str) -> str | None:
     """Why `name` is not a --cluster value (one sentence without the full stop), or None."""
     if name in CLUSTER_NAMES[:3]:
         return None
-    from kafkaesque_harness.clusters.external import cluster_file_brokers, is_cluster_file
+    from kafkaesque_harness.clusters.cluster_file import cluster_file_brokers, is_cluster_file
 
-    if is_cluster_file(name):  # a cluster file of either kind (clusters/external.py)
+    if is_cluster_file(name):  # a cluster file of either kind (clusters/cluster_file.py)
         try:
             cluster_file_brokers(name)
         except ClusterError as e:
@@ -97,7 +97,7 @@ class TestSpec:
     elle: bool = False
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)  # the options fault kinds declare (nemesis/kinds/)
-    # A copy of clusters/ for the nodes to run instead of this tree's (a mutant: results/mutation.py); "" runs ours.
+    # A copy of clusters/ for the nodes to run instead of this tree's (a mutant: studies/mutation.py); "" runs ours.
     node_code: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,10 +114,10 @@ class TestSpec:
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> tuple[TestSpec, list[str]]:
         """The settings of a stored run (its test.json), to repeat it: `kafkaesque run --from RUN_DIR`. A run
-        on a cluster file uses that file again (clusters/external.py cluster_file_for_rerun), or the run
+        on a cluster file uses that file again (clusters/cluster_file.py cluster_file_for_rerun), or the run
         dir's copy when the file is gone. Returns the spec and notes to print; a ValueError sentence when
         the dir holds no usable test.json."""
-        from kafkaesque_harness.clusters.external import cluster_file_for_rerun
+        from kafkaesque_harness.clusters.cluster_file import cluster_file_for_rerun
 
         test_json = Path(run_dir) / "test.json"
         try:
@@ -211,7 +211,7 @@ class TestSpec:
         """How many brokers the cluster file or node file in `cluster` describes (the file decides, not
         `brokers`), or None for our own clusters and for a file that cannot be read (problems() says why)."""
         from kafkaesque_harness.clusters.base import ClusterError
-        from kafkaesque_harness.clusters.external import cluster_file_brokers, is_cluster_file
+        from kafkaesque_harness.clusters.cluster_file import cluster_file_brokers, is_cluster_file
 
         file = self.cluster.removeprefix("ssh:")
         if not (is_cluster_file(file) or self.cluster.startswith("ssh:")):
@@ -288,8 +288,7 @@ def _type_problem(said: _Wording, name: str, value: Any) -> str | None:
 
 def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[str]:
     """The settings that name one of a fixed set of things (each list is where that set is defined)."""
-    from kafkaesque_harness.clusters.broker.controller import UNCLEAN_RECOVERY_STRATEGIES
-    from kafkaesque_harness.clusters.broker.log.flush import parse_flush_policy
+    from kafkaesque_harness.clusters.broker import UNCLEAN_RECOVERY_STRATEGIES, parse_flush_policy
     from kafkaesque_harness.clusters.reference import BROKER_VARIANTS
     from kafkaesque_harness.nemesis.faults import PARTITION_TARGETS
     from kafkaesque_harness.nemesis.registry import nemesis_options_problems, nemesis_problem

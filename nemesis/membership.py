@@ -79,7 +79,7 @@ class MembershipNemesis(NemesisBase):
 
     # --- moves -----------------------------------------------------------------------------------
     def _remove_broker(self, cluster) -> dict[str, Any]:
-        from kafkaesque_harness.clusters.broker.membership import alter_cluster, unregister
+        from kafkaesque_harness.clusters.broker import alter_cluster, unregister
 
         candidates = running_brokers(cluster)
         if len(candidates) < 2:
@@ -99,7 +99,7 @@ class MembershipNemesis(NemesisBase):
         return {**value, "stopped": True, "unregistered": True, "wiped": True}
 
     def _reassign(self, cluster) -> dict[str, Any]:
-        from kafkaesque_harness.clusters.broker.membership import controller_state, wait_reassignments
+        from kafkaesque_harness.clusters.broker import controller_state, wait_reassignments
 
         state = controller_state(self._call(cluster))
         settled = [p for p in state["partitions"] if not p.get("adding") and not p.get("removing")]
@@ -142,7 +142,7 @@ class MembershipNemesis(NemesisBase):
     # --- heal ------------------------------------------------------------------------------------
     def _heal(self, cluster, wait_s: float) -> dict[str, Any]:
         """Add the removed broker back (empty) and rebalance to the full replication factor."""
-        from kafkaesque_harness.clusters.broker.membership import alter_cluster
+        from kafkaesque_harness.clusters.broker import alter_cluster
 
         healed: dict[str, Any] = {}
         add = []

@@ -67,7 +67,7 @@ def coordinator_node(cluster, internal_topic: str, key: str) -> str | None:
     __consumer_offsets): the current leader of the internal topic's partition that holds the key, as
     the cluster reports it. None while the topic does not exist yet (Kafka creates it at the first
     FindCoordinator) or that partition has no leader."""
-    from kafkaesque_harness.clusters.broker.group_coordinator import coordinator_partition
+    from kafkaesque_harness.clusters.broker import coordinator_partition
 
     parts = cluster.partitions(internal_topic)
     if not parts:

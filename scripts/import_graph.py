@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""The project's import graph, measured from the code: circles, arrows running back up, and
-imports hidden inside functions. `make test` (and so CI) runs it with --check, so a new circle or
-a new upward arrow fails the build.
+"""The project's import graph, measured from the code: circles, arrows a room may not draw, reaches into
+the broker past its face, imports outside the namespace, and imports hidden inside functions.
+`make test` (and so CI) runs it with --check, so any of these but the last fails the build.
 
-The floors follow a run's lifecycle (docs/ARCHITECTURE.md): the harness (CLI, runner, campaigns)
-on top; workloads, nemeses and results under it; checkers and clusters under those; the ground,
-history/, under all. A room is a top-level package. An arrow from a room to a room on a higher
-floor runs back up; an arrow between two rooms of one floor is allowed only one way (a circle of
-rooms is counted like a circle of files).
+A room is a top-level folder (docs/ARCHITECTURE.md), and the reference broker, clusters/broker/, is a
+room of its own inside clusters/: it runs alone on the nodes. MAY_IMPORT says which rooms each room
+may import; it follows a run's lifecycle, the harness (CLI, runner, campaigns) on top, history/ the
+ground under all. An arrow the table does not allow is a breach, and so is a circle, of files or of
+rooms. The broker is imported through its face, the names of clusters/broker/__init__.py, or by its
+adapter clusters/reference.py: no other module names a module inside it.
 
-Usage: python scripts/import_graph.py [--root DIR] [--check] [--max-upward N] [--verbose]
+Usage: python scripts/import_graph.py [--root DIR] [--check] [--verbose]
 """
 
 from __future__ import annotations
@@ -20,22 +21,27 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-# Floor of each room (top-level package), ground = 1.
-FLOORS = {
-    "history": 1,
-    "checkers": 2,
-    "clusters": 2,
-    "workloads": 3,
-    "nemesis": 3,
-    "results": 3,
-    "harness": 4,
+# The rooms each room may import, besides itself.
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "history": (),                                              # the ground: op schema, history files
+    "broker": (),                                               # runs alone on the nodes
+    "checkers": ("history",),                                   # pure: history (and data) -> verdict
+    "clusters": ("history", "broker"),                          # what runs under test, and where
+    "workloads": ("history", "checkers"),                       # clients and the checkers they declare
+    "nemesis": ("history", "clusters", "broker"),               # faults, through the cluster's interfaces
+    "results": ("history", "checkers", "clusters", "workloads"),  # store, reports, the Spark pipeline
+    "studies": ("history", "checkers", "clusters", "broker", "nemesis", "results"),  # mutation, detection
+    "harness": ("history", "checkers", "clusters", "broker", "workloads", "nemesis", "results", "studies"),
 }
+FOLDERS = ("history", "checkers", "clusters", "workloads", "nemesis", "results", "studies", "harness")
+BROKER = "clusters.broker"          # its package: the face
+BROKER_ADAPTER = "clusters.reference"
 
 
 def project_modules(root: Path) -> dict[str, Path]:
-    """Dotted module name -> file, for every .py file of the rooms above."""
+    """Dotted module name -> file, for every .py file of the rooms' folders."""
     modules: dict[str, Path] = {}
-    for room in FLOORS:
+    for room in FOLDERS:
         for path in sorted((root / room).rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -106,7 +112,7 @@ def bare_imports(path: Path) -> list[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names = [node.module]
-        if any(name.split(".")[0] in FLOORS for name in names):
+        if any(name.split(".")[0] in FOLDERS for name in names):
             found.append(f"{path}:{node.lineno}")
     return found
 
@@ -117,7 +123,14 @@ def outside_rooms(root: Path) -> list[Path]:
 
 
 def room(module: str) -> str:
+    if module == BROKER or module.startswith(BROKER + "."):
+        return "broker"
     return module.split(".")[0]
+
+
+def reaches_into_broker(source: str, target: str) -> bool:
+    """An import of a module inside the broker by a module outside it (its face and adapter aside)."""
+    return room(target) == "broker" and room(source) != "broker" and target != BROKER and source != BROKER_ADAPTER
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -161,14 +174,16 @@ def measure(root: Path) -> dict:
     room_graph: dict[str, set[str]] = defaultdict(set)
     for source, target in room_arrows:
         room_graph[source].add(target)
-    upward = {pair: imports for pair, imports in room_arrows.items()
-              if FLOORS[pair[0]] < FLOORS[pair[1]]}
+    breaches = {pair: imports for pair, imports in room_arrows.items() if pair[1] not in MAY_IMPORT[pair[0]]}
+    reach_ins = sorted({f"{s} -> {tg}" for s, targets in file_graph.items() for tg in targets
+                        if reaches_into_broker(s, tg)})
     return {
         "files": len(modules),
         "file_circles": strongly_connected(file_graph),
         "room_arrows": room_arrows,
         "room_circles": strongly_connected(room_graph),
-        "upward": upward,
+        "breaches": breaches,
+        "reach_ins": reach_ins,
         "hidden": sorted(set(hidden)),
         # tests and benchmarks too: from the checkout's root a bare import there loads a second copy
         "bare": [line for path in [*modules.values(), *outside_rooms(root)] for line in bare_imports(path)],
@@ -179,25 +194,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 on any circle or more upward arrows than --max-upward")
-    parser.add_argument("--max-upward", type=int, default=0,
-                        help="room-to-room arrows allowed to run back up (default 0)")
+                        help="exit 1 on any circle, breach of the table, reach into the broker or bare import")
     parser.add_argument("--verbose", action="store_true", help="list every arrow between rooms")
     args = parser.parse_args(argv)
     found = measure(args.root)
-    print(f"{found['files']} files in {len(FLOORS)} rooms; "
-          f"{len(found['room_arrows'])} arrows between rooms, {len(found['upward'])} running back up; "
-          f"{len(found['file_circles'])} circles of files, {len(found['room_circles'])} circles of rooms; "
-          f"{len(found['hidden'])} imports inside functions")
+    print(f"{found['files']} files in {len(MAY_IMPORT)} rooms; "
+          f"{len(found['room_arrows'])} arrows between rooms, {len(found['breaches'])} the table does not allow, "
+          f"{len(found['reach_ins'])} reaching into the broker; {len(found['file_circles'])} circles of files, "
+          f"{len(found['room_circles'])} circles of rooms; {len(found['hidden'])} imports inside functions")
     for component in found["file_circles"]:
         print("  circle of files: " + " <-> ".join(component))
     for component in found["room_circles"]:
         print("  circle of rooms: " + " <-> ".join(component))
     for line in found["bare"]:
         print(f"  outside the namespace: {line}")
-    for (source, target), imports in sorted(found["upward"].items()):
-        print(f"  back up: {source} (floor {FLOORS[source]}) -> {target} (floor {FLOORS[target]}): "
+    for (source, target), imports in sorted(found["breaches"].items()):
+        print(f"  not allowed: {source} -> {target} ({source} may import {', '.join(MAY_IMPORT[source]) or 'nothing'}): "
               + ", ".join(sorted(set(imports))[:4]) + (" ..." if len(set(imports)) > 4 else ""))
+    for line in found["reach_ins"]:
+        print(f"  past the broker's face: {line}")
     if args.verbose:
         for (source, target), imports in sorted(found["room_arrows"].items()):
             print(f"  {source} -> {target}: {len(imports)}")
@@ -210,11 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         problems.append("an import circle")
     if found["bare"]:
         problems.append(f"{len(found['bare'])} imports outside the kafkaesque_harness namespace")
-    if len(found["upward"]) > args.max_upward:
-        problems.append(f"{len(found['upward'])} arrows running back up (at most {args.max_upward})")
+    if found["breaches"]:
+        problems.append(f"{len(found['breaches'])} arrows between rooms the table does not allow")
+    if found["reach_ins"]:
+        problems.append(f"{len(found['reach_ins'])} imports past the broker's face")
     if problems:
         print("import graph check failed: " + " and ".join(problems)
-              + "; move the shared code down a floor (docs/ARCHITECTURE.md) instead of importing up.",
+              + "; import what a room needs from a room it may import (MAY_IMPORT, docs/ARCHITECTURE.md), the "
+              "broker through clusters/broker/__init__.py's names, and move shared code down instead of importing up.",
               file=sys.stderr)
         return 1
     return 0

@@ -1,7 +1,7 @@
 """The digest of the node code a process runs: which code, exactly, a broker or controller started from.
 
 Every node logs it at start-up (listener.start_serving: event `node_code`), so a run can prove which
-code its nodes ran: a mutant's run (results/mutation.py) compares it with the digest of its mutated
+code its nodes ran: a mutant's run (studies/mutation.py) compares it with the digest of its mutated
 copy. The files are the node code the image carries (node_code_members, below): the package
 marker, the broker package and the lossy file system, relative to the root that holds `clusters/`.
 
@@ -36,7 +36,7 @@ def node_code_members(root: str | Path = ROOT) -> list[tuple[str, Path]]:
         (f"{NAMESPACE}/{f.relative_to(root).as_posix()}", f) for f in node_code_files(root)]
 
 
-def code_digest(root: str | Path = ROOT) -> str:
+def node_code_digest(root: str | Path = ROOT) -> str:
     """sha256 (16 hex digits) over each node code file's path relative to `root` and its bytes."""
     root = Path(root)
     h = hashlib.sha256()

@@ -40,7 +40,7 @@ from typing import Any
 
 from kafkaesque_harness.clusters.broker import rpc
 from kafkaesque_harness.clusters.broker.code_digest import ROOT as CODE_ROOT
-from kafkaesque_harness.clusters.broker.code_digest import code_digest
+from kafkaesque_harness.clusters.broker.code_digest import node_code_digest
 
 MiB = 1024 * 1024
 _LEN = struct.Struct(">i")
@@ -466,8 +466,8 @@ async def start_serving(listener: Listener, host: str, port: int, log: Callable[
     exceptions go to the node's log (log_loop_exceptions)."""
     loop = asyncio.get_running_loop()
     log_loop_exceptions(loop, log)
-    # Which code this node runs (a mutant's run checks it: results/mutation.py).
-    log({"event": "node_code", "digest": code_digest(), "root": str(CODE_ROOT),
+    # Which code this node runs (a mutant's run checks it: studies/mutation.py).
+    log({"event": "node_code", "digest": node_code_digest(), "root": str(CODE_ROOT),
          "event_loop": type(loop).__module__.partition(".")[0]})  # "uvloop" or "asyncio"
     server = await listener.start(host, port)
     stop = asyncio.Event()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,25 +26,6 @@ from kafkaesque_harness.clusters.broker import rpc
 from kafkaesque_harness.clusters.broker.admin import dump_state
 
 CONTROLLER_ID = 1000
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports the kernel calls free on `host`. Every socket stays bound until all are
-    chosen: asked one at a time, the kernel may hand the same just-closed port out twice (CI saw
-    brokers 2 and 3 both given 57219)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """One port the kernel calls free; use free_ports when a caller needs several at once."""
-    return free_ports(1, host)[0]
 
 
 def broker_argv(node_id: int, host: str, port: int, controller: str, data_dir: str, flush_policy: str,

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kafkaesque_harness.clusters.broker.local_cluster import free_ports
 from kafkaesque_harness.clusters.ownership import process_start_time
+from kafkaesque_harness.clusters.ports import free_ports
 from kafkaesque_harness.results.pipeline import PipelineError
 from kafkaesque_harness.results.pipeline.session import find_java
 

@@ -38,12 +38,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kafkaesque_harness.clusters.broker import rpc
-from kafkaesque_harness.clusters.broker.local_cluster import (
-    broker_argv,
-    controller_argv,
-    free_ports,
-    wait_until_unfenced,
-)
+from kafkaesque_harness.clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
+from kafkaesque_harness.clusters.ports import free_ports
 
 MiB = 1024 * 1024
 HOST = "127.0.0.1"

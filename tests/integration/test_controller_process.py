@@ -9,7 +9,8 @@ import pytest
 
 from kafkaesque_harness.clusters.broker import rpc
 from kafkaesque_harness.clusters.broker.admin import dump_state
-from kafkaesque_harness.clusters.broker.local_cluster import controller_argv, free_port
+from kafkaesque_harness.clusters.broker.local_cluster import controller_argv
+from kafkaesque_harness.clusters.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +48,7 @@ def brokers(port):
 
 
 def test_controller_process_epochs_fencing_restart_and_bad_input(tmp_path):
-    port = free_port()
+    port = free_ports(1)[0]
     p = start(port, tmp_path)
     try:
         e1, e2 = register(port, 1, "a"), register(port, 2, "b")

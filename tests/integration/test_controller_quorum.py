@@ -19,10 +19,10 @@ from kafkaesque_harness.clusters.broker.local_cluster import (
     active_controller_state,
     broker_argv,
     controller_argv,
-    free_ports,
     quorum_spec,
     wait_until_unfenced,
 )
+from kafkaesque_harness.clusters.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

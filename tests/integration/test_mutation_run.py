@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafkaesque_harness.clusters.netns import netns_available
-from kafkaesque_harness.results.mutation import current_digest
+from kafkaesque_harness.studies.mutation import current_digest
 
 pytestmark = pytest.mark.integration
 

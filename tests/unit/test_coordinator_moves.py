@@ -21,7 +21,8 @@ from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
 from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 from kafkaesque_harness.nemesis.targets import coordinator_node
 from kafkaesque_harness.workloads.queue import QueueWorkload
-from kafkaesque_harness.workloads.txn import TxnWorkload, transactional_id
+from kafkaesque_harness.workloads.txn import TxnWorkload
+from kafkaesque_harness.workloads.txn_client import transactional_id
 from tests.unit.fakes import fault_actions, run_plans
 from tests.unit.test_protocol_nemesis import drive_moves, set_up
 from tests.unit.test_scenario import FakeCluster, run

@@ -1,10 +1,10 @@
-"""The detection table (results/detection.py) from a campaign's record: counts per row, anomaly names,
+"""The detection table (studies/detection.py) from a campaign's record: counts per row, anomaly names,
 median time to the first anomalous op, stalled scenarios and budget-skipped runs kept apart."""
 
 import json
 from pathlib import Path
 
-from kafkaesque_harness.results.detection import first_anomaly_s, render_markdown, summarize, write_detection
+from kafkaesque_harness.studies.detection import first_anomaly_s, render_markdown, summarize, write_detection
 
 
 def run(tmp_path, i, variant, plan, status, first_ns=None, stalled=False, protocol_wait=False, acks="all",
@@ -103,7 +103,7 @@ def test_markdown_names_the_command_and_the_default_rows_first(tmp_path):
 
 
 def test_the_claims_are_judged_from_the_rows(tmp_path, monkeypatch):
-    import kafkaesque_harness.results.detection as det
+    import kafkaesque_harness.studies.detection as det
     monkeypatch.setattr(det, "scenario_targets", lambda: {"scenario:x": ("no-elr",), "scenario:z": ("no-elr",)})
     runs = [run(tmp_path, 0, "default", "scenario:x", "invalid", first_ns=1),
             run(tmp_path, 1, "no-elr", "scenario:x", "invalid", first_ns=1),
@@ -134,7 +134,7 @@ def test_write_detection_from_campaign_dirs_with_notes(tmp_path):
 
 
 def test_a_protocol_move_that_waits_in_vain_is_not_a_stalled_run(tmp_path):
-    from kafkaesque_harness.results.detection import _stalled
+    from kafkaesque_harness.studies.detection import _stalled
 
     assert _stalled(Path(run(tmp_path, 0, "no-elr", "scenario:x", "valid", stalled=True)["run_dir"]))
     assert not _stalled(Path(run(tmp_path, 1, "no-elr", "protocol", "valid", protocol_wait=True)["run_dir"]))

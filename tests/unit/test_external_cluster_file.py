@@ -1,4 +1,4 @@
-"""The cluster file of clusters/external.py: what it accepts, how templates render per node, how
+"""The cluster file of clusters/cluster_file.py: what it accepts, how templates render per node, how
 `--cluster FILE.toml` picks a backend, and one sentence for each way a file can be wrong."""
 
 from __future__ import annotations
@@ -10,16 +10,15 @@ from pathlib import Path
 import pytest
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
-from kafkaesque_harness.clusters.external import (
+from kafkaesque_harness.clusters.cluster_file import (
     ClusterFileError,
-    ExternalCluster,
     cluster_file_brokers,
     cluster_file_kind,
-    cluster_from_file,
     is_cluster_file,
     load_cluster_file,
     render_all,
 )
+from kafkaesque_harness.clusters.external import ExternalCluster, cluster_from_file
 from kafkaesque_harness.clusters.ssh import SshCluster
 from kafkaesque_harness.harness.spec import cluster_problem
 
@@ -368,7 +367,7 @@ def test_a_one_broker_file_lowers_the_replication_factor_and_says_so():
 
 
 def test_a_kept_cluster_file_masks_keys_named_like_secrets_and_nothing_else():
-    from kafkaesque_harness.clusters.external import mask_secrets
+    from kafkaesque_harness.clusters.cluster_file import mask_secrets
 
     text = ('[ssh]\nkey = "~/.ssh/id"  # the login key\nuser = "root"\n[vars]\nsasl_password = \'p4ss\'\n'
             'api_token = "t0k"\nkafka_port_x = 9\ncreds = {secret = "s", name = "n"}\n# token = "a comment stays"\n')
@@ -380,7 +379,7 @@ def test_a_kept_cluster_file_masks_keys_named_like_secrets_and_nothing_else():
 
 
 def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_path):
-    from kafkaesque_harness.clusters.external import keep_cluster_file
+    from kafkaesque_harness.clusters.cluster_file import keep_cluster_file
     from kafkaesque_harness.harness.spec import TestSpec
 
     cluster = Path(write(tmp_path, GOOD, "c.toml"))

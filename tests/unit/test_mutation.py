@@ -1,5 +1,5 @@
-"""The mutation catalogue (results/mutants.py), the code copies mutants run on (clusters/code_copy.py), and
-docs/MUTATION.md rendered from a hand-made store (results/mutation.py)."""
+"""The mutation catalogue (clusters/mutants.py), the code copies mutants run on (clusters/code_copy.py), and
+docs/MUTATION.md rendered from a hand-made store (studies/mutation.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kafkaesque_harness.clusters.base import ClusterSpec
-from kafkaesque_harness.clusters.broker.code_digest import code_digest
+from kafkaesque_harness.clusters.broker.code_digest import node_code_digest
 from kafkaesque_harness.clusters.code_copy import (
     REPO_ROOT,
     CodeCopy,
@@ -22,10 +22,10 @@ from kafkaesque_harness.clusters.code_copy import (
     apply_edits,
     find_code_copies,
 )
+from kafkaesque_harness.clusters.mutants import MUTANTS, Mutant
 from kafkaesque_harness.clusters.ownership import run_state
 from kafkaesque_harness.harness.spec import TestSpec
-from kafkaesque_harness.results.mutants import MUTANTS, Mutant
-from kafkaesque_harness.results.mutation import (
+from kafkaesque_harness.studies.mutation import (
     all_records,
     catalogue_problems,
     classify,
@@ -82,7 +82,7 @@ def test_apply_edits_writes_nothing_when_one_edit_cannot_apply(tmp_path):
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_each_mutated_copy_differs_compiles_and_imports(mutant):
-    before = code_digest(REPO_ROOT)
+    before = node_code_digest(REPO_ROOT)
     with CodeCopy(mutant.edits, label=mutant.name) as copy:
         assert copy.digest != before
         for e in mutant.edits:
@@ -96,7 +96,7 @@ def test_each_mutated_copy_differs_compiles_and_imports(mutant):
                            env={**os.environ, "PYTHONPATH": str(copy.root)}, cwd=str(REPO_ROOT), timeout=60)
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip().startswith(str(copy.root)), p.stdout
-    assert code_digest(REPO_ROOT) == before  # the shipped tree never holds a mutant
+    assert node_code_digest(REPO_ROOT) == before  # the shipped tree never holds a mutant
 
 
 # --- code copies ------------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def test_a_code_copy_is_registered_found_by_cleanup_and_removed_on_close():
     copy = CodeCopy([], label="probe")
     try:
         assert (copy.package / "clusters" / "broker" / "replica.py").is_file()
-        assert copy.digest == code_digest(REPO_ROOT)  # no edit: the same node code
+        assert copy.digest == node_code_digest(REPO_ROOT)  # no edit: the same node code
         assert run_state(copy.owner) == "live"
         found = [f for f in find_code_copies() if f.owner == copy.owner]
         assert len(found) == 1 and str(copy.root) in found[0].what
@@ -335,7 +335,7 @@ def test_node_digests_reads_the_start_up_line_of_every_node(tmp_path):
 
 
 def test_every_plan_is_a_valid_spec_and_disk_runs_only_when_named():
-    from kafkaesque_harness.results.mutation import COMMON, DEFAULT_PLANS, PLANS
+    from kafkaesque_harness.studies.mutation import COMMON, DEFAULT_PLANS, PLANS
 
     for name, plan in PLANS.items():
         spec = TestSpec(name=f"mutant-x-{name}", time_limit=300, cluster="local", **COMMON, **plan)

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("history", "checkers", "clusters", "workloads", "nemesis", "results", "harness")
+ROOMS = ("history", "checkers", "clusters", "workloads", "nemesis", "results", "studies", "harness")
 
 
 def _pyproject() -> dict:
@@ -62,3 +62,15 @@ def test_a_lazy_fault_class_named_outside_the_namespace_is_refused():
 
     with pytest.raises(ValueError, match="kafkaesque_harness.<room>.<module>:<Class>"):
         lazy("nemesis.faults:KillNemesis")
+
+
+def test_every_name_of_the_brokers_face_resolves_and_none_is_also_a_module_of_the_broker():
+    # A submodule imported anywhere becomes an attribute of its package: a face name shared with a module
+    # would then be that module, not the face's function.
+    import kafkaesque_harness.clusters.broker as broker
+
+    modules = {p.stem for p in (ROOT / "clusters" / "broker").rglob("*.py")} | {
+        p.name for p in (ROOT / "clusters" / "broker").iterdir() if p.is_dir()}
+    assert broker.__all__ and not set(broker.__all__) & modules, set(broker.__all__) & modules
+    for name in broker.__all__:
+        assert getattr(broker, name) is not None, name

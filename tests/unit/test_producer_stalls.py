@@ -35,14 +35,8 @@ from kafkaesque_harness.workloads.stalls import (
     ProducerStallControl,
     outcome_of,
 )
-from kafkaesque_harness.workloads.txn import (
-    CommitNotSent,
-    OffsetTracker,
-    TxnClient,
-    TxnWorkload,
-    transactional_id,
-    txn_options,
-)
+from kafkaesque_harness.workloads.txn import TxnWorkload, txn_options
+from kafkaesque_harness.workloads.txn_client import CommitNotSent, OffsetTracker, TxnClient, transactional_id
 from tests.unit.test_coordinator_moves import TXN_IDS, CoordinatorCluster
 from tests.unit.test_scenario import FakeCluster, run
 from tests.unit.test_txn_workload import LibraryError, ScriptedLibrary

@@ -4,7 +4,8 @@ import kafka.errors as kerr
 import pytest
 
 from kafkaesque_harness.history import Op
-from kafkaesque_harness.workloads.queue import KafkaPythonQueueClient, send_outcome
+from kafkaesque_harness.workloads.kafka_python import KafkaPythonQueueClient
+from kafkaesque_harness.workloads.queue_client import send_outcome
 
 
 class FakeFuture:
@@ -143,7 +144,7 @@ class BrokerThread:
 
 def confluent_send(tmp_path, answers: list[int]) -> tuple[Op, list[tuple[int, bytes]]]:
     pytest.importorskip("confluent_kafka")
-    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
 
     broker = BrokerThread(tmp_path, answers)
     client = ConfluentQueueClient("queue", 1, -1)
@@ -194,7 +195,7 @@ def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
     """close() would run the rebalance callback itself, and its rd_kafka_assign() can wait forever holding the
     GIL (librdkafka issue 4041): the whole harness froze. A member still assigned after the drain is dropped
     unclosed, as a crash drops it."""
-    from kafkaesque_harness.workloads.base import close_confluent_consumer
+    from kafkaesque_harness.workloads.confluent import close_confluent_consumer
 
     class StuckMember:
         def __init__(self):
@@ -223,7 +224,7 @@ def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_c
     from confluent_kafka import KafkaError
 
     from kafkaesque_harness.history import Op
-    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
 
     class Record:
         def __init__(self, offset, value):
@@ -271,7 +272,7 @@ def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
     """The client library calls back from inside consume(); the poll's completion carries what it was told (the
     lost-commit check judges a member's first read of a partition against the time it was assigned)."""
     from kafkaesque_harness.history import Op
-    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
 
     client = ConfluentQueueClient("queue", 4, -1, group="g")
 
@@ -293,8 +294,7 @@ def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_n
     connection limit in five minutes: the next process takes the member over and joins again as its own."""
     from kafkaesque_harness.history import Op
     from kafkaesque_harness.workloads import base
-    from kafkaesque_harness.workloads.base import SpareMembers
-    from kafkaesque_harness.workloads.queue import ConfluentQueueClient
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient, SpareMembers
 
     class Member:
         def __init__(self):
@@ -346,10 +346,8 @@ def test_both_libraries_rebalance_callbacks_journal_the_partitions_in_order():
     """workloads/base.py's callbacks, which the queue and txn workloads subscribe with."""
     from types import SimpleNamespace
 
-    from kafkaesque_harness.workloads.base import (
-        confluent_rebalance_callbacks,
-        kafka_python_rebalance_listener,
-    )
+    from kafkaesque_harness.workloads.confluent import confluent_rebalance_callbacks
+    from kafkaesque_harness.workloads.kafka_python import kafka_python_rebalance_listener
 
     seen = []
     tps = [SimpleNamespace(partition=p) for p in (3, 0, 2)]

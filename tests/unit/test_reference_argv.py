@@ -108,7 +108,7 @@ def test_ports_asked_for_together_are_distinct_and_bindable():
     just-closed port out again. free_ports keeps every socket bound until all are chosen."""
     import socket
 
-    from kafkaesque_harness.clusters.broker.local_cluster import free_ports
+    from kafkaesque_harness.clusters.ports import free_ports
 
     ports = free_ports(40)
     assert len(set(ports)) == 40

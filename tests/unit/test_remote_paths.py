@@ -19,7 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
-from kafkaesque_harness.clusters.external import ClusterFileError, ExternalCluster, load_cluster_file
+from kafkaesque_harness.clusters.cluster_file import ClusterFileError, load_cluster_file
+from kafkaesque_harness.clusters.external import ExternalCluster
 from kafkaesque_harness.clusters.ownership import (
     NODE_MARKER,
     PAUSED_FILE,
@@ -286,7 +287,7 @@ def test_cleanup_resumes_the_processes_a_run_paused_and_only_those(tmp_path, sto
 
 
 def test_every_remote_path_of_an_external_cluster_file_is_normalised_before_use(tmp_path):
-    from kafkaesque_harness.clusters.external import render_all
+    from kafkaesque_harness.clusters.cluster_file import render_all
 
     f = external_file(tmp_path, "/var/lib/kq//x/..")
     text = f.read_text().replace("[[nodes]]", 'logs = ["{{ dir }}/./logs/../server.log"]\n[install]\n'

@@ -10,16 +10,14 @@ import pytest
 
 from kafkaesque_harness.history import FAIL, INFO, INVOKE, OK, Op
 from kafkaesque_harness.workloads.registry import parse_workload_options, workload_options_problems
-from kafkaesque_harness.workloads.txn import (
+from kafkaesque_harness.workloads.txn import TxnOpMix, TxnWorkload, txn_options
+from kafkaesque_harness.workloads.txn_client import (
     CRASHED_ON_REBALANCE,
     WORKLOAD_ABORT,
     CommitNotSent,
     OffsetTracker,
     TxnClient,
     TxnLibrary,
-    TxnOpMix,
-    TxnWorkload,
-    txn_options,
 )
 
 
@@ -360,7 +358,7 @@ def test_a_group_member_leaves_its_group_and_is_parked_never_closed():
     """librdkafka issue 4041: a rebalance callback run from inside close() (or destroy) can wait forever
     holding the GIL. close_confluent_consumer makes a member leave its group, serves its revocation in
     consume(), and parks it (never closed); a consumer that never joined a group is simply closed."""
-    from kafkaesque_harness.workloads import base
+    from kafkaesque_harness.workloads import base, confluent
 
     class Consumer:
         def __init__(self):
@@ -382,8 +380,8 @@ def test_a_group_member_leaves_its_group_and_is_parked_never_closed():
     member, plain = Consumer(), Consumer()
     before = len(base.PARKED_CONSUMERS)
     try:
-        base.close_confluent_consumer(member, subscribed=True, drain_s=0.3)
-        base.close_confluent_consumer(plain, subscribed=False)
+        confluent.close_confluent_consumer(member, subscribed=True, drain_s=0.3)
+        confluent.close_confluent_consumer(plain, subscribed=False)
         assert member.calls[0] == "unsubscribe" and set(member.calls[1:]) == {"consume"}  # never closed
         assert base.PARKED_CONSUMERS[before:] == [member]
         assert plain.calls == ["close"]
@@ -408,8 +406,7 @@ def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_proces
     """As the queue workload's: a member that ever joined the group is never closed (librdkafka issue 4041),
     and parking one per retired process fills a broker's connection limit; the next library takes it over."""
     from kafkaesque_harness.workloads import base
-    from kafkaesque_harness.workloads.base import SpareMembers
-    from kafkaesque_harness.workloads.txn import ConfluentTxnLibrary
+    from kafkaesque_harness.workloads.confluent import ConfluentTxnLibrary, SpareMembers
 
     class Member:
         def __init__(self):

@@ -9,7 +9,7 @@ leave them applicable. A mutant is applied to a temporary copy of clusters/ at r
 (clusters/code_copy.py); the shipped broker never contains it.
 
 `rule` is the rule broken, `cite` where it is written (PROTOCOL.md is /work/shared/PROTOCOL.md, the
-seeds /work/shared/seeds/), `expect` what should catch it and how. results/mutation.py runs them
+seeds /work/shared/seeds/), `expect` what should catch it and how. studies/mutation.py runs them
 and writes docs/MUTATION.md.
 """
 

@@ -1,0 +1,84 @@
+"""What a queue workload's client does whatever its library: one logical process's op dispatch, the send
+outcome rules (workloads/queue.py's docstring states them) and the rebalance journal. Each client
+library's adapter subclasses QueueClient: workloads/kafka_python.py, workloads/confluent.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafkaesque_harness.history import FAIL, INFO, Op
+
+DEFINITE_SEND_ERRORS = {
+    "NotEnoughReplicasError", "UnknownTopicOrPartitionError", "LeaderNotAvailableError",
+    "NOT_ENOUGH_REPLICAS", "UNKNOWN_TOPIC_OR_PART", "LEADER_NOT_AVAILABLE",
+}
+SEND_TIMEOUT_S = 5.0
+POLL_TIMEOUT_MS = 10  # a poll that finds nothing new returns at once: it is a read, not a wait
+
+
+def send_outcome(error_name: str) -> str:
+    """fail only for errors that mean the broker certainly did not append; info otherwise."""
+    return FAIL if error_name in DEFINITE_SEND_ERRORS else INFO
+
+
+class QueueClient:
+    """What both client libraries share: the topic, and one op dispatch."""
+
+    def __init__(self, topic: str, partitions: int, acks: int, idempotent: bool = False, group: str | None = None):
+        self.topic, self.partitions, self.acks, self.idempotent = topic, partitions, acks, idempotent
+        self.group = group  # subscribe mode: the consumer group; None: assign every partition
+        self.producer = None
+        self.consumer = None
+        self.bootstrap = ""
+        # subscribe mode: the rebalances the consumer went through since the last completion (the client
+        # library calls back from inside a poll), as the txn workload's rebalance_log
+        self.rebalances: list[dict[str, Any]] = []
+
+    def invoke(self, op: Op) -> Op:
+        comp = self._invoke(op)
+        if self.rebalances:
+            comp.extra = {**(comp.extra or {}), "rebalance_log": self.rebalances}
+            self.rebalances = []
+        return comp
+
+    def _invoke(self, op: Op) -> Op:
+        if op.f == "send":
+            return self._send(op)
+        if op.f == "poll":
+            return self._poll(op)
+        if op.f == "final-poll":
+            return self._final_poll(op)
+        if op.f == "crash":
+            self.crash()
+            return completion(op, INFO, None, error="crashed")
+        raise ValueError(f"unknown queue op {op.f!r}")
+
+    def journal(self, kind: str, partitions: list[int]) -> None:
+        """A rebalance callback: the checker judges a member's first read of an assigned partition against the
+        commits acknowledged before the op it was assigned in (checkers/queue.py, lost-commit)."""
+        self.rebalances.append({"keys": sorted(partitions), "type": kind})
+
+    def crash(self) -> None:
+        """Drop the clients without a clean shutdown: no offset commit (a restarted consumer resumes from its
+        group's last committed offsets)."""
+        raise NotImplementedError
+
+    def _send(self, op: Op) -> Op:
+        raise NotImplementedError
+
+    def outcome(self, error_name: str) -> str:
+        """A failed send's type: with retries on (idempotent), no error is definite."""
+        return INFO if self.idempotent else send_outcome(error_name)
+
+    def _poll(self, op: Op) -> Op:
+        raise NotImplementedError
+
+    def _final_poll(self, op: Op) -> Op:
+        """Drain the op's partition from its start to the HWM seen now (the final read)."""
+        raise NotImplementedError
+
+
+def completion(op: Op, type_: str, value: Any, error: Any = None, extra: dict | None = None) -> Op:
+    """The completion of `op`: its f, process and node, with what was observed."""
+    return Op(type=type_, f=op.f, process=op.process, value=value, node=op.node, error=error, extra=extra)
