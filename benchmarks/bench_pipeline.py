@@ -106,7 +106,7 @@ def write_run(root: Path, n_ops: int) -> Path:
 
     run = root / "store" / f"bench-{n_ops}" / "20260101T000000"
     run.mkdir(parents=True, exist_ok=True)
-    write_json(run / "test.json", TestSpec(name=f"bench-{n_ops}", partitions=8, concurrency=10).to_dict())
+    write_json(run / "test.json", TestSpec.make(name=f"bench-{n_ops}", partitions=8, concurrency=10).to_dict())
     generate(str(run / "history.jsonl"), n_ops, keys=8, processes=10)
     return run
 

@@ -9,7 +9,7 @@ A campaign is one `[campaign]` table. Three kinds of keys live in it:
 - matrix axes, each a list: `workloads`, `nemeses` (each entry a comma list such as
   "kill,pause", "" for no faults), `broker_variants`, `acks`, `flush_policies`; an axis left
   out is the single default value of `kafkaesque run`;
-- base settings: any other TestSpec field (`time_limit`, `brokers`, `min_isr`, `rate`,
+- base settings: any other setting of `kafkaesque run` (TestSpec.setting_names()) (`time_limit`, `brokers`, `min_isr`, `rate`,
   `concurrency`, `cluster`, ...), the same for every run.
 
 The matrix expands repetition by repetition (every cell once, then every cell again), so
@@ -21,7 +21,6 @@ sentence naming the key and the fix; nothing is run until the whole file has pas
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 import tomllib
@@ -34,12 +33,12 @@ from kafkaesque_harness.harness.spec import TestSpec
 
 # The campaign's own keys (besides the axes and the TestSpec settings).
 CAMPAIGN_KEYS = ("name", "repetitions", "budget", "seed", "require")
-# Axis key -> the TestSpec field each entry sets.
+# Axis key -> the setting each entry sets.
 AXES = {"workloads": "workload", "nemeses": "nemesis", "broker_variants": "broker_variant",
         "acks": "acks", "flush_policies": "flush_policy"}
-# TestSpec fields a campaign sets itself, or that make no sense for a series of unattended runs.
+# Settings a campaign sets itself, or that make no sense for a series of unattended runs.
 _NOT_SETTINGS = {"name", "store", "seed", "leave_running", *AXES.values()}
-SETTING_KEYS = tuple(f.name for f in dataclasses.fields(TestSpec) if f.name not in _NOT_SETTINGS)
+SETTING_KEYS = tuple(n for n in TestSpec.setting_names() if n not in _NOT_SETTINGS)
 ACKS = ("all", "1", "0", "-1")
 # A campaign name is a folder of the store: <store>/<name>/ and <store>/campaigns/<name>/.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -94,8 +93,8 @@ class PlannedRun:
     def summary(self) -> dict[str, Any]:
         """What campaign.json records of the spec: the matrix coordinates and what varies per run."""
         s = self.spec
-        return {"workload": s.workload, "nemesis": list(s.nemesis), "broker_variant": s.broker_variant,
-                "acks": s.acks, "flush_policy": s.flush_policy, "repetition": self.repetition, "seed": s.seed,
+        return {"workload": s.workload, "nemesis": list(s.nemesis), "broker_variant": s.broker.broker_variant,
+                "acks": s.acks, "flush_policy": s.broker.flush_policy, "repetition": self.repetition, "seed": s.seed,
                 "time_limit": s.time_limit, "cluster": s.cluster}
 
 
@@ -176,11 +175,11 @@ def expand(campaign: Campaign, base: TestSpec) -> list[PlannedRun]:
     for rep in range(1, campaign.repetitions + 1):
         for cell in cells:
             i = len(runs)
-            spec = dataclasses.replace(base, workload=cell.workload, nemesis=list(cell.nemesis),
-                                       broker_variant=cell.broker_variant, acks=cell.acks,
-                                       flush_policy=cell.flush_policy, seed=campaign.seed + i,
-                                       workload_options=dict(base.workload_options),
-                                       nemesis_options=dict(base.nemesis_options))
+            spec = base.with_settings(workload=cell.workload, nemesis=list(cell.nemesis),
+                                      broker_variant=cell.broker_variant, acks=cell.acks,
+                                      flush_policy=cell.flush_policy, seed=campaign.seed + i,
+                                      workload_options=dict(base.workload_options),
+                                      nemesis_options=dict(base.nemesis_options))
             runs.append(PlannedRun(i, cell, rep, spec))
     return runs
 
@@ -250,14 +249,14 @@ def _toml_type(value: Any) -> str:
 
 def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
     """The TestSpec every run starts from: defaults, then the file's settings, each type-checked."""
-    defaults = TestSpec()
+    defaults = TestSpec().settings()
     values: dict[str, Any] = {}
     for key in settings:
-        default = getattr(defaults, key)
+        default = defaults[key]
         kind = dict if isinstance(default, dict) else type(default)
         value = _typed(settings, key, kind, default)
         values[key] = float(value) if kind is float else value
-    return dataclasses.replace(defaults, name=name, store=store, **values)
+    return TestSpec.make(name=name, store=store, **values)
 
 
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
@@ -280,7 +279,7 @@ def _check_settings(spec: TestSpec, from_file: bool) -> None:
 def _axis(table: dict[str, Any], key: str) -> list[str]:
     """One matrix axis: a non-empty list of distinct, known strings; left out, the run command's default."""
     if key not in table:
-        default = getattr(TestSpec(), AXES[key])
+        default = TestSpec().settings()[AXES[key]]
         return [",".join(default)] if isinstance(default, list) else [default]
     values = table[key]
     example = {"workloads": '["queue"]', "nemeses": '["kill,pause", ""]', "broker_variants": '["default", "no-elr"]',

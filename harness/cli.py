@@ -212,7 +212,7 @@ def run(
     workload_options, workload_problems = parse_workload_options(workload_option or [])
     if option_problems or workload_problems:
         fail_all(option_problems + workload_problems)
-    spec = TestSpec(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
+    spec = TestSpec.make(name=name or workload, workload=workload, nemesis=faults, nemesis_interval=nemesis_interval,
                     nemesis_schedule=nemesis_schedule,
                     nemesis_target=nemesis_target, time_limit=time_limit, concurrency=concurrency, rate=rate,
                     brokers=brokers, controllers=controllers, replication_factor=replication_factor, min_isr=min_isr, partitions=partitions,
@@ -746,8 +746,8 @@ def _print_campaign_plan(plan) -> None:
                     f"budget {plan.budget:g} s, cluster {plan.cluster}")
     for p in plan.runs:
         s = p.spec
-        t.add_row(str(p.index + 1), p.id, s.workload, ",".join(s.nemesis) or "none", s.broker_variant, s.acks,
-                  s.flush_policy, str(p.repetition), str(s.seed))
+        t.add_row(str(p.index + 1), p.id, s.workload, ",".join(s.nemesis) or "none", s.broker.broker_variant, s.acks,
+                  s.broker.flush_policy, str(p.repetition), str(s.seed))
     out = Console()
     if not out.is_terminal:
         out = Console(width=240)  # piped into a file or CI log: do not squeeze the columns

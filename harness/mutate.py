@@ -45,7 +45,7 @@ def run_mutant(m: Mutant, plan: str, seed: int, time_limit: float, store: str, c
     own = copy is None
     copy = copy or mutant_copy(m)
     try:
-        spec = TestSpec(name=test_name(m.name, plan), time_limit=time_limit, seed=seed, store=store,
+        spec = TestSpec.make(name=test_name(m.name, plan), time_limit=time_limit, seed=seed, store=store,
                         cluster=cluster, node_code=str(copy.root), **COMMON, **PLANS[plan])
         problems = spec.problems()
         if problems:

@@ -25,7 +25,7 @@ Fixtures:
   ini value, else `store` (the CLI's default). Override the fixture to move it.
 - `kafkaesque_run`: runs one test through the harness's own runner (harness/runner.py:
   the same lifecycle, store layout, results.json and report.html as `kafkaesque run`), with
-  the marker's settings and the call's keyword arguments (any TestSpec field), and asserts
+  the marker's settings and the call's keyword arguments (any setting of `kafkaesque run`, by its flat name), and asserts
   the verdict: `expect=True` (default) valid, `False` invalid, `"unknown"`, or None (no
   assertion). A wrong verdict fails the test with the anomaly summary, the report's path
   and the run dir. Returns a KafkaesqueRun.
@@ -39,7 +39,6 @@ one sentence before anything starts.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -72,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARKER}(**settings): a kafkaesque run's settings (any TestSpec field: "
+    config.addinivalue_line("markers", f"{MARKER}(**settings): a kafkaesque run's settings (any setting of `kafkaesque run`: "
                                        "cluster, nemesis, time_limit, ...); see harness/pytest_plugin.py")
 
 
@@ -174,16 +173,16 @@ def build_spec(settings: dict[str, Any], cluster: ClusterChoice, nemesis: Nemesi
     one sentence (ValueError) naming it and the fix."""
     from kafkaesque_harness.harness.spec import TestSpec
 
-    fields = {f.name for f in dataclasses.fields(TestSpec)}
+    fields = set(TestSpec.setting_names())
     unknown = sorted(set(settings) - fields)
     if unknown:
-        raise ValueError(f"unknown kafkaesque setting(s) {', '.join(unknown)}; valid: any TestSpec field "
+        raise ValueError(f"unknown kafkaesque setting(s) {', '.join(unknown)}; valid: any setting of `kafkaesque run` "
                          f"({', '.join(sorted(fields))})")
     values: dict[str, Any] = {"name": name, "cluster": cluster.name, "nemesis": list(nemesis.faults),
                               "nemesis_target": nemesis.target, "nemesis_interval": nemesis.interval,
                               "store": store, **({"seed": seed} if seed is not None else {}), **settings}
     values["nemesis"] = _faults(values["nemesis"])
-    spec = TestSpec(**values)
+    spec = TestSpec.make(**values)
     file_brokers = spec.cluster_file_brokers() if isinstance(spec.cluster, str) else None
     if file_brokers is not None:
         spec.take_file_brokers(file_brokers)  # the file decides, as on the command line

@@ -91,11 +91,7 @@ def exit_code(valid: Any) -> int:
 
 
 def make_cluster(spec: TestSpec, run_dir: Path):
-    cspec = ClusterSpec(brokers=spec.brokers, controllers=spec.controllers, flush_policy=spec.flush_policy,
-                        broker_variant=spec.broker_variant, node_code=spec.node_code,
-                        broker_config={"unclean_recovery_strategy": spec.unclean_recovery_strategy,
-                                       "replica_fetch_max_bytes": spec.replica_fetch_max_bytes,
-                                       "hwm_checkpoint_interval_ms": spec.hwm_checkpoint_interval_ms})
+    cspec = ClusterSpec(brokers=spec.brokers, **spec.broker.cluster_spec_fields())
     if spec.cluster == "docker":
         from kafkaesque_harness.clusters.docker import DockerCluster
 

@@ -63,6 +63,34 @@ def cluster_problem(name: str) -> str | None:
 
 
 @dataclass
+class BrokerSettings:
+    """What only our reference broker reads (--cluster local, docker or ssh:): a cluster file's brokers keep
+    their own settings, so a run on one refuses any of these away from its default (problems())."""
+
+    controllers: int = 1  # >1: a Raft quorum of controllers (clusters/broker/controller_quorum.py)
+    flush_policy: str = "never"
+    broker_variant: str = "default"  # a historic flaw of the reference broker (clusters/reference.py)
+    unclean_recovery_strategy: str = "balanced"
+    # Our broker's replica.fetch.max.bytes and HWM checkpoint interval; 0 keeps the broker's default (4 MiB,
+    # 1000 ms). Smaller fetches leave a catching-up follower behind the leader's HWM for several responses.
+    replica_fetch_max_bytes: int = 0
+    hwm_checkpoint_interval_ms: int = 0
+    # A copy of the node code for the nodes to run instead of this tree's (a mutant: studies/mutation.py); "" runs ours.
+    node_code: str = ""
+
+    def cluster_spec_fields(self) -> dict[str, Any]:
+        """What clusters/base.py's ClusterSpec takes of these."""
+        return {"controllers": self.controllers, "flush_policy": self.flush_policy,
+                "broker_variant": self.broker_variant, "node_code": self.node_code,
+                "broker_config": {"unclean_recovery_strategy": self.unclean_recovery_strategy,
+                                  "replica_fetch_max_bytes": self.replica_fetch_max_bytes,
+                                  "hwm_checkpoint_interval_ms": self.hwm_checkpoint_interval_ms}}
+
+
+BROKER_SETTINGS = frozenset(f.name for f in dataclasses.fields(BrokerSettings))
+
+
+@dataclass
 class TestSpec:
     __test__ = False  # not a pytest test class, despite the name
 
@@ -76,20 +104,13 @@ class TestSpec:
     concurrency: int = 10
     rate: float = 100.0
     brokers: int = 3
-    controllers: int = 1  # >1: a Raft quorum of controllers (clusters/broker/controller_quorum.py)
     replication_factor: int = 3
     min_isr: int = 2
     partitions: int = 4
     acks: str = "all"
     client: str = "kafka-python"
     cluster: str = "auto"
-    flush_policy: str = "never"
-    broker_variant: str = "default"
-    unclean_recovery_strategy: str = "balanced"
-    # Our broker's replica.fetch.max.bytes and HWM checkpoint interval; 0 keeps the broker's default (4 MiB,
-    # 1000 ms). Smaller fetches leave a catching-up follower behind the leader's HWM for several responses.
-    replica_fetch_max_bytes: int = 0
-    hwm_checkpoint_interval_ms: int = 0
+    broker: BrokerSettings = field(default_factory=lambda: BrokerSettings())
     seed: int = 0
     store: str = "store"
     leave_running: bool = False
@@ -97,19 +118,45 @@ class TestSpec:
     elle: bool = False
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)  # the options fault kinds declare (nemesis/kinds/)
-    # A copy of clusters/ for the nodes to run instead of this tree's (a mutant: studies/mutation.py); "" runs ours.
-    node_code: str = ""
+
+    # --- the settings as one flat namespace: how the CLI, campaign files, the pytest plugin and test.json
+    # name them (a broker setting is `flush_policy`, not `broker.flush_policy`)
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        own = [f.name for f in dataclasses.fields(cls) if f.name != "broker"]
+        return own + [f.name for f in dataclasses.fields(BrokerSettings)]
+
+    @classmethod
+    def make(cls, **settings: Any) -> TestSpec:
+        """A spec from flat settings; an unknown name is a TypeError naming the valid ones."""
+        unknown = sorted(set(settings) - set(cls.setting_names()))
+        if unknown:
+            raise TypeError(f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(cls.setting_names()))}")
+        return cls().with_settings(**settings)
+
+    def with_settings(self, **settings: Any) -> TestSpec:
+        """A copy with these flat settings changed (the broker's go to `broker`)."""
+        mine = {k: v for k, v in settings.items() if k not in BROKER_SETTINGS}
+        broker = dataclasses.replace(self.broker, **{k: v for k, v in settings.items() if k in BROKER_SETTINGS})
+        return dataclasses.replace(self, **mine, broker=broker)
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting under its flat name."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "broker"}
+        return {**out, **asdict(self.broker)}
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = dataclasses.replace(self).settings()  # a copy: the lists and dicts in test.json are its own
+        d = json.loads(json.dumps(d))
         d["versions"] = versions()
         d["store_format"] = STORE_FORMAT
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TestSpec:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        """The spec of a stored run (test.json's flat settings; what it holds besides them is left out)."""
+        known = set(cls.setting_names())
+        return cls().with_settings(**{k: v for k, v in d.items() if k in known})
 
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> tuple[TestSpec, list[str]]:
@@ -147,48 +194,49 @@ class TestSpec:
         file or node file named by `cluster` (cluster_problem), and nothing else.
         """
         said = _Wording(style)
-        names = [f.name for f in dataclasses.fields(self) if only is None or f.name in only]
-        wrong_type = {n: p for n in names if (p := _type_problem(said, n, getattr(self, n)))}
+        values = self.settings()
+        names = [n for n in values if only is None or n in only]
+        wrong_type = {n: p for n in names if (p := _type_problem(said, n, values[n]))}
         out = list(wrong_type.values())
         typed = set(names) - set(wrong_type)  # values safe to compare; the others wait for their fix
         out += _choice_problems(self, said, typed)
         for name in ("time_limit", "nemesis_interval"):
-            value = getattr(self, name)
+            value = values[name]
             if name in typed and not (math.isfinite(value) and value > 0):
                 out.append(said.bad(name, value, "is not a number of seconds above 0",
                                     f"set it above 0, e.g. {said.example(name)}"))
         for name in ("rate", "recovery_wait"):
-            value = getattr(self, name)
+            value = values[name]
             if name in typed and not (math.isfinite(value) and value >= 0):
                 out.append(said.bad(name, value, "is not a number of 0 or more",
                                     f"set it to 0 or more, e.g. {said.example(name)}"))
         for name in ("concurrency", "brokers", "partitions"):
-            if name in typed and getattr(self, name) < 1:
-                out.append(said.bad(name, getattr(self, name), "is not 1 or more",
+            if name in typed and values[name] < 1:
+                out.append(said.bad(name, values[name], "is not 1 or more",
                                     f"set it to 1 or more, e.g. {said.example(name)}"))
         if "controllers" in typed:
-            if self.controllers < 1 or self.controllers % 2 == 0:
-                out.append(said.bad("controllers", self.controllers, "is not an odd number of at least 1",
+            if values['controllers'] < 1 or values['controllers'] % 2 == 0:
+                out.append(said.bad("controllers", values['controllers'], "is not an odd number of at least 1",
                                     "a Raft quorum needs 1, 3 or 5"))
-            elif self.controllers > 1 and "cluster" in typed and self.cluster not in OUR_CLUSTERS:
-                out.append(said.bad("controllers", self.controllers, "needs our own cluster (local or docker)",
+            elif values['controllers'] > 1 and "cluster" in typed and self.cluster not in OUR_CLUSTERS:
+                out.append(said.bad("controllers", values['controllers'], "needs our own cluster (local or docker)",
                                     "a cluster file lists its controllers itself"))
         for name in ("replica_fetch_max_bytes", "hwm_checkpoint_interval_ms"):
-            if name not in typed or not getattr(self, name):
+            if name not in typed or not values[name]:
                 continue
-            if getattr(self, name) < 0:
-                out.append(said.bad(name, getattr(self, name), "is below 0",
+            if values[name] < 0:
+                out.append(said.bad(name, values[name], "is below 0",
                                     f"set it above 0, or to 0 for the broker's default, e.g. {said.example(name)}"))
             elif "cluster" in typed and self.cluster not in OUR_CLUSTERS:
-                out.append(said.bad(name, getattr(self, name), "needs our own broker (cluster local or docker)",
+                out.append(said.bad(name, values[name], "needs our own broker (cluster local or docker)",
                                     "a cluster file's brokers keep their own settings; leave it at 0"))
-        if "node_code" in typed and self.node_code:
-            if not Path(self.node_code, "kafkaesque_harness", "clusters", "broker", "__main__.py").is_file():
-                out.append(said.bad("node_code", self.node_code, "holds no kafkaesque_harness/clusters/broker/__main__.py",
+        if "node_code" in typed and values['node_code']:
+            if not Path(values['node_code'], "kafkaesque_harness", "clusters", "broker", "__main__.py").is_file():
+                out.append(said.bad("node_code", values['node_code'], "holds no kafkaesque_harness/clusters/broker/__main__.py",
                                     "give a directory holding a copy of the kafkaesque_harness package with its "
                                     "clusters/ (clusters/code_copy.py lays one out)"))
             elif "cluster" in typed and self.cluster not in OUR_CLUSTERS:
-                out.append(said.bad("node_code", self.node_code, "needs our own cluster (local or docker)",
+                out.append(said.bad("node_code", values['node_code'], "needs our own cluster (local or docker)",
                                     "run it with --cluster local or docker"))
         # (brokers below 1 has its own sentence above; the relation would only repeat it)
         if {"min_isr", "replication_factor", "brokers", "cluster"} <= typed and self.brokers >= 1 and \
@@ -233,7 +281,7 @@ class _Wording:
 
     def example(self, field_name: str) -> str:
         """The setting at its default value, as the user would write it."""
-        value = getattr(_DEFAULTS, field_name)
+        value = _DEFAULTS[field_name]
         if isinstance(value, list):
             value = ["kill"]
         shown = f"{value:g}" if isinstance(value, float) else value if self.style == "flag" else repr(value)
@@ -267,7 +315,7 @@ _KIND_WORDS = {bool: "true or false", int: "an integer", float: "a number", str:
 
 def _type_problem(said: _Wording, name: str, value: Any) -> str | None:
     """Why `value` is not of the field's type (a marker or a hand-built TestSpec can hold anything)."""
-    kind = type(getattr(_DEFAULTS, name))
+    kind = type(_DEFAULTS[name])
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind in (int, float):
@@ -319,15 +367,15 @@ def _choice_problems(spec: TestSpec, said: _Wording, typed: set[str]) -> list[st
         "unclean_recovery_strategy": UNCLEAN_RECOVERY_STRATEGIES,
     }
     for name, valid in choices.items():
-        if name in typed and getattr(spec, name) not in valid:
-            out.append(said.unknown(name, getattr(spec, name), valid))
+        if name in typed and spec.settings()[name] not in valid:
+            out.append(said.unknown(name, spec.settings()[name], valid))
     if "client" in typed and spec.client == "confluent-kafka":
         missing = extra_missing("confluent", "--client confluent-kafka")
         if missing:
             out.append(missing + ".")
     if "flush_policy" in typed:
         try:
-            parse_flush_policy(spec.flush_policy)
+            parse_flush_policy(spec.broker.flush_policy)
         except ValueError as e:
             out.append(f"{said.name('flush_policy') if said.style != 'key' else 'key ' + repr('flush_policy')}: "
                        f"{str(e).rstrip('.')}.")
@@ -353,4 +401,4 @@ def versions() -> dict[str, str]:
     return out
 
 
-_DEFAULTS = TestSpec()
+_DEFAULTS = TestSpec().settings()

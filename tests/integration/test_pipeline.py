@@ -163,7 +163,7 @@ def write_run(store: Path, name: str, stamp: str, seed: int, inject: str | None,
               variant: str, acks: str, workload_options: dict | None = None) -> Path:
     run = store / name / stamp
     run.mkdir(parents=True)
-    spec = TestSpec(name=name, nemesis=nemesis, broker_variant=variant, acks=acks, partitions=3, seed=seed,
+    spec = TestSpec.make(name=name, nemesis=nemesis, broker_variant=variant, acks=acks, partitions=3, seed=seed,
                     store=str(store), cluster="local", workload_options=workload_options or {})
     test = spec.to_dict()
     write_json(run / "test.json", test)

@@ -190,7 +190,7 @@ def test_a_bad_file_exits_3_with_one_sentence_and_runs_nothing(tmp_path, monkeyp
 
 def test_the_shipped_nightly_campaign_is_valid():
     plan = load_campaign(Path(__file__).resolve().parents[2] / "campaigns" / "nightly.toml")
-    variants = {p.spec.broker_variant for p in plan.runs}
+    variants = {p.spec.broker.broker_variant for p in plan.runs}
     assert variants == {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
     faults = {n for p in plan.runs for n in p.spec.nemesis}
     assert {"kill", "pause", "partition", "lossy-crash"} <= faults
@@ -244,7 +244,7 @@ def test_an_interrupted_run_stops_the_campaign(tmp_path):
 
 def test_campaign_json_records_matrix_spec_verdict_run_dir_duration_and_anomalies(tmp_path):
     plan = load_campaign(write(tmp_path, TWO_BY_TWO), store=str(tmp_path / "store"))
-    fake = FakeRunTest(verdict=lambda s: s.broker_variant == "default")
+    fake = FakeRunTest(verdict=lambda s: s.broker.broker_variant == "default")
     _, cdir = run_campaign(plan, run=fake, log=lambda m: None)
     assert cdir.parent == tmp_path / "store" / "campaigns" / "ci"
     doc = json.loads((cdir / "campaign.json").read_text())
@@ -278,7 +278,7 @@ def test_junit_has_one_testcase_per_run_named_by_its_cell(tmp_path):
 
 
 def test_junit_failure_carries_the_anomalies_and_error_the_crash(tmp_path):
-    fake = FakeRunTest(verdict=lambda s: s.broker_variant == "default", crash_on=(3,))
+    fake = FakeRunTest(verdict=lambda s: s.broker.broker_variant == "default", crash_on=(3,))
     root, _ = _junit(tmp_path, fake)
     cases = root.findall("./testsuite/testcase")
     failure = cases[1].find("failure")
@@ -318,7 +318,7 @@ def test_junit_escapes_xml_hostile_values(tmp_path):
 # --- index.html ------------------------------------------------------------------------------------
 
 def test_index_matrix_cells_are_coloured_count_repetitions_and_link_relatively(tmp_path):
-    fake = FakeRunTest(verdict=lambda s: s.broker_variant == "default")
+    fake = FakeRunTest(verdict=lambda s: s.broker.broker_variant == "default")
     plan = load_campaign(write(tmp_path, TWO_BY_TWO), store=str(tmp_path / "store"))
     _, cdir = run_campaign(plan, run=fake, log=lambda m: None)
     html = (cdir / "index.html").read_text()
@@ -346,8 +346,8 @@ def test_index_escapes_every_value(tmp_path):
 
 @pytest.mark.parametrize("verdict,code", [
     (lambda s: True, 0),
-    (lambda s: s.broker_variant == "default", 1),
-    (lambda s: True if s.broker_variant == "default" else "unknown", 2),
+    (lambda s: s.broker.broker_variant == "default", 1),
+    (lambda s: True if s.broker.broker_variant == "default" else "unknown", 2),
     (lambda s: False if s.nemesis else "unknown", 1),
 ], ids=["all-valid", "one-invalid", "unknown-none-invalid", "invalid-beats-unknown"])
 def test_exit_status_of_the_command(tmp_path, monkeypatch, verdict, code):
@@ -429,7 +429,7 @@ def replication_scenarios() -> set[str]:
 def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
     root = Path(__file__).resolve().parents[2] / "campaigns" / "detection"
     runs = [p for f in sorted(root.glob("*.toml")) for p in load_campaign(f).runs]
-    cells = {(",".join(p.spec.nemesis), p.spec.broker_variant, p.spec.acks, p.spec.flush_policy) for p in runs}
+    cells = {(",".join(p.spec.nemesis), p.spec.broker.broker_variant, p.spec.acks, p.spec.broker.flush_policy) for p in runs}
     plans = replication_scenarios() | {"protocol"}
     variants = {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
     # every scenario and the protocol nemesis against every variant, acks all vs 1, flush never vs every write
@@ -438,8 +438,8 @@ def test_the_shipped_detection_plan_covers_the_issue_8_matrix():
     # the rate measurement: 5-minute runs, five per variant, protocol beside plain random faults
     for plan in ("protocol", "kill,partition"):
         for v in variants:
-            reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker_variant == v
-                    and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300]
+            reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker.broker_variant == v
+                    and p.spec.acks == "all" and p.spec.broker.flush_policy == "never" and p.spec.time_limit == 300]
             assert len(reps) == 5, (plan, v, len(reps))
     assert len({p.spec.seed for p in runs}) == len({(p.spec.seed, p.cell.id) for p in runs})  # seeds fixed per run
 
@@ -459,15 +459,15 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
     assert all(p.spec.seed in plan_seeds for c in reruns for p in c.runs)
     runs = [p for c in core if c not in reruns for p in c.runs]
     variants = {"default", "truncate-to-hw", "no-elr", "unclean-election", "no-epoch-fencing"}
-    contract = {(",".join(p.spec.nemesis), p.spec.broker_variant) for p in runs
-                if p.spec.acks == "all" and p.spec.flush_policy == "never"}
+    contract = {(",".join(p.spec.nemesis), p.spec.broker.broker_variant) for p in runs
+                if p.spec.acks == "all" and p.spec.broker.flush_policy == "never"}
     # claims 1 and 2: every scenario against every variant at acks=all, flush never
     assert {(n, v) for n in replication_scenarios() for v in variants} <= contract
     # claim 3: five 5-minute runs per flawed variant of each nemesis, and the default under both
     for plan in ("protocol", "kill,partition"):
         for v in variants:
-            reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker_variant == v
-                    and p.spec.acks == "all" and p.spec.flush_policy == "never" and p.spec.time_limit == 300
+            reps = [p for p in runs if ",".join(p.spec.nemesis) == plan and p.spec.broker.broker_variant == v
+                    and p.spec.acks == "all" and p.spec.broker.flush_policy == "never" and p.spec.time_limit == 300
                     and p.spec.min_isr == 2 and p.spec.workload == "queue"
                     and p.spec.workload_options.get("queue_mode", "assign") == "assign"]
             assert len(reps) == (2 if v == "default" else 5), (plan, v, len(reps))
@@ -481,11 +481,11 @@ def test_the_core_detection_plan_covers_what_docs_detection_claims():
         # offset commits are the queue workload's in subscribe mode (the txn workload commits none)
         workloads = ("txn", "queue") if v == "default" else ("queue",) if v == "offsets-commit-acks-1" else ("txn",)
         for w in workloads:
-            reps = [p for p in runs if list(p.spec.nemesis) == ["protocol"] and p.spec.broker_variant == v
+            reps = [p for p in runs if list(p.spec.nemesis) == ["protocol"] and p.spec.broker.broker_variant == v
                     and p.spec.workload == w and p.spec.time_limit == 300 and p.spec.min_isr == 2
                     and (w == "txn" or p.spec.workload_options.get("queue_mode") == "subscribe")]
             assert len(reps) == (2 if v == "default" else 5), (v, w, len(reps))
-    alone = {tuple(p.spec.nemesis) for p in runs if p.spec.workload == "txn" and p.spec.broker_variant == "default"}
+    alone = {tuple(p.spec.nemesis) for p in runs if p.spec.workload == "txn" and p.spec.broker.broker_variant == "default"}
     assert {("kill",), ("pause",), ("partition",), ("lossy-crash",), ("kill", "partition")} <= alone
     for c in core:  # the budget leaves room for every run: each took 15 s (75 s runs) to 70 s (300 s) beyond its limit
         assert c.budget >= sum(p.spec.time_limit * 1.25 + 15 for p in c.runs), c.name

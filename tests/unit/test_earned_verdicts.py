@@ -212,7 +212,7 @@ def world(monkeypatch):
 
 
 def run(tmp_path, **kw) -> tuple[int, dict]:
-    spec = TestSpec(**{"store": str(tmp_path), "cluster": "local", "time_limit": 2.0, "rate": 200, "concurrency": 3,
+    spec = TestSpec.make(**{"store": str(tmp_path), "cluster": "local", "time_limit": 2.0, "rate": 200, "concurrency": 3,
                        "recovery_wait": 0, "nemesis": [], "nemesis_interval": 0.4, "partitions": 2, **kw})
     code, run_dir = runner.run_test(spec, log=lambda m: None)
     return code, json.loads((run_dir / "results.json").read_text()) | {"_dir": str(run_dir)}

@@ -385,7 +385,7 @@ def test_run_from_a_stored_run_dir_takes_its_settings_and_its_cluster_file(tmp_p
     cluster = Path(write(tmp_path, GOOD, "c.toml"))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    stored = TestSpec(cluster=str(cluster), nemesis=["kill"], seed=9, time_limit=12).to_dict()
+    stored = TestSpec.make(cluster=str(cluster), nemesis=["kill"], seed=9, time_limit=12).to_dict()
     stored["cluster_file"] = keep_cluster_file(str(cluster), run_dir)
     (run_dir / "test.json").write_text(json.dumps(stored))
     spec, notes = TestSpec.from_run_dir(run_dir)

@@ -87,5 +87,5 @@ def test_a_missing_extra_is_said_once_for_every_feature_that_needs_it(monkeypatc
     assert NetnsCluster(ClusterSpec(), "run-x").lossy_unavailable() == said
     monkeypatch.setattr(extras, "installed", lambda module: module != "confluent_kafka")
     assert any(p.startswith("--client confluent-kafka needs the confluent extra (confluent_kafka is not installed)")
-               for p in TestSpec(client="confluent-kafka").problems())
-    assert not any("confluent extra" in p for p in TestSpec(client="kafka-python").problems())
+               for p in TestSpec.make(client="confluent-kafka").problems())
+    assert not any("confluent extra" in p for p in TestSpec.make(client="kafka-python").problems())

@@ -52,7 +52,7 @@ def test_a_new_module_in_the_package_is_a_fault_with_nothing_else_edited(tmp_pat
     try:
         assert "meteor" in nemesis_names() and nemesis_problem(["meteor", "kill"]) is None
         assert make_nemesis(["meteor"], {}).parts[0].size == 3  # the declared default
-        assert TestSpec(nemesis=["meteor"], nemesis_options={"meteor_size": 0}).problems() == [
+        assert TestSpec.make(nemesis=["meteor"], nemesis_options={"meteor_size": 0}).problems() == [
             "nemesis option 'meteor_size' = 0 is below 1; how big."]
     finally:
         monkeypatch.undo()

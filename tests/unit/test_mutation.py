@@ -159,12 +159,12 @@ def test_local_nodes_run_the_copy_first_on_the_path(tmp_path):
 
 
 def test_node_code_is_checked_before_a_run(tmp_path):
-    assert TestSpec(node_code=str(tmp_path)).problems(only={"node_code"}) == [
+    assert TestSpec.make(node_code=str(tmp_path)).problems(only={"node_code"}) == [
         f"node_code={str(tmp_path)!r} holds no kafkaesque_harness/clusters/broker/__main__.py; give a directory "
         "holding a copy of the kafkaesque_harness package with its clusters/ (clusters/code_copy.py lays one out)."]
     (tmp_path / "kafkaesque_harness" / "clusters" / "broker").mkdir(parents=True)
     (tmp_path / "kafkaesque_harness" / "clusters" / "broker" / "__main__.py").write_text("")
-    assert TestSpec(node_code=str(tmp_path), cluster="local").problems(only={"node_code", "cluster"}) == []
+    assert TestSpec.make(node_code=str(tmp_path), cluster="local").problems(only={"node_code", "cluster"}) == []
 
 
 # --- the table from a hand-made store -----------------------------------------------------------------------
@@ -338,6 +338,6 @@ def test_every_plan_is_a_valid_spec_and_disk_runs_only_when_named():
     from kafkaesque_harness.studies.mutation import COMMON, DEFAULT_PLANS, PLANS
 
     for name, plan in PLANS.items():
-        spec = TestSpec(name=f"mutant-x-{name}", time_limit=300, cluster="local", **COMMON, **plan)
+        spec = TestSpec.make(name=f"mutant-x-{name}", time_limit=300, cluster="local", **COMMON, **plan)
         assert spec.problems() == [], name
     assert set(DEFAULT_PLANS) == {"protocol", "random"} and "disk" in PLANS

@@ -58,7 +58,7 @@ def test_bad_settings_fail_the_test_with_one_sentence_before_any_run(tmp_path):
         """, "--kafkaesque-cluster", "nowhere", "--kafkaesque-store", str(tmp_path / "store"))
     out = r.stdout
     assert r.returncode == 1 and "3 errors" in out, out[-2000:]
-    assert "kafkaesque: unknown kafkaesque setting(s) time_limt; valid: any TestSpec field" in out
+    assert "kafkaesque: unknown kafkaesque setting(s) time_limt; valid: any setting of `kafkaesque run`" in out
     assert "kafkaesque nemesis: unknown nemesis 'meteor'" in out
     assert "--kafkaesque-cluster: unknown cluster 'nowhere'; valid: auto, docker, local, FILE.toml" in out
     assert not (tmp_path / "store").exists()  # nothing ran

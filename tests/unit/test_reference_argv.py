@@ -56,12 +56,12 @@ def test_replica_fetch_size_and_hwm_checkpoint_interval_reach_the_brokers_only_w
 def test_a_negative_fetch_size_or_one_for_a_foreign_cluster_is_one_sentence(tmp_path):
     from kafkaesque_harness.harness.spec import TestSpec
 
-    assert TestSpec(replica_fetch_max_bytes=1024, cluster="local").problems() == []
-    (bad,) = TestSpec(replica_fetch_max_bytes=-1, cluster="local").problems()
+    assert TestSpec.make(replica_fetch_max_bytes=1024, cluster="local").problems() == []
+    (bad,) = TestSpec.make(replica_fetch_max_bytes=-1, cluster="local").problems()
     assert "replica_fetch_max_bytes=-1 is below 0" in bad
     cluster_file = tmp_path / "c.toml"
     cluster_file.write_text('bootstrap = "10.0.0.1:9092"\n')
-    problems = TestSpec(hwm_checkpoint_interval_ms=100, cluster=str(cluster_file)).problems(only={
+    problems = TestSpec.make(hwm_checkpoint_interval_ms=100, cluster=str(cluster_file)).problems(only={
         "hwm_checkpoint_interval_ms", "cluster"})
     assert any("needs our own broker" in p for p in problems)
 

@@ -28,7 +28,7 @@ def test_every_planned_spec_crosses_to_the_child_unchanged():
 
 def test_a_run_whose_harness_fails_is_one_sentence_and_the_campaign_records_it(tmp_path):
     missing = tmp_path / "no-such-nodes.toml"
-    spec = TestSpec(store=str(tmp_path / "store"), cluster=f"ssh:{missing}", time_limit=1.0)
+    spec = TestSpec.make(store=str(tmp_path / "store"), cluster=f"ssh:{missing}", time_limit=1.0)
 
     with pytest.raises(RunChildError) as caught:
         run_in_child(spec, log=lambda m: None)

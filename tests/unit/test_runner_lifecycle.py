@@ -134,7 +134,7 @@ def patched(monkeypatch):
 
 
 def spec(tmp_path, **kw):
-    return TestSpec(**{"store": str(tmp_path), "cluster": "local", "time_limit": 0.5, "rate": 50, "concurrency": 2,
+    return TestSpec.make(**{"store": str(tmp_path), "cluster": "local", "time_limit": 0.5, "rate": 50, "concurrency": 2,
                        "recovery_wait": 0, "nemesis": ["kill"], "nemesis_interval": 0.1, **kw})
 
 

@@ -22,7 +22,7 @@ def test_the_default_spec_has_no_problems():
     {"flush_policy": "sometimes"}, {"cluster": "cloud"}, {"name": "../elsewhere"}, {"name": "campaigns"},
 ], ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_each_bad_setting_is_one_sentence(setting):
-    problems = TestSpec(**setting).problems()
+    problems = TestSpec.make(**setting).problems()
     assert problems, setting
     for sentence in problems:
         assert sentence.endswith(".") and "\n" not in sentence
@@ -35,31 +35,31 @@ def test_each_bad_setting_is_one_sentence(setting):
     ("setting", "time_limit=-5 is not a number of seconds above 0; set it above 0, e.g. time_limit=60."),
 ])
 def test_a_problem_names_the_setting_as_its_source_spells_it(style, sentence):
-    assert TestSpec(time_limit=-5).problems(style) == [sentence]
+    assert TestSpec.make(time_limit=-5).problems(style) == [sentence]
 
 
 def test_a_value_of_the_wrong_type_is_named_and_not_compared():
-    problems = TestSpec(time_limit="5", brokers=True).problems()  # type: ignore[arg-type]
+    problems = TestSpec.make(time_limit="5", brokers=True).problems()  # type: ignore[arg-type]
     assert problems == ["time_limit='5' must be a number; write e.g. time_limit=60.",
                         "brokers=True must be an integer; write e.g. brokers=3."]
 
 
 def test_brokers_below_one_is_one_sentence_not_also_a_replication_one():
-    assert TestSpec(brokers=0, replication_factor=1, min_isr=1).problems() == [
+    assert TestSpec.make(brokers=0, replication_factor=1, min_isr=1).problems() == [
         "brokers=0 is not 1 or more; set it to 1 or more, e.g. brokers=3."]
 
 
 def test_the_brokers_of_a_cluster_file_are_named_as_the_files(tmp_path):
-    spec = TestSpec(cluster=str(tmp_path / "c.toml"), brokers=1)
+    spec = TestSpec.make(cluster=str(tmp_path / "c.toml"), brokers=1)
     assert "<= the brokers of " + str(tmp_path / "c.toml") + " (1)" in spec.problems("flag")[-1]
 
 
 def test_our_own_clusters_have_no_file_brokers():
-    assert TestSpec(cluster="local").cluster_file_brokers() is None
+    assert TestSpec.make(cluster="local").cluster_file_brokers() is None
 
 
 def test_only_checks_the_settings_named():
-    spec = TestSpec(time_limit=-5, partitions=0, workload="bank")
+    spec = TestSpec.make(time_limit=-5, partitions=0, workload="bank")
     assert spec.problems(only=("partitions",)) == ["partitions=0 is not 1 or more; set it to 1 or more, e.g. "
                                                    "partitions=4."]
 
@@ -80,9 +80,23 @@ host = "10.0.0.12"
 @pytest.mark.parametrize("prefix", ["ssh:", ""])
 def test_a_node_file_decides_how_many_brokers_there_are(tmp_path, prefix):
     (tmp_path / "nodes.toml").write_text(NODE_FILE)
-    spec = TestSpec(cluster=prefix + str(tmp_path / "nodes.toml"), brokers=5)
+    spec = TestSpec.make(cluster=prefix + str(tmp_path / "nodes.toml"), brokers=5)
     assert spec.cluster_file_brokers() == 2
     spec.brokers = spec.cluster_file_brokers()
     assert spec.problems("flag") == [f"need 1 <= --min-isr (2) <= --replication-factor (3) <= the brokers of "
                                      f"{tmp_path / 'nodes.toml'} (2); lower --min-isr or --replication-factor, "
                                      f"or add brokers."]
+
+
+def test_the_brokers_own_settings_sit_in_one_broker_settings_and_keep_their_flat_names():
+    from kafkaesque_harness.harness.spec import BROKER_SETTINGS, BrokerSettings, TestSpec
+
+    spec = TestSpec.make(flush_policy="every-write", broker_variant="no-elr", acks="1")
+    assert spec.broker == BrokerSettings(flush_policy="every-write", broker_variant="no-elr") and spec.acks == "1"
+    stored = spec.to_dict()  # test.json keeps the flat names every reader of the store knows
+    assert stored["flush_policy"] == "every-write" and stored["broker_variant"] == "no-elr" and "broker" not in stored
+    assert TestSpec.from_dict(stored) == spec  # and a stored run reads back the same
+    assert set(BROKER_SETTINGS) <= set(TestSpec.setting_names()) and "broker" not in TestSpec.setting_names()
+    assert spec.with_settings(controllers=3).broker.controllers == 3 and spec.broker.controllers == 1
+    with pytest.raises(TypeError, match="unknown setting"):
+        TestSpec.make(flush="never")
