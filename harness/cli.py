@@ -573,9 +573,10 @@ def detect(
     ledger and the section is made from every campaign the ledger holds for it, so it survives the
     store (a fresh machine re-renders it from the ledger).
     """
+    from kafkaesque_harness.results.store import command_as_shown
     from kafkaesque_harness.studies.detection import write_detection
 
-    command = "kafkaesque detect " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque detect"
+    command = command_as_shown(["kafkaesque", "detect", *sys.argv[2:]])  # no path of this machine in the page
     dirs = list(from_campaign or [])
     for d in dirs:
         if not (d / "campaign.json").exists():
@@ -702,7 +703,9 @@ def mutate(
         if not notes.is_file():
             fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
         note_text = notes.read_text()
-    command = "kafkaesque mutate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "kafkaesque mutate"
+    from kafkaesque_harness.results.store import command_as_shown
+
+    command = command_as_shown(["kafkaesque", "mutate", *sys.argv[2:]])  # no path of this machine in the page
 
     # The ledger lives beside the table it renders: a table written elsewhere (a test's, a trial's) never
     # touches the committed one.

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import jinja2
 
-from kafkaesque_harness.results.store import write_json
+from kafkaesque_harness.results.store import store_relative, write_json
 
 # Worst first: a cell takes the colour of its worst run.
 _SEVERITY = ("invalid", "unknown", "valid", "pending", "skipped")
@@ -63,7 +63,7 @@ def junit_xml(doc: dict[str, Any]) -> str:
     suite = ET.SubElement(suites, "testsuite", name=_x(doc["name"]), timestamp=_x(doc.get("started", "")), **totals)
     props = ET.SubElement(suite, "properties")
     for key in ("source", "cluster", "store"):
-        ET.SubElement(props, "property", name=key, value=_x(doc.get(key, "")))
+        ET.SubElement(props, "property", name=key, value=_x(_by_name(doc.get(key, ""))))
     for r in runs:
         case = ET.SubElement(suite, "testcase", classname=_x(doc["name"]), name=_x(r["id"]),
                              time=f"{r.get('duration_s') or 0:.3f}")
@@ -82,7 +82,8 @@ def junit_xml(doc: dict[str, Any]) -> str:
             ET.SubElement(case, "skipped", message="pending: the campaign has not reached this run yet")
         out = [f"seed: {r['spec'].get('seed')}"]
         if r.get("run_dir"):
-            out += [f"run dir: {r['run_dir']}", f"report: {Path(r['run_dir']) / 'report.html'}"]
+            where = store_relative(r["run_dir"])
+            out += [f"run dir: {where} (in the store)", f"report: {where}/report.html"]
         ET.SubElement(case, "system-out").text = _x("\n".join(out))
     for q in doc.get("requirements") or []:  # a required state no run reached fails the campaign (exit 2)
         case = ET.SubElement(suite, "testcase", classname=_x(doc["name"]), name=_x(f"requires {q['state']}"),
@@ -106,8 +107,14 @@ def anomalies_text(record: dict[str, Any]) -> str:
     if not lines:
         lines.append("the checkers found the history invalid; see the run's report")
     if record.get("run_dir"):
-        lines.append(f"report: {Path(record['run_dir']) / 'report.html'}")
+        lines.append(f"report: {store_relative(record['run_dir'])}/report.html (in the store)")
     return "\n".join(lines)
+
+
+def _by_name(path: str) -> str:
+    """A file or the store as a campaign's pages name it: as the user gave it when relative, else by its name
+    (the pages travel to CI and archives; the absolute paths of the machine that ran it do not)."""
+    return Path(path).name if path and os.path.isabs(path) else path
 
 
 def _x(value: Any) -> str:
@@ -130,7 +137,8 @@ def render_index(doc: dict[str, Any], campaign_dir: str | os.PathLike) -> str:
     matrix = [{"row": row, "cells": [_cell(by_cell.get((row, col), [])) for col in doc["columns"]]}
               for row in doc["rows"]]
     columns = [col.split("|") for col in doc["columns"]]
-    return _ENV.get_template("campaign_index.html.j2").render(doc=doc, matrix=matrix, columns=columns, runs=runs)
+    shown = {**doc, "source": _by_name(doc.get("source", "")), "store": _by_name(doc.get("store", ""))}
+    return _ENV.get_template("campaign_index.html.j2").render(doc=shown, matrix=matrix, columns=columns, runs=runs)
 
 
 def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:

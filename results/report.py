@@ -38,6 +38,7 @@ from kafkaesque_harness.history import (
     read_history,
 )
 from kafkaesque_harness.results.cycle_svg import cycle_svg
+from kafkaesque_harness.results.store import store_relative
 from kafkaesque_harness.workloads.base import ValueReader
 from kafkaesque_harness.workloads.registry import value_reader
 
@@ -380,6 +381,17 @@ def _script_json(obj: Any) -> str:
     return json.dumps(obj, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def _as_shown(test: dict[str, Any]) -> dict[str, Any]:
+    """test.json as the report shows it: the run and its store named by their place and name, not by the
+    absolute paths of the machine that ran it (the report travels, archived with the store or alone)."""
+    shown = dict(test)
+    if shown.get("run_dir"):
+        shown["run_dir"] = store_relative(shown["run_dir"])
+    if shown.get("store"):
+        shown["store"] = Path(shown["store"]).name
+    return shown
+
+
 def render_report(run_dir: str | os.PathLike, history: list[Op] | None = None) -> Path:
     """Write <run_dir>/report.html from test.json, history.jsonl and results.json; return its path.
     `history`: the run's history when the caller has read it already (the runner, after its checks)."""
@@ -411,7 +423,7 @@ def render_report(run_dir: str | os.PathLike, history: list[Op] | None = None) -
         unknown_reasons=[str(x) for x in results.get("unknown_reasons") or []],
         summary=first_screen_summary(results, pairs, windows, values),
         counts=dict(counts), n_ops=len(history), duration=f"{end_s:.1f}",
-        test_json=json.dumps(test, indent=2, default=str),
+        test_json=json.dumps(_as_shown(test), indent=2, default=str),
         plots_json=_script_json(plots), plotly_js=jinja2.utils.markupsafe.Markup(get_plotlyjs()),
     )
     out = run / "report.html"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,42 @@ def create_run_dir(store: str | os.PathLike, test_name: str) -> Path:
     except OSError:
         pass  # a store on a file system without symlinks still works; `latest` is a convenience
     return run
+
+
+STAMP = re.compile(r"^\d{8}T\d{6}(-\d+)?$")  # a run's or a campaign's folder: YYYYmmddTHHMMSS
+STORE_PLACEHOLDER = "STORE"  # how a generated document names the store a command was given
+STORE_NOTE = " (STORE: the store the runs were kept in)"
+
+
+def store_relative(path: str | os.PathLike) -> str:
+    """How a generated document names a stored run or campaign: by its place in its store
+    (`queue/20261127T201413`, `campaigns/nightly/20261127T201413`), never by the absolute path of the
+    machine that made it. A path in no store's layout keeps its name alone."""
+    parts = Path(path).parts
+    if "campaigns" in parts:
+        i = len(parts) - 1 - parts[::-1].index("campaigns")
+        return "/".join(parts[i:])
+    if len(parts) >= 2 and STAMP.match(parts[-1]):
+        return "/".join(parts[-2:])
+    return Path(path).name
+
+
+def command_as_shown(argv: list[str]) -> str:
+    """A command line for a generated document: each absolute path argument named by its place in its
+    store (STORE/campaigns/..., STORE/queue/...), or by its name; a store given itself is STORE."""
+    shown = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if os.path.isabs(value):
+            rel = store_relative(value)
+            if rel != Path(value).name or STAMP.match(rel):
+                value = f"{STORE_PLACEHOLDER}/{rel}"
+            elif Path(value, "campaigns").is_dir() or any(Path(value).glob("*/latest")):
+                value = STORE_PLACEHOLDER  # a store itself
+            else:
+                value = rel
+        shown.append(f"{flag}={value}" if eq else value or flag)
+    return " ".join(shown)
 
 
 def name_problem(name: str) -> str | None:
