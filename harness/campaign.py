@@ -30,8 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.harness.campaign_file import Campaign, PlannedRun
+from kafkaesque_harness.harness.console import (
+    EXIT_HARNESS,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_UNKNOWN,
+    EXIT_VALID,
+)
 from kafkaesque_harness.harness.run_child import RunChildError, RunInterrupted
-from kafkaesque_harness.harness.runner import EXIT_HARNESS, EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
 from kafkaesque_harness.harness.watchdog import watchdog_note
 from kafkaesque_harness.results.store import create_run_dir
 
@@ -123,7 +129,7 @@ def run_campaign(campaign: Campaign, run: RunTest | None = None, log: Callable[[
         write_campaign(campaign_dir, _document(campaign, records, started_at, clock() - start))
     doc = _document(campaign, records, started_at, clock() - start, finished=True)
     write_campaign(campaign_dir, doc)
-    return doc["exit_code"], campaign_dir
+    return (EXIT_INTERRUPTED if interrupted else doc["exit_code"]), campaign_dir
 
 
 def _planned_record(p: PlannedRun) -> RunRecord:

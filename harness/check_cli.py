@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from kafkaesque_harness.harness.console import EXIT_HARNESS
 from kafkaesque_harness.history import HistoryFile, Op
 
 FORMATS = ("jsonl", "edn", "porcupine-etcd", "porcupine-kv")
@@ -39,7 +40,7 @@ MODEL_OPS = {
     "etcd": ("read", "write", "cas"),
     "kv": ("get", "put", "append"),
 }
-EXIT_BAD_INPUT = 3
+EXIT_BAD_INPUT = EXIT_HARNESS  # bad input is the same exit status as a harness failure (harness/console.py)
 
 
 class CheckInputError(ValueError):

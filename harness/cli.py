@@ -1,7 +1,7 @@
 """`kafkaesque`: run a test, re-check a stored one, list runs, clean up after crashes, check any history.
 
 Exit status, for every command: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is
-bad (a usage error too). The root command is guarded (_GuardedGroup): an exception a command lets
+bad (a usage error too), 130 interrupted. The root command is guarded (_GuardedGroup): an exception a command lets
 escape is a harness bug, and ends in exit 3 with one sentence and the traceback in a file, never in
 a traceback on the terminal with exit 1, the code that means "invalid".
 """
@@ -25,19 +25,27 @@ from rich.table import Table
 # typer vendors click (typer._click) and re-exports none of its exception classes.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer._click.utils import PacifyFlushWrapper
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from kafkaesque_harness.harness.cluster_cli import cluster_app, image_app
-from kafkaesque_harness.harness.console import OutputClosed, err, fail, fail_all, silence_stdout
+from kafkaesque_harness.harness.console import (
+    EXIT_HARNESS,
+    EXIT_INTERRUPTED,
+    OutputClosed,
+    err,
+    fail,
+    fail_all,
+    silence_stdout,
+)
 from kafkaesque_harness.history.extras import MissingExtra, dist_version
 from kafkaesque_harness.nemesis.registry import nemesis_help, parse_nemesis_options
 from kafkaesque_harness.results.pipeline.cli import pipeline_app
 from kafkaesque_harness.results.store import format_problem
 from kafkaesque_harness.workloads.registry import parse_workload_options
 
-EXIT_HARNESS = 3
 EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
-               "(a bad option or a missing argument too).")
+               "(a bad option or a missing argument too), 130 interrupted (Ctrl-C, SIGTERM or SIGHUP: what "
+               "had started was healed and stored, its verdict unknown).")
 
 
 class _GuardedGroup(TyperGroup):
@@ -50,6 +58,7 @@ class _GuardedGroup(TyperGroup):
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
+        conventional(self)
         try:
             # Not standalone: click hands back usage errors and aborts instead of printing and exiting
             # with its own codes, and returns the code of a typer.Exit.
@@ -66,9 +75,9 @@ class _GuardedGroup(TyperGroup):
         except ClickException as e:
             err.print(f"[red]error:[/] {escape(_one_line(e.format_message()))}")
             code = EXIT_HARNESS
-        except typer.Abort:
-            err.print("[red]error:[/] aborted before the command finished; nothing more was done.")
-            code = EXIT_HARNESS
+        except (typer.Abort, KeyboardInterrupt):
+            err.print("[red]error:[/] interrupted before the command finished; nothing more was done.")
+            code = EXIT_INTERRUPTED
         except (OutputClosed, BrokenPipeError):
             code = _output_closed()
         except SystemExit:
@@ -84,6 +93,26 @@ class _GuardedGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+_METAVARS = {str: "TEXT", int: "N", float: "NUMBER"}
+
+
+def conventional(command: Any) -> None:
+    """The conventions of pytest's, docker's and kubectl's help, applied once to every command: a boolean
+    option is a flag of one name (typer gives each a --no-<name> twin: --no-panel / --no-no-panel), and an
+    option's value is named by a word, not a Python type (<list[str]>)."""
+    for param in command.params:
+        if not isinstance(param, TyperOption):
+            continue
+        if param.is_flag and param.secondary_opts and param.default is False:
+            param.secondary_opts = []
+        if param.metavar is None and not param.is_flag:
+            annotation = param.type_descriptor.annotation
+            inner = getattr(annotation, "__args__", (annotation,))[0]
+            param.metavar = _METAVARS.get(inner, "TEXT")
+    for sub in getattr(command, "commands", {}).values():
+        conventional(sub)
 
 
 def _output_closed() -> int:
@@ -124,6 +153,9 @@ def _one_line(text: str) -> str:
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, cls=_GuardedGroup, epilog=EXIT_STATUS,
                   pretty_exceptions_show_locals=False,  # locals may hold secrets (SSH keys, cluster files)
+                  # click's plain help, as pytest's and docker's: rich's boxed panels cut option names at 80
+                  # columns ("--replication-fact…"); -h beside --help at every level
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs.")
 
 
@@ -134,7 +166,7 @@ def _print_version(asked: bool) -> None:
 
 
 @app.callback()
-def _root(show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+def _root(show_version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
                                                      help="Print the version and exit.")] = False) -> None:
     """Kafkaesque: a Jepsen-style fault-injection harness for Kafka-style replicated logs."""
 
@@ -147,11 +179,11 @@ app.add_typer(pipeline_app, name="pipeline")
 @app.command()
 def run(
     workload: Annotated[str, typer.Option(help="workload name (queue, txn)")] = "queue",
-    workload_option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a workload's own setting "
+    workload_option: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="a workload's own setting "
                                                                    "(repeatable; VALUE read as JSON, else text): "
                                                                    "README lists them")] = None,
     nemesis: Annotated[str, typer.Option(help=nemesis_help())] = "",
-    nemesis_option: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, a fault's own setting (repeatable); "
+    nemesis_option: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="a fault's own setting (repeatable); "
                                                                   "`kafkaesque faults` lists them")] = None,
     nemesis_interval: Annotated[float, typer.Option(help="mean seconds between fault starts and stops")] = 10.0,
     nemesis_schedule: Annotated[str, typer.Option(help="mix: a random fault toggled each interval, so different "

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kafkaesque_harness.harness.console import err
-from kafkaesque_harness.harness.runner import EXIT_HARNESS, HarnessError, not_ignored, run_test
+from kafkaesque_harness.harness.console import EXIT_HARNESS, EXIT_INTERRUPTED, err
+from kafkaesque_harness.harness.runner import HarnessError, not_ignored, run_test
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.harness.watchdog import DIED_FILE, FROZEN_FILE
 from kafkaesque_harness.results.store import StoreError
@@ -72,7 +72,7 @@ def run_in_child(spec, log: Callable[[str], None] = print, panel: bool = False) 
         status = proc.wait()
         said = _read_handoff(handoff)
     run_dir = Path(said["run_dir"]) if said.get("run_dir") else None
-    code = status if status in (0, 1, 2, 3) else EXIT_HARNESS  # killed (its watchdog's SIGKILL): the harness failed
+    code = status if status in (0, 1, 2, 3, EXIT_INTERRUPTED) else EXIT_HARNESS  # killed (its watchdog's SIGKILL): the harness failed
     if hand_on.received:
         raise RunInterrupted(run_dir, code)
     if said.get("error"):  # run_test raised: as it did in the campaign's own process, the error is the record

@@ -43,6 +43,13 @@ from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec, Protocol
 from kafkaesque_harness.clusters.replica_dumps import load_replicas
 from kafkaesque_harness.clusters.trace_files import load_traces
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
+from kafkaesque_harness.harness.console import (
+    EXIT_HARNESS,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_UNKNOWN,
+    EXIT_VALID,
+)
 from kafkaesque_harness.harness.generator import (
     ClientSchedule,
     ProcessTable,
@@ -61,7 +68,6 @@ from kafkaesque_harness.nemesis.schedule import NemesisSchedule
 from kafkaesque_harness.results.store import STORE_FORMAT, create_run_dir, write_json
 from kafkaesque_harness.workloads.base import StallableProducers
 
-EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
 FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
 FINAL_READ_CALL_S = 120.0  # past it, a final read's client call that has not returned is abandoned
@@ -595,7 +601,8 @@ class Run:
             render_report(run_dir, history)
         except Exception as e:  # noqa: BLE001 - a report failure never hides the verdict
             self.errors.append(f"report failed: {e}")
-        code = EXIT_HARNESS if "error" in outcome else exit_code(results["valid"])
+        code = (EXIT_HARNESS if "error" in outcome else EXIT_INTERRUPTED if "interrupted" in outcome
+                else exit_code(results["valid"]))
         return code, run_dir
 
 
@@ -700,7 +707,7 @@ def _signals_handled(run: Run):
         seen.append(how)
         if len(seen) > 1:
             _write_after_second_signal(run, seen)
-            os._exit(EXIT_HARNESS)
+            os._exit(EXIT_INTERRUPTED)
         if run.healing or run.stats.phase in ("collecting", "checking"):
             run.facts["interrupted"] = f"{how} while it healed or tore down (that part ran to its end)"
             return

@@ -415,7 +415,7 @@ def test_ctrl_c_between_phases_stops_the_campaign(tmp_path):
     code, cdir = run_campaign(plan, run=ctrl_c, log=lambda m: None)
     runs = json.loads((cdir / "campaign.json").read_text())["runs"]
     assert runs[0]["status"] == "unknown" and "Ctrl-C" in runs[0]["error"]
-    assert [r["skipped"] for r in runs[1:]] == ["interrupted"] * 7 and code == 2
+    assert [r["skipped"] for r in runs[1:]] == ["interrupted"] * 7 and code == 130
 
 
 def replication_scenarios() -> set[str]:

@@ -347,7 +347,7 @@ def test_sigterm_and_sighup_heal_keep_the_history_and_write_unknown(tmp_path, wo
     threading.Timer(1.0, lambda: os.kill(os.getpid(), sig)).start()
     code, res = run(tmp_path, nemesis=["kill", "pause"], time_limit=30.0, nemesis_interval=0.2)
     name = signal.Signals(sig).name
-    assert (code, res["valid"]) == (2, "unknown") and res["interrupted"] == f"interrupted by {name}"
+    assert (code, res["valid"]) == (130, "unknown") and res["interrupted"] == f"interrupted by {name}"
     assert f"the run was interrupted by {name}" in reasons(res)
     history = read_history(os.path.join(res["_dir"], "history.jsonl"))
     assert history[-1].time < 10e9 and any(o.f == "heal" and o.type == INFO for o in history)

@@ -108,7 +108,7 @@ def test_a_run_the_campaign_was_signalled_during_keeps_its_results_and_stops_the
     runs = json.loads((cdir / "campaign.json").read_text())["runs"]
     assert runs[0]["status"] == "unknown" and runs[0]["run_dir"] and runs[0]["exit_code"] == 2
     assert runs[0]["error"] == "interrupted by the user (Ctrl-C)"
-    assert [r["skipped"] for r in runs[1:]] == ["interrupted", "interrupted"] and code == 2
+    assert [r["skipped"] for r in runs[1:]] == ["interrupted", "interrupted"] and code == 130
 
 
 def test_what_ended_a_dead_harness_goes_beside_its_watchdogs_note(tmp_path):

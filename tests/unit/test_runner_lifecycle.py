@@ -172,7 +172,7 @@ def test_ctrl_c_heals_tears_down_and_writes_unknown(tmp_path, patched, monkeypat
     monkeypatch.setattr(runner.Run, "_main_phase", interrupted)
     code, run_dir = runner.run_test(spec(tmp_path))
     res = json.loads((run_dir / "results.json").read_text())
-    assert code == 2 and res["valid"] == "unknown" and "Ctrl-C" in res["interrupted"]
+    assert code == 130 and res["valid"] == "unknown" and "Ctrl-C" in res["interrupted"]
     assert patched["cluster"].calls[-2:] == ["collect", "down"]
 
 
