@@ -1,4 +1,5 @@
-"""Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics,
+"""Client-facing Kafka wire protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
+(KIP-320: a consumer validates its position after a leader change), CreateTopics,
 InitProducerId, AlterPartitionReassignments and ListPartitionReassignments (the last three forwarded
 to the controller, as KRaft brokers do), and the consumer-group APIs (FindCoordinator, JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) served by group_coordinator.py, and the
@@ -21,6 +22,7 @@ TxnOffsetCommit 3).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import struct
 import time
 import uuid
@@ -35,7 +37,14 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -105,7 +114,13 @@ class Broker(Protocol):
                       timeout_s: float) -> tuple[int, int, int]: ...
 
     def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
-                      max_bytes: int, read_committed: bool = False) -> dict[str, Any]: ...
+                      max_bytes: int, read_committed: bool = False, last_fetched_epoch: int = -1) -> dict[str, Any]: ...
+
+    def offset_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int,
+                                epoch: int) -> tuple[int, int, int]: ...
+
+    def answered(self, event: dict[str, Any]) -> None:
+        """Record in the protocol trace what this broker answered a client (clusters/broker/trace.py)."""
 
     def list_offset(self, topic: str, partition: int, timestamp: int,
                     current_leader_epoch: int, read_committed: bool = False) -> tuple[int, int, int]: ...
@@ -138,6 +153,7 @@ SUPPORTED: dict[int, tuple[Any, Any, int, int]] = {
     0: (ProduceRequest, ProduceResponse, 3, 10),
     1: (FetchRequest, FetchResponse, 4, 12),
     2: (ListOffsetsRequest, ListOffsetsResponse, 1, 7),
+    23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),  # v0-1 carry no current epoch
     3: (MetadataRequest, MetadataResponse, 0, 12),
     18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4),
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 7),
@@ -172,6 +188,12 @@ class KafkaRequest:
     version: int
     correlation_id: int
     body: Any
+    client_id: str | None = None  # the request header's (the trace names the client it answered with it)
+
+
+# The client id of the request being answered, for the trace lines its handler writes (`respond` sets it in
+# the request's own task).
+CLIENT_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("kafka_client_id", default=None)
 
 
 def topic_id(topic: str) -> uuid.UUID:
@@ -184,6 +206,14 @@ def peek_header(payload: bytes) -> tuple[int, int, int]:
     return struct.unpack_from(">hhi", payload, 0)
 
 
+def peek_client_id(payload: bytes) -> str | None:
+    """The header's client id (request header v1+: a nullable int16-length string after the correlation id)."""
+    if len(payload) < 10:
+        return None
+    (n,) = struct.unpack_from(">h", payload, 8)
+    return None if n < 0 else bytes(payload[10:10 + n]).decode("utf-8", "replace")
+
+
 def decode_request(payload: bytes) -> KafkaRequest:
     """Check and decode one request's frame body, or BadRequest naming what is wrong with it: an api
     or version we do not serve, a truncated header, a body that does not decode. Run by the listener
@@ -191,7 +221,7 @@ def decode_request(payload: bytes) -> KafkaRequest:
     api_key, version, correlation_id = peek_header(payload)
     if api_key == 18 and version > SUPPORTED[18][3]:
         # KIP-511: an unknown ApiVersions version is answered (in a v0 body), not refused.
-        return KafkaRequest(api_key, version, correlation_id, None)
+        return KafkaRequest(api_key, version, correlation_id, None, peek_client_id(payload))
     spec = SUPPORTED.get(api_key)
     if spec is None or not spec[2] <= version <= spec[3]:
         raise BadRequest(f"unsupported api {api_key} v{version}")
@@ -200,7 +230,7 @@ def decode_request(payload: bytes) -> KafkaRequest:
         body = req_cls[version].decode(payload, header=True)
     except Exception as e:  # noqa: BLE001 - any decoding failure is a malformed request
         raise BadRequest(f"cannot decode api {api_key} v{version}: {e!r}"[:300]) from None
-    return KafkaRequest(api_key, version, correlation_id, body)
+    return KafkaRequest(api_key, version, correlation_id, body, peek_client_id(payload))
 
 
 async def respond(broker: Broker, request: KafkaRequest) -> bytes | None:
@@ -208,6 +238,7 @@ async def respond(broker: Broker, request: KafkaRequest) -> bytes | None:
     if request.body is None:
         resp = _api_versions(0, error=UNSUPPORTED_VERSION)  # KIP-511: the client retries with a version we know
     else:
+        CLIENT_ID.set(request.client_id)
         resp = await HANDLERS[request.api_key](broker, request.body, request.version)
         if resp is None:
             return None
@@ -255,6 +286,11 @@ async def metadata(broker: Broker, req: Any, version: int) -> Any:
                 replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=offline))
         topics.append(R.MetadataResponseTopic(error_code=0, name=name, topic_id=topic_id(name), is_internal=False,
                                               partitions=parts, authorized_operations={31}))
+    # What this broker told the client each partition's leader and leader epoch are: a deposed leader
+    # that has not heard of its successor names itself (KIP-320 clients keep the newer epoch they know).
+    broker.answered({"event": "metadata_answered", "brokers": [b.broker_id for b in live],
+                     "leaders": {t.name: [[p.partition_index, p.leader_id, p.leader_epoch] for p in t.partitions]
+                                 for t in topics if t.error_code == 0}})
     # Clients send admin requests to the controller id: a live broker, which forwards
     # CreateTopics to the real controller (as KRaft brokers do).
     controller = broker.node_id
@@ -303,28 +339,32 @@ async def _produce_partition(broker: Broker, topic: str, partition: int, records
 
 
 async def fetch(broker: Broker, req: Any, version: int) -> Any:
-    wanted = [(t.topic, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1), p.partition_max_bytes)
-              for t in req.topics for p in t.partitions]
+    # v12+: the epoch of the last record the consumer read (KIP-320), checked like a follower's (-1: none)
+    wanted = [(t.topic, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1), p.partition_max_bytes,
+               getattr(p, "last_fetched_epoch", -1)) for t in req.topics for p in t.partitions]
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     while True:
         waiters = [broker.change_event(t, p) for t, p, *_ in wanted]
-        parts = [broker.consumer_read(t, p, off, cle, max_bytes, read_committed)
-                 for t, p, off, cle, max_bytes in wanted]
+        parts = [broker.consumer_read(t, p, off, cle, max_bytes, read_committed, lfe)
+                 for t, p, off, cle, max_bytes, lfe in wanted]
         total = sum(len(x["records"]) for x in parts)
         remaining = deadline - time.monotonic()
-        if total >= max(req.min_bytes, 1) or remaining <= 0 or any(x["error"] for x in parts) or not wanted:
+        if (total >= max(req.min_bytes, 1) or remaining <= 0 or not wanted
+                or any(x["error"] or x.get("diverging") for x in parts)):
             break
         await broker.wait_any(waiters, remaining)
     R = FetchResponse
+    PD = R.FetchableTopicResponse.PartitionData
     by_topic: dict[str, list] = {}
     for (topic, partition, *_), x in zip(wanted, parts, strict=True):
-        by_topic.setdefault(topic, []).append(R.FetchableTopicResponse.PartitionData(
+        div = x.get("diverging")
+        by_topic.setdefault(topic, []).append(PD(
             partition_index=partition, error_code=x["error"], high_watermark=x["hwm"], last_stable_offset=x["lso"],
             log_start_offset=x["log_start"], preferred_read_replica=-1,
+            diverging_epoch=None if div is None else PD.EpochEndOffset(epoch=div["epoch"], end_offset=div["end_offset"]),
             aborted_transactions=None if x["aborted"] is None else [
-                R.FetchableTopicResponse.PartitionData.AbortedTransaction(producer_id=pid, first_offset=first)
-                for pid, first in x["aborted"]],
+                PD.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in x["aborted"]],
             records=x["records"]))
     return R(version=version, throttle_time_ms=0, error_code=0, session_id=0,
              responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()])
@@ -342,6 +382,22 @@ async def list_offsets(broker: Broker, req: Any, version: int) -> Any:
             parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=err, timestamp=-1, offset=offset, leader_epoch=epoch))
         topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return R(version=version, throttle_time_ms=0, topics=topics)
+
+
+async def offset_for_leader_epoch(broker: Broker, req: Any, version: int) -> Any:
+    """KIP-320: a consumer asks the leader where the epoch of its position ends, to find out whether the log
+    was truncated under it (ReplicaId, v3+, is -1 for a consumer; our followers use the internal RPC)."""
+    R = OffsetForLeaderEpochResponse
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            err, epoch, end = broker.offset_for_leader_epoch(t.topic, p.partition,
+                                                             getattr(p, "current_leader_epoch", -1), p.leader_epoch)
+            parts.append(R.OffsetForLeaderTopicResult.EpochEndOffset(error_code=err, partition=p.partition,
+                                                                     leader_epoch=epoch, end_offset=end))
+        topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
     return R(version=version, throttle_time_ms=0, topics=topics)
 
 
@@ -604,5 +660,5 @@ def _now_ms() -> int:
 
 HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch,
             10: find_coordinator, 11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group,
-            18: api_versions, 19: create_topics, 22: init_producer_id, 24: add_partitions_to_txn,
-            25: add_offsets_to_txn, 26: end_txn, 28: txn_offset_commit, 45: alter_partition_reassignments, 46: list_partition_reassignments}
+            18: api_versions, 19: create_topics, 22: init_producer_id, 23: offset_for_leader_epoch,
+            24: add_partitions_to_txn, 25: add_offsets_to_txn, 26: end_txn, 28: txn_offset_commit, 45: alter_partition_reassignments, 46: list_partition_reassignments}

@@ -448,6 +448,43 @@ class Replica:
         return rpc.NONE
 
     # --- consumers ---------------------------------------------------------------------------
+    def check_consumer_fetch(self, current_leader_epoch: int, fetch_offset: int,
+                             last_fetched_epoch: int) -> tuple[int, dict[str, int] | None]:
+        """A consumer's Fetch, before any record is read: (error, diverging epoch), as a Kafka leader
+        decides (Partition.fetchRecords and readRecords).
+
+        1. The epoch fence (KIP-320): not the leader, an older or a newer current leader epoch.
+        2. Fetch v12+ carries the epoch of the last record the consumer read (-1: none). Its end offset
+           here (epoch_cache.client_end_offset_for_entries) unknown: OFFSET_OUT_OF_RANGE, which is what a
+           deposed leader answers a consumer that read a newer leader's records. Ending below the fetch
+           offset, or at an older epoch: no records, and the diverging epoch, for the consumer to
+           validate its position with OffsetForLeaderEpoch (its log was truncated under it).
+        3. An offset outside [log start, LEO]: OFFSET_OUT_OF_RANGE."""
+        err = self.check_fetch_epoch(current_leader_epoch)
+        if err != rpc.NONE:
+            return err, None
+        start = self.log.log_start_offset
+        if last_fetched_epoch >= 0:
+            epoch, end = self.log.client_end_offset_for_epoch(last_fetched_epoch)
+            if epoch < 0 or end < 0 or fetch_offset < start:
+                return rpc.OFFSET_OUT_OF_RANGE, None
+            if epoch < last_fetched_epoch or end < fetch_offset:
+                return rpc.NONE, {"epoch": epoch, "end_offset": end}
+        if fetch_offset < start or fetch_offset > self.leo:
+            return rpc.OFFSET_OUT_OF_RANGE, None
+        return rpc.NONE, None
+
+    def offset_for_leader_epoch(self, current_leader_epoch: int, epoch: int) -> tuple[int, int, int]:
+        """A consumer's OffsetForLeaderEpoch (KIP-320; PROTOCOL.md 2, "Consumers ... re-validate it after
+        a leader change"): (error, epoch*, end offset). Only the leader answers, behind the epoch fence
+        (Kafka's lastOffsetForLeaderEpoch with fetchOnlyFromLeader); an end offset it cannot tell is
+        (-1, -1) with no error, and the consumer treats it as a truncation."""
+        err = self.check_fetch_epoch(current_leader_epoch)
+        if err != rpc.NONE:
+            return err, -1, -1
+        found_epoch, end = self.log.client_end_offset_for_epoch(epoch)
+        return rpc.NONE, found_epoch, end
+
     def list_offset_latest(self) -> tuple[int, int]:
         """(error, offset): the HWM, unknown until it reached the LESO (KIP-207, PROTOCOL.md 3)."""
         if self.role != LEADER:

@@ -313,21 +313,26 @@ class Broker:
 
     # --- consumer reads ---------------------------------------------------------------------
     def consumer_read(self, topic: str, partition: int, offset: int, current_leader_epoch: int,
-                      max_bytes: int, read_committed: bool = False) -> dict[str, Any]:
+                      max_bytes: int, read_committed: bool = False, last_fetched_epoch: int = -1) -> dict[str, Any]:
         r = self.replicas.get((topic, partition))
-        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b"", "lso": -1, "aborted": None}
+        out = {"error": rpc.NONE, "hwm": -1, "log_start": -1, "records": b"", "lso": -1, "aborted": None,
+               "diverging": None}
         if r is None:
             out["error"] = (rpc.UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) not in self.image.partitions
                             else rpc.NOT_LEADER_OR_FOLLOWER)
+            self._trace_fetch_refused(topic, partition, None, offset, current_leader_epoch, last_fetched_epoch, out)
             return out
-        err = r.check_fetch_epoch(current_leader_epoch)
-        if err != rpc.NONE:
+        # KIP-320: the epoch fence, the consumer's last fetched epoch, the offset range (Replica.check_consumer_fetch)
+        err, out["diverging"] = r.check_consumer_fetch(current_leader_epoch, offset, last_fetched_epoch)
+        if err in (rpc.FENCED_LEADER_EPOCH, rpc.UNKNOWN_LEADER_EPOCH, rpc.NOT_LEADER_OR_FOLLOWER):
             out["error"] = err
+            self._trace_fetch_refused(topic, partition, r, offset, current_leader_epoch, last_fetched_epoch, out)
             return out
         out["hwm"], out["log_start"] = r.hwm, r.log.log_start_offset
         bound, out["lso"] = self._read_committed_bound(r)
-        if offset < r.log.log_start_offset or offset > r.leo:
-            out["error"] = rpc.OFFSET_OUT_OF_RANGE
+        if err != rpc.NONE or out["diverging"] is not None:
+            out["error"] = err
+            self._trace_fetch_refused(topic, partition, r, offset, current_leader_epoch, last_fetched_epoch, out)
         elif read_committed:
             # KIP-98: read_committed consumers read below the LSO, and are told which transactions in
             # what they read were aborted, so they can drop those records.
@@ -344,6 +349,38 @@ class Broker:
             if raw:
                 self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm")
         return out
+
+    def answered(self, event: dict[str, Any]) -> None:
+        """A trace line about an answer to a client, naming the client (its request header's client id)."""
+        self.events({**event, "client": kafka_api.CLIENT_ID.get()})
+
+    def _trace_fetch_refused(self, topic: str, partition: int, r: Replica | None, offset: int,
+                             current_leader_epoch: int, last_fetched_epoch: int, out: dict[str, Any]) -> None:
+        """A consumer's Fetch answered with an error or a diverging epoch, no records: what it asked, and this
+        replica's role, epoch and log when it answered."""
+        facts: dict[str, Any] = {"role": "none", "leader_epoch": -1}
+        if r is not None:
+            facts = {"role": r.role, "leader_epoch": r.leader_epoch, "leo": r.leo, "hwm": r.hwm,
+                     "log_start": r.log.log_start_offset}
+        self.answered({"event": "consumer_fetch_refused", "topic": topic, "partition": partition, **facts,
+                       "offset": offset, "current_leader_epoch": current_leader_epoch,
+                       "last_fetched_epoch": last_fetched_epoch, "error": out["error"],
+                       "diverging_epoch": out["diverging"]})
+
+    def offset_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int,
+                                epoch: int) -> tuple[int, int, int]:
+        r = self.replicas.get((topic, partition))
+        if r is None:
+            answer = (rpc.UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) not in self.image.partitions
+                      else rpc.NOT_LEADER_OR_FOLLOWER), -1, -1
+            facts: dict[str, Any] = {"role": "none", "leader_epoch": -1}
+        else:
+            answer = r.offset_for_leader_epoch(current_leader_epoch, epoch)
+            facts = {"role": r.role, "leader_epoch": r.leader_epoch, "leo": r.leo, "hwm": r.hwm}
+        self.answered({"event": "offset_for_leader_epoch_answered", "topic": topic, "partition": partition, **facts,
+                       "current_leader_epoch": current_leader_epoch, "epoch": epoch, "error": answer[0],
+                       "end_epoch": answer[1], "end_offset": answer[2]})
+        return answer
 
     def _read_committed_bound(self, r: Replica) -> tuple[str, int]:
         """Where read_committed reads end, and its name: the LSO (KIP-98), below the first offset of any open
@@ -367,6 +404,18 @@ class Broker:
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
                     read_committed: bool = False) -> tuple[int, int, int]:
         r = self.replicas.get((topic, partition))
+        answer = self._list_offset(r, timestamp, current_leader_epoch, read_committed)
+        facts: dict[str, Any] = {"role": "none", "leader_epoch": -1} if r is None else {
+            "role": r.role, "leader_epoch": r.leader_epoch, "hwm": r.hwm, "log_start": r.log.log_start_offset}
+        self.answered({"event": "list_offsets_answered", "topic": topic, "partition": partition, **facts,
+                       "timestamp": {kafka_api.EARLIEST_TIMESTAMP: "earliest",
+                                     kafka_api.LATEST_TIMESTAMP: "latest"}.get(timestamp, timestamp),
+                       "current_leader_epoch": current_leader_epoch, "read_committed": read_committed,
+                       "error": answer[0], "offset": answer[1], "epoch": answer[2]})
+        return answer
+
+    def _list_offset(self, r: Replica | None, timestamp: int, current_leader_epoch: int,
+                     read_committed: bool) -> tuple[int, int, int]:
         if r is None:
             return rpc.NOT_LEADER_OR_FOLLOWER, -1, -1
         err = r.check_fetch_epoch(current_leader_epoch)

@@ -4,7 +4,8 @@ The state machines (replica.py, controller.py, txn_coordinator.py) stay sans-IO:
 through its one event callback, as it already did for the state-change log (000 point 7a). `EventSink` is
 that callback in the servers: every event goes to the state-change log (`--log-file`) except the hot-path
 ones (HOT: an HWM advance, a produce acknowledgement, a consumer fetch, an OffsetCommit's answer, a
-transaction's end and its markers, one per request), and every event named in TRACED also goes to the
+transaction's end and its markers, a client's Metadata, ListOffsets and OffsetForLeaderEpoch answers and its
+refused fetches, one per request), and every event named in TRACED also goes to the
 trace, `TraceWriter`, a JSON-lines file beside the log (`--trace-file`, default `<the log's
 directory>/trace.jsonl`). The trace is buffered: it is flushed
 by the servers' housekeeping every 100 ms, when its buffer fills, and at shutdown, never fsynced (it
@@ -50,6 +51,19 @@ Events and their facts (a broker's unless marked controller):
   consumer_fetch       offset (asked), first, last (offsets served), isolation ("read_committed" |
                        "read_uncommitted"), bound (what the read was cut at: "lso" | "hwm"), hwm, lso (the
                        partition's last stable offset, KIP-98: min(HWM, first offset of any open transaction))
+  consumer_fetch_refused  a consumer's Fetch answered with an error or a diverging epoch and no records:
+                       offset, current_leader_epoch, last_fetched_epoch (what the request carried, -1: none),
+                       error, diverging_epoch ({"epoch", "end_offset"} or null); role, leader_epoch, leo, hwm,
+                       log_start (this replica when it answered; role "none": it holds no replica); client
+  list_offsets_answered   a ListOffsets partition answered: timestamp ("earliest" | "latest" | ms),
+                       current_leader_epoch, read_committed, error, offset, epoch (the answer); role, leader_epoch,
+                       hwm, log_start; client
+  offset_for_leader_epoch_answered  a consumer's OffsetForLeaderEpoch (KIP-320) answered: current_leader_epoch,
+                       epoch (asked), error, end_epoch, end_offset (the answer, -1: unknown); role, leader_epoch,
+                       leo, hwm; client
+  metadata_answered    a Metadata request answered (no topic/partition): brokers (the ids listed), leaders
+                       ({topic: [[partition, leader, leader_epoch], ...]}: what this broker told the client); client
+                       The four lines above name the client by its request header's client id ("client").
   txn_marker_written   a partition leader wrote a transaction marker, acknowledged (acks=all): producer_id,
                        producer_epoch (the marker's), coordinator_epoch, result ("commit" | "abort"), offset
   offset_commit_acked  an OffsetCommit answered: group, generation, topic/partition (its __consumer_offsets
@@ -86,7 +100,8 @@ from typing import Any
 FORMAT = "kafkaesque-trace/1"
 TRACE_FILE = "trace.jsonl"
 HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch", "hwm_checkpointed", "offset_commit_acked",
-                 "txn_end_started", "txn_marker_written"})
+                 "txn_end_started", "txn_marker_written", "consumer_fetch_refused", "list_offsets_answered",
+                 "offset_for_leader_epoch_answered", "metadata_answered"})
 TRACED = HOT | frozenset({
     "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
     "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",

@@ -47,18 +47,32 @@ class StubBroker:
         for i, r in enumerate(recs):
             self.image.apply(i, r)
         self.produced: list[tuple] = []
+        self.fetched: list[tuple] = []
+        self.answers: list[dict] = []
 
     async def produce(self, topic, partition, raw, headers, acks, timeout_s):
         self.produced.append((topic, partition, raw, acks))
         return rpc.NONE, 42, 0
 
     def consumer_read(self, topic, partition, offset, current_leader_epoch, max_bytes,
-                      read_committed=False) -> dict[str, Any]:
+                      read_committed=False, last_fetched_epoch=-1) -> dict[str, Any]:
+        self.fetched.append((offset, current_leader_epoch, last_fetched_epoch))
         if current_leader_epoch not in (-1, 4):
             return {"error": rpc.FENCED_LEADER_EPOCH, "hwm": -1, "log_start": -1, "records": b"", "lso": -1,
                     "aborted": None}
+        if last_fetched_epoch == 5:  # a consumer that read records of an epoch this log ends before
+            return {"error": rpc.NONE, "hwm": 3, "log_start": 0, "lso": 3, "aborted": None, "records": b"",
+                    "diverging": {"epoch": 4, "end_offset": 2}}
         return {"error": rpc.NONE, "hwm": 3, "log_start": 0, "lso": 3, "aborted": [] if read_committed else None,
                 "records": build_batch([b"a", b"b", b"c"], base_offset=0, leader_epoch=4)}
+
+    def offset_for_leader_epoch(self, topic, partition, current_leader_epoch, epoch):
+        if current_leader_epoch > 4:
+            return rpc.UNKNOWN_LEADER_EPOCH, -1, -1
+        return rpc.NONE, min(epoch, 4), 3 if epoch >= 4 else 1
+
+    def answered(self, event) -> None:
+        self.answers.append(event)
 
     def change_event(self, topic, partition) -> asyncio.Event:
         return asyncio.Event()

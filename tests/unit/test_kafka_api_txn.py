@@ -72,7 +72,11 @@ class TxnStubBroker:
     def change_event(self, topic, partition):
         return asyncio.Event()
 
-    def consumer_read(self, topic, partition, offset, current_leader_epoch, max_bytes, read_committed=False):
+    def answered(self, event) -> None:
+        pass
+
+    def consumer_read(self, topic, partition, offset, current_leader_epoch, max_bytes, read_committed=False,
+                      last_fetched_epoch=-1):
         self.reads.append(read_committed)
         return {"error": rpc.NONE, "hwm": 9, "log_start": 0, "lso": 4, "aborted": [(77, 1)] if read_committed else None,
                 "records": build_batch([b"a"], base_offset=0)}

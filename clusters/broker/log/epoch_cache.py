@@ -56,6 +56,25 @@ def end_offset_for_entries(
     return entries[i - 1].epoch, end
 
 
+def client_end_offset_for_entries(
+    entries: list[EpochEntry], requested_epoch: int, log_end_offset: int
+) -> tuple[int, int]:
+    """EndOffsetForEpoch as a Kafka leader answers clients: a consumer's OffsetForLeaderEpoch and the
+    LastFetchedEpoch of its Fetch (KIP-320; Kafka's LeaderEpochFileCache.endOffsetFor).
+
+    It is the rule of PROTOCOL.md section 2 item 2 except where that rule has no answer: an epoch above
+    every cached one (a consumer that read a newer leader's records asking a deposed leader that never
+    heard of that epoch), an empty cache, and an undefined epoch (-1) give (UNDEFINED, UNDEFINED),
+    (-1, -1), which a Fetch turns into OFFSET_OUT_OF_RANGE ("could not determine the end offset of the
+    last fetched epoch") and OffsetForLeaderEpoch returns as it is. The follower path keeps
+    end_offset_for_entries: a follower's fetch never carries an epoch its leader does not know past the
+    epoch fence (KIP-320), and the `no-epoch-fencing` variant relies on its answer.
+    """
+    if requested_epoch < 0 or not entries or requested_epoch > entries[-1].epoch:
+        return NO_EPOCH, -1
+    return end_offset_for_entries(entries, requested_epoch, log_end_offset)
+
+
 class LeaderEpochCache:
     """Epoch -> start offset for one partition, persisted in `<partition dir>/leader-epoch-checkpoint`.
 
@@ -137,6 +156,10 @@ class LeaderEpochCache:
     ) -> tuple[int, int]:
         """(epoch*, end offset) for a requested epoch: PROTOCOL.md section 2 item 2."""
         return end_offset_for_entries(self._entries, epoch, log_end_offset, is_leader_current_epoch)
+
+    def client_end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch*, end offset) as a leader answers a client (client_end_offset_for_entries)."""
+        return client_end_offset_for_entries(self._entries, epoch, log_end_offset)
 
     def _persist(self) -> None:
         if self._path is None:

@@ -424,6 +424,11 @@ class PartitionLog:
         with self._lock:
             return self.epoch_cache.end_offset_for_epoch(epoch, self.log_end_offset, is_leader_current_epoch)
 
+    def client_end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """EndOffsetForEpoch(epoch) as a leader answers a consumer (epoch_cache.client_end_offset_for_entries)."""
+        with self._lock:
+            return self.epoch_cache.client_end_offset_for_epoch(epoch, self.log_end_offset)
+
     # ------------------------------------------------------------------ truncation
 
     def truncate_to(self, offset: int) -> int:
