@@ -22,12 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.broker.admin import create_topic, dump_state
-from kafkaesque_harness.clusters.broker.local_cluster import (
-    broker_argv,
-    controller_argv,
-    free_ports,
-    wait_until_unfenced,
-)
+from kafkaesque_harness.clusters.broker.local_cluster import broker_argv, controller_argv, wait_until_unfenced
+from kafkaesque_harness.clusters.ports import free_ports
 
 HOST = "127.0.0.1"
 
