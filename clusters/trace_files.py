@@ -1,11 +1,12 @@
 """The nodes' protocol traces of a stored run, read for the trace checker (checkers/trace.py).
 
 `Cluster.collect` brings each node's trace (clusters/broker/trace.py has its format) into the run dir as
-nodes/<node>/trace.jsonl. `load_traces` reads them into the document the checker judges, through
+nodes/<node>/trace.jsonl. A run whose harness died before collecting keeps the local clusters' traces where
+the nodes wrote them, data/<node>/trace.jsonl: read from there when nodes/ has none (`kafkaesque analyze`). `load_traces` reads them into the document the checker judges, through
 CheckContext.data["trace"] (the runner's `run_data`), so the checker reads no file:
 
   nodes   node name -> what was read of it (every node test.json names, and any other found):
-    where   "nodes/<node>/trace.jsonl"
+    where   "nodes/<node>/trace.jsonl" (or "data/<node>/trace.jsonl", uncollected)
     lines   the events, in file order, each with "line" (its 1-based line number in the file) added;
             absent when the file could not be read
     torn    how many lines were not JSON objects (a line cut by a SIGKILL mid-write; skipped)
@@ -50,13 +51,27 @@ def read_trace(path: Path) -> dict[str, Any]:
     return {"lines": lines, "torn": torn}
 
 
+NODE_FOLDERS = ("nodes", "data")  # collected at teardown; else where a local cluster's node wrote it
+
+
+def node_files(run_dir: Path, name: str) -> dict[str, Path]:
+    """node -> its file `name` in the run dir: the collected copy (nodes/<node>/), else the node's own
+    (data/<node>/, a local cluster's run whose harness died before collecting)."""
+    found: dict[str, Path] = {}
+    for folder in NODE_FOLDERS:
+        base = Path(run_dir) / folder
+        if base.is_dir():
+            for d in sorted(base.iterdir()):
+                if (d / name).is_file():
+                    found.setdefault(d.name, d / name)
+    return found
+
+
 def load_traces(run_dir: Path, expected: Iterable[str] | None = None) -> dict[str, Any]:
-    """Every node's trace in run_dir/nodes/, and a "missing" entry for each expected node without one."""
-    nodes_dir = Path(run_dir) / "nodes"
-    names = {str(n) for n in expected or []}
-    if nodes_dir.is_dir():
-        names |= {d.name for d in nodes_dir.iterdir() if (d / TRACE_FILE).exists()}
+    """Every node's trace in the run dir (node_files), and a "missing" entry for each expected node without one."""
+    files = node_files(Path(run_dir), TRACE_FILE)
     out: dict[str, Any] = {}
-    for node in sorted(names):
-        out[node] = {"where": f"{nodes_dir.name}/{node}/{TRACE_FILE}", **read_trace(nodes_dir / node / TRACE_FILE)}
+    for node in sorted({str(n) for n in expected or []} | set(files)):
+        path = files.get(node, Path(run_dir) / "nodes" / node / TRACE_FILE)
+        out[node] = {"where": path.relative_to(run_dir).as_posix(), **read_trace(path)}
     return {"nodes": out}

@@ -25,7 +25,7 @@ from rich.table import Table
 # typer vendors click (typer._click) and re-exports none of its exception classes.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer._click.utils import PacifyFlushWrapper
-from typer.core import TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from kafkaesque_harness.harness.cluster_cli import cluster_app, image_app
 from kafkaesque_harness.harness.console import (
@@ -103,6 +103,12 @@ def conventional(command: Any) -> None:
     option is a flag of one name (typer gives each a --no-<name> twin: --no-panel / --no-no-panel), and an
     option's value is named by a word, not a Python type (<list[str]>)."""
     for param in command.params:
+        if isinstance(param, TyperArgument):
+            # FILE in the usage line and the list, as click and pytest write it (typer: {file} and file <path>)
+            shown = param.name.upper() + ("..." if param.nargs != 1 else "")
+            param._usage_display_name = lambda shown=shown: shown
+            param._rich_display_name = lambda shown=shown: shown
+            param.display_type_rich = lambda ctx=None: ""
         if not isinstance(param, TyperOption):
             continue
         if param.is_flag and param.secondary_opts and param.default is False:
@@ -305,19 +311,38 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="one JSON object
 
 
 @app.command()
-def faults() -> None:
-    """List the faults --nemesis takes: what each does, its options (--nemesis-option KEY=VALUE) and needs."""
+def faults(as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the "
+                                                                 "text")] = False) -> None:
+    """List the faults --nemesis takes: what each does, its options (--nemesis-option KEY=VALUE) and needs,
+    and the scenarios (scenario:NAME)."""
     from kafkaesque_harness.nemesis.kinds import all_kinds
+    from kafkaesque_harness.nemesis.registry import SCENARIO_PREFIX
+    from kafkaesque_harness.nemesis.scenarios import SCENARIOS
 
-    for k in all_kinds().values():
-        print(f"{k.name}{'  (times its own faults)' if k.self_driven else ''}\n    {k.help}")
-        for o in k.options:
-            choices = f" ({'|'.join(map(str, o.choices))})" if o.choices else ""
-            print(f"    --nemesis-option {o.key}={o.default}{choices}: {o.help}")
-        for need in k.abilities:
-            print(f"    {need.why}")
-        if k.capabilities:
-            print(f"    needs on {'every node' if k.on == 'all' else 'the brokers'}: {', '.join(k.capabilities)}")
+    kinds = [{"name": k.name, "help": k.help, "self_driven": k.self_driven,
+              "options": [{"key": o.key, "type": o.kind.__name__, "default": o.default, "choices": list(o.choices or []),
+                           "help": o.help} for o in k.options],
+              "needs": [need.why for need in k.abilities],
+              "capabilities": {"on": "every node" if k.on == "all" else "the brokers", "tools": list(k.capabilities)}}
+             for k in all_kinds().values()]
+    scenarios = [{"name": SCENARIO_PREFIX + s.name, "help": s.doc, "targets": list(s.targets),
+                  "needs_isolated_nodes": s.needs_isolated_nodes, "steps": len(s.steps)} for s in SCENARIOS.values()]
+    if as_json:
+        print(json.dumps({"faults": kinds, "scenarios": scenarios}, indent=2, default=str))
+        return
+    for k in kinds:
+        print(f"{k['name']}{'  (times its own faults)' if k['self_driven'] else ''}\n    {k['help']}")
+        for o in k["options"]:
+            choices = f" ({'|'.join(map(str, o['choices']))})" if o["choices"] else ""
+            print(f"    --nemesis-option {o['key']}={o['default']}{choices}: {o['help']}")
+        for why in k["needs"]:
+            print(f"    {why}")
+        if k["capabilities"]["tools"]:
+            print(f"    needs on {k['capabilities']['on']}: {', '.join(k['capabilities']['tools'])}")
+    print("\nscenarios (--nemesis scenario:NAME, or scenario:FILE.toml of your own; each times its own faults):")
+    for s in scenarios:
+        targets = f" (catches {', '.join(s['targets'])})" if s["targets"] else ""
+        print(f"{s['name']}{targets}\n    {s['help']}")
 
 
 def _print_verdict(run_dir: Path) -> None:
@@ -390,8 +415,11 @@ def analyze(run_dir: Annotated[Path, typer.Argument(help="a stored run directory
         fail(f"cannot read {run_dir / 'history.jsonl'} ({e.strerror or e}); make the run's history readable.")
     try:
         write_json(old, results)
+        from kafkaesque_harness.results.report import render_report
+
+        render_report(run_dir)  # the report the verdict line names, of these results
     except OSError as e:
-        fail(f"cannot write {old} ({e.strerror or e}); make the run directory writable.")
+        fail(f"cannot write into {run_dir} ({e.strerror or e}); make the run directory writable.")
     if as_json:
         print(json.dumps(results, indent=2, default=str))
     else:
@@ -441,20 +469,35 @@ def _run_json(path: Path, fix: str) -> dict[str, Any]:
     return doc
 
 
+VERDICTS = ("valid", "invalid", "unknown")
+
+
 @app.command("ls")
 def list_runs(store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
+              last: Annotated[int, typer.Option("--last", help="only the newest N runs (after the other filters; "
+                                                              "0: all)")] = 0,
+              verdict: Annotated[str, typer.Option(help="only runs of this verdict: valid, invalid or "
+                                                        "unknown")] = "",
+              name: Annotated[str, typer.Option(help="only runs whose test name contains this text")] = "",
               as_json: Annotated[bool, typer.Option("--json", help="one JSON document on stdout instead of the text")] = False) -> None:
     """Runs in the store with their verdicts, newest first (--json: a JSON list, [] for none)."""
     from kafkaesque_harness.results.store import list_runs as runs_in
 
-    runs = runs_in(store)
+    if verdict and verdict not in VERDICTS:
+        fail(f"unknown --verdict {verdict!r}; valid: {', '.join(VERDICTS)}.")
+    if last < 0:
+        fail(f"--last {last} is below 0; give how many of the newest runs to list (0: all).")
+    word = {True: "valid", False: "invalid"}
+    runs = [r for r in runs_in(store) if (not verdict or word.get(r.valid, "unknown") == verdict)
+            and name in r.test]
+    runs = runs[:last] if last else runs
     if as_json:
         print(json.dumps([{"started": r.started, "test": r.test, "valid": r.valid, "anomalies": r.anomalies,
                            "workload": r.workload, "nemesis": r.nemesis, "path": str(r.path)} for r in runs],
                          indent=2, default=str))
         return
     if not runs:
-        err.print(f"no runs in {store}")
+        err.print(f"no runs in {store}" + (" match" if verdict or name else ""))
         return
     t = Table("started", "test", "valid", "anomalies", "workload", "nemesis", "path")
     for r in runs:
@@ -489,6 +532,9 @@ def cleanup(
         plan = plan_cleanup(run)
     except RunIsLive as e:
         fail(str(e))
+    if run and not plan.remove:
+        fail(f"no run {run!r} is registered on this machine and nothing it left behind was found: the id is "
+             "mistyped, or the run ended cleanly; `kafkaesque cleanup --dry-run` lists what dead runs left behind.")
     if not run:
         for record in plan.live:
             held = len(plan.skipped_live.get(record.owner, []))

@@ -41,7 +41,7 @@ from kafkaesque_harness.checkers.coverage import (
 from kafkaesque_harness.checkers.evidence import FaultEvidenceChecker, decide
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec, ProtocolTrace
 from kafkaesque_harness.clusters.replica_dumps import load_replicas
-from kafkaesque_harness.clusters.trace_files import load_traces
+from kafkaesque_harness.clusters.trace_files import NODE_FOLDERS, load_traces
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 from kafkaesque_harness.harness.console import (
     EXIT_HARNESS,
@@ -658,7 +658,9 @@ def check_history(run_dir: Path, test: dict, facts: dict[str, Any] | None, histo
 def reached_in_run(run_dir: Path, clock: dict[str, Any], cluster: str | None) -> dict[str, Any]:
     """The protocol states the run went through (checkers/coverage.py), from its metadata observations and
     the JSON lines of its collected node logs."""
-    events = [e for f in sorted((run_dir / "nodes").glob("*/*.log")) for e in log_events(read_jsonl(f))]
+    logs = sorted({f for folder in NODE_FOLDERS for f in (run_dir / folder).glob("*/*.log")
+                   if folder == "nodes" or not (run_dir / "nodes" / f.parent.name / f.name).exists()})
+    events = [e for f in logs for e in log_events(read_jsonl(f))]
     return reached_states(read_jsonl(run_dir / "metadata.jsonl"), events,
                           {**clock, "same_host": cluster in SAME_HOST_CLUSTERS})
 

@@ -58,6 +58,18 @@ def _check_op(d: Any, lineno: int, path: str) -> None:
         raise HistoryFormatError(f"{path} line {lineno}: process {p!r} must be an integer or \"nemesis\".")
 
 
+def _index_problem(path: str, lineno: int, index: Any, last: int) -> None:
+    """A line whose index does not follow the one before: a hand-edited, merged or repeated history, refused
+    rather than judged (its "anomalies" would be the edit's)."""
+    if type(index) is not int:
+        raise HistoryFormatError(f"{path} line {lineno}: index {index!r} is not an integer; the history is "
+                                 "malformed: restore it from a copy.")
+    how = "repeats" if index == last else "goes back from"
+    raise HistoryFormatError(f"{path} line {lineno}: index {index} {how} index {last} of the line before; a "
+                             "history's indexes only grow, so a line was repeated or moved: restore the history "
+                             "from a copy.")
+
+
 def _op(d: dict[str, Any], line: int) -> Op:
     """The Op of a checked JSON object read from line `line` (0-based): an op written without an index
     takes its line's."""
@@ -96,6 +108,7 @@ def _op_lines(path: str, problems: list[str] | None, fh=None,
     # Line by line, not read whole: `kafkaesque check` and the Spark ingest read histories of tens of
     # millions of ops. This loop is the cost of reading one: the common case is kept to the parse and
     # _check_op's rules inline.
+    last = -1  # the last index written: a writer numbers its ops 0, 1, 2, ... (one without an index is not checked)
     with contextlib.nullcontext(fh) if fh is not None else open(path, "rb") as fh:
         for i, raw in enumerate(fh, first_line):
             try:
@@ -109,6 +122,11 @@ def _op_lines(path: str, problems: list[str] | None, fh=None,
             if type(d) is not dict or not ("f" in d and d.get("type") in OP_TYPES
                                           and (type(p := d.get("process")) is int or p == NEMESIS)):
                 _check_op(d, i + 1, path)
+            index = d.get("index")
+            if index is not None:
+                if type(index) is not int or index <= last:
+                    _index_problem(path, i + 1, index, last)
+                last = index
             yield i, d
 
 

@@ -4,7 +4,8 @@
 kill the active controller, pause it (a GC pause past its election timeout), cut it off from
 everyone, kill a minority of the quorum (it must keep working), or kill a majority (it must
 stop making metadata changes and resume when they return). The stop undoes the move. With a
-single controller the moves degrade to "the controller" and the majority is all of it.
+single controller the moves degrade to "the controller" and the majority is all of it; a minority of one
+is nobody, so that move is not drawn there (every start acts on some controller).
 Partitions need nodes with their own network (docker, or local as root); elsewhere the
 isolating move is left out, not faked. Every act and heal is the shared one of
 nemesis/actions.py, so each move is in the run's ledger with its evidence.
@@ -30,15 +31,20 @@ class ControllerNemesis(NemesisBase):
         self.rng = random.Random(options.get("seed", 0) + 9)
         self.options = options
         self.can_isolate = False
+        self.quorum = 0
 
     def moves(self) -> tuple[str, ...]:
-        return MOVES if self.can_isolate else tuple(m for m in MOVES if m != "isolate-active")
+        left_out = {"isolate-active"} if not self.can_isolate else set()
+        if self.quorum == 1:
+            left_out.add("kill-minority")  # (1 - 1) // 2 = 0 controllers: a start that would do nothing
+        return tuple(m for m in MOVES if m not in left_out)
 
     def setup(self, cluster, faults) -> None:
         super().setup(cluster, faults)
         if not cluster.controller_nodes():
             raise NemesisRefused(f"the controller fault acts on controllers, and the {cluster.name} cluster names "
                                  "none; drop controller from --nemesis")
+        self.quorum = len(cluster.controller_nodes())
         if can(cluster, IsolatedNodes) and len(cluster.nodes()) > 1:
             faults.prepare_network()
             self.can_isolate = True
@@ -62,7 +68,7 @@ class ControllerNemesis(NemesisBase):
         else:
             quorum = len(controllers)
             k = (quorum - 1) // 2 if move == "kill-minority" else quorum // 2 + 1
-            nodes = self.rng.sample(controllers, max(k, 1) if quorum > 1 or move == "kill-majority" else 0)
+            nodes = self.rng.sample(controllers, max(k, 1))
         for n in nodes:
             if move == "pause-active":
                 self.faults.pause(n, self.name, {"move": move})

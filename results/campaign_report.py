@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import jinja2
 
-from kafkaesque_harness.results.store import store_relative, write_json
+from kafkaesque_harness.results.store import store_relative, write_atomically, write_json
 
 # Worst first: a cell takes the colour of its worst run.
 _SEVERITY = ("invalid", "unknown", "valid", "pending", "skipped")
@@ -38,15 +38,8 @@ def write_campaign(campaign_dir: str | os.PathLike, doc: dict[str, Any]) -> None
     """Write campaign.json, junit.xml and index.html into the campaign directory."""
     out = Path(campaign_dir)
     write_json(out / "campaign.json", doc)
-    _replace(out / "junit.xml", junit_xml(doc))
-    _replace(out / "index.html", render_index(doc, out))
-
-
-def _replace(path: Path, text: str) -> None:
-    # Readers (a CI step, a browser) never see half a file.
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomically(out / "junit.xml", junit_xml(doc))
+    write_atomically(out / "index.html", render_index(doc, out))
 
 
 # --- junit.xml ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from kafkaesque_harness.history import (
     read_history,
 )
 from kafkaesque_harness.results.cycle_svg import cycle_svg
-from kafkaesque_harness.results.store import store_relative
+from kafkaesque_harness.results.store import store_relative, write_atomically
 from kafkaesque_harness.workloads.base import ValueReader
 from kafkaesque_harness.workloads.registry import value_reader
 
@@ -427,7 +427,5 @@ def render_report(run_dir: str | os.PathLike, history: list[Op] | None = None) -
         plots_json=_script_json(plots), plotly_js=jinja2.utils.markupsafe.Markup(get_plotlyjs()),
     )
     out = run / "report.html"
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(html)
-    os.replace(tmp, out)
+    write_atomically(out, html)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -116,10 +117,26 @@ def _inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root.resolve())
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file beside it, so a reader (a CI step, a browser, `analyze`)
+    never sees half a file. No temporary file is left behind whatever fails; a full disk is a StoreError
+    that names the folder and the fix, not an errno."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreError(f"No space is left on the device of {path.parent}, so {path.name} was not written "
+                             f"(the run's history and everything written before it are kept); free space there, "
+                             f"or give --store a folder on a device with room, then `kafkaesque analyze "
+                             f"{path.parent}` writes it.") from None
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 @dataclass

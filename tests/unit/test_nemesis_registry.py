@@ -208,3 +208,21 @@ def test_controller_nemesis_hits_the_quorum_by_role_and_its_stop_heals_every_mov
     assert seen["kill-minority"] == {1} and seen["kill-majority"] == {2}
     paused = {x for e, x in c.events if e == "pause"}
     assert paused == {"controller-1"} and {x for e, x in c.events if e == "resume"} == paused
+
+
+def test_with_one_controller_every_start_of_the_controller_fault_acts_on_it():
+    # A minority of a quorum of one is nobody: drawn, that move did nothing, and a run whose every controller
+    # start drew it ended unknown ("planned but never applied"). It is not drawn there.
+    class One(FakeCluster):  # one controller, controller-0
+        def active_controller(self):
+            return "controller-0"
+
+    c = One()
+    n = set_up(make_nemesis(["controller"], {"seed": 5}), c)
+    moves = set()
+    for _ in range(40):
+        v = n.invoke(c, Op("invoke", "start-controller", "nemesis", None)).value
+        assert v["controllers"] == ["controller-0"], v
+        moves.add(v["move"])
+        n.invoke(c, Op("invoke", "stop-controller", "nemesis", None))
+    assert "kill-minority" not in moves and {"kill-active", "pause-active", "kill-majority"} <= moves
