@@ -117,6 +117,9 @@ class Cluster(Protocol):
 
 DEFAULT_NET_DEVICE = "eth0"  # the device tc shapes on a node that does not name its own
 DROP_CACHES = "/proc/sys/vm/drop_caches"
+# How long a role lookup (Metadata through kafka-python's admin client) waits for any broker to answer: its default,
+# 30 s, held a restart that long when every broker was down (a kill of a one-broker system, tansu).
+ADMIN_BOOTSTRAP_MS = 3000
 
 
 @runtime_checkable

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.base import (
+    ADMIN_BOOTSTRAP_MS,
     DEFAULT_NET_DEVICE,
     ClusterError,
     ClusterSpec,
@@ -48,6 +49,7 @@ from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
 STOP_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 120.0
+STARTED_WITHIN_S = 10.0  # after `start` returns, its process must be found live by then
 
 
 class ExternalCluster:
@@ -294,14 +296,20 @@ class ExternalCluster:
     def pid_command(self, node: str) -> str:
         return self.rendered(node)["commands"]["pid"]
 
+    def _pid_script(self, node: str) -> str:
+        """Shell that leaves in $p the first pid the pid command prints that is a live process other than
+        the shell asking (and its parent, sudo's or ssh's): `pgrep -f NAME` also matches the `sh -c` running
+        it, whose command line holds NAME, and the subshell of `$(...)`, gone once it has answered."""
+        return (f"p=''; for c in $({self.pid_command(node)}); do case \"$c\" in ''|*[!0-9]*) continue;; esac; "
+                "[ \"$c\" != \"$$\" ] && [ \"$c\" != \"$PPID\" ] && kill -0 \"$c\" 2>/dev/null && { p=$c; break; }; done")
+
     def _sh(self, node: str, script: str, timeout: float = 30.0, check: bool = False):
         return self.remote(node).run(["sh", "-c", script], timeout=timeout, check=check)
 
     def _signal(self, node: str, sig: str) -> bool:
         """Send a signal to the pid the pid command prints (one round trip). A SIGSTOP is listed beside the
         node's marker (pid and start time) until its SIGCONT, so cleanup can resume it if the harness dies."""
-        script = (f"p=$({self.pid_command(node)}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
-                  f"test -n \"$p\" && kill -{sig} \"$p\"")
+        script = f"{self._pid_script(node)}; test -n \"$p\" && kill -{sig} \"$p\""
         if node in self._claimed and sig in ("STOP", "CONT"):
             d = self.rendered(node)["vars"]["dir"]
             script += f" && {record_pause_script(d) if sig == 'STOP' else forget_pause_script(d)}"
@@ -309,7 +317,7 @@ class ExternalCluster:
 
     def process_state(self, node: str) -> str:
         """"running", "paused" or "down", asked of the node."""
-        script = (f"p=$({self.pid_command(node)}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
+        script = (f"{self._pid_script(node)}; "
                   "test -n \"$p\" && kill -0 \"$p\" 2>/dev/null && grep '^State:' /proc/$p/status")
         r = self._sh(node, script, timeout=15)
         state = r.out.split()[1:2] if r.ok else []
@@ -325,6 +333,8 @@ class ExternalCluster:
             return False
 
     def start(self, node: str) -> None:
+        """Run the start command (it must return: start the system in the background) and see its process
+        live within STARTED_WITHIN_S, or fail at once with what its log says."""
         if self.is_running(node):
             return
         r = self._sh(node, self.rendered(node)["commands"]["start"], timeout=COMMAND_TIMEOUT_S)
@@ -332,6 +342,23 @@ class ExternalCluster:
             raise ClusterError(f"the start command of {node} exited {r.exit} "
                                f"({(r.err.strip() or r.out.strip() or 'no output').splitlines()[-1]}); "
                                "run it by hand on the node and fix it in the cluster file.")
+        try:
+            wait_until(lambda: self.is_running(node), STARTED_WITHIN_S, 0.2, f"{node}'s process")
+        except WaitTimeout:
+            raise ClusterError(f"{node}'s start command returned but the pid command finds no live process "
+                               f"{STARTED_WITHIN_S:g} s later; {self.log_tail(node)}") from None
+
+    def log_tail(self, node: str, lines: int = 5) -> str:
+        """The last lines of the node's first log file, as one clause (what a failed start says)."""
+        for path in self.log_paths(node):
+            try:
+                text = self.remote(node).get(path).decode(errors="replace").strip()
+            except Exception:  # noqa: BLE001 - not there (yet): the next one, or say so
+                continue
+            tail = " | ".join(text.splitlines()[-lines:]) if text else "(empty)"
+            return f"the end of {path}: {tail[-600:]}"
+        return ("no log file the cluster file names ([paths] logs) exists on the node; make the start command "
+                "write its output there")
 
     def kill(self, node: str) -> None:
         self._signal(node, "KILL")  # SIGKILL works on a paused process too
@@ -367,12 +394,27 @@ class ExternalCluster:
 
             self.capabilities = probe_cluster(self)
             return self.bootstrap()
-        except RemoteError as e:
+        except KeyboardInterrupt:
+            self._collect_quietly()
+            self.down(quick=True)  # Ctrl-C: no graceful stops, the user is waiting
+            raise
+        except (RemoteError, ClusterError) as e:
+            kept = self._collect_quietly()
             self.down()
-            raise ClusterError(str(e)) from None
+            raise ClusterError(str(e).rstrip(".") + (f"; the nodes' logs are in {kept}" if kept else "") + ".") from None
         except BaseException:
+            self._collect_quietly()
             self.down()
             raise
+
+    def _collect_quietly(self) -> Path | None:
+        """A set-up that failed keeps the nodes' logs in the run dir (nodes/<node>/); where, when any was there."""
+        dest = self.run_dir / "nodes"
+        try:
+            self.collect(str(dest))
+        except Exception:  # noqa: BLE001 - the set-up's own error is what the user must see
+            return None
+        return dest if any(f.is_file() and f.suffix != ".json" for f in dest.rglob("*")) else None
 
     def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
         nodes = self.nodes() if nodes is None else nodes
@@ -422,10 +464,12 @@ class ExternalCluster:
                 raise ClusterError(f"the install command `{cmd}` failed on {node} (exit {res.exit}: {last}); fix it "
                                    "in [install] commands of the cluster file.")
 
-    def down(self) -> None:
+    def down(self, quick: bool = False) -> None:
+        """Stop every node this run claimed (`quick`: SIGKILL, not the stop command and its wait) and remove
+        what the run created."""
         def stop(node: str) -> None:
             try:
-                self.stop(node)
+                self.kill(node) if quick else self.stop(node)
                 release_node_dir(self.remote(node), self.rendered(node)["vars"]["dir"], self.owner)
             except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
                 pass
@@ -491,7 +535,7 @@ class ExternalCluster:
         from kafka import KafkaAdminClient
 
         return KafkaAdminClient(bootstrap_servers=self.bootstrap().split(","), request_timeout_ms=5000,
-                                client_id="kafkaesque-roles")
+                                bootstrap_timeout_ms=ADMIN_BOOTSTRAP_MS, client_id="kafkaesque-roles")
 
     def partitions(self, topic: str) -> list[PartitionView]:
         from kafkaesque_harness.clusters.reference import metadata_partitions
@@ -594,7 +638,7 @@ class ExternalCluster:
             said = (f"it listed {', '.join(f'{i} at {h}:{p}' for i, h, p in listing)}" if listing
                     else "no broker answered Metadata")
             raise ClusterError(f"Metadata did not list {', '.join(missing)} within {timeout_s:.0f} s ({said}); check "
-                               "those nodes' start commands and logs (paths.logs in the cluster file).") from None
+                               "those nodes' start commands and logs") from None
         if mismatch:
             raise ClusterError(mismatch + ".")
 
@@ -615,6 +659,7 @@ class ExternalCluster:
                 host, port = self.address(node)
                 try:
                     admin = KafkaAdminClient(bootstrap_servers=f"{host}:{port}", request_timeout_ms=5000,
+                                             bootstrap_timeout_ms=ADMIN_BOOTSTRAP_MS,
                                              client_id="kafkaesque-versions")
                     try:
                         out["api_versions"] = ".".join(map(str, admin._client.check_version()))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.base import (
+    ADMIN_BOOTSTRAP_MS,
     DEFAULT_NET_DEVICE,
     ClusterError,
     ClusterSpec,
@@ -343,7 +344,10 @@ def metadata_partitions(bootstrap: str, topic: str) -> list[PartitionView]:
     from kafka import KafkaAdminClient
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=3000)
+        # bounded: kafka-python's admin waits 30 s to bootstrap by default, and a role lookup while every
+        # broker is down (a kill of a one-broker system) held a restart that long
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=3000,
+                                 bootstrap_timeout_ms=ADMIN_BOOTSTRAP_MS)
         try:
             (t,) = admin.describe_topics([topic])
         finally:

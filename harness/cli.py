@@ -358,8 +358,6 @@ def _print_verdict(run_dir: Path) -> None:
 
     if res.get("error"):
         # A harness failure (exit 3) is never a verdict: the one sentence that says why, and where the run is.
-        from rich.markup import escape
-
         err.print(f"[red]error:[/] {escape(str(res['error']))}")
         err.print(f"  report: {run_dir / 'report.html'}")
         return
@@ -370,6 +368,10 @@ def _print_verdict(run_dir: Path) -> None:
     for reason in ("interrupted", "final_reads"):
         if res.get(reason):
             err.print(f"  {reason}: {res[reason]}")
+    if isinstance(res.get("availability"), dict):
+        from kafkaesque_harness.checkers.availability import availability_sentence
+
+        err.print(f"  availability: {escape(availability_sentence(res['availability']))}")
     for cname, c in (res.get("checkers") or {}).items():
         for a in c.get("anomalies", []):
             err.print(f"  [red]{cname}: {a['name']} x{a['count']}[/]")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafkaesque_harness.checkers.availability import availability
 from kafkaesque_harness.checkers.core import UNKNOWN, run_checkers
 from kafkaesque_harness.checkers.coverage import (
     SAME_HOST_CLUSTERS,
@@ -593,6 +594,8 @@ class Run:
             (run_dir / "harness-error.txt").write_text(outcome["traceback"])
         if self.errors:
             results["harness_warnings"] = self.errors[:50]
+        results["availability"] = availability(history, float(test.get("time_limit") or 0),
+                                               [e for e in self.errors if ": client open failed: " in e])
         results.update(notes or {})  # e.g. faults the kernel cannot do, refused by name
         write_json(run_dir / "results.json", results)
         try:

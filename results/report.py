@@ -26,6 +26,7 @@ from typing import Any
 
 import jinja2
 
+from kafkaesque_harness.checkers.availability import availability, availability_sentence
 from kafkaesque_harness.checkers.coverage import STATES
 from kafkaesque_harness.history import (
     INVOKE,
@@ -186,12 +187,12 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                     "summary": ex.get("summary") or ex.get("explanation") or "",
                     "ops": [{"index": o.get("index"), "time_s": f"{o.get('time', 0) / 1e9:.3f}",
                              "process": o.get("process"), "type": o.get("type"), "f": o.get("f"),
-                             "value": json.dumps(o.get("value"), default=str)[:300],
+                             "value": _cut(json.dumps(o.get("value"), default=str), 300),
                              "fault": fault_at(windows, o.get("time", 0) / 1e9)} for o in ops],
                     # Trace lines that prove a protocol-rule violation (checkers/trace.py).
                     "trace": [{"node": t.get("node"), "line": t.get("line"), "event": t.get("event"),
-                               "facts": json.dumps({k: v for k, v in t.items() if k not in ("node", "line", "event")},
-                                                   default=str)[:400]}
+                               "facts": _cut(readable({k: v for k, v in t.items()
+                                                       if k not in ("node", "line", "event")}), 400)}
                               for t in ex.get("trace") or [] if isinstance(t, dict)],
                     # A dependency cycle (checkers/elle.py, checkers/txn.py) drawn beside its steps in words.
                     "cycle_svg": _markup_or_none(cycle_svg(ex)),
@@ -259,7 +260,7 @@ def _lost_write_rows(examples: list[dict[str, Any]], pairs, windows: list[FaultW
         send = ex.get("send") if isinstance(ex.get("send"), dict) else {}
         acked_s = (send.get("time") or 0) / 1e9
         key, offset = ex.get("key"), ex.get("offset")
-        row = {"partition": key, "offset": offset, "value": _short(ex.get("value")), "raw_value": ex.get("value"),
+        row = {"partition": key, "offset": offset, "value": _cut(json.dumps(ex.get("value"), default=str), 80), "raw_value": ex.get("value"),
                "acked_s": acked_s, "acked_fault": fault_at(windows, acked_s),
                "gone_from_s": acked_s, "gone_to_s": None, "gone_by": "", "gone_fault": ""}
         rows.append(row)
@@ -284,7 +285,7 @@ def _lost_write_rows(examples: list[dict[str, Any]], pairs, windows: list[FaultW
                 if val == row["raw_value"]:
                     row["gone_from_s"] = max(row["gone_from_s"], t)
                 elif t >= row["gone_from_s"]:
-                    row["gone_to_s"], row["gone_by"] = t, what.format(v=_short(val))
+                    row["gone_to_s"], row["gone_by"] = t, what.format(v=_cut(json.dumps(val, default=str), 80))
     for row in rows:
         if row["gone_to_s"] is None and _norm(row["partition"]) in final_read_s:
             row["gone_to_s"], row["gone_by"] = final_read_s[_norm(row["partition"])], "the final read missed it"
@@ -335,7 +336,7 @@ def _fault_row(r) -> dict[str, Any]:
     """One row of the report's fault ledger: what was asked, whether it happened, was seen, was undone."""
     def mark(ok: Any, why: Any, evidence: dict[str, Any]) -> str:
         if ok is True:
-            return "yes" + (f" ({_short(evidence)[:160]})" if evidence else "")
+            return "yes" + (f": {readable(evidence)}" if evidence else "")
         if ok is False:
             return f"NO: {why}"
         return "—"
@@ -351,8 +352,64 @@ def _norm(x: Any) -> str:
     return str(x)
 
 
-def _short(value: Any) -> str:
-    return json.dumps(value, default=str)[:80]
+def readable(value: Any) -> str:
+    """Evidence as text a person reads, never cut mid-string: a table as "key: value; ...", a list as
+    "a, b", a node's probe answers as they are."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {readable(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(readable(v) for v in value)
+        return f"[{inner}]" if any(isinstance(v, (dict, list, tuple)) for v in value) else inner
+    return str(value)
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how many more there are (said, not hidden)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters in the raw view)"
+
+
+def system_under_test(test: dict[str, Any]) -> tuple[str, str]:
+    """(its name for the title, one line on what it is): a cluster file's system by the versions its nodes
+    reported (test.json node_versions), else our reference broker and its variant."""
+    versions = test.get("node_versions") if isinstance(test.get("node_versions"), dict) else {}
+    if versions or isinstance(test.get("cluster_file"), dict):
+        said = sorted({str(v.get("command")) for v in versions.values() if isinstance(v, dict) and v.get("command")})
+        apis = sorted({str(v.get("api_versions")) for v in versions.values() if isinstance(v, dict)
+                       and v.get("api_versions")})
+        name = ", ".join(said) or "a Kafka-protocol system"
+        file = Path(str(test.get("cluster") or "cluster file")).name
+        return name, (f"{name} ({len(versions)} node(s), described by {file}"
+                      + (f"; its brokers answer the Kafka API of {', '.join(apis)}" if apis else "") + ")")
+    variant = test.get("broker_variant") or "default"
+    name = "the reference broker" + (f" ({variant})" if variant != "default" else "")
+    harness = (test.get("versions") or {}).get("kafkaesque-harness", "")
+    return name, (f"{name} {harness}, {test.get('brokers', '?')} brokers and {test.get('controllers', 1)} "
+                  f"controller(s) on the {test.get('cluster', '?')} cluster, flush policy "
+                  f"{test.get('flush_policy', 'never')}, acks={test.get('acks', 'all')}, min ISR {test.get('min_isr', '?')}")
+
+
+TARGET_WORDS = {"mixed": "each on a random node, the leader, a minority, a majority or every broker",
+                "random-node": "each on a random node", "leader": "each on a partition's leader",
+                "controller": "each on the active controller", "minority": "each on a minority of the brokers",
+                "majority": "each on a majority of the brokers", "all": "each on every broker"}
+
+
+def fault_plan_in_words(test: dict[str, Any]) -> str:
+    """The run's faults as a sentence: which, how often, on whom; a scenario or the protocol nemesis by name."""
+    names = [str(n) for n in test.get("nemesis") or []]
+    if not names:
+        return "none: the run tests the system without faults"
+    driven = [n for n in names if n.startswith("scenario:") or n == "protocol"]
+    random_faults = [n for n in names if n not in driven]
+    parts = [("the protocol nemesis's role-aware moves and flaw sequences" if n == "protocol"
+              else f"the scenario {n.removeprefix('scenario:')}") for n in driven]
+    if random_faults:
+        schedule = ("one at a time" if test.get("nemesis_schedule") == "sequential" else
+                    "overlapping")
+        target = str(test.get("nemesis_target") or "mixed")
+        parts.append(f"{', '.join(random_faults)} at random ({schedule}), a start or a stop about every "
+                     f"{float(test.get('nemesis_interval') or 10):g} s, {TARGET_WORDS.get(target, f'on {target}')}")
+    return "; with ".join(parts) if driven and random_faults else "; ".join(parts)
 
 
 def _ops_in(example: dict[str, Any]):
@@ -389,6 +446,8 @@ def _as_shown(test: dict[str, Any]) -> dict[str, Any]:
         shown["run_dir"] = store_relative(shown["run_dir"])
     if shown.get("store"):
         shown["store"] = Path(shown["store"]).name
+    if isinstance(shown.get("cluster_file"), dict) and shown["cluster_file"].get("path"):
+        shown["cluster_file"] = {**shown["cluster_file"], "path": Path(shown["cluster_file"]["path"]).name}
     return shown
 
 
@@ -418,6 +477,11 @@ def render_report(run_dir: str | os.PathLike, history: list[Op] | None = None) -
 
     html = _ENV.get_template("report.html.j2").render(
         test=test, results=results, valid=results.get("valid", "unknown"),
+        sut=system_under_test(test), fault_plan=fault_plan_in_words(test),
+        availability=availability_sentence(results["availability"] if isinstance(results.get("availability"), dict)
+                                           else availability(history, float(test.get("time_limit") or end_s), [
+                                               w for w in results.get("harness_warnings") or []
+                                               if ": client open failed: " in str(w)])),
         anomalies=_anomaly_sections(results, windows), windows=windows, node_logs=node_logs,
         faults=[_fault_row(r) for r in fault_records(history)], reached=reached, state_meaning=STATES,
         unknown_reasons=[str(x) for x in results.get("unknown_reasons") or []],

@@ -135,6 +135,21 @@ def test_failing_run_report_draws_its_plots_without_errors(browser, campaign, ar
     # the lost-write table ends within the first screen (900 px), where a reader sees it
     bottom = browser.evaluate("document.getElementById('lost-writes-table').getBoundingClientRect().bottom")
     assert bottom <= 900, f"the lost-write table ends at {bottom} px, below the first screen"
+    # the first screen tells the story (issue 39 item 4): the system under test by name, the fault plan in
+    # words, availability, and links to each anomaly, the faults, the reached states, the plots and the timeline
+    facts = browser.evaluate("document.getElementById('run-facts').innerText")
+    assert "System under test: the reference broker (unclean-election)" in facts, facts
+    assert "Faults: the scenario unclean-election" in facts and "Availability: client ops succeeded in" in facts, facts
+    assert browser.evaluate("document.title").startswith("the reference broker (unclean-election) · queue · INVALID")
+    links = browser.evaluate("[...document.querySelectorAll('#jump a')].map(a => a.getAttribute('href'))")
+    for target in ("#faults", "#reached", "#plots", "#timeline"):
+        assert target in links, links
+    anomaly_links = [h for h in links if h.startswith("#anomaly-")]
+    assert anomaly_links and all(browser.evaluate(f"!!document.getElementById('{h[1:]}')") for h in anomaly_links)
+    assert browser.evaluate("document.getElementById('jump').getBoundingClientRect().bottom") <= 900
+    # evidence is text a person reads, not JSON cut off mid-string
+    cells = browser.evaluate("[...document.querySelectorAll('#fault-ledger td:nth-child(6)')].map(c => c.innerText)")
+    assert cells and not any(c.lstrip().startswith(("{", "yes ({")) for c in cells), cells
 
 
 # Per cycle drawing: its nodes' labels, its arrows' labels, and whether every node was laid out (a box of some size).

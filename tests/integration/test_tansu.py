@@ -118,3 +118,55 @@ def test_a_harness_made_tansu_container_is_labelled_for_cleanup_and_faults_it_ca
     finally:
         c.down()
     assert containers_of("kq-tansu-test") == []
+
+
+def test_a_start_whose_binary_does_not_exist_fails_within_seconds_with_its_log_kept(tmp_path):
+    """issue 39 item 1: found at once (the process must live within STARTED_WITHIN_S), the sentence carries the
+    end of the node's log, and the log stays in the run dir."""
+    import time
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text(TANSU.read_text().replace("nohup /opt/tansu/bin/tansu broker", "nohup /opt/tansu/bin/no-such-tansu broker"))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", str(broken),
+                        "--no-panel", "--store", str(tmp_path / "store"), "--time-limit", "20"],
+                       capture_output=True, text=True, timeout=300, cwd=PROJECT)
+    took = time.monotonic() - t0
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 3 and took < 60, (took, said[-2000:])
+    assert "start command returned but the pid command finds no live process" in said, said[-2000:]
+    assert "no-such-tansu" in said  # the end of its log: the shell's "not found"
+    (kept,) = list((tmp_path / "store").glob("*/2*/nodes/tansu-1/tansu.log"))  # not through the latest link
+    assert "no-such-tansu" in kept.read_text()
+
+
+def test_ctrl_c_during_an_external_clusters_set_up_ends_within_5_s_and_leaves_no_container(tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", str(TANSU),
+                             "--no-panel", "--store", str(tmp_path / "store"), "--time-limit", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not containers_of(""):  # the set-up has made its container
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert took < 5, f"took {took:.1f} s to stop after Ctrl-C: {err[-2000:]}"
+    assert proc.returncode == 130, err[-2000:]
+    run_dir = Path(out.strip().splitlines()[-1]) if out.strip() else None
+    assert run_dir is None or containers_of(run_dir.name) == []
+
+
+def test_a_restarted_one_broker_system_is_not_held_up_by_role_lookups(tmp_path):
+    """A kill's restart asked the cluster for leaders while its only broker was down: kafka-python's admin
+    client waited 30 s to bootstrap each time, so a 60 s tansu run took 125 s. Bounded now (ADMIN_BOOTSTRAP_MS)."""
+    r, run_dir = run_cli(tmp_path, "--nemesis", "kill", "--nemesis-schedule", "sequential",
+                         "--nemesis-interval", "5", "--time-limit", "20", "--name", "tansu-restart")
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    starts = {op["index"]: op["time"] for op in history if op["f"] == "stop-kill" and op["type"] == "invoke"}
+    ends = [op["time"] for op in history if op["f"] == "stop-kill" and op["type"] == "info"]
+    assert starts and ends and max(e - s for s, e in zip(starts.values(), ends, strict=False)) < 10e9, (starts, ends)

@@ -413,3 +413,22 @@ def test_isr_targets_are_not_applicable_where_nodes_share_an_id(tmp_path, target
     if refused:
         assert why.startswith(f"--nemesis-target {target} is not applicable to the kill fault here: the cluster "
                               f"file {shared.cf.path} gives no node an id of its own (k1: 111, k2: 111)")
+
+
+def test_the_pgrep_idiom_finds_the_system_and_not_the_shell_that_asks(tmp_path):
+    """`pid = "pgrep -f NAME"` (README): the harness asks through `sh -c`, whose own command line holds NAME;
+    the pid it acts on must be the system's, never the asking shell's or its $(...) subshell's."""
+    import subprocess
+
+    marker = f"kafkaesque-pid-idiom-{tmp_path.name}"
+    system = subprocess.Popen(["sh", "-c", f"sleep 300; : {marker}"])  # a shell that stays, the marker in its argv
+    try:
+        c = ExternalCluster.from_file(write(tmp_path, GOOD.replace('pid = "cat {{ dir }}/pid"',
+                                                                    f'pid = "pgrep -f {marker}"')), None, str(tmp_path))
+        asked = subprocess.run(["sh", "-c", c._pid_script("k1") + '; echo "$p"'], capture_output=True, text=True)
+        assert asked.stdout.strip() == str(system.pid), asked
+    finally:
+        system.kill()
+        system.wait()
+    asked = subprocess.run(["sh", "-c", c._pid_script("k1") + '; echo "p=$p"'], capture_output=True, text=True)
+    assert asked.stdout.strip() == "p=", asked  # gone: nothing found, not the shell that asked

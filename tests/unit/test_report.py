@@ -161,7 +161,7 @@ def test_report_first_screen_comes_before_the_details_and_is_escaped(tmp_path):
     run, _ = _lost_write_run(tmp_path)
     html = render_report(run).read_text()
     assert html.index('id="verdict"') < html.index('id="summary-lines"') < html.index('id="lost-writes-table"') \
-        < html.index('id="anomalies"') < html.index('id="plot-latency"') < html.index("<h2>Test</h2>")
+        < html.index('id="anomalies"') < html.index('id="plot-latency"') < html.index("<h2 id=\"test\">Test</h2>")
     table = html[html.index('id="lost-writes-table"'):html.index("</table>", html.index('id="lost-writes-table"'))]
     assert "<td>5</td>" in table and "1.00" in table and "2.00–5.00" in table and "partition, kill" in table
     assert "30 acknowledged write(s) lost" in html
@@ -248,3 +248,25 @@ def test_a_trace_violation_is_shown_with_the_trace_lines_that_prove_it(tmp_path)
     html = render_report(run).read_text()
     section = html[html.index("ack-above-hwm"):]
     assert "broker-2 acked 5..6" in section and "<td>broker-2</td><td>4242</td><td>produce_acked</td>" in section
+
+
+def test_the_first_screen_names_the_system_the_fault_plan_and_availability(tmp_path):
+    from kafkaesque_harness.results.report import fault_plan_in_words, readable, system_under_test
+
+    foreign = {"cluster": "/home/u/tansu.toml", "cluster_file": {"path": "/home/u/tansu.toml"},
+               "node_versions": {"tansu-1": {"command": "tansu 0.6.0", "api_versions": "3.9"}}}
+    assert system_under_test(foreign)[0] == "tansu 0.6.0"
+    assert "described by tansu.toml" in system_under_test(foreign)[1]
+    assert system_under_test({"broker_variant": "no-elr", "cluster": "local"})[0] == "the reference broker (no-elr)"
+    plan = fault_plan_in_words({"nemesis": ["scenario:zombie-leader", "kill"], "nemesis_interval": 5,
+                                "nemesis_target": "random-node"})
+    assert plan == ("the scenario zombie-leader; with kill at random (overlapping), a start or a stop about every "
+                    "5 s, each on a random node")
+    assert fault_plan_in_words({"nemesis": []}).startswith("none")
+    assert readable({"process": "down", "probes": {"broker-2": "timeout"}}) == "process: down; probes: broker-2: timeout"
+    run = _make_run(tmp_path)
+    html = render_report(run).read_text()
+    assert 'id="sut"' in html and 'id="fault-plan"' in html and 'id="availability"' in html
+    assert 'href="#anomaly-queue-lost-write"' in html and 'id="anomaly-queue-lost-write"' in html
+    for section in ("#faults", "#reached", "#plots", "#timeline"):
+        assert f'href="{section}"' in html and f'id="{section[1:]}"' in html

@@ -36,7 +36,7 @@ def _drawings_by_anomaly(html: str) -> dict[str, list[ET.Element]]:
     """Each anomaly section's heading ("G1c · txn") and its cycle drawings, parsed as XML (so they are well formed)."""
     out = {}
     anomalies = html[html.index('<h2 id="anomalies">'):html.index('<h2 id="faults">')]
-    for section in anomalies.split('<div class="anomaly">')[1:]:
+    for section in anomalies.split('<div class="anomaly"')[1:]:
         name, checker = re.search(r"<h3>(.*?) <span class=\"muted\">× \d+ · (.*?)</span>", section).groups()
         out[f"{name} · {checker}"] = [ET.fromstring(s) for s in re.findall(r"<svg .*?</svg>", section, re.S)]
     return out
