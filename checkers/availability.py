@@ -29,7 +29,8 @@ def availability(history: Sequence[Op], time_limit_s: float, warnings: Iterable[
     seconds = max(1, math.ceil(end))
     covered = {min(int(t), seconds - 1) for t in oks}
     edges = [0.0, *oks, end]
-    gap, frm, to = max(((b - a, a, b) for a, b in zip(edges, edges[1:])), default=(end, 0.0, end))
+    gap, frm, to = max(((b - a, a, b) for a, b in zip(edges, edges[1:], strict=False)),
+                       default=(end, 0.0, end))
     warnings = list(warnings)
     return {"ok_seconds_share": round(len(covered) / seconds, 3), "longest_gap_s": round(gap, 1),
             "longest_gap": [round(frm, 1), round(to, 1)], "client_warnings": len(warnings),
