@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 STOP_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 120.0
 STARTED_WITHIN_S = 10.0  # after `start` returns, its process must be found live by then
+COMMANDS_LOG = "commands.jsonl"  # in the run dir: every command run on the nodes (_sh)
 
 
 class ExternalCluster:
@@ -304,7 +306,19 @@ class ExternalCluster:
                 "[ \"$c\" != \"$$\" ] && [ \"$c\" != \"$PPID\" ] && kill -0 \"$c\" 2>/dev/null && { p=$c; break; }; done")
 
     def _sh(self, node: str, script: str, timeout: float = 30.0, check: bool = False):
-        return self.remote(node).run(["sh", "-c", script], timeout=timeout, check=check)
+        """Run `script` on the node through `sh -c`; each command, its exit status and the end of its output
+        go to the run dir's commands.jsonl, so a cluster file's author sees what the harness ran."""
+        t0 = time.monotonic()
+        r = self.remote(node).run(["sh", "-c", script], timeout=timeout, check=False)
+        try:
+            with open(self.run_dir / COMMANDS_LOG, "a") as f:
+                f.write(json.dumps({"node": node, "command": script, "exit": r.exit, "seconds": round(time.monotonic() - t0, 3),
+                                    "out": r.out[-500:], "err": r.err[-500:]}) + "\n")
+        except OSError:
+            pass  # the log is for the reader; a run dir that cannot take it changes nothing the run does
+        if check and not r.ok:
+            raise RemoteError(f"{node}: `{script}` exited {r.exit}: {(r.err.strip() or r.out.strip())[-300:]}")
+        return r
 
     def _signal(self, node: str, sig: str) -> bool:
         """Send a signal to the pid the pid command prints (one round trip). A SIGSTOP is listed beside the

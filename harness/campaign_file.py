@@ -261,12 +261,16 @@ def _base_spec(settings: dict[str, Any], name: str, store: str) -> TestSpec:
 
 def _check_settings(spec: TestSpec, from_file: bool) -> None:
     """The checks `kafkaesque run` makes on its flags (TestSpec.problems), worded for the file's keys."""
+    from kafkaesque_harness.clusters.cluster_file import is_cluster_file
     from kafkaesque_harness.harness.spec import CLUSTER_NAMES, SSH_PREFIX, cluster_problem
 
-    if spec.cluster.startswith(SSH_PREFIX):
-        problem = cluster_problem(spec.cluster)  # the node file itself, checked before anything runs
+    if spec.cluster.startswith(SSH_PREFIX) or is_cluster_file(spec.cluster):
+        problem = cluster_problem(spec.cluster)  # the node or cluster file itself, checked before anything runs
         if problem:
             raise CampaignFileError(problem + ".")
+        file_brokers = spec.cluster_file_brokers()
+        if file_brokers is not None:
+            spec.take_file_brokers(file_brokers)  # the file decides how many brokers, as for `kafkaesque run`
     elif spec.cluster not in CLUSTER_NAMES:
         where = "key 'cluster'" if from_file else "--cluster"
         raise CampaignFileError(f"{where} is {spec.cluster!r}, which is not one of {', '.join(CLUSTER_NAMES)}; "

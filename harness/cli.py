@@ -592,7 +592,8 @@ def check(
 def campaign(
     file: Annotated[Path, typer.Argument(help="a campaign TOML file (see campaigns/nightly.toml)")],
     dry_run: Annotated[bool, typer.Option(help="print the expanded matrix and run nothing")] = False,
-    cluster: Annotated[str, typer.Option(help="auto, docker or local (default: the file's, else auto)")] = "",
+    cluster: Annotated[str, typer.Option(help="auto, docker, local, FILE.toml or ssh:FILE.toml (default: the "
+                                             "file's, else auto)")] = "",
     store: Annotated[str, typer.Option(help="where runs and campaign directories are stored")] = "store",
     no_panel: Annotated[bool, typer.Option(help="no live panel (the default when not on a terminal)")] = False,
 ) -> None:

@@ -138,6 +138,9 @@ def test_a_start_whose_binary_does_not_exist_fails_within_seconds_with_its_log_k
     assert "no-such-tansu" in said  # the end of its log: the shell's "not found"
     (kept,) = list((tmp_path / "store").glob("*/2*/nodes/tansu-1/tansu.log"))  # not through the latest link
     assert "no-such-tansu" in kept.read_text()
+    # and what the harness ran there, as rendered for the node, with its exit status
+    ran = [json.loads(line) for line in (kept.parents[2] / "commands.jsonl").read_text().splitlines()]
+    assert any("no-such-tansu" in c["command"] and c["node"] == "tansu-1" and c["exit"] == 0 for c in ran), ran
 
 
 def test_ctrl_c_during_an_external_clusters_set_up_ends_within_5_s_and_leaves_no_container(tmp_path):
