@@ -34,6 +34,7 @@ from typing import Any
 from kafkaesque_harness.clusters.broker import node_code_digest
 from kafkaesque_harness.clusters.code_copy import REPO_ROOT, CodeCopy, edited_texts
 from kafkaesque_harness.clusters.mutants import MUTANTS, Mutant
+from kafkaesque_harness.results.confidence import cell_text, rate_text
 from kafkaesque_harness.results.store import STORE_NOTE, STORE_PLACEHOLDER
 from kafkaesque_harness.studies.detection import first_anomaly_s
 
@@ -391,10 +392,6 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _pct(n: int, d: int) -> str:
-    return f"{n}/{d} ({n / d:.0%})" if d else "0/0"
-
-
 def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: str = "") -> str:
     measured = [r for r in rows if r.runs]
     caught = [r for r in measured if r.caught_runs]
@@ -411,12 +408,13 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         "`history` is the client history's checkers, `state` the end-of-run state dumps (`replicas`), "
         "`trace` the protocol trace checker (checkers/trace.py). `first proof` is the median over the caught runs of the seconds from the run's start to "
         "the first op (or trace line) that proved an anomaly; `-` where only the end-of-run dumps or the "
-        "final read prove it.", "",
+        "final read prove it. Every caught/runs cell is k/n with its 95% Clopper-Pearson interval "
+        "(results/confidence.py); `caught in` is over all of a mutant's counted runs.", "",
         "## Summary", "",
         f"- Mutants measured: {len(measured)} of {len(rows)} in the catalogue.",
-        f"- Caught (any source, in at least one run): {_pct(len(caught), len(measured))}.",
-        f"- Caught by the client histories alone: {_pct(len(by_history), len(measured))}.",
-        f"- Caught by the trace checker: {_pct(len(by_trace), len(measured))}"
+        f"- Caught (any source, in at least one run): {rate_text(len(caught), len(measured)).replace('runs', 'mutants')}.",
+        f"- Caught by the client histories alone: {rate_text(len(by_history), len(measured)).replace('runs', 'mutants')}.",
+        f"- Caught by the trace checker: {rate_text(len(by_trace), len(measured)).replace('runs', 'mutants')}"
         + ("." if any(r.traced for r in measured) else " (no run had a trace checker: checkers/trace.py was not "
                                                         "in the code these runs were made with)."),
         f"- Caught only by the end-of-run state dumps: {len(by_state_only)}.",
@@ -430,11 +428,11 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         lines.append(f"- Killed by the broker's unit tests (`--unit-tests`): {len(killed)} of {len(units)} tried "
                      "(a mutant they kill is still kept: the question here is what a fault-injection run finds).")
     lines += ["", "## Per mutant", "",
-              "| mutant | file | verdict | " + " | ".join(f"`{p}` caught/runs" for p in plans)
+              "| mutant | file | verdict | caught in (95%) | " + " | ".join(f"`{p}` caught/runs" for p in plans)
               + " | history | state | trace | first proof (s, median) | unit tests | rule |",
-              "|---|---|---|" + "---|" * len(plans) + "---|---|---|---|---|---|"]
+              "|---|---|---|---|" + "---|" * len(plans) + "---|---|---|---|---|---|"]
     for r in rows:
-        cells = [f"{r.by_plan[p][0]}/{r.by_plan[p][1]}" if p in r.by_plan else "-" for p in plans]
+        cells = [cell_text(*r.by_plan[p]) if p in r.by_plan else "-" for p in plans]
 
         def src(s: str, r: MutantRow = r) -> str:
             return f"{r.caught[s]} ({', '.join(sorted(r.anomalies[s]))})" if r.caught.get(s) else "-"
@@ -444,7 +442,8 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         unit = "-" if r.unit is None else ("killed" if r.unit["killed"] else "survived")
         first = "-" if r.median_first_s is None else f"{r.median_first_s:g}"
         files = ", ".join(f"`{f.removeprefix('clusters/broker/')}`" for f in r.mutant.files)
-        lines.append(f"| `{r.mutant.name}` | {files} | {verdict} | " + " | ".join(cells)
+        lines.append(f"| `{r.mutant.name}` | {files} | {verdict} | {cell_text(r.caught_runs, r.runs)} | "
+                     + " | ".join(cells)
                      + f" | {src('history')} | {src('state')} | {src('trace')} | {first} | {unit} | "
                        f"{_cell(r.mutant.rule)} ({_cell(r.mutant.cite)}) |")
     survivors = [r for r in measured if not r.caught_runs]

@@ -98,8 +98,8 @@ def test_markdown_names_the_command_and_the_default_rows_first(tmp_path):
     table = md.split("## Every row")[1]
     rows = [line for line in table.splitlines() if line.startswith("| ")][1:]  # after the header
     assert rows[0].startswith("| default")
-    assert "| no-elr | queue | all | never | 2 | `scenario:x` | 60 s | 3 | 2 | lost-write | lost-write | 20.0 |" in md
-    assert "Met: 0 anomalies in 2 runs" in md
+    assert "| no-elr | queue | all | never | 2 | `scenario:x` | 60 s | 3 | 2/3 (9.4%-99%) | lost-write | lost-write | 20.0 |" in md
+    assert "Met within what 2 runs can say: 0 of 2 runs: rate below 78% (95%)" in md
 
 
 def test_the_claims_are_judged_from_the_rows(tmp_path, monkeypatch):
@@ -117,10 +117,12 @@ def test_the_claims_are_judged_from_the_rows(tmp_path, monkeypatch):
     runs += [run(tmp_path, 40 + i, "truncate-to-hw", "kill,partition", "invalid", first_ns=1, time_limit=300)
              for i in range(5)]
     md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect")
-    assert "**Not met**: 1 of 1 runs found an anomaly" in md                 # the default must stay clean
+    assert "**Not met**: 1 of 1 runs (100%, 95% CI 2.5%-100%) found an anomaly" in md                 # the default must stay clean
     assert "**Not met** in: `no-elr` by `scenario:z` (min ISR 2: 0/1)" in md  # a targeting scenario missed
-    assert "| no-elr | queue | 4/5 (80%) | 0.0 | 1/5 (20%) | 0.0 | meets 80%; random does worse |" in md
-    assert "| truncate-to-hw | queue | 3/5 (60%) | 0.0 | 5/5 (100%) | 0.0 | **below 80%**; random does as well |" in md
+    assert ("| no-elr | queue | 4 of 5 runs (80%, 95% CI 28%-99%) | 0.0 | 1 of 5 runs (20%, 95% CI 0.51%-72%) | 0.0 | "
+            "meets 80% (but 5 runs cannot show it: the interval reaches down to 28%); random does worse |") in md
+    assert ("| truncate-to-hw | queue | 3 of 5 runs (60%, 95% CI 15%-95%) | 0.0 | 5 of 5 runs (100%, 95% CI 48%-100%) | 0.0 | "
+            "**below 80%**; random does as well |") in md
 
 
 def test_write_detection_from_campaign_dirs_with_notes(tmp_path):
@@ -152,8 +154,8 @@ def test_workloads_make_rows_of_their_own(tmp_path):
     assert rows[("default", "queue")].found == 0 and rows[("default", "txn")].found == 1
     assert rows[("zombie-not-fenced", "txn")].beyond_default == []  # the txn default showed G1a too
     md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect")
-    assert "- `protocol` (txn) (acks=all, flush never, min ISR 2, 300 s): 1/1, G1a" in md
-    assert "| zombie-not-fenced | txn | 1/1 (100%) |" in md
+    assert "- `protocol` (txn) (acks=all, flush never, min ISR 2, 300 s): 1 of 1 runs (100%, 95% CI 2.5%-100%), G1a" in md
+    assert "| zombie-not-fenced | txn | 1 of 1 runs (100%, 95% CI 2.5%-100%) |" in md
 
 
 def test_a_section_is_replaced_and_the_rest_of_the_page_kept(tmp_path):
@@ -180,5 +182,5 @@ def test_a_section_is_replaced_and_the_rest_of_the_page_kept(tmp_path):
     again = page.read_text()
     assert again.count("## Transactions and consumer groups") == 1
     assert again.startswith("# Detection table\n\nthe replication rows, by hand\n")
-    assert "| zombie-not-fenced | txn | all | never | 2 | `protocol` | 300 s | 1 | 1 | lost-write |  | 2.0 |" in again
+    assert "| zombie-not-fenced | txn | all | never | 2 | `protocol` | 300 s | 1 | 1/1 (2.5%-100%) | lost-write |  | 2.0 |" in again
     assert len(ledger.read_text().splitlines()) == 2  # both campaigns, each once
