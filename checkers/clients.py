@@ -190,7 +190,7 @@ def _mono(e: Mapping[str, Any]) -> float | None:
 
 
 def _closest_before(found: list[tuple[str, dict[str, Any]]], mono: float | None,
-                    slack: float = 2.0) -> tuple[str, dict[str, Any]] | None:
+                    slack: float = 0.05) -> tuple[str, dict[str, Any]] | None:
     """The last of `found` no later than `mono` (+ slack); without a common clock, the last one."""
     if not found:
         return None
