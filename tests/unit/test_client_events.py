@@ -11,11 +11,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kafkaesque_harness.checkers.clients import BROKER, CLIENT, Moves, attribute_with_trace
+from kafkaesque_harness.checkers.clients import BROKER, Moves, attribute_with_trace
 from kafkaesque_harness.checkers.core import Anomaly, Result, run_checkers
 from kafkaesque_harness.checkers.queue import QueueChecker, check_queue
 from kafkaesque_harness.checkers.txn import TxnChecker, check_txn
-from kafkaesque_harness.history import CLIENT_EVENTS, INVOKE, OK, Op, client_events, client_id, process_of_client
+from kafkaesque_harness.history import (
+    CLIENT_EVENTS,
+    INVOKE,
+    OK,
+    Op,
+    client_events,
+    client_id,
+    process_of_client,
+)
 from kafkaesque_harness.workloads.base import ClientEventLog
 
 # --- the schema's helpers -----------------------------------------------------------------------------------
