@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from kafkaesque_harness.checkers.clients import attribute_with_trace, attribution
 from kafkaesque_harness.checkers.reasons import say
 from kafkaesque_harness.checkers.stream import InFile, OpSource, Row
 from kafkaesque_harness.history import HistoryFile, Op, gc_paused, read_history
@@ -44,14 +45,20 @@ class Anomaly:
     count: int
     examples: list[dict[str, Any]] = field(default_factory=list)
     explanation: str = ""
+    # whose the instances are, where the evidence can tell (checkers/clients.py): owner -> how many of `count`;
+    # the rest are unattributed. None: the checker does not attribute.
+    whose: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "name": self.name,
             "count": self.count,
             "explanation": self.explanation,
             "examples": self.examples[:MAX_EXAMPLES],
         }
+        if self.whose:
+            d["whose"] = dict(self.whose)
+        return d
 
 
 @dataclass
@@ -127,6 +134,9 @@ def compose(results: Sequence[Result]) -> dict[str, Any]:
     reasons = [s for r in results for s in reasons_of(r)]
     if reasons:
         out["unknown_reasons"] = reasons
+    owners = attribution(results)  # whose the reported anomalies are (checkers/clients.py)
+    if owners is not None:
+        out["attribution"] = owners
     return out
 
 
@@ -183,7 +193,15 @@ def run_checkers(checkers: Sequence[Checker], test: dict[str, Any], history: Seq
                 result = Result(checker=c.name, valid=UNKNOWN, error=f"{type(e).__name__}: {e}")
             results.append(result)
             previous[c.name] = result
-    return compose(results)
+    failed = None
+    try:
+        attribute_with_trace(results, data)  # the broker answers behind the client events (checkers/clients.py)
+    except Exception as e:  # noqa: BLE001 - an attribution that fails leaves the verdict as the checkers gave it
+        failed = f"{type(e).__name__}: {e}"
+    out = compose(results)
+    if failed:
+        out["attribution_error"] = failed
+    return out
 
 
 def _stream_file(checkers: Sequence[Checker], test: dict[str, Any], history: HistoryFile) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, islice
 from typing import Any
 
+from kafkaesque_harness.checkers.clients import Moves, cause_fields, count_whose, whose_of
 from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from kafkaesque_harness.checkers.reasons import say
 from kafkaesque_harness.checkers.stream import (
@@ -72,7 +73,7 @@ from kafkaesque_harness.checkers.stream import (
     completion,
     widened,
 )
-from kafkaesque_harness.history import INFO, NEMESIS, OK, Op, beyond_budget_time
+from kafkaesque_harness.history import CLIENT_EVENTS, INFO, NEMESIS, OK, Op, beyond_budget_time
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
                  "group-skip", "lost-commit")
@@ -197,16 +198,23 @@ def resent_copies(copies: int, requests: int) -> bool:
 
 class Examples:
     """Each anomaly's count and its first MAX_EXAMPLES examples. An example is made only when it is kept
-    (`make`, called then): its ops are read back from the history, which a stream does not hold."""
+    (`make`, called then): its ops are read back from the history, which a stream does not hold. `whose`: the
+    owner of this instance where a client event tells it (checkers/clients.py), counted over every instance."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = defaultdict(int)
         self.examples: dict[str, list] = defaultdict(list)
+        self.whose: dict[str, dict[str, int]] = defaultdict(dict)
 
-    def add(self, name: str, make: Callable[[], dict[str, Any]]) -> None:
+    def add(self, name: str, make: Callable[[], dict[str, Any]], whose: str | None = None) -> None:
         self.counts[name] += 1
+        if whose is not None:
+            count_whose(self.whose[name], whose)
         if len(self.examples[name]) < MAX_EXAMPLES:
             self.examples[name].append(make())
+
+    def anomaly(self, name: str, explanation: str) -> Anomaly:
+        return Anomaly(name, self.counts[name], self.examples[name], explanation, whose=self.whose.get(name) or None)
 
 
 class QueueChecker:
@@ -273,12 +281,14 @@ class _Acked:
 
 class _Jumps:
     """One partition's jumps in one era, as columns (an array of ints costs 8 bytes an entry, a tuple 90):
-    the offsets read before and after, and the positions of the two reads."""
+    the offsets read before and after, the positions of the two reads, and the client event that moved the
+    consumer there (an index into QueueCheck.causes; -1: none)."""
 
-    __slots__ = ("starts", "ends", "before", "after")
+    __slots__ = ("starts", "ends", "before", "after", "causes")
 
     def __init__(self) -> None:
         self.starts, self.ends, self.before, self.after = array("q"), array("q"), array("q"), array("q")
+        self.causes = array("i")
 
 
 # Commit errors that say the coordinator refused the commit before writing it (Kafka's GroupCoordinator answers
@@ -376,6 +386,10 @@ class QueueCheck:
         self.ever_assigned: set[tuple[Any, int]] = set()
         self.unassigned_takeups: set[tuple[Any, int]] = set()  # read with no assignment on record: not judged
         self.resumes: list[tuple[Any, Any, int, int, int, int, int]] = []
+        # the client events (history/clients.py): each process's position moves, waiting for the read they
+        # explain (checkers/clients.py), and the moves that explain a jump (_Jumps.causes)
+        self.moves = Moves()
+        self.causes: list[dict[str, Any]] = []
 
     def era(self, time: Any) -> int:
         return 1 if self.cutoff is not None and time >= self.cutoff else 0
@@ -386,6 +400,8 @@ class QueueCheck:
         f = inv[F]
         t = comp[TYPE] if comp is not None else INFO
         self.outcomes[(f, t)] += 1
+        if comp is not None and comp[EXTRA] and CLIENT_EVENTS in comp[EXTRA]:
+            self.moves.note(inv[PROCESS], comp[EXTRA], comp[POS])
         if self.subscribe and comp is not None and comp[EXTRA] and "rebalance_log" in comp[EXTRA]:
             self._assignments(inv, comp)
         if f == "send":
@@ -436,6 +452,8 @@ class QueueCheck:
                     self.unassigned_takeups.add((process, key))
             if not recs:
                 continue  # nothing read: no position to remember
+            # the client event that placed this read (a reset, a seek), if one did
+            cause = self.moves.explain(process, key, recs[0][0]) if self.moves.pending else None
             seen = seen_in.get(key)
             if seen is None:
                 seen = seen_in[key] = self.seen[(key, e)] = OffsetValues()
@@ -474,7 +492,7 @@ class QueueCheck:
                         self.stats["subscribe-rewinds" if off <= prev_off else "subscribe-jumps"] += 1
                 elif prev_off is not None:
                     if off <= prev_off:
-                        self._nonmonotonic(key, process, prev_off, off, prev_pos, pos)
+                        self._nonmonotonic(key, process, prev_off, off, prev_pos, pos, cause)
                     elif off > prev_off + 1:
                         # A skip or a legitimate gap: decided after the pass, once every read
                         # and acknowledgement that may prove the skipped offsets exist is known.
@@ -484,6 +502,10 @@ class QueueCheck:
                         jumped.ends.append(off)
                         jumped.before.append(prev_pos)
                         jumped.after.append(pos)
+                        if cause is not None:
+                            self.causes.append(cause)
+                        jumped.causes.append(len(self.causes) - 1 if cause is not None else -1)
+                cause = None  # a move places a read's first record only
                 prev_off, prev_pos = off, pos
                 seq += 1
             if f == "poll":
@@ -507,11 +529,25 @@ class QueueCheck:
             "summary": f"partition {key} offset {off}: one read saw {other_val!r}, another {val!r}",
             "reads": [self._read_op(other_seq).to_dict(), self.op_at(pos).to_dict()]})
 
-    def _nonmonotonic(self, key: int, process: Any, prev_off: int, off: int, prev_pos: int, pos: int) -> None:
+    def _nonmonotonic(self, key: int, process: Any, prev_off: int, off: int, prev_pos: int, pos: int,
+                      cause: dict[str, Any] | None = None) -> None:
         self.found.add("nonmonotonic-poll", lambda: {
             "key": key, "process": process, "from": prev_off, "to": off,
-            "summary": f"process {process} read partition {key} at offset {off} after having read offset {prev_off}",
-            "reads": [self.op_at(prev_pos).to_dict(), self.op_at(pos).to_dict()]})
+            **cause_fields(f"process {process} read partition {key} at offset {off} after having read offset "
+                           f"{prev_off}", self._with_op_index(cause)),
+            "reads": [self.op_at(prev_pos).to_dict(), self.op_at(pos).to_dict()]},
+            whose_of(cause) if cause is not None else None)
+
+    def _with_op_index(self, m: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A move as an example shows it: with the index of the op whose completion carried it (and of the
+        leader event before it), not its position in the history."""
+        if m is None:
+            return None
+        out = {**m, "op": self.op_at(m["op"]).index} if isinstance(m.get("op"), int) else dict(m)
+        leader = out.get("after_leader")
+        if isinstance(leader, dict) and isinstance(leader.get("op"), int):
+            out["after_leader"] = {**leader, "op": self.op_at(leader["op"]).index}
+        return out
 
     def _read_op(self, seq: int) -> Op:
         return completion(self.ops, seq >> SEQ_BITS)
@@ -546,8 +582,7 @@ class QueueCheck:
                 "by_key": {str(k): sum(1 for b in beyond_budget if b["key"] == k)
                            for k in sorted({b["key"] for b in beyond_budget})},
                 "examples": beyond_budget[:MAX_EXAMPLES]}
-        anomalies = [Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n]) for n in ANOMALY_TYPES
-                     if found.counts[n]]
+        anomalies = [found.anomaly(n, EXPLANATIONS[n]) for n in ANOMALY_TYPES if found.counts[n]]
         reasons = []
         if uncovered:
             stats["keys-without-final-read"] = sorted(uncovered)
@@ -650,7 +685,8 @@ class QueueCheck:
         gap_count = 0
         for (key, e), jumped in self.jumps.items():
             offsets, proof_op = self._proof(key, e)
-            for start, to, before, after in zip(jumped.starts, jumped.ends, jumped.before, jumped.after, strict=True):
+            for start, to, before, after, c in zip(jumped.starts, jumped.ends, jumped.before, jumped.after,
+                                                   jumped.causes, strict=True):
                 skipped = proven_between(offsets, start, to)
                 if not skipped:
                     gap_count += 1  # the common case on a log with markers: counted, an example only for the first few
@@ -661,16 +697,20 @@ class QueueCheck:
                                                 f"nothing shows a record at the {to - start - 1} offset(s) between"})
                     continue
 
-                def skip(key=key, start=start, to=to, before=before, after=after, skipped=skipped, proof_op=proof_op):
+                cause = self.causes[c] if c >= 0 else None
+
+                def skip(key=key, start=start, to=to, before=before, after=after, skipped=skipped, proof_op=proof_op,
+                         cause=cause):
                     first, p = proof_op(skipped[0]), self.op_at(after).process
                     return {
                         "key": key, "process": p, "from": start, "to": to,
                         "skipped_existing": list(skipped[:MAX_EXAMPLES]),
-                        "summary": f"process {p} read partition {key} offset {start}, then offset {to}, skipping "
-                                   f"{len(skipped)} offset(s) that exist (offset {skipped[0]}: op {first.index} "
-                                   f"{'acknowledged a send' if first.f == 'send' else 'read a record'} there)",
+                        **cause_fields(f"process {p} read partition {key} offset {start}, then offset {to}, skipping "
+                                       f"{len(skipped)} offset(s) that exist (offset {skipped[0]}: op {first.index} "
+                                       f"{'acknowledged a send' if first.f == 'send' else 'read a record'} there)",
+                                       self._with_op_index(cause)),
                         "reads": [self.op_at(before).to_dict(), self.op_at(after).to_dict()], "proof": first.to_dict()}
-                self.found.add("poll-skip", skip)
+                self.found.add("poll-skip", skip, whose_of(cause) if cause is not None else None)
         return gap_count, gaps
 
     def _judge_group_skips(self) -> None:

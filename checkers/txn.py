@@ -59,6 +59,7 @@ from typing import Any
 
 import networkx as nx
 
+from kafkaesque_harness.checkers.clients import Moves, cause_fields, count_whose, send_error_cause
 from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from kafkaesque_harness.checkers.graph import (
     PROCESS,
@@ -71,7 +72,7 @@ from kafkaesque_harness.checkers.graph import (
     realtime_edges,
 )
 from kafkaesque_harness.checkers.reasons import say
-from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from kafkaesque_harness.history import CLIENT_EVENTS, FAIL, INFO, NEMESIS, OK, Op, client_events, pair_ops
 
 _second = itemgetter(1)
 CYCLE_BASES = ("G0", "G1c", "G-single", "G2-item")
@@ -190,7 +191,7 @@ class Txn:
     key by key in order, as (offset or None, value) pairs. Shaped like checkers/elle.py's Txn (id, inv,
     comp, type, describe) so its real-time edges and SCC search apply."""
 
-    __slots__ = ("id", "inv", "comp", "type", "writes", "reads", "rebalanced", "final")
+    __slots__ = ("id", "inv", "comp", "type", "writes", "reads", "rebalanced", "final", "send_errors")
 
     def __init__(self, id_: int, inv: Op, comp: Op | None):
         self.id, self.inv, self.comp = id_, inv, comp
@@ -204,6 +205,16 @@ class Txn:
         self.rebalanced = frozenset(_key(k) for e in extra.get("rebalance_log") or () if isinstance(e, dict)
                                     for k in e.get("keys") or ())
         self.final = bool((inv.extra or {}).get("final"))
+        # the sends the client library failed itself, with its own error (history/clients.py send-error)
+        self.send_errors: dict[tuple[Any, Any], dict[str, Any]] | None = None
+        if CLIENT_EVENTS in extra:
+            errors = {(_key(e.get("key")), e.get("value")): {**e, "process": inv.process, "op": self.op().index}
+                      for e in client_events(extra) if e.get("type") == "send-error"}
+            self.send_errors = errors or None
+
+    def send_error(self, k: Any, v: Any) -> dict[str, Any] | None:
+        """The library's own error for this transaction's send of `v` to `k`, if it failed one in the client."""
+        return self.send_errors.get((k, v)) if self.send_errors else None
 
     def _add(self, mop: Any) -> None:
         f = mop[0] if isinstance(mop, list | tuple) and mop else None
@@ -260,9 +271,12 @@ class _Found:
     def __init__(self) -> None:
         self.counts: dict[str, int] = defaultdict(int)
         self.examples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.whose: dict[str, dict[str, int]] = defaultdict(dict)  # name -> owner -> instances (checkers/clients.py)
 
     def add(self, name: str, summary: str, ops: Iterable[Op], **fields: Any) -> None:
         self.counts[name] += 1
+        if fields.get("whose"):
+            count_whose(self.whose[name], fields["whose"])
         if len(self.examples[name]) < MAX_EXAMPLES:
             op_list = [o for o in ops if o is not None]
             self.examples[name].append({"summary": summary, **fields, "op_indexes": [o.index for o in op_list],
@@ -389,10 +403,12 @@ class _Analysis:
                     if w is None or w.id not in committed:
                         continue
                     self.found.add("lost-write",
-                                   f"{v!r} sent to key {k} (offset {order.offsets[first[v]]}) by op #{w.op().index} "
-                                   f"({w.type}) was never read, though op #{top_reader.op().index} read key {k} up to "
-                                   f"offset {order.offsets[bound]}", [w.op(), top_reader.op()], key=k, value=v,
-                                   index=first[v], max_read_index=bound)
+                                   **_caused(f"{v!r} sent to key {k} (offset {order.offsets[first[v]]}) by op "
+                                             f"#{w.op().index} ({w.type}) was never read, though op "
+                                             f"#{top_reader.op().index} read key {k} up to offset "
+                                             f"{order.offsets[bound]}", w.send_error(k, v), w.type == OK),
+                                   ops=[w.op(), top_reader.op()], key=k, value=v, index=first[v],
+                                   max_read_index=bound)
 
     def unseen(self) -> list[Any]:
         """Jepsen's unseen; for a history with final reads (ours mark them), only in the keys a final read
@@ -408,8 +424,9 @@ class _Analysis:
                     uncovered.append(k)
                 continue
             for v, t in missing:
-                self.found.add("unseen", f"{v!r} sent to key {k} by the committed op #{t.op().index} was never "
-                                         f"returned by a committed read", [t.op()], key=k, value=v)
+                self.found.add("unseen", **_caused(f"{v!r} sent to key {k} by the committed op #{t.op().index} was "
+                                                   f"never returned by a committed read", t.send_error(k, v)),
+                               ops=[t.op()], key=k, value=v)
         return sorted(uncovered, key=str)
 
     def aborted_reads(self) -> None:
@@ -471,17 +488,20 @@ class _Analysis:
             before = now
 
     def _judge_pair_named(self, skip_prefix: str, nonmonotonic: str, what: str, k: Any, v1: Any, v2: Any,
-                          ops: list[Op], **where: Any) -> None:
-        """Jepsen's names: "<skip_prefix>skip" for a skip, `nonmonotonic` for a step back."""
+                          ops: list[Op], cause: dict[str, Any] | None = None, **where: Any) -> None:
+        """Jepsen's names: "<skip_prefix>skip" for a skip, `nonmonotonic` for a step back; `cause`: the client
+        event (a reset, a seek) that placed the second read, if one did (checkers/clients.py)."""
         delta, skipped = self._step(k, v1, v2)
         if delta > 1:
-            self.found.add(f"{skip_prefix}skip", f"{what} {v1!r} then {v2!r} of key {k}, skipping {delta - 1} "
-                                                 f"value(s) ({', '.join(map(repr, skipped))}) between them", ops,
-                           key=k, values=[v1, v2], delta=delta, skipped=skipped, **where)
+            self.found.add(f"{skip_prefix}skip", **cause_fields(
+                f"{what} {v1!r} then {v2!r} of key {k}, skipping {delta - 1} value(s) "
+                f"({', '.join(map(repr, skipped))}) between them", cause), ops=ops,
+                key=k, values=[v1, v2], delta=delta, skipped=skipped, **where)
         elif delta < 1:
             back = "the same value" if delta == 0 else f"{-delta} place(s) back"
-            self.found.add(nonmonotonic, f"{what} {v1!r} then {v2!r} of key {k}, {back} in the key's order", ops,
-                           key=k, values=[v1, v2], delta=delta, **where)
+            self.found.add(nonmonotonic, **cause_fields(
+                f"{what} {v1!r} then {v2!r} of key {k}, {back} in the key's order", cause), ops=ops,
+                key=k, values=[v1, v2], delta=delta, **where)
 
     def process_order(self) -> None:
         """Between one process's transactions: polls (poll-skip, nonmonotonic-poll) and sends
@@ -489,9 +509,12 @@ class _Analysis:
         by_inv = {t.inv.index: t for t in self.txns}
         last_read: dict[Any, dict[Any, Txn]] = defaultdict(dict)   # process -> key -> last ok reader
         last_sent: dict[Any, dict[Any, Txn]] = defaultdict(dict)   # process -> key -> last ok/info sender
+        moves = Moves()  # the consumers' own resets and the workload's seeks (checkers/clients.py)
         for inv, comp in self.pairs:
             p = inv.process
             outcome = comp.type if comp is not None else INFO
+            if comp is not None and comp.extra and CLIENT_EVENTS in comp.extra:
+                moves.note(p, comp.extra, comp.index)
             if inv.f in ("assign", "subscribe"):
                 if outcome in (OK, INFO):
                     keys = {_key(k) for k in ((comp.value if comp is not None else None) or inv.value or [])}
@@ -503,11 +526,12 @@ class _Analysis:
                 continue
             for k, pairs in t.reads.items():
                 before = last_read[p].get(k)
+                move = moves.explain(p, k, pairs[0][0]) if pairs and moves.pending else None
                 if before is not None and pairs and before.reads[k]:  # an empty last read: where it stood is unknown
                     self._judge_pair_named("poll-", "nonmonotonic-poll",
                                            f"process {p}'s op #{before.op().index} polled up to, and its op "
                                            f"#{t.op().index} polled from,", k, before.reads[k][-1][1], pairs[0][1],
-                                           [before.op(), t.op()], process=p)
+                                           [before.op(), t.op()], cause=move, process=p)
             if t.type == OK:
                 for k in t.reads:
                     last_read[p][k] = t
@@ -541,9 +565,10 @@ class _Analysis:
             if seen and missing:
                 (k1, v1), (k2, v2) = seen[0], missing[0]
                 self.found.add("torn-transaction",
-                               f"the final reads hold {v1!r} of key {k1} sent by the committed op #{t.op().index}, "
-                               f"but not {v2!r} it sent to key {k2}", [t.op()], kind="final-reads",
-                               seen=[k1, v1], missing=[k2, v2])
+                               **_caused(f"the final reads hold {v1!r} of key {k1} sent by the committed op "
+                                         f"#{t.op().index}, but not {v2!r} it sent to key {k2}", t.send_error(k2, v2),
+                                         t.type == OK),
+                               ops=[t.op()], kind="final-reads", seen=[k1, v1], missing=[k2, v2])
         # Reads: a read that returned one of a transaction's sends and read across another's place without it.
         for r in self.txns:
             if r.type != OK or not r.reads:
@@ -579,9 +604,10 @@ class _Analysis:
                 if hit:
                     (k1, v1), (k2, v2) = hit
                     self.found.add("torn-transaction",
-                                   f"op #{r.op().index} read {v1!r} of key {k1} sent by op #{w.op().index}, and "
-                                   f"read key {k2} across the place of {v2!r} that op also sent, without it",
-                                   [r.op(), w.op()], kind="read", seen=[k1, v1], missing=[k2, v2])
+                                   **_caused(f"op #{r.op().index} read {v1!r} of key {k1} sent by op #{w.op().index}, "
+                                             f"and read key {k2} across the place of {v2!r} that op also sent, without "
+                                             f"it", w.send_error(k2, v2), w.type == OK),
+                                   ops=[r.op(), w.op()], kind="read", seen=[k1, v1], missing=[k2, v2])
 
     def _torn_read(self, r: Txn, w: Txn, spans: dict[Any, tuple[int, int, set, bool]]):
         seen = next(((k, v) for k, pairs in w.writes.items() if k in spans for _, v in pairs
@@ -598,6 +624,14 @@ class _Analysis:
                 if i is not None and span[0] < i < span[1] and v not in span[2]:
                     return seen, (k, v)
         return None
+
+
+def _caused(what: str, send_error: dict[str, Any] | None, committed: bool = True) -> dict[str, Any]:
+    """An example's summary (and, when the library failed the send itself, whose, cause and event) for an
+    anomaly about a send: checkers/clients.py's fields."""
+    if send_error is None:
+        return {"summary": what}
+    return cause_fields(what, send_error, "client", send_error_cause(send_error, committed))
 
 
 # --- the dependency graph ------------------------------------------------------------------------------------
@@ -794,7 +828,7 @@ def check_txn(history: Sequence[Op], *, subscribe: bool = False, ww_deps: bool =
     valid: Any = False if bad else UNKNOWN if reasons else True
 
     def anomaly(n: str) -> Anomaly:
-        return Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n])
+        return Anomaly(n, found.counts[n], found.examples[n], EXPLANATIONS[n], whose=found.whose.get(n) or None)
 
     stats = {"transactions": len(a.txns), "keys": len(a.orders),
              "outcomes": {t: sum(1 for x in a.txns if x.type == t) for t in (OK, INFO, FAIL)},

@@ -88,20 +88,46 @@ def check_command(file: str, format: str, model: str | None, time_limit: float, 
     colour = {True: "green", False: "red"}.get(valid, "yellow")
     out.print(f"[bold {colour}]valid: {valid}[/] ({len(history)} ops, model {model})")
     print_unknown_reasons(out, results)
+    print_attribution(out, results)
     for name, r in results["checkers"].items():
         if r.get("error"):
             out.print(f"  {name}: could not finish: {escape(r['error'])}")
         for a in r.get("anomalies", []):
-            out.print(f"  [red]{name}: {a['name']} x{a['count']}[/] {escape(a.get('explanation', ''))}")
+            out.print(f"  [red]{name}: {a['name']} x{a['count']}[/]{escape(whose_counts(a))} "
+                      f"{escape(a.get('explanation', ''))}")
             for ex in a.get("examples", [])[:3]:
                 if ex.get("summary"):
-                    out.print(f"    - {escape(ex['summary'])}")
+                    out.print(f"    - {escape(example_line(ex))}")
         if "counterexample" in r.get("details", {}):
             ce = r["details"]["counterexample"]
             for c in ce.get("concurrent", [])[:10]:
                 out.print(f"      concurrent: op #{c['op_index']} {escape(str(c['op']))}")
     print(json.dumps(results, indent=2, default=str) if as_json else json.dumps({"valid": valid}))
     return 0 if valid is True else 1 if valid is False else 2
+
+
+def print_attribution(out: Console, results: dict[str, Any]) -> None:
+    """Whose the anomalies are, in one sentence under the verdict (checkers/clients.py)."""
+    owners = results.get("attribution")
+    if isinstance(owners, dict) and owners.get("text"):
+        out.print(f"  whose: {escape(str(owners['text']))}")
+
+
+def whose_counts(anomaly: dict[str, Any]) -> str:
+    """" (9 client, 1 unattributed)" after an anomaly's name, when its checker attributed any of it; else ""."""
+    whose = anomaly.get("whose")
+    if not isinstance(whose, dict) or not whose:
+        return ""
+    parts = [f"{n} {owner}" for owner, n in whose.items() if n]
+    rest = int(anomaly.get("count") or 0) - sum(n for n in whose.values() if isinstance(n, int))
+    if rest > 0:
+        parts.append(f"{rest} unattributed")
+    return f" ({', '.join(parts)})"
+
+
+def example_line(ex: dict[str, Any]) -> str:
+    """An example's one sentence, with its owner first when it has one: "[client] process 12 read ..."."""
+    return (f"[{ex['whose']}] " if ex.get("whose") else "") + str(ex.get("summary") or "")
 
 
 def print_unknown_reasons(out: Console, results: dict[str, Any]) -> None:

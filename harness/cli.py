@@ -354,7 +354,12 @@ def _print_verdict(run_dir: Path) -> None:
     if not isinstance(res, dict):
         err.print("[red]no results were written[/] (results.json is not a JSON object)")
         return
-    from kafkaesque_harness.harness.check_cli import print_unknown_reasons
+    from kafkaesque_harness.harness.check_cli import (
+        example_line,
+        print_attribution,
+        print_unknown_reasons,
+        whose_counts,
+    )
 
     if res.get("error"):
         # A harness failure (exit 3) is never a verdict: the one sentence that says why, and where the run is.
@@ -365,6 +370,7 @@ def _print_verdict(run_dir: Path) -> None:
     colour = {True: "green", False: "red"}.get(v, "yellow")
     err.print(f"[bold {colour}]valid: {v}[/]")
     print_unknown_reasons(err, res)
+    print_attribution(err, res)
     for reason in ("interrupted", "final_reads"):
         if res.get(reason):
             err.print(f"  {reason}: {res[reason]}")
@@ -374,10 +380,10 @@ def _print_verdict(run_dir: Path) -> None:
         err.print(f"  availability: {escape(availability_sentence(res['availability']))}")
     for cname, c in (res.get("checkers") or {}).items():
         for a in c.get("anomalies", []):
-            err.print(f"  [red]{cname}: {a['name']} x{a['count']}[/]")
+            err.print(f"  [red]{cname}: {a['name']} x{a['count']}[/]{escape(whose_counts(a))}")
             for ex in a.get("examples", [])[:3]:
                 if ex.get("summary"):
-                    err.print(f"    - {ex['summary']}")
+                    err.print(f"    - {escape(example_line(ex))}")
     err.print(f"  report: {run_dir / 'report.html'}")
 
 

@@ -246,7 +246,7 @@ class Run:
                 if inv.at > now and self.stop.wait(inv.at - now):
                     return
                 if client is None:
-                    client = workload.new_client(test)
+                    client = workload.new_client(test, process)
                     try:
                         client.open(bootstrap)
                     except Exception as e:  # noqa: BLE001 - a client that cannot open is retried later
@@ -548,7 +548,7 @@ class Run:
             # and one missing final read makes the whole verdict unknown.
             deadline = time.monotonic() + FINAL_READ_RETRY_S
             while True:
-                client = workload.new_client(test)
+                client = workload.new_client(test, process)
                 try:
                     self._open_for_final_read(client, bootstrap)
                     op = writer.append(Op(INVOKE, f, process, value, extra=extra))

@@ -3,6 +3,7 @@
 Imports nothing of the project; every other package may import it (docs/ARCHITECTURE.md).
 """
 
+from kafkaesque_harness.history.clients import CLIENT_EVENTS, client_events, client_id, process_of_client
 from kafkaesque_harness.history.faults import (
                             BEYOND_BUDGET,
                             FAULTS_KEY,
@@ -31,8 +32,8 @@ from kafkaesque_harness.history.ops import (
                             pair_stream,
 )
 
-__all__ = ["BEYOND_BUDGET", "FAIL", "FAULTS_KEY", "HEAL_F", "INFO", "INVOKE", "NEMESIS", "OK", "OP_TYPES",
+__all__ = ["BEYOND_BUDGET", "CLIENT_EVENTS", "FAIL", "FAULTS_KEY", "HEAL_F", "INFO", "INVOKE", "NEMESIS", "OK", "OP_TYPES",
            "FaultRecord", "FaultWindow", "FaultWindows", "History", "HistoryFile", "HistoryFormatError", "HistoryWriter", "Op",
-           "beyond_budget_time", "fault_records", "fault_windows", "gc_paused", "iter_history", "marks_beyond_budget",
-           "pair_ops", "pair_stream",
+           "beyond_budget_time", "client_events", "client_id", "fault_records", "fault_windows", "gc_paused", "iter_history", "marks_beyond_budget",
+           "pair_ops", "pair_stream", "process_of_client",
            "read_history", "records_in"]

@@ -185,6 +185,7 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                 ops = [o for o in _ops_in(ex)]
                 examples.append({
                     "summary": ex.get("summary") or ex.get("explanation") or "",
+                    "whose": ex.get("whose") or "",  # checkers/clients.py: client, broker, harness
                     "ops": [{"index": o.get("index"), "time_s": f"{o.get('time', 0) / 1e9:.3f}",
                              "process": o.get("process"), "type": o.get("type"), "f": o.get("f"),
                              "value": _cut(json.dumps(o.get("value"), default=str), 300),
@@ -200,7 +201,7 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                     "raw": json.dumps(ex, default=str, indent=1)[:4000],
                 })
             sections.append({"checker": cname, "name": a.get("name"), "count": a.get("count"),
-                             "explanation": a.get("explanation", ""), "examples": examples})
+                             "explanation": a.get("explanation", ""), "whose": whose_text(a), "examples": examples})
         details = r.get("details") or {}
         for key in ("counterexample", "cycles"):
             if key in details:
@@ -209,6 +210,19 @@ def _anomaly_sections(results: dict[str, Any], windows: list[FaultWindow]) -> li
                                  "raw": json.dumps(details[key], default=str, indent=1)[:20000]}]})
     sections.sort(key=lambda x: x["name"] != "lost-write")  # as on the first screen: lost writes first
     return sections
+
+
+def whose_text(anomaly: dict[str, Any]) -> str:
+    """Whose an anomaly's instances are (checkers/clients.py), in words: "9 client, 1 unattributed"; "" when its
+    checker attributed none."""
+    whose = anomaly.get("whose")
+    if not isinstance(whose, dict) or not whose:
+        return ""
+    parts = [f"{n} {owner}" for owner, n in whose.items() if isinstance(n, int) and n]
+    rest = int(anomaly.get("count") or 0) - sum(n for n in whose.values() if isinstance(n, int))
+    if rest > 0:
+        parts.append(f"{rest} unattributed")
+    return ", ".join(parts)
 
 
 MAX_SUMMARY_LOST = 8  # lost writes listed on the first screen (the checkers keep at most 8 examples each)
@@ -234,7 +248,7 @@ def first_screen_summary(results: dict[str, Any], pairs, windows: list[FaultWind
             first = examples[0] if examples else {}
             text = first.get("summary") or first.get("explanation") or a.get("explanation") or ""
             lines.append({"name": a.get("name"), "count": a.get("count"), "checker": cname,
-                          "explanation": a.get("explanation", ""), "text": text})
+                          "explanation": a.get("explanation", ""), "text": text, "whose": whose_text(a)})
             if a.get("name") == "lost-write":
                 lost_examples += [ex for ex in examples if isinstance(ex, dict)]
     lines.sort(key=lambda x: x["name"] != "lost-write")  # stable: lost writes first, then the checkers' order

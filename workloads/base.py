@@ -9,6 +9,7 @@ views of a history that are not its checkers: the report, the Spark pipeline's i
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -61,7 +62,10 @@ class Workload(Protocol):
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
         """(topic, partitions) to create before the main phase."""
 
-    def new_client(self, test: dict[str, Any]) -> Client: ...
+    def new_client(self, test: dict[str, Any], process: int) -> Client:
+        """The client of logical process `process` (the runner makes one per process: an info op retires the
+        process and its client). Its libraries name themselves to the brokers by the process
+        (history/clients.py client_id), so the broker trace's answers tie to the history's process."""
 
     def op_mix(self, test: dict[str, Any]):
         """A callable (rng, process) -> (f, value) generating the next invocation."""
@@ -104,6 +108,28 @@ class CrashSchedule:
         first = self._next is None
         self._next = now + rng.uniform(0, 2 * self.gap)
         return not first
+
+
+class ClientEventLog:
+    """The client events of one process (history/clients.py has their schema), as its client libraries report
+    them from whichever thread they act on (kafka-python's I/O thread, librdkafka's log served by a poll, a
+    delivery callback), until the process's next completion takes them (`take`). Each event is stamped with
+    the library and the host's monotonic clock."""
+
+    def __init__(self, library: str):
+        self.library = library
+        self._events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def add(self, type_: str, **fields: Any) -> None:
+        event = {"type": type_, "library": self.library, "mono": round(time.monotonic(), 6), **fields}
+        with self._lock:
+            self._events.append(event)
+
+    def take(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out, self._events = self._events, []
+        return out
 
 
 # Group members this process left but never closed (close_confluent_consumer): closing or destroying one can

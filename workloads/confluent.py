@@ -1,19 +1,21 @@
 """The confluent-kafka (librdkafka) adapter: the queue workload's client (ConfluentQueueClient), the txn
 workload's library (ConfluentTxnLibrary), how a librdkafka group member is let go of safely, the spare
-members closed processes leave, and how its rebalances reach the history. Everything
-confluent-kafka-specific lives here.
+members closed processes leave, how its rebalances reach the history, and how its own resets and leader
+changes do (ConsumerLog: the client events of history/clients.py). Everything confluent-kafka-specific
+lives here.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kafkaesque_harness.history import FAIL, INFO, OK, Op
+from kafkaesque_harness.history import FAIL, INFO, OK, Op, client_id
 from kafkaesque_harness.history.extras import need
-from kafkaesque_harness.workloads.base import PARKED_CONSUMERS
+from kafkaesque_harness.workloads.base import PARKED_CONSUMERS, ClientEventLog
 from kafkaesque_harness.workloads.kafka_python import final_poll_kafka_python
 from kafkaesque_harness.workloads.queue_client import POLL_TIMEOUT_MS, SEND_TIMEOUT_S, QueueClient, completion
 from kafkaesque_harness.workloads.txn_client import OP_TIMEOUT_S, POLL_TIMEOUT_S, CommitNotSent, TxnLibrary
@@ -90,6 +92,90 @@ class SpareMembers:
 
 
 CONFLUENT = ("confluent_kafka", "confluent", "the confluent-kafka client (--client confluent-kafka)")
+LIBRARY = "confluent-kafka"
+
+# librdkafka 2.16's own words (rdkafka_offset.c, rdkafka_topic.c), as its log hands them to `logger`:
+#   OFFSET (warning) "t [0]: offset reset (at offset 1000 (leader epoch -1), broker 1) to cached BEGINNING offset
+#                     offset 0 (leader epoch -1): fetch failed due to requested offset not available on the broker:
+#                     Broker: Offset out of range"   (or "... to BEGINNING: ..." before its ListOffsets)
+#   BROKER (debug topic) "t [0]: leader 1 epoch 0 -> leader 2 epoch 1"   (on every Metadata answer, changed or not)
+_RESET = re.compile(r"(?P<topic>[^\s\[\]]+) \[(?P<p>\d+)\]: offset reset \(at (?P<at>.*?), broker (?P<broker>-?\d+)\) "
+                    r"to (?P<to>.*?): (?P<why>.*)$")
+_LEADER = re.compile(r"(?P<topic>[^\s\[\]]+) \[(?P<p>\d+)\]: leader (?P<l0>-?\d+) epoch (?P<e0>-?\d+) -> "
+                     r"leader (?P<l1>-?\d+) epoch (?P<e1>-?\d+)")
+_OFFSET = re.compile(r"offset (-?\d+)")
+_EPOCH = re.compile(r"leader epoch (-?\d+)")
+# what a consumer's config adds so that its log reaches ConsumerLog: the OFFSET warnings at any level above 3,
+# the leader lines with debug "topic" (about one line per Metadata answer a partition: a consumer's metadata
+# refreshes are rare, every 5 minutes, or on an error)
+CONSUMER_LOGGING = {"log_level": 7, "debug": "topic"}
+
+
+class ConsumerLog:
+    """A librdkafka consumer's `logger` (confluent-kafka serves its log from poll()/consume() and calls
+    `log(level, fmt, facility, name, text)`): the client events (history/clients.py) in it. librdkafka has no
+    reset callback; it says each reset in an OFFSET warning ("offset reset (at offset X (leader epoch E), broker
+    B) to BEGINNING: ... Offset out of range"), and each metadata answer's leader for a partition with debug
+    "topic" ("leader X epoch E -> leader Y epoch F"; it keeps the newer epoch, "ignoring outdated metadata
+    update" otherwise). `events` may be pointed at another process's log when a spare group member changes
+    hands (SpareMembers); `client` is the client id the handle sends, which stays its first process's."""
+
+    def __init__(self, events: ClientEventLog, topic: str, client: str):
+        self.events, self.topic, self.client = events, topic, client
+        self._leaders: dict[int, tuple[int, int]] = {}
+
+    def log(self, level: int, fmt: str, fac: str = "", name: str = "", buf: str = "", *rest: Any) -> None:
+        if fac == "OFFSET" and "offset reset" in buf:
+            self._reset(buf)
+        elif fac == "BROKER" and " -> leader " in buf:
+            self._leader(buf)
+
+    def _reset(self, buf: str) -> None:
+        m = _RESET.search(buf)
+        if m is None or m["topic"] != self.topic:
+            return
+        key, to_text, why = int(m["p"]), m["to"], m["why"]
+        at, to = _OFFSET.search(m["at"]), _OFFSET.findall(to_text)
+        at_epoch = _EPOCH.search(m["at"])
+        truncation = "truncat" in why.lower()
+        policy = ("truncation" if truncation else "earliest" if "BEGINNING" in to_text
+                  else "latest" if "END" in to_text else "offset")
+        error = ("OFFSET_OUT_OF_RANGE" if "Offset out of range" in why else "LOG_TRUNCATION" if truncation
+                 else why.rsplit(": ", 1)[-1][:120])
+        broker = int(m["broker"])
+        leader = self._leaders.get(key)
+        self.events.add("reset", topic=self.topic, key=key, client=self.client,
+                        **{"from": int(at.group(1)) if at else None},
+                        from_epoch=int(at_epoch.group(1)) if at_epoch else None,
+                        to=int(to[-1]) if to else None, policy=policy, error=error, broker=broker,
+                        leader_epoch=leader[1] if leader is not None and leader[0] == broker else None,
+                        detail=buf.split("]: ", 1)[-1][:300])
+
+    def _leader(self, buf: str) -> None:
+        m = _LEADER.search(buf)
+        if m is None or m["topic"] != self.topic:
+            return
+        key, now = int(m["p"]), (int(m["l1"]), int(m["e1"]))
+        before = self._leaders.get(key, (int(m["l0"]), int(m["e0"])))
+        self._leaders[key] = now
+        if before != now:
+            self.events.add("leader", topic=self.topic, key=key, client=self.client, **{"from": before[0]},
+                            to=now[0], from_epoch=before[1], leader_epoch=now[1])
+
+
+_CONSUMER_LOGS: dict[int, ConsumerLog] = {}  # id(consumer) -> its log (parked members are never freed)
+
+
+def consumer_log_of(consumer: Any) -> ConsumerLog | None:
+    return _CONSUMER_LOGS.get(id(consumer))
+
+
+def new_consumer(Consumer: Any, config: dict[str, Any], events: ClientEventLog, topic: str, cid: str) -> Any:
+    """A confluent-kafka Consumer whose log tells `events` its resets and leader changes (ConsumerLog)."""
+    log = ConsumerLog(events, topic, cid)
+    consumer = Consumer({**config, "client.id": cid, "logger": log, **CONSUMER_LOGGING})
+    _CONSUMER_LOGS[id(consumer)] = log
+    return consumer
 
 
 class _ProduceRequests:
@@ -118,6 +204,8 @@ class ConfluentQueueClient(QueueClient):
     """The same client with confluent-kafka (librdkafka). `members`: in subscribe mode, where a closed client
     leaves its group member for the next process (SpareMembers says why)."""
 
+    LIBRARY = LIBRARY
+
     def __init__(self, *args: Any, members: SpareMembers | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.members = members
@@ -129,7 +217,8 @@ class ConfluentQueueClient(QueueClient):
         self.requests = _ProduceRequests()
         self.in_flight = 0  # messages produced whose delivery report has not come yet
         # debug=msg and log_level 7 for the produce requests' lines only (_ProduceRequests drops the rest).
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all" if self.acks == -1 else self.acks,
+        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": self.client_id,
+                                  "acks": "all" if self.acks == -1 else self.acks,
                                   "enable.idempotence": self.idempotent, "retries": 5 if self.idempotent else 0,
                                   "linger.ms": 0,
                                   "message.timeout.ms": 4000, "request.timeout.ms": 3000,
@@ -180,17 +269,22 @@ class ConfluentQueueClient(QueueClient):
                 spare = self.members.take()  # a member an earlier process left: it joins again as ours
                 if spare is not None:
                     self.consumer = spare
+                    log = consumer_log_of(spare)
+                    if log is not None:
+                        log.events = self.events  # its client id stays the one it was made with
                     self._subscribe()
             if self.consumer is None:
-                self.consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                                          "group.id": self.group or "kafkaesque-unused",
-                                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-                                          "log_level": 0})
+                self.consumer = new_consumer(Consumer, {"bootstrap.servers": self.bootstrap,
+                                                        "group.id": self.group or "kafkaesque-unused",
+                                                        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                                        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
+                                             self.events, self.topic, self.client_id)
                 if self.group is not None:
                     self._subscribe()
                 else:
                     self.consumer.assign([TopicPartition(self.topic, k, 0) for k in range(self.partitions)])
+                    for k in range(self.partitions):
+                        self.events.add("seek", topic=self.topic, key=k, to=0, why="workload")
             msgs = self.consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
         except Exception as e:  # noqa: BLE001
             return completion(op, FAIL, None, error=f"{type(e).__name__}: {e}"[:300])
@@ -247,10 +341,13 @@ class ConfluentTxnLibrary(TxnLibrary):
     """confluent-kafka (librdkafka): KafkaError.fatal() / txn_requires_abort() / retriable() classify errors."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, txn_id: str, o: dict[str, Any],
-                 on_rebalance: Callable[[str, list[int]], None], members: SpareMembers | None = None):
+                 on_rebalance: Callable[[str, list[int]], None], members: SpareMembers | None = None,
+                 process: int | None = None):
         self.ck = need("confluent_kafka", "confluent", "the txn workload (--client confluent-kafka)")
         self.bootstrap, self.topic, self.partitions, self.txn_id, self.o = bootstrap, topic, partitions, txn_id, o
         self.on_rebalance = on_rebalance
+        self.client_id = client_id(process)
+        self.events = ClientEventLog(LIBRARY)
         self.members = members  # where a closed library leaves its group member for the next (SpareMembers)
         self.producer = None
         self.consumer = None
@@ -266,6 +363,7 @@ class ConfluentTxnLibrary(TxnLibrary):
         if self.producer is None:
             self.fatal = None
             p = self.ck.Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
+                                  "client.id": self.client_id,
                                   "error_cb": self._on_producer_error,
                                   "transaction.timeout.ms": self.o["txn_timeout_ms"], "acks": "all",
                                   "linger.ms": 0, "message.timeout.ms": min(4000, self.o["txn_timeout_ms"]),
@@ -283,6 +381,9 @@ class ConfluentTxnLibrary(TxnLibrary):
         def delivered(err, msg) -> None:
             if err is None and msg is not None:
                 got["offset"] = msg.offset()
+            elif err is not None:  # the library's own answer (its commit then refuses: docs/FINDINGS.md)
+                self.events.add("send-error", topic=self.topic, key=key, value=value,
+                                error=f"{err.name()}: {err.str()}"[:300])
 
         self.producer.produce(self.topic, value=str(value).encode(), partition=key, on_delivery=delivered)
         self.producer.poll(0)
@@ -319,12 +420,15 @@ class ConfluentTxnLibrary(TxnLibrary):
             spare = self.members.take()  # a member an earlier process left: it starts over with a manual assignment
             if spare is not None:
                 self.consumer, self.was_member = spare, True
+                log = consumer_log_of(spare)
+                if log is not None:
+                    log.events = self.events
                 self.consumer.assign([self.ck.TopicPartition(self.topic, k) for k in range(self.partitions)])
         if self.consumer is None:
-            self.consumer = self.ck.Consumer({
+            self.consumer = new_consumer(self.ck.Consumer, {
                 "bootstrap.servers": self.bootstrap, "group.id": self.o["group"], "enable.auto.commit": False,
                 "auto.offset.reset": "earliest", "isolation.level": self.o["isolation"],
-                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "log_level": 0})
+                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}, self.events, self.topic, self.client_id)
             self.consumer.assign([self.ck.TopicPartition(self.topic, k) for k in range(self.partitions)])
         return self.consumer
 
@@ -344,6 +448,9 @@ class ConfluentTxnLibrary(TxnLibrary):
             self.subscribed = False
         c.assign([self.ck.TopicPartition(self.topic, k, seek[k]) if k in seek else self.ck.TopicPartition(self.topic, k)
                   for k in keys])
+        for k in keys:
+            if k in seek:
+                self.events.add("seek", topic=self.topic, key=k, to=seek[k], why="workload")
 
     def subscribe(self) -> None:
         c = self._consumer()
@@ -355,6 +462,7 @@ class ConfluentTxnLibrary(TxnLibrary):
 
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:
         c = self.ck.Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kafkaesque-final-read",
+                              "client.id": self.client_id,
                               "enable.auto.commit": False, "isolation.level": self.o["isolation"],
                               "enable.partition.eof": True, "log_level": 0})
         try:

@@ -1,6 +1,7 @@
 """The kafka-python adapter: the queue workload's client (KafkaPythonQueueClient), the final read both
 queue clients use, and the txn workload's library (KafkaPythonTxnLibrary); with how kafka-python is let
-go of and how its rebalances reach the history. Everything kafka-python-specific lives here.
+go of, how its rebalances reach the history, and how its own position changes and leader changes do
+(KafkaPythonWatch: the client events of history/clients.py). Everything kafka-python-specific lives here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kafkaesque_harness.history import FAIL, INFO, OK, Op
+from kafkaesque_harness.history import FAIL, INFO, OK, Op, client_id
+from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.queue_client import POLL_TIMEOUT_MS, SEND_TIMEOUT_S, QueueClient, completion
 from kafkaesque_harness.workloads.txn_client import OP_TIMEOUT_S, POLL_TIMEOUT_S, TxnLibrary
 
@@ -42,14 +44,159 @@ def kafka_python_rebalance_listener(journal: Callable[[str, list[int]], None]) -
     return Journal()
 
 
+LIBRARY = "kafka-python"
+# kafka-python's OffsetResetStrategy values (kafka.protocol.consumer.offsets), by the policy's name
+_POLICIES = {-2: "earliest", -1: "latest", 0: "none"}
+
+
+class KafkaPythonWatch:
+    """The client events (history/clients.py) of one kafka-python 3 consumer, from its own state. kafka-python
+    has no reset callback and moves positions on its I/O thread, so the watch wraps the two methods of the
+    consumer's SubscriptionState (`consumer._subscription`, the one object the fetcher, the coordinator and
+    the consumer all move positions through) on that instance alone:
+
+    - `request_offset_reset(tp, strategy)`: with no strategy, the library asks for a reset on its own: after
+      a fetch answered OFFSET_OUT_OF_RANGE (Fetcher._parse_fetched_data: "Fetch offset X is out of range for
+      topic-partition ..."), or, for a position awaiting KIP-320 validation, after an OffsetForLeaderEpoch
+      answer with no end offset ("Truncation detected ..."). The position it held, the leader it believed
+      (cluster.leader_for_partition, the node its request went to) and that leader's epoch are noted then,
+      before the reset forgets the position. With a strategy it is seek_to_beginning/seek_to_end (the
+      workload's own seek).
+    - `seek(tp, offset)`: the position is placed. Awaiting a reset, it is that reset's end (the ListOffsets
+      answer: "Resetting offset for partition ... to offset N"): a `reset` event if the library asked for
+      it, a `seek` if the workload did, or, with no request seen, the policy placing a partition that had no
+      position. Awaiting validation, it is KIP-320's truncation ("seeking to first diverging offset"). Else
+      it is the group's committed offset, on an assignment.
+    - the cluster's metadata listener (`cluster.add_listener`, called after every Metadata answer) and a
+      look at each completion (a fetch's KIP-951 hint moves the leader without a Metadata answer): a change of
+      a partition's leader or leader epoch is a `leader` event. kafka-python takes whatever the last answer
+      said, an older epoch too (docs/FINDINGS.md, kafka-python 1): that is the regression such an event shows.
+
+    The workload's own `consumer.seek(tp, offset)` does not pass through SubscriptionState.seek: the adapter
+    records it (`workload_seek`)."""
+
+    def __init__(self, events: ClientEventLog, topic: str):
+        self.events, self.topic = events, topic
+        self._asked: dict[int, dict[str, Any]] = {}  # partition -> a reset asked for, not yet placed
+        self._leaders: dict[int, tuple[int, int]] = {}  # partition -> (leader, epoch) last seen
+        self._cluster: Any = None
+        self._lock = threading.Lock()
+
+    def watch(self, consumer: Any) -> None:
+        sub, cluster = consumer._subscription, consumer._client.cluster
+        self._cluster = cluster
+        asked, placed = sub.request_offset_reset, sub.seek
+
+        def request_offset_reset(partition, offset_reset_strategy=None):
+            with sub._lock:  # the RLock the original takes: the position read here is the one it forgets
+                self._reset_asked(sub, partition, offset_reset_strategy)
+                return asked(partition, offset_reset_strategy)
+
+        def seek(partition, offset):
+            with sub._lock:
+                self._placed(sub, partition, offset)
+                return placed(partition, offset)
+
+        sub.request_offset_reset, sub.seek = request_offset_reset, seek
+        cluster.add_listener(lambda _cluster: self.look())
+        self.look()
+
+    def _ours(self, partition: Any) -> bool:
+        return getattr(partition, "topic", None) == self.topic
+
+    def _leader(self, partition: Any) -> tuple[int | None, int | None]:
+        if self._cluster is None:
+            return None, None
+        return self._cluster.leader_for_partition(partition), self._cluster.leader_epoch_for_partition(partition)
+
+    def _reset_asked(self, sub: Any, partition: Any, strategy: Any) -> None:
+        if not self._ours(partition):
+            return
+        state = sub.assignment.get(partition)
+        position = state.position if state is not None else None
+        if strategy is not None:  # seek_to_beginning / seek_to_end: the workload's
+            self._asked[partition.partition] = {"why": "workload", "policy": _POLICIES.get(strategy, str(strategy))}
+            return
+        leader, epoch = self._leader(partition)
+        truncation = state is not None and state.awaiting_validation
+        self._asked[partition.partition] = {
+            "from": position.offset if position is not None else None,
+            "from_epoch": position.leader_epoch if position is not None else None,
+            "policy": _POLICIES.get(sub._default_offset_reset_strategy, "earliest"),
+            "error": "LOG_TRUNCATION" if truncation else "OFFSET_OUT_OF_RANGE",
+            "detail": ("Truncation detected: OffsetForLeaderEpoch answered no end offset for the position's epoch"
+                       if truncation else f"Fetch offset {position.offset if position is not None else '?'} is out "
+                                          f"of range for topic-partition {partition}"),
+            "broker": leader, "leader_epoch": epoch}
+
+    def _placed(self, sub: Any, partition: Any, offset: Any) -> None:
+        if not self._ours(partition):
+            return
+        state = sub.assignment.get(partition)
+        to = getattr(offset, "offset", offset)
+        key, topic = partition.partition, partition.topic
+        if state is not None and state.awaiting_reset:
+            asked = self._asked.pop(key, None)
+            if asked is not None and "error" in asked:
+                leader, epoch = self._leader(partition)
+                self.events.add("reset", topic=topic, key=key, **{k: v for k, v in asked.items() if k != "why"},
+                                to=to, answered_by=leader)
+            elif asked is not None:
+                self.events.add("seek", topic=topic, key=key, to=to, why="workload", policy=asked["policy"])
+            else:
+                self.events.add("seek", topic=topic, key=key, to=to, why="no-position",
+                                policy=_POLICIES.get(state.reset_strategy, str(state.reset_strategy)))
+        elif state is not None and state.awaiting_validation:
+            position = state.position
+            leader, epoch = self._leader(partition)
+            self.events.add("reset", topic=topic, key=key, **{"from": position.offset if position else None},
+                            from_epoch=position.leader_epoch if position else None, to=to, policy="truncation",
+                            error="LOG_TRUNCATION",
+                            detail=f"Truncation detected at position {position.offset if position else '?'}: "
+                                   f"seeking to the first diverging offset {to}",
+                            broker=leader, leader_epoch=epoch)
+        else:
+            self.events.add("seek", topic=topic, key=key, to=to, why="committed")
+
+    def workload_seek(self, key: int, offset: int) -> None:
+        """The workload's own consumer.seek(), which bypasses SubscriptionState.seek."""
+        self.events.add("seek", topic=self.topic, key=key, to=offset, why="workload")
+
+    def look(self) -> None:
+        """A `leader` event for each partition of the topic whose leader or leader epoch changed since the last
+        look (called by the metadata listener on the I/O thread, and at each completion)."""
+        cluster = self._cluster
+        if cluster is None:
+            return
+        from kafka import TopicPartition
+
+        with self._lock:
+            for p in sorted(cluster.partitions_for_topic(self.topic) or ()):
+                tp = TopicPartition(self.topic, p)
+                now = (cluster.leader_for_partition(tp), cluster.leader_epoch_for_partition(tp))
+                if now[0] is None:
+                    continue
+                now = (int(now[0]), int(now[1]) if now[1] is not None else -1)
+                before = self._leaders.get(p)
+                if before == now:
+                    continue
+                self._leaders[p] = now
+                self.events.add("leader", topic=self.topic, key=p, **{"from": before[0] if before else -1},
+                                to=now[0], from_epoch=before[1] if before else -1, leader_epoch=now[1])
+
+
 class KafkaPythonQueueClient(QueueClient):
     """One logical process's producer and consumer, with kafka-python."""
+
+    LIBRARY = LIBRARY
+    watch: KafkaPythonWatch | None = None
 
     def open(self, bootstrap: str) -> None:
         from kafka import KafkaProducer
 
         self.bootstrap = bootstrap
         self.producer = KafkaProducer(
+            client_id=self.client_id,
             bootstrap_servers=bootstrap.split(","), acks="all" if self.acks == -1 else self.acks,
             retries=5 if self.idempotent else 0, enable_idempotence=self.idempotent, linger_ms=0,
             request_timeout_ms=3000, max_block_ms=3000,
@@ -60,10 +207,13 @@ class KafkaPythonQueueClient(QueueClient):
             from kafka import KafkaConsumer, TopicPartition
 
             self.consumer = KafkaConsumer(
+                client_id=self.client_id,
                 bootstrap_servers=self.bootstrap.split(","), enable_auto_commit=False, group_id=self.group,
                 auto_offset_reset="earliest", request_timeout_ms=3000, fetch_max_wait_ms=100,
                 session_timeout_ms=6000, heartbeat_interval_ms=1000,
                 reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500)
+            self.watch = KafkaPythonWatch(self.events, self.topic)
+            self.watch.watch(self.consumer)
             if self.group is not None:
                 self.consumer.subscribe([self.topic], listener=kafka_python_rebalance_listener(self.journal))
             else:
@@ -104,6 +254,11 @@ class KafkaPythonQueueClient(QueueClient):
                                                    "commit_offsets": committed})
         return completion(op, OK, out, extra={"committed": committed})
 
+    def take_events(self) -> list[dict[str, Any]]:
+        if self.watch is not None:
+            self.watch.look()  # a fetch's leader hint moves the leader without a Metadata answer
+        return super().take_events()
+
     def _final_poll(self, op: Op) -> Op:
         return final_poll_kafka_python(self.bootstrap, self.topic, op)
 
@@ -129,7 +284,7 @@ def final_poll_kafka_python(bootstrap: str, topic: str, op: Op, timeout_s: float
     tp = TopicPartition(topic, key)
     c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None,
                       auto_offset_reset="earliest", request_timeout_ms=5000, fetch_max_wait_ms=100,
-                      max_poll_records=5000)
+                      max_poll_records=5000, client_id=client_id(op.process))
     try:
         c.assign([tp])
         hwm = c.end_offsets([tp])[tp]
@@ -174,9 +329,12 @@ class KafkaPythonTxnLibrary(TxnLibrary):
     """kafka-python 3 (KafkaProducer(transactional_id=...), KafkaConsumer(isolation_level=...))."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, txn_id: str, o: dict[str, Any],
-                 on_rebalance: Callable[[str, list[int]], None]):
+                 on_rebalance: Callable[[str, list[int]], None], process: int | None = None):
         self.bootstrap, self.topic, self.partitions, self.txn_id, self.o = bootstrap, topic, partitions, txn_id, o
         self.on_rebalance = on_rebalance
+        self.client_id = client_id(process)
+        self.events = ClientEventLog(LIBRARY)
+        self.watch: KafkaPythonWatch | None = None
         self.producer = None
         self.consumer = None
         self.subscribed = False
@@ -187,6 +345,7 @@ class KafkaPythonTxnLibrary(TxnLibrary):
             from kafka import KafkaProducer
 
             p = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), transactional_id=self.txn_id,
+                              client_id=self.client_id,
                               transaction_timeout_ms=self.o["txn_timeout_ms"], acks="all", linger_ms=0,
                               request_timeout_ms=3000, max_block_ms=int(OP_TIMEOUT_S * 1000),
                               delivery_timeout_ms=min(4000, self.o["txn_timeout_ms"]),
@@ -203,6 +362,10 @@ class KafkaPythonTxnLibrary(TxnLibrary):
 
     def send(self, key: int, value: int) -> Callable[[], int | None]:
         fut = self.producer.send(self.topic, value=str(value).encode(), partition=key)
+        # the library's own answer to a send it gave up on (KafkaTimeoutError "Expiring 1 record(s) ...": its
+        # commit_transaction may still commit, docs/FINDINGS.md kafka-python 2), on the sender thread
+        fut.add_errback(lambda e: self.events.add("send-error", topic=self.topic, key=key, value=value,
+                                                  error=f"{type(e).__name__}: {e}"[:300]))
         return lambda: fut.value.offset if fut.is_done and fut.succeeded() else None
 
     def flush(self) -> None:
@@ -234,7 +397,10 @@ class KafkaPythonTxnLibrary(TxnLibrary):
                 bootstrap_servers=self.bootstrap.split(","), group_id=self.o["group"], enable_auto_commit=False,
                 auto_offset_reset="earliest", isolation_level=self.o["isolation"], request_timeout_ms=3000,
                 fetch_max_wait_ms=100, session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500)
+                reconnect_backoff_max_ms=500, metadata_max_age_ms=2000, max_poll_records=500,
+                client_id=self.client_id)
+            self.watch = KafkaPythonWatch(self.events, self.topic)
+            self.watch.watch(self.consumer)
             self.consumer.assign([TopicPartition(self.topic, k) for k in range(self.partitions)])
         return self.consumer
 
@@ -254,6 +420,8 @@ class KafkaPythonTxnLibrary(TxnLibrary):
         c.assign([TopicPartition(self.topic, k) for k in keys])
         for k, offset in seek.items():
             c.seek(TopicPartition(self.topic, k), offset)
+            if self.watch is not None:
+                self.watch.workload_seek(k, offset)
 
     def subscribe(self) -> None:
         c = self._consumer()
@@ -268,7 +436,7 @@ class KafkaPythonTxnLibrary(TxnLibrary):
         tp = TopicPartition(self.topic, key)
         c = KafkaConsumer(bootstrap_servers=self.bootstrap.split(","), group_id=None, enable_auto_commit=False,
                           isolation_level=self.o["isolation"], request_timeout_ms=5000, fetch_max_wait_ms=100,
-                          max_poll_records=5000)
+                          max_poll_records=5000, client_id=self.client_id)
         try:
             c.assign([tp])
             c.seek_to_beginning(tp)
@@ -286,6 +454,11 @@ class KafkaPythonTxnLibrary(TxnLibrary):
             return None
         finally:
             c.close()
+
+    def take_events(self) -> list[dict[str, Any]]:
+        if self.watch is not None:
+            self.watch.look()
+        return self.events.take()
 
     def commit_retriable(self, e: BaseException) -> bool:
         # kafka-python retries inside commit_transaction itself; a commit our bound gave up on is still
@@ -318,6 +491,7 @@ class KafkaPythonTxnLibrary(TxnLibrary):
     def crash(self) -> None:
         p, c = self.producer, self.consumer
         self.producer = self.consumer = None
+        self.watch = None
         self.subscribed = False
         drop_kafka_python_clients(p, c)
 

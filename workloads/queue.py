@@ -116,12 +116,12 @@ class QueueWorkload:
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
         return [(self.topic, self.partitions)]
 
-    def new_client(self, test: dict[str, Any]):
+    def new_client(self, test: dict[str, Any], process: int | None = None):
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[str(test.get("acks", "all"))]
         if self.client == "confluent-kafka":
             return ConfluentQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group,
-                                        members=self.members)
-        return KafkaPythonQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group)
+                                        members=self.members, process=process)
+        return KafkaPythonQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group, process=process)
 
     def op_mix(self, test: dict[str, Any]):
         crashes = CrashSchedule(self.crash_interval_s, int(test.get("concurrency", 1)))

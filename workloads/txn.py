@@ -214,7 +214,8 @@ class TxnWorkload:
         return {"transactional_ids": [transactional_id(s) for s in range(max(1, concurrency))],
                 "groups": [self.o["group"]] if self.o["subscribe_p"] > 0 else []}
 
-    def new_client(self, test: dict[str, Any]) -> TxnClient:
+    def new_client(self, test: dict[str, Any], process: int | None = None) -> TxnClient:
+        # the client's library is made on its first op, named by that op's process (TxnClient._library)
         library = (functools.partial(ConfluentTxnLibrary, members=self.members) if self.client == "confluent-kafka"
                    else KafkaPythonTxnLibrary)
         return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker,

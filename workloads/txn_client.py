@@ -9,7 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kafkaesque_harness.history import FAIL, INFO, OK, Op
+from kafkaesque_harness.history import CLIENT_EVENTS, FAIL, INFO, OK, Op
+from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.stalls import ProducerStallControl, Stall, outcome_of
 
 OP_TIMEOUT_S = 5.0        # each blocking client call (init, commit, abort, flush, send offsets)
@@ -64,6 +65,12 @@ class TxnLibrary:
 
     producer: Any = None  # None until ensure_producer() brought one up (init_transactions returned)
     txn_id: str  # the transactional.id of its producer
+    events: ClientEventLog | None = None  # what the library did on its own (history/clients.py)
+
+    def take_events(self) -> list[dict[str, Any]]:
+        """The client events since the last completion: each send that failed in the client with the
+        library's own error (also when the commit returned), the consumer's resets, seeks, leader changes."""
+        return self.events.take() if self.events is not None else []
 
     def ensure_producer(self) -> None: ...
     def producer_identity(self) -> dict[str, int] | None:
@@ -115,6 +122,7 @@ class TxnClient:
         self.bootstrap = ""
         self._rebalances: list[dict[str, Any]] = []
         self._rebalanced_during_op = False
+        self._dropped_events: list[dict[str, Any]] = []  # a crashed library's, for the op that crashed it
         self._lock = threading.Lock()
 
     def open(self, bootstrap: str) -> None:
@@ -124,13 +132,17 @@ class TxnClient:
         if self.lib is None:
             # per worker slot: the next process of this worker re-inits the same id, fencing this one
             self.lib = self.make_library(self.bootstrap, self.topic, self.partitions,
-                                         transactional_id(process % self.concurrency), self.o, self._journal)
+                                         transactional_id(process % self.concurrency), self.o, self._journal,
+                                         process=process)
         return self.lib
 
     def _journal(self, kind: str, keys: list[int]) -> None:
         with self._lock:
             self._rebalances.append({"keys": keys, "type": kind})
             self._rebalanced_during_op = True
+        lib = self.lib
+        if lib is not None and lib.events is not None:
+            lib.events.add("rebalance", topic=self.topic, how=kind, keys=list(keys))
 
     def invoke(self, op: Op) -> Op:
         try:
@@ -158,9 +170,7 @@ class TxnClient:
         elif op.f in ("assign", "subscribe"):
             comp = self._reassign(op)
         elif op.f == "crash":
-            if self.lib is not None:
-                self.lib.crash()
-            self.lib = None
+            self._drop_library()
             comp = _completion(op, INFO, None, error="crashed")
         elif op.f == "poll" and (op.extra or {}).get("final"):
             comp = self._final_poll(op)
@@ -170,7 +180,19 @@ class TxnClient:
             if self._rebalances:
                 comp.extra = {**(comp.extra or {}), "rebalance_log": self._rebalances}
                 self._rebalances = []
+        events = self.lib.take_events() if self.lib is not None else []
+        events += self._dropped_events
+        self._dropped_events = []
+        if events:
+            comp.extra = {**(comp.extra or {}), CLIENT_EVENTS: sorted(events, key=lambda e: e.get("mono", 0))}
         return comp
+
+    def _drop_library(self) -> None:
+        """Crash the library (no clean shutdown); what it did on its own goes on this op's completion."""
+        if self.lib is not None:
+            self._dropped_events += self.lib.take_events()
+            self.lib.crash()
+        self.lib = None
 
     def _crash_if_rebalanced(self) -> None:
         if self.o["crash_on_rebalance"] and self._rebalanced_during_op:
@@ -211,9 +233,7 @@ class TxnClient:
             _commit(lib)
         except CrashedOnRebalance:
             _fill_offsets(done, offsets)
-            if self.lib is not None:
-                self.lib.crash()
-            self.lib = None
+            self._drop_library()
             return _completion(op, INFO, done, error=CRASHED_ON_REBALANCE)
         except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
             _fill_offsets(done, offsets)

@@ -76,7 +76,7 @@ class QueueWorkload:
     def topics(self, test):
         return [("queue", len(self.log.records))]
 
-    def new_client(self, test):
+    def new_client(self, test, process=None):
         return QueueClient(self.log)
 
     def op_mix(self, test):

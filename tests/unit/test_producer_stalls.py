@@ -46,7 +46,7 @@ TIMEOUT_S = 0.05  # the producers' transaction timeout in these tests
 
 
 def txn_client(lib: ScriptedLibrary, stalls: ProducerStallControl, concurrency: int = 5) -> TxnClient:
-    def make(bootstrap, topic, partitions, txn_id, o, on_rebalance):
+    def make(bootstrap, topic, partitions, txn_id, o, on_rebalance, process=None):
         lib.on_rebalance, lib.txn_id = on_rebalance, txn_id
         return lib
     c = TxnClient(make, "t", 4, concurrency, txn_options({}), OffsetTracker(), stalls)

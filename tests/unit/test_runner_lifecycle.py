@@ -105,7 +105,7 @@ class FakeWorkload:
     def topics(self, test):
         return [("queue", 1)]
 
-    def new_client(self, test):
+    def new_client(self, test, process=None):
         return EchoClient(self.explode)
 
     def op_mix(self, test):
@@ -192,7 +192,7 @@ class UnreachableClient(EchoClient):
 
 def test_a_cluster_that_never_answers_the_final_reads_gives_unknown_not_a_crash(tmp_path, patched, monkeypatch):
     class NoFinalReads(FakeWorkload):
-        def new_client(self, test):
+        def new_client(self, test, process=None):
             c = UnreachableClient()
             c.final = self.main_phase_over
             return c
@@ -272,7 +272,7 @@ class TimingOutFinalReads(FakeWorkload):
         super().__init__()
         self.timeouts = timeouts
 
-    def new_client(self, test):
+    def new_client(self, test, process=None):
         workload = self
 
         class Client(EchoClient):
@@ -309,7 +309,7 @@ class HangingWorkload(FakeWorkload):
         self.release = __import__("threading").Event()
         self.hung: list[int] = []
 
-    def new_client(self, test):
+    def new_client(self, test, process=None):
         workload = self
 
         class Client(EchoClient):
@@ -371,7 +371,7 @@ def test_a_final_read_whose_client_call_never_returns_ends_info_and_the_run_stor
     release = threading.Event()
 
     class HangingFinalReads(FakeWorkload):
-        def new_client(self, test):
+        def new_client(self, test, process=None):
             class Client(EchoClient):
                 def invoke(self, op):
                     if op.f == "final-poll":

@@ -88,7 +88,7 @@ class ScriptedLibrary(TxnLibrary):
 
 
 def client_with(lib: ScriptedLibrary, **options) -> TxnClient:
-    def make(bootstrap, topic, partitions, txn_id, o, on_rebalance):
+    def make(bootstrap, topic, partitions, txn_id, o, on_rebalance, process=None):
         lib.on_rebalance, lib.txn_id = on_rebalance, txn_id
         return lib
     c = TxnClient(make, "t", 4, 5, txn_options(options), OffsetTracker())
@@ -253,7 +253,7 @@ def test_only_a_committed_transactions_polls_count_as_seen_for_poll_unseen():
     tracker = OffsetTracker()
     tracker.sent(3, 1060)
     lib = ScriptedLibrary(records={"3": [[1041, 2113], [1050, 2122]]}, fail_at={"commit": LibraryError("x")})
-    c = TxnClient(lambda *a: lib, "t", 4, 5, txn_options({}), tracker)
+    c = TxnClient(lambda *a, **kw: lib, "t", 4, 5, txn_options({}), tracker)
     c.open("b:1")
     assert c.invoke(txn([["poll"]], abort=True)).type == FAIL
     assert c.invoke(txn([["poll"]])).type == FAIL  # the commit raised, the abort went through
