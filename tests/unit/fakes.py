@@ -1,6 +1,6 @@
 """Test doubles the nemesis unit tests share: a network that obeys the iptables commands our fault code
-sends (so the probes that observe a cut see it, or see that it did not happen), and the run's fault
-actions over a fresh ledger. The real network is exercised by the integration tests."""
+sends (so the probes that observe a cut see it, or see that it did not happen), the run's fault
+actions over a fresh ledger, node processes that record what was done to them. The real network is exercised by the integration tests."""
 
 from __future__ import annotations
 
@@ -126,6 +126,45 @@ class FakeCluster:
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
         pass
+
+
+class RecordedProcesses:
+    """A fake cluster's node processes (the core Cluster's kill, stop and start): each call is kept in
+    `events` as (verb, node), and `down` holds the nodes killed or stopped and not started since."""
+
+    def __init__(self):
+        self.events: list[tuple[str, str]] = []
+        self.down: set[str] = set()
+        self.paused: set[str] = set()  # RecordedPauses' nodes; empty without that ability
+
+    def is_running(self, n: str) -> bool:
+        return n not in self.down
+
+    def process_state(self, n: str) -> str:
+        return "down" if n in self.down else "paused" if n in self.paused else "running"
+
+    def kill(self, n: str) -> None:
+        self._record("kill", n, self.down.add)
+
+    def stop(self, n: str) -> None:
+        self._record("stop", n, self.down.add)
+
+    def start(self, n: str) -> None:
+        self._record("start", n, self.down.discard)
+
+    def _record(self, verb: str, n: str, change) -> None:
+        self.events.append((verb, n))
+        change(n)
+
+
+class RecordedPauses(RecordedProcesses):
+    """RecordedProcesses with the Pausable ability: pause and resume, recorded the same way, and `paused`."""
+
+    def pause(self, n: str) -> None:
+        self._record("pause", n, self.paused.add)
+
+    def resume(self, n: str) -> None:
+        self._record("resume", n, self.paused.discard)
 
 
 # --- the one scheduler on a clock that moves only when it waits (nemesis/plan.py drive) ------------------
