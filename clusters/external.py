@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from kafkaesque_harness.clusters.base import (
     PartitionView,
     proc_sys_refusal,
 )
+from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes
 from kafkaesque_harness.clusters.cluster_file import (
     KIND_EXTERNAL,
     ClusterFile,
@@ -29,7 +29,6 @@ from kafkaesque_harness.clusters.cluster_file import (
 )
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
-    claim_node_dir,
     forget_pause_script,
     pick,
     read_node_marker,
@@ -39,7 +38,6 @@ from kafkaesque_harness.clusters.ownership import (
     release_run,
     remove_added_qdisc,
     resume_paused_script,
-    root_qdisc,
     state_dir,
 )
 from kafkaesque_harness.clusters.remote import RemoteError
@@ -50,7 +48,7 @@ STOP_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 120.0
 
 
-class ExternalCluster:
+class ExternalCluster(ClaimedNodes):
     """A Kafka-protocol cluster we did not build, driven by the commands of its cluster file."""
 
     name = "external"
@@ -303,7 +301,7 @@ class ExternalCluster:
         script = (f"p=$({self.pid_command(node)}); p=$(printf '%s' \"$p\" | head -n 1 | tr -dc 0-9); "
                   f"test -n \"$p\" && kill -{sig} \"$p\"")
         if node in self._claimed and sig in ("STOP", "CONT"):
-            d = self.rendered(node)["vars"]["dir"]
+            d = self.node_dir(node)
             script += f" && {record_pause_script(d) if sig == 'STOP' else forget_pause_script(d)}"
         return self._sh(node, script, timeout=15).ok
 
@@ -374,11 +372,6 @@ class ExternalCluster:
             self.down()
             raise
 
-    def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
-        nodes = self.nodes() if nodes is None else nodes
-        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-            return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
-
     def _connect(self, node: str) -> None:
         r = self.remote(node)  # a container's: found on the engine now, or a ClusterError naming it
         if self.cf.transport == "ssh":  # a container's Remote needs no connection
@@ -387,16 +380,12 @@ class ExternalCluster:
                 raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
                                    "sudo there, or set sudo = false.")
 
-    def _claim(self, node: str) -> None:
-        """The node's dir is this run's (clusters/ownership.py claim_node_dir); its marker also keeps the
-        chain our faults use and the root qdisc the node had, what cleanup needs to undo a dead run's."""
-        from kafkaesque_harness.clusters.netrules import CHAIN
+    def node_dir(self, node: str) -> str:
+        return self.rendered(node)["vars"]["dir"]
 
-        device = self.net_device(node)
-        claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
-                       f"[paths] of the cluster file {self.cf.path}",
-                       {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)})
-        self._claimed.add(node)
+    @property
+    def dirs_named_in(self) -> str:
+        return f"[paths] of the cluster file {self.cf.path}"
 
     def _install(self, node: str) -> None:
         """Stop what runs there, then the file's install steps: upload and unpack, config, commands."""
@@ -423,18 +412,8 @@ class ExternalCluster:
                                    "in [install] commands of the cluster file.")
 
     def down(self) -> None:
-        def stop(node: str) -> None:
-            try:
-                self.stop(node)
-                release_node_dir(self.remote(node), self.rendered(node)["vars"]["dir"], self.owner)
-            except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
-                pass
-
         try:
-            # Only nodes this run claimed: one whose dir was refused was never touched, and stays so.
-            claimed = [n for n in self.nodes() if n in self._claimed]
-            if claimed:
-                self._each(stop, claimed)
+            self._release_claimed(self.stop)
         finally:
             self._close_remotes()
             self._remove_containers()
@@ -463,7 +442,7 @@ class ExternalCluster:
         def heal(node: str) -> str | None:
             try:
                 self._connect(node)
-                d = self.rendered(node)["vars"]["dir"]
+                d = self.node_dir(node)
                 marker = read_node_marker(self.remote(node), d)
                 if marker is None or marker.get("run") != self.owner:
                     return None

@@ -51,24 +51,22 @@ import shlex
 import signal
 import tarfile
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
 from kafkaesque_harness.clusters.broker import node_code_members
+from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
     check_node_dir,
-    claim_node_dir,
     pick,
     read_node_marker,
     register_run,
     release_node_dir,
     release_run,
     remove_added_qdisc,
-    root_qdisc,
     state_dir,
 )
 from kafkaesque_harness.clusters.reference import CONTROLLER, ReferenceCluster
@@ -183,8 +181,9 @@ def code_tarball() -> bytes:
     return buf.getvalue()
 
 
-class SshCluster(ReferenceCluster):
+class SshCluster(ClaimedNodes, ReferenceCluster):
     name = "ssh"
+    legacy_dirs_ok = True
 
     def __init__(self, spec: ClusterSpec, run_dir: str, nodes: list[SshNode], owner: str | None = None):
         brokers = sum(1 for n in nodes if n.name != CONTROLLER)
@@ -220,6 +219,10 @@ class SshCluster(ReferenceCluster):
 
     def node_dir(self, node: str) -> str:
         return self.by_name[node].dir
+
+    @property
+    def dirs_named_in(self) -> str:
+        return f"the node file {self.node_file or ''}".rstrip()
 
     def clock_file(self, node: str) -> str:
         return f"{self.node_dir(node)}/clock-offset"
@@ -282,29 +285,12 @@ class SshCluster(ReferenceCluster):
             self._not_isolated = (f"iptables does not run for the SSH user on {', '.join(denied)} (install it, "
                                   "and log in as root or set sudo = true)")
 
-    def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
-        """fn(node) on every node in parallel (SSH round trips dominate set-up); the first error is raised."""
-        nodes = self.nodes() if nodes is None else nodes
-        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-            return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
-
     def _connect(self, node: str) -> None:
         r = self.remote(node)
         r.connect()
         if r.target.sudo and not r.run(["true"], timeout=20).ok:
             raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
                                "sudo there, or set sudo = false and log in as a user who may run the broker.")
-
-    def _claim(self, node: str) -> None:
-        """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
-        from kafkaesque_harness.clusters.netrules import CHAIN
-
-        device = self.net_device(node)
-        claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
-                       f"the node file {self.node_file or ''}".rstrip(),
-                       {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)},
-                       legacy_ok=True)
-        self._claimed.add(node)
 
     def _install(self, node: str, tarball: bytes) -> None:
         """Stop what an earlier run left, wipe the node's data, and unpack this project's code there."""
@@ -383,18 +369,8 @@ class SshCluster(ReferenceCluster):
             r.run(["sh", "-c", f"fusermount3 -u -z {q} || umount -l {q}"])
 
     def down(self) -> None:
-        def stop(node: str) -> None:
-            try:
-                self._stop_processes(node)
-                release_node_dir(self.remote(node), self.node_dir(node), self.owner)
-            except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
-                pass
-
         try:
-            # Only where this run holds the dir: a pid file in a dir it was refused is someone else's.
-            claimed = [n for n in self.nodes() if n in self._claimed]
-            if claimed:
-                self._each(stop, claimed)
+            self._release_claimed(self._stop_processes)
         finally:
             for r in self.remotes.values():
                 r.close()
