@@ -261,10 +261,7 @@ class SshCluster(ClaimedNodes, ReferenceCluster):
             self._probe_isolation()
             if self.lossy:
                 self._each(self._mount_lossyfs, self.broker_nodes())
-            for node in self.nodes():
-                self.start(node)
-            self.wait_ready(self.broker_nodes(), timeout_s=90)
-            return self.bootstrap()
+            return self._start_every_node(timeout_s=90)
         except RemoteError as e:
             self.down()
             raise ClusterError(str(e)) from None
