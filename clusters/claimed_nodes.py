@@ -1,16 +1,19 @@
 """What the two backends whose nodes are machines of their own reached by a Remote share about those nodes
 (ssh.py: our broker over SSH; external.py: the nodes of a cluster file): a step taken on every node at once,
 the claim of each node's dir for this run (clusters/ownership.py), and, at down(), the stop and release of
-the nodes it claimed and of no other."""
+the nodes it claimed and of no other; and for `kafkaesque cleanup`, the healing of the nodes a run whose
+harness died left marked."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.netrules import CHAIN
-from kafkaesque_harness.clusters.ownership import claim_node_dir, release_node_dir, root_qdisc
+from kafkaesque_harness.clusters.ownership import Leftover, claim_node_dir, pick, release_node_dir, root_qdisc
 
 
 class ClaimedNodes:
@@ -50,3 +53,29 @@ class ClaimedNodes:
         claimed = [n for n in self.nodes() if n in self._claimed]
         if claimed:
             self._each(release, claimed)
+
+
+# --- leftovers: the run's marker on this machine, which `kafkaesque cleanup` finds if its harness died -------
+def heal_marked(marker: Path, kind: str, cluster_of: Callable[[dict[str, Any]], Any],
+                unreadable: type[Exception]) -> list[str]:
+    """Heal the nodes a run's marker names, through the cluster `cluster_of` makes again from the marker
+    (its heal_leftovers); "KIND:node" for each node healed. The marker goes once they are healed, or at once,
+    with a line saying so, when the cluster cannot be made again (`unreadable`): nothing can reach those
+    nodes any more."""
+    try:
+        cluster = cluster_of(json.loads(marker.read_text()))
+    except (OSError, ValueError, KeyError, unreadable) as e:
+        marker.unlink(missing_ok=True)
+        return [f"{kind} marker {marker.name} dropped ({type(e).__name__}: {e})"]
+    out = [f"{kind}:{n}" for n in cluster.heal_leftovers()]
+    marker.unlink(missing_ok=True)
+    return out
+
+
+def heal_runs(found: list[Leftover], owner: str = "") -> list[str]:
+    """Heal the nodes of one run's cluster (`owner`), or, without an owner, of every one of the `found`
+    clusters whose harness is gone; what each healing said (heal_marked)."""
+    out: list[str] = []
+    for item in pick(found, owner):
+        out += item.remove()
+    return out

@@ -18,7 +18,7 @@ from kafkaesque_harness.clusters.base import (
     PartitionView,
     proc_sys_refusal,
 )
-from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes
+from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes, heal_marked, heal_runs
 from kafkaesque_harness.clusters.cluster_file import (
     KIND_EXTERNAL,
     ClusterFile,
@@ -30,7 +30,6 @@ from kafkaesque_harness.clusters.cluster_file import (
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
     forget_pause_script,
-    pick,
     read_node_marker,
     record_pause_script,
     register_run,
@@ -636,30 +635,20 @@ def external_state_dir() -> Path:
 def find_external() -> list[Leftover]:
     """The external clusters whose harness has not reached `down` (their markers), as leftovers of their
     runs: removing one resumes what the run paused and removes its rules, on the nodes still marked its."""
-    return [Leftover(marker.stem, f"external cluster of run {marker.stem} (paused processes and rules on its "
-                                  "nodes)", lambda marker=marker: _heal_marked(marker), rank=8)
+    return [Leftover(marker.stem, f"external cluster of run {marker.stem} (paused processes and rules on its nodes)",
+                     lambda marker=marker: heal_marked(marker, "external", _marked_cluster, ClusterError), rank=8)
             for marker in sorted(external_state_dir().glob("*.json"))]
 
 
-def _heal_marked(marker: Path) -> list[str]:
-    try:
-        info = json.loads(marker.read_text())
-        cluster = ExternalCluster.from_file(info["cluster_file"], None, info.get("run_dir", "."), info["owner"])
-    except (OSError, ValueError, KeyError, ClusterError) as e:
-        marker.unlink(missing_ok=True)  # nothing can find those nodes any more
-        return [f"external marker {marker.name} dropped ({type(e).__name__}: {e})"]
-    out = [f"external:{n}" for n in cluster.heal_leftovers()]
-    marker.unlink(missing_ok=True)
-    return out
+def _marked_cluster(info: dict[str, Any]) -> ExternalCluster:
+    """The cluster of a leftover marker, made again from its cluster file."""
+    return ExternalCluster.from_file(info["cluster_file"], None, info.get("run_dir", "."), info["owner"])
 
 
 def cleanup_external(owner: str = "") -> list[str]:
     """Heal the nodes of one run's external cluster (`owner`), or, without an owner, of every external
     cluster whose harness is gone; returns "external:<node>" for each node healed."""
-    out: list[str] = []
-    for item in pick(find_external(), owner):
-        out += item.remove()
-    return out
+    return heal_runs(find_external(), owner)
 
 
 def cluster_from_file(path: str, spec: ClusterSpec, run_dir: str):

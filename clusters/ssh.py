@@ -57,11 +57,10 @@ from typing import Any
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
 from kafkaesque_harness.clusters.broker import node_code_members
-from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes
+from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes, heal_marked, heal_runs
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
     check_node_dir,
-    pick,
     read_node_marker,
     register_run,
     release_node_dir,
@@ -433,28 +432,18 @@ def find_ssh() -> list[Leftover]:
     """The SSH clusters whose harness has not reached `down` (their markers), as leftovers of their runs:
     removing one heals and stops its nodes."""
     return [Leftover(marker.stem, f"SSH cluster of run {marker.stem} (faults, brokers and mounts on its nodes)",
-                     lambda marker=marker: _heal_marked(marker), rank=7, extra={"marker": marker})
+                     lambda marker=marker: heal_marked(marker, "ssh", _marked_cluster, NodeFileError), rank=7,
+                     extra={"marker": marker})
             for marker in sorted(ssh_state_dir().glob("*.json"))]
 
 
-def _heal_marked(marker: Path) -> list[str]:
-    """Heal the nodes a marker names; the marker goes once they are healed (or cannot be found again)."""
-    try:
-        info = json.loads(marker.read_text())
-        cluster = SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
-    except (OSError, ValueError, KeyError, NodeFileError) as e:
-        marker.unlink(missing_ok=True)  # nothing can reach those nodes any more
-        return [f"ssh marker {marker.name} dropped ({type(e).__name__}: {e})"]
-    out = [f"ssh:{n}" for n in cluster.heal_leftovers()]
-    marker.unlink(missing_ok=True)
-    return out
+def _marked_cluster(info: dict[str, Any]) -> SshCluster:
+    """The cluster of a leftover marker, made again from its node file."""
+    return SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
 
 
 def cleanup_ssh(owner: str = "") -> list[str]:
     """Heal and stop the nodes of one run's SSH cluster (`owner`), or, without an owner, of every SSH
     cluster whose harness is gone; returns "ssh:<node>" for each node reached. A marker whose node file is
     gone is dropped with a line saying so, since nothing can reach those nodes any more."""
-    out: list[str] = []
-    for item in pick(find_ssh(), owner):
-        out += item.remove()
-    return out
+    return heal_runs(find_ssh(), owner)
