@@ -7,13 +7,16 @@ harness died left marked."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kafkaesque_harness.clusters.base import ClusterError
 from kafkaesque_harness.clusters.netrules import CHAIN
 from kafkaesque_harness.clusters.ownership import Leftover, claim_node_dir, pick, release_node_dir, root_qdisc
+from kafkaesque_harness.clusters.remote import RemoteError
 
 
 class ClaimedNodes:
@@ -23,6 +26,19 @@ class ClaimedNodes:
     the dirs, for the sentence that refuses one)."""
 
     legacy_dirs_ok = False  # a dir laid out as the SSH backend left it before it wrote markers is ours too
+
+    @contextmanager
+    def _down_if_up_fails(self) -> Iterator[None]:
+        """up()'s guard: whatever fails, the cluster is taken down before the error goes on (down touches only
+        the nodes claimed so far), and a node that could not be reached is one ClusterError sentence."""
+        try:
+            yield
+        except RemoteError as e:
+            self.down()
+            raise ClusterError(str(e)) from None
+        except BaseException:
+            self.down()
+            raise
 
     def _each(self, fn: Callable[[str], Any], nodes: list[str] | None = None) -> list[Any]:
         """fn(node) on every node in parallel (remote round trips dominate set-up); the first error is raised."""

@@ -39,7 +39,6 @@ from kafkaesque_harness.clusters.ownership import (
     resume_paused_script,
     state_dir,
 )
-from kafkaesque_harness.clusters.remote import RemoteError
 from kafkaesque_harness.clusters.replica_dumps import no_dumps, write_replicas
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
@@ -348,7 +347,7 @@ class ExternalCluster(ClaimedNodes):
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     def up(self) -> str:
-        try:
+        with self._down_if_up_fails():
             register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
             if self.managed_nodes():
                 self._create_containers()
@@ -364,12 +363,6 @@ class ExternalCluster(ClaimedNodes):
 
             self.capabilities = probe_cluster(self)
             return self.bootstrap()
-        except RemoteError as e:
-            self.down()
-            raise ClusterError(str(e)) from None
-        except BaseException:
-            self.down()
-            raise
 
     def _connect(self, node: str) -> None:
         r = self.remote(node)  # a container's: found on the engine now, or a ClusterError naming it

@@ -69,7 +69,6 @@ from kafkaesque_harness.clusters.ownership import (
     state_dir,
 )
 from kafkaesque_harness.clusters.reference import CONTROLLER, ReferenceCluster
-from kafkaesque_harness.clusters.remote import RemoteError
 from kafkaesque_harness.clusters.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
@@ -249,7 +248,7 @@ class SshCluster(ClaimedNodes, ReferenceCluster):
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def up(self) -> str:
-        try:
+        with self._down_if_up_fails():
             register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
             self._each(self._connect)
             self._mark_leftover()
@@ -261,12 +260,6 @@ class SshCluster(ClaimedNodes, ReferenceCluster):
             if self.lossy:
                 self._each(self._mount_lossyfs, self.broker_nodes())
             return self._start_every_node(timeout_s=90)
-        except RemoteError as e:
-            self.down()
-            raise ClusterError(str(e)) from None
-        except BaseException:
-            self.down()
-            raise
 
     def _probe_isolation(self) -> None:
         """Partitions and tc need a network stack per node (distinct hosts) and iptables there."""
