@@ -1,6 +1,8 @@
 """Test doubles the nemesis unit tests share: a network that obeys the iptables commands our fault code
 sends (so the probes that observe a cut see it, or see that it did not happen), the run's fault
-actions over a fresh ledger, node processes that record what was done to them. The real network is exercised by the integration tests."""
+actions over a fresh ledger, and node processes that record what was done to them, in two models:
+RecordedProcesses keeps down and paused apart (a paused node killed is still paused when started
+again), ProcessStates one state a node. The real network is exercised by the integration tests."""
 
 from __future__ import annotations
 
@@ -165,6 +167,44 @@ class RecordedPauses(RecordedProcesses):
 
     def resume(self, n: str) -> None:
         self._record("resume", n, self.paused.discard)
+
+
+class ProcessStates:
+    """A fake cluster's node processes as states: `process` holds each node that is "down" or "paused"
+    (running otherwise), and `calls` each kill, stop, pause, resume and start as "VERB node". A verb in
+    `ignore` is sent and nothing happens (a signal the process does not obey); went_down(node) is where a
+    fake's controller reacts to a node it lost. Resume and start are each fake's own."""
+
+    def __init__(self):
+        self.process: dict[str, str] = {}
+        self.calls: list[str] = []
+        self.ignore: set[str] = set()  # e.g. {"kill"}: the signal is sent and the process lives on
+
+    def process_state(self, n: str) -> str:
+        return self.process.get(n, "running")
+
+    def kill(self, n: str) -> None:
+        self._act("kill", n, "down")
+
+    def stop(self, n: str) -> None:
+        self._act("stop", n, "down")
+
+    def pause(self, n: str) -> None:
+        self._act("pause", n, "paused")
+
+    def _act(self, verb: str, n: str, state: str) -> None:
+        """`verb` sent to the node's process, which is `state` afterwards (down, paused or running)."""
+        self.calls.append(f"{verb} {n}")
+        if verb in self.ignore:
+            return
+        if state == "running":
+            self.process.pop(n, None)
+        else:
+            self.process[n] = state
+            self.went_down(n)
+
+    def went_down(self, n: str) -> None:
+        pass
 
 
 # --- the one scheduler on a clock that moves only when it waits (nemesis/plan.py drive) ------------------
