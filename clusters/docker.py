@@ -178,10 +178,7 @@ class DockerCluster(ReferenceCluster):
                 self.ips[node] = c.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
                 self.remotes[node] = DockerRemote(c, node)
                 self._prepare_node(node)
-            for node in self.nodes():
-                self.start(node)
-            self.wait_ready(self.broker_nodes(), timeout_s=90)
-            return self.bootstrap()
+            return self._start_every_node(timeout_s=90)
         except BaseException:
             self.down()
             raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from kafkaesque_harness.clusters.base import (
     PartitionView,
     proc_sys_refusal,
 )
+from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes, heal_marked, heal_runs
 from kafkaesque_harness.clusters.cluster_file import (
     KIND_EXTERNAL,
     ClusterFile,
@@ -31,9 +31,7 @@ from kafkaesque_harness.clusters.cluster_file import (
 )
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
-    claim_node_dir,
     forget_pause_script,
-    pick,
     read_node_marker,
     record_pause_script,
     register_run,
@@ -41,10 +39,8 @@ from kafkaesque_harness.clusters.ownership import (
     release_run,
     remove_added_qdisc,
     resume_paused_script,
-    root_qdisc,
     state_dir,
 )
-from kafkaesque_harness.clusters.remote import RemoteError
 from kafkaesque_harness.clusters.replica_dumps import no_dumps, write_replicas
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
@@ -54,7 +50,7 @@ STARTED_WITHIN_S = 10.0  # after `start` returns, its process must be found live
 COMMANDS_LOG = "commands.jsonl"  # in the run dir: every command run on the nodes (_sh)
 
 
-class ExternalCluster:
+class ExternalCluster(ClaimedNodes):
     """A Kafka-protocol cluster we did not build, driven by the commands of its cluster file."""
 
     name = "external"
@@ -325,7 +321,7 @@ class ExternalCluster:
         node's marker (pid and start time) until its SIGCONT, so cleanup can resume it if the harness dies."""
         script = f"{self._pid_script(node)}; test -n \"$p\" && kill -{sig} \"$p\""
         if node in self._claimed and sig in ("STOP", "CONT"):
-            d = self.rendered(node)["vars"]["dir"]
+            d = self.node_dir(node)
             script += f" && {record_pause_script(d) if sig == 'STOP' else forget_pause_script(d)}"
         return self._sh(node, script, timeout=15).ok
 
@@ -430,10 +426,6 @@ class ExternalCluster:
             return None
         return dest if any(f.is_file() and f.suffix != ".json" for f in dest.rglob("*")) else None
 
-    def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
-        nodes = self.nodes() if nodes is None else nodes
-        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-            return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
 
     def _connect(self, node: str) -> None:
         r = self.remote(node)  # a container's: found on the engine now, or a ClusterError naming it
@@ -443,16 +435,12 @@ class ExternalCluster:
                 raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
                                    "sudo there, or set sudo = false.")
 
-    def _claim(self, node: str) -> None:
-        """The node's dir is this run's (clusters/ownership.py claim_node_dir); its marker also keeps the
-        chain our faults use and the root qdisc the node had, what cleanup needs to undo a dead run's."""
-        from kafkaesque_harness.clusters.netrules import CHAIN
+    def node_dir(self, node: str) -> str:
+        return self.rendered(node)["vars"]["dir"]
 
-        device = self.net_device(node)
-        claim_node_dir(self.remote(node), node, self.rendered(node)["vars"]["dir"], self.owner,
-                       f"[paths] of the cluster file {self.cf.path}",
-                       {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)})
-        self._claimed.add(node)
+    @property
+    def dirs_named_in(self) -> str:
+        return f"[paths] of the cluster file {self.cf.path}"
 
     def _install(self, node: str) -> None:
         """Stop what runs there, then the file's install steps: upload and unpack, config, commands."""
@@ -481,18 +469,8 @@ class ExternalCluster:
     def down(self, quick: bool = False) -> None:
         """Stop every node this run claimed (`quick`: SIGKILL, not the stop command and its wait) and remove
         what the run created."""
-        def stop(node: str) -> None:
-            try:
-                self.kill(node) if quick else self.stop(node)
-                release_node_dir(self.remote(node), self.rendered(node)["vars"]["dir"], self.owner)
-            except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
-                pass
-
         try:
-            # Only nodes this run claimed: one whose dir was refused was never touched, and stays so.
-            claimed = [n for n in self.nodes() if n in self._claimed]
-            if claimed:
-                self._each(stop, claimed)
+            self._release_claimed(self.kill if quick else self.stop)
         finally:
             self._close_remotes()
             self._remove_containers()
@@ -521,7 +499,7 @@ class ExternalCluster:
         def heal(node: str) -> str | None:
             try:
                 self._connect(node)
-                d = self.rendered(node)["vars"]["dir"]
+                d = self.node_dir(node)
                 marker = read_node_marker(self.remote(node), d)
                 if marker is None or marker.get("run") != self.owner:
                     return None
@@ -716,30 +694,20 @@ def external_state_dir() -> Path:
 def find_external() -> list[Leftover]:
     """The external clusters whose harness has not reached `down` (their markers), as leftovers of their
     runs: removing one resumes what the run paused and removes its rules, on the nodes still marked its."""
-    return [Leftover(marker.stem, f"external cluster of run {marker.stem} (paused processes and rules on its "
-                                  "nodes)", lambda marker=marker: _heal_marked(marker), rank=8)
+    return [Leftover(marker.stem, f"external cluster of run {marker.stem} (paused processes and rules on its nodes)",
+                     lambda marker=marker: heal_marked(marker, "external", _marked_cluster, ClusterError), rank=8)
             for marker in sorted(external_state_dir().glob("*.json"))]
 
 
-def _heal_marked(marker: Path) -> list[str]:
-    try:
-        info = json.loads(marker.read_text())
-        cluster = ExternalCluster.from_file(info["cluster_file"], None, info.get("run_dir", "."), info["owner"])
-    except (OSError, ValueError, KeyError, ClusterError) as e:
-        marker.unlink(missing_ok=True)  # nothing can find those nodes any more
-        return [f"external marker {marker.name} dropped ({type(e).__name__}: {e})"]
-    out = [f"external:{n}" for n in cluster.heal_leftovers()]
-    marker.unlink(missing_ok=True)
-    return out
+def _marked_cluster(info: dict[str, Any]) -> ExternalCluster:
+    """The cluster of a leftover marker, made again from its cluster file."""
+    return ExternalCluster.from_file(info["cluster_file"], None, info.get("run_dir", "."), info["owner"])
 
 
 def cleanup_external(owner: str = "") -> list[str]:
     """Heal the nodes of one run's external cluster (`owner`), or, without an owner, of every external
     cluster whose harness is gone; returns "external:<node>" for each node healed."""
-    out: list[str] = []
-    for item in pick(find_external(), owner):
-        out += item.remove()
-    return out
+    return heal_runs(find_external(), owner)
 
 
 def cluster_from_file(path: str, spec: ClusterSpec, run_dir: str):

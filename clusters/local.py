@@ -98,10 +98,7 @@ class LocalCluster(ReferenceCluster):
             self._registration = register_run(self.owner, self.name, str(self.run_dir))
             self._build_clock_preload()
             self._prepare_nodes()
-            for node in self.nodes():
-                self.start(node)
-            self.wait_ready(self.broker_nodes(), timeout_s=60)
-            return self.bootstrap()
+            return self._start_every_node(timeout_s=60)
         except BaseException:
             self.down()
             raise

@@ -280,6 +280,14 @@ class ReferenceCluster:
         found = self.active_controller_state()
         return found[0] if found else None
 
+    def _start_every_node(self, timeout_s: float) -> str:
+        """up()'s last step: every node started, the controllers first, and its brokers registered and
+        unfenced within `timeout_s`; the bootstrap."""
+        for node in self.nodes():
+            self.start(node)
+        self.wait_ready(self.broker_nodes(), timeout_s=timeout_s)
+        return self.bootstrap()
+
     def wait_ready(self, brokers: list[str], timeout_s: float) -> None:
         """Until every named broker is registered and unfenced at the controller."""
         want = {self.node_id(b) for b in brokers}

@@ -51,28 +51,24 @@ import shlex
 import signal
 import tarfile
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.base import ClusterError, ClusterSpec
 from kafkaesque_harness.clusters.broker import node_code_members
+from kafkaesque_harness.clusters.claimed_nodes import ClaimedNodes, heal_marked, heal_runs
 from kafkaesque_harness.clusters.ownership import (
     Leftover,
     check_node_dir,
-    claim_node_dir,
-    pick,
     read_node_marker,
     register_run,
     release_node_dir,
     release_run,
     remove_added_qdisc,
-    root_qdisc,
     state_dir,
 )
 from kafkaesque_harness.clusters.reference import CONTROLLER, ReferenceCluster
-from kafkaesque_harness.clusters.remote import RemoteError
 from kafkaesque_harness.clusters.ssh_remote import HOST_KEY_POLICIES, SshRemote, SshTarget
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
@@ -183,8 +179,9 @@ def code_tarball() -> bytes:
     return buf.getvalue()
 
 
-class SshCluster(ReferenceCluster):
+class SshCluster(ClaimedNodes, ReferenceCluster):
     name = "ssh"
+    legacy_dirs_ok = True
 
     def __init__(self, spec: ClusterSpec, run_dir: str, nodes: list[SshNode], owner: str | None = None):
         brokers = sum(1 for n in nodes if n.name != CONTROLLER)
@@ -221,6 +218,10 @@ class SshCluster(ReferenceCluster):
     def node_dir(self, node: str) -> str:
         return self.by_name[node].dir
 
+    @property
+    def dirs_named_in(self) -> str:
+        return f"the node file {self.node_file or ''}".rstrip()
+
     def clock_file(self, node: str) -> str:
         return f"{self.node_dir(node)}/clock-offset"
 
@@ -247,7 +248,7 @@ class SshCluster(ReferenceCluster):
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def up(self) -> str:
-        try:
+        with self._down_if_up_fails():
             register_run(self.owner, self.name, str(self.run_dir))  # live to `kafkaesque cleanup` until down()
             self._each(self._connect)
             self._mark_leftover()
@@ -258,16 +259,7 @@ class SshCluster(ReferenceCluster):
             self._probe_isolation()
             if self.lossy:
                 self._each(self._mount_lossyfs, self.broker_nodes())
-            for node in self.nodes():
-                self.start(node)
-            self.wait_ready(self.broker_nodes(), timeout_s=90)
-            return self.bootstrap()
-        except RemoteError as e:
-            self.down()
-            raise ClusterError(str(e)) from None
-        except BaseException:
-            self.down()
-            raise
+            return self._start_every_node(timeout_s=90)
 
     def _probe_isolation(self) -> None:
         """Partitions and tc need a network stack per node (distinct hosts) and iptables there."""
@@ -282,29 +274,12 @@ class SshCluster(ReferenceCluster):
             self._not_isolated = (f"iptables does not run for the SSH user on {', '.join(denied)} (install it, "
                                   "and log in as root or set sudo = true)")
 
-    def _each(self, fn, nodes: list[str] | None = None) -> list[Any]:
-        """fn(node) on every node in parallel (SSH round trips dominate set-up); the first error is raised."""
-        nodes = self.nodes() if nodes is None else nodes
-        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-            return [f.result() for f in [pool.submit(fn, n) for n in nodes]]
-
     def _connect(self, node: str) -> None:
         r = self.remote(node)
         r.connect()
         if r.target.sudo and not r.run(["true"], timeout=20).ok:
             raise ClusterError(f"{node}: `sudo -n` does not work for {r.where()}; allow that user passwordless "
                                "sudo there, or set sudo = false and log in as a user who may run the broker.")
-
-    def _claim(self, node: str) -> None:
-        """The node's dir is this run's: checked on the node (clusters/ownership.py claim_node_dir)."""
-        from kafkaesque_harness.clusters.netrules import CHAIN
-
-        device = self.net_device(node)
-        claim_node_dir(self.remote(node), node, self.node_dir(node), self.owner,
-                       f"the node file {self.node_file or ''}".rstrip(),
-                       {"chain": CHAIN, "device": device, "qdisc_before": root_qdisc(self.remote(node), device)},
-                       legacy_ok=True)
-        self._claimed.add(node)
 
     def _install(self, node: str, tarball: bytes) -> None:
         """Stop what an earlier run left, wipe the node's data, and unpack this project's code there."""
@@ -383,18 +358,8 @@ class SshCluster(ReferenceCluster):
             r.run(["sh", "-c", f"fusermount3 -u -z {q} || umount -l {q}"])
 
     def down(self) -> None:
-        def stop(node: str) -> None:
-            try:
-                self._stop_processes(node)
-                release_node_dir(self.remote(node), self.node_dir(node), self.owner)
-            except Exception:  # noqa: BLE001 - down never raises for a dead or unreachable node
-                pass
-
         try:
-            # Only where this run holds the dir: a pid file in a dir it was refused is someone else's.
-            claimed = [n for n in self.nodes() if n in self._claimed]
-            if claimed:
-                self._each(stop, claimed)
+            self._release_claimed(self._stop_processes)
         finally:
             for r in self.remotes.values():
                 r.close()
@@ -460,28 +425,18 @@ def find_ssh() -> list[Leftover]:
     """The SSH clusters whose harness has not reached `down` (their markers), as leftovers of their runs:
     removing one heals and stops its nodes."""
     return [Leftover(marker.stem, f"SSH cluster of run {marker.stem} (faults, brokers and mounts on its nodes)",
-                     lambda marker=marker: _heal_marked(marker), rank=7, extra={"marker": marker})
+                     lambda marker=marker: heal_marked(marker, "ssh", _marked_cluster, NodeFileError), rank=7,
+                     extra={"marker": marker})
             for marker in sorted(ssh_state_dir().glob("*.json"))]
 
 
-def _heal_marked(marker: Path) -> list[str]:
-    """Heal the nodes a marker names; the marker goes once they are healed (or cannot be found again)."""
-    try:
-        info = json.loads(marker.read_text())
-        cluster = SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
-    except (OSError, ValueError, KeyError, NodeFileError) as e:
-        marker.unlink(missing_ok=True)  # nothing can reach those nodes any more
-        return [f"ssh marker {marker.name} dropped ({type(e).__name__}: {e})"]
-    out = [f"ssh:{n}" for n in cluster.heal_leftovers()]
-    marker.unlink(missing_ok=True)
-    return out
+def _marked_cluster(info: dict[str, Any]) -> SshCluster:
+    """The cluster of a leftover marker, made again from its node file."""
+    return SshCluster.from_file(info["node_file"], ClusterSpec(), info.get("run_dir", "."), info["owner"])
 
 
 def cleanup_ssh(owner: str = "") -> list[str]:
     """Heal and stop the nodes of one run's SSH cluster (`owner`), or, without an owner, of every SSH
     cluster whose harness is gone; returns "ssh:<node>" for each node reached. A marker whose node file is
     gone is dropped with a line saying so, since nothing can reach those nodes any more."""
-    out: list[str] = []
-    for item in pick(find_ssh(), owner):
-        out += item.remove()
-    return out
+    return heal_runs(find_ssh(), owner)

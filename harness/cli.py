@@ -27,7 +27,13 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from typer._click.utils import PacifyFlushWrapper
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
-from kafkaesque_harness.harness.cluster_cli import cluster_app, image_app
+from kafkaesque_harness.harness.cluster_cli import (
+    BrokerVariantOption,
+    FlushPolicyOption,
+    UncleanRecoveryOption,
+    cluster_app,
+    image_app,
+)
 from kafkaesque_harness.harness.console import (
     EXIT_HARNESS,
     EXIT_INTERRUPTED,
@@ -213,14 +219,9 @@ def run(
                                              "FILE.toml (a cluster file: any Kafka-protocol cluster, format in "
                                              "clusters/cluster_file.py), or ssh:FILE.toml (our broker over SSH, "
                                              "clusters/ssh.py)")] = "auto",
-    flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
-    broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to switch "
-                                                     "on: truncate-to-hw, no-elr, unclean-election, no-epoch-fencing, "
-                                                     "txn-markers-no-epoch-bump, read-committed-to-hwm, "
-                                                     "offsets-commit-acks-1, zombie-not-fenced")
-                              ] = "default",
-    unclean_recovery_strategy: Annotated[str, typer.Option(help="the controller's unclean.recovery.strategy: "
-                                                                "balanced, proactive or manual")] = "balanced",
+    flush_policy: FlushPolicyOption = "never",
+    broker_variant: BrokerVariantOption = "default",
+    unclean_recovery_strategy: UncleanRecoveryOption = "balanced",
     replica_fetch_max_bytes: Annotated[int, typer.Option(help="our broker's replica.fetch.max.bytes (0: its "
                                                               "default, 4 MiB)")] = 0,
     hwm_checkpoint_interval_ms: Annotated[int, typer.Option(help="our broker's HWM checkpoint interval (0: its "

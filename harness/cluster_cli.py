@@ -29,6 +29,15 @@ cluster_app = typer.Typer(no_args_is_help=True,
                           help="A docker cluster of the reference broker, outside any test run.")
 
 NameOption = Annotated[str, typer.Option("--name", help="the cluster's name (its docker label kafkaesque=NAME)")]
+# The reference broker's settings, as `kafkaesque run` and `kafkaesque cluster up` both take them.
+FlushPolicyOption = Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")]
+BrokerVariantOption = Annotated[str, typer.Option(help="default, or a historic flaw of the reference broker to "
+                                                       "switch on: truncate-to-hw, no-elr, unclean-election, "
+                                                       "no-epoch-fencing, txn-markers-no-epoch-bump, "
+                                                       "read-committed-to-hwm, offsets-commit-acks-1, "
+                                                       "zombie-not-fenced")]
+UncleanRecoveryOption = Annotated[str, typer.Option(help="the controller's unclean.recovery.strategy: balanced, "
+                                                         "proactive or manual")]
 
 
 @image_app.command("build")
@@ -72,12 +81,9 @@ def _attach(name: str):
 def cluster_up(
     name: NameOption = DEFAULT_NAME,
     brokers: Annotated[int, typer.Option(help="brokers, beside the one controller")] = 3,
-    flush_policy: Annotated[str, typer.Option(help="every-write, every-N-records:N, every-ms:N, never")] = "never",
-    broker_variant: Annotated[str, typer.Option(help="default, or a historic flaw: truncate-to-hw, no-elr, "
-                                                     "unclean-election, no-epoch-fencing, "
-                                                     "txn-markers-no-epoch-bump, read-committed-to-hwm, "
-                                                     "offsets-commit-acks-1, zombie-not-fenced")] = "default",
-    unclean_recovery_strategy: Annotated[str, typer.Option(help="balanced, proactive or manual")] = "balanced",
+    flush_policy: FlushPolicyOption = "never",
+    broker_variant: BrokerVariantOption = "default",
+    unclean_recovery_strategy: UncleanRecoveryOption = "balanced",
 ) -> None:
     """Start a docker cluster (building the image if needed); print its status, then the bootstrap servers."""
     from docker.errors import DockerException

@@ -207,7 +207,8 @@ class LossyCrashNemesis(_Fault):
 
 class _ClockFault(_Fault):
     """What the clock faults share: the node's clock control file (clusters/clock_preload.py), written
-    through the shared actions, and a reset of every node ever touched to the real clock (offset 0)."""
+    through the shared actions, and a stop that resets every node ever touched to the real clock (offset 0);
+    each fault says only how its start changes the clocks (_skew)."""
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
@@ -230,6 +231,17 @@ class _ClockFault(_Fault):
         return choose(target, cluster.broker_nodes(), self.rng, leaders=leaders,
                       controllers=cluster.controller_nodes(), isrs=isrs)
 
+    def invoke(self, cluster, op: Op) -> Op:
+        if op.f == self.start_f:
+            return Op(INFO, op.f, op.process, self._skew(cluster))
+        if op.f == self.stop_f:
+            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
+        raise ValueError(f"{self.name} nemesis cannot do {op.f!r}")
+
+    def _skew(self, cluster) -> dict[str, Any]:
+        """The start: each fault's own change to the clocks; what the op's value says of it."""
+        raise NotImplementedError
+
     def _reset(self, cluster) -> list[str]:
         reset = self._mine(CLOCK_FAULTS)
         for n in reset:
@@ -246,18 +258,14 @@ class ClockNemesis(_ClockFault):
         super().__init__(options)
         self.max_skew_s = float(options.get("clock_max_skew_s", 300))
 
-    def invoke(self, cluster, op: Op) -> Op:
-        if op.f == self.start_f:
-            nodes = self.rng.sample(cluster.nodes(), self.rng.randint(1, len(cluster.nodes())))
-            offsets = {}
-            for n in nodes:
-                off = round(self.rng.uniform(-self.max_skew_s, self.max_skew_s), 3)
-                self.set_offset(cluster, n, off)
-                offsets[n] = off
-            return Op(INFO, op.f, op.process, {"clock-offset-s": offsets})
-        if op.f == self.stop_f:
-            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
-        raise ValueError(f"clock nemesis cannot do {op.f!r}")
+    def _skew(self, cluster) -> dict[str, Any]:
+        nodes = self.rng.sample(cluster.nodes(), self.rng.randint(1, len(cluster.nodes())))
+        offsets = {}
+        for n in nodes:
+            off = round(self.rng.uniform(-self.max_skew_s, self.max_skew_s), 3)
+            self.set_offset(cluster, n, off)
+            offsets[n] = off
+        return {"clock-offset-s": offsets}
 
 
 class ClockJumpNemesis(_ClockFault):
@@ -270,16 +278,12 @@ class ClockJumpNemesis(_ClockFault):
         super().__init__(options)
         self.jump_s = float(options.get("clock_jump_s", 3600))
 
-    def invoke(self, cluster, op: Op) -> Op:
-        if op.f == self.start_f:
-            jumps = {}
-            for n in self.targets(cluster):
-                jumps[n] = self.rng.choice((-1, 1)) * self.jump_s
-                self.set_offset(cluster, n, jumps[n])
-            return Op(INFO, op.f, op.process, {"clock-jump-s": jumps})
-        if op.f == self.stop_f:
-            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
-        raise ValueError(f"clock-jump nemesis cannot do {op.f!r}")
+    def _skew(self, cluster) -> dict[str, Any]:
+        jumps = {}
+        for n in self.targets(cluster):
+            jumps[n] = self.rng.choice((-1, 1)) * self.jump_s
+            self.set_offset(cluster, n, jumps[n])
+        return {"clock-jump-s": jumps}
 
 
 class ClockStrobeNemesis(_ClockFault):
@@ -294,20 +298,15 @@ class ClockStrobeNemesis(_ClockFault):
         self.delta_s = float(options.get("clock_strobe_delta_s", 60))
         self.period_ms = float(options.get("clock_strobe_period_ms", 50))
 
-    def invoke(self, cluster, op: Op) -> Op:
+    def _skew(self, cluster) -> dict[str, Any]:
         from kafkaesque_harness.clusters.clock_preload import strobe_file_text
 
-        if op.f == self.start_f:
-            nodes = self.targets(cluster)
-            text = strobe_file_text(int(self.delta_s * 1e9), int(self.period_ms * 1e6))
-            detail = {"delta_s": self.delta_s, "period_ms": self.period_ms}
-            for n in nodes:
-                self.faults.set_clock(n, self.name, text, (0.0, self.delta_s), by=self.name, detail=detail)
-            return Op(INFO, op.f, op.process, {"clock-strobe": {"nodes": nodes, "delta-s": self.delta_s,
-                                                                "period-ms": self.period_ms}})
-        if op.f == self.stop_f:
-            return Op(INFO, op.f, op.process, {"reset": self._reset(cluster)})
-        raise ValueError(f"clock-strobe nemesis cannot do {op.f!r}")
+        nodes = self.targets(cluster)
+        text = strobe_file_text(int(self.delta_s * 1e9), int(self.period_ms * 1e6))
+        detail = {"delta_s": self.delta_s, "period_ms": self.period_ms}
+        for n in nodes:
+            self.faults.set_clock(n, self.name, text, (0.0, self.delta_s), by=self.name, detail=detail)
+        return {"clock-strobe": {"nodes": nodes, "delta-s": self.delta_s, "period-ms": self.period_ms}}
 
 
 class NetNemesis(_Fault):

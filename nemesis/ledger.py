@@ -40,24 +40,23 @@ class FaultLedger:
         return rec
 
     def applied(self, rec: FaultRecord, ok: bool = True, error: str | None = None) -> None:
-        with self._lock:
-            rec.applied, rec.apply_error = ok, error
-            rec.t_applied = self.clock() if ok else None
-            self._changed[rec.id] = None
+        self._set(rec, applied=ok, apply_error=error, t_applied=self.clock() if ok else None)
 
     def observed(self, rec: FaultRecord, ok: bool, evidence: dict[str, Any] | None = None,
                  error: str | None = None) -> None:
-        with self._lock:
-            rec.observed, rec.observe_error = ok, None if ok else (error or "no evidence that it took effect")
-            rec.evidence = evidence or {}
-            self._changed[rec.id] = None
+        self._set(rec, observed=ok, observe_error=None if ok else (error or "no evidence that it took effect"),
+                  evidence=evidence or {})
 
     def healed(self, rec: FaultRecord, ok: bool, evidence: dict[str, Any] | None = None,
                error: str | None = None) -> None:
+        self._set(rec, healed=ok, heal_error=None if ok else (error or "no evidence that it was undone"),
+                  heal_evidence=evidence or {}, t_healed=self.clock())
+
+    def _set(self, rec: FaultRecord, **fields: Any) -> None:
+        """A stage reached: its fields set on the record, which changes() then reports."""
         with self._lock:
-            rec.healed, rec.heal_error = ok, None if ok else (error or "no evidence that it was undone")
-            rec.heal_evidence = evidence or {}
-            rec.t_healed = self.clock()
+            for name, value in fields.items():
+                setattr(rec, name, value)
             self._changed[rec.id] = None
 
     def note(self, rec: FaultRecord, **fields: Any) -> None:

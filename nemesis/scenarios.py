@@ -24,6 +24,12 @@ L_SYNCED_FURTHER_THAN_F = (
     act("stop", "F"), act("start", "F"), wait("in-isr", "F", timeout=60), sleep(3),
     act("stop", "L"), act("start", "L"), wait("in-isr", "L", timeout=60), sleep(2))
 
+# The ISR shrinks to the leader L: F1 cut off and out, then F2, so F2 is the follower that left last.
+ISR_SHRUNK_TO_L = (
+    bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
+    act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
+    act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2))
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario(
         "unclean-election",
@@ -42,9 +48,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "the other), then the leader loses power and its unsynced writes. Without the ELR it is the "
         "only candidate and the others truncate to its shortened log; with the ELR the follower that "
         "left last (complete up to the frozen HWM) leads.",
-        (bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
-         act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
-         act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2),
+        (*ISR_SHRUNK_TO_L,
          act("lossy-crash", "L"), wait("fenced", "L"), act("heal"), sleep(5),
          act("start", "L"), wait("has-leader"), wait("in-isr", "L", timeout=60)),
         needs_isolated_nodes=True, targets=("no-elr",)),
@@ -55,9 +59,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "restarts without its unsynced data and catches up. Nothing acknowledged may be lost. Without "
         "the ELR the lone ISR member stays the only candidate and leads from its shortened log. (The "
         "unclean-election variant elects like the default here: an ELR member is alive when it leads.)",
-        (bind("L", "leader"), bind("F1", "follower"), bind("F2", "follower"),
-         act("isolate", "F1"), wait("not-in-isr", "F1"), sleep(2),
-         act("isolate", "F2"), wait("isr-is", nodes=("L",)), sleep(2),
+        (*ISR_SHRUNK_TO_L,
          act("lossy-crash", "L"), wait("fenced", "L"), act("heal", "F2"), wait("leader-is", "F2"),
          act("start", "L"), act("heal"), wait("in-isr", "L", timeout=60)),
         needs_isolated_nodes=True, targets=("no-elr",)),

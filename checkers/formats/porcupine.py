@@ -12,6 +12,7 @@ file, the line and what is wrong.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from kafkaesque_harness.checkers.formats.lines import read_text_lines
@@ -51,16 +52,23 @@ def _op_type(type_: str, where: str, kind: str) -> str:
     return type_
 
 
-def parse_etcd_log(path: str | Path) -> list[Op]:
-    ops = []
+def _matched_lines(path: str | Path, pattern: re.Pattern, kind: str, shape: str) -> Iterator[tuple[re.Match, str]]:
+    """Each non-blank line of the file as `pattern` matched it, with where it stands ("PATH line N"). A line
+    that does not match is a HistoryFormatError naming it and the `shape` a line of a `kind` log has."""
     for n, line in enumerate(read_text_lines(path), start=1):
         if not line.strip():
             continue
-        m = _ETCD.match(line)
+        m = pattern.match(line)
         where = f"{path} line {n}"
         if m is None:
-            raise HistoryFormatError(f"{where}: {_shown(line)} is not a Jepsen etcd log line (INFO  jepsen.util - "
-                                     f"proc type f value); {WRONG_FORMAT.format('etcd')}.")
+            raise HistoryFormatError(f"{where}: {_shown(line)} is not {shape}; {WRONG_FORMAT.format(kind)}.")
+        yield m, where
+
+
+def parse_etcd_log(path: str | Path) -> list[Op]:
+    ops = []
+    for m, where in _matched_lines(path, _ETCD, "etcd",
+                                   "a Jepsen etcd log line (INFO  jepsen.util - proc type f value)"):
         proc, type_, f, value = m.groups()
         ops.append(Op(_op_type(type_, where, "etcd"), f, int(proc), _etcd_value(value, where), time=len(ops),
                       index=len(ops)))
@@ -69,14 +77,8 @@ def parse_etcd_log(path: str | Path) -> list[Op]:
 
 def parse_kv_log(path: str | Path) -> list[Op]:
     ops = []
-    for n, line in enumerate(read_text_lines(path), start=1):
-        if not line.strip():
-            continue
-        m = _KV.match(line)
-        where = f"{path} line {n}"
-        if m is None:
-            raise HistoryFormatError(f"{where}: {_shown(line)} is not a Porcupine kv line "
-                                     f'({{:process P, :type T, :f F, :key "K", :value V}}); {WRONG_FORMAT.format("kv")}.')
+    for m, where in _matched_lines(path, _KV, "kv",
+                                   'a Porcupine kv line ({:process P, :type T, :f F, :key "K", :value V})'):
         proc, type_, f, key, value = m.groups()
         v = None if value == "nil" else value[1:-1]
         ops.append(Op(_op_type(type_, where, "kv"), f, int(proc), [key, v], time=len(ops), index=len(ops)))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -72,6 +74,23 @@ def _need_tables(warehouse: Path) -> None:
                             "re-ingests them).")
 
 
+@contextmanager
+def _spark_job(warehouse: Path, master: str, command: str, spark_logs: bool, conf: list[str] | None,
+               doing: str) -> Iterator[Any]:
+    """A Spark session over the ingested tables for one command (one sentence and exit 3 when there are none,
+    or they are stale), with a spinner saying what it is `doing`; the session is stopped afterwards."""
+    try:
+        _need_tables(warehouse)
+        spark = _session(master, warehouse, command, spark_logs, conf)
+    except PipelineError as e:
+        _fail(str(e))
+    try:
+        with _spinner(doing):
+            yield spark
+    finally:
+        spark.stop()
+
+
 @pipeline_app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="store, campaign or run directories")],
@@ -116,17 +135,9 @@ def check(
     from kafkaesque_harness.results.pipeline.queue_checks import COUNT_COLUMNS, disagreements
     from kafkaesque_harness.results.pipeline.queue_checks import check as run_check
 
-    try:
-        _need_tables(warehouse)
-        spark = _session(spark_master, warehouse, "check", spark_logs, spark_conf)
-    except PipelineError as e:
-        _fail(str(e))
-    t0 = time.perf_counter()
-    try:
-        with _spinner("checking runs on Spark"):
-            rows = run_check(spark, str(warehouse.resolve()), campaign)
-    finally:
-        spark.stop()
+    with _spark_job(warehouse, spark_master, "check", spark_logs, spark_conf, "checking runs on Spark") as spark:
+        t0 = time.perf_counter()
+        rows = run_check(spark, str(warehouse.resolve()), campaign)
     elapsed = time.perf_counter() - t0
     diffs = disagreements(rows)
     table = Table(title=f"queue checks on Spark ({len(rows)} runs, {elapsed:.1f} s)")
@@ -166,16 +177,8 @@ def summarize(
     from kafkaesque_harness.results.pipeline.summarize import print_summary
     from kafkaesque_harness.results.pipeline.summarize import summarize as run_summarize
 
-    try:
-        _need_tables(warehouse)
-        spark = _session(spark_master, warehouse, "summarize", spark_logs, spark_conf)
-    except PipelineError as e:
-        _fail(str(e))
-    try:
-        with _spinner("aggregating on Spark"):
-            summary = run_summarize(spark, str(warehouse.resolve()), campaign)
-    finally:
-        spark.stop()
+    with _spark_job(warehouse, spark_master, "summarize", spark_logs, spark_conf, "aggregating on Spark") as spark:
+        summary = run_summarize(spark, str(warehouse.resolve()), campaign)
     out = output or warehouse / "summary.json"
     out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print_summary(summary, err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -101,6 +102,16 @@ class TestCluster:
             if p["topic"] == topic and p["partition"] == partition:
                 return p
         raise KeyError((topic, partition))
+
+    def rejoin(self, i: int, topic: str, timeout: float = 30) -> None:
+        """Start broker i again and wait until it is back in the ISR of `topic` 0."""
+        self.start_broker(i)
+        self.wait_for(lambda: i in self.partition(topic)["isr"], timeout=timeout, what=f"broker {i} back in the ISR")
+
+    def log_events(self, i: int) -> list[dict]:
+        """Broker i's log, its JSON lines as events."""
+        lines = (self.root / f"broker-{i}" / "broker.log").read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
 
     def broker_state(self, i: int, include_log: bool = True) -> dict | None:
         try:
@@ -224,3 +235,21 @@ def set_up_nemesis(nemesis, cluster):
     faults = FaultActions(cluster, FaultLedger())
     nemesis.setup(cluster, faults)
     return faults
+
+
+def fill_partition(cluster, topic: str, n: int, prefix: bytes = b"") -> None:
+    """`n` records (prefix + their number) at `topic` 0 of a harness cluster (clusters/base.py), acks=all,
+    flushed."""
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap().split(","), acks="all")
+    for i in range(n):
+        p.send(topic, value=prefix + b"%d" % i, partition=0)
+    p.flush(30)
+    p.close()
+
+
+def replica_view(cluster, node: str, topic: str) -> dict | None:
+    """`topic` 0 as the node's state dump shows its replica (None: no answer, or no replica there)."""
+    parts = [x for x in (cluster.dump_state(node) or {}).get("partitions", []) if x["topic"] == topic]
+    return parts[0] if parts else None

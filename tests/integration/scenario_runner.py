@@ -165,6 +165,25 @@ class Scenario:
         """Acknowledged values not at their acknowledged offset."""
         return sorted(v.decode() for v, o in self.acked.items() if read.get(o) != v)
 
+    def check_nothing_acked_lost(self, read: dict[int, bytes]) -> None:
+        self.check(self.lost_acked(read) == [], f"acknowledged records lost: {self.lost_acked(read)}")
+
+    def final_reads(self) -> dict[int, bytes]:
+        """A scenario's end, while its cluster is still up: every replica's state kept (snapshot), and
+        everything below the HWM read (read_committed)."""
+        self.snapshot()
+        return self.read_committed()
+
+    # --- openings the documents share ------------------------------------------------------------
+    def three_replicas_then_2_paused(self) -> None:
+        """001 5.2.2's opening: the topic with RF 3 and min ISR 2, led by 1 with all three in the ISR;
+        a0..a19 sent; then 2 paused until it leaves the ISR (not into the ELR: the ISR still meets min ISR)."""
+        self.cluster.create_topic(self.topic, partitions=1, rf=3, min_isr=2)
+        self.wait_partition(lambda p: p["leader"] == 1 and p["isr"] == [1, 2, 3], "Leader=1, ISR=[1,2,3], ELR=[]")
+        self.produce([f"a{i}" for i in range(20)])
+        self.pause(2)
+        self.wait_partition(lambda p: p["isr"] == [1, 3], "2 leaves the ISR (not into the ELR: ISR still at min ISR)")
+
     # --- replicas' own logs ----------------------------------------------------------------------
     def snapshot(self) -> None:
         """Keep every replica's state (with its physical log) for assertions after the cluster is down."""

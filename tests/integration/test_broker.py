@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import time
@@ -126,9 +125,7 @@ def test_leader_kill_elects_from_isr_keeps_acked_records_and_the_old_leader_rejo
     got = dict(consume_all(local_cluster.bootstrap, "fo", 0, max(acked) + 1))
     assert all(got.get(o) == v for o, v in acked.items()), "an acknowledged record was lost"
     # The killed leader comes back, truncates what it alone had, catches up and rejoins the ISR.
-    local_cluster.start_broker(leader)
-    local_cluster.wait_for(lambda: leader in local_cluster.partition("fo")["isr"], timeout=40,
-                           what=f"broker {leader} back in the ISR")
+    local_cluster.rejoin(leader, "fo", timeout=40)
     assert_logs_identical_below_hwm(local_cluster, "fo")
 
 
@@ -187,11 +184,8 @@ def test_sigterm_is_a_controlled_shutdown_that_hands_off_leadership_and_restarts
     # Still writable with acks=all while it is away (two replicas left, min ISR 2).
     assert p.send("cs", value=b"after", partition=0).get(timeout=20).offset == 50
     p.close()
-    local_cluster.start_broker(leader)
-    local_cluster.wait_for(lambda: leader in local_cluster.partition("cs")["isr"], timeout=30,
-                           what=f"broker {leader} back in the ISR")
-    events = [json.loads(line) for line in (local_cluster.root / f"broker-{leader}" / "broker.log").read_text()
-              .splitlines() if line.startswith("{")]
+    local_cluster.rejoin(leader, "cs")
+    events = local_cluster.log_events(leader)
     starts = [e for e in events if e.get("event") == "broker_started"]
     assert starts[0]["previous_broker_epoch"] == -1 and starts[-1]["previous_broker_epoch"] == epoch
     assert any(e.get("event") == "controlled_shutdown_done" for e in events)
@@ -227,11 +221,8 @@ def test_an_old_leader_truncates_its_unreplicated_acks_1_suffix_on_rejoin(local_
     for i in range(4):
         p.send("dv", value=f"new{i}".encode(), partition=0).get(timeout=20)
     p.close()
-    local_cluster.start_broker(leader)
-    local_cluster.wait_for(lambda: leader in local_cluster.partition("dv")["isr"], timeout=30,
-                           what=f"broker {leader} back in the ISR")
-    events = [json.loads(line) for line in (local_cluster.root / f"broker-{leader}" / "broker.log").read_text()
-              .splitlines() if line.startswith("{")]
+    local_cluster.rejoin(leader, "dv")
+    events = local_cluster.log_events(leader)
     cuts = [e for e in events if e.get("event") == "truncated_on_divergence"]
     assert cuts and cuts[0]["from"] == 8 and cuts[0]["to"] == 5, cuts
     got = consume_all(local_cluster.bootstrap, "dv", 0, 9)

@@ -4,13 +4,12 @@ damage itself at start-up (CRC and length checks), says so in its log, and recov
 import time
 
 import pytest
-from kafka import KafkaProducer
 
 from kafkaesque_harness.clusters.base import ClusterSpec
 from kafkaesque_harness.clusters.local import LocalCluster
 from kafkaesque_harness.history import INVOKE, Op
 from kafkaesque_harness.nemesis.faults import DiskNemesis
-from tests.integration.conftest import set_up_nemesis
+from tests.integration.conftest import fill_partition, replica_view, set_up_nemesis
 
 pytestmark = pytest.mark.integration
 
@@ -21,11 +20,7 @@ def test_corrupt_segment_is_detected_at_start_up_and_repaired(tmp_path, mode):
     c.up()
     try:
         c.create_topic("d", 1, 3, 2)
-        p = KafkaProducer(bootstrap_servers=c.bootstrap().split(","), acks="all")
-        for i in range(300):
-            p.send("d", value=b"v%d" % i, partition=0)
-        p.flush(30)
-        p.close()
+        fill_partition(c, "d", 300, prefix=b"v")
         nem = DiskNemesis({"disk_mode": mode, "seed": 4})
         faults = set_up_nemesis(nem, c)
         done = nem.invoke(c, Op(INVOKE, "start-disk", "nemesis", None))
@@ -35,10 +30,8 @@ def test_corrupt_segment_is_detected_at_start_up_and_repaired(tmp_path, mode):
         assert rec.applied and rec.observed and rec.evidence["verified"] and rec.healed
 
         def repaired() -> bool:
-            st = c.dump_state(node)
-            parts = [x for x in (st or {}).get("partitions", []) if x["topic"] == "d"]
-            return bool(parts) and parts[0]["leo"] == 300 and node in [
-                c.node_name(r) for r in c.partitions("d")[0].isr]
+            view = replica_view(c, node, "d")
+            return bool(view) and view["leo"] == 300 and node in [c.node_name(r) for r in c.partitions("d")[0].isr]
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not repaired():

@@ -16,7 +16,7 @@ from kafkaesque_harness.clusters.docker import LABEL, cleanup_docker, docker_cli
 from kafkaesque_harness.history import INVOKE, Op
 from kafkaesque_harness.nemesis.base import NemesisRefused
 from kafkaesque_harness.nemesis.faults import ClockNemesis, PartitionNemesis
-from tests.integration.conftest import docker_cluster_up, set_up_nemesis
+from tests.integration.conftest import docker_cluster_up, fill_partition, replica_view, set_up_nemesis
 
 pytestmark = pytest.mark.integration
 
@@ -113,13 +113,7 @@ def test_drop_caches_is_refused_by_name_in_containers(cluster):
 
 def test_lossy_crash_drops_unsynced_bytes_and_the_broker_recovers(cluster):
     cluster.create_topic("lossy", 1, 3, 2)
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=cluster.bootstrap().split(","), acks="all")
-    for i in range(200):
-        p.send("lossy", value=b"%d" % i, partition=0)
-    p.flush(30)
-    p.close()
+    fill_partition(cluster, "lossy", 200)
     node = cluster.node_name(cluster.partitions("lossy")[0].leader)
     from kafkaesque_harness.nemesis.actions import FaultActions
     from kafkaesque_harness.nemesis.ledger import FaultLedger
@@ -131,9 +125,8 @@ def test_lossy_crash_drops_unsynced_bytes_and_the_broker_recovers(cluster):
     cluster.start(node)
 
     def caught_up() -> bool:
-        state = cluster.dump_state(node)
-        parts = [x for x in (state or {}).get("partitions", []) if x["topic"] == "lossy"]
-        return bool(parts) and parts[0]["leo"] == 200 and parts[0]["role"] == "follower"
+        view = replica_view(cluster, node, "lossy")
+        return bool(view) and view["leo"] == 200 and view["role"] == "follower"
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not caught_up():

@@ -54,11 +54,7 @@ def test_a_replica_whose_recovery_cut_acknowledged_records_is_not_elected_as_cle
     c = start_local_cluster(tmp_path, brokers=3)
     s = Scenario(c)
     try:
-        c.create_topic(s.topic, partitions=1, rf=3, min_isr=2)
-        s.wait_partition(lambda p: p["leader"] == 1 and p["isr"] == [1, 2, 3], "Leader=1, ISR=[1,2,3]")
-        s.produce([f"a{i}" for i in range(20)])
-        s.pause(2)
-        s.wait_partition(lambda p: p["isr"] == [1, 3], "2 leaves the ISR")
+        s.three_replicas_then_2_paused()
         s.check(len(s.produce([f"b{i}" for i in range(20)])) == 20, "b0..b19 acknowledged by 1 and 3")
         s.wait_replicas_caught_up([1, 3])
         s.stop(3)
@@ -77,8 +73,6 @@ def test_a_replica_whose_recovery_cut_acknowledged_records_is_not_elected_as_cle
         log = (c.root / "broker-3" / "broker.log").read_text()
         recovery = [line for line in log.splitlines() if "log-recovery-truncated" in line]
         s.check(recovery != [], "3's recovery must have found the cut tail")
-        read = s.read_committed()
-        lost = s.lost_acked(read)
-        s.check(lost == [], f"acknowledged records lost: {lost}")
+        s.check_nothing_acked_lost(s.read_committed())
     finally:
         c.down()

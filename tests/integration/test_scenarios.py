@@ -11,6 +11,8 @@ the flaw can quietly stop working.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -22,10 +24,17 @@ pytestmark = pytest.mark.integration
 NO_LEADER = -1
 
 
-def scenario_cluster(tmp_path, name: str, variant: str | None, brokers: int, **kw):
+@contextmanager
+def scenario_on(tmp_path, name: str, variant: str | None, brokers: int, **kw) -> Iterator[Scenario]:
+    """A scenario on a local cluster of its own (the broker `variant`'s, or the default broker's), down at
+    the end whatever happens."""
     root = tmp_path / (name + ("-" + variant if variant else "-default"))
     root.mkdir()
-    return start_local_cluster(root, brokers=brokers, variants=[variant] if variant else [], **kw)
+    c = start_local_cluster(root, brokers=brokers, variants=[variant] if variant else [], **kw)
+    try:
+        yield Scenario(c)
+    finally:
+        c.down()
 
 
 # --- 004: "High watermark truncation followed by immediate leader election" -----------------------
@@ -37,10 +46,9 @@ def hw_truncation_then_election(tmp_path, variant: str | None) -> tuple[Scenario
 
     Fetch long polls last 3 s so A's fetch after m2 sits in B unanswered (the HW stays
     unknown to A) until B is paused: the window the document describes, held open."""
-    c = scenario_cluster(tmp_path, "hw-truncation", variant, brokers=2,
-                         replica_fetch_wait_max_ms=3000)
-    s = Scenario(c)
-    try:
+    with scenario_on(tmp_path, "hw-truncation", variant, brokers=2,
+                     replica_fetch_wait_max_ms=3000) as s:
+        c = s.cluster
         c.create_topic(s.topic, partitions=1, rf=2, min_isr=2)
         s.wait_partition(lambda p: p["leader"] == 1 and p["isr"] == [1, 2], "B=1 leads with ISR [1, 2]")
         s.check(s.produce(["m1", "m2"]) == ["m1", "m2"], "m1 and m2 must be acknowledged with acks=all")
@@ -56,15 +64,12 @@ def hw_truncation_then_election(tmp_path, variant: str | None) -> tuple[Scenario
         s.restart(1)
         s.wait_partition(lambda p: p["isr"] == [1, 2], "B rejoins the ISR as a follower")
         s.wait_replicas_caught_up([1, 2])
-        s.snapshot()
-        return s, s.read_committed()
-    finally:
-        c.down()
+        return s, s.final_reads()
 
 
 def test_004_hw_truncation_then_election_default_keeps_m2(tmp_path):
     s, read = hw_truncation_then_election(tmp_path, None)
-    s.check(s.lost_acked(read) == [], f"acknowledged records lost: {s.lost_acked(read)}")
+    s.check_nothing_acked_lost(read)
     s.check(read == {0: b"m1", 1: b"m2"}, f"the log below the HWM is {read}")
 
 
@@ -82,10 +87,9 @@ def divergence_after_power_loss(tmp_path, variant: str | None) -> Scenario:
     offset 1 in a new epoch. Then A returns with m2 at offset 1: with leader epochs it learns
     that m2 is orphaned and truncates it; truncating to its HW (which covered m2) instead,
     it keeps m2 beside B's m3 for good."""
-    c = scenario_cluster(tmp_path, "divergence", variant, brokers=2, hwm_checkpoint_interval_ms=100,
-                         per_broker_flags={1: ["--flush-policy", "every-write"]})
-    s = Scenario(c)
-    try:
+    with scenario_on(tmp_path, "divergence", variant, brokers=2, hwm_checkpoint_interval_ms=100,
+                     per_broker_flags={1: ["--flush-policy", "every-write"]}) as s:
+        c = s.cluster
         c.create_topic(s.topic, partitions=1, rf=2, min_isr=1)
         s.wait_partition(lambda p: p["leader"] == 1 and p["isr"] == [1, 2], "A=1 leads with ISR [1, 2]")
         s.check(s.produce(["m1"]) == ["m1"], "m1 must be acknowledged")
@@ -112,8 +116,6 @@ def divergence_after_power_loss(tmp_path, variant: str | None) -> Scenario:
         s.wait_replicas_caught_up([1, 2])
         s.snapshot()
         return s
-    finally:
-        c.down()
 
 
 def test_004_divergence_after_power_loss_default_logs_converge(tmp_path):
@@ -139,14 +141,8 @@ def clean_elr_recovery(tmp_path, variant: str | None) -> tuple[Scenario, dict[in
     does the old leader restart without its unsynced data. With the ELR, 3 leads and nothing
     acknowledged is lost; without it (`no-elr`, the Last Replica Standing), the emptied old
     leader is the only candidate and the others truncate to it."""
-    c = scenario_cluster(tmp_path, "elr", variant, brokers=3)
-    s = Scenario(c)
-    try:
-        c.create_topic(s.topic, partitions=1, rf=3, min_isr=2)
-        s.wait_partition(lambda p: p["leader"] == 1 and p["isr"] == [1, 2, 3], "Leader=1, ISR=[1,2,3], ELR=[]")
-        s.produce([f"a{i}" for i in range(20)])
-        s.pause(2)
-        s.wait_partition(lambda p: p["isr"] == [1, 3], "2 leaves the ISR (not into the ELR: ISR still at min ISR)")
+    with scenario_on(tmp_path, "elr", variant, brokers=3) as s:
+        s.three_replicas_then_2_paused()
         s.check(s.partition_state()["elr"] == [], "case F: no ELR while the ISR meets min ISR")
         s.produce([f"b{i}" for i in range(20)])
         s.pause(3)
@@ -167,15 +163,12 @@ def clean_elr_recovery(tmp_path, variant: str | None) -> tuple[Scenario, dict[in
         s.resume(2)
         s.wait_partition(lambda p: p["isr"] == [1, 2, 3], "everyone in sync")
         s.wait_replicas_caught_up([1, 2, 3])
-        s.snapshot()
-        return s, s.read_committed()
-    finally:
-        c.down()
+        return s, s.final_reads()
 
 
 def test_001_5_2_2_clean_elr_recovery_default_loses_nothing(tmp_path):
     s, read = clean_elr_recovery(tmp_path, None)
-    s.check(s.lost_acked(read) == [], f"acknowledged records lost: {s.lost_acked(read)}")
+    s.check_nothing_acked_lost(read)
     s.check(len(s.acked) == 40, f"all 40 acks=all sends acknowledged, got {len(s.acked)}")
     hwm = s.replica(1)["hwm"]
     s.check(s.logs_below(1, hwm) == s.logs_below(2, hwm) == s.logs_below(3, hwm), "logs identical below the HWM")
@@ -196,10 +189,9 @@ def balanced_recovery(tmp_path, variant: str | None) -> tuple[Scenario, dict[int
     (no leader, ELR [2, 3]). All restart without the clean-shutdown epoch, 1 first: under
     balanced recovery the LastKnownELR {2, 3} is asked for its logs and 2 wins; with
     unclean.leader.election.enable the first live replica (1, which lost everything) leads."""
-    c = scenario_cluster(tmp_path, "balanced", variant, brokers=3,
-                         per_broker_flags={2: ["--flush-policy", "every-write"]})
-    s = Scenario(c)
-    try:
+    with scenario_on(tmp_path, "balanced", variant, brokers=3,
+                     per_broker_flags={2: ["--flush-policy", "every-write"]}) as s:
+        c = s.cluster
         c.create_topic(s.topic, partitions=1, rf=3, min_isr=2)
         s.wait_partition(lambda p: p["leader"] == 1 and p["isr"] == [1, 2, 3], "Leader=1, ISR=[1,2,3]")
         s.check(len(s.produce([f"r{i}" for i in range(30)])) == 30, "all 30 records acknowledged")
@@ -226,15 +218,12 @@ def balanced_recovery(tmp_path, variant: str | None) -> tuple[Scenario, dict[int
         s.wait_partition(lambda p: p["isr"] == [1, 2, 3], "everyone in sync", timeout=40)
         s.wait_replicas_caught_up([1, 2, 3])
         s.recoveries = c.controller_state()["unclean_recoveries"]
-        s.snapshot()
-        return s, s.read_committed()
-    finally:
-        c.down()
+        return s, s.final_reads()
 
 
 def test_001_5_3_3_balanced_recovery_default_chooses_broker_2_and_loses_nothing(tmp_path):
     s, read = balanced_recovery(tmp_path, None)
-    s.check(s.lost_acked(read) == [], f"acknowledged records lost: {s.lost_acked(read)}")
+    s.check_nothing_acked_lost(read)
     hwm = s.replica(2)["hwm"]
     s.check(s.logs_below(1, hwm) == s.logs_below(2, hwm) == s.logs_below(3, hwm), "logs identical below the HWM")
 

@@ -2,6 +2,8 @@ import signal
 
 import pytest
 
+from kafkaesque_harness.nemesis.actions import FaultActions
+
 
 @pytest.fixture
 def foreground_signals():
@@ -15,3 +17,13 @@ def foreground_signals():
     yield foreground
     for s, h in before.items():
         signal.signal(s, h)
+
+
+@pytest.fixture
+def power_cuts(monkeypatch):
+    """A lossy crash (FaultActions' power cut) is a kill that drops nothing: no lossy file system is needed."""
+    def crash(self, node):
+        self.cluster.kill(node)
+        return {"event": "dropped"}
+
+    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)

@@ -1,6 +1,8 @@
 """Test doubles the nemesis unit tests share: a network that obeys the iptables commands our fault code
-sends (so the probes that observe a cut see it, or see that it did not happen), and the run's fault
-actions over a fresh ledger. The real network is exercised by the integration tests."""
+sends (so the probes that observe a cut see it, or see that it did not happen), the run's fault
+actions over a fresh ledger, and node processes that record what was done to them, in two models:
+RecordedProcesses keeps down and paused apart (a paused node killed is still paused when started
+again), ProcessStates one state a node. The real network is exercised by the integration tests."""
 
 from __future__ import annotations
 
@@ -125,6 +127,83 @@ class FakeCluster:
         pass
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int, min_isr: int) -> None:
+        pass
+
+
+class RecordedProcesses:
+    """A fake cluster's node processes (the core Cluster's kill, stop and start): each call is kept in
+    `events` as (verb, node), and `down` holds the nodes killed or stopped and not started since."""
+
+    def __init__(self):
+        self.events: list[tuple[str, str]] = []
+        self.down: set[str] = set()
+        self.paused: set[str] = set()  # RecordedPauses' nodes; empty without that ability
+
+    def is_running(self, n: str) -> bool:
+        return n not in self.down
+
+    def process_state(self, n: str) -> str:
+        return "down" if n in self.down else "paused" if n in self.paused else "running"
+
+    def kill(self, n: str) -> None:
+        self._record("kill", n, self.down.add)
+
+    def stop(self, n: str) -> None:
+        self._record("stop", n, self.down.add)
+
+    def start(self, n: str) -> None:
+        self._record("start", n, self.down.discard)
+
+    def _record(self, verb: str, n: str, change) -> None:
+        self.events.append((verb, n))
+        change(n)
+
+
+class RecordedPauses(RecordedProcesses):
+    """RecordedProcesses with the Pausable ability: pause and resume, recorded the same way, and `paused`."""
+
+    def pause(self, n: str) -> None:
+        self._record("pause", n, self.paused.add)
+
+    def resume(self, n: str) -> None:
+        self._record("resume", n, self.paused.discard)
+
+
+class ProcessStates:
+    """A fake cluster's node processes as states: `process` holds each node that is "down" or "paused"
+    (running otherwise), and `calls` each kill, stop, pause, resume and start as "VERB node". A verb in
+    `ignore` is sent and nothing happens (a signal the process does not obey); went_down(node) is where a
+    fake's controller reacts to a node it lost. Resume and start are each fake's own."""
+
+    def __init__(self):
+        self.process: dict[str, str] = {}
+        self.calls: list[str] = []
+        self.ignore: set[str] = set()  # e.g. {"kill"}: the signal is sent and the process lives on
+
+    def process_state(self, n: str) -> str:
+        return self.process.get(n, "running")
+
+    def kill(self, n: str) -> None:
+        self._act("kill", n, "down")
+
+    def stop(self, n: str) -> None:
+        self._act("stop", n, "down")
+
+    def pause(self, n: str) -> None:
+        self._act("pause", n, "paused")
+
+    def _act(self, verb: str, n: str, state: str) -> None:
+        """`verb` sent to the node's process, which is `state` afterwards (down, paused or running)."""
+        self.calls.append(f"{verb} {n}")
+        if verb in self.ignore:
+            return
+        if state == "running":
+            self.process.pop(n, None)
+        else:
+            self.process[n] = state
+            self.went_down(n)
+
+    def went_down(self, n: str) -> None:
         pass
 
 

@@ -28,6 +28,19 @@ def make_broker(tmp_path, variant: tuple[str, ...] = ()) -> Broker:
     return b
 
 
+def on_a_broker(tmp_path, scenario, variant: tuple[str, ...] = ()):
+    """Run `scenario(b)` in an event loop of its own on a fresh broker (make_broker), whose logs are closed
+    afterwards; what the scenario returns."""
+    async def run():
+        b = make_broker(tmp_path, variant)
+        try:
+            return await scenario(b)
+        finally:
+            b.logs.close_all()
+
+    return asyncio.run(run())
+
+
 def lead_offsets_partition(b: Broker, partition: int, leader_epoch: int, isr: list[int]) -> None:
     records = [
         {"type": "register_broker", "broker_id": NODE, "broker_epoch": 5, "incarnation_id": "a", "host": "h",
@@ -53,8 +66,7 @@ def follower_fetches_up_to(b: Broker, partition: int, offset: int) -> None:
 
 
 def test_a_new_leader_loads_the_groups_only_once_its_hwm_reaches_the_leso(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         group = "g"
         p = b.groups.partition_for(group)
         # Commits of an earlier epoch in the log (a former leader wrote them), the local HWM still 0.
@@ -75,14 +87,12 @@ def test_a_new_leader_loads_the_groups_only_once_its_hwm_reaches_the_leso(tmp_pa
         await asyncio.sleep(0.05)
         err, offsets = b.groups.committed_offsets(group, None)
         assert err == rpc.NONE and offsets[("t", 0)].offset == 30
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_a_commit_is_answered_only_once_the_hwm_passes_it(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         group = "g"
         p = b.groups.partition_for(group)
         lead_offsets_partition(b, p, leader_epoch=0, isr=[NODE, FOLLOWER])
@@ -95,20 +105,17 @@ def test_a_commit_is_answered_only_once_the_hwm_passes_it(tmp_path):
         follower_fetches_up_to(b, p, 1)
         assert await asyncio.wait_for(commit, 1.0) == rpc.NONE
         assert b.groups.committed_offsets(group, None)[1][("t", 0)].offset == 42
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_a_commit_that_cannot_reach_min_isr_is_refused_as_coordinator_not_available(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         group = "g"
         p = b.groups.partition_for(group)
         lead_offsets_partition(b, p, leader_epoch=0, isr=[NODE])  # below min ISR 2
         await asyncio.sleep(0.05)
         assert await b.commit_offsets(group, -1, "", [("t", 0, 42, 3, "")], 1.0) == rpc.COORDINATOR_NOT_AVAILABLE
         assert b.groups.committed_offsets(group, None)[1] == {}
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)

@@ -12,6 +12,7 @@ import json
 from kafkaesque_harness.clusters.broker import kafka_api, rpc
 from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
 from kafkaesque_harness.clusters.broker.log import build_batch, iter_all_records, validate_batches
+from kafkaesque_harness.clusters.broker.server import Broker
 from kafkaesque_harness.clusters.broker.txn_coordinator import (
     COMPLETE_COMMIT,
     ONGOING,
@@ -20,7 +21,7 @@ from kafkaesque_harness.clusters.broker.txn_coordinator import (
     TxnState,
     txn_record,
 )
-from tests.unit.test_broker_groups import NODE, make_broker
+from tests.unit.test_broker_groups import NODE, on_a_broker
 
 PID = 7000
 
@@ -60,8 +61,7 @@ def marker(commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> dict:
 
 
 def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transaction(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         lead(b, "t", 1, 0)
         assert await produce(b, build_batch([b"before"])) == rpc.NONE
         assert await produce(b, txn_batch(0, b"aborted")) == rpc.NONE
@@ -78,14 +78,12 @@ def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transaction(tmp_p
         assert values(after["records"]) == [b"before", b"aborted", b"after"] and after["aborted"] == [(PID, 1)]
         # a fetch from the marker on is still told of it (Kafka: last offset >= fetch offset)
         assert b.consumer_read("t", 0, 3, -1, 1 << 20, read_committed=True)["aborted"] == [(PID, 1)]
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_a_marker_of_an_older_coordinator_is_fenced_and_one_of_an_older_epoch_is_a_no_op(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         lead(b, "t", 1, 0)
         await produce(b, txn_batch(0, epoch=1))
         assert (await b.txn.write_marker(marker(True, epoch=1, coordinator_epoch=4)))["error"] == rpc.NONE
@@ -95,14 +93,12 @@ def test_a_marker_of_an_older_coordinator_is_fenced_and_one_of_an_older_epoch_is
             rpc.TRANSACTION_COORDINATOR_FENCED
         assert (await b.txn.write_marker(marker(True, epoch=0, coordinator_epoch=4)))["error"] == rpc.NONE
         assert b.replicas[("t", 0)].leo == leo  # neither was written
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_kip890_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         txn_id = "tx"
         lead(b, TXN_STATE_TOPIC, b.txn.coord.config.txn_partitions, b.txn.coord.partition_for(txn_id))
         lead(b, "t", 1, 0)
@@ -118,14 +114,12 @@ def test_kip890_a_transactional_produce_to_a_partition_not_in_the_transaction_is
         assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
         assert await send(0) == rpc.NONE
         assert b.txn.coord.txns[txn_id].state == ONGOING
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_a_new_coordinator_writes_the_markers_of_a_transaction_it_finds_prepared(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         txn_id = "tx"
         p = b.txn.coord.partition_for(txn_id)
         lead(b, "t", 1, 0)
@@ -144,14 +138,12 @@ def test_a_new_coordinator_writes_the_markers_of_a_transaction_it_finds_prepared
         assert b.txn.coord.txns[txn_id].state == COMPLETE_COMMIT
         r = b.replicas[("t", 0)]
         assert r.last_stable_offset() == r.hwm == 2  # the commit marker ended the transaction
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_the_latest_offset_of_a_read_committed_consumer_is_the_lso(tmp_path):
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         lead(b, "t", 1, 0)
         await produce(b, build_batch([b"before"]))
         await produce(b, txn_batch(0))
@@ -159,17 +151,15 @@ def test_the_latest_offset_of_a_read_committed_consumer_is_the_lso(tmp_path):
         latest = kafka_api.LATEST_TIMESTAMP
         assert b.list_offset("t", 0, latest, -1)[1] == 3
         assert b.list_offset("t", 0, latest, -1, read_committed=True)[1] == 1
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_kip447_a_txn_offset_commit_of_an_older_generation_or_an_unknown_member_is_fenced(tmp_path):
     """TxnOffsetCommit v3 carries the member's generation (the consumer's group metadata): a member that
     lost its partitions in a rebalance may not commit offsets for them in its transaction, or a
     consume-transform-produce group would commit the same input twice."""
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         group, protocols = "g", [("range", b"")]
         lead(b, OFFSETS_TOPIC, b.groups.config.offsets_partitions, b.groups.partition_for(group))
         await asyncio.sleep(0.05)  # the coordinator loads its (empty) partition
@@ -194,9 +184,8 @@ def test_kip447_a_txn_offset_commit_of_an_older_generation_or_an_unknown_member_
         assert await commit(2, second.member_id, 20) == rpc.NONE
         assert b.groups.txn_pending(group, ("in", 0))  # pending until the transaction's marker
         assert await commit(-1, "", 30) == rpc.NONE  # a client before KIP-447 (v2) sends no generation
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_a_cancelled_request_does_not_leave_its_transaction_pending(tmp_path):
@@ -204,8 +193,7 @@ def test_a_cancelled_request_does_not_leave_its_transaction_pending(tmp_path):
     while the coordinator's record is still being written (the ISR cannot take it yet). The write goes on
     as the coordinator's own task and ends in written() or write_failed(): the id is not left pending, so
     the transaction still times out instead of answering CONCURRENT_TRANSACTIONS for good."""
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         txn_id = "tx"
         lead(b, TXN_STATE_TOPIC, b.txn.coord.config.txn_partitions, b.txn.coord.partition_for(txn_id))
         await asyncio.sleep(0.05)  # the coordinator loads its (empty) partition
@@ -232,9 +220,8 @@ def test_a_cancelled_request_does_not_leave_its_transaction_pending(tmp_path):
         assert txn_id not in b.txn.coord.pending
         assert b.txn.coord.txns[txn_id].state != ONGOING  # the abort was written and goes on to its markers
         b.produce = real_produce
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)
 
 
 def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
@@ -242,8 +229,7 @@ def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
     coordinator). Kafka re-queues that append (TransactionMarkerChannelManager.tryAppendToLog, retryOnError
     COORDINATOR_NOT_AVAILABLE); dropped, the transaction stayed PrepareCommit until a fail-over, and its
     producer's next AddPartitionsToTxn got CONCURRENT_TRANSACTIONS, its EndTxn(abort) INVALID_TXN_STATE."""
-    async def scenario() -> None:
-        b = make_broker(tmp_path)
+    async def scenario(b: Broker) -> None:
         txn_id = "tx"
         coord = b.txn.coord
         lead(b, "t", 1, 0)
@@ -279,6 +265,5 @@ def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
         # the producer's next transaction begins; an abort of it is answered
         assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
         assert await b.txn.end_txn(txn_id, pid, epoch, False) == rpc.NONE
-        b.logs.close_all()
 
-    asyncio.run(scenario())
+    on_a_broker(tmp_path, scenario)

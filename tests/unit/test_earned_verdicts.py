@@ -19,7 +19,7 @@ from kafkaesque_harness.clusters.remote import RemoteResult
 from kafkaesque_harness.harness import runner
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.history import INFO, NEMESIS, OK, Op, read_history
-from tests.unit.fakes import FakeNetwork
+from tests.unit.fakes import FakeNetwork, ProcessStates
 
 NODES = ["controller-0", "broker-1", "broker-2", "broker-3"]
 
@@ -103,7 +103,7 @@ class FakeRemote:
         return answer or RemoteResult(0, "", "")
 
 
-class FakeCluster:
+class FakeCluster(ProcessStates):
     """Four nodes with their own addresses; processes that can be killed, paused and started (unless told
     to ignore one of those), and iptables obeyed by a fake network."""
 
@@ -117,11 +117,9 @@ class FakeCluster:
         return "a cluster we did not build: the replica invariants are not applicable"
 
     def __init__(self, nodes=NODES):
+        super().__init__()
         self._nodes = list(nodes)
-        self.process: dict[str, str] = {}
         self.net = FakeNetwork(self)
-        self.ignore: set[str] = set()  # e.g. {"kill"}: the signal is sent and nothing happens
-        self.calls: list[str] = []
 
     def up(self):
         return "127.0.0.1:1"
@@ -162,29 +160,8 @@ class FakeCluster:
     def wait_ready(self, *a, **k):
         pass
 
-    def process_state(self, n):
-        return self.process.get(n, "running")
-
     def is_running(self, n):
         return self.process_state(n) != "down"
-
-    def _act(self, what, n, state):
-        self.calls.append(f"{what} {n}")
-        if what in self.ignore:
-            return
-        if state == "running":
-            self.process.pop(n, None)
-        else:
-            self.process[n] = state
-
-    def kill(self, n):
-        self._act("kill", n, "down")
-
-    def stop(self, n):
-        self._act("stop", n, "down")
-
-    def pause(self, n):
-        self._act("pause", n, "paused")
 
     def resume(self, n):
         if self.process.get(n) == "paused":

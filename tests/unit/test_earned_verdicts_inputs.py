@@ -78,20 +78,18 @@ def test_an_empty_history_is_unknown_and_says_why(tmp_path, format):
     assert "unknown: " in r.output and "holds no client operation" in r.output
 
 
-def test_a_garbage_porcupine_line_is_named_with_its_line_and_problem(tmp_path):
-    log = tmp_path / "etcd.log"
-    log.write_text("INFO  jepsen.util - 1 :invoke :read nil\nINFO  jepsen.util - 1 :ok :cas [x y]\n")
-    r = runner.invoke(app, ["check", str(log), "--format", "porcupine-etcd"])
+@pytest.mark.parametrize("format, text, problem", [
+    ("porcupine-etcd", "INFO  jepsen.util - 1 :invoke :read nil\nINFO  jepsen.util - 1 :ok :cas [x y]\n",
+     "line 2: a cas value must be [old new], two integers"),
+    ("porcupine-kv", '{:process 0, :type :maybe, :f :get, :key "k", :value nil}\n',
+     "line 1: type :maybe is not one of invoke, ok, fail, info"),
+], ids=["etcd-garbage-cas", "kv-unknown-type"])
+def test_a_bad_porcupine_line_is_named_with_its_line_and_problem(tmp_path, format, text, problem):
+    log = tmp_path / "history.log"
+    log.write_text(text)
+    r = runner.invoke(app, ["check", str(log), "--format", format])
     assert r.exit_code == EXIT_BAD_INPUT
-    assert f"{log} line 2: a cas value must be [old new], two integers" in one_sentence_error(r.output)
-
-
-def test_a_porcupine_kv_line_with_an_unknown_op_type_is_refused(tmp_path):
-    log = tmp_path / "kv.txt"
-    log.write_text('{:process 0, :type :maybe, :f :get, :key "k", :value nil}\n')
-    r = runner.invoke(app, ["check", str(log), "--format", "porcupine-kv"])
-    assert r.exit_code == EXIT_BAD_INPUT
-    assert f"{log} line 1: type :maybe is not one of invoke, ok, fail, info" in one_sentence_error(r.output)
+    assert f"{log} {problem}" in one_sentence_error(r.output)
 
 
 PORCUPINE_KV = Path(__file__).resolve().parents[2].parent / "shared" / "anchors" / "porcupine" / "kv" / "c01-bad.txt"

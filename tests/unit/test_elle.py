@@ -2,7 +2,9 @@
 class (each detected, the explanation naming the right transactions), a clean 10,000-transaction
 history, and the EDN reader/writer."""
 
+import itertools
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -166,22 +168,34 @@ def test_internal_incompatible_and_duplicate():
     assert "duplicate-elements" in names(concurrent(txn(0, 0, [("append", "x", 1)]), txn(1, 1, [("r", "x", [1, 1])])))
 
 
+def random_mops(rng: random.Random, lists: dict[int, list[int]], values: Iterator[int], most: int,
+                stale: float = 0.0) -> list:
+    """One transaction's micro-ops, 1 to `most`: each at a random key of `lists` (each key's list so far),
+    half of them appends of the next of `values` (applied to `lists`), half reads of the list; with `stale`,
+    that share of the reads of a non-empty list see only a prefix of it."""
+    mops = []
+    for _ in range(rng.randint(1, most)):
+        k = rng.randrange(len(lists))
+        if rng.random() < 0.5:
+            value = next(values)
+            lists[k].append(value)
+            mops.append(("append", k, value))
+        else:
+            seen = list(lists[k])
+            if stale and seen and rng.random() < stale:
+                seen = seen[: rng.randrange(len(seen))]
+            mops.append(("r", k, seen))
+    return mops
+
+
 def serial_history(n: int, keys: int = 20, seed: int = 3) -> list[Op]:
     """A strictly serial execution: valid under every model."""
     rng = random.Random(seed)
     lists: dict[int, list[int]] = {k: [] for k in range(keys)}
-    ops, value = [], 0
+    values = itertools.count(1)
+    ops = []
     for i in range(n):
-        mops = []
-        for _ in range(rng.randint(1, 4)):
-            k = rng.randrange(keys)
-            if rng.random() < 0.5:
-                value += 1
-                lists[k].append(value)
-                mops.append(("append", k, value))
-            else:
-                mops.append(("r", k, list(lists[k])))
-        ops += txn(i, i % 10, mops)
+        ops += txn(i, i % 10, random_mops(rng, lists, values, most=4))
     return ops
 
 
@@ -324,20 +338,10 @@ def _random_concurrent_history(seed: int, n: int = 60, keys: int = 4) -> list[Op
     """Overlapping transactions whose reads are often stale or reordered: cycles of every kind."""
     rng = random.Random(seed)
     lists: dict[int, list[int]] = {k: [] for k in range(keys)}
-    ops, value, clock = [], 0, 0
+    values = itertools.count(1)
+    ops, clock = [], 0
     for i in range(n):
-        mops = []
-        for _ in range(rng.randint(1, 3)):
-            k = rng.randrange(keys)
-            if rng.random() < 0.5:
-                value += 1
-                lists[k].append(value)
-                mops.append(("append", k, value))
-            else:
-                seen = list(lists[k])
-                if seen and rng.random() < 0.3:
-                    seen = seen[: rng.randrange(len(seen))]
-                mops.append(("r", k, seen))
+        mops = random_mops(rng, lists, values, most=3, stale=0.3)
         start = clock + rng.randint(0, 2)
         clock = start + rng.randint(0, 2)
         ops += txn(i, i, mops, type_=rng.choice(["ok"] * 6 + ["info", "fail"]), t=start)

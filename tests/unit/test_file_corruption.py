@@ -30,7 +30,7 @@ from kafkaesque_harness.nemesis.registry import (
     nemesis_options_problems,
     parse_nemesis_options,
 )
-from tests.unit.fakes import fault_actions
+from tests.unit.fakes import RecordedProcesses, fault_actions
 
 
 def a_file(tmp_path, size: int, name: str = "00000000000000000000.log") -> tuple[str, bytes]:
@@ -145,15 +145,14 @@ def test_it_is_a_fault_by_its_file_alone_with_typed_options():
 
 
 # --- the nemesis over a fake cluster: nodes are temp dirs, the remote is a real local shell ---------------------
-class DirCluster:
+class DirCluster(RecordedProcesses):
     name = "dirs"
     python = sys.executable
 
     def __init__(self, root, isr=(1, 2, 3)):
+        super().__init__()
         self.root = root
         self.isr = list(isr)
-        self.down: set[str] = set()
-        self.events: list[tuple[str, str]] = []
         for n in self.broker_nodes():
             d = root / n / "data" / "logs" / "queue-0"
             d.mkdir(parents=True)
@@ -187,28 +186,13 @@ class DirCluster:
     def partitions(self, topic):
         return [PartitionView(topic, 0, 1, [1, 2, 3], self.isr)]
 
-    def is_running(self, n):
-        return n not in self.down
-
-    def process_state(self, n):
-        return "down" if n in self.down else "running"
-
-    def kill(self, n):
-        self.events.append(("kill", n))
-        self.down.add(n)
-
-    def stop(self, n):
-        self.events.append(("stop", n))
-        self.down.add(n)
-
     def start(self, n):
-        self.events.append(("start", n))
         if n in self.down:
-            self.down.discard(n)
             with open(self.log_path(n), "a") as f:  # what a restarted broker writes: its recovery, then started
                 seg = f"{self.data_dir(n)}/logs/queue-0/00000000000000000000.log"
                 f.write(json.dumps({"event": "log-recovery-truncated", "file": seg}) + "\n")
                 f.write('{"event": "broker_started"}\n')
+        super().start(n)
 
 
 def start_stop(nem, c):

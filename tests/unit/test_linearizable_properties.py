@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from kafkaesque_harness.checkers.linearizable import check_linearizable
 from kafkaesque_harness.history import Op
+from tests.unit.random_histories import in_time_order, next_interval, numbered
 
 
 def register_history(seed: int, n: int, crash_rate: float = 0.1):
@@ -23,10 +24,7 @@ def register_history(seed: int, n: int, crash_rate: float = 0.1):
     reads = []
     t = 0.0
     for _ in range(n):
-        p = rng.randrange(4)
-        start = max(t, free[p]) + rng.random()
-        effect = start + rng.random() * 0.5
-        end = effect + rng.random()
+        p, start, effect, end = next_interval(rng, free, t, effect_scale=0.5)
         t = effect  # effects happen in this order: the sequential model is applied below
         pid = next_pid[p]
         if rng.random() < 0.5:
@@ -41,11 +39,7 @@ def register_history(seed: int, n: int, crash_rate: float = 0.1):
             events += [(start, inv), (end, comp)]
             reads.append(comp)
         free[p] = end
-    events.sort(key=lambda e: e[0])
-    ops = [o for _, o in events]
-    for i, o in enumerate(ops):
-        o.index = o.time = i
-    return ops, reads
+    return in_time_order(events), reads
 
 
 @settings(max_examples=200, deadline=None)
@@ -81,26 +75,20 @@ def _offset(ops, completion):
 def test_stale_read_after_an_acknowledged_write_is_caught():
     ops = [Op("invoke", "write", 0, 1), Op("ok", "write", 0, 1), Op("invoke", "write", 0, 2),
            Op("ok", "write", 0, 2), Op("invoke", "read", 1, None), Op("ok", "read", 1, 1)]
-    for i, o in enumerate(ops):
-        o.index = o.time = i
-    r = check_linearizable(ops, "register")
+    r = check_linearizable(numbered(ops), "register")
     assert r.valid is False and r.details["counterexample"]["culprit"]["op_index"] == 4
 
 
 def test_lost_write_then_reordered_reads_are_caught():
     ops = [Op("invoke", "write", 0, 1), Op("ok", "write", 0, 1), Op("invoke", "read", 1, None),
            Op("ok", "read", 1, None)]
-    for i, o in enumerate(ops):
-        o.index = o.time = i
-    assert check_linearizable(ops, "register").valid is False
+    assert check_linearizable(numbered(ops), "register").valid is False
 
 
 def test_an_indeterminate_write_may_or_may_not_have_happened():
     ops = [Op("invoke", "write", 0, 1), Op("info", "write", 0, None), Op("invoke", "read", 1, None),
            Op("ok", "read", 1, None), Op("invoke", "read", 1, None), Op("ok", "read", 1, 1)]
-    for i, o in enumerate(ops):
-        o.index = o.time = i
-    assert check_linearizable(ops, "register").valid is True
+    assert check_linearizable(numbered(ops), "register").valid is True
 
 
 def test_budget_exhaustion_is_unknown_never_a_guess():
@@ -113,9 +101,7 @@ def test_budget_exhaustion_is_unknown_never_a_guess():
     for k in range(40):
         big.append(Op("ok", "write", k, k))
     big += [Op("invoke", "read", 99, None), Op("ok", "read", 99, 1000)]
-    for i, o in enumerate(big):
-        o.index = o.time = i
-    r = check_linearizable(big, "register", time_limit=0.05)
+    r = check_linearizable(numbered(big), "register", time_limit=0.05)
     assert r.valid == "unknown" and r.stats["unknown_partitions"] == ["None"]
     (reason,) = r.unknown_reasons
     assert reason.startswith("the search ran out of its 0.05 s time limit before deciding the history")
@@ -153,11 +139,7 @@ def kv_history(seed: int, n: int, concurrent: bool):
             events += [(start, Op("invoke", "get", pid, [k, None])), (end, comp)]
             gets.append(comp)
         free[p] = end
-    events.sort(key=lambda e: e[0])
-    ops = [o for _, o in events]
-    for i, o in enumerate(ops):
-        o.index = o.time = i
-    return ops, gets
+    return in_time_order(events), gets
 
 
 def invocation_index(ops, completion):

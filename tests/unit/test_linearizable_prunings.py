@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kafkaesque_harness.checkers.linearizable import check_calls
 from kafkaesque_harness.checkers.models import MODELS, UNKNOWN_OUTPUT, Call
+from tests.unit.random_histories import next_interval
 
 NEVER = 1 << 60
 
@@ -49,10 +50,7 @@ def simulate(model_name: str, seed: int, n: int, corrupt: bool) -> list[Call]:
     ops = []  # [start, end, input, output]
     t = 0.0
     for _ in range(n):
-        p = rng.randrange(3)
-        start = max(t, free[p]) + rng.random()
-        effect = start + rng.random()
-        end = effect + rng.random()
+        p, start, effect, end = next_interval(rng, free, t)
         t = effect
         crashed = rng.random() < 0.25
         applies = not crashed or rng.random() < 0.5

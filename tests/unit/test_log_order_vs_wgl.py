@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kafkaesque_harness.checkers.linearizable import check_linearizable
 from kafkaesque_harness.checkers.log_order import check_log_order
 from kafkaesque_harness.history import Op
+from tests.unit.random_histories import in_time_order, next_interval
 
 
 def simulate(seed: int, n_ops: int, fault: str | None) -> list[Op]:
@@ -24,11 +25,7 @@ def simulate(seed: int, n_ops: int, fault: str | None) -> list[Op]:
     proc_free = [0.0, 0.0, 0.0]
     next_pid = [0, 1, 2]
     for _ in range(n_ops):
-        p = rng.randrange(3)
-        start = max(t, proc_free[p]) + rng.random()
-        effect = start + rng.random()
-        end = effect + rng.random()
-        t = start
+        p, start, effect, end = next_interval(rng, proc_free, t)
         pid = next_pid[p]
         if rng.random() < 0.6:
             value += 1
@@ -57,8 +54,7 @@ def simulate(seed: int, n_ops: int, fault: str | None) -> list[Op]:
     final = Op("ok", "final-poll", 99, [0, len(log), [[o, v] for o, v in enumerate(log)]])
     events.append((t_final, Op("invoke", "final-poll", 99, [0])))
     events.append((t_final + 1, final))
-    events.sort(key=lambda e: e[0])
-    ops = [op for _, op in events]
+    ops = in_time_order(events)
     if fault == "stale-final" and len(log) > 1:
         final.value = [0, len(log) - 1, [[o, v] for o, v in enumerate(log[:-1])]]
     elif fault == "wrong-read":
@@ -70,8 +66,6 @@ def simulate(seed: int, n_ops: int, fault: str | None) -> list[Op]:
         if len(acks) >= 2:
             a, b = acks[0], acks[-1]
             a.value[1][0], b.value[1][0] = b.value[1][0], a.value[1][0]
-    for i, op in enumerate(ops):
-        op.index, op.time = i, i
     return ops
 
 

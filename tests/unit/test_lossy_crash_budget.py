@@ -4,11 +4,8 @@ Unclean Exclusion), not merely until its process runs again."""
 
 from __future__ import annotations
 
-import pytest
-
 from kafkaesque_harness.clusters.base import PartitionView
 from kafkaesque_harness.history import Op
-from kafkaesque_harness.nemesis.actions import FaultActions
 from kafkaesque_harness.nemesis.faults import LossyCrashNemesis
 from tests.unit.fakes import fault_actions
 
@@ -65,15 +62,6 @@ class Cluster:
         for (t, _), isr in self.isr.items():
             if t in topics and self.node_id(n) not in isr:
                 isr.append(self.node_id(n))
-
-
-@pytest.fixture
-def power_cuts(monkeypatch):
-    def crash(self, node):
-        self.cluster.kill(node)
-        return {"event": "dropped"}
-
-    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
 
 
 def nemesis(c: Cluster, **options) -> LossyCrashNemesis:

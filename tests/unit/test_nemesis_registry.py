@@ -9,25 +9,14 @@ from kafkaesque_harness.history import Op
 from kafkaesque_harness.nemesis.base import NemesisRefused
 from kafkaesque_harness.nemesis.registry import make_nemesis
 from kafkaesque_harness.nemesis.targets import choose
-from tests.unit.fakes import fault_actions
+from tests.unit.fakes import RecordedPauses, fault_actions
 
 BROKERS = ["broker-1", "broker-2", "broker-3", "broker-4", "broker-5"]
 
 
-class FakeCluster:
+class FakeCluster(RecordedPauses):
     name = "local"
     capabilities = None  # not probed
-
-    def __init__(self):
-        self.events = []
-        self.down = set()
-        self.paused = set()
-
-    def is_running(self, n):
-        return n not in self.down
-
-    def process_state(self, n):
-        return "down" if n in self.down else "paused" if n in self.paused else "running"
 
     def broker_nodes(self):
         return BROKERS
@@ -46,22 +35,6 @@ class FakeCluster:
 
     def partitions(self, topic):
         return [PartitionView(topic, 0, 4, [4, 5, 1], [4, 5, 1])]
-
-    def kill(self, n):
-        self.events.append(("kill", n))
-        self.down.add(n)
-
-    def start(self, n):
-        self.events.append(("start", n))
-        self.down.discard(n)
-
-    def pause(self, n):
-        self.events.append(("pause", n))
-        self.paused.add(n)
-
-    def resume(self, n):
-        self.events.append(("resume", n))
-        self.paused.discard(n)
 
 
 def set_up(nemesis, cluster):

@@ -190,14 +190,7 @@ class LossyControllersCluster(FakeCluster):
         return None
 
 
-def test_power_cut_controller_crashes_the_active_controller_and_restarts_it_within_the_fault_budget(monkeypatch):
-    from kafkaesque_harness.nemesis.actions import FaultActions
-
-    def crash(self, node):
-        self.cluster.kill(node)
-        return {"event": "dropped"}
-
-    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
+def test_power_cut_controller_crashes_the_active_controller_and_restarts_it_within_the_fault_budget(power_cuts):
     c = LossyControllersCluster()
     n = set_up(ProtocolNemesis({"seed": 2, "topic": "queue"}), c)
     assert "power-cut-controller" in n.moves

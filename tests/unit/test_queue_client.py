@@ -28,6 +28,30 @@ class FakeProducer:
         return FakeFuture(self.exc)
 
 
+class FakeGroupMember:
+    """A confluent-kafka consumer that once joined a group, as far as letting go of it goes: it records
+    unsubscribe, assign and close in `calls`, and assignment() keeps answering `assigned`."""
+
+    def __init__(self, assigned=()):
+        self.assigned = list(assigned)
+        self.calls = []
+
+    def unsubscribe(self):
+        self.calls.append("unsubscribe")
+
+    def assignment(self):
+        return self.assigned
+
+    def assign(self, tps):
+        self.calls.append(("assign", sorted(tp.partition for tp in tps)))
+
+    def consume(self, num_messages, timeout):
+        pass
+
+    def close(self):
+        self.calls.append("close")
+
+
 @pytest.mark.parametrize("exc,outcome", [
     (kerr.NotEnoughReplicasError(), "fail"),               # rejected before the append (002 2.6)
     (kerr.NotLeaderForPartitionError(), "info"),          # also sent to appended acks=all requests on failover
@@ -197,23 +221,7 @@ def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
     unclosed, as a crash drops it."""
     from kafkaesque_harness.workloads.confluent import close_confluent_consumer
 
-    class StuckMember:
-        def __init__(self):
-            self.calls = []
-
-        def unsubscribe(self):
-            self.calls.append("unsubscribe")
-
-        def assignment(self):
-            return [0]  # the coordinator never answers: the revocation never comes
-
-        def consume(self, num_messages, timeout):
-            pass
-
-        def close(self):
-            self.calls.append("close")
-
-    member = StuckMember()
+    member = FakeGroupMember(assigned=[0])  # the coordinator never answers: the revocation never comes
     close_confluent_consumer(member, subscribed=True, drain_s=0.05)
     assert member.calls == ["unsubscribe"]
 

@@ -60,6 +60,14 @@ def replicate(leader: Replica, follower: Replica, now: int, broker_epoch: int = 
     assert follower.on_fetch_response(req, resp) == rpc.NONE
 
 
+def leader_and_follower(path: Path, follower_variants: frozenset[str] = frozenset()) -> tuple[Replica, Replica]:
+    """Broker 1 leading and broker 2 following it, ISR [1, 2] in leader epoch 1, each on its own log under `path`."""
+    a, b = make_replica(path, 1), make_replica(path, 2, variants=follower_variants)
+    for r in (a, b):
+        r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    return a, b
+
+
 def brokers(fenced: set[int] = frozenset(), epochs: dict[int, int] | None = None) -> dict[int, BrokerInfo]:
     epochs = epochs or {}
     return {b: BrokerInfo(b, epochs.get(b, 10), "inc", "127.0.0.1", 9000 + b, fenced=b in fenced) for b in (1, 2, 3)}
@@ -69,6 +77,17 @@ def brokers(fenced: set[int] = frozenset(), epochs: dict[int, int] | None = None
 def leader(tmp_path):
     r = make_replica(tmp_path, 1)
     assert r.apply_partition_state(state(1, 1, [1, 2, 3]), now_ms=0) == "become-leader"
+    return r
+
+
+@pytest.fixture
+def leader_without_3(tmp_path):
+    """Broker 1 leads with ISR [1, 2]: 4 records, all fetched by 2, so the HWM is 4; 3 is out of the ISR."""
+    r = make_replica(tmp_path, 1)
+    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    produce(r, 4)
+    fetch(r, 2, 4, now=1)
+    assert r.hwm == 4
     return r
 
 
@@ -112,11 +131,8 @@ def test_pending_shrink_keeps_the_removed_member_in_the_maximal_isr_until_commit
     assert leader.hwm == 8
 
 
-def test_pending_expand_counts_the_joining_member_before_commit(tmp_path):
-    r = make_replica(tmp_path, 1)
-    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    produce(r, 4)
-    fetch(r, 2, 4, now=1)
+def test_pending_expand_counts_the_joining_member_before_commit(leader_without_3):
+    r = leader_without_3
     fetch(r, 3, 4, now=1)
     assert r.hwm == 4
     body = r.wanted_isr_change(1, brokers(), fetched_by=3)  # decided on 3's fetch
@@ -159,12 +175,8 @@ def test_a_follower_that_fetches_but_never_catches_up_is_shrunk(leader):
     ("broker fenced", lambda r: fetch(r, 3, 4, now=5), "fenced"),
     ("broker epoch is not the registered one", lambda r: fetch(r, 3, 4, now=5, broker_epoch=7), False),
 ])
-def test_expand_conditions(tmp_path, why, setup, expand):
-    r = make_replica(tmp_path, 1)
-    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    produce(r, 4)
-    fetch(r, 2, 4, now=1)
-    assert r.hwm == 4
+def test_expand_conditions(leader_without_3, why, setup, expand):
+    r = leader_without_3
     setup(r)
     body = r.wanted_isr_change(6, brokers(fenced={3} if expand == "fenced" else set()), fetched_by=3)
     if expand is True:
@@ -235,11 +247,8 @@ def test_a_follower_that_stops_fetching_is_shrunk_once_and_not_re_added_until_it
     assert body["new_isr"][2]["broker_epoch"] == 10
 
 
-def test_an_out_of_sync_follower_is_judged_on_its_own_fetch_not_on_a_tick_or_anothers_fetch(tmp_path):
-    r = make_replica(tmp_path, 1)
-    r.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    produce(r, 4)
-    fetch(r, 2, 4, now=1)
+def test_an_out_of_sync_follower_is_judged_on_its_own_fetch_not_on_a_tick_or_anothers_fetch(leader_without_3):
+    r = leader_without_3
     fetch(r, 3, 4, now=2)
     assert r.hwm == 4
     assert r.wanted_isr_change(3, brokers()) is None  # the housekeeping tick never expands
@@ -297,9 +306,7 @@ def test_follower_copies_the_leader_and_takes_min_of_leader_hwm_and_its_leo(tmp_
 
 
 def test_divergent_suffix_is_truncated_before_any_hwm_is_applied(tmp_path):
-    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
-    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    a, b = leader_and_follower(tmp_path)
     produce(a, 3)
     replicate(a, b, now=1)
     replicate(a, b, now=2)
@@ -323,9 +330,7 @@ def test_divergent_suffix_is_truncated_before_any_hwm_is_applied(tmp_path):
 
 
 def test_a_reply_for_an_older_epoch_is_dropped(tmp_path):
-    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
-    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    a, b = leader_and_follower(tmp_path)
     produce(a, 3)
     req = b.fetch_request(10, 1 << 20)
     resp = a.record_follower_fetch(req, 1) or a.read_for_follower(0, 1 << 20)
@@ -420,9 +425,7 @@ def test_a_follower_keeps_producer_state_as_it_copies_so_becoming_leader_reads_n
     # the 3 s session timeout, was fenced, and the leaderships flapped between the two live brokers while
     # the power-cut third copied nothing for 19 s. Kafka's followers update the producer state as they append
     # (UnifiedLog.appendAsFollower), so makeLeader rebuilds nothing.
-    lead, f = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
-    lead.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    f.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    lead, f = leader_and_follower(tmp_path)
     _txn_traffic(lead)
     replicate(lead, f, now=1)
     assert f.leo == lead.leo == 15
@@ -441,9 +444,7 @@ def test_a_follower_keeps_producer_state_as_it_copies_so_becoming_leader_reads_n
 
 
 def test_a_truncated_follower_rebuilds_its_producer_state_on_becoming_leader(tmp_path):
-    a, b = make_replica(tmp_path, 1), make_replica(tmp_path, 2)
-    a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-    b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+    a, b = leader_and_follower(tmp_path)
     produce(a, 3)
     replicate(a, b, now=1)
     raw = build_batch([b"x"], producer_id=9, producer_epoch=0, base_sequence=0, transactional=True)
@@ -524,9 +525,7 @@ def build_batch_at(base: int, n: int) -> bytes:
 def test_no_epoch_fencing_variant_applies_a_reply_from_the_leader_of_an_older_epoch(tmp_path):
     for variants, applied in ((frozenset(), 0), (frozenset({"no-epoch-fencing"}), 3)):
         d = tmp_path / ("flawed" if variants else "default")
-        a, b = make_replica(d, 1), make_replica(d, 2, variants=variants)
-        a.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
-        b.apply_partition_state(state(1, 1, [1, 2]), now_ms=0)
+        a, b = leader_and_follower(d, follower_variants=variants)
         produce(a, 3)
         req = b.fetch_request(10, 1 << 20)
         b.apply_partition_state(state(3, 2, [2, 3]), now_ms=1)  # deposed before its reply arrives

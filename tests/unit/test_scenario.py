@@ -14,7 +14,7 @@ from kafkaesque_harness.nemesis.requirements import can
 from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
 from kafkaesque_harness.nemesis.scenario_steps import CONTROLLERS, Scenario, act, bind, cut, wait
 from kafkaesque_harness.nemesis.scenarios import SCENARIOS
-from tests.unit.fakes import FakeNetwork, fault_actions, run_plans
+from tests.unit.fakes import FakeNetwork, ProcessStates, fault_actions, run_plans
 
 
 class FakeRemote:
@@ -29,7 +29,7 @@ class FakeRemote:
         return answer or RemoteResult(0, "", "")
 
 
-class FakeCluster:
+class FakeCluster(ProcessStates):
     """Brokers 1-3, partition 0 led by 1; a killed, paused or isolated broker leaves the ISR and
     is fenced at once; a start or heal brings it back in sync."""
 
@@ -39,15 +39,12 @@ class FakeCluster:
     no_state_dumps: str | None = None   # StateDumps' answer
 
     def __init__(self):
+        super().__init__()
         self.leader, self.isr, self.fenced = 1, [1, 2, 3], set()
         self.leos = {1: 10, 2: 10, 3: 10}  # each broker's log end offset for partition 0
-        self.calls, self.commands = [], []
+        self.commands = []
         self.net = FakeNetwork(self)
-        self.process = {}  # node -> "down" | "paused"; running otherwise
         self.fence_on_cut, self.fenced_by_cut = False, set()
-
-    def process_state(self, n):
-        return self.process.get(n, "running")
 
     def isolation_unavailable(self):
         return self.not_isolated
@@ -62,9 +59,9 @@ class FakeCluster:
         """Like a real controller, fence a broker it cannot hear, and take it back when it can again."""
         cut_off = {b for b in self.broker_nodes() if self.net.cut_between(b, "controller-0")}
         for b in cut_off - self.fenced_by_cut:
-            self._down(b)
+            self.went_down(b)
         for b in self.fenced_by_cut - cut_off:
-            self._up(b)
+            self.came_up(b)
         self.fenced_by_cut = cut_off
 
     def broker_nodes(self):
@@ -97,7 +94,7 @@ class FakeCluster:
     def fenced_brokers(self):
         return set(self.fenced)
 
-    def _down(self, n):
+    def went_down(self, n):
         if n.startswith("controller"):
             return  # this fake's "controller" is the cluster itself: pausing it changes no partition
         b = self.node_id(n)
@@ -106,7 +103,7 @@ class FakeCluster:
         if self.leader == b:
             self.leader = self.isr[0] if self.isr else -1
 
-    def _up(self, n):
+    def came_up(self, n):
         if n.startswith("controller"):
             return
         b = self.node_id(n)
@@ -115,31 +112,15 @@ class FakeCluster:
         if self.leader == -1:
             self.leader = b
 
-    def kill(self, n):
-        self.calls.append(f"kill {n}")
-        self.process[n] = "down"
-        self._down(n)
-
-    def pause(self, n):
-        self.calls.append(f"pause {n}")
-        self.process[n] = "paused"
-        self._down(n)
-
     def resume(self, n):
         self.calls.append(f"resume {n}")
         if self.process.get(n) == "paused":
             del self.process[n]
-        self._up(n)
+        self.came_up(n)
 
     def start(self, n):
-        self.calls.append(f"start {n}")
-        self.process.pop(n, None)
-        self._up(n)
-
-    def stop(self, n):
-        self.calls.append(f"stop {n}")
-        self.process[n] = "down"
-        self._down(n)
+        self._act("start", n, "running")
+        self.came_up(n)
 
 
 def run(nemesis, cluster):
@@ -285,14 +266,7 @@ def test_nemesis_names_for_scenarios():
     assert can(make_nemesis(["scenario:zombie-leader"], {}).parts[0], SelfDriven)
 
 
-def test_power_cuts_beyond_min_isr_minus_one_at_once_are_marked_beyond_the_fault_budget(monkeypatch):
-    from kafkaesque_harness.nemesis.actions import FaultActions
-
-    def crash(self, node):
-        self.cluster.kill(node)
-        return {"event": "dropped"}
-
-    monkeypatch.setattr(FaultActions, "_crash_and_drop", crash)
+def test_power_cuts_beyond_min_isr_minus_one_at_once_are_marked_beyond_the_fault_budget(power_cuts):
     c = FakeCluster()
     n = scenario(act("lossy-crash", "broker-1"), act("start", "broker-1"), act("lossy-crash", "broker-2"),
                  act("lossy-crash", "broker-3"), isolated=True)

@@ -66,6 +66,19 @@ def finish(c, job):
     return t.new
 
 
+def logged_records(c) -> list[tuple[bytes, bytes]]:
+    """The coordinator's log as the shell writes it, for a new coordinator to load: from now on the record
+    of each transition acknowledged to `c` is appended to the list returned."""
+    records = []
+    acknowledge = c.written
+
+    def written(t):
+        records.append(txn_record(t.txn_id, t.new))
+        return acknowledge(t)
+    c.written = written
+    return records
+
+
 # --- InitProducerId -----------------------------------------------------------------------------------
 def test_first_init_allocates_a_producer_id_with_epoch_zero():
     c = loaded()
@@ -216,23 +229,18 @@ def test_end_txn_prepares_then_markers_then_completes(commit, prepared, complete
     assert (new.state, new.partitions, new.producer_epoch) == (complete, frozenset(), epoch)
 
 
-def test_end_txn_retried_while_markers_are_in_flight_is_concurrent_then_none():
-    c = loaded()
-    pid, epoch = ongoing(c)
-    _, job = write(c, c.end_txn(T, pid, epoch, True, 0))
-    assert c.end_txn(T, pid, epoch, True, 0) == (rpc.CONCURRENT_TRANSACTIONS, None)
-    finish(c, job)
-    assert c.end_txn(T, pid, epoch, True, 0) == (rpc.NONE, None)
-
-
-@pytest.mark.parametrize("first,second", [(True, False), (False, True)])
-def test_end_txn_with_the_opposite_outcome_is_an_invalid_state(first, second):
+@pytest.mark.parametrize("first, second, in_flight, finished", [
+    (True, True, rpc.CONCURRENT_TRANSACTIONS, rpc.NONE),  # a retry: concurrent while the markers are in flight
+    (True, False, rpc.INVALID_TXN_STATE, rpc.INVALID_TXN_STATE),  # the opposite outcome, at any time
+    (False, True, rpc.INVALID_TXN_STATE, rpc.INVALID_TXN_STATE),
+], ids=["retried-is-concurrent-then-none", "commit-then-abort-is-invalid", "abort-then-commit-is-invalid"])
+def test_end_txn_sent_again_while_the_markers_are_in_flight_and_after(first, second, in_flight, finished):
     c = loaded()
     pid, epoch = ongoing(c)
     _, job = write(c, c.end_txn(T, pid, epoch, first, 0))
-    assert c.end_txn(T, pid, epoch, second, 0) == (rpc.INVALID_TXN_STATE, None)
+    assert c.end_txn(T, pid, epoch, second, 0) == (in_flight, None)
     finish(c, job)
-    assert c.end_txn(T, pid, epoch, second, 0) == (rpc.INVALID_TXN_STATE, None)
+    assert c.end_txn(T, pid, epoch, second, 0) == (finished, None)
 
 
 def test_end_txn_without_a_transaction_is_an_invalid_state():
@@ -302,13 +310,7 @@ def test_a_write_acknowledged_after_losing_the_partition_is_not_applied():
 
 def test_a_new_coordinator_rebuilds_the_state_and_finishes_prepared_transactions():
     old = loaded()
-    records = []
-    real_written = old.written
-
-    def logged(t):
-        records.append(txn_record(t.txn_id, t.new))
-        return real_written(t)
-    old.written = logged
+    records = logged_records(old)
     pid, epoch = init(old)
     write(old, old.add_partitions(T, pid, epoch, [TP1, TP2], 3))
     write(old, old.end_txn(T, pid, epoch, False, 4))  # PrepareAbort written, markers never sent: old dies
@@ -330,13 +332,7 @@ def test_an_abort_after_a_fail_over_finished_the_previous_commit_is_an_invalid_s
     possibly received (rdkafka_txnmgr.c), sends EndTxn(abort). Kafka answers INVALID_TXN_STATE for ABORT in
     CompleteCommit to a client below transactions V2 (TransactionCoordinator.endTransaction), and so do we."""
     old = loaded()
-    records = []
-    real_written = old.written
-
-    def logged(t):
-        records.append(txn_record(t.txn_id, t.new))
-        return real_written(t)
-    old.written = logged
+    records = logged_records(old)
     pid, epoch = init(old)
     write(old, old.add_partitions(T, pid, epoch, [TP1], 1))
     write(old, old.end_txn(T, pid, epoch, True, 2))  # answered NONE: the commit is decided

@@ -12,9 +12,10 @@ from kafkaesque_harness.clusters.broker import kafka_api, rpc
 from kafkaesque_harness.clusters.broker.log import build_batch, validate_batches
 from kafkaesque_harness.clusters.broker.log.batch import build_control_batch
 from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
+from kafkaesque_harness.clusters.broker.server import Broker
 from kafkaesque_harness.clusters.broker.txn_coordinator import TransactionCoordinator, TxnConfig
 from kafkaesque_harness.clusters.reference import BROKER_VARIANTS, FLAW_VARIANTS, TXN_GROUP_VARIANTS
-from tests.unit.test_broker_groups import FOLLOWER, lead_offsets_partition, make_broker
+from tests.unit.test_broker_groups import FOLLOWER, lead_offsets_partition, on_a_broker
 from tests.unit.test_broker_txn import lead, produce, txn_batch, values
 from tests.unit.test_txn_coordinator import TIMEOUT, TP1, TP2, T, write
 
@@ -101,19 +102,17 @@ def test_zombie_not_fenced_also_leaves_the_abort_of_an_ongoing_transaction_at_th
 
 # --- read-committed-to-hwm (aborted and uncommitted reads) ---------------------------------------------------
 def read_committed_of_an_open_transaction(tmp_path, *variants: str) -> list[bytes | None]:
-    async def scenario() -> list[bytes | None]:
-        b = make_broker(tmp_path, variants)
+    async def scenario(b: Broker) -> list[bytes | None]:
         lead(b, "t", 1, 0)
         assert await produce(b, build_batch([b"before"])) == rpc.NONE
         assert await produce(b, txn_batch(0, b"open")) == rpc.NONE  # not yet committed or aborted
         assert await produce(b, build_batch([b"after"])) == rpc.NONE
         got = b.consumer_read("t", 0, 0, -1, 1 << 20, read_committed=True)
         latest = b.list_offset("t", 0, kafka_api.LATEST_TIMESTAMP, -1, read_committed=True)[1]
-        b.logs.close_all()
         assert latest == got["lso"]  # the end a read_committed consumer is told agrees with what it reads
         return values(got["records"])
 
-    return asyncio.run(scenario())
+    return on_a_broker(tmp_path, scenario, variants)
 
 
 def test_read_committed_to_hwm_serves_records_of_an_open_transaction(tmp_path):
@@ -126,8 +125,7 @@ def test_read_committed_to_hwm_serves_records_of_an_open_transaction(tmp_path):
 def commit_answered_before_replication(tmp_path, *variants: str) -> bool:
     """Commit an offset while the only follower of the group's __consumer_offsets partition fetches
     nothing: is the commit acknowledged while the HWM is below it (lost if that follower takes over)?"""
-    async def scenario() -> bool:
-        b = make_broker(tmp_path, variants)
+    async def scenario(b: Broker) -> bool:
         group = "g"
         p = b.groups.partition_for(group)
         lead_offsets_partition(b, p, leader_epoch=0, isr=[1, FOLLOWER])
@@ -137,10 +135,9 @@ def commit_answered_before_replication(tmp_path, *variants: str) -> bool:
         answered = commit.done() and commit.result() == rpc.NONE
         assert b.replicas[("__consumer_offsets", p)].hwm == 0  # the follower has not got it
         commit.cancel()
-        b.logs.close_all()
         return answered
 
-    return asyncio.run(scenario())
+    return on_a_broker(tmp_path, scenario, variants)
 
 
 def test_offsets_commit_acks_1_acknowledges_a_commit_the_isr_does_not_have(tmp_path):

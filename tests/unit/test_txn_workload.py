@@ -19,6 +19,7 @@ from kafkaesque_harness.workloads.txn_client import (
     TxnClient,
     TxnLibrary,
 )
+from tests.unit.test_queue_client import FakeGroupMember
 
 
 class LibraryError(Exception):
@@ -408,23 +409,10 @@ def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_proces
     from kafkaesque_harness.workloads import base
     from kafkaesque_harness.workloads.confluent import ConfluentTxnLibrary, SpareMembers
 
-    class Member:
-        def __init__(self):
-            self.calls = []
-
-        def unsubscribe(self):
-            self.calls.append("unsubscribe")
-
-        def assignment(self):
-            return []
-
-        def assign(self, tps):
-            self.calls.append(("assign", sorted(tp.partition for tp in tps)))
-
     members = SpareMembers()
     opts = {"group": "g", "isolation": "read_committed"}
     first = ConfluentTxnLibrary("b:9092", "txn", 3, "t-0", opts, lambda kind, keys: None, members=members)
-    member = first.consumer = Member()
+    member = first.consumer = FakeGroupMember()
     first.was_member = True
     before = len(base.PARKED_CONSUMERS)
     try:
