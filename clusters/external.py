@@ -41,6 +41,7 @@ from kafkaesque_harness.clusters.ownership import (
     resume_paused_script,
     state_dir,
 )
+from kafkaesque_harness.clusters.remote import RemoteError
 from kafkaesque_harness.clusters.replica_dumps import no_dumps, write_replicas
 from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 
