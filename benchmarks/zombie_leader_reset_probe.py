@@ -45,6 +45,8 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from probe_cluster import ProbeCluster, ask  # a sibling script: benchmarks/ is on the path
 
+from kafkaesque_harness.workloads.kafka_python import produce_one_by_one
+
 TOPIC = "probe"
 ZOMBIE = 1
 T0 = time.monotonic()
@@ -74,12 +76,8 @@ def cut_rule(controller_port: int) -> list[str]:
 
 
 def produce(bootstrap: str, values: range) -> None:
-    """acks=all, one record at a time (the probe's own writes; only the consumers are under test)."""
-    p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=0, retries=20,
-                      retry_backoff_ms=200, request_timeout_ms=3000, metadata_max_age_ms=500)
-    for v in values:
-        p.send(TOPIC, value=str(v).encode(), partition=0).get(timeout=30)
-    p.close()
+    """acks=all, one record at a time (the writes the consumers under test read)."""
+    produce_one_by_one(bootstrap, TOPIC, values)
 
 
 def consume(client: str, bootstrap: str, stop: threading.Event, rereads: dict[str, list], reached: dict[str, int],

@@ -504,3 +504,17 @@ FATAL_KAFKA_PYTHON_ERRORS = frozenset({
     "ProducerFencedError", "InvalidProducerEpochError", "TransactionalIdAuthorizationFailedError",
     "UnsupportedVersionError", "UnsupportedForMessageFormatError", "InvalidTxnStateError",
     "InvalidProducerIdMappingError", "IllegalStateError", "AuthenticationFailedError"})
+
+
+def produce_one_by_one(bootstrap: str, topic: str, values, partition: int = 0) -> None:
+    """acks=all, one record at a time, each acknowledged before the next (a probe's or a test's own writes,
+    made to put records where its consumers are under test)."""
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=0, retries=20,
+                      retry_backoff_ms=200, request_timeout_ms=3000, metadata_max_age_ms=500)
+    try:
+        for v in values:
+            p.send(topic, value=str(v).encode(), partition=partition).get(timeout=30)
+    finally:
+        p.close()

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
 
 from kafkaesque_harness.checkers.core import run_checkers
 from kafkaesque_harness.checkers.queue import QueueChecker
 from kafkaesque_harness.clusters.broker.local_cluster import broker_argv, controller_argv
 from kafkaesque_harness.clusters.trace_files import read_trace
 from kafkaesque_harness.history import CLIENT_EVENTS, INVOKE, HistoryWriter, Op, read_history
+from kafkaesque_harness.workloads.kafka_python import produce_one_by_one
 from kafkaesque_harness.workloads.queue import QueueWorkload
 from tests.integration.conftest import TestCluster as LocalCluster
 
@@ -70,11 +70,8 @@ def cut_rule(broker: int, controller_port: int) -> list[str]:
 
 
 def produce(bootstrap: str, values: range) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=0, retries=20,
-                      retry_backoff_ms=200, request_timeout_ms=3000, metadata_max_age_ms=500)
-    for v in values:
-        p.send(TOPIC, value=str(v).encode(), partition=0).get(timeout=30)
-    p.close()
+    """acks=all, one record at a time (the writes the consumers under test read)."""
+    produce_one_by_one(bootstrap, TOPIC, values)
 
 
 def resets(path: Path) -> list[dict]:

@@ -17,7 +17,9 @@ import time
 import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
+
+from kafkaesque_harness.workloads.kafka_python import produce_one_by_one
 
 pytestmark = pytest.mark.integration
 
@@ -57,11 +59,8 @@ class ConfluentReader:
 
 
 def produce(bootstrap: str, values: range) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=0, retries=20,
-                      retry_backoff_ms=200, request_timeout_ms=3000, metadata_max_age_ms=500)
-    for v in values:
-        p.send(TOPIC, value=str(v).encode(), partition=0).get(timeout=30)
-    p.close()
+    """acks=all, one record at a time (the writes the consumers under test read)."""
+    produce_one_by_one(bootstrap, TOPIC, values)
 
 
 def read_until(reader, offset: int, timeout: float) -> list[tuple[int, int]]:

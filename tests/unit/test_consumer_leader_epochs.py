@@ -117,12 +117,7 @@ def test_offset_for_leader_epoch_is_the_leaders_answer_behind_the_fence(tmp_path
 
 # --- the shell: what it answers and what its trace says ---------------------------------------------------------
 def test_the_broker_traces_a_refused_consumer_fetch_with_what_was_asked_and_what_it_held(tmp_path):
-    b = make_broker(tmp_path)
-    traced: list[dict] = []
-    b.events = traced.append
-    lead(b, "t", 1, 0, leader_epoch=0)
-    raw = build_batch([b"a", b"b", b"c"])
-    asyncio.run(b.produce("t", 0, raw, validate_batches(raw), 1, 1.0))
+    b, traced = wire_broker(tmp_path)  # a leader of epoch 0 holding offsets 0-2
     token = kafka_api.CLIENT_ID.set("kafka-python-consumer-7")
     try:
         out = b.consumer_read("t", 0, 2, 0, 1 << 20, last_fetched_epoch=1)
