@@ -164,6 +164,7 @@ def test_ctrl_c_during_an_external_clusters_set_up_ends_within_5_s_and_leaves_no
     assert run_dir is None or containers_of(run_dir.name) == []
 
 
+@pytest.mark.nightly  # a 20 s run with two restarts; make test keeps the faster proofs of the set-up
 def test_a_restarted_one_broker_system_is_not_held_up_by_role_lookups(tmp_path):
     """A kill's restart asked the cluster for leaders while its only broker was down: kafka-python's admin
     client waited 30 s to bootstrap each time, so a 60 s tansu run took 125 s. Bounded now (ADMIN_BOOTSTRAP_MS)."""
