@@ -678,8 +678,8 @@ def analyze_run(run_dir: Path, test: dict, previous: dict[str, Any] | None = Non
     if frozen_or_died:  # the harness's only fact: how it ended, as its watchdog saw it (harness/watchdog.py)
         facts, previous = {"error": frozen_or_died}, {"error": frozen_or_died}
     results = check_run(run_dir, test, facts)
-    for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run"):
-        if key in previous:
+    for key in ("error", "interrupted", "final_reads", "harness_warnings", "faults_not_run", "availability"):
+        if key in previous:  # the run's own facts, which its history alone cannot give again
             results[key] = previous[key]
     return results
 
