@@ -28,6 +28,11 @@ retries, and a Kafka leader gives that answer to a produce it appended and that 
 copies of its value are the client's own appends, not a duplicate: they are counted in
 stats["resent-duplicate-count"], with examples in details["resent_duplicates"] (`resent_requests` and
 `resent_copies` are the rule, which the log-order checker shares).
+Whose (checkers/clients.py): a nonmonotonic-poll or poll-skip whose read starts where a client event of
+the same process moved its position (the completions' "client_events": a `reset` the library made on its
+own, a `seek`) carries that event and its owner ("whose": client for a reset or the policy's placing, harness
+for the workload's own seek, broker for the group's committed offset), counted over every instance in the
+anomaly's "whose"; with no such event it stays unattributed. An attributed anomaly still counts.
 Verdict: false on any anomaly; "unknown" when a key with acknowledged sends has no final
 read (nothing can be concluded about its losses), or when no send at all was acknowledged (a
 valid verdict would be vacuous); else true.

@@ -41,6 +41,12 @@ Cycles are found and explained as checkers/elle.py does (its strongly connected 
 real-time frontier); each cycle class is searched for on its own, so an allowed class never hides a
 forbidden one.
 
+Whose (checkers/clients.py): an unseen send, a lost-write or a torn transaction whose missing send the client
+library failed itself (the transaction's completion's "client_events" has its "send-error") is the client's,
+told with the library's own error ("... yet its commit_transaction returned"); a process-order nonmonotonic-poll
+or poll-skip whose read starts where a reset or seek of the process moved it carries that event. Without such
+an event an anomaly stays unattributed; either way it counts.
+
 Allowed (Jepsen's allowed-error-types): int-send-skip and G0 (and its forms) always, as Kafka never
 isolates writes; poll-skip and nonmonotonic-poll when consumers subscribe (rebalances move them); G1c
 (and forms) with ww_deps; G-single and G2-item (and forms) with rw_deps (polls are no snapshot); plus the

@@ -303,6 +303,12 @@ def final_poll_kafka_python(bootstrap: str, topic: str, op: Op, timeout_s: float
         c.close()
 
 
+def _error_text(e: BaseException) -> str:
+    """An error as the library gives it: kafka-python's errors already start with their class's name."""
+    text = str(e)
+    return (text if text.startswith(type(e).__name__) else f"{type(e).__name__}: {text}")[:300]
+
+
 def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """Run a kafka-python call that takes no timeout (commit_transaction, abort_transaction wait forever)
     on a thread of its own; a TimeoutError after `timeout_s` leaves it running, and the client is then
@@ -365,7 +371,7 @@ class KafkaPythonTxnLibrary(TxnLibrary):
         # the library's own answer to a send it gave up on (KafkaTimeoutError "Expiring 1 record(s) ...": its
         # commit_transaction may still commit, docs/FINDINGS.md kafka-python 2), on the sender thread
         fut.add_errback(lambda e: self.events.add("send-error", topic=self.topic, key=key, value=value,
-                                                  error=f"{type(e).__name__}: {e}"[:300]))
+                                                  error=_error_text(e)))
         return lambda: fut.value.offset if fut.is_done and fut.succeeded() else None
 
     def flush(self) -> None:

@@ -44,6 +44,18 @@ closing them (no commit, and with confluent-kafka no leave-group either); the wo
 process whose consumer resumes from its group's committed offsets. The queue checker then judges the
 group as a whole (group-skip), not each consumer's order (checkers/queue.py).
 
+Client events (history/clients.py has the schema). Each process's producer and consumer name themselves to the
+brokers "kafkaesque-p<process>" (the broker trace's `client`), and each completion carries "client_events":
+what the process's client libraries did on their own since its previous completion that changes what a later
+poll returns: a `reset` of a position after an answer the library took for an error (OFFSET_OUT_OF_RANGE, a
+KIP-320 truncation: from, to, policy, error, the broker it took for the leader and that leader's epoch), a
+`seek` (the workload's own, the group's committed offset, the reset policy placing a partition with no
+position), a `leader` change of a partition in the library's view (from, to, their epochs: a regression is
+metadata taken from a deposed leader), a `rebalance` (also kept in "rebalance_log"). kafka-python has no
+reset callback: workloads/kafka_python.py (KafkaPythonWatch) watches the consumer's SubscriptionState and its
+metadata listener; librdkafka says its resets and leader changes in its log, which workloads/confluent.py
+(ConsumerLog) reads. The queue checker attributes an anomaly that follows from one (checkers/clients.py).
+
 Option `idempotent` (workload_options {"idempotent": true}): the producers run idempotent (KIP-98: a
 producer id and per-partition sequences, retries on), as most deployments do; a retry the broker
 appended twice shows as a duplicate. Every failed send is then info: the client retried it, and an

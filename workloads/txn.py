@@ -14,7 +14,14 @@ on its completion.
   poll       final: true, key: k   ok [["poll", {"<k>": [...]}]], end_offset: the key drained from its
              start up to there, read_committed
 Completions carry "rebalance_log": [{"keys": [...], "type": "assigned"|"revoked"}] when the
-process's consumer went through rebalances since its last op (Jepsen's :rebalance-log).
+process's consumer went through rebalances since its last op (Jepsen's :rebalance-log), and "client_events"
+(history/clients.py): what the process's client libraries did on their own since its last op, as the queue
+workload records them (its consumer's resets, seeks, leader changes, rebalances), and every send the producer
+failed in the client, with the library's own error ("send-error": key, value, error; kafka-python's
+"KafkaTimeoutError: Expiring 1 record(s) ...", librdkafka's "_MSG_TIMED_OUT: ..."), also on a txn whose
+commit returned: kafka-python 3.0.12 commits such a transaction (docs/FINDINGS.md), and the txn checker
+then names the client's failed send as the cause of the unseen send or torn transaction (checkers/clients.py).
+Each process's producer and consumer name themselves to the brokers "kafkaesque-p<process>".
 
 Outcomes are exact (DESIGN.md): a txn is ok only when commit_transaction returned; fail only when it
 definitely did not commit: abort_transaction returned (the coordinator wrote the abort; it refuses to
