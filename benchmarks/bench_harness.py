@@ -6,13 +6,16 @@ Runs `kafkaesque run` with an unlimited rate and no faults, then counts the comp
 in the stored history over the main phase. Prints ops/s overall and per op type, the
 p50/p99 latency of sends, and where the machine's CPU went over the main phase, by kind of
 process (the harness, the brokers, their FUSE daemons, a foreign broker, the rest): on 2
-cores that says what bounds the figure.
+cores that says what bounds the figure. Only this benchmark's own process tree counts: the run it
+starts and everything that run starts, daemons included (this process is their subreaper, so a
+double-forked broker stays in the tree); other runs' harnesses and brokers on the machine do not.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import os
 import statistics
 import subprocess
@@ -33,10 +36,48 @@ KINDS = (("harness", ("harness.cli run", "kafkaesque run")), ("lossyfs", ("lossy
          ("brokers and controller", ("kafkaesque_harness.clusters.broker",)), ("tansu", ("tansu",)))
 
 
-def cpu_by_process() -> dict[int, tuple[float, str]]:
-    """Every process's CPU seconds so far (user + system) and its command line, from /proc."""
-    out = {}
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are re-parented to this process, not to init
+
+
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants (Linux), so a daemon that a shell started with
+    nohup ... & and left stays in this process's tree. Best effort: without it, such daemons are missed."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def parent_of(pid: int) -> int:
+    """The parent's pid, from /proc/<pid>/stat; OSError if the process is gone."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def descendants(root: int, parents: dict[int, int]) -> set[int]:
+    """root and every process below it, from a pid -> parent pid map."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for pid, ppid in parents.items():
+        children[ppid].append(pid)
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo.extend(children.get(pid, ()))
+    return tree
+
+
+def cpu_by_process(root: int) -> dict[int, tuple[float, str]]:
+    """CPU seconds so far (user + system) and the command line of root and each of its descendants, from /proc."""
+    parents = {}
     for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            parents[pid] = parent_of(pid)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    out = {}
+    for pid in descendants(root, parents):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -58,9 +99,9 @@ def cpu_split(store: str, proc: subprocess.Popen, seconds: float) -> dict[str, f
         if proc.poll() is not None or time.monotonic() > deadline:
             return None
         time.sleep(0.2)
-    before, t0 = cpu_by_process(), time.monotonic()
+    before, t0 = cpu_by_process(proc.pid), time.monotonic()
     time.sleep(max(seconds - 1, 1))
-    after, elapsed = cpu_by_process(), time.monotonic() - t0
+    after, elapsed = cpu_by_process(proc.pid), time.monotonic() - t0
     cores: dict[str, float] = collections.Counter()
     for pid, (busy, cmd) in after.items():
         cores[kind_of(cmd)] += (busy - before.get(pid, (0.0, ""))[0]) / elapsed
@@ -75,6 +116,7 @@ def main() -> int:
     ap.add_argument("--cluster", default="local")
     args = ap.parse_args()
     bracket()  # the machine's speed before and after: figures compare through it
+    adopt_orphans()  # so the run's daemons stay in this process's tree, which alone is counted
     store = tempfile.mkdtemp(prefix="bench-harness-")
     cmd = [sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", args.cluster, "--rate", "0",
            "--concurrency", str(args.concurrency), "--time-limit", str(args.seconds), "--client", args.client,

@@ -1,6 +1,7 @@
 """The linearizability checker on Porcupine's own histories, raced against Porcupine (Go) in the same run.
 
     nice -n 15 .venv/bin/python benchmarks/bench_linearizable.py --porcupine DIR [--rounds 5] [--only etcd_002,c50]
+        [--all-test-data]
 
 DIR holds Porcupine's published source (github.com/anishathalye/porcupine: a checkout, or a bare git
 directory whose HEAD is read). With a Go toolchain (`go` on PATH, or --go) the benchmark copies that
@@ -10,6 +11,11 @@ swapping which goes first each round. Each figure is a file's median over the ro
 check (a check is repeated for at least --min-ms, parsing excluded, on both sides). Without Go or the
 source, it compares against the stored figures of TIMINGS-2026-11-24.json, and says so.
 
+The files are the anchors' (shared/anchors/porcupine: etcd 000-049 and the six kv files), or with
+--all-test-data every file of Porcupine's own test_data in DIR (etcd 000-102 and kv), each with the
+verdict Porcupine's porcupine_test.go expects of it (checkJepsen / checkKv); the summary then gives the
+totals of 000-049 and of the held-out 050-102 apart, and how many files each checker was faster on.
+
 The machine is shared: the 1-minute load is printed beside every round.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -80,17 +87,31 @@ def build_porcupine(source: Path, go: str, scratch: Path) -> tuple[Path, str]:
     return scratch / "porcupine.test", f"Porcupine {commit} ({version}), built once in this run, GOMAXPROCS=2"
 
 
-def time_go(binary: Path, files: list[tuple[str, str]], min_ms: float) -> dict[str, tuple[float, bool]]:
-    """One round of Porcupine over the files: {file: (ms per check, verdict)}."""
+def test_data_rows(tree: Path) -> list[dict]:
+    """Every file of Porcupine's test_data under `tree` (its source), with the verdict its porcupine_test.go
+    expects: checkJepsen(t, N, bool) and checkKv(t, "name", bool, ...)."""
+    go_test = (tree / "porcupine_test.go").read_text()
+    rows = [{"file": f"jepsen/etcd_{int(num):03d}.log", "model": "etcd", "expected_linearizable": ok == "true"}
+            for num, ok in re.findall(r"checkJepsen\(t, (\d+), (true|false)\)", go_test)]
+    rows += [{"file": f"kv/{name}.txt", "model": "kv", "expected_linearizable": ok == "true"}
+             for name, ok in dict(re.findall(r'checkKv\(t, "([^"]+)", (true|false)', go_test)).items()]
+    missing = [r["file"] for r in rows if not (tree / "test_data" / r["file"]).is_file()]
+    if missing or not rows:
+        raise SystemExit(f"{tree} lacks Porcupine's test data ({', '.join(missing[:3]) or 'no checkJepsen in its tests'})")
+    return sorted(rows, key=lambda r: r["file"])
+
+
+def time_go(binary: Path, files: list[tuple[str, str]], min_ms: float, root: Path) -> dict[str, tuple[float, bool]]:
+    """One round of Porcupine over the files (named relative to `root`): {file: (ms per check, verdict)}."""
     env = dict(os.environ, GOMAXPROCS="2", KAFKAESQUE_MIN_MS=str(int(min_ms)),
-               KAFKAESQUE_FILES=",".join(f"{model}:{ANCHORS / name}" for name, model in files))
+               KAFKAESQUE_FILES=",".join(f"{model}:{root / name}" for name, model in files))
     out = subprocess.run([str(binary), "-test.run", "^TestKafkaesqueTiming$", "-test.v"], env=env,
                          capture_output=True, text=True, timeout=3600)
     results = {}
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             _, path, ns, _runs, verdict = line.split()
-            results[str(Path(path).relative_to(ANCHORS))] = (int(ns) / 1e6, verdict == "true")
+            results[str(Path(path).relative_to(root))] = (int(ns) / 1e6, verdict == "true")
     if len(results) != len(files):
         raise SystemExit(f"Porcupine's timing run reported {len(results)} of {len(files)} files: "
                          f"{(out.stdout + out.stderr).strip()[-600:]}")
@@ -105,23 +126,31 @@ def main() -> int:
                     help="Porcupine's source (a checkout or a bare git directory); default $PORCUPINE_SRC")
     ap.add_argument("--go", default=shutil.which("go"), help="the Go toolchain (default: go on PATH)")
     ap.add_argument("--only", default="", help="comma-separated substrings of file names to keep")
+    ap.add_argument("--all-test-data", action="store_true",
+                    help="every file of Porcupine's test_data in --porcupine (etcd 000-102, kv), not the anchors' 56")
     args = ap.parse_args()
     bracket()  # the machine's speed before and after: figures compare through it
-
-    manifest = json.loads((ANCHORS / "TIMINGS.json").read_text())["rows"]  # the files, models and verdicts
-    stored = {r["go_bench"]: r["go_ms_median"] for r in json.loads((ANCHORS / STORED).read_text())["rows"]}
-    rows = [r for r in manifest if not args.only or any(s in r["file"] for s in args.only.split(","))]
-    files = [(r["file"], "etcd" if r["model"] == "etcd" else "kv") for r in rows]
-    expected = {r["file"]: r["expected_linearizable"] for r in rows}
-    calls = {name: calls_from_history((parse_etcd_log if model == "etcd" else parse_kv_log)(ANCHORS / name), model)
-             for name, model in files}
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-linearizable-"))
     try:
         binary = None
         if args.go and args.porcupine:
             binary, against = build_porcupine(args.porcupine, args.go, scratch)
+        if args.all_test_data:
+            if binary is None:
+                raise SystemExit("--all-test-data needs Porcupine's source and Go (--porcupine DIR, go on PATH)")
+            root = scratch / "porcupine" / "test_data"
+            manifest = test_data_rows(scratch / "porcupine")
         else:
+            root = ANCHORS
+            manifest = json.loads((ANCHORS / "TIMINGS.json").read_text())["rows"]  # the files, models and verdicts
+        stored = {r["go_bench"]: r["go_ms_median"] for r in json.loads((ANCHORS / STORED).read_text())["rows"]}
+        rows = [r for r in manifest if not args.only or any(s in r["file"] for s in args.only.split(","))]
+        files = [(r["file"], "etcd" if r["model"] == "etcd" else "kv") for r in rows]
+        expected = {r["file"]: r["expected_linearizable"] for r in rows}
+        calls = {name: calls_from_history((parse_etcd_log if model == "etcd" else parse_kv_log)(root / name), model)
+                 for name, model in files}
+        if binary is None:
             missing = "no Go toolchain" if not args.go else "no Porcupine source (--porcupine or $PORCUPINE_SRC)"
             against = (f"the STORED Go figures of {STORED} ({missing}: not measured in this run; "
                        f"stored figures are from another day and load)")
@@ -140,14 +169,14 @@ def main() -> int:
                         ms, ours_verdict[name] = time_ours(calls[name], model, args.min_ms)
                         ours_ms[name].append(ms)
                 elif binary is not None:
-                    for name, (ms, verdict) in time_go(binary, files, args.min_ms).items():
+                    for name, (ms, verdict) in time_go(binary, files, args.min_ms, root).items():
                         go_ms[name].append(ms)
                         go_verdict[name] = verdict
             print(f"round {rnd + 1}: {' then '.join(order)}; {load()}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    go_bench = {r["file"]: r["go_bench"] for r in rows}
+    go_bench = {r["file"]: r.get("go_bench") for r in rows}
     peer = {name: statistics.median(go_ms[name]) if go_ms[name] else stored[go_bench[name]] for name, _ in files}
     ours = {name: statistics.median(ms) for name, ms in ours_ms.items()}
     label = "go (this run)" if binary is not None else "go (STORED)"
@@ -160,9 +189,18 @@ def main() -> int:
         print(f"{name:24s} {ours[name]:10.2f} {peer[name]:14.3f} {ours[name] / peer[name]:6.2f}x  "
               f"{ours_verdict[name]}{theirs} ({expected[name]}){'  MISMATCH' if wrong else ''}")
     etcd = [name for name, model in files if model == "etcd"]
-    if etcd:
-        o, g = sum(ours[n] for n in etcd), sum(peer[n] for n in etcd)
-        print(f"\netcd total ({len(etcd)} files): ours {o:.1f} ms, Porcupine {g:.1f} ms, ratio {o / g:.2f}x")
+    groups = [("etcd", etcd)]
+    if args.all_test_data:
+        held_out = [n for n in etcd if int(n[-7:-4]) >= 50]
+        groups = [("etcd 000-049", [n for n in etcd if n not in held_out]), ("etcd 050-102 (held out)", held_out)]
+    for what, names in groups:
+        if names:
+            o, g = sum(ours[n] for n in names), sum(peer[n] for n in names)
+            print(f"\n{what} total ({len(names)} files): ours {o:.1f} ms, Porcupine {g:.1f} ms, ratio {o / g:.3f}x")
+    slower = [n for n, _ in files if ours[n] > peer[n]]
+    print(f"files where ours took longer than Porcupine: {len(slower)} of {len(files)}"
+          + (f" ({', '.join(f'{n} {ours[n] / peer[n]:.2f}x' for n in slower[:12])}{', ...' if len(slower) > 12 else ''})"
+             if slower else ""))
     for name in ("kv/c50-ok.txt", "kv/c50-bad.txt"):
         if name in ours:
             print(f"{name}: ours {ours[name]:.1f} ms, Porcupine {peer[name]:.1f} ms, ratio {ours[name] / peer[name]:.2f}x")
