@@ -21,6 +21,9 @@ monotonic clock in seconds, the clock of the broker trace's `mono`), and, for an
                               answer it was, as far as the library knows); null when unknown
                 leader_epoch  the leader epoch it believed that leader led; null when unknown
                 detail        the library's own words, where it gave any (a log line)
+                answered_by   the node the library asked for `to` (its ListOffsets), where it tells
+                client        the client id the library's handle sends, where it is not its process's own
+                              (librdkafka: a group member handed on to a later process keeps its first id)
   seek        the position was placed for a reason other than an error: "to" (null: not known yet),
                 "why": "workload" (the workload's own seek: an assignment from the start, a poll-unseen seek) |
                 "committed" (the group's committed offset, on an assignment) | "no-position" (the reset

@@ -142,6 +142,10 @@ class ConsumerLog:
                   else "latest" if "END" in to_text else "offset")
         error = ("OFFSET_OUT_OF_RANGE" if "Offset out of range" in why else "LOG_TRUNCATION" if truncation
                  else why.rsplit(": ", 1)[-1][:120])
+        if at is None:  # "at offset INVALID ... no previously committed offset available": no position yet
+            self.events.add("seek", topic=self.topic, key=key, to=int(to[-1]) if to else None, why="no-position",
+                            policy=policy)
+            return
         broker = int(m["broker"])
         leader = self._leaders.get(key)
         self.events.add("reset", topic=self.topic, key=key, client=self.client,

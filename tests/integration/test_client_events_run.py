@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -78,42 +79,20 @@ def resets(path: Path) -> list[dict]:
     return [e for op in read_history(path) for e in (op.extra or {}).get(CLIENT_EVENTS, []) if e["type"] == "reset"]
 
 
-def test_kafka_pythons_reset_after_a_deposed_leaders_answer_is_in_the_history_and_attributed(tmp_path):
-    cluster = EachOwnAddress(tmp_path, 3, ["--replica-lag-time-max-ms", "3000", "--heartbeat-interval-ms", "250"],
-                             ["--session-timeout-ms", "2000"]).up()
-    path = tmp_path / "history.jsonl"
-    writer = HistoryWriter(path)
-    workload = QueueWorkload({"partitions": 1, "client": "kafka-python"})
-    reached = {p: -1 for p in PROCESSES}
-    stop = threading.Event()
-    rule: list[str] | None = None
-    zombie: int | None = None
-
-    def consume(process: int) -> None:
-        client = workload.new_client({"acks": "all"}, process)
-        client.open(cluster.bootstrap)
-        try:
-            while not stop.is_set():
-                inv = writer.append(Op(INVOKE, "poll", process, None))
-                comp = writer.append(client.invoke(inv))
-                for recs in (comp.value or {}).values():
-                    reached[process] = max([reached[process], *(r[0] for r in recs)])
-                time.sleep(0.05)
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=consume, args=(p,), daemon=True) for p in PROCESSES]
+def provoke(cluster: EachOwnAddress, threads: list[threading.Thread], reached: dict[int, int], path: Path) -> int:
+    """Make the partition's leader a deposed one that still answers (docs/FINDINGS.md, kafka-python 1) while the
+    consumers read; returns it once a consumer reset, or after 30 s. Its cut stays for the caller to remove
+    (cut_rule), also when this raises."""
+    cluster.create_topic(TOPIC, partitions=1, rf=3, min_isr=2)
+    zombie = cluster.partition(TOPIC)["leader"]
+    others = [i for i in cluster.broker_ports if i != zombie]
+    produce(cluster.bootstrap, range(100))
+    for t in threads:
+        t.start()
+    cluster.wait_for(lambda: min(reached.values()) >= 99, 30, what="the consumers to read 0-99")
+    cluster.pause(zombie)
+    subprocess.run(["iptables", "-I", *cut_rule(zombie, cluster.controller_port)], check=True)
     try:
-        cluster.create_topic(TOPIC, partitions=1, rf=3, min_isr=2)
-        zombie = cluster.partition(TOPIC)["leader"]
-        others = [i for i in cluster.broker_ports if i != zombie]
-        produce(cluster.bootstrap, range(100))
-        for t in threads:
-            t.start()
-        cluster.wait_for(lambda: min(reached.values()) >= 99, 30, what="the consumers to read 0-99")
-        cluster.pause(zombie)
-        rule = cut_rule(zombie, cluster.controller_port)
-        subprocess.run(["iptables", "-I", *rule], check=True)
         cluster.wait_for(lambda: cluster.partition(TOPIC)["leader_epoch"] > 0, 30, what="a new leader")
         produce(",".join(f"127.0.0.1:{cluster.broker_ports[i]}" for i in others), range(100, 200))
         cluster.wait_for(lambda: min(reached.values()) >= 199, 30, what="the consumers to read 100-199")
@@ -131,15 +110,62 @@ def test_kafka_pythons_reset_after_a_deposed_leaders_answer_is_in_the_history_an
         while time.monotonic() < deadline and not resets(path):
             time.sleep(0.2)
         time.sleep(2)  # the re-read's poll, after the reset
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(20)
-        if rule is not None:
-            subprocess.run(["iptables", "-D", *rule], check=False)
-        if zombie is not None and f"broker-{zombie}" in cluster.procs:
-            cluster.resume(zombie)  # (a no-op unless the test failed while it was paused)
+    except BaseException:
+        subprocess.run(["iptables", "-D", *cut_rule(zombie, cluster.controller_port)], check=False)
+        raise
+    return zombie
+
+
+def shut_down(cluster: EachOwnAddress) -> None:
+    """SIGTERM for the brokers (their traces flushed), then the cluster down, whatever is left SIGKILLed."""
+    for name, p in list(cluster.procs.items()):
+        if name.startswith("broker-") and p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+    deadline = time.monotonic() + 15
+    for p in list(cluster.procs.values()):
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    cluster.down()
+
+
+def test_kafka_pythons_reset_after_a_deposed_leaders_answer_is_in_the_history_and_attributed(tmp_path):
+    cluster = EachOwnAddress(tmp_path, 3, ["--replica-lag-time-max-ms", "3000", "--heartbeat-interval-ms", "250"],
+                             ["--session-timeout-ms", "2000"]).up()
+    path = tmp_path / "history.jsonl"
+    writer = HistoryWriter(path)
+    workload = QueueWorkload({"partitions": 1, "client": "kafka-python"})
+    reached = {p: -1 for p in PROCESSES}
+    stop = threading.Event()
+    zombie: int | None = None
+
+    def consume(process: int) -> None:
+        client = workload.new_client({"acks": "all"}, process)
+        client.open(cluster.bootstrap)
+        try:
+            while not stop.is_set():
+                inv = writer.append(Op(INVOKE, "poll", process, None))
+                comp = writer.append(client.invoke(inv))
+                for recs in (comp.value or {}).values():
+                    reached[process] = max([reached[process], *(r[0] for r in recs)])
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=consume, args=(p,), daemon=True) for p in PROCESSES]
     try:
+        try:
+            zombie = provoke(cluster, threads, reached, path)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(20)
+            if zombie is not None:
+                subprocess.run(["iptables", "-D", *cut_rule(zombie, cluster.controller_port)], check=False)
+                if f"broker-{zombie}" in cluster.procs:
+                    cluster.resume(zombie)  # (a no-op unless the test failed while it was paused)
         # the final read (the queue checker's), then the traces, flushed at shutdown
         reader = workload.new_client({"acks": "all"}, 99)
         reader.open(cluster.bootstrap)
@@ -147,10 +173,7 @@ def test_kafka_pythons_reset_after_a_deposed_leaders_answer_is_in_the_history_an
         writer.append(reader.invoke(inv))
         reader.close()
     finally:
-        for i in cluster.broker_ports:
-            if f"broker-{i}" in cluster.procs:
-                cluster.stop(i)  # the traces flushed
-        cluster.down()
+        shut_down(cluster)
         writer.close()
 
     found = resets(path)

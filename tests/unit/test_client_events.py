@@ -402,9 +402,14 @@ def test_librdkafkas_log_lines_become_resets_and_leader_changes():
     c.log(30, "%s", "OFFSET", "kafkaesque-p8#consumer-1",
           "[thrd:main]: queue [0]: offset reset (at offset 12 (leader epoch 0), broker 2) to END: fetch failed due to "
           "requested offset not available on the broker: Broker: Offset out of range")
+    c.log(30, "%s", "OFFSET", "kafkaesque-p8#consumer-1",
+          "[thrd:main]: queue [1]: offset reset (at offset INVALID (leader epoch -1), broker -1) to offset BEGINNING "
+          "(leader epoch -1): no previously committed offset available: Local: No offset stored")
     events = log.take()
-    assert [e["type"] for e in events] == ["leader", "reset", "reset"]
+    assert [e["type"] for e in events] == ["leader", "reset", "reset", "seek"]
     first, second = events[1], events[2]
+    assert (events[3]["key"], events[3]["why"], events[3]["policy"], events[3]["to"]) == (1, "no-position", "earliest",
+                                                                                         None)
     assert {k: first[k] for k in ("from", "from_epoch", "to", "policy", "error", "broker", "leader_epoch", "client")} == {
         "from": 1000, "from_epoch": 3, "to": 0, "policy": "earliest", "error": "OFFSET_OUT_OF_RANGE", "broker": 1,
         "leader_epoch": 0, "client": "kafkaesque-p8"}
