@@ -63,41 +63,41 @@ class RealHost:
 
 REAL_HOST = RealHost()
 # The node's Host; unset (a real node, or the harness): the real one.
-CURRENT: contextvars.ContextVar[Host] = contextvars.ContextVar("kafkaesque_node_host")
+NODE_HOST: contextvars.ContextVar[Host] = contextvars.ContextVar("kafkaesque_node_host")
 
 
 def wall_s() -> float:
-    return CURRENT.get(REAL_HOST).wall_s()
+    return NODE_HOST.get(REAL_HOST).wall_s()
 
 
 def monotonic_s() -> float:
-    return CURRENT.get(REAL_HOST).monotonic_s()
+    return NODE_HOST.get(REAL_HOST).monotonic_s()
 
 
 def monotonic_ms() -> int:
-    return int(CURRENT.get(REAL_HOST).monotonic_s() * 1000)
+    return int(NODE_HOST.get(REAL_HOST).monotonic_s() * 1000)
 
 
 def new_uuid() -> uuid.UUID:
-    return CURRENT.get(REAL_HOST).new_uuid()
+    return NODE_HOST.get(REAL_HOST).new_uuid()
 
 
 def rng() -> random.Random:
-    return CURRENT.get(REAL_HOST).rng()
+    return NODE_HOST.get(REAL_HOST).rng()
 
 
 def pid() -> int:
-    return CURRENT.get(REAL_HOST).pid()
+    return NODE_HOST.get(REAL_HOST).pid()
 
 
 def fsync(fd: int) -> None:
-    CURRENT.get(REAL_HOST).fsync(fd)
+    NODE_HOST.get(REAL_HOST).fsync(fd)
 
 
 def open_connection(host: str, port: int, **kw: Any) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    return CURRENT.get(REAL_HOST).open_connection(host, port, **kw)
+    return NODE_HOST.get(REAL_HOST).open_connection(host, port, **kw)
 
 
 def start_server(client_connected_cb: Callable[..., Any], host: str, port: int, **kw: Any
                  ) -> Awaitable[asyncio.AbstractServer]:
-    return CURRENT.get(REAL_HOST).start_server(client_connected_cb, host, port, **kw)
+    return NODE_HOST.get(REAL_HOST).start_server(client_connected_cb, host, port, **kw)

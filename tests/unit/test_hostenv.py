@@ -45,7 +45,7 @@ def test_without_a_node_host_the_answers_are_the_real_hosts():
 
 def test_a_context_with_a_host_answers_from_it():
     ctx = contextvars.copy_context()
-    ctx.run(hostenv.CURRENT.set, FixedHost())
+    ctx.run(hostenv.NODE_HOST.set, FixedHost())
     assert ctx.run(hostenv.wall_s) == 1_700_000_000.25
     assert ctx.run(hostenv.monotonic_ms) == 42_500
     assert ctx.run(hostenv.new_uuid) == uuid.UUID(int=7)
@@ -65,7 +65,7 @@ def test_tasks_created_in_a_node_context_inherit_its_host():
 
     async def main() -> float:
         ctx = contextvars.copy_context()
-        ctx.run(hostenv.CURRENT.set, FixedHost())
+        ctx.run(hostenv.NODE_HOST.set, FixedHost())
         return await asyncio.get_running_loop().create_task(node_root(), context=ctx)
 
     assert asyncio.run(main()) == 42.5
