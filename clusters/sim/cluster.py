@@ -231,6 +231,19 @@ class SimCluster:
             return {int(b["broker_id"]) for b in state.get("brokers", []) if not b.get("fenced", True)}
         return set()
 
+    def partition_state(self, topic: str, partition: int = 0) -> dict[str, Any] | None:
+        """The active controller's record of a partition (leader, epochs, ISR, ELR), or None."""
+        active = self.active_controller()
+        if active is None:
+            return None
+        return next((p for p in self.dump(active).get("partitions", [])
+                     if p["topic"] == topic and p["partition"] == partition), None)
+
+    def leader(self, topic: str, partition: int = 0) -> str | None:
+        """The node the active controller names leader of the partition, or None."""
+        state = self.partition_state(topic, partition)
+        return f"broker-{state['leader']}" if state and state["leader"] >= 0 else None
+
     def wait_ready(self, timeout_s: float = 30.0) -> bool:
         """Every running broker registered and unfenced at the active controller."""
         want = {self.node_id(b) for b in self.brokers if self.running(b)}
@@ -304,6 +317,8 @@ class SimCluster:
     def close(self) -> None:
         """Stop simulating. Each running node's trace is flushed first (what a real run's teardown collects
         after stopping the nodes), then every process is killed where it stands."""
+        if self.loop.is_closed():
+            return
         for name in self.names:
             node = self.nodes[name]
             if node.proc is not None and not node.proc.dead:
