@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafkaesque_harness.clusters.sim.cluster import SimCluster
-from tests.unit.sim_kafka import create_topic, fetch, produce
+from kafkaesque_harness.clusters.sim.probe import create_topic, fetch, produce
 
 
 @pytest.fixture

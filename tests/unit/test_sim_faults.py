@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafkaesque_harness.clusters.sim.cluster import EPOCH_S, SimCluster
-from tests.unit.sim_kafka import connect_to, create_topic, fetch, fetch_request, produce
+from kafkaesque_harness.clusters.sim.probe import connect_to, create_topic, fetch, fetch_request, produce
 
 TOPIC = "t"
 

@@ -1,7 +1,8 @@
-"""A tiny Kafka client for the simulator's tests: kafka-python's protocol classes over the simulated
-network's asyncio streams (one connection, one request at a time). Not the simulated client of the
-workloads (branch sim-client): only enough to create a topic, produce and fetch through a broker's real
-Kafka listener."""
+"""A tiny Kafka client for the simulator's own checks, demo driver and benchmark: kafka-python's protocol
+classes over the simulated network's asyncio streams (one connection, one request at a time). It is not
+the simulated client of the workloads (workloads/sim, branch sim-client), which follows the real
+libraries' behaviour; this one only creates a topic, produces and fetches through a broker's real Kafka
+listener, with no retries of its own."""
 
 from __future__ import annotations
 
