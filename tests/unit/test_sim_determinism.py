@@ -31,6 +31,7 @@ def test_the_same_seed_gives_byte_identical_traces_logs_and_data(tmp_path):
     a = simulate(tmp_path / "a", seed=17, hash_seed=None)
     b = simulate(tmp_path / "b", seed=17, hash_seed="4242")  # the simulator re-executes itself with its own
     assert a["faults"] > 0 and a["acked"] > 0, a  # a run that did something
+    assert {**a, "cpu_s": 0} == {**b, "cpu_s": 0}
     files_a, files_b = node_files(tmp_path / "a"), node_files(tmp_path / "b")
     assert sorted(files_a) == sorted(files_b)
     assert any(name.endswith("trace.jsonl") for name in files_a)
