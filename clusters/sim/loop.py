@@ -31,30 +31,6 @@ from typing import Any
 _MIN_TIMERS_FOR_SWEEP = 100
 
 
-class OrderedTimer(asyncio.TimerHandle):
-    """A timer that sorts by (due time, the order timers were set): asyncio's own compares due times only,
-    and a heap leaves equal ones in no promised order. The network's in-order delivery needs this."""
-
-    __slots__ = ("seq",)
-
-    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...], loop: SimLoop,
-                 context: contextvars.Context | None, seq: int):
-        super().__init__(when, callback, args, loop, context)
-        self.seq = seq
-
-    def __lt__(self, other: Any) -> bool:
-        return (self._when, self.seq) < (other._when, other.seq)
-
-    def __le__(self, other: Any) -> bool:
-        return (self._when, self.seq) <= (other._when, other.seq)
-
-    def __gt__(self, other: Any) -> bool:
-        return (self._when, self.seq) > (other._when, other.seq)
-
-    def __ge__(self, other: Any) -> bool:
-        return (self._when, self.seq) >= (other._when, other.seq)
-
-
 class SimDeadlock(RuntimeError):
     """Nothing is ready and no timer is set, yet the loop was asked to go on: the run can never progress."""
 
@@ -98,10 +74,13 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        # The heap holds (due, set order, timer): ties go in the order timers were set (asyncio's heap of
+        # TimerHandles compares due times only and leaves equal ones in no promised order; the network's
+        # in-order delivery needs this), and tuples compare in C.
         self._check_closed()
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
         self._timer_seq += 1
-        timer = OrderedTimer(when, callback, args, self, context, self._timer_seq)
-        heapq.heappush(self._scheduled, timer)
+        heapq.heappush(self._scheduled, (when, self._timer_seq, timer))
         timer._scheduled = True
         return timer
 
@@ -208,16 +187,17 @@ class SimLoop(asyncio.BaseEventLoop):
         scheduled = self._scheduled
         if len(scheduled) > _MIN_TIMERS_FOR_SWEEP and self._timer_cancelled_count * 2 > len(scheduled):
             kept = []
-            for h in scheduled:
-                if h._cancelled:
-                    h._scheduled = False
+            for entry in scheduled:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
                 else:
-                    kept.append(h)
+                    kept.append(entry)
             heapq.heapify(kept)
             self._scheduled, self._timer_cancelled_count = kept, 0
-        while scheduled and scheduled[0]._cancelled:
+            scheduled = kept
+        while scheduled and scheduled[0][2]._cancelled:
             self._timer_cancelled_count -= 1
-            heapq.heappop(scheduled)._scheduled = False
+            heapq.heappop(scheduled)[2]._scheduled = False
 
     def _run_once(self) -> None:
         self._sweep_cancelled_timers()
@@ -227,11 +207,11 @@ class SimLoop(asyncio.BaseEventLoop):
                 if self._stopping:
                     return
                 raise SimDeadlock("no callback is ready and no timer is set: every node waits on another")
-            if scheduled[0]._when > self._now:
-                self._now = scheduled[0]._when  # nothing to do until then: jump
+            if scheduled[0][0] > self._now:
+                self._now = scheduled[0][0]  # nothing to do until then: jump
         now = self._now
-        while scheduled and scheduled[0]._when <= now:
-            handle = heapq.heappop(scheduled)
+        while scheduled and scheduled[0][0] <= now:
+            handle = heapq.heappop(scheduled)[2]
             handle._scheduled = False
             ready.append(handle)
         for _ in range(len(ready)):
