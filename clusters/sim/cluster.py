@@ -264,7 +264,10 @@ class SimCluster:
         """SIGKILL, then every byte the node wrote and did not fsync is lost (or torn), as the lossy file
         system's drop does in real runs."""
         self.kill(name)
-        return self.disk.power_cut(self.node_dir(name), random.Random(self.rng.getrandbits(64)), torn=torn)
+        # Only the data dir: the lossy file system of real runs is mounted there, not under the node's log
+        # and trace, which the harness collects after the run (clusters/docker.py).
+        data_dir = os.path.join(self.node_dir(name), "data")
+        return self.disk.power_cut(data_dir, random.Random(self.rng.getrandbits(64)), torn=torn)
 
     def restart(self, name: str) -> None:
         self.kill(name)
