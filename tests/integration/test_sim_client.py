@@ -149,3 +149,32 @@ def test_queue_driver_in_subscribe_mode_joins_the_group_and_commits_what_it_read
     assert assigned == {0, 1, 2, 3}  # the range assignor handed out every partition
     committed = [op.extra["committed"] for op in polls if op.value and "committed" in (op.extra or {})]
     assert committed and all(int(o) > 0 for c in committed for o in c.values())
+
+
+def test_txn_driver_commits_and_aborts_transactions_the_txn_checker_finds_valid(cluster, tmp_path):
+    from kafkaesque_harness.checkers.core import run_checkers
+    from kafkaesque_harness.history import HistoryWriter, read_history
+    from kafkaesque_harness.workloads.sim.driver import run_workload, virtual_clock_ns
+
+    cluster.create_topic("sim-txn", partitions=4)
+
+    async def run():
+        with HistoryWriter(tmp_path / "history.jsonl", clock_ns=virtual_clock_ns()) as history:
+            return await run_workload("txn", {"topic": "sim-txn", "partitions": 4, "group": "sim-txn-group",
+                                              "txn_abort_p": 0.2, "reassign_p": 0.1},
+                                      asyncio.open_connection, random.Random(11), cluster.bootstrap, history,
+                                      concurrency=3, time_limit_s=5, rate=20)
+
+    run = asyncio.run(run())
+    history = read_history(tmp_path / "history.jsonl")
+    verdict = run_checkers(run.workload.checkers(run.test), run.test, history)
+    assert verdict["checkers"]["txn"]["valid"] is True, verdict["checkers"]["txn"]
+    outcomes = [op for op in history if op.f == "txn" and op.type != "invoke"]
+    committed = [op for op in outcomes if op.type == "ok"]
+    aborted = [op for op in outcomes if op.error == "aborted-by-workload"]
+    assert len(committed) > 10 and aborted
+    # a committed transaction's sends carry the offsets their produce answers gave
+    sends = [m for op in committed for m in op.value if m[0] == "send"]
+    assert sends and all(isinstance(m[2], list) and m[2][0] >= 0 for m in sends)
+    finals = [op for op in history if op.f == "poll" and (op.extra or {}).get("final") and op.type == "ok"]
+    assert len(finals) == 4

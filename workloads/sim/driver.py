@@ -35,6 +35,7 @@ from typing import Any
 from kafkaesque_harness.history import INFO, INVOKE, OK, HistoryWriter, Op
 from kafkaesque_harness.workloads.queue import QueueWorkload
 from kafkaesque_harness.workloads.sim.queue import SimQueueClient
+from kafkaesque_harness.workloads.sim.txn import SimTxnClient
 from kafkaesque_harness.workloads.sim.wire import OpenConnection
 from kafkaesque_harness.workloads.txn import TxnWorkload
 
@@ -83,8 +84,6 @@ class SimWorkloadRun:
         if self.kind == "queue":
             return SimQueueClient(self.open_connection, self.bootstrap, rng, w.topic, w.partitions,
                                   ACKS[self.test["acks"]], w.idempotent, w.group, process)
-        from kafkaesque_harness.workloads.sim.txn import SimTxnClient
-
         return SimTxnClient(self.open_connection, self.bootstrap, rng, w.topic, w.partitions, self.concurrency, w.o,
                             w.tracker, process)
 

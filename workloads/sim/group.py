@@ -142,7 +142,7 @@ class GroupMember:
             await self._join()
         # the committed offsets before any fetch: a partition is never placed by the reset policy because its
         # OffsetFetch failed (kafka-python refreshes committed offsets first)
-        await self._place_committed(self._unplaced)
+        await self.place_committed(self._unplaced)
         self._unplaced = []
 
     async def _join(self) -> None:
@@ -190,7 +190,7 @@ class GroupMember:
         self.on_rebalance("assigned", partitions)
         self._unplaced = partitions
 
-    async def _place_committed(self, partitions: list[int]) -> None:
+    async def place_committed(self, partitions: list[int]) -> None:
         """OffsetFetch the group's committed offsets; each found one places its partition (a `seek` why
         "committed"); the others are left to the reset policy."""
         if not partitions:
