@@ -28,8 +28,9 @@ class CannedCluster:
     """A ClusterClient stand-in: every request's answer is the next one queued for its api (an exception is
     raised instead of answered); one partition leader, broker 1 at epoch 3."""
 
-    def __init__(self, answers: dict[str, list[Any]]):
+    def __init__(self, answers: dict[str, list[Any]], leaderless_for: int = 0):
         self.answers = answers
+        self.leaderless_for = leaderless_for  # how many leader look-ups find no leader first
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.updates = 0
         self.listeners: list = []
@@ -49,6 +50,9 @@ class CannedCluster:
         return answer
 
     async def leader_for(self, topic: str, partition: int) -> tuple[int, int]:
+        if self.leaderless_for > 0:
+            self.leaderless_for -= 1
+            raise Errors.LeaderNotAvailableError(f"no leader for {topic}-{partition}")
         return 1, 3
 
     def leader(self, topic: str, partition: int) -> tuple[int, int]:
@@ -131,6 +135,19 @@ def test_duplicate_sequence_answer_is_a_success_other_sequence_errors_reset_the_
     with pytest.raises(Errors.OutOfOrderSequenceNumberError):
         run(producer.send(TOPIC, 0, b"2"))
     assert producer.producer_id == -1 and producer.sequences == {}  # the next send inits a new id
+
+
+def test_a_record_waits_for_a_leader_without_an_attempt_and_is_sent_once_one_is_known():
+    cluster = CannedCluster({"ProduceRequest": [produce_answer(0, 3)]}, leaderless_for=2)
+    assert run(Producer(cluster, retries=0).send(TOPIC, 0, b"1")) == 3
+    assert [n for n, _ in cluster.sent] == ["ProduceRequest"]
+
+
+def test_a_record_that_never_finds_a_leader_expires_at_its_delivery_timeout_unsent():
+    cluster = CannedCluster({"ProduceRequest": []}, leaderless_for=10**6)
+    with pytest.raises(Errors.KafkaTimeoutError, match="Expiring 1 record"):
+        run(Producer(cluster, retries=0, delivery_timeout_s=0.3).send(TOPIC, 0, b"1"))
+    assert cluster.sent == []
 
 
 def test_failure_class_fatal_for_a_transactional_producer_abortable_for_other_errors():
@@ -222,14 +239,21 @@ def _batch(base: int, values: list[bytes], pid: int = -1, transactional: bool = 
 
 
 def test_read_committed_skips_an_aborted_transactions_records_read_uncommitted_returns_them():
+    import struct
     from types import SimpleNamespace
 
-    raw = _batch(0, [b"1"]) + _batch(1, [b"2", b"3"], pid=9, transactional=True) + _batch(3, [b"4"])
-    aborted = [SimpleNamespace(producer_id=9, first_offset=1)]
+    from kafkaesque_harness.clusters.broker.log.batch import build_control_batch
+
+    abort_marker = bytearray(build_control_batch(9, 0, commit=False, coordinator_epoch=0, timestamp_ms=0))
+    struct.pack_into(">q", abort_marker, 0, 3)  # its base offset (outside the CRC)
+    raw = (_batch(0, [b"1"]) + _batch(1, [b"2", b"3"], pid=9, transactional=True) + bytes(abort_marker)
+           + _batch(4, [b"5"], pid=9, transactional=True) + _batch(5, [b"6"]))
+    aborted = [SimpleNamespace(producer_id=9, first_offset=1)]  # the fetch answer's aborted transactions
     committed, after = read_batches(raw, Position(0), True, aborted)
     uncommitted, _ = read_batches(raw, Position(0), False, aborted)
-    assert [o for o, _, _ in committed] == [0, 3] and after.offset == 4
-    assert [o for o, _, _ in uncommitted] == [0, 1, 2, 3]
+    # the producer's next transaction, after the abort marker, is read: only the aborted one is skipped
+    assert [o for o, _, _ in committed] == [0, 4, 5] and after.offset == 6
+    assert [o for o, _, _ in uncommitted] == [0, 1, 2, 4, 5]
 
 
 # --- groups: rejoin or lose the membership -----------------------------------------------------------------

@@ -334,8 +334,5 @@ def read_batches(raw: Any, pos: Position, read_committed: bool,
 
 
 def _is_abort_marker(batch: Any) -> bool:
-    """A control record's key: version int16, type int16 (0 abort, 1 commit)."""
-    for record in batch:
-        key = record.key
-        return key is not None and len(key) >= 4 and int.from_bytes(key[2:4], "big") == 0
-    return False
+    """A control batch's record is kafka-python's ControlRecord: abort or commit."""
+    return any(getattr(record, "abort", False) for record in batch)

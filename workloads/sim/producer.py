@@ -6,6 +6,8 @@ One record per produce request (the real workloads send with linger_ms=0 and wai
 records of one partition go out one at a time in order, so a retry keeps its sequence. The decisions follow
 kafka-python's sender (kafka/producer/sender.py):
 
+- A partition with no known leader gets no request: the record waits for one (the metadata refreshed) and
+  expires at the delivery timeout (KafkaTimeoutError, an outcome the queue workload takes as info).
 - `can_retry`: a failed attempt is sent again only if its error is retriable, the attempts so far are fewer
   than `retries`, the delivery timeout has not passed, and (idempotent) the producer id and epoch are the ones
   the batch was built with (a retry under another id would break idempotence).
@@ -163,9 +165,10 @@ class Producer:
         sequence = self.sequences.get(tp, 0) if self.idempotent else -1
         attempts = 0
         while True:
+            leader = await self._await_leader(tp, deadline)
             attempts += 1
             try:
-                offset = await self._produce_once(tp, value, pid, epoch, sequence, deadline)
+                offset = await self._produce_once(tp, leader, value, pid, epoch, sequence, deadline)
             except Errors.KafkaError as e:
                 if isinstance(e, STALE_METADATA_ERRORS):
                     self.cluster.request_update()
@@ -179,10 +182,26 @@ class Producer:
                 self.sequences[tp] = sequence + 1
             return offset
 
-    async def _produce_once(self, tp: tuple[str, int], value: bytes, pid: int, epoch: int, sequence: int,
-                            deadline: float) -> int:
+    async def _await_leader(self, tp: tuple[str, int], deadline: float) -> int:
+        """The partition's leader. kafka-python sends nothing to a partition with no known leader: the batch
+        waits in its accumulator while the metadata is refreshed, and expires at its delivery timeout
+        (KafkaTimeoutError "Expiring 1 record(s) ..."), an attempt it never made."""
         loop = asyncio.get_running_loop()
-        leader, _ = await self.cluster.leader_for(*tp)
+        created = deadline - self.delivery_timeout_s
+        while True:
+            try:
+                leader, _ = await self.cluster.leader_for(*tp)
+                return leader
+            except (Errors.LeaderNotAvailableError, Errors.KafkaConnectionError):
+                if loop.time() >= deadline:
+                    raise Errors.KafkaTimeoutError(
+                        f"Expiring 1 record(s) for {tp[0]}-{tp[1]}: {int((loop.time() - created) * 1000)} ms has "
+                        "passed since batch creation") from None
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _produce_once(self, tp: tuple[str, int], leader: int, value: bytes, pid: int, epoch: int,
+                            sequence: int, deadline: float) -> int:
+        loop = asyncio.get_running_loop()
         builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20,
                                        transactional=self.transactional_id is not None,
                                        producer_id=pid if self.idempotent else -1,
