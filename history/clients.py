@@ -7,7 +7,8 @@ whatever that op is). The field is absent when there were none: older checkers, 
 it, read on unchanged. The workloads' adapters write them (workloads/kafka_python.py, workloads/confluent.py);
 the checkers read them from the history, never from a workload (checkers/clients.py).
 
-Every event: "type" (below), "library" ("kafka-python" | "confluent-kafka"), "mono" (when, on the host's
+Every event: "type" (below), "library" ("kafka-python" | "confluent-kafka" | "sim-kafka-python": the simulator's
+client, workloads/sim/, which follows kafka-python's rules), "mono" (when, on the host's
 monotonic clock in seconds, the clock of the broker trace's `mono`), and, for an event about one partition,
 "topic" and "key" (the partition).
 
@@ -48,7 +49,7 @@ from typing import Any
 
 CLIENT_EVENTS = "client_events"  # the completion's field
 EVENT_TYPES = ("reset", "seek", "leader", "rebalance", "send-error")
-LIBRARIES = ("kafka-python", "confluent-kafka")
+LIBRARIES = ("kafka-python", "confluent-kafka", "sim-kafka-python")
 CLIENT_ID_PREFIX = "kafkaesque-p"
 _CLIENT_ID = re.compile(r"^kafkaesque-p(\d+)$")
 

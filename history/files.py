@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -245,18 +245,21 @@ class HistoryWriter:
     Assigns `index` and `time` (ns since `start_ns`, monotonic). Each op is written with one
     os.write call so a line is either whole or, at worst, the torn last line. Nothing is kept in
     memory: the live panel counts outcomes itself (harness/runner.py LiveStats), and the checks read
-    the history back from the file, as `kafkaesque analyze` does.
+    the history back from the file, as `kafkaesque analyze` does. `clock_ns`: the clock op times are read
+    from (the host's monotonic clock; a simulated run gives its virtual one, so nothing reads the host's).
     """
 
-    def __init__(self, path: str | os.PathLike, start_ns: int | None = None):
+    def __init__(self, path: str | os.PathLike, start_ns: int | None = None,
+                 clock_ns: Callable[[], int] = time.monotonic_ns):
         self.path = Path(path)
+        self.clock_ns = clock_ns
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._lock = threading.Lock()
         self._next_index = 0
-        self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
+        self.start_ns = clock_ns() if start_ns is None else start_ns
 
     def now(self) -> int:
-        return time.monotonic_ns() - self.start_ns
+        return self.clock_ns() - self.start_ns
 
     def append(self, op: Op) -> Op:
         with self._lock:

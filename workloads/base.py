@@ -114,15 +114,16 @@ class ClientEventLog:
     """The client events of one process (history/clients.py has their schema), as its client libraries report
     them from whichever thread they act on (kafka-python's I/O thread, librdkafka's log served by a poll, a
     delivery callback), until the process's next completion takes them (`take`). Each event is stamped with
-    the library and the host's monotonic clock."""
+    the library and the host's monotonic clock (`clock`: the simulator's clients give their loop's)."""
 
-    def __init__(self, library: str):
+    def __init__(self, library: str, clock: Callable[[], float] = time.monotonic):
         self.library = library
+        self.clock = clock
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def add(self, type_: str, **fields: Any) -> None:
-        event = {"type": type_, "library": self.library, "mono": round(time.monotonic(), 6), **fields}
+        event = {"type": type_, "library": self.library, "mono": round(self.clock(), 6), **fields}
         with self._lock:
             self._events.append(event)
 

@@ -67,6 +67,8 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kafkaesque_harness.checkers.queue import QUEUE_VALUES
@@ -135,8 +137,9 @@ class QueueWorkload:
                                         members=self.members, process=process)
         return KafkaPythonQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group, process=process)
 
-    def op_mix(self, test: dict[str, Any]):
-        crashes = CrashSchedule(self.crash_interval_s, int(test.get("concurrency", 1)))
+    def op_mix(self, test: dict[str, Any], clock: Callable[[], float] = time.monotonic):
+        """(rng, process) -> (f, value); `clock` times the crashes (the simulator's clients give their loop's)."""
+        crashes = CrashSchedule(self.crash_interval_s, int(test.get("concurrency", 1)), clock)
 
         def next_op(rng: random.Random, process: int) -> tuple[str, Any]:
             if crashes.due(rng):

@@ -232,8 +232,9 @@ class TxnWorkload:
         """Its clients' stall control (workloads/base.py StallableProducers; the stall-producer fault)."""
         return self.stalls
 
-    def op_mix(self, test: dict[str, Any]) -> TxnOpMix:
-        self._mix = TxnOpMix(self.o, self.partitions, int(test.get("concurrency", 1)), self.tracker)
+    def op_mix(self, test: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> TxnOpMix:
+        """The op mix; `clock` times the crashes (the simulator's clients give their loop's)."""
+        self._mix = TxnOpMix(self.o, self.partitions, int(test.get("concurrency", 1)), self.tracker, clock)
         return self._mix
 
     def final_ops(self, test: dict[str, Any]) -> list[tuple]:

@@ -30,12 +30,11 @@ is up and returns the Replies that completes.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import hostenv, rpc
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -283,7 +282,7 @@ class GroupCoordinator:
                           or not g.candidate_protocols() & {name for name, _ in protocols}):
             return fail(rpc.INCONSISTENT_GROUP_PROTOCOL)
         if not member_id:
-            new_id = f"{client_id}-{uuid.uuid4()}"
+            new_id = f"{client_id}-{hostenv.new_uuid()}"
             if require_known_member_id:
                 # KIP-394 (JoinGroup v4+): hand out the id and wait for the member to join with it, so a
                 # client whose first join timed out does not leave a ghost member behind.

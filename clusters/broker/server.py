@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-import uuid
 from collections import deque
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker import hostenv, kafka_api, rpc
 from kafkaesque_harness.clusters.broker.controller_server import JsonLog
 from kafkaesque_harness.clusters.broker.group_coordinator import (
     OFFSETS_TOPIC,
@@ -60,7 +58,7 @@ READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"  # a con
 
 def now_ms() -> int:
     # Monotonic: lag and session timers must not jump when the clock nemesis skews the wall clock.
-    return time.monotonic_ns() // 1_000_000
+    return hostenv.monotonic_ms()
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -97,7 +95,7 @@ class ControllerClient:
                 resp = await self.clients[addr].call(api, body, timeout=timeout)
             except rpc.RpcError:
                 # Dead or cut off: the next call tries the next controller.
-                self.unreachable_at[addr] = time.monotonic()
+                self.unreachable_at[addr] = hostenv.monotonic_s()
                 self._move_to((self.current + 1) % len(self.addrs), f"{api}: {addr[0]}:{addr[1]} unreachable")
                 raise
             if resp.get("error") != rpc.NOT_CONTROLLER:
@@ -106,7 +104,7 @@ class ControllerClient:
             hinted = _hostport(hint) if hint else None
             # Followers name the old leader until their election timeout ends; one that just
             # failed us is not worth a round trip (it would only bounce us back here).
-            recently_failed = hinted is not None and time.monotonic() - self.unreachable_at.get(hinted, -9.0) < 1.0
+            recently_failed = hinted is not None and hostenv.monotonic_s() - self.unreachable_at.get(hinted, -9.0) < 1.0
             if hinted in self.clients and hinted != addr and not recently_failed:
                 self._move_to(self.addrs.index(hinted), f"{api}: redirected by {addr[0]}:{addr[1]}")
                 continue
@@ -177,7 +175,7 @@ class Broker:
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.replica_config = ReplicaConfig(replica_lag_time_max_ms=args.replica_lag_time_max_ms,
                                             variants=self.variants)
-        self.incarnation_id = uuid.uuid4().hex
+        self.incarnation_id = hostenv.new_uuid().hex
         self.broker_epoch = -1
         self.fenced = True
         self.caught_up = False
@@ -193,7 +191,7 @@ class Broker:
         self.appended: dict[tuple[str, int], asyncio.Event] = {}
         self.fetchers: dict[tuple[str, int], asyncio.Task] = {}
         self.alter_tasks: dict[tuple[str, int], asyncio.Task] = {}
-        self._producer_ids = int(time.time() * 1000) % (1 << 40)
+        self._producer_ids = int(hostenv.wall_s() * 1000) % (1 << 40)
         self.groups = GroupCoordinator(CoordinatorConfig(
             initial_rebalance_delay_ms=getattr(args, "group_initial_rebalance_delay_ms", 3000),
             min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)))
@@ -443,8 +441,8 @@ class Broker:
         if resp.get("error") != rpc.NONE:
             return resp["error"], resp.get("message")
         # Answer once this broker's metadata shows every partition with a leader.
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = hostenv.monotonic_s() + timeout_s
+        while hostenv.monotonic_s() < deadline:
             parts = self.image.partitions_of(topic)
             if len(parts) == partitions and all(p.leader != NO_LEADER for p in parts):
                 return rpc.NONE, None
@@ -859,8 +857,8 @@ class Broker:
             self.txn.tick()
             self.logs.maybe_flush_all(now_ms())
             self.events.flush()
-            if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
-                last_checkpoint = time.monotonic()
+            if hostenv.monotonic_s() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
+                last_checkpoint = hostenv.monotonic_s()
                 self.write_hwm_checkpoint()
 
     def write_hwm_checkpoint(self) -> None:
@@ -890,7 +888,7 @@ class Broker:
 
     def dump(self, include_log: bool) -> dict[str, Any]:
         return {"node_id": self.node_id, "role": "broker", "broker_epoch": self.broker_epoch, "fenced": self.fenced,
-                "metadata_offset": self.image.offset, "time_ms": int(time.time() * 1000),
+                "metadata_offset": self.image.offset, "time_ms": int(hostenv.wall_s() * 1000),
                 "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
                 "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())],
                 "group_coordinator": self.groups.dump(), "txn_coordinator": self.txn.dump()}

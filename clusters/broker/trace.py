@@ -93,9 +93,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from typing import Any
+
+from kafkaesque_harness.clusters.broker import hostenv
 
 FORMAT = "kafkaesque-trace/1"
 TRACE_FILE = "trace.jsonl"
@@ -127,7 +128,7 @@ class TraceWriter:
         self._pending = 0
 
     def write(self, event: dict[str, Any]) -> None:
-        line = {"mono": round(time.monotonic(), 6), "ts": round(time.time(), 6), "node": self.node,
+        line = {"mono": round(hostenv.monotonic_s(), 6), "ts": round(hostenv.wall_s(), 6), "node": self.node,
                 "role": self.role, **event}
         self._fh.write(json.dumps(line, default=str, separators=(",", ":")) + "\n")
         self._pending += 1
@@ -165,6 +166,6 @@ def open_sink(log: Callable[[dict[str, Any]], None], trace_file: str | None, nod
     writer = TraceWriter(trace_file, node, role) if trace_file else None
     sink = EventSink(log, writer)
     if writer is not None:
-        writer.write({"event": "trace_started", "format": FORMAT, "pid": os.getpid(), **started})
+        writer.write({"event": "trace_started", "format": FORMAT, "pid": hostenv.pid(), **started})
         writer.flush()
     return sink

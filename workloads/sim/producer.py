@@ -1,0 +1,344 @@
+"""The simulated producer: acks=all produce with kafka-python's retry rules, the idempotent producer (KIP-98:
+InitProducerId, per-partition sequences) and the transactional one (a coordinator found with FindCoordinator
+key type 1, AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit, EndTxn).
+
+One record per produce request (the real workloads send with linger_ms=0 and wait for each send), and the
+records of one partition go out one at a time in order, so a retry keeps its sequence. The decisions follow
+kafka-python's sender (kafka/producer/sender.py):
+
+- A partition with no known leader gets no request: the record waits for one (the metadata refreshed) and
+  expires at the delivery timeout (KafkaTimeoutError, an outcome the queue workload takes as info).
+- `can_retry`: a failed attempt is sent again only if its error is retriable, the attempts so far are fewer
+  than `retries`, the delivery timeout has not passed, and (idempotent) the producer id and epoch are the ones
+  the batch was built with (a retry under another id would break idempotence).
+- DUPLICATE_SEQUENCE_NUMBER is a success (the broker has the batch from an earlier attempt).
+- A batch that fails for good: OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID resets the idempotent
+  producer's id (its next send inits a new one; pre-KIP-360 fallback), a transactional producer's becomes an
+  abortable error; PRODUCER_FENCED, INVALID_PRODUCER_EPOCH and the other fatal errors make a transactional
+  producer fatal (`failure_class`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    TxnOffsetCommitRequest,
+)
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from kafkaesque_harness.workloads.sim.client import RETRY_BACKOFF_S, STALE_METADATA_ERRORS, ClusterClient
+from kafkaesque_harness.workloads.sim.wire import error_for
+
+DELIVERY_TIMEOUT_S = 4.0  # delivery_timeout_ms=4000 of the real queue producer
+TXN_KEY_TYPE = 1
+NO_PRODUCER = (-1, -1)
+
+# The producer's states (kafka-python's TransactionManager, reduced to what the workloads reach)
+READY, IN_TRANSACTION, ABORTABLE, FATAL = "ready", "in-transaction", "abortable-error", "fatal-error"
+
+FATAL_ERRORS = (Errors.ProducerFencedError, Errors.InvalidProducerEpochError, Errors.TransactionalIdAuthorizationFailedError,
+                Errors.UnsupportedVersionError, Errors.InvalidTxnStateError, Errors.InvalidProducerIdMappingError)
+SEQUENCE_ERRORS = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
+
+
+def can_retry(error: BaseException, attempts: int, retries: int, delivery_expired: bool,
+              same_producer: bool) -> bool:
+    """kafka-python's Sender._can_retry: whether a failed produce attempt is sent again."""
+    if delivery_expired or attempts >= retries:
+        return False
+    if not getattr(error, "retriable", False):
+        return False
+    return same_producer
+
+
+def failure_class(error: BaseException, transactional: bool) -> str:
+    """What a batch that failed for good does to the producer: "reset-producer-id" (idempotent: a new id
+    next time), "abortable" (the transaction must abort), "fatal" (the producer is unusable), or "none"."""
+    if isinstance(error, FATAL_ERRORS):
+        return "fatal" if transactional else "reset-producer-id"
+    if isinstance(error, SEQUENCE_ERRORS):
+        return "abortable" if transactional else "reset-producer-id"
+    return "abortable" if transactional else "none"
+
+
+class Producer:
+    """acks=all (or 1/0) producer of one process; idempotent when asked, transactional with a transactional id."""
+
+    def __init__(self, cluster: ClusterClient, acks: int = -1, retries: int = 0, idempotent: bool = False,
+                 transactional_id: str | None = None, txn_timeout_ms: int = 10000,
+                 delivery_timeout_s: float = DELIVERY_TIMEOUT_S):
+        self.cluster, self.acks = cluster, acks
+        self.idempotent = idempotent or transactional_id is not None
+        self.retries = retries if not self.idempotent else max(retries, 1)
+        self.transactional_id, self.txn_timeout_ms = transactional_id, txn_timeout_ms
+        self.delivery_timeout_s = delivery_timeout_s
+        self.producer_id, self.producer_epoch = NO_PRODUCER
+        self.sequences: dict[tuple[str, int], int] = {}
+        self.state = READY
+        self.last_error: BaseException | None = None
+        self.txn_partitions: set[tuple[str, int]] = set()
+        self.offsets_added = False  # the transaction holds the group's offsets (AddOffsetsToTxn answered)
+        self.coordinator: int | None = None
+        self._partition_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._in_flight: list[asyncio.Task] = []
+
+    # --- producer id ---------------------------------------------------------------------------------------
+    async def init_producer_id(self) -> None:
+        """InitProducerId: an idempotent producer asks any broker; a transactional one its coordinator (which
+        fences the id's earlier producer and aborts its open transaction). Retries retriable answers until the
+        delivery timeout, as kafka-python's init_transactions does until max_block_ms."""
+        deadline = asyncio.get_running_loop().time() + self.delivery_timeout_s
+        while True:
+            try:
+                if self.transactional_id is None:
+                    await self.cluster.ensure_metadata(sorted(self.cluster.topics))
+                    node = sorted(self.cluster.brokers)[self.cluster.rng.randrange(len(self.cluster.brokers))] \
+                        if self.cluster.brokers else self.cluster.bootstrap[0]
+                else:
+                    node = await self._coordinator()
+                answer = await self.cluster.send(node, InitProducerIdRequest, transactional_id=self.transactional_id,
+                                                 transaction_timeout_ms=self.txn_timeout_ms)
+                if answer.error_code != 0:
+                    raise error_for(answer.error_code, "InitProducerId")
+                self.producer_id, self.producer_epoch = answer.producer_id, answer.producer_epoch
+                self.sequences.clear()
+                self.state = READY
+                return
+            except Errors.KafkaError as e:
+                self._coordinator_error(e)
+                if not e.retriable or asyncio.get_running_loop().time() >= deadline:
+                    raise
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _coordinator(self) -> int:
+        if self.coordinator is None:
+            self.coordinator = await self.cluster.find_coordinator(self.transactional_id, TXN_KEY_TYPE)
+        return self.coordinator
+
+    def _coordinator_error(self, e: BaseException) -> None:
+        if isinstance(e, (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError,
+                          Errors.KafkaConnectionError)):
+            self.coordinator = None
+
+    # --- sending -------------------------------------------------------------------------------------------
+    async def send(self, topic: str, partition: int, value: bytes) -> int:
+        """Produce one record; its offset. Raises the error of the last attempt (kafka-python's exception)."""
+        if self.state == FATAL:
+            raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
+        if self.state == ABORTABLE:
+            raise Errors.IllegalStateError(f"the transaction must be aborted: {self.last_error!r}")
+        if self.idempotent and self.producer_id < 0:
+            await self.init_producer_id()
+        tp = (topic, partition)
+        lock = self._partition_locks.setdefault(tp, asyncio.Lock())
+        async with lock:
+            if self.transactional_id is not None and tp not in self.txn_partitions:
+                await self.add_partitions([tp])
+            return await self._send_batch(tp, value)
+
+    def send_soon(self, topic: str, partition: int, value: bytes) -> asyncio.Task:
+        """send() as a task (the transaction's sends, awaited by flush); in order per partition."""
+        task = asyncio.ensure_future(self.send(topic, partition, value))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: flush reports it
+        self._in_flight.append(task)
+        return task
+
+    async def flush(self) -> None:
+        """Wait for every send_soon(); raises the first failure."""
+        tasks, self._in_flight = self._in_flight, []
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def _send_batch(self, tp: tuple[str, int], value: bytes) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.delivery_timeout_s
+        pid, epoch = self.producer_id, self.producer_epoch
+        sequence = self.sequences.get(tp, 0) if self.idempotent else -1
+        attempts = 0
+        while True:
+            leader = await self._await_leader(tp, deadline)
+            attempts += 1
+            try:
+                offset = await self._produce_once(tp, leader, value, pid, epoch, sequence, deadline)
+            except Errors.KafkaError as e:
+                if isinstance(e, STALE_METADATA_ERRORS):
+                    self.cluster.request_update()
+                if can_retry(e, attempts, self.retries + 1, loop.time() >= deadline,
+                             (pid, epoch) == (self.producer_id, self.producer_epoch)):
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+                    continue
+                self._failed_for_good(e)
+                raise
+            if self.idempotent:
+                self.sequences[tp] = sequence + 1
+            return offset
+
+    async def _await_leader(self, tp: tuple[str, int], deadline: float) -> int:
+        """The partition's leader. kafka-python sends nothing to a partition with no known leader: the batch
+        waits in its accumulator while the metadata is refreshed, and expires at its delivery timeout
+        (KafkaTimeoutError "Expiring 1 record(s) ..."), an attempt it never made."""
+        loop = asyncio.get_running_loop()
+        created = deadline - self.delivery_timeout_s
+        while True:
+            try:
+                leader, _ = await self.cluster.leader_for(*tp)
+                return leader
+            except (Errors.LeaderNotAvailableError, Errors.KafkaConnectionError):
+                if loop.time() >= deadline:
+                    raise Errors.KafkaTimeoutError(
+                        f"Expiring 1 record(s) for {tp[0]}-{tp[1]}: {int((loop.time() - created) * 1000)} ms has "
+                        "passed since batch creation") from None
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _produce_once(self, tp: tuple[str, int], leader: int, value: bytes, pid: int, epoch: int,
+                            sequence: int, deadline: float) -> int:
+        loop = asyncio.get_running_loop()
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20,
+                                       transactional=self.transactional_id is not None,
+                                       producer_id=pid if self.idempotent else -1,
+                                       producer_epoch=epoch if self.idempotent else -1,
+                                       base_sequence=sequence if self.idempotent else -1)
+        builder.append(int(loop.time() * 1000), None, value)  # the record's timestamp: the loop's clock
+        builder.close()
+        records = builder.buffer()
+        timeout_s = max(0.001, min(self.cluster.request_timeout_s, deadline - loop.time()))
+        answer = await self.cluster.send(leader, ProduceRequest, timeout_s=timeout_s,
+                                         transactional_id=self.transactional_id, acks=self.acks,
+                                         timeout_ms=int(self.cluster.request_timeout_s * 1000),
+                                         topic_data=[ProduceRequest.TopicProduceData(
+                                             name=tp[0], partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(
+                                                 index=tp[1], records=records)])])
+        if answer is None:  # acks=0
+            return -1
+        p = answer.responses[0].partition_responses[0]
+        if p.error_code == Errors.DuplicateSequenceNumberError.errno:
+            return p.base_offset  # the broker has it from an earlier attempt: a success (sender.py)
+        if p.error_code != 0:
+            raise error_for(p.error_code, p.error_message or f"produce to {tp[0]}-{tp[1]}")
+        return p.base_offset
+
+    def _failed_for_good(self, e: BaseException) -> None:
+        what = failure_class(e, self.transactional_id is not None)
+        if what == "reset-producer-id":
+            self.producer_id, self.producer_epoch = NO_PRODUCER
+            self.sequences.clear()
+        elif what == "fatal":
+            self.state, self.last_error = FATAL, e
+        elif what == "abortable" and self.state == IN_TRANSACTION:
+            self.state, self.last_error = ABORTABLE, e
+
+    # --- transactions --------------------------------------------------------------------------------------
+    async def begin(self) -> None:
+        if self.state == FATAL:
+            raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
+        if self.state != READY:
+            raise Errors.IllegalStateError(f"begin_transaction in state {self.state}")
+        self.state = IN_TRANSACTION
+        self.txn_partitions = set()
+        self.offsets_added = False
+
+    async def _txn_request(self, request_class: Any, check: Any, **fields: Any) -> None:
+        """A request to the transaction coordinator, retried on retriable errors (a moved coordinator is found
+        again) until the delivery timeout; a fatal answer makes the producer fatal."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.delivery_timeout_s
+        while True:
+            try:
+                node = await self._coordinator()
+                answer = await self.cluster.send(node, request_class, **fields)
+                code = check(answer)
+                if code != 0:
+                    raise error_for(code, request_class.__name__)
+                return
+            except Errors.KafkaError as e:
+                self._coordinator_error(e)
+                if isinstance(e, FATAL_ERRORS):
+                    self.state, self.last_error = FATAL, e
+                    raise
+                if not e.retriable or loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def add_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        R = AddPartitionsToTxnRequest
+        await self._txn_request(R, _first_partition_error, v3_and_below_transactional_id=self.transactional_id,
+                                v3_and_below_producer_id=self.producer_id,
+                                v3_and_below_producer_epoch=self.producer_epoch,
+                                v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                                                     for t, ps in sorted(by_topic.items())])
+        self.txn_partitions |= set(partitions)
+
+    async def send_offsets(self, group_id: str, offsets: dict[tuple[str, int], int], generation_id: int,
+                           member_id: str) -> None:
+        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the group's coordinator."""
+        await self._txn_request(AddOffsetsToTxnRequest, lambda a: a.error_code, transactional_id=self.transactional_id,
+                                producer_id=self.producer_id, producer_epoch=self.producer_epoch, group_id=group_id)
+        self.offsets_added = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.delivery_timeout_s
+        R = TxnOffsetCommitRequest
+        by_topic: dict[str, list] = {}
+        for (t, p), o in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append(R.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                partition_index=p, committed_offset=o, committed_metadata=""))
+        while True:
+            try:
+                node = await self.cluster.find_coordinator(group_id, 0)
+                answer = await self.cluster.send(node, R, transactional_id=self.transactional_id, group_id=group_id,
+                                                 producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                                 generation_id=generation_id, member_id=member_id,
+                                                 topics=[R.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                                                         for t, ps in by_topic.items()])
+                codes = [p.error_code for t in answer.topics for p in t.partitions if p.error_code]
+                if codes:
+                    raise error_for(codes[0], "TxnOffsetCommit")
+                return
+            except Errors.KafkaError as e:
+                if isinstance(e, FATAL_ERRORS):
+                    self.state, self.last_error = FATAL, e
+                    raise
+                if not e.retriable or loop.time() >= deadline:
+                    if self.state == IN_TRANSACTION:
+                        self.state, self.last_error = ABORTABLE, e
+                    raise
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def end(self, commit: bool) -> None:
+        """EndTxn(commit or abort) after flushing the transaction's sends. A transaction that added no
+        partition sends nothing (kafka-python completes it locally)."""
+        if self.state == FATAL:
+            raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
+        if commit and self.state == ABORTABLE:
+            raise Errors.IllegalStateError(f"cannot commit: the transaction must abort ({self.last_error!r})")
+        try:
+            await self.flush()
+        except Errors.KafkaError:
+            if commit:
+                raise
+        if self.txn_partitions or self.offsets_added:
+            await self._txn_request(EndTxnRequest, lambda a: a.error_code, transactional_id=self.transactional_id,
+                                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                    committed=commit)
+        self.state = READY
+        self.txn_partitions = set()
+        self.offsets_added = False
+
+
+def _first_partition_error(answer: Any) -> int:
+    for t in answer.results_by_topic_v3_and_below:
+        for p in t.results_by_partition:
+            if p.partition_error_code:
+                return p.partition_error_code
+    return 0
