@@ -748,7 +748,6 @@ def mutate(
     from kafkaesque_harness.clusters.mutants import MUTANTS
     from kafkaesque_harness.harness.mutate import measure, unit_test_mutant
     from kafkaesque_harness.studies.mutation import (
-        DEFAULT_PLANS,
         PLANS,
         catalogue_problems,
         mutant_copy,
@@ -778,8 +777,8 @@ def mutate(
                              "replacement in clusters/mutants.py.")
         err.print(f"mutate: all {len(chosen)} mutants apply exactly once and compile")
         return
-    plans = plan or list(DEFAULT_PLANS)
-    bad = [p for p in plans if p not in PLANS]
+    plans = plan or None  # none named: each mutant's own (default_plans: the coordinators' run their workloads)
+    bad = [p for p in plans or () if p not in PLANS]
     if bad:
         fail(f"unknown plan {', '.join(bad)}; valid: {', '.join(PLANS)}.")
     if cluster not in ("local", "docker"):

@@ -250,3 +250,20 @@ def test_the_mutated_module_decides_otherwise_than_the_shipped_one(name):
     with mutated(name) as module:
         assert module.__file__ != SANS_IO[file].__file__
         assert decide(module) != SHIPPED[name]
+
+
+def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_code():
+    from kafkaesque_harness.harness.spec import TestSpec
+    from kafkaesque_harness.studies.mutation import COMMON, DEFAULT_PLANS, PLANS, default_plans
+
+    by = mutants.by_name()
+    assert default_plans(by["txn-markers-first-partition-only"]) == ("txn", "txn-random")
+    assert default_plans(by["lso-ignores-open-txn"]) == ("txn", "txn-random")
+    assert default_plans(by["group-oldest-commit-wins"]) == ("groups", "groups-random")
+    assert default_plans(by["hwm-leader-leo"]) == DEFAULT_PLANS
+    for plan in ("txn", "txn-random", "groups", "groups-random"):
+        spec = TestSpec.make(name=f"mutant-x-{plan}", time_limit=180, cluster="local", **COMMON, **PLANS[plan])
+        assert spec.problems() == [], plan
+    assert TestSpec.make(**COMMON, **PLANS["txn"]).workload == "txn"
+    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe"}
+    assert "stop" in PLANS["txn-random"]["nemesis"]  # a controlled shutdown moves a coordinator
