@@ -330,19 +330,18 @@ MUTANTS: tuple[Mutant, ...] = (
        "a transaction half committed (kill-txn-coordinator)"),
     # --- the group coordinator (Kafka's classic protocol; group_coordinator.py's docstring) -----------------
     _m("group-commit-stale-generation", GROUPS,
-       "if generation_id != g.generation_id:\n            return rpc.ILLEGAL_GENERATION\n"
-       "        m.session_deadline_ms = now_ms + m.session_timeout_ms\n        return rpc.NONE",
-       "if generation_id > g.generation_id:\n            return rpc.ILLEGAL_GENERATION\n"
-       "        m.session_deadline_ms = now_ms + m.session_timeout_ms\n        return rpc.NONE",
+       "m = g.members.get(member_id)\n        if m is None:\n            return rpc.UNKNOWN_MEMBER_ID\n"
+       "        if generation_id != g.generation_id:",
+       "m = g.members.get(member_id)\n        if m is None:\n            return rpc.UNKNOWN_MEMBER_ID\n"
+       "        if generation_id > g.generation_id:",
        "an offset commit is accepted only from the group's current generation (ILLEGAL_GENERATION otherwise)",
        "Kafka's GroupCoordinator.handleCommitOffsets; KIP-98/KIP-447 (fencing zombie members)",
        "trace: offset-commit-stale-generation once a rebalance leaves a member committing with the generation "
        "before (a member paused past its session, or leaving and joining); history: records consumed twice "
        "or skipped in subscribe mode"),
     _m("group-commit-to-empty-group", GROUPS,
-       "if g is None or (generation_id < 0 and g.state == EMPTY):\n"
-       "            return rpc.NONE if generation_id < 0 else rpc.ILLEGAL_GENERATION",
-       "if g is None or g.state == EMPTY:\n            return rpc.NONE",
+       "if g is None or (generation_id < 0 and g.state == EMPTY):\n            if generation_id >= 0:",
+       "if g is None or g.state == EMPTY:\n            if generation_id >= 0 and g is None:",
        "a group without members takes commits only from consumers that assign partitions themselves "
        "(generation -1); a member of a generation that ended is refused",
        "Kafka's GroupCoordinator.handleCommitOffsets (Empty group: generation -1 only)",

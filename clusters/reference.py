@@ -91,7 +91,14 @@ class ReferenceCluster:
         raise NotImplementedError
 
     def node_env(self, node: str) -> dict[str, str]:
-        return {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
+        env = {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
+        files = getattr(self, "lossyfs_files", None)
+        unavailable = getattr(self, "lossy_unavailable", None)
+        if files is not None and unavailable is not None and unavailable() is None:
+            # The broker reads the lossy file system's reports at start-up (server.py lossy_drops_seen), so its
+            # trace says whether a lossy crash came between two starts (the trace's log-shorter-after-restart).
+            env["KAFKAESQUE_LOSSYFS_STATUS"] = files(node)[1]
+        return env
 
     # --- abilities (clusters/base.py): the answers every backend of our broker shares ---------------
     def pid_command(self, node: str) -> str:
