@@ -429,7 +429,7 @@ class Broker:
         self.events({"event": "consumer_fetch", "topic": r.topic, "partition": r.partition,
                      "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
                      "isolation": isolation, "bound": bound, "bound_offset": bound_offset, "hwm": r.hwm,
-                     "lso": r.last_stable_offset()})
+                     "leo": r.leo, "lso": r.last_stable_offset()})
 
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
                     read_committed: bool = False) -> tuple[int, int, int]:

@@ -50,7 +50,7 @@ Events and their facts (a broker's unless marked controller):
                        sequence, which the leader answers as a retry, as Kafka does, and never writes)
   consumer_fetch       offset (asked), first, last (offsets served), isolation ("read_committed" |
                        "read_uncommitted"), bound (what the read was cut at: "lso" | "hwm"), bound_offset (the
-                       offset it was cut at: the bound reported is the bound used), hwm, lso (the partition's last
+                       offset it was cut at: the bound reported is the bound used), hwm, leo, lso (the partition's last
                        stable offset, KIP-98: min(HWM, first offset of any open transaction))
   consumer_fetch_refused  a consumer's Fetch answered with an error or a diverging epoch and no records:
                        offset, current_leader_epoch, last_fetched_epoch (what the request carried, -1: none),
@@ -92,8 +92,9 @@ Events and their facts (a broker's unless marked controller):
   txn_end_started      the coordinator decided a transaction's outcome (PrepareCommit/PrepareAbort written):
                        transactional_id, producer_id, txn_epoch (the producer epoch it ran under),
                        marker_epoch (the epoch its markers carry), result, started_by ("client": EndTxn |
-                       "timeout" | "re-init": an InitProducerId found it open), partitions,
-                       coordinator_partition, coordinator_epoch
+                       "timeout" | "re-init": an InitProducerId found it open), partitions, txn_started_ms (when
+                       its first partition was added, the coordinator's clock: with the producer id and txn_epoch
+                       it names the transaction), coordinator_partition, coordinator_epoch
   txn_completed        every marker of a decided transaction was written (CompleteCommit/CompleteAbort written):
                        transactional_id, producer_id, producer_epoch (the markers'), result, partitions,
                        coordinator_partition, coordinator_epoch

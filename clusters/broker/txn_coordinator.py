@@ -358,6 +358,9 @@ class TransactionCoordinator:
             self.event_log({"event": "txn_end_started", **common, "producer_id": t.new.producer_id,
                             "txn_epoch": old.producer_epoch, "marker_epoch": t.new.producer_epoch,
                             "result": "commit" if t.new.state == PREPARE_COMMIT else "abort",
+                            # names the transaction among those of one producer epoch: when its first partition
+                            # was added (the coordinator's clock, kept in its record)
+                            "txn_started_ms": old.start_ms,
                             "started_by": {END: "client", TIMEOUT: "timeout", REINIT_ABORT: "re-init"}[t.cause],
                             "partitions": sorted([tp, p] for tp, p in t.new.partitions)})
         if t.cause == COMPLETE and old is not None:
