@@ -840,7 +840,7 @@ def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) 
         if not ds:
             continue
         dmono, dnode, d = ds[-1]
-        if any(dmono <= end <= mono for runs in spans.values() for _, end in runs):
+        if any(dmono <= end < mono for runs in spans.values() for _, end in runs):
             continue  # a broker's process ended between the decision and the completion: its last lines are lost
         judged += 1
         for topic, partition in c.get("partitions") or []:
