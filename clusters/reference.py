@@ -92,13 +92,17 @@ class ReferenceCluster:
 
     def node_env(self, node: str) -> dict[str, str]:
         env = {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
-        files = getattr(self, "lossyfs_files", None)
-        unavailable = getattr(self, "lossy_unavailable", None)
-        if files is not None and unavailable is not None and unavailable() is None:
+        status = self.lossy_status_file(node)
+        if status:
             # The broker reads the lossy file system's reports at start-up (server.py lossy_drops_seen), so its
             # trace says whether a lossy crash came between two starts (the trace's log-shorter-after-restart).
-            env["KAFKAESQUE_LOSSYFS_STATUS"] = files(node)[1]
+            env["KAFKAESQUE_LOSSYFS_STATUS"] = status
         return env
+
+    def lossy_status_file(self, node: str) -> str | None:
+        """Where the node's lossy file system reports its power cuts, when its broker writes through one (the
+        backends that mount one say so); None: it writes to a plain disk."""
+        return None
 
     # --- abilities (clusters/base.py): the answers every backend of our broker shares ---------------
     def pid_command(self, node: str) -> str:
