@@ -94,6 +94,49 @@ Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and 
   at the partition; KIP-890: a late produce of an aborted transaction). Offsets, not times, order them:
   a marker is traced once acknowledged (committed), so every leader of a later clean epoch has it below
   what it appends; from an unclean election after the marker on, a produce is not judged.
+- txn-marker-not-as-decided (issue 40): a transaction marker written at the other result than the coordinator's
+  last decision for its producer and partition at that epoch; one transaction (transactional id, producer id,
+  epoch, and when its first partition was added, `txn_started_ms`) decided both ways (a decision lost in a
+  fail-over and made again otherwise: half committed); a transaction completed (`txn_completed`: every marker
+  written) with no marker at one of its partitions at its epoch and result since the decision (KIP-98's two
+  phases: WriteTxnMarkers to every partition of the transaction). A completion is judged only if no broker process
+  ended between the decision and the completion (its unflushed tail may hold the marker); a partition where a
+  marker of a higher epoch came first is not judged (Kafka's coordinator drops a marker the partition refuses as
+  older).
+- read-committed-open-txn (issue 40): a read_committed consumer was served a transactional batch whose
+  transaction had no marker in the leader's log then. The LSO is not taken from the line (the leader's own
+  computation is what is checked): per partition and producer, a batch acknowledged with acks=all at offset f is
+  open until the producer's first marker after f; if that marker's offset is at or above the LEO the leader
+  reported with the fetch, it was not yet appended when the leader served, and a served batch at or above the
+  marker before it was open. By offsets, not times: committed offsets do not move. Not judged: a batch whose
+  ending marker the trace lacks, and partitions with an unclean election. A marker appended but not yet below the
+  HWM decides the transaction for this broker (its LSO passes it then; Kafka waits for the marker's replication).
+- offset-commit-stale-generation (issue 40): the group coordinator accepted an offset commit
+  (`offset_commit_accepted`, written when it checks the commit, before the write) naming a generation other than
+  the group's last on that coordinator (`group_generation`), or a member not in it; a group without members (Empty)
+  takes generation -1 only, and a coordinator that has not completed a generation of the group since it (re)loaded
+  the group's partition (`groups_loading`) knows no member (Kafka's handleCommitOffsets: ILLEGAL_GENERATION,
+  UNKNOWN_MEMBER_ID). A member removed since its generation began is not known to the trace: not judged.
+- group-generation-reused (issue 40): a coordinator completed a generation of a group not above its previous one
+  (since its process started and the partition was last loaded): a member of the older generation passes as
+  current (Kafka's GroupMetadata.initNextGeneration).
+- offset-fetch-not-committed (issue 40): an OffsetFetch answered (`offset_fetch_answered`, with each offset's
+  record in __consumer_offsets) a partition's offset from a record older than the last commit acknowledged to the
+  group before it (`offset_commit_acked`, which names the offsets and where their records are), the same record
+  with another offset, or no offset at all (002 2.5: an acknowledged write survives a fail-over; the newest record
+  of a key wins). A newer record than the acknowledged one passes (a commit answered with an error may still
+  have committed, a transactional commit may have come after). Not judged after an unclean election of the
+  group's partition.
+- producer-epoch-regressed (issue 40): a transactional id's producer id was answered (`txn_init_producer_id`),
+  decided (`txn_end_started`) or completed (`txn_completed`) at an epoch below one the coordinators had used for it
+  before: a coordinator whose state went back (a stale load) gives out an epoch a fenced producer still holds
+  (KIP-98: epochs only grow).
+- log-shorter-after-restart (issue 40): a broker's start (`logs_loaded`: each log's end) found a log ending below
+  the HWM its previous process last checkpointed for it (`hwm_checkpointed`). Explained, and not judged: a power
+  cut since the previous start (the node's lossy file system's count of drops, which the broker reads at
+  start-up, grew, or cannot be compared), start-up recovery cutting that log (damage), or a truncation of it by
+  the previous process after the checkpoint (an unclean election's). A cut of a segment on a batch boundary by
+  the disk faults leaves no recovery cut: under `disk` and `file-corruption` such a restart would be named too.
 
 The ELR rules and the last-member exception of fenced-in-isr follow the controller's `no-elr` variant
 (its trace_started line), under which there is no ELR and the last ISR member stays.

@@ -712,8 +712,11 @@ def detect(
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, clusters/mutants.py)")] = None,
-    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership or small-fetches "
-                                                        "(repeatable; default protocol and random)")] = None,
+    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership, "
+                                                        "small-fetches, txn, txn-random, groups or groups-random "
+                                                        "(repeatable; default: each mutant's own, protocol and random "
+                                                        "but txn/txn-random or groups/groups-random for the "
+                                                        "coordinators')")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
     seed: Annotated[int, typer.Option(help="the first seed")] = 22000,
     minutes: Annotated[float, typer.Option(help="minutes per run")] = 5.0,
