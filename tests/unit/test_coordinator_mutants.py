@@ -265,5 +265,6 @@ def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_c
         spec = TestSpec.make(name=f"mutant-x-{plan}", time_limit=180, cluster="local", **COMMON, **PLANS[plan])
         assert spec.problems() == [], plan
     assert TestSpec.make(**COMMON, **PLANS["txn"]).workload == "txn"
-    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe"}
+    # a rebalance while the coordinator stays up: members crash (leave) and fresh ones join every ~20 s
+    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe", "crash_clients_interval_s": 20}
     assert "stop" in PLANS["txn-random"]["nemesis"]  # a controlled shutdown moves a coordinator
