@@ -105,6 +105,9 @@ class DockerCluster(ReferenceCluster):
     def lossy_unavailable(self) -> str | None:
         return None if self.lossy else "this cluster was started without it"
 
+    def lossy_status_file(self, node: str) -> str | None:
+        return self.lossyfs_files(node)[1] if self.lossy_unavailable() is None else None
+
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         """(pid file, status file) of the node's lossy file system daemon."""
         return "/run/kafkaesque/lossyfs.pid", "/run/kafkaesque/lossyfs.status"

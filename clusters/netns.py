@@ -127,6 +127,9 @@ class NetnsCluster(LocalCluster):
     def data_dir(self, node: str) -> str:
         return f"{self.node_dir(node)}/data"
 
+    def lossy_status_file(self, node: str) -> str | None:
+        return self.lossyfs_files(node)[1] if self.lossy_unavailable() is None else None
+
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         """(pid file, status file) of the node's lossy file system daemon."""
         return f"{self.node_dir(node)}/lossyfs.pid", f"{self.node_dir(node)}/lossyfs.status"
