@@ -25,11 +25,13 @@ transaction read anything is unknown: no dependency can be inferred from appends
 from __future__ import annotations
 
 import time
+from array import array
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from functools import partial
 from itertools import compress, islice, repeat
-from operator import add, and_, eq, ge, le, lt, mul, ne
+from operator import add, and_, eq, ge, itemgetter, le, lt, mul, ne, rshift
 from typing import Any
 
 import networkx as nx
@@ -49,7 +51,9 @@ from kafkaesque_harness.checkers.graph import (
     sccs,
 )
 from kafkaesque_harness.checkers.reasons import say
-from kafkaesque_harness.history import FAIL, INFO, NEMESIS, OK, Op, pair_ops
+from kafkaesque_harness.checkers.stream import POS, TIME, TYPE, VALUE, F, OpSource, Row
+from kafkaesque_harness.checkers.stream import PROCESS as PROCESS_FIELD
+from kafkaesque_harness.history import FAIL, INFO, INVOKE, NEMESIS, OK, Op, pair_ops
 
 # Which anomalies each consistency model forbids (Adya / Elle), smallest model first.
 FORBIDDEN = {
@@ -94,48 +98,261 @@ class Txn:
 
 
 class _Txns:
-    """The transactions of a history as parallel lists indexed by id (invocation order), with
-    the times and process order the graph needs."""
+    """The transactions of a history as parallel lists indexed by id (invocation order): type,
+    process and times, and where each one's ops are (`refs`: the Ops themselves for a history in
+    memory, their positions for a file, read back through `fetch` only for the few an anomaly's
+    words name). Their micro-ops are not kept: the inference keeps what it needs of them."""
 
-    def __init__(self) -> None:
-        self.invs: list[Op] = []
-        self.comps: list[Op | None] = []
+    def __init__(self, fetch: Callable[[Any], Op]) -> None:
+        self.inv_refs: list[Any] = []
+        self.comp_refs: list[Any] = []  # None: never completed
         self.types: list[str] = []
-        self.mops: list[list] = []
+        self.processes: list[Any] = []
+        self.inv_times: list[Any] = []
+        self.comp_times: list[Any] = []  # None: never completed
         self.ids: list[int] = []
         self.n = 0
+        self.fetch = fetch
 
-    def txn(self, i: int) -> Txn:
-        return Txn(i, self.invs[i], self.comps[i])
+    def inv(self, t: int) -> Op:
+        return self.fetch(self.inv_refs[t])
 
-    def describe(self, i: int) -> str:
-        return self.txn(i).describe()
+    def comp(self, t: int) -> Op | None:
+        ref = self.comp_refs[t]
+        return None if ref is None else self.fetch(ref)
+
+    def txn(self, t: int) -> Txn:
+        return Txn(t, self.inv(t), self.comp(t))
+
+    def mops(self, t: int) -> list:
+        return self.txn(t).mops
+
+    def describe(self, t: int) -> str:
+        return self.txn(t).describe()
+
+    def timed(self, t: int) -> _Timed:
+        return _Timed(t, self.types[t], self.inv_times[t], self.comp_times[t])
+
+
+class _Time:
+    __slots__ = ("time",)
+
+    def __init__(self, time_: Any):
+        self.time = time_
+
+
+class _Timed:
+    """A transaction as graph.realtime_edges reads it (id, type, inv.time, comp.time), without its ops."""
+
+    __slots__ = ("id", "type", "inv", "comp")
+
+    def __init__(self, id_: int, type_: str, invoked: Any, completed: Any):
+        self.id, self.type = id_, type_
+        self.inv, self.comp = _Time(invoked), (None if completed is None else _Time(completed))
+
+
+# An append is remembered as one int: its transaction id above POSITION_BITS, its micro-op's place in
+# that transaction below, so the order of these ints is the order the appends were made in.
+POSITION_BITS = 20
+
+
+def _memory_records(history: Sequence[Op]) -> Iterator[tuple]:
+    """The list-append transactions of a history in memory, as the inference reads them, in invocation
+    order: (invocation, completion or None, type, process, invoked at, completed at or None, micro-ops).
+    Paired by pair_ops's rule (a process's next op completes its invocation unless it is another
+    invocation), written out for Ops: the generic pairing cost a fifth of the check."""
+    pairs: list[list] = []
+    open_by_process: dict[Any, list] = {}
+    for op in history:
+        if op.type == INVOKE:
+            pair = [op, None]
+            open_by_process[op.process] = pair  # an open one it replaces never completes
+            pairs.append(pair)
+        else:
+            pair = open_by_process.pop(op.process, None)
+            if pair is not None:
+                pair[1] = op
+    for inv, comp in pairs:
+        if inv.f != "txn" or inv.process == NEMESIS:
+            continue
+        if comp is None:
+            yield inv, None, INFO, inv.process, inv.time, None, inv.value or []
+        else:
+            type_ = comp.type
+            yield (inv, comp, type_, inv.process, inv.time, comp.time,
+                   (comp.value if type_ == OK else inv.value) or [])
+
+
+def _row_record(inv: Row, comp: Row | None) -> tuple | None:
+    """The same record from a stream's pair of rows (checkers/stream.py), the ops named by position;
+    None for a pair that is no list-append transaction."""
+    if inv[F] != "txn" or inv[PROCESS_FIELD] == NEMESIS:
+        return None
+    if comp is None:
+        return inv[POS], None, INFO, inv[PROCESS_FIELD], inv[TIME], None, inv[VALUE] or []
+    type_ = comp[TYPE]
+    return (inv[POS], comp[POS], type_, inv[PROCESS_FIELD], inv[TIME], comp[TIME],
+            (comp[VALUE] if type_ == OK else inv[VALUE]) or [])
+
+
+class _Found:
+    """The non-cyclic anomalies as they are seen, each kind in read order (as Elle lists them): all
+    counted, only the first MAX_EXAMPLES of a kind worded (each held as what words it, until the end)."""
+
+    def __init__(self) -> None:
+        self.lists: dict[str, list[Any]] = defaultdict(list)
+
+    def add(self, name: str, words: Callable[[], dict[str, Any]]) -> None:
+        examples = self.lists[name]
+        examples.append(words if len(examples) < MAX_EXAMPLES else None)
 
 
 class _Inference:
-    """Step 1 in two passes over the transactions: who appended what, each key's version order,
-    the reads, process order; then the reads against the finished orders. The non-cyclic
-    anomalies land in `found` as they are seen, each kind in read order (as Elle lists them);
-    the data and process edges as parallel lists of transaction ids (`src`, `dst`), each kind one
-    run (`segments`), with `nobody` (= the number of transactions) for an element no transaction
-    appended. Whatever can be done a list at a time is (comprehensions, map, compress, at C
-    speed): a Python statement per transaction costs about a second per million."""
+    """Step 1, fed the transactions one at a time (`add`, in invocation order) and then finished
+    (`finish`): who appended what, each key's version order, the reads, process order; then the
+    reads against the finished orders. Nothing of a transaction is kept but its type, process and
+    times, and of a read four ints (reader, lineage, length, the length others appended): a read is
+    always a prefix of its key's longest read that agrees with it (its "lineage": one per key unless
+    reads disagree), so the list itself need not be kept. The data and process edges come out as
+    parallel lists of transaction ids (`src`, `dst`), each kind one run (`segments`), with `nobody`
+    (= the number of transactions) for an element no transaction appended. Whatever can be done a
+    list at a time is (map, compress, at C speed): a Python statement per transaction costs about a
+    second per million."""
 
-    def __init__(self, history: Sequence[Op], found: dict[str, list[dict[str, Any]]], with_process: bool):
-        self.txns = txns = _Txns()
+    def __init__(self, fetch: Callable[[Any], Op], found: _Found, with_process: bool):
+        self.txns = _Txns(fetch)
         self.found = found
-        pairs = [pair for pair in pair_ops(history) if pair[0].f == "txn" and pair[0].process != NEMESIS]
-        txns.invs = invs = [inv for inv, _ in pairs]
-        txns.comps = comps = [comp for _, comp in pairs]
-        txns.types = types = [INFO if comp is None else comp.type for comp in comps]
-        txns.mops = [(comp.value if type_ == OK else inv.value) or []
-                     for (inv, comp), type_ in zip(pairs, types, strict=True)]
-        txns.n = n = len(pairs)
+        self.with_process = with_process
+        self.appender: dict[Any, dict[Any, int]] = {}  # key -> value -> the last append of it (see POSITION_BITS)
+        self.first_append: dict[tuple[Any, Any], int] = {}  # (key, value) appended twice -> its first append
+        self.repeat_appends: dict[int, dict[Any, list]] = {}  # appended to one key twice (the only source of G1b)
+        self.orders: dict[Any, list] = {}  # key -> its longest read, which every other read must prefix
+        self.lineage_of_key: dict[Any, int] = {}  # key -> the lineage whose list is its longest read
+        self.lineage_lists: list[list] = []  # lineage -> its longest read so far
+        self.lineage_keys: list[Any] = []
+        self.read_txn, self.read_lineage = array("q"), array("q")
+        self.read_length, self.read_external = array("q"), array("q")
+        self.failed_candidates: list[tuple[int, Any, Any]] = []  # (failed txn, key, value) of each append
+        self._consumer = self._consume()
+        next(self._consumer)
+
+    def add(self, record: tuple) -> None:
+        self._consumer.send(record)
+
+    def add_all(self, records: Iterable[tuple]) -> None:
+        send = self._consumer.send
+        for record in records:
+            send(record)
+
+    def _consume(self) -> Generator[None, tuple, None]:
+        """The first pass, one transaction per record sent: appenders, each key's longest read and
+        lineages, and the reads; incompatible orders, duplicates and internal inconsistencies as they
+        are read. A generator, so that its state stays in locals between transactions."""
+        txns, found = self.txns, self.found
+        inv_refs, comp_refs, types, processes = txns.inv_refs, txns.comp_refs, txns.types, txns.processes
+        inv_times, comp_times = txns.inv_times, txns.comp_times
+        appender, first_append, repeat_appends = self.appender, self.first_append, self.repeat_appends
+        orders, lineage_of_key, lineage_lists, lineage_keys = (self.orders, self.lineage_of_key,
+                                                               self.lineage_lists, self.lineage_keys)
+        read_txn, read_lineage, read_length, read_external = (self.read_txn.append, self.read_lineage.append,
+                                                              self.read_length.append, self.read_external.append)
+        failed_candidates = self.failed_candidates
+        orders_without_duplicates: set = set()
+        t = 0
+        while True:
+            inv_ref, comp_ref, type_, process, invoked, completed, mops = yield
+            inv_refs.append(inv_ref)
+            comp_refs.append(comp_ref)
+            types.append(type_)
+            processes.append(process)
+            inv_times.append(invoked)
+            comp_times.append(completed)
+            own: dict[Any, list] | None = None  # this transaction's appends so far, by key
+            at = t << POSITION_BITS
+            for f, k, v in mops:
+                if f == "append":
+                    by_value = appender.get(k)
+                    if by_value is None:
+                        appender[k] = {v: at}
+                    else:
+                        if v in by_value:
+                            first_append.setdefault((k, v), by_value[v])
+                        by_value[v] = at
+                    if own is None:
+                        own = {k: [v]}
+                    elif k in own:
+                        own[k].append(v)
+                        repeat_appends[t] = own
+                    else:
+                        own[k] = [v]
+                    if type_ == FAIL:
+                        failed_candidates.append((t, k, v))
+                    at += 1
+                    continue
+                at += 1
+                if type_ != OK:
+                    continue
+                lst = v if type(v) is list else list(v or ())  # never changed: no copy needed
+                cur = orders.get(k)
+                if cur is None:
+                    orders[k] = cur = lst
+                    agrees = True
+                    lineage = lineage_of_key[k] = len(lineage_lists)
+                    lineage_lists.append(lst)
+                    lineage_keys.append(k)
+                elif len(lst) > len(cur):
+                    agrees = lst[: len(cur)] == cur
+                    if agrees:
+                        lineage = lineage_of_key[k]
+                        lineage_lists[lineage] = lst
+                    else:
+                        found.add("incompatible-order", partial(_incompatible, txns, t, k, lst, cur))
+                        lineage = lineage_of_key[k] = len(lineage_lists)  # the older reads keep theirs
+                        lineage_lists.append(lst)
+                        lineage_keys.append(k)
+                    orders[k] = cur = lst
+                else:
+                    # most reads see the whole current order: compare without slicing a copy
+                    agrees = lst == cur if len(lst) == len(cur) else cur[: len(lst)] == lst
+                    if agrees:
+                        lineage = lineage_of_key[k]
+                    else:
+                        found.add("incompatible-order", partial(_incompatible, txns, t, k, cur, lst))
+                        lineage = len(lineage_lists)  # a lineage of its own
+                        lineage_lists.append(lst)
+                        lineage_keys.append(k)
+                # A prefix of an order without duplicates has none: most reads need no set.
+                if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
+                    if len(set(lst)) != len(lst):
+                        found.add("duplicate-elements", partial(_duplicates, txns, t, k, lst))
+                        if cur is lst:
+                            orders_without_duplicates.discard(k)
+                    elif cur is lst:
+                        orders_without_duplicates.add(k)
+                elif cur is lst:
+                    orders_without_duplicates.add(k)
+                mine = own.get(k) if own is not None else None
+                external = len(lst)
+                if mine:
+                    if lst[-len(mine):] != mine:
+                        found.add("internal", partial(_internal, txns, t, k, lst, list(mine)))
+                    else:
+                        external -= len(mine)
+                read_txn(t)
+                read_lineage(lineage)
+                read_length(len(lst))
+                read_external(external)
+            t += 1
+
+    def finish(self) -> None:
+        """The second half, once every transaction is in: the unseen and failed appends, then the
+        edges."""
+        self._consumer.close()
+        txns = self.txns
+        txns.n = len(txns.types)
         # One int object per transaction id, shared by every list that holds ids (an int above 256
         # is 28 bytes: each list making its own would cost 28 MB per million).
-        txns.ids = ids = list(range(n))
-        del pairs
-        self._appends_and_reads()
+        txns.ids = ids = list(range(txns.n))
         self._unseen_and_failed_appends()
         src, dst = self._write_edges()
         ww_end = len(src)
@@ -146,128 +363,76 @@ class _Inference:
         src += rw_src
         dst += rw_dst
         rw_end = len(src)
-        if with_process:
+        if self.with_process:
             last_of_process: dict[Any, int] = {}
-            for t, inv, type_ in zip(ids, invs, types, strict=True):
+            for t, process, type_ in zip(ids, txns.processes, txns.types, strict=True):
                 if type_ == OK or type_ == INFO:
-                    prev = last_of_process.get(inv.process)
+                    prev = last_of_process.get(process)
                     if prev is not None:
                         src.append(prev)
                         dst.append(t)
-                    last_of_process[inv.process] = t
+                    last_of_process[process] = t
         self.segments = [(WW, 0, ww_end), (WR, ww_end, wr_end), (RW, wr_end, rw_end), (PROCESS, rw_end, len(src))]
         self.src, self.dst = src, dst
 
-    def _appends_and_reads(self) -> None:
-        """The first pass: appenders, each key's longest read, and the reads; incompatible orders,
-        duplicates and internal inconsistencies as they are read."""
-        txns, found = self.txns, self.found
-        comps = txns.comps
-        # key -> value -> the (last) transaction that appended it; per-key dicts, not (key, value)
-        # tuples: a million appends would cost a million tuples
-        self.appender = appender = {}
-        self.first_appender = first_appender = {}  # (key, value) appended twice -> its first appender
-        self.repeat_appenders = repeat_appenders = set()  # appended to one key twice: the only source of G1b
-        self.reads = reads = []  # (reader, key, list read, the part others appended)
-        self.orders = orders = {}  # key -> its longest read, which every other read must prefix
-        orders_without_duplicates: set = set()
-        for t, mops, type_ in zip(txns.ids, txns.mops, txns.types, strict=True):
-            own: dict[Any, list] | None = None  # this transaction's appends so far, by key
-            for f, k, v in mops:
-                if f == "append":
-                    by_value = appender.get(k)
-                    if by_value is None:
-                        appender[k] = {v: t}
-                    else:
-                        if v in by_value:
-                            first_appender.setdefault((k, v), by_value[v])
-                        by_value[v] = t
-                    if own is None:
-                        own = {k: [v]}
-                    elif k in own:
-                        own[k].append(v)
-                        repeat_appenders.add(t)
-                    else:
-                        own[k] = [v]
-                    continue
-                if type_ != OK:
-                    continue
-                lst = v if type(v) is list else list(v or ())  # never changed: no copy needed
-                cur = orders.get(k)
-                if cur is None:
-                    orders[k] = cur = lst
-                    agrees = True
-                elif len(lst) > len(cur):
-                    agrees = lst[: len(cur)] == cur
-                    if not agrees:
-                        found["incompatible-order"].append({"summary": f"key {k} was read as {lst} and as "
-                                                                       f"{cur}: neither is a prefix of the other",
-                                                            "ops": [comps[t].to_dict()]})
-                    orders[k] = cur = lst
-                else:
-                    # most reads see the whole current order: compare without slicing a copy
-                    agrees = lst == cur if len(lst) == len(cur) else cur[: len(lst)] == lst
-                    if not agrees:
-                        found["incompatible-order"].append({"summary": f"key {k} was read as {cur} and as "
-                                                                       f"{lst}: neither is a prefix of the other",
-                                                            "ops": [comps[t].to_dict()]})
-                # A prefix of an order without duplicates has none: most reads need no set.
-                if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
-                    if len(set(lst)) != len(lst):
-                        found["duplicate-elements"].append({"summary": f"{txns.describe(t)} read duplicates in "
-                                                                       f"key {k}: {lst}", "ops": [comps[t].to_dict()]})
-                        if cur is lst:
-                            orders_without_duplicates.discard(k)
-                    elif cur is lst:
-                        orders_without_duplicates.add(k)
-                elif cur is lst:
-                    orders_without_duplicates.add(k)
-                mine = own.get(k) if own is not None else None
-                external = lst
-                if mine:
-                    if lst[-len(mine):] != mine:
-                        found["internal"].append({"summary": f"{txns.describe(t)} read {k} = {lst} after "
-                                                             f"appending {mine} itself", "ops": [comps[t].to_dict()]})
-                    else:
-                        external = lst[: len(lst) - len(mine)]
-                reads.append((t, k, lst, external))
+    @property
+    def read_count(self) -> int:
+        return len(self.read_txn)
+
+    def reads(self, members: set[int] | None = None) -> Iterator[tuple[int, Any, list, list]]:
+        """The reads (reader, key, list read, the part others appended), in read order; only the
+        readers among `members` if given. Rebuilt from their lineages: for the few an explanation needs."""
+        lists, keys = self.lineage_lists, self.lineage_keys
+        for t, lineage, length, external in zip(self.read_txn, self.read_lineage, self.read_length,
+                                                self.read_external, strict=True):
+            if members is None or t in members:
+                lst = lists[lineage][:length]
+                yield t, keys[lineage], lst, lst[:external]
+
+    def appended_by(self, k: Any) -> dict[Any, int]:
+        """value -> the transaction that (last) appended it to key k."""
+        return {v: at >> POSITION_BITS for v, at in self.appender.get(k, {}).items()}
 
     def _unseen_and_failed_appends(self) -> None:
         """Appends no read ever saw came after everything any read saw (a read containing a later
         element would contain them too): `unseen`, listed in the order they were first appended.
         And each key's elements whose (last) appender failed."""
-        txns, appender, orders = self.txns, self.appender, self.orders
-        types, all_mops = txns.types, txns.mops
+        types, appender, orders, first_append = self.txns.types, self.appender, self.orders, self.first_append
         unseen_items = []
         for k, by_value in appender.items():
             order = orders.get(k)
             # the set difference at C speed; its order does not matter, the sort below decides
             for v in (by_value.keys() - order if order else by_value.keys()):
-                w = by_value[v]
+                last = by_value[v]
+                w = last >> POSITION_BITS
                 if types[w] == OK:
-                    first = self.first_appender.get((k, v), w)
-                    unseen_items.append((first, _append_position(all_mops[first], k, v), k, v, w))
-        unseen_items.sort(key=lambda item: (item[0], item[1]))
-        self.unseen: list[tuple[Any, Any, int]] = [(k, v, w) for _, _, k, v, w in unseen_items]
+                    unseen_items.append((first_append.get((k, v), last), k, v, w))
+        unseen_items.sort(key=itemgetter(0))
+        self.unseen: list[tuple[Any, Any, int]] = [(k, v, w) for _, k, v, w in unseen_items]
         self.unseen_by_key: dict[Any, list[int]] = defaultdict(list)
         for k, _, w in self.unseen:
             self.unseen_by_key[k].append(w)
-        # from the failed transactions' own appends: there are few, and all appends are many
         self.failed_appends = failed_appends = {}
-        for w in compress(txns.ids, map(eq, types, repeat(FAIL))):
-            for f, k, v in all_mops[w]:
-                if f == "append" and appender[k][v] == w:
-                    failed_appends.setdefault(k, set()).add(v)
+        for w, k, v in self.failed_candidates:
+            if appender[k][v] >> POSITION_BITS == w:
+                failed_appends.setdefault(k, set()).add(v)
+        self.failed_candidates = []
 
     def _write_edges(self) -> tuple[list[int], list[int]]:
-        """ww: between consecutive elements of each order, and from its last to each unseen append."""
-        n, appender = self.txns.n, self.appender
+        """ww: between consecutive elements of each order, and from its last to each unseen append.
+        Also each lineage's appenders, element by element (`lineage_ids`: the key's order's for the
+        lineage of its longest read), with `nobody` for an element no transaction appended."""
+        n, appender, ids_of = self.txns.n, self.appender, self.txns.ids
         src: list[int] = []
         dst: list[int] = []
-        self.order_ids = order_ids = {}  # key -> the appenders of its version order, element by element
-        nobody: dict[Any, int] = {}
-        for k, order in self.orders.items():
-            order_ids[k] = ids = list(map(appender.get(k, nobody).get, order, repeat(n, len(order))))
+        nobody_at = n << POSITION_BITS
+        shared = ids_of + [n]  # the ids' own ints, and n for nobody
+        self.lineage_ids = lineage_ids = []
+        for k, lst in zip(self.lineage_keys, self.lineage_lists, strict=True):
+            ats = map(appender.get(k, {}).get, lst, repeat(nobody_at, len(lst)))
+            lineage_ids.append(list(map(shared.__getitem__, map(rshift, ats, repeat(POSITION_BITS)))))
+        self.order_ids = order_ids = {k: lineage_ids[lineage] for k, lineage in self.lineage_of_key.items()}
+        for ids in order_ids.values():
             if len(ids) > 1:
                 src += islice(ids, len(ids) - 1)
                 dst += islice(ids, 1, None)
@@ -282,60 +447,71 @@ class _Inference:
         """The second pass, over the reads against the finished orders: wr edges (from the
         appender of the last element a read saw), rw edges (to the appender of the first it
         missed, or to each unseen append), aborted reads (G1a) and intermediate reads (G1b)."""
-        txns, found, appender, n = self.txns, self.found, self.appender, self.txns.n
+        txns, found = self.txns, self.found
         order_ids, unseen_by_key, failed_appends = self.order_ids, self.unseen_by_key, self.failed_appends
-        repeat_appenders = self.repeat_appenders
+        lineage_ids, lineage_keys, lineage_lists = self.lineage_ids, self.lineage_keys, self.lineage_lists
+        repeat_appends = self.repeat_appends
         wr_src: list[int] = []
         wr_dst: list[int] = []
         rw_src: list[int] = []
         rw_dst: list[int] = []
-        nobody: dict[Any, int] = {}
-        for t, k, lst, external in self.reads:
-            ids = order_ids[k]
-            if len(lst) < len(ids):
+        key_ids = [order_ids[k] for k in lineage_keys]  # lineage -> its key's order's appenders
+        for t, lineage, length, external in zip(self.read_txn, self.read_lineage, self.read_length,
+                                                self.read_external, strict=True):
+            ids = key_ids[lineage]
+            if length < len(ids):
                 rw_src.append(t)
-                rw_dst.append(ids[len(lst)])
-            elif len(lst) == len(ids) and k in unseen_by_key:
-                unseen = unseen_by_key[k]
+                rw_dst.append(ids[length])
+            elif length == len(ids) and (unseen := unseen_by_key.get(lineage_keys[lineage])):
                 rw_src += repeat(t, len(unseen))
                 rw_dst += unseen
             if not external:
                 continue
-            last = external[-1]
-            w = appender.get(k, nobody).get(last, n)
+            w = lineage_ids[lineage][external - 1]
             wr_src.append(w)
             wr_dst.append(t)
-            if failed_appends and k in failed_appends:
-                for x in failed_appends[k].intersection(external):
-                    examples = found["G1a"]
-                    if len(examples) >= MAX_EXAMPLES:
-                        # only counted from here: a read of a long list can hold many aborted
-                        # elements, and wording each (two transactions' ops) was most of the check
-                        examples.append(None)
-                        continue
-                    examples.append({"summary": f"{txns.describe(t)} read {x} of key {k}, appended by "
-                                                f"the failed {txns.describe(appender[k][x])}",
-                                     "ops": [txns.comps[t].to_dict(), txns.invs[appender[k][x]].to_dict()]})
-            if w in repeat_appenders and w != t and _last_append(txns.mops[w], k) != last:
-                found["G1b"].append({"summary": f"{txns.describe(t)} read key {k} ending at {last}, an "
-                                                f"intermediate append of {txns.describe(w)}",
-                                     "ops": [txns.comps[t].to_dict(), txns.invs[w].to_dict()]})
+            if (failed_appends and lineage_keys[lineage] in failed_appends) or w in repeat_appends:
+                k = lineage_keys[lineage]
+                seen = lineage_lists[lineage][:external]
+                if failed_appends and k in failed_appends:
+                    for x in failed_appends[k].intersection(seen):
+                        found.add("G1a", partial(_aborted_read, self, t, k, x))
+                last = seen[-1]
+                if w in repeat_appends and w != t and _last_append(repeat_appends[w], k) != last:
+                    found.add("G1b", partial(_intermediate_read, txns, t, k, last, w))
         return wr_src, wr_dst, rw_src, rw_dst
 
 
-def _last_append(mops: list, key: Any) -> Any:
-    last = _NOTHING
-    for f, k, v in mops:
-        if f == "append" and k == key:
-            last = v
-    return last
+def _incompatible(txns: _Txns, t: int, k: Any, longer: list, shorter: list) -> dict[str, Any]:
+    return {"summary": f"key {k} was read as {longer} and as {shorter}: neither is a prefix of the other",
+            "ops": [txns.comp(t).to_dict()]}
 
 
-def _append_position(mops: list, key: Any, value: Any) -> int:
-    for i, (f, k, v) in enumerate(mops):
-        if f == "append" and k == key and v == value:
-            return i
-    return len(mops)
+def _duplicates(txns: _Txns, t: int, k: Any, lst: list) -> dict[str, Any]:
+    return {"summary": f"{txns.describe(t)} read duplicates in key {k}: {lst}", "ops": [txns.comp(t).to_dict()]}
+
+
+def _internal(txns: _Txns, t: int, k: Any, lst: list, mine: list) -> dict[str, Any]:
+    return {"summary": f"{txns.describe(t)} read {k} = {lst} after appending {mine} itself",
+            "ops": [txns.comp(t).to_dict()]}
+
+
+def _aborted_read(inference: _Inference, t: int, k: Any, x: Any) -> dict[str, Any]:
+    txns, w = inference.txns, inference.appender[k][x] >> POSITION_BITS
+    return {"summary": f"{txns.describe(t)} read {x} of key {k}, appended by the failed {txns.describe(w)}",
+            "ops": [txns.comp(t).to_dict(), txns.inv(w).to_dict()]}
+
+
+def _intermediate_read(txns: _Txns, t: int, k: Any, last: Any, w: int) -> dict[str, Any]:
+    return {"summary": f"{txns.describe(t)} read key {k} ending at {last}, an intermediate append of "
+                       f"{txns.describe(w)}",
+            "ops": [txns.comp(t).to_dict(), txns.inv(w).to_dict()]}
+
+
+def _last_append(own: dict[Any, list], key: Any) -> Any:
+    """The last value a transaction appended to `key` (its appends by key), or _NOTHING."""
+    values = own.get(key)
+    return values[-1] if values else _NOTHING
 
 
 _NOTHING = object()
@@ -343,76 +519,109 @@ _NOTHING = object()
 
 def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] | None = None,
                       cycle_budget_s: float = 30.0) -> Result:
-    models = list(consistency_models or ["strict-serializable"])
-    for m in models:
-        if m not in FORBIDDEN:
-            raise ValueError(f"unknown consistency model {m!r}; valid: {', '.join(FORBIDDEN)}")
-    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    forbidden = set().union(*(FORBIDDEN[m] for m in models))
+    """Check a list-append history in memory (the same check as a stream of a file's rows: ListAppendCheck)."""
+    check = ListAppendCheck(consistency_models, cycle_budget_s, _itself)
+    check.inference.add_all(_memory_records(history))
+    return check.result()
 
-    # --- 1. inference ---------------------------------------------------------------------------
-    # Process and real-time order only matter to the models that forbid their cycles (as in
-    # Elle): without them, cycles through them are no anomaly and would only cost search time.
-    inference = _Inference(history, found, with_process=any(a.endswith("-process") for a in forbidden))
-    txns = inference.txns
 
-    # --- 2. the dependency graph ---------------------------------------------------------------
-    graph = _DependencyGraph(inference, forbidden)
+def _itself(op: Op) -> Op:
+    return op
 
-    # --- 3. cycles -------------------------------------------------------------------------------
-    deadline = time.monotonic() + cycle_budget_s
-    timed_out = False
-    sccs = graph.cyclic_components()
-    explained: dict[tuple[int, int], dict[str, tuple]] = {}  # the cyclic components' edges: {kind: why}
-    if sccs:
-        members = set().union(*sccs)
 
-        def explain(a: int | None, b: int | None, kind: str, *why: Any) -> None:
-            if a is None or b is None or a == b or a not in members or b not in members \
-                    or txns.types[a] == FAIL or txns.types[b] == FAIL:
-                return
-            explained.setdefault((a, b), {}).setdefault(kind, why)  # the first reason, as Elle's order gives
+class ListAppendCheck:
+    """The check as a stream reader (checkers/core.py PairReader): fed a history's pairs of rows in
+    invocation order (`feed`), holding per transaction only a few ints and per read four, then asked
+    for the result. `fetch` reads back an op an anomaly's words need (an Op itself in memory, a
+    position in a file)."""
 
-        graph.explain_edges(members, explain)
-    succ: dict[int, list[int]] = defaultdict(list)
-    for a, b in explained:  # in the order the inference first gave each edge
-        succ[a].append(b)
-    for scc in sccs:
-        # networkx only for the (usually absent) cyclic parts: millions of edges stay plain ints.
-        edges = [(a, b) for a in scc for b in succ[a] if b in scc]
-        sub = nx.DiGraph()
-        sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a, b in edges)
-        try:
-            for name, cycle in _classify_cycles(sub, edges, deadline):
-                found[name].append(_explain(cycle, sub, txns.txn))
-        except TimeoutError:
-            timed_out = True
-            found["cycle-search-timeout"].append({"summary": f"the cycle search ran out of its {cycle_budget_s:.0f} s "
-                                                             f"budget in a strongly connected component of "
-                                                             f"{len(scc)} transactions: a cycle exists"})
-            break
+    def __init__(self, consistency_models: Sequence[str] | None, cycle_budget_s: float,
+                 fetch: Callable[[Any], Op]):
+        self.models = list(consistency_models or ["strict-serializable"])
+        for m in self.models:
+            if m not in FORBIDDEN:
+                raise ValueError(f"unknown consistency model {m!r}; valid: {', '.join(FORBIDDEN)}")
+        self.budget = cycle_budget_s
+        self.forbidden = set().union(*(FORBIDDEN[m] for m in self.models))
+        self.found = _Found()
+        # Process and real-time order only matter to the models that forbid their cycles (as in
+        # Elle): without them, cycles through them are no anomaly and would only cost search time.
+        self.inference = _Inference(fetch, self.found,
+                                    with_process=any(a.endswith("-process") for a in self.forbidden))
 
-    anomaly_types = sorted(found)
-    bad = forbidden | ALWAYS_BAD
-    violated = [a for a in anomaly_types if a in bad]
-    reasons = []
-    if timed_out:
-        # A cycle exists, but its class is unknown: it proves a violation only of a model that
-        # forbids every class the graph's edge kinds allow; otherwise the verdict is unknown.
-        if any(_forbids_every_cycle(m, graph.kinds) for m in models):
-            violated.append("cycle-search-timeout")
-        else:
-            reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
-    if not inference.reads:
-        reasons.append(NOTHING_READ)
-    valid: Any = False if violated else UNKNOWN if reasons else True
-    anomalies = [Anomaly(a, len(found[a]), found[a][:MAX_EXAMPLES], _EXPLAIN.get(a, "")) for a in anomaly_types]
-    not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
-    return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
-                  stats={"transactions": txns.n, "edges": graph.edge_count, "models": models,
-                         "violated": violated, "not": not_models},
-                  details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in found[a][:2]]},
-                  unknown_reasons=reasons)
+    def feed(self, inv: Row, comp: Row | None) -> None:
+        record = _row_record(inv, comp)
+        if record is not None:
+            self.inference.add(record)
+
+    def result(self) -> Result:
+        models, forbidden, cycle_budget_s = self.models, self.forbidden, self.budget
+        # --- 1. inference (its second half: the reads against the finished orders) ------------------
+        inference = self.inference
+        inference.finish()
+        txns = inference.txns
+        found = self.found.lists
+
+        # --- 2. the dependency graph ---------------------------------------------------------------
+        graph = _DependencyGraph(inference, forbidden)
+
+        # --- 3. cycles -------------------------------------------------------------------------------
+        deadline = time.monotonic() + cycle_budget_s
+        timed_out = False
+        sccs = graph.cyclic_components()
+        explained: dict[tuple[int, int], dict[str, tuple]] = {}  # the cyclic components' edges: {kind: why}
+        if sccs:
+            members = set().union(*sccs)
+
+            def explain(a: int | None, b: int | None, kind: str, *why: Any) -> None:
+                if a is None or b is None or a == b or a not in members or b not in members \
+                        or txns.types[a] == FAIL or txns.types[b] == FAIL:
+                    return
+                explained.setdefault((a, b), {}).setdefault(kind, why)  # the first reason, as Elle's order gives
+
+            graph.explain_edges(members, explain)
+        succ: dict[int, list[int]] = defaultdict(list)
+        for a, b in explained:  # in the order the inference first gave each edge
+            succ[a].append(b)
+        for scc in sccs:
+            # networkx only for the (usually absent) cyclic parts: millions of edges stay plain ints.
+            edges = [(a, b) for a in scc for b in succ[a] if b in scc]
+            sub = nx.DiGraph()
+            sub.add_edges_from((a, b, {"kinds": explained[(a, b)]}) for a, b in edges)
+            try:
+                for name, cycle in _classify_cycles(sub, edges, deadline):
+                    found[name].append(_explain(cycle, sub, txns.txn))
+            except TimeoutError:
+                timed_out = True
+                found["cycle-search-timeout"].append({"summary": f"the cycle search ran out of its "
+                                                                 f"{cycle_budget_s:.0f} s budget in a strongly "
+                                                                 f"connected component of {len(scc)} "
+                                                                 f"transactions: a cycle exists"})
+                break
+
+        anomaly_types = sorted(found)
+        bad = forbidden | ALWAYS_BAD
+        violated = [a for a in anomaly_types if a in bad]
+        reasons = []
+        if timed_out:
+            # A cycle exists, but its class is unknown: it proves a violation only of a model that
+            # forbids every class the graph's edge kinds allow; otherwise the verdict is unknown.
+            if any(_forbids_every_cycle(m, graph.kinds) for m in models):
+                violated.append("cycle-search-timeout")
+            else:
+                reasons.append(say("cycle-search-out-of-budget", seconds=cycle_budget_s, models=", ".join(models)))
+        if not inference.read_count:
+            reasons.append(NOTHING_READ)
+        valid: Any = False if violated else UNKNOWN if reasons else True
+        # only the first examples of each kind are worded, now
+        examples = {a: [e() if callable(e) else e for e in found[a][:MAX_EXAMPLES]] for a in anomaly_types}
+        anomalies = [Anomaly(a, len(found[a]), examples[a], _EXPLAIN.get(a, "")) for a in anomaly_types]
+        not_models = sorted(m for m in FORBIDDEN if FORBIDDEN[m] & set(anomaly_types))
+        return Result(checker="elle-list-append", valid=valid, anomalies=anomalies,
+                      stats={"transactions": txns.n, "edges": graph.edge_count, "models": models,
+                             "violated": violated, "not": not_models},
+                      details={"cycles_text": [ex["summary"] for a in anomaly_types for ex in examples[a][:2]]},
+                      unknown_reasons=reasons)
 
 
 class _DependencyGraph:
@@ -472,23 +681,23 @@ class _DependencyGraph:
         (time strictly before: Elle's anchors with all :time 0 have no real-time order) that no
         transaction invoked after them has completed before it."""
         txns, n = self.txns, self.txns.n
-        invs, comps, types = txns.invs, txns.comps, txns.types
+        inv_times, comp_times, types = txns.inv_times, txns.comp_times, txns.types
         by_completion = [t for t in self.committed if types[t] == OK]
-        times = [comps[t].time for t in by_completion]
+        times = list(map(comp_times.__getitem__, by_completion))
         if not all(map(le, times, islice(times, 1, None))):
             # stable: ties in id order, as Elle's events
             by_completion = [by_completion[i] for i in sorted(range(len(times)), key=times.__getitem__)]
-            times = [comps[t].time for t in by_completion]
+            times = list(map(comp_times.__getitem__, by_completion))
         rank = [-1] * n
         for _ in map(rank.__setitem__, by_completion, txns.ids):  # ranks 0.. (the ids' ints)
             pass
-        invoked = [invs[t].time for t in by_completion]
+        invoked = list(map(inv_times.__getitem__, by_completion))
         self.well_formed = all(map(le, invoked, times))
         committed = self.committed
-        invoked_at = [invs[t].time for t in committed]
+        invoked_at = list(map(inv_times.__getitem__, committed))
         if not all(map(le, invoked_at, islice(invoked_at, 1, None))):
             committed = [committed[i] for i in sorted(range(len(committed)), key=invoked_at.__getitem__)]
-            invoked_at = [invs[t].time for t in committed]
+            invoked_at = list(map(inv_times.__getitem__, committed))
         # One merge of the invocations with the completions, both in time order: hi, the
         # completions before the invocation; lo, the first of them not earlier than the latest
         # invocation among them (an earlier one left the frontier: a transaction invoked after
@@ -599,12 +808,12 @@ class _DependencyGraph:
         first reason of a pair is the one told, and the order of a transaction's successors
         decides which cycle networkx reports first."""
         inf, txns = self.inference, self.txns
-        keys = {k for t in members for f, k, _ in txns.mops[t]}
-        appender = inf.appender
+        keys = {k for t in members for f, k, _ in txns.mops(t)}
+        appender = {k: inf.appended_by(k) for k in keys}  # key -> value -> its (last) appender
         for k, order in inf.orders.items():
             if k not in keys:
                 continue
-            by_value = appender.get(k, {})
+            by_value = appender[k]
             for x, y in zip(order, order[1:], strict=False):
                 edge(by_value.get(x), by_value.get(y), WW, "appended {} to {} before {} was appended", x, k, y)
         for k, v, w in inf.unseen:
@@ -612,10 +821,8 @@ class _DependencyGraph:
             if order and k in keys:
                 edge(appender[k].get(order[-1]), w, WW, "appended {} to {}; {}, never read, came later",
                      order[-1], k, v)
-        for t, k, lst, external in inf.reads:
-            if t not in members:
-                continue
-            by_value = appender.get(k, {})
+        for t, k, lst, external in inf.reads(members):
+            by_value = appender[k]
             if external:
                 edge(by_value.get(external[-1]), t, WR, "appended {} to {}, which the reader saw last",
                      external[-1], k)
@@ -629,7 +836,7 @@ class _DependencyGraph:
         if self.process:
             last_of_process: dict[Any, int] = {}
             for t in self.committed:
-                p = txns.invs[t].process
+                p = txns.processes[t]
                 prev = last_of_process.get(p)
                 if prev is not None:
                     edge(prev, t, PROCESS, "came first in the same process")
@@ -644,7 +851,7 @@ class _DependencyGraph:
     def _explain_realtime(self, members: set[int], edge) -> None:
         """Frontier edges among `members`, in Elle's order: by invocation, then by completion."""
         txns, rank = self.txns, self.completion_rank
-        inv_order = sorted((t for t in self.committed if t in members), key=lambda t: txns.invs[t].time)
+        inv_order = sorted((t for t in self.committed if t in members), key=txns.inv_times.__getitem__)
         completed = sorted((rank[t], t) for t in members if rank[t] >= 0)
         ranks = [r for r, _ in completed]
         for b in inv_order:
@@ -657,11 +864,11 @@ def _frontier_edges(txns: _Txns, committed: list[int], members: set[int] | None)
     """Elle's real-time edges one by one, as (a, b, why), between `members` (None: all)."""
     out: list[tuple[int, int, str]] = []
 
-    def edge(a: Txn, b: Txn, kind: str, why: str) -> None:
+    def edge(a: _Timed, b: _Timed, kind: str, why: str) -> None:
         if a.id != b.id and (members is None or (a.id in members and b.id in members)):
             out.append((a.id, b.id, why))
 
-    realtime_edges([txns.txn(t) for t in committed], edge)
+    realtime_edges([txns.timed(t) for t in committed], edge)
     return out
 
 
@@ -774,6 +981,10 @@ class ElleListAppendChecker:
 
     def check(self, test: dict[str, Any], history: Sequence[Op]) -> Result:
         return check_list_append(history, self.models, self.budget)
+
+    def stream(self, test: dict[str, Any], cutoff: int | None, ops: OpSource) -> ListAppendCheck:
+        """The check of a history file in one pass, never holding it (checkers/core.py run_checkers)."""
+        return ListAppendCheck(self.models, self.budget, ops.op)
 
 
 __all__ = ["ElleListAppendChecker", "FORBIDDEN", "UNKNOWN", "check_list_append"]
