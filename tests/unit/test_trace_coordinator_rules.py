@@ -398,3 +398,25 @@ def test_a_restarted_broker_traces_its_logs_beside_the_hwm_checkpoint_and_the_lo
     assert [e["lossy_drops"] for e in loaded] == [None, 1]
     assert loaded[1]["replicas"] == [["t", 0, 2, 2]] and loaded[1]["clean"] is False
     assert check_traces({"broker-1": trace}).valid is True
+
+
+def test_an_init_that_aborts_the_open_transaction_is_no_epoch_regression():
+    # The re-init reports the fencing epoch (e+1) first, then the abort's decision of the transaction run under e.
+    events: list[dict] = []
+    c = coordinator()
+    c.event_log = events.append
+    pid, epoch = init(c)
+    write(c, c.add_partitions(T, pid, epoch, [TP1], 5))
+    err, abort = c.init_producer_id(T, TIMEOUT, -1, -1, 6)
+    assert err == rpc.CONCURRENT_TRANSACTIONS
+    job = c.written(abort)
+    c.written(c.markers_done(job))
+    init(c)
+    reported = [(e["event"], e.get("producer_epoch", e.get("marker_epoch"))) for e in events]
+    assert reported == [("txn_init_producer_id", epoch), ("txn_init_producer_id", epoch + 1),
+                        ("txn_end_started", epoch + 1), ("txn_completed", epoch + 1),
+                        ("txn_init_producer_id", epoch + 2)]
+    marker = {"event": "txn_marker_written", "topic": TP1[0], "partition": TP1[1], "producer_id": pid,
+              "producer_epoch": epoch + 1, "result": "abort", "offset": 3, "coordinator_epoch": 3}
+    i = next(i for i, e in enumerate(events) if e["event"] == "txn_completed")
+    assert check_traces(numbered(events[:i] + [marker] + events[i:])).valid is True
