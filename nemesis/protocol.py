@@ -68,7 +68,8 @@ partition of the test topic:
                             group-coordinator-fails-over
 The coordinator moves and sequences are there only when the workload has transactional ids or a
 consumer group (the runner passes them), and the stall only when its clients can stall (the txn
-workload); a queue run in assign mode draws exactly what it drew before.
+workload); a queue run in assign mode draws no coordinator move (since issue 40 its deck holds one more
+sequence, stop-follower-then-elect).
 
 Faults accumulate between heals (a follower stays cut off while the leader is killed),
 which is what turns single faults into the sequences of 004 and 001. A move whose role
