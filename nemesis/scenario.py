@@ -239,6 +239,9 @@ class ScenarioNemesis(NemesisBase):
             self.faults.start(node)
         elif step.do == "isolate":
             self.faults.cut(grudge.isolate(cluster.nodes(), node), self.by, nodes=[node])
+        elif step.do == "cut-clients":
+            rec = self.faults.cut_clients(node, self.by)
+            return {"cut": node, "from": "clients", "address": rec.detail.get("clients")}
         elif step.do == "cut":
             peers = [p for p in (cluster.controller_nodes() if step.peer == CONTROLLERS else [self.node(step.peer)])
                      if p != node]
