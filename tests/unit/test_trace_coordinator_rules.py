@@ -6,6 +6,7 @@ the group coordinator's mutants break the rules on the lines they write."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from kafkaesque_harness.checkers.trace import RULES, check_traces
@@ -420,3 +421,82 @@ def test_an_init_that_aborts_the_open_transaction_is_no_epoch_regression():
               "producer_epoch": epoch + 1, "result": "abort", "offset": 3, "coordinator_epoch": 3}
     i = next(i for i, e in enumerate(events) if e["event"] == "txn_completed")
     assert check_traces(numbered(events[:i] + [marker] + events[i:])).valid is True
+
+
+def group_walk(seed: int, exercised: dict[str, int], module=None) -> list[dict]:
+    """Members joining (again), syncing, heartbeating, leaving, committing with the generation they last saw (often
+    one that ended, sometimes the one before it: a delayed request) and fetching, sessions expiring, the partition reloaded, on the (mutated) group coordinator:
+    the lines it writes, and an offset_commit_acked for each commit it accepted, as the shell writes it."""
+    import random
+
+    from kafkaesque_harness.clusters.broker import group_coordinator
+
+    m = module or group_coordinator
+    rng = random.Random(seed)
+    events: list[dict] = []
+    g = m.GroupCoordinator(m.CoordinatorConfig(offsets_partitions=1, initial_rebalance_delay_ms=0), events.append)
+    g.begin_loading(0)
+    g.load(0, [])
+    seen: dict[str, int] = {}  # member id -> the generation its last JoinGroup answer gave it
+    now, record = 0, 0
+    for _ in range(120):
+        now += rng.choice((0, 100, 2_000, 7_000))
+        action = rng.choice(("join", "join", "sync", "heartbeat", "leave", "commit", "commit", "fetch", "tick",
+                             "reload"))
+        member = rng.choice([*seen, ""]) if seen else ""
+        if action == "join":
+            for _, r in g.join("w", "g", member, "consumer", [("range", b"")], 6_000, 10_000, False, now):
+                if getattr(r, "generation_id", -1) >= 0 and r.member_id:
+                    seen[r.member_id] = r.generation_id
+        elif action == "sync" and member:
+            g.sync("s", "g", seen[member], member, None, None, {x: b"x" for x in seen}, now)
+        elif action == "heartbeat" and member:
+            g.heartbeat("g", seen[member], member, now)
+        elif action == "leave" and member:
+            g.leave("g", [member], now)
+        elif action == "commit":
+            # sometimes a commit sent before the member's last rebalance arrives after it (one generation back)
+            generation = seen[member] - rng.choice((0, 0, 1)) if member else -1
+            if g.check_commit("g", generation, member, now) != rpc.NONE:
+                exercised["refused"] += 1
+            else:
+                exercised["accepted_in_a_generation"] += generation >= 0
+                key, value = m.offset_record("g", "t", 0, (rng.randrange(100), 0, ""))
+                g.apply_record(record, key, value)
+                events.append({"event": "offset_commit_acked", "topic": "__consumer_offsets", "partition": 0,
+                               "group": "g", "generation": generation, "member": member,
+                               "offsets": [["t", 0, json.loads(value)["offset"]]], "first": record,
+                               "last": record, "hwm": record + 1, "acks": -1})
+                record += 1
+        elif action == "fetch":
+            g.committed_offsets("g", [("t", 0)])
+        elif action == "tick":
+            g.tick(now)
+        elif action == "reload":
+            g.begin_loading(0)
+            g.load(0, [(e["first"], *m.offset_record("g", "t", 0, (e["offsets"][0][2], 0, "")))
+                       for e in events if e["event"] == "offset_commit_acked"])
+            seen.clear()
+    exercised["generations"] += sum(e["event"] == "group_generation" for e in events)
+    return events
+
+
+def test_the_shipped_group_coordinator_breaks_no_group_rule_on_random_walks():
+    exercised = {"accepted_in_a_generation": 0, "refused": 0, "generations": 0}
+    for seed in range(20):
+        result = check_traces(numbered(group_walk(seed, exercised)))
+        assert result.valid is True, (seed, [a.examples[0]["summary"] for a in result.anomalies])
+    # the walks reached what the rules judge: commits accepted in a generation, stale ones refused, rebalances
+    assert min(exercised.values()) >= 20, exercised
+
+
+def test_the_group_coordinators_mutants_are_caught_on_the_same_walks():
+    for name, rule in (("group-commit-stale-generation", "offset-commit-stale-generation"),
+                       ("group-commit-to-empty-group", "offset-commit-stale-generation"),
+                       ("group-oldest-commit-wins", "offset-fetch-not-committed"),
+                       ("group-generation-not-bumped", "group-generation-reused")):
+        exercised = {"accepted_in_a_generation": 0, "refused": 0, "generations": 0}
+        with mutated(name) as module:
+            broken = {a.name for seed in range(20)
+                      for a in check_traces(numbered(group_walk(seed, exercised, module))).anomalies}
+        assert rule in broken, (name, broken)
