@@ -500,3 +500,103 @@ def test_the_group_coordinators_mutants_are_caught_on_the_same_walks():
             broken = {a.name for seed in range(20)
                       for a in check_traces(numbered(group_walk(seed, exercised, module))).anomalies}
         assert rule in broken, (name, broken)
+
+
+def txn_walk(seed: int, exercised: dict[str, int], module=None) -> list[dict]:
+    """Producers of two transactional ids initialising (again, naming the pair they hold or not), adding partitions,
+    ending transactions both ways, their transactions timing out, and the coordinator failing over (a new one loads
+    the records written so far and finishes what it finds prepared), on the (mutated) transaction coordinator: the
+    lines it writes, and a txn_marker_written at each partition of each marker job, as the shell writes them."""
+    import itertools
+    import random
+
+    from kafkaesque_harness.clusters.broker import txn_coordinator
+
+    m = module or txn_coordinator
+    rng = random.Random(seed)
+    events: list[dict] = []
+    records: list[tuple[bytes, bytes]] = []
+    ids = itertools.count(1000)
+    offsets = itertools.count(1)
+
+    def coordinator(epoch: int):
+        c = m.TransactionCoordinator(lambda: next(ids), m.TxnConfig(txn_partitions=1), event_log=events.append)
+        c.begin_loading(0, epoch)
+        return c, c.load(0, list(records))
+
+    def write(c, t):
+        records.append(m.txn_record(t.txn_id, t.new))
+        return c.written(t)
+
+    def finish(c, job) -> None:
+        for topic, partition in sorted(job.partitions):
+            events.append({"event": "txn_marker_written", "topic": topic, "partition": partition,
+                           "producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
+                           "coordinator_epoch": job.coordinator_epoch, "result": "commit" if job.commit else "abort",
+                           "offset": next(offsets)})
+        t = c.markers_done(job)
+        if t is not None:
+            write(c, t)
+            exercised["completed"] += 1
+
+    epoch = 1
+    c, _ = coordinator(epoch)
+    held: dict[str, tuple[int, int]] = {}  # transactional id -> the (producer id, epoch) its producer holds
+    now = 0
+    for _ in range(150):
+        now += rng.choice((10, 1_000, 30_000))
+        tid = rng.choice(("a", "b"))
+        pid, pe = held.get(tid, (-1, -1))
+        action = rng.choice(("init", "add", "add", "end", "end", "expire", "failover"))
+        if action == "init":
+            asked = (pid, pe) if rng.random() < 0.5 else (-1, -1)
+            err, t = c.init_producer_id(tid, 60_000, *asked, now)
+            if t is not None:
+                job = write(c, t)
+                if err == rpc.NONE:
+                    held[tid] = (t.new.producer_id, t.new.producer_epoch)
+                    exercised["inits"] += 1
+                elif job is not None:
+                    finish(c, job)
+        elif action == "add" and pid >= 0:
+            err, t = c.add_partitions(tid, pid, pe, [rng.choice((TP1, TP2))], now)
+            if t is not None:
+                write(c, t)
+        elif action == "end" and pid >= 0:
+            err, t = c.end_txn(tid, pid, pe, rng.random() < 0.7, now)
+            if t is not None:
+                job = write(c, t)
+                if job is not None and rng.random() < 0.8:  # else: the coordinator dies before its markers
+                    finish(c, job)
+        elif action == "expire":
+            for t in c.expired(now):
+                job = write(c, t)
+                exercised["timeouts"] += 1
+                if job is not None:
+                    finish(c, job)
+        elif action == "failover":
+            epoch += 1
+            c, jobs = coordinator(epoch)
+            exercised["failovers"] += 1
+            for job in jobs:
+                finish(c, job)
+    return events
+
+
+def test_the_shipped_transaction_coordinator_breaks_no_transaction_rule_on_random_walks():
+    exercised = {"inits": 0, "completed": 0, "timeouts": 0, "failovers": 0}
+    for seed in range(20):
+        result = check_traces(numbered(txn_walk(seed, exercised)))
+        assert result.valid is True, (seed, [a.examples[0]["summary"] for a in result.anomalies])
+    assert min(exercised.values()) >= 20, exercised
+
+
+def test_the_transaction_coordinators_mutants_are_caught_on_the_same_walks():
+    for name, rule in (("txn-init-no-epoch-bump", "init-not-fenced"),
+                       ("txn-abort-not-fenced", "txn-abort-not-fenced"),
+                       ("txn-load-first-record-wins", "producer-epoch-regressed")):
+        exercised = {"inits": 0, "completed": 0, "timeouts": 0, "failovers": 0}
+        with mutated(name) as module:
+            broken = {a.name for seed in range(20)
+                      for a in check_traces(numbered(txn_walk(seed, exercised, module))).anomalies}
+        assert rule in broken, (name, broken)
