@@ -887,8 +887,11 @@ def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) 
             continue  # a broker's process ended between the decision and the completion: its last lines are lost
         judged += 1
         for topic, partition in c.get("partitions") or []:
-            ms = [m for m in markers[(topic, partition, c.get("producer_id"))] if dmono <= m[0] <= mono]
-            fenced = any(m[2].get("producer_epoch", -1) > c.get("producer_epoch", -1) for m in ms)
+            before = [m for m in markers[(topic, partition, c.get("producer_id"))] if m[0] <= mono]
+            ms = [m for m in before if m[0] >= dmono]
+            # a marker of a higher epoch there (whenever written): the partition refuses this one as older, and
+            # the coordinator counts it done (txn_shell.py write_marker)
+            fenced = any(m[2].get("producer_epoch", -1) > c.get("producer_epoch", -1) for m in before)
             if fenced or any(m[2].get("producer_epoch") == c.get("producer_epoch")
                              and m[2].get("result") == c.get("result") for m in ms):
                 continue
@@ -1028,7 +1031,9 @@ def _producer_epochs(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> 
     grows (KIP-98: a bumped epoch fences every older one; a coordinator whose state went back gives an old epoch
     again)."""
     highest: dict[tuple[Any, Any], tuple[int, str, dict[str, Any]]] = {}
-    facts = {"txn_init_producer_id": ("producer_epoch", "epoch_before"), "txn_end_started": ("txn_epoch", "marker_epoch"),
+    # A decision's own epoch is the one its markers carry: the epoch the transaction ran under may be below an
+    # epoch just given (an InitProducerId that aborts the open transaction reports the fencing epoch first).
+    facts = {"txn_init_producer_id": ("producer_epoch", "epoch_before"), "txn_end_started": ("marker_epoch",),
              "txn_completed": ("producer_epoch",)}
     for node, e in lines:
         keys = facts.get(e.get("event"))

@@ -37,7 +37,10 @@ from kafkaesque_harness.studies.mutation import (
 UNIT_TESTS = ("test_replica.py", "test_replica_producer_state.py", "test_controller.py", "test_controller_elr.py",
               "test_controller_reassign.py", "test_broker_log_epoch_cache.py", "test_broker_log_partition.py",
               "test_broker_log_model.py", "test_broker_log_batch.py", "test_broker_log_flush_checkpoints.py",
-              "test_kafka_api.py")
+              "test_kafka_api.py",
+              # the coordinators' (issue 40's mutants): their state machines, the shell's glue, producer state
+              "test_txn_coordinator.py", "test_group_coordinator.py", "test_producer_state_txn.py",
+              "test_broker_txn.py", "test_broker_groups.py", "test_kafka_api_txn.py", "test_kafka_api_groups.py")
 
 
 def run_mutant(m: Mutant, plan: str, seed: int, time_limit: float, store: str, cluster: str,

@@ -108,3 +108,47 @@ def test_the_stop_fault_stops_its_targets_and_its_stop_restarts_them():
     healed = n.invoke(c, Op("invoke", "stop-stop", "nemesis", None))
     assert sorted(healed.value["healed"]) == sorted(["broker-1", *again.value["stop"]])
     assert [r.fault for r in n.faults.ledger.records()] == ["stop", "stop"] and not n.faults.ledger.active()
+
+
+class ClientCutCluster(CoordinatorCluster):
+    """The coordinator fake, saying from which address the harness's clients reach its nodes (ClientCuts)."""
+
+    CLIENTS_AT = "10.0.0.250"
+
+    def client_address(self) -> str:
+        return self.CLIENTS_AT
+
+    def client_cut_unavailable(self) -> str | None:
+        return None
+
+
+def test_the_group_coordinator_cut_off_from_the_clients_alone_past_the_session_timeout(monkeypatch):
+    from kafkaesque_harness.nemesis import observe
+
+    c = ClientCutCluster()
+    # the harness's own probe, answered by the fake network: dropped when the node's rules drop the clients
+    monkeypatch.setattr(observe, "probe_from_harness",
+                        lambda cluster, dst: "timeout" if cluster.CLIENTS_AT in cluster.net.drops[dst] else "open")
+    n = only(set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "groups": [GROUP]}), c),
+             "cut-group-coordinator-from-clients")
+    log = run_plans([n._one_move(c)])
+    g = f"broker-{coordinators_of([GROUP])[0]}"
+    assert [f for f, _, _ in log.ops] == ["scenario-bind", "scenario-cut-clients", "scenario-heal"]
+    assert log.ops[1][2] == {"cut": g, "from": "clients", "address": "10.0.0.250"}
+    began = dict(log.began_at)
+    assert began["scenario-heal"] - began["scenario-cut-clients"] == 10  # past the members' 6 s session
+    drops = [(node, cmd) for node, cmd in c.commands if "-s 10.0.0.250 -j DROP" in cmd]
+    assert drops and {node for node, _ in drops} == {g}  # only the coordinator drops, and only the clients
+    assert not any(c.net.cut_between(g, other) for other in c.nodes() if other != g)
+    [rec] = [r for r in n.faults.ledger.records() if r.fault == "partition"]
+    assert (rec.nodes, rec.applied, rec.observed, rec.healed) == ([g], True, True, True)
+    assert rec.evidence["probes"] == {f"clients->{g}": "timeout"} and not c.net.drops[g]
+
+
+def test_the_client_cut_is_left_out_where_the_cluster_does_not_say_where_the_clients_are():
+    n = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "groups": [GROUP]}), CoordinatorCluster())
+    assert "cut-group-coordinator-from-clients" not in n.moves
+    assert any("cut-group-coordinator-from-clients cannot run" in why and "harness's clients" in why
+               for why in n.not_run)
+    with_clients = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "groups": [GROUP]}), ClientCutCluster())
+    assert "cut-group-coordinator-from-clients" in with_clients.moves

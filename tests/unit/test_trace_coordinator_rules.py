@@ -6,6 +6,7 @@ the group coordinator's mutants break the rules on the lines they write."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from kafkaesque_harness.checkers.trace import RULES, check_traces
@@ -398,3 +399,204 @@ def test_a_restarted_broker_traces_its_logs_beside_the_hwm_checkpoint_and_the_lo
     assert [e["lossy_drops"] for e in loaded] == [None, 1]
     assert loaded[1]["replicas"] == [["t", 0, 2, 2]] and loaded[1]["clean"] is False
     assert check_traces({"broker-1": trace}).valid is True
+
+
+def test_an_init_that_aborts_the_open_transaction_is_no_epoch_regression():
+    # The re-init reports the fencing epoch (e+1) first, then the abort's decision of the transaction run under e.
+    events: list[dict] = []
+    c = coordinator()
+    c.event_log = events.append
+    pid, epoch = init(c)
+    write(c, c.add_partitions(T, pid, epoch, [TP1], 5))
+    err, abort = c.init_producer_id(T, TIMEOUT, -1, -1, 6)
+    assert err == rpc.CONCURRENT_TRANSACTIONS
+    job = c.written(abort)
+    c.written(c.markers_done(job))
+    init(c)
+    reported = [(e["event"], e.get("producer_epoch", e.get("marker_epoch"))) for e in events]
+    assert reported == [("txn_init_producer_id", epoch), ("txn_init_producer_id", epoch + 1),
+                        ("txn_end_started", epoch + 1), ("txn_completed", epoch + 1),
+                        ("txn_init_producer_id", epoch + 2)]
+    marker = {"event": "txn_marker_written", "topic": TP1[0], "partition": TP1[1], "producer_id": pid,
+              "producer_epoch": epoch + 1, "result": "abort", "offset": 3, "coordinator_epoch": 3}
+    i = next(i for i, e in enumerate(events) if e["event"] == "txn_completed")
+    assert check_traces(numbered(events[:i] + [marker] + events[i:])).valid is True
+
+
+def group_walk(seed: int, exercised: dict[str, int], module=None) -> list[dict]:
+    """Members joining (again), syncing, heartbeating, leaving, committing with the generation they last saw (often
+    one that ended, sometimes the one before it: a delayed request) and fetching, sessions expiring, the partition reloaded, on the (mutated) group coordinator:
+    the lines it writes, and an offset_commit_acked for each commit it accepted, as the shell writes it."""
+    import random
+
+    from kafkaesque_harness.clusters.broker import group_coordinator
+
+    m = module or group_coordinator
+    rng = random.Random(seed)
+    events: list[dict] = []
+    g = m.GroupCoordinator(m.CoordinatorConfig(offsets_partitions=1, initial_rebalance_delay_ms=0), events.append)
+    g.begin_loading(0)
+    g.load(0, [])
+    seen: dict[str, int] = {}  # member id -> the generation its last JoinGroup answer gave it
+    now, record = 0, 0
+    for _ in range(120):
+        now += rng.choice((0, 100, 2_000, 7_000))
+        action = rng.choice(("join", "join", "sync", "heartbeat", "leave", "commit", "commit", "fetch", "tick",
+                             "reload"))
+        member = rng.choice([*seen, ""]) if seen else ""
+        if action == "join":
+            for _, r in g.join("w", "g", member, "consumer", [("range", b"")], 6_000, 10_000, False, now):
+                if getattr(r, "generation_id", -1) >= 0 and r.member_id:
+                    seen[r.member_id] = r.generation_id
+        elif action == "sync" and member:
+            g.sync("s", "g", seen[member], member, None, None, {x: b"x" for x in seen}, now)
+        elif action == "heartbeat" and member:
+            g.heartbeat("g", seen[member], member, now)
+        elif action == "leave" and member:
+            g.leave("g", [member], now)
+        elif action == "commit":
+            # sometimes a commit sent before the member's last rebalance arrives after it (one generation back)
+            generation = seen[member] - rng.choice((0, 0, 1)) if member else -1
+            if g.check_commit("g", generation, member, now) != rpc.NONE:
+                exercised["refused"] += 1
+            else:
+                exercised["accepted_in_a_generation"] += generation >= 0
+                key, value = m.offset_record("g", "t", 0, (rng.randrange(100), 0, ""))
+                g.apply_record(record, key, value)
+                events.append({"event": "offset_commit_acked", "topic": "__consumer_offsets", "partition": 0,
+                               "group": "g", "generation": generation, "member": member,
+                               "offsets": [["t", 0, json.loads(value)["offset"]]], "first": record,
+                               "last": record, "hwm": record + 1, "acks": -1})
+                record += 1
+        elif action == "fetch":
+            g.committed_offsets("g", [("t", 0)])
+        elif action == "tick":
+            g.tick(now)
+        elif action == "reload":
+            g.begin_loading(0)
+            g.load(0, [(e["first"], *m.offset_record("g", "t", 0, (e["offsets"][0][2], 0, "")))
+                       for e in events if e["event"] == "offset_commit_acked"])
+            seen.clear()
+    exercised["generations"] += sum(e["event"] == "group_generation" for e in events)
+    return events
+
+
+def test_the_shipped_group_coordinator_breaks_no_group_rule_on_random_walks():
+    exercised = {"accepted_in_a_generation": 0, "refused": 0, "generations": 0}
+    for seed in range(20):
+        result = check_traces(numbered(group_walk(seed, exercised)))
+        assert result.valid is True, (seed, [a.examples[0]["summary"] for a in result.anomalies])
+    # the walks reached what the rules judge: commits accepted in a generation, stale ones refused, rebalances
+    assert min(exercised.values()) >= 20, exercised
+
+
+def test_the_group_coordinators_mutants_are_caught_on_the_same_walks():
+    for name, rule in (("group-commit-stale-generation", "offset-commit-stale-generation"),
+                       ("group-commit-to-empty-group", "offset-commit-stale-generation"),
+                       ("group-oldest-commit-wins", "offset-fetch-not-committed"),
+                       ("group-generation-not-bumped", "group-generation-reused")):
+        exercised = {"accepted_in_a_generation": 0, "refused": 0, "generations": 0}
+        with mutated(name) as module:
+            broken = {a.name for seed in range(20)
+                      for a in check_traces(numbered(group_walk(seed, exercised, module))).anomalies}
+        assert rule in broken, (name, broken)
+
+
+def txn_walk(seed: int, exercised: dict[str, int], module=None) -> list[dict]:
+    """Producers of two transactional ids initialising (again, naming the pair they hold or not), adding partitions,
+    ending transactions both ways, their transactions timing out, and the coordinator failing over (a new one loads
+    the records written so far and finishes what it finds prepared), on the (mutated) transaction coordinator: the
+    lines it writes, and a txn_marker_written at each partition of each marker job, as the shell writes them."""
+    import itertools
+    import random
+
+    from kafkaesque_harness.clusters.broker import txn_coordinator
+
+    m = module or txn_coordinator
+    rng = random.Random(seed)
+    events: list[dict] = []
+    records: list[tuple[bytes, bytes]] = []
+    ids = itertools.count(1000)
+    offsets = itertools.count(1)
+
+    def coordinator(epoch: int):
+        c = m.TransactionCoordinator(lambda: next(ids), m.TxnConfig(txn_partitions=1), event_log=events.append)
+        c.begin_loading(0, epoch)
+        return c, c.load(0, list(records))
+
+    def write(c, t):
+        records.append(m.txn_record(t.txn_id, t.new))
+        return c.written(t)
+
+    def finish(c, job) -> None:
+        for topic, partition in sorted(job.partitions):
+            events.append({"event": "txn_marker_written", "topic": topic, "partition": partition,
+                           "producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
+                           "coordinator_epoch": job.coordinator_epoch, "result": "commit" if job.commit else "abort",
+                           "offset": next(offsets)})
+        t = c.markers_done(job)
+        if t is not None:
+            write(c, t)
+            exercised["completed"] += 1
+
+    epoch = 1
+    c, _ = coordinator(epoch)
+    held: dict[str, tuple[int, int]] = {}  # transactional id -> the (producer id, epoch) its producer holds
+    now = 0
+    for _ in range(150):
+        now += rng.choice((10, 1_000, 30_000))
+        tid = rng.choice(("a", "b"))
+        pid, pe = held.get(tid, (-1, -1))
+        action = rng.choice(("init", "add", "add", "end", "end", "expire", "failover"))
+        if action == "init":
+            asked = (pid, pe) if rng.random() < 0.5 else (-1, -1)
+            err, t = c.init_producer_id(tid, 60_000, *asked, now)
+            if t is not None:
+                job = write(c, t)
+                if err == rpc.NONE:
+                    held[tid] = (t.new.producer_id, t.new.producer_epoch)
+                    exercised["inits"] += 1
+                elif job is not None:
+                    finish(c, job)
+        elif action == "add" and pid >= 0:
+            err, t = c.add_partitions(tid, pid, pe, [rng.choice((TP1, TP2))], now)
+            if t is not None:
+                write(c, t)
+        elif action == "end" and pid >= 0:
+            err, t = c.end_txn(tid, pid, pe, rng.random() < 0.7, now)
+            if t is not None:
+                job = write(c, t)
+                if job is not None and rng.random() < 0.8:  # else: the coordinator dies before its markers
+                    finish(c, job)
+        elif action == "expire":
+            for t in c.expired(now):
+                job = write(c, t)
+                exercised["timeouts"] += 1
+                if job is not None:
+                    finish(c, job)
+        elif action == "failover":
+            epoch += 1
+            c, jobs = coordinator(epoch)
+            exercised["failovers"] += 1
+            for job in jobs:
+                finish(c, job)
+    return events
+
+
+def test_the_shipped_transaction_coordinator_breaks_no_transaction_rule_on_random_walks():
+    exercised = {"inits": 0, "completed": 0, "timeouts": 0, "failovers": 0}
+    for seed in range(20):
+        result = check_traces(numbered(txn_walk(seed, exercised)))
+        assert result.valid is True, (seed, [a.examples[0]["summary"] for a in result.anomalies])
+    assert min(exercised.values()) >= 20, exercised
+
+
+def test_the_transaction_coordinators_mutants_are_caught_on_the_same_walks():
+    for name, rule in (("txn-init-no-epoch-bump", "init-not-fenced"),
+                       ("txn-abort-not-fenced", "txn-abort-not-fenced"),
+                       ("txn-load-first-record-wins", "producer-epoch-regressed")):
+        exercised = {"inits": 0, "completed": 0, "timeouts": 0, "failovers": 0}
+        with mutated(name) as module:
+            broken = {a.name for seed in range(20)
+                      for a in check_traces(numbered(txn_walk(seed, exercised, module))).anomalies}
+        assert rule in broken, (name, broken)
