@@ -28,13 +28,14 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
-from itertools import compress, islice, repeat
-from operator import add, and_, eq, ge, itemgetter, le, lt, mul, ne, rshift
+from itertools import chain, compress, islice, repeat
+from operator import eq, itemgetter, le, ne, rshift
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from kafkaesque_harness.checkers.core import MAX_EXAMPLES, UNKNOWN, Anomaly, Result
 from kafkaesque_harness.checkers.graph import (
@@ -156,11 +157,12 @@ class _Timed:
 POSITION_BITS = 20
 
 
-def _memory_records(history: Sequence[Op]) -> Iterator[tuple]:
-    """The list-append transactions of a history in memory, as the inference reads them, in invocation
-    order: (invocation, completion or None, type, process, invoked at, completed at or None, micro-ops).
-    Paired by pair_ops's rule (a process's next op completes its invocation unless it is another
-    invocation), written out for Ops: the generic pairing cost a fifth of the check."""
+def _memory_columns(history: Sequence[Op]) -> tuple[list, ...]:
+    """The list-append transactions of a history in memory as the inference's columns, in invocation
+    order: invocations, completions (None: never completed), types, processes, invocation times,
+    completion times (None: never completed), micro-ops. Paired by pair_ops's rule (a process's next
+    op completes its invocation unless it is another invocation), written out for Ops: the generic
+    pairing cost a fifth of the check; the columns are built a list at a time."""
     pairs: list[list] = []
     open_by_process: dict[Any, list] = {}
     for op in history:
@@ -172,20 +174,19 @@ def _memory_records(history: Sequence[Op]) -> Iterator[tuple]:
             pair = open_by_process.pop(op.process, None)
             if pair is not None:
                 pair[1] = op
-    for inv, comp in pairs:
-        if inv.f != "txn" or inv.process == NEMESIS:
-            continue
-        if comp is None:
-            yield inv, None, INFO, inv.process, inv.time, None, inv.value or []
-        else:
-            type_ = comp.type
-            yield (inv, comp, type_, inv.process, inv.time, comp.time,
-                   (comp.value if type_ == OK else inv.value) or [])
+    pairs = [pair for pair in pairs if pair[0].f == "txn" and pair[0].process != NEMESIS]
+    invs = [inv for inv, _ in pairs]
+    comps = [comp for _, comp in pairs]
+    del pairs
+    types = [INFO if comp is None else comp.type for comp in comps]
+    mops = [(comp.value if type_ == OK else inv.value) or [] for inv, comp, type_ in zip(invs, comps, types, strict=True)]
+    return (invs, comps, types, [inv.process for inv in invs], [inv.time for inv in invs],
+            [None if comp is None else comp.time for comp in comps], mops)
 
 
 def _row_record(inv: Row, comp: Row | None) -> tuple | None:
-    """The same record from a stream's pair of rows (checkers/stream.py), the ops named by position;
-    None for a pair that is no list-append transaction."""
+    """The same columns' entries for one transaction from a stream's pair of rows (checkers/stream.py),
+    the ops named by position; None for a pair that is no list-append transaction."""
     if inv[F] != "txn" or inv[PROCESS_FIELD] == NEMESIS:
         return None
     if comp is None:
@@ -207,17 +208,20 @@ class _Found:
         examples.append(words if len(examples) < MAX_EXAMPLES else None)
 
 
+BATCH = 4096  # transactions a stream hands the first pass at a time
+
+
 class _Inference:
-    """Step 1, fed the transactions one at a time (`add`, in invocation order) and then finished
-    (`finish`): who appended what, each key's version order, the reads, process order; then the
-    reads against the finished orders. Nothing of a transaction is kept but its type, process and
-    times, and of a read four ints (reader, lineage, length, the length others appended): a read is
-    always a prefix of its key's longest read that agrees with it (its "lineage": one per key unless
-    reads disagree), so the list itself need not be kept. The data and process edges come out as
-    parallel lists of transaction ids (`src`, `dst`), each kind one run (`segments`), with `nobody`
-    (= the number of transactions) for an element no transaction appended. Whatever can be done a
-    list at a time is (map, compress, at C speed): a Python statement per transaction costs about a
-    second per million."""
+    """Step 1, fed the transactions in invocation order (`add_columns` for a history in memory, `add`
+    one at a time for a stream) and then finished (`finish`): who appended what, each key's version
+    order, the reads, process order; then the reads against the finished orders. Nothing of a
+    transaction is kept but its type, process and times, and of a read four ints (reader, lineage,
+    length, the length others appended): a read is always a prefix of its key's longest read that
+    agrees with it (its "lineage": one per key unless reads disagree), so the list itself need not be
+    kept. The data and process edges come out as parallel lists of transaction ids (`src`, `dst`),
+    each kind one run (`segments`), with `nobody` (= the number of transactions) for an element no
+    transaction appended. Whatever can be done a list at a time is (map, compress, at C speed): a
+    Python statement per transaction costs about a second per million."""
 
     def __init__(self, fetch: Callable[[Any], Op], found: _Found, with_process: bool):
         self.txns = _Txns(fetch)
@@ -226,50 +230,57 @@ class _Inference:
         self.appender: dict[Any, dict[Any, int]] = {}  # key -> value -> the last append of it (see POSITION_BITS)
         self.first_append: dict[tuple[Any, Any], int] = {}  # (key, value) appended twice -> its first append
         self.repeat_appends: dict[int, dict[Any, list]] = {}  # appended to one key twice (the only source of G1b)
-        self.orders: dict[Any, list] = {}  # key -> its longest read, which every other read must prefix
-        self.lineage_of_key: dict[Any, int] = {}  # key -> the lineage whose list is its longest read
+        # key -> [its longest read (which every other read must prefix), that read's lineage, whether
+        # that read is known to hold no duplicates]: one look-up per read
+        self.key_state: dict[Any, list] = {}
         self.lineage_lists: list[list] = []  # lineage -> its longest read so far
         self.lineage_keys: list[Any] = []
-        self.read_txn, self.read_lineage = array("q"), array("q")
-        self.read_length, self.read_external = array("q"), array("q")
+        self.read_rows = array("q")  # per read: reader, lineage, length, the length others appended
         self.failed_candidates: list[tuple[int, Any, Any]] = []  # (failed txn, key, value) of each append
-        self._consumer = self._consume()
-        next(self._consumer)
+        self._pending: list[tuple[str, list]] = []  # a stream's transactions not yet absorbed
+
+    def add_columns(self, inv_refs: list, comp_refs: list, types: list[str], processes: list, inv_times: list,
+                    comp_times: list, mops: list[list]) -> None:
+        txns = self.txns
+        txns.inv_refs += inv_refs
+        txns.comp_refs += comp_refs
+        txns.types += types
+        txns.processes += processes
+        txns.inv_times += inv_times
+        txns.comp_times += comp_times
+        self._absorb(zip(types, mops, strict=True))
 
     def add(self, record: tuple) -> None:
-        self._consumer.send(record)
+        inv_ref, comp_ref, type_, process, invoked, completed, mops = record
+        txns = self.txns
+        txns.inv_refs.append(inv_ref)
+        txns.comp_refs.append(comp_ref)
+        txns.types.append(type_)
+        txns.processes.append(process)
+        txns.inv_times.append(invoked)
+        txns.comp_times.append(completed)
+        self._pending.append((type_, mops))
+        if len(self._pending) >= BATCH:
+            self._absorb(self._pending)
+            self._pending = []
 
-    def add_all(self, records: Iterable[tuple]) -> None:
-        send = self._consumer.send
-        for record in records:
-            send(record)
-
-    def _consume(self) -> Generator[None, tuple, None]:
-        """The first pass, one transaction per record sent: appenders, each key's longest read and
-        lineages, and the reads; incompatible orders, duplicates and internal inconsistencies as they
-        are read. A generator, so that its state stays in locals between transactions."""
+    def _absorb(self, items: Iterable[tuple[str, list]]) -> None:
+        """The first pass over (type, micro-ops) of the next transactions: appenders, each key's
+        longest read and lineages, and the reads; incompatible orders, duplicates and internal
+        inconsistencies as they are read."""
         txns, found = self.txns, self.found
-        inv_refs, comp_refs, types, processes = txns.inv_refs, txns.comp_refs, txns.types, txns.processes
-        inv_times, comp_times = txns.inv_times, txns.comp_times
         appender, first_append, repeat_appends = self.appender, self.first_append, self.repeat_appends
-        orders, lineage_of_key, lineage_lists, lineage_keys = (self.orders, self.lineage_of_key,
-                                                               self.lineage_lists, self.lineage_keys)
-        read_txn, read_lineage, read_length, read_external = (self.read_txn.append, self.read_lineage.append,
-                                                              self.read_length.append, self.read_external.append)
+        key_state, lineage_lists, lineage_keys = self.key_state, self.lineage_lists, self.lineage_keys
+        add_read = self.read_rows.extend
         failed_candidates = self.failed_candidates
-        orders_without_duplicates: set = set()
-        t = 0
-        while True:
-            inv_ref, comp_ref, type_, process, invoked, completed, mops = yield
-            inv_refs.append(inv_ref)
-            comp_refs.append(comp_ref)
-            types.append(type_)
-            processes.append(process)
-            inv_times.append(invoked)
-            comp_times.append(completed)
+        t = self.txns.n
+        for type_, mops in items:
             own: dict[Any, list] | None = None  # this transaction's appends so far, by key
-            at = t << POSITION_BITS
-            for f, k, v in mops:
+            if len(mops) >> POSITION_BITS:
+                raise ValueError(f"transaction {t} has {len(mops)} micro-ops, more than the checker's "
+                                 f"{1 << POSITION_BITS:,}")
+            ok = type_ == OK
+            for at, (f, k, v) in enumerate(mops, t << POSITION_BITS):
                 if f == "append":
                     by_value = appender.get(k)
                     if by_value is None:
@@ -287,104 +298,114 @@ class _Inference:
                         own[k] = [v]
                     if type_ == FAIL:
                         failed_candidates.append((t, k, v))
-                    at += 1
                     continue
-                at += 1
-                if type_ != OK:
+                if not ok:
                     continue
                 lst = v if type(v) is list else list(v or ())  # never changed: no copy needed
-                cur = orders.get(k)
-                if cur is None:
-                    orders[k] = cur = lst
-                    agrees = True
-                    lineage = lineage_of_key[k] = len(lineage_lists)
+                length = len(lst)
+                state = key_state.get(k)
+                if state is None:
+                    lineage = len(lineage_lists)
+                    key_state[k] = state = [lst, lineage, False]
                     lineage_lists.append(lst)
                     lineage_keys.append(k)
-                elif len(lst) > len(cur):
-                    agrees = lst[: len(cur)] == cur
-                    if agrees:
-                        lineage = lineage_of_key[k]
-                        lineage_lists[lineage] = lst
-                    else:
-                        found.add("incompatible-order", partial(_incompatible, txns, t, k, lst, cur))
-                        lineage = lineage_of_key[k] = len(lineage_lists)  # the older reads keep theirs
-                        lineage_lists.append(lst)
-                        lineage_keys.append(k)
-                    orders[k] = cur = lst
+                    cur, agrees = lst, True
                 else:
-                    # most reads see the whole current order: compare without slicing a copy
-                    agrees = lst == cur if len(lst) == len(cur) else cur[: len(lst)] == lst
-                    if agrees:
-                        lineage = lineage_of_key[k]
+                    cur, lineage = state[0], state[1]
+                    if length > len(cur):
+                        agrees = lst[: len(cur)] == cur
+                        if agrees:
+                            lineage_lists[lineage] = lst
+                        else:
+                            found.add("incompatible-order", partial(_incompatible, txns, t, k, lst, cur))
+                            lineage = len(lineage_lists)  # the older reads keep theirs
+                            lineage_lists.append(lst)
+                            lineage_keys.append(k)
+                        cur = state[0] = lst
+                        state[1], state[2] = lineage, False
                     else:
-                        found.add("incompatible-order", partial(_incompatible, txns, t, k, cur, lst))
-                        lineage = len(lineage_lists)  # a lineage of its own
-                        lineage_lists.append(lst)
-                        lineage_keys.append(k)
+                        # most reads see the whole current order: compare without slicing a copy
+                        agrees = lst == cur if length == len(cur) else cur[:length] == lst
+                        if not agrees:
+                            found.add("incompatible-order", partial(_incompatible, txns, t, k, cur, lst))
+                            lineage = len(lineage_lists)  # a lineage of its own
+                            lineage_lists.append(lst)
+                            lineage_keys.append(k)
                 # A prefix of an order without duplicates has none: most reads need no set.
-                if len(lst) > 1 and (cur is lst or not agrees or k not in orders_without_duplicates):
-                    if len(set(lst)) != len(lst):
+                if length > 1 and (cur is lst or not agrees or not state[2]):
+                    if len(set(lst)) != length:
                         found.add("duplicate-elements", partial(_duplicates, txns, t, k, lst))
                         if cur is lst:
-                            orders_without_duplicates.discard(k)
+                            state[2] = False
                     elif cur is lst:
-                        orders_without_duplicates.add(k)
+                        state[2] = True
                 elif cur is lst:
-                    orders_without_duplicates.add(k)
-                mine = own.get(k) if own is not None else None
-                external = len(lst)
-                if mine:
+                    state[2] = True
+                external = length
+                if own is not None and (mine := own.get(k)):
                     if lst[-len(mine):] != mine:
                         found.add("internal", partial(_internal, txns, t, k, lst, list(mine)))
                     else:
                         external -= len(mine)
-                read_txn(t)
-                read_lineage(lineage)
-                read_length(len(lst))
-                read_external(external)
+                add_read((t, lineage, length, external))
             t += 1
+        self.txns.n = t
 
     def finish(self) -> None:
         """The second half, once every transaction is in: the unseen and failed appends, then the
-        edges."""
-        self._consumer.close()
+        edges, as numpy arrays of transaction ids."""
+        if self._pending:
+            self._absorb(self._pending)
+            self._pending = []
+        self.orders = {k: state[0] for k, state in self.key_state.items()}
+        self.lineage_of_key = {k: state[1] for k, state in self.key_state.items()}
         txns = self.txns
-        txns.n = len(txns.types)
         # One int object per transaction id, shared by every list that holds ids (an int above 256
         # is 28 bytes: each list making its own would cost 28 MB per million).
-        txns.ids = ids = list(range(txns.n))
+        txns.ids = list(range(txns.n))
         self._unseen_and_failed_appends()
-        src, dst = self._write_edges()
-        ww_end = len(src)
+        ww_src, ww_dst = self._write_edges()
         wr_src, wr_dst, rw_src, rw_dst = self._read_edges()
-        src += wr_src
-        dst += wr_dst
-        wr_end = len(src)
-        src += rw_src
-        dst += rw_dst
-        rw_end = len(src)
+        parts = [(ww_src, ww_dst), (wr_src, wr_dst), (rw_src, rw_dst)]
         if self.with_process:
-            last_of_process: dict[Any, int] = {}
-            for t, process, type_ in zip(ids, txns.processes, txns.types, strict=True):
-                if type_ == OK or type_ == INFO:
-                    prev = last_of_process.get(process)
-                    if prev is not None:
-                        src.append(prev)
-                        dst.append(t)
-                    last_of_process[process] = t
-        self.segments = [(WW, 0, ww_end), (WR, ww_end, wr_end), (RW, wr_end, rw_end), (PROCESS, rw_end, len(src))]
-        self.src, self.dst = src, dst
+            parts.append(self._process_edges())
+        self.segments, end = [], 0
+        for kind, (part, _) in zip((WW, WR, RW, PROCESS), parts, strict=False):
+            self.segments.append((kind, end, end + len(part)))
+            end += len(part)
+        if not self.with_process:
+            self.segments.append((PROCESS, end, end))
+        self.src = np.concatenate([np.asarray(s, dtype=np.int64) for s, _ in parts])
+        self.dst = np.concatenate([np.asarray(d, dtype=np.int64) for _, d in parts])
+
+    def _process_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each committed (ok or info) transaction's edge from the one its process ran before, in the
+        order of the later one: a stable sort by process, not a loop per transaction."""
+        txns = self.txns
+        number = {p: i for i, p in enumerate(dict.fromkeys(txns.processes))}
+        committed = np.flatnonzero(np.fromiter(map({OK, INFO}.__contains__, txns.types), dtype=bool, count=txns.n))
+        process = np.fromiter(map(number.__getitem__, txns.processes), dtype=np.int64, count=txns.n)[committed]
+        by_process = np.argsort(process, kind="stable")
+        ordered, process = committed[by_process], process[by_process]
+        same = process[1:] == process[:-1]
+        src, dst = ordered[:-1][same], ordered[1:][same]
+        by_dst = np.argsort(dst, kind="stable")
+        return src[by_dst], dst[by_dst]
 
     @property
     def read_count(self) -> int:
-        return len(self.read_txn)
+        return len(self.read_rows) // 4
+
+    def read_columns(self) -> tuple[array, array, array, array]:
+        """The reads as four columns: reader, lineage, length, the length others appended."""
+        rows = self.read_rows
+        return rows[0::4], rows[1::4], rows[2::4], rows[3::4]
 
     def reads(self, members: set[int] | None = None) -> Iterator[tuple[int, Any, list, list]]:
         """The reads (reader, key, list read, the part others appended), in read order; only the
         readers among `members` if given. Rebuilt from their lineages: for the few an explanation needs."""
         lists, keys = self.lineage_lists, self.lineage_keys
-        for t, lineage, length, external in zip(self.read_txn, self.read_lineage, self.read_length,
-                                                self.read_external, strict=True):
+        for t, lineage, length, external in zip(*self.read_columns(), strict=True):
             if members is None or t in members:
                 lst = lists[lineage][:length]
                 yield t, keys[lineage], lst, lst[:external]
@@ -443,43 +464,70 @@ class _Inference:
                 dst.append(w)
         return src, dst
 
-    def _read_edges(self) -> tuple[list[int], list[int], list[int], list[int]]:
-        """The second pass, over the reads against the finished orders: wr edges (from the
-        appender of the last element a read saw), rw edges (to the appender of the first it
-        missed, or to each unseen append), aborted reads (G1a) and intermediate reads (G1b)."""
-        txns, found = self.txns, self.found
-        order_ids, unseen_by_key, failed_appends = self.order_ids, self.unseen_by_key, self.failed_appends
-        lineage_ids, lineage_keys, lineage_lists = self.lineage_ids, self.lineage_keys, self.lineage_lists
-        repeat_appends = self.repeat_appends
-        wr_src: list[int] = []
-        wr_dst: list[int] = []
-        rw_src: list[int] = []
-        rw_dst: list[int] = []
-        key_ids = [order_ids[k] for k in lineage_keys]  # lineage -> its key's order's appenders
-        for t, lineage, length, external in zip(self.read_txn, self.read_lineage, self.read_length,
-                                                self.read_external, strict=True):
-            ids = key_ids[lineage]
-            if length < len(ids):
-                rw_src.append(t)
-                rw_dst.append(ids[length])
-            elif length == len(ids) and (unseen := unseen_by_key.get(lineage_keys[lineage])):
-                rw_src += repeat(t, len(unseen))
-                rw_dst += unseen
-            if not external:
-                continue
-            w = lineage_ids[lineage][external - 1]
-            wr_src.append(w)
-            wr_dst.append(t)
-            if (failed_appends and lineage_keys[lineage] in failed_appends) or w in repeat_appends:
-                k = lineage_keys[lineage]
-                seen = lineage_lists[lineage][:external]
-                if failed_appends and k in failed_appends:
-                    for x in failed_appends[k].intersection(seen):
-                        found.add("G1a", partial(_aborted_read, self, t, k, x))
-                last = seen[-1]
-                if w in repeat_appends and w != t and _last_append(repeat_appends[w], k) != last:
-                    found.add("G1b", partial(_intermediate_read, txns, t, k, last, w))
+    def _read_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The second pass, over the reads against the finished orders, an array at a time: wr edges
+        (from the appender of the last element a read saw), rw edges (to the appender of the first it
+        missed, or to each unseen append), each kind in read order; then, in Python, only the reads
+        that may show an aborted read (G1a: of a key with failed appends) or an intermediate one (G1b:
+        ending at the append of a transaction that appended twice to the key)."""
+        lineage_ids, lineage_keys = self.lineage_ids, self.lineage_keys
+        lengths = np.fromiter(map(len, lineage_ids), dtype=np.int64, count=len(lineage_ids))
+        offsets = np.zeros(len(lineage_ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter(chain.from_iterable(lineage_ids), dtype=np.int64, count=int(offsets[-1]))
+        final = np.fromiter(map(self.lineage_of_key.__getitem__, lineage_keys), dtype=np.int64,
+                            count=len(lineage_keys))  # lineage -> its key's order's lineage
+        unseen_of = [self.unseen_by_key.get(k, ()) for k in lineage_keys]
+        unseen_counts = np.fromiter(map(len, unseen_of), dtype=np.int64, count=len(unseen_of))
+        unseen_offsets = np.zeros(len(unseen_of) + 1, dtype=np.int64)
+        np.cumsum(unseen_counts, out=unseen_offsets[1:])
+        unseen_flat = np.fromiter(chain.from_iterable(unseen_of), dtype=np.int64, count=int(unseen_offsets[-1]))
+        rows = np.frombuffer(self.read_rows, dtype=np.int64).reshape(-1, 4) if self.read_rows else \
+            np.zeros((0, 4), dtype=np.int64)
+        reader, lineage, length, external = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
+        key = final[lineage]
+        key_length = lengths[key]
+        # rw: a read shorter than its key's order missed the next element's append; one as long as
+        # it missed every unseen append of the key
+        short = length < key_length
+        whole = (length == key_length) & (unseen_counts[key] > 0)
+        counts = short.astype(np.int64) + np.where(whole, unseen_counts[key], 0)
+        rw_src = np.repeat(reader, counts)
+        starts = np.cumsum(counts) - counts
+        rw_dst = np.empty(len(rw_src), dtype=np.int64)
+        rw_dst[starts[short]] = flat[offsets[key[short]] + length[short]]
+        if whole.any():
+            many = counts[whole]
+            within = np.arange(int(many.sum()), dtype=np.int64) - np.repeat(np.cumsum(many) - many, many)
+            rw_dst[np.repeat(starts[whole], many) + within] = \
+                unseen_flat[np.repeat(unseen_offsets[key[whole]], many) + within]
+        # wr: from the appender of the last element others appended
+        seen = external > 0
+        wr_dst = reader[seen]
+        wr_src = flat[offsets[lineage[seen]] + external[seen] - 1]
+        if self.failed_appends or self.repeat_appends:
+            failed_lineage = np.fromiter((k in self.failed_appends for k in lineage_keys), dtype=bool,
+                                         count=len(lineage_keys))
+            repeaters = np.fromiter(self.repeat_appends, dtype=np.int64, count=len(self.repeat_appends))
+            suspect = failed_lineage[lineage[seen]] | np.isin(wr_src, repeaters)
+            self._aborted_and_intermediate_reads(np.flatnonzero(seen)[suspect].tolist(), wr_src[suspect].tolist())
         return wr_src, wr_dst, rw_src, rw_dst
+
+    def _aborted_and_intermediate_reads(self, reads: list[int], writers: list[int]) -> None:
+        """G1a and G1b among the reads given (by their place in read order), with the appender of each
+        one's last element others appended."""
+        found, txns, failed_appends, repeat_appends = self.found, self.txns, self.failed_appends, self.repeat_appends
+        rows, lineage_lists, lineage_keys = self.read_rows, self.lineage_lists, self.lineage_keys
+        for r, w in zip(reads, writers, strict=True):
+            t, lineage, external = rows[4 * r], rows[4 * r + 1], rows[4 * r + 3]
+            k = lineage_keys[lineage]
+            seen = lineage_lists[lineage][:external]
+            if failed_appends and k in failed_appends:
+                for x in failed_appends[k].intersection(seen):
+                    found.add("G1a", partial(_aborted_read, self, t, k, x))
+            last = seen[-1]
+            if w in repeat_appends and w != t and _last_append(repeat_appends[w], k) != last:
+                found.add("G1b", partial(_intermediate_read, txns, t, k, last, w))
 
 
 def _incompatible(txns: _Txns, t: int, k: Any, longer: list, shorter: list) -> dict[str, Any]:
@@ -521,7 +569,7 @@ def check_list_append(history: Sequence[Op], consistency_models: Sequence[str] |
                       cycle_budget_s: float = 30.0) -> Result:
     """Check a list-append history in memory (the same check as a stream of a file's rows: ListAppendCheck)."""
     check = ListAppendCheck(consistency_models, cycle_budget_s, _itself)
-    check.inference.add_all(_memory_records(history))
+    check.inference.add_columns(*_memory_columns(history))
     return check.result()
 
 
@@ -649,21 +697,19 @@ class _DependencyGraph:
         self.committed = list(compress(txns.ids, map({OK, INFO}.__contains__, types)))
         # Transaction n stands for "nobody appended it"; it and failed transactions take part in
         # no edge, nor does a transaction with itself. Such edges are rare (an aborted read, a
-        # transaction reading its own appends), so look before filtering: with map and compress,
-        # at C speed, since a Python loop per edge would be most of the check's time.
+        # transaction reading its own appends): look before filtering, an array at a time.
         src, dst, segments = inference.src, inference.dst, inference.segments
-        all_alive = FAIL not in types and max(src, default=-1) < n and max(dst, default=-1) < n
-        if all_alive and not any(map(eq, src, dst)):
+        all_alive = FAIL not in types and (not len(src) or (src.max() < n and dst.max() < n))
+        keep = src != dst
+        if not all_alive:
+            alive = np.fromiter(map(ne, types, repeat(FAIL)), dtype=bool, count=n)
+            alive = np.append(alive, False)
+            keep &= alive[src] & alive[dst]
+        if keep.all():
             self.kinds = {kind for kind, start, end in segments if end > start}
         else:
-            if all_alive:  # only self-loops to drop (a transaction appending twice to a key, one
-                mask = bytearray(map(ne, src, dst))  # reading before its append): one map, not five
-            else:
-                alive = [t != FAIL for t in types] + [False]
-                mask = bytearray(map(and_, map(and_, map(alive.__getitem__, src), map(alive.__getitem__, dst)),
-                                     map(ne, src, dst)))  # a byte per edge, not a pointer
-            self.kinds = {kind for kind, start, end in segments if any(mask[start:end])}
-            src, dst = list(compress(src, mask)), list(compress(dst, mask))
+            self.kinds = {kind for kind, start, end in segments if keep[start:end].any()}
+            src, dst = src[keep], dst[keep]
         self.src, self.dst = src, dst
         self._realtime_frontiers()
         self.edge_count = len(src)
@@ -679,10 +725,51 @@ class _DependencyGraph:
         """Each committed transaction's real-time predecessors, Elle's frontier, as a run
         [frontier_lo, frontier_hi) of completion ranks: the completions before its invocation
         (time strictly before: Elle's anchors with all :time 0 have no real-time order) that no
-        transaction invoked after them has completed before it."""
+        transaction invoked after them has completed before it. For each invocation, in time order:
+        hi, the number of completions before it; lo, the first of them not earlier than the latest
+        invocation among them (an earlier one left the frontier: a transaction invoked after it
+        completed has completed since). Binary searches and a running maximum over int64 arrays;
+        times that are no int64 (floats, beyond 64 bits) take the same merge in Python."""
         txns, n = self.txns, self.txns.n
         inv_times, comp_times, types = txns.inv_times, txns.comp_times, txns.types
         by_completion = [t for t in self.committed if types[t] == OK]
+        self.invoked = None  # the invocation times as an int64 array, when they fit one
+        completed_list = list(map(comp_times.__getitem__, by_completion))
+        if not (set(map(type, inv_times)) <= {int} and set(map(type, completed_list)) <= {int}):
+            return self._realtime_frontiers_merged(by_completion)
+        try:
+            invoked_all = np.array(inv_times, dtype=np.int64)
+            completed = np.array(completed_list, dtype=np.int64)
+        except OverflowError:
+            return self._realtime_frontiers_merged(by_completion)
+        del completed_list
+        self.invoked = invoked_all
+        order = np.argsort(completed, kind="stable")  # ties in id order, as Elle's events
+        by_completion_np = np.asarray(by_completion, dtype=np.int64)[order]
+        times = completed[order]
+        rank = np.full(n, -1, dtype=np.int64)
+        rank[by_completion_np] = np.arange(len(by_completion_np))
+        invoked = invoked_all[by_completion_np]
+        self.well_formed = bool((invoked <= times).all())
+        committed = np.asarray(self.committed, dtype=np.int64)
+        committed = committed[np.argsort(invoked_all[committed], kind="stable")]
+        invoked_at = invoked_all[committed]
+        lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        if len(times):
+            his = np.searchsorted(times, invoked_at, side="left")
+            latest = np.maximum.accumulate(invoked)
+            los = np.minimum(his, np.searchsorted(times, latest[np.maximum(his - 1, 0)], side="left"))
+            los[his == 0] = 0
+            lo[committed], hi[committed] = los, his
+        self.completion_rank, self.frontier_lo, self.frontier_hi = rank.tolist(), lo.tolist(), hi.tolist()
+        self.by_completion = by_completion_np.tolist()
+        self.realtime_count = int((hi - lo).sum())
+
+    def _realtime_frontiers_merged(self, by_completion: list[int]) -> None:
+        """_realtime_frontiers for times numpy cannot hold: one merge of the invocations with the
+        completions, both in time order."""
+        txns, n = self.txns, self.txns.n
+        inv_times, comp_times = txns.inv_times, txns.comp_times
         times = list(map(comp_times.__getitem__, by_completion))
         if not all(map(le, times, islice(times, 1, None))):
             # stable: ties in id order, as Elle's events
@@ -732,27 +819,31 @@ class _DependencyGraph:
         # invocation; chain node r (below) just after the r-th completion. Real-time edges all
         # go forward in it by construction.
         rank, hi = self.completion_rank, self.frontier_hi
-        pos = [4 * r + 4 if type_ == OK else 4 * h + 2 for r, type_, h in zip(rank, types, hi, strict=True)]
-        if all(map(lt, map(pos.__getitem__, src), map(pos.__getitem__, dst))):
+        ok = np.fromiter(map(eq, types, repeat(OK)), dtype=bool, count=n)
+        pos = np.where(ok, 4 * np.asarray(rank, dtype=np.int64) + 4, 4 * np.asarray(hi, dtype=np.int64) + 2)
+        pos_src, pos_dst = pos[src], pos[dst]
+        backward = pos_src >= pos_dst
+        if not backward.any():
             return []  # the common case: nothing listed but the positions
-        pos_src, pos_dst = list(map(pos.__getitem__, src)), list(map(pos.__getitem__, dst))
-        backward = list(map(ge, pos_src, pos_dst))
+        if self.invoked is not None:
+            # A database that commits out of order may still serialize in invocation order: each
+            # transaction placed at its invocation (ties in id order) is a topological order too if
+            # every edge goes forward in it. Real-time edges do (a completed before b was invoked,
+            # and was invoked before it completed), and so do process edges.
+            at_invocation = np.empty(n, dtype=np.int64)
+            at_invocation[np.argsort(self.invoked, kind="stable")] = np.arange(n)
+            if (at_invocation[src] < at_invocation[dst]).all():
+                return []
         # A cycle goes back as far as it goes forward: the positions it spans are covered by its
         # own backward edges' spans. So only transactions inside a run of overlapping backward
         # spans can be on a cycle, and each cycle stays inside one run: the search needs only
         # those runs (a database committing out of order makes short ones).
-        span = 4 * len(self.by_completion) + 8
-        runs: list[tuple[int, int]] = []
-        run_lo = run_hi = -1
-        for key in sorted(map(add, map(mul, compress(pos_dst, backward), repeat(span)), compress(pos_src, backward))):
-            lo, high = divmod(key, span)
-            if lo > run_hi:
-                if run_hi >= 0:
-                    runs.append((run_lo, run_hi))
-                run_lo, run_hi = lo, high
-            elif high > run_hi:
-                run_hi = high
-        runs.append((run_lo, run_hi))
+        spans = np.stack([pos_dst[backward], pos_src[backward]], axis=1)
+        spans = spans[np.lexsort((spans[:, 1], spans[:, 0]))]
+        reach = np.maximum.accumulate(spans[:, 1])
+        first = np.flatnonzero(np.concatenate(([True], spans[1:, 0] > reach[:-1])))  # each run's first span
+        runs = list(zip(spans[first, 0].tolist(), np.maximum.reduceat(spans[:, 1], first).tolist(), strict=True))
+        pos = pos.tolist()
         by_completion = self.by_completion
         m = len(by_completion) if self.realtime else 0  # chain nodes n .. n + m - 1
         info_at: dict[int, list[int]] = defaultdict(list)  # position -> the other transactions there
@@ -770,10 +861,15 @@ class _DependencyGraph:
         nodes = sorted(run_of)
         local = {x: i for i, x in enumerate(nodes)}
         adjacency: list[list[int]] = [[] for _ in nodes]
-        for a, b in zip(src, dst, strict=True):
-            ra = run_of.get(a)
-            if ra is not None and ra == run_of.get(b):
-                adjacency[local[a]].append(local[b])
+        # the edges inside a run, picked out an array at a time: a Python statement per edge (millions)
+        # was most of the check when completions come out of order
+        run_at = np.full(n + m, -1, dtype=np.int64)  # node -> its run, -1 for none
+        run_at[np.fromiter(run_of.keys(), dtype=np.int64, count=len(run_of))] = \
+            np.fromiter(run_of.values(), dtype=np.int64, count=len(run_of))
+        run_src = run_at[src]
+        inside = (run_src >= 0) & (run_src == run_at[dst])
+        for a, b in zip(src[inside].tolist(), dst[inside].tolist(), strict=True):
+            adjacency[local[a]].append(local[b])
         if self.realtime:
             # chain node n + r for the r-th completion: its transaction -> it -> the next one,
             # and the latest completion before each invocation -> the invoked transaction
@@ -796,7 +892,7 @@ class _DependencyGraph:
         """A history whose times go backwards: list Elle's frontier edges one by one."""
         n = self.txns.n
         adjacency: list[list[int]] = [[] for _ in range(n)]
-        for a, b in zip(self.src, self.dst, strict=True):
+        for a, b in zip(self.src.tolist(), self.dst.tolist(), strict=True):
             adjacency[a].append(b)
         for a, b, *_ in _frontier_edges(self.txns, self.committed, None):
             adjacency[a].append(b)

@@ -353,10 +353,10 @@ def _random_concurrent_history(seed: int, n: int = 60, keys: int = 4) -> list[Op
 
 def _inferred(h):
     """Step 1 of the check on a history in memory, finished."""
-    from kafkaesque_harness.checkers.elle import _Found, _Inference, _memory_records
+    from kafkaesque_harness.checkers.elle import _Found, _Inference, _memory_columns
 
     inference = _Inference(lambda op: op, _Found(), with_process=True)
-    inference.add_all(_memory_records(h))
+    inference.add_columns(*_memory_columns(h))
     inference.finish()
     return inference
 

@@ -172,6 +172,10 @@ def random_history(seed: int) -> tuple[list[Op], list[str]]:
     if rng.random() < 0.4:
         _stale_reads(rng, ops, share=0.2)
         injected = []  # a cut read may have undone an injection (or made another anomaly)
+    if rng.random() < 0.1:  # a clock that went back: completions before their invocations
+        for op in ops:
+            if op.type != "invoke" and rng.random() < 0.2:
+                op.time -= rng.randint(1, 20)
     return ops, injected
 
 
