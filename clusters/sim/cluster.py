@@ -21,12 +21,15 @@ network, clock skew and jumps per node. Controllers take the same faults as brok
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
+import shutil
 import signal
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kafkaesque_harness.clusters.broker import (
@@ -37,6 +40,7 @@ from kafkaesque_harness.clusters.broker import (
     QuorumControllerServer,
     build_parser,
 )
+from kafkaesque_harness.clusters.replica_dumps import collect_replicas
 from kafkaesque_harness.clusters.sim.disk import PageCache, PowerCutReport, discard_process_buffers, run_root
 from kafkaesque_harness.clusters.sim.loop import Process, SimLoop
 from kafkaesque_harness.clusters.sim.network import NetConfig, SimNetwork
@@ -315,6 +319,45 @@ class SimCluster:
             if self.running(c) and self.dump(c).get("active", True):
                 return c
         return None
+
+    # --- what a run keeps (as clusters/reference.py's collect) -----------------------------------------------
+    async def _dump_state(self, node: SimNode) -> dict[str, Any]:
+        """The node's answer to the admin dump request, through its own RPC handler."""
+        server = node.server
+        handler = server.dispatch_rpc if isinstance(server, Broker) else server.dispatch
+        return (await handler("dump_state", {"include_log": True}))["state"]
+
+    def dump_state(self, name: str, timeout_s: float = 3.0) -> dict[str, Any] | None:
+        """As the harness's dump request: None when the node is down or does not answer within timeout_s."""
+        node = self.nodes[name]
+        if node.proc is None or node.proc.dead:
+            return None
+        task = self.spawn(node.proc, self._dump_state(node))
+        self.loop.run_until_complete(asyncio.wait([task], timeout=timeout_s))
+        if not task.done() or task.exception() is not None:
+            task.cancel()
+            return None
+        return task.result()
+
+    def collect(self, dest_dir: str) -> None:
+        """Each node's log, trace, metadata log and state dump into dest_dir/<node>/, then replicas.json beside
+        it (clusters/replica_dumps.py). Brokers first, controllers last, as a real cluster's collect does."""
+        for name in self.brokers + self.controllers:
+            out = os.path.join(dest_dir, name)
+            os.makedirs(out, exist_ok=True)
+            node = self.nodes[name]
+            if node.proc is not None and not node.proc.dead:
+                node.proc.context.run(node.server.events.flush)  # the trace lines its housekeeping would flush
+            role = "controller" if name in self.controllers else "broker"
+            for path in (os.path.join(self.node_dir(name), f"{role}.log"),
+                         os.path.join(self.node_dir(name), "trace.jsonl"),
+                         os.path.join(self.node_dir(name), "data", "metadata.log")):
+                if os.path.exists(path):
+                    shutil.copyfile(path, os.path.join(out, os.path.basename(path)))
+            state = self.dump_state(name)
+            with open(os.path.join(out, "state.json"), "w") as fh:
+                json.dump(state if state is not None else {"unreachable": True}, fh, indent=1)
+        collect_replicas(Path(dest_dir), self.names)
 
     # --- the end ------------------------------------------------------------------------------------------
     def close(self) -> None:
