@@ -54,6 +54,7 @@ class Row:
     anomalies: set[str] = field(default_factory=set)
     client_anomalies: set[str] = field(default_factory=set)
     client_libraries: set[str] = field(default_factory=set)  # whose those client-only runs were (the settings')
+    reanalysed: list[str] = field(default_factory=list)  # runs whose verdict changed when re-checked (a sentence each)
     firsts: list[float] = field(default_factory=list)
     beyond_default: list[str] | None = None  # None: no default row to compare with
 
@@ -145,6 +146,11 @@ def summarize(docs: list[dict[str, Any]]) -> list[Row]:
                 row.not_run += 1
                 continue
             row.runs += 1
+            if r.get("reanalysed"):
+                first = r["reanalysed"]
+                row.reanalysed.append(f"{Path(str(r.get('run_dir'))).name} ({_plan(row)}): first {first['first_status']}"
+                                      + (f" ({', '.join(first['first_anomalies'])})" if first["first_anomalies"] else "")
+                                      + f", {r['status']} when re-checked")
             if _run_stalled(r):
                 row.stalled += 1
             if r["status"] == "invalid":
@@ -241,6 +247,10 @@ def _default_clean(rows: list[Row]) -> list[str]:
         lines.append(f"Met within what {runs} runs can say: {rate_text(0, runs)} with an anomaly of the broker's "
                      f"or an unattributed one, over {len(strict)} rows ({len(plans)} fault plan(s), flush "
                      f"{' and '.join(flushes)}; workload {', '.join(workloads)}).")
+    reanalysed = [text for r in strict for text in r.reanalysed]
+    if reanalysed:
+        lines += ["", "Runs whose verdict changed when their stored history was checked again after a checker fix "
+                      "(the fix and its cause: docs/FINDINGS.md): " + "; ".join(reanalysed) + "."]
     clients = [r for r in strict if r.client_only]
     if clients:
         lines += ["", f"Runs whose every anomaly was a client library's own (its recorded event explains each "
@@ -427,7 +437,33 @@ def render_markdown(docs: list[dict[str, Any]] | dict[str, Any], command: str, n
 
 
 def load_campaign_docs(campaign_dirs: list[str | Path]) -> list[dict[str, Any]]:
-    return [json.loads((Path(d) / "campaign.json").read_text()) for d in campaign_dirs]
+    docs = [json.loads((Path(d) / "campaign.json").read_text()) for d in campaign_dirs]
+    for doc in docs:
+        doc["runs"] = [run_as_analysed_now(r) for r in doc.get("runs", [])]
+    return docs
+
+
+def run_as_analysed_now(r: dict[str, Any]) -> dict[str, Any]:
+    """A campaign's run record with the verdict and anomalies its run dir's results.json holds now: a run
+    re-checked after a checker fix (`kafkaesque analyze RUN_DIR` rewrites results.json from the stored
+    history) counts as re-checked, marked `reanalysed` with the verdict the campaign first recorded. Anomalies
+    keep whose they are (checkers/clients.py)."""
+    if r.get("status") not in ("valid", "invalid", "unknown") or not r.get("run_dir"):
+        return r
+    try:
+        results = json.loads((Path(r["run_dir"]) / "results.json").read_text())
+    except (OSError, ValueError):
+        return r
+    valid = results.get("valid")
+    status = "valid" if valid is True else "invalid" if valid is False else "unknown"
+    anomalies = [{"checker": checker, "name": a.get("name"), "count": a.get("count"),
+                  **({"whose": a["whose"]} if isinstance(a.get("whose"), dict) else {})}
+                 for checker, c in (results.get("checkers") or {}).items() for a in c.get("anomalies", [])]
+    now = {**r, "status": status, "anomalies": anomalies}
+    if status != r["status"]:
+        now["reanalysed"] = {"first_status": r["status"],
+                             "first_anomalies": sorted({str(a.get("name")) for a in r.get("anomalies", [])})}
+    return now
 
 
 # --- the ledger: what a table was made from, kept beside it ---------------------------------------------------

@@ -204,3 +204,24 @@ def test_claim_1_counts_against_the_broker_only_runs_whose_anomalies_a_client_li
     for i, whose in ((2, {"client": 2}), (3, None)):
         md = render_markdown([campaign(tmp_path, [txn_run(i, "invalid", whose)])], "kafkaesque detect")
         assert "**Not met**: 1 of 1 runs (100%, 95% CI 2.5%-100%) found an anomaly not wholly a client library's" in md
+
+
+def test_a_run_checked_again_after_a_checker_fix_counts_with_its_new_verdict_and_says_so(tmp_path):
+    from kafkaesque_harness.studies.detection import load_campaign_docs
+
+    r = run(tmp_path, 0, "default", "kill", "invalid", first_ns=1, anomaly="lost-commit")
+    # `kafkaesque analyze` rewrote its results.json after the fix: valid now
+    (Path(r["run_dir"]) / "results.json").write_text(json.dumps({"valid": True, "checkers": {"queue": {"anomalies": []}}}))
+    cdir = tmp_path / "campaign"
+    cdir.mkdir()
+    (cdir / "campaign.json").write_text(json.dumps(campaign(tmp_path, [r])))
+    (doc,) = load_campaign_docs([cdir])
+    assert doc["runs"][0]["status"] == "valid"
+    assert doc["runs"][0]["reanalysed"] == {"first_status": "invalid", "first_anomalies": ["lost-commit"]}
+    md = render_markdown([doc], "kafkaesque detect")
+    assert "Met within what 1 runs can say" in md
+    assert "run0 (`kill`): first invalid (lost-commit), valid when re-checked" in md
+    # a run whose results did not change is not marked
+    same = run(tmp_path, 1, "default", "kill", "valid")
+    (cdir / "campaign.json").write_text(json.dumps(campaign(tmp_path, [same])))
+    assert "reanalysed" not in load_campaign_docs([cdir])[0]["runs"][0]
