@@ -31,7 +31,6 @@ from typing import Any
 from kafkaesque_harness.checkers.availability import availability
 from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
 from kafkaesque_harness.clusters.sim.cluster import SimCluster
-from kafkaesque_harness.clusters.sim.probe import create_topic
 from kafkaesque_harness.harness.runner import EXIT_HARNESS, check_run, exit_code, read_run_history
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.history import INFO, INVOKE, NEMESIS, HistoryWriter, Op
@@ -216,9 +215,8 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
         clients = sim.add_client("clients")
         run = SimWorkloadRun(spec.workload, options, sim.net.open_connection, random.Random(f"{spec.seed}/clients"),
                              bootstrap, writer, spec.concurrency, spec.time_limit, spec.rate)
-        admin = sim.add_client("admin")
         for topic, partitions in run.workload.topics(run.test):
-            sim.run_as(admin, create_topic(sim, topic, partitions, spec.replication_factor, spec.min_isr))
+            sim.create_topic(topic, partitions, spec.replication_factor, spec.min_isr)
         start = sim.now()
         writer.start_ns = int(round(start * 1e9))  # history times from the main phase's start, as a real run's
         nemesis = SimNemesis(sim, writer, list(spec.nemesis), random.Random(f"{spec.seed}/nemesis"),
