@@ -150,11 +150,69 @@ def test_a_record_that_never_finds_a_leader_expires_at_its_delivery_timeout_unse
     assert cluster.sent == []
 
 
-def test_failure_class_fatal_for_a_transactional_producer_abortable_for_other_errors():
+def test_failure_class_follows_kafka_pythons_classify_batch_error():
     assert failure_class(Errors.ProducerFencedError(), transactional=True) == "fatal"
     assert failure_class(Errors.OutOfOrderSequenceNumberError(), transactional=True) == "abortable"
     assert failure_class(Errors.OutOfOrderSequenceNumberError(), transactional=False) == "reset-producer-id"
+    assert failure_class(Errors.MessageSizeTooLargeError(), transactional=True) == "abortable"
+    assert failure_class(Errors.MessageSizeTooLargeError(), transactional=False) == "fatal"
+    # a retriable error that ran out changes nothing (docs/FINDINGS.md kafka-python 2)
+    assert failure_class(Errors.KafkaTimeoutError(), transactional=True) == "none"
     assert failure_class(Errors.NotEnoughReplicasError(), transactional=False) == "none"
+
+
+def _transactional(cluster: CannedCluster) -> Producer:
+    cluster.answers.setdefault("InitProducerIdRequest", []).append(_init_answer(5, 0))
+    cluster.answers.setdefault("AddPartitionsToTxnRequest", []).append(_added_answer())
+    cluster.answers.setdefault("EndTxnRequest", []).append(_end_answer())
+    return Producer(cluster, retries=5, transactional_id="t", delivery_timeout_s=0.3)
+
+
+def test_a_transaction_whose_send_expired_still_commits_as_kafka_python_3_does():
+    cluster = CannedCluster({}, leaderless_for=10**6)  # the send's partition never finds a leader
+    producer = _transactional(cluster)
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        sent = producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+        return sent
+
+    sent = run(txn())
+    assert isinstance(sent.exception(), Errors.KafkaTimeoutError)
+    ends = [fields for name, fields in cluster.sent if name == "EndTxnRequest"]
+    assert len(ends) == 1 and ends[0]["committed"] is True
+
+
+def test_a_transaction_whose_send_was_fenced_cannot_commit():
+    cluster = CannedCluster({"ProduceRequest": [produce_answer(Errors.ProducerFencedError.errno)]})
+    producer = _transactional(cluster)
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+
+    with pytest.raises(Errors.ProducerFencedError):
+        run(txn())
+    assert producer.state == FATAL
+    assert not [name for name, _ in cluster.sent if name == "EndTxnRequest"]
+
+
+def _added_answer() -> Any:
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse as R
+
+    T = R.AddPartitionsToTxnTopicResult
+    return R(version=3, throttle_time_ms=0, results_by_topic_v3_and_below=[T(name=TOPIC, results_by_partition=[
+        T.AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=0)])])
+
+
+def _end_answer() -> Any:
+    from kafka.protocol.producer.transaction import EndTxnResponse
+
+    return EndTxnResponse(version=3, throttle_time_ms=0, error_code=0)
 
 
 def _init_answer(pid: int, epoch: int, error: int = 0) -> Any:
@@ -217,6 +275,45 @@ def test_out_of_range_answer_resets_to_earliest_and_says_so_in_a_reset_event():
     (reset,) = [e for e in events.take() if e["type"] == "reset"]
     assert (reset["from"], reset["to"], reset["policy"], reset["error"]) == (10, 2, "earliest", "OFFSET_OUT_OF_RANGE")
     assert (reset["broker"], reset["leader_epoch"], reset["answered_by"]) == (1, 3, 1)
+
+
+def test_validation_moves_back_only_when_the_positions_epoch_ends_below_it():
+    from kafkaesque_harness.workloads.sim.consumer import after_validation
+
+    assert after_validation(Position(10, 1), end_offset=7, end_epoch=1) == "truncate"
+    assert after_validation(Position(10, 1), end_offset=12, end_epoch=1) == "valid"
+    assert after_validation(Position(10, 1), end_offset=-1, end_epoch=-1) == "reset"
+
+
+def test_a_newer_leader_epoch_holds_the_fetch_until_validation_moves_the_position_back():
+    from kafka.protocol.consumer import OffsetForLeaderEpochResponse as R
+
+    answer = R(version=4, throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(topic=TOPIC, partitions=[
+        R.OffsetForLeaderTopicResult.EpochEndOffset(error_code=0, partition=0, leader_epoch=1, end_offset=7)])])
+    cluster = CannedCluster({"OffsetForLeaderEpochRequest": [answer], "FetchRequest": [fetch_answer(0, hwm=7)]})
+    consumer, events = _consumer(cluster)  # the leader is at epoch 3
+    consumer.positions[0] = Position(10, 1)  # read up to 10 in epoch 1
+    run(consumer.poll(0.01))
+    assert [n for n, _ in cluster.sent][:2] == ["OffsetForLeaderEpochRequest", "FetchRequest"]
+    assert cluster.sent[1][1]["topics"][0].partitions[0].fetch_offset == 7
+    (reset,) = [e for e in events.take() if e["type"] == "reset"]
+    assert (reset["from"], reset["to"], reset["policy"]) == (10, 7, "truncation")
+
+
+def test_a_position_fetched_in_the_current_epoch_is_not_validated():
+    cluster = CannedCluster({"FetchRequest": [fetch_answer(0, hwm=10)]})
+    consumer, _ = _consumer(cluster)
+    consumer.positions[0] = Position(10, 3)  # its records were read in the leader's own epoch
+    run(consumer.poll(0.01))
+    assert [n for n, _ in cluster.sent] == ["FetchRequest"]
+
+
+def test_an_empty_fetch_forgets_the_positions_epoch_as_kafka_python_does():
+    cluster = CannedCluster({"FetchRequest": [fetch_answer(0, hwm=10)]})
+    consumer, _ = _consumer(cluster)
+    consumer.positions[0] = Position(10, 3)
+    run(consumer.poll(0.01))
+    assert consumer.positions[0] == Position(10, -1)
 
 
 def test_not_leader_answer_keeps_the_position_and_asks_for_metadata():

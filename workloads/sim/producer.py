@@ -12,10 +12,17 @@ kafka-python's sender (kafka/producer/sender.py):
   than `retries`, the delivery timeout has not passed, and (idempotent) the producer id and epoch are the ones
   the batch was built with (a retry under another id would break idempotence).
 - DUPLICATE_SEQUENCE_NUMBER is a success (the broker has the batch from an earlier attempt).
-- A batch that fails for good: OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID resets the idempotent
-  producer's id (its next send inits a new one; pre-KIP-360 fallback), a transactional producer's becomes an
-  abortable error; PRODUCER_FENCED, INVALID_PRODUCER_EPOCH and the other fatal errors make a transactional
-  producer fatal (`failure_class`).
+- A batch that fails for good (`failure_class`, kafka-python's TransactionManager.classify_batch_error):
+  PRODUCER_FENCED, INVALID_TXN_STATE and the authorization errors make the producer fatal; a sequence or epoch
+  error (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH) gives the idempotent producer
+  a new id and epoch, its sequences from 0 (kafka-python bumps the epoch, KIP-360: here a new InitProducerId),
+  and makes a transaction abortable (kafka-python bumps its epoch too; the simulator aborts, as the Java
+  client does); a retriable error that ran out of retries or time changes nothing: the send fails and the
+  transaction goes on, and its commit commits without the record (docs/FINDINGS.md kafka-python 2: the library's
+  own departure from the Java client's contract, which the txn checker then attributes to the client's
+  send-error event); any other error makes a transaction abortable and an idempotent producer fatal.
+- `flush` waits for the sends and, as kafka-python's, raises none of their failures (each send's own result
+  carries it).
 """
 
 from __future__ import annotations
@@ -43,9 +50,14 @@ NO_PRODUCER = (-1, -1)
 # The producer's states (kafka-python's TransactionManager, reduced to what the workloads reach)
 READY, IN_TRANSACTION, ABORTABLE, FATAL = "ready", "in-transaction", "abortable-error", "fatal-error"
 
+# A transaction coordinator's answers that end the producer (workloads/kafka_python.py FATAL_KAFKA_PYTHON_ERRORS)
 FATAL_ERRORS = (Errors.ProducerFencedError, Errors.InvalidProducerEpochError, Errors.TransactionalIdAuthorizationFailedError,
                 Errors.UnsupportedVersionError, Errors.InvalidTxnStateError, Errors.InvalidProducerIdMappingError)
-SEQUENCE_ERRORS = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
+# A failed batch's errors that end the producer, and those that bump its epoch (classify_batch_error's sets)
+BATCH_FATAL_ERRORS = (Errors.ClusterAuthorizationFailedError, Errors.TransactionalIdAuthorizationFailedError,
+                      Errors.ProducerFencedError, Errors.InvalidTxnStateError)
+SEQUENCE_ERRORS = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError,
+                   Errors.InvalidProducerEpochError)
 
 
 def can_retry(error: BaseException, attempts: int, retries: int, delivery_expired: bool,
@@ -59,13 +71,15 @@ def can_retry(error: BaseException, attempts: int, retries: int, delivery_expire
 
 
 def failure_class(error: BaseException, transactional: bool) -> str:
-    """What a batch that failed for good does to the producer: "reset-producer-id" (idempotent: a new id
-    next time), "abortable" (the transaction must abort), "fatal" (the producer is unusable), or "none"."""
-    if isinstance(error, FATAL_ERRORS):
-        return "fatal" if transactional else "reset-producer-id"
+    """What a batch that failed for good does to the producer (module docstring): "fatal" (unusable),
+    "reset-producer-id" (a new id and epoch next time), "abortable" (the transaction must abort), or "none"."""
+    if isinstance(error, BATCH_FATAL_ERRORS):
+        return "fatal"
     if isinstance(error, SEQUENCE_ERRORS):
         return "abortable" if transactional else "reset-producer-id"
-    return "abortable" if transactional else "none"
+    if getattr(error, "retriable", False):
+        return "none"
+    return "abortable" if transactional else "fatal"
 
 
 class Producer:
@@ -151,12 +165,9 @@ class Producer:
         return task
 
     async def flush(self) -> None:
-        """Wait for every send_soon(); raises the first failure."""
+        """Wait for every send_soon(); their failures are theirs (kafka-python's flush raises none of them)."""
         tasks, self._in_flight = self._in_flight, []
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _send_batch(self, tp: tuple[str, int], value: bytes) -> int:
         loop = asyncio.get_running_loop()
@@ -322,11 +333,11 @@ class Producer:
             raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
         if commit and self.state == ABORTABLE:
             raise Errors.IllegalStateError(f"cannot commit: the transaction must abort ({self.last_error!r})")
-        try:
-            await self.flush()
-        except Errors.KafkaError:
-            if commit:
-                raise
+        await self.flush()
+        if self.state == FATAL:  # a send of the transaction was fenced meanwhile
+            raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
+        if commit and self.state == ABORTABLE:
+            raise Errors.IllegalStateError(f"cannot commit: the transaction must abort ({self.last_error!r})")
         if self.txn_partitions or self.offsets_added:
             await self._txn_request(EndTxnRequest, lambda a: a.error_code, transactional_id=self.transactional_id,
                                     producer_id=self.producer_id, producer_epoch=self.producer_epoch,
