@@ -5,12 +5,15 @@ Entry point (what `kafkaesque sim` calls, on the simulator's loop):
 
     run = SimWorkloadRun(workload="queue" | "txn", options={...workload options...}, open_connection=...,
                          rng=random.Random(seed), bootstrap="host:port,...", history=HistoryWriter(path,
-                         clock_ns=virtual_clock_ns()), concurrency=5, time_limit_s=60.0, rate=100.0,
+                         clock_ns=virtual_clock_ns()), concurrency=10, time_limit_s=60.0, rate=100.0,
                          spawn=None)
     await run.main_phase()      # the processes until the virtual time limit (then the ops in flight end)
     ...                         # the caller heals the cluster and waits for recovery
     await run.final_reads()     # each partition drained to its HWM on a fresh process
     run.workload                # the real workload object: .checkers(run.test) judge the history
+    run.test                    # the test fields the clients used (concurrency, acks, time_limit, workload,
+                                # workload_options, partitions); the caller adds the run's own (nemesis,
+                                # run_dir, state_dumps, protocol_trace) before checking, as test.json has them
 
 or `await run_workload(...)` with the same arguments, which does both (with an optional `between` coroutine
 function run between them). Options are the workloads' own (workloads/queue.py QUEUE_OPTIONS, workloads/txn.py
@@ -65,7 +68,7 @@ class SimWorkloadRun:
     """One run's clients (module docstring)."""
 
     def __init__(self, workload: str, options: dict[str, Any], open_connection: OpenConnection, rng: random.Random,
-                 bootstrap: str, history: HistoryWriter, concurrency: int = 5, time_limit_s: float = 60.0,
+                 bootstrap: str, history: HistoryWriter, concurrency: int = 10, time_limit_s: float = 60.0,
                  rate: float = 100.0, spawn: Spawn | None = None):
         if workload not in WORKLOADS:
             raise ValueError(f"workload {workload!r} has no simulated client; valid: {', '.join(WORKLOADS)}")
@@ -74,7 +77,8 @@ class SimWorkloadRun:
         self.concurrency, self.time_limit_s, self.rate = max(1, concurrency), time_limit_s, rate
         self.spawn: Spawn = spawn if spawn is not None else (lambda name, coro: asyncio.ensure_future(coro))
         self.test = {"concurrency": self.concurrency, "acks": str(self.options.get("acks", "all")),
-                     "time_limit": time_limit_s, "workload": workload, "workload_options": self.options}
+                     "time_limit": time_limit_s, "workload": workload, "workload_options": self.options,
+                     "partitions": int(self.options.get("partitions", 4))}
         self.workload = _make_workload(workload, self.options)
         self.processes = list(range(self.concurrency))  # worker -> its current process
         self._mix_rng = random.Random(rng.getrandbits(64))
@@ -173,7 +177,7 @@ class SimWorkloadRun:
 
 
 async def run_workload(workload: str, options: dict[str, Any], open_connection: OpenConnection, rng: random.Random,
-                       bootstrap: str, history: HistoryWriter, concurrency: int = 5, time_limit_s: float = 60.0,
+                       bootstrap: str, history: HistoryWriter, concurrency: int = 10, time_limit_s: float = 60.0,
                        rate: float = 100.0, between: Callable[[], Awaitable[None]] | None = None,
                        spawn: Spawn | None = None) -> SimWorkloadRun:
     """The main phase, then `between` (the caller's heal and recovery wait), then the final reads."""

@@ -15,6 +15,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import kafka.errors as Errors
+
 from kafkaesque_harness.history import CLIENT_EVENTS, FAIL, INFO, OK, Op, client_id
 from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.sim.client import ClusterClient
@@ -127,7 +129,11 @@ class SimTxnLibrary:
             # offset before the reset policy (Fetcher._update_fetch_positions)
             unplaced = [p for p in consumer.assignment if consumer.position(p) is None]
             if unplaced:
-                await self.member.place_committed(unplaced)
+                try:
+                    await self.member.place_committed(unplaced)
+                except Errors.KafkaError as e:
+                    self.member.handle_error(e)
+                    return {}  # not placed yet: nothing is fetched (nor reset by the policy) until they are
         out: dict[str, list] = {}
         for p, records in sorted((await consumer.poll(POLL_TIMEOUT_S)).items()):
             out.setdefault(str(p), []).extend([o, int(v)] for o, v in records)
