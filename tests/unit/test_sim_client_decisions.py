@@ -40,6 +40,7 @@ class CannedCluster:
         self.bootstrap = [("b1", 9092)]
         self.topics: set[str] = set()
         self.partitions = {TOPIC: [0, 1, 2, 3]}
+        self.closed = False
 
     async def send(self, node: Any, request_class: Any, timeout_s: float | None = None, **fields: Any) -> Any:
         name = request_class.__name__
@@ -126,6 +127,30 @@ def test_idempotent_producer_retries_the_same_sequence_and_counts_it_once():
     assert producer.sequences == {(TOPIC, 0): 2}
 
 
+def test_a_record_that_failed_once_sent_leaves_its_sequence_used():
+    nes = Errors.NotEnoughReplicasError.errno
+    cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)],
+                             "ProduceRequest": [produce_answer(nes), produce_answer(nes), produce_answer(0, 9)]})
+    producer = Producer(cluster, retries=1, idempotent=True)
+    with pytest.raises(Errors.NotEnoughReplicasError):
+        run(producer.send(TOPIC, 0, b"1"))  # sent twice with sequence 0, then given up
+    assert run(producer.send(TOPIC, 0, b"2")) == 9
+    sequences = [_batch_sequence(fields) for name, fields in cluster.sent if name == "ProduceRequest"]
+    assert sequences == [0, 0, 1]  # never 0 again: the broker may hold the first record under it
+
+
+def test_a_record_that_expired_before_it_was_sent_takes_no_sequence():
+    cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)], "ProduceRequest": [produce_answer(0, 4)]},
+                            leaderless_for=10**6)
+    producer = Producer(cluster, retries=5, idempotent=True, delivery_timeout_s=0.3)
+    with pytest.raises(Errors.KafkaTimeoutError):
+        run(producer.send(TOPIC, 0, b"1"))
+    cluster.leaderless_for = 0
+    assert run(producer.send(TOPIC, 0, b"2")) == 4
+    sequences = [_batch_sequence(fields) for name, fields in cluster.sent if name == "ProduceRequest"]
+    assert sequences == [0]
+
+
 def test_duplicate_sequence_answer_is_a_success_other_sequence_errors_reset_the_producer_id():
     cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)],
                              "ProduceRequest": [produce_answer(Errors.DuplicateSequenceNumberError.errno, 4),
@@ -201,12 +226,46 @@ def test_a_transaction_whose_send_was_fenced_cannot_commit():
     assert not [name for name, _ in cluster.sent if name == "EndTxnRequest"]
 
 
-def _added_answer() -> Any:
+def test_a_partition_the_coordinator_keeps_busy_expires_the_record_and_the_commit_waits_for_the_add():
+    busy = _added_answer(Errors.ConcurrentTransactionsError.errno)
+    cluster = CannedCluster({"AddPartitionsToTxnRequest": [busy] * 5})
+    producer = _transactional(cluster)  # its add succeeds after five CONCURRENT_TRANSACTIONS answers
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        sent = producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+        return sent
+
+    sent = run(txn())
+    assert isinstance(sent.exception(), Errors.KafkaTimeoutError)  # expired at 0.3 s, before the add went through
+    names = [name for name, _ in cluster.sent]
+    assert names.count("AddPartitionsToTxnRequest") == 6 and names[-1] == "EndTxnRequest"
+    assert "ProduceRequest" not in names
+
+
+def test_a_fenced_add_makes_the_commit_fail_without_ending_the_transaction():
+    cluster = CannedCluster({"AddPartitionsToTxnRequest": [_added_answer(Errors.ProducerFencedError.errno)]})
+    producer = _transactional(cluster)
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+
+    with pytest.raises(Errors.ProducerFencedError):
+        run(txn())
+    assert "EndTxnRequest" not in [name for name, _ in cluster.sent]
+
+
+def _added_answer(error: int = 0) -> Any:
     from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse as R
 
     T = R.AddPartitionsToTxnTopicResult
     return R(version=3, throttle_time_ms=0, results_by_topic_v3_and_below=[T(name=TOPIC, results_by_partition=[
-        T.AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=0)])])
+        T.AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=error)])])
 
 
 def _end_answer() -> Any:

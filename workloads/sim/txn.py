@@ -19,6 +19,7 @@ import kafka.errors as Errors
 
 from kafkaesque_harness.history import CLIENT_EVENTS, FAIL, INFO, OK, Op, client_id
 from kafkaesque_harness.workloads.base import ClientEventLog
+from kafkaesque_harness.workloads.kafka_python import _error_text as kafka_python_error_text
 from kafkaesque_harness.workloads.sim.client import ClusterClient
 from kafkaesque_harness.workloads.sim.consumer import Consumer
 from kafkaesque_harness.workloads.sim.group import GroupMember
@@ -84,7 +85,8 @@ class SimTxnLibrary:
 
         def failed(t: asyncio.Task) -> None:  # the library's own answer to a send it gave up on
             if not t.cancelled() and t.exception() is not None:
-                self.events.add("send-error", topic=self.topic, key=key, value=value, error=_error_text(t.exception()))
+                self.events.add("send-error", topic=self.topic, key=key, value=value,
+                                error=kafka_python_error_text(t.exception()))
         task.add_done_callback(failed)
         return lambda: task.result() if task.done() and not task.cancelled() and task.exception() is None else None
 
