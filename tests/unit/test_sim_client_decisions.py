@@ -501,3 +501,57 @@ def test_a_fatal_producer_refuses_a_new_transaction():
     producer.state, producer.last_error = FATAL, Errors.ProducerFencedError()
     with pytest.raises(Errors.ProducerFencedError):
         run(producer.begin())
+
+
+# --- group join: committed offset or reset policy ------------------------------------------------------------
+def _join_answers(committed: dict[int, int]) -> dict[str, list[Any]]:
+    from kafka.protocol.consumer.group import JoinGroupResponse, OffsetFetchResponse, SyncGroupResponse
+    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+
+    J = JoinGroupResponse
+    subscription = ConsumerProtocolSubscription(topics=[TOPIC], user_data=b"").encode(version=0)
+    join = [J(version=9, throttle_time_ms=0, error_code=Errors.MemberIdRequiredError.errno, generation_id=-1,
+              protocol_type="consumer", protocol_name="", leader="", skip_assignment=False, member_id="m-1",
+              members=[]),
+            J(version=9, throttle_time_ms=0, error_code=0, generation_id=1, protocol_type="consumer",
+              protocol_name="range", leader="m-1", skip_assignment=False, member_id="m-1",
+              members=[J.JoinGroupResponseMember(member_id="m-1", group_instance_id=None, metadata=subscription)])]
+    assignment = ConsumerProtocolAssignment(assigned_partitions=[(TOPIC, [0, 1, 2, 3])], user_data=b"").encode(version=0)
+    sync = [SyncGroupResponse(version=5, throttle_time_ms=0, error_code=0, protocol_type="consumer",
+                              protocol_name="range", assignment=assignment)]
+    G = OffsetFetchResponse.OffsetFetchResponseGroup
+    T = G.OffsetFetchResponseTopics
+    fetched = [OffsetFetchResponse(version=8, throttle_time_ms=0, groups=[G(group_id="g", error_code=0, topics=[
+        T(name=TOPIC, partitions=[T.OffsetFetchResponsePartitions(
+            partition_index=p, committed_offset=committed.get(p, -1), committed_leader_epoch=-1, metadata="",
+            error_code=0) for p in range(4)])])])]
+    return {"JoinGroupRequest": join, "SyncGroupRequest": sync, "OffsetFetchRequest": fetched}
+
+
+class VersionedCannedCluster(CannedCluster):
+    async def connection(self, node: Any) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(versions={9: 8})
+
+
+def test_joining_the_group_places_committed_partitions_and_leaves_the_others_to_the_reset_policy():
+    cluster = VersionedCannedCluster(_join_answers({1: 40, 3: 7}))
+    journal: list[tuple[str, list[int]]] = []
+    consumer = Consumer(cluster, TOPIC, ClientEventLog("sim-kafka-python", lambda: 0.0))
+    member = GroupMember(cluster, "g", TOPIC, consumer, consumer.events, lambda kind, ps: journal.append((kind, ps)),
+                         heartbeat_s=3600)
+
+    async def join():
+        active = await member.ensure_active(1.0)
+        member.stop()
+        return active
+
+    assert run(join()) is True
+    joins = [fields for name, fields in cluster.sent if name == "JoinGroupRequest"]
+    assert [j["member_id"] for j in joins] == ["", "m-1"]  # KIP-394: joined again with the id it was given
+    assert journal == [("revoked", []), ("assigned", [0, 1, 2, 3])]  # eager: revoked (nothing) before the join
+    assert consumer.position(1) == 40 and consumer.position(3) == 7
+    assert consumer.position(0) is None and consumer.position(2) is None  # the reset policy places them at a poll
+    seeks = [(e["key"], e["to"], e["why"]) for e in consumer.events.take() if e["type"] == "seek"]
+    assert seeks == [(1, 40, "committed"), (3, 7, "committed")]
