@@ -49,6 +49,7 @@ from kafkaesque_harness.results.pipeline.cli import pipeline_app
 from kafkaesque_harness.results.store import format_problem
 from kafkaesque_harness.workloads.registry import parse_workload_options
 
+SIM_HASH_SEED = "0"  # `kafkaesque sim` runs with this PYTHONHASHSEED (harness/simulate.py)
 EXIT_STATUS = ("Exit status: 0 valid, 1 invalid, 2 unknown, 3 the harness failed or the input is bad "
                "(a bad option or a missing argument too), 130 interrupted (Ctrl-C, SIGTERM or SIGHUP: what "
                "had started was healed and stored, its verdict unknown).")
@@ -283,6 +284,69 @@ def run(
     except StoreError as e:
         fail(str(e))
     except HarnessError as e:
+        fail(str(e))
+    _print_verdict(run_dir)
+    print(run_dir)
+    raise typer.Exit(code)
+
+
+@app.command()
+def sim(
+    seed: Annotated[int, typer.Option(help="the seed: the same seed and settings give the same run, byte for byte")] = 0,
+    workload: Annotated[str, typer.Option(help="queue or txn (their simulated clients, workloads/sim/)")] = "queue",
+    workload_option: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="a workload's own setting "
+                                                                   "(repeatable; as for run)")] = None,
+    nemesis: Annotated[str, typer.Option(help="faults, comma-separated: kill, pause, partition, lossy-crash, "
+                                              "clock (one at a time, on a node drawn from the seed)")] = "",
+    nemesis_interval: Annotated[float, typer.Option(help="mean virtual seconds between a fault's start and "
+                                                         "stop, and between faults")] = 10.0,
+    time_limit: Annotated[float, typer.Option(help="virtual seconds of the main phase")] = 60.0,
+    concurrency: Annotated[int, typer.Option(help="client processes")] = 10,
+    rate: Annotated[float, typer.Option(help="target ops/s over all clients, in virtual time")] = 100.0,
+    brokers: Annotated[int, typer.Option()] = 3,
+    controllers: Annotated[int, typer.Option(help="controllers: 1, or an odd quorum (3, 5)")] = 1,
+    replication_factor: Annotated[int, typer.Option()] = 3,
+    min_isr: Annotated[int, typer.Option()] = 2,
+    partitions: Annotated[int, typer.Option(help="partitions of the test topic")] = 4,
+    acks: Annotated[str, typer.Option(help="all, 1 or 0")] = "all",
+    flush_policy: FlushPolicyOption = "never",
+    broker_variant: BrokerVariantOption = "default",
+    store: Annotated[str, typer.Option(help="where runs are stored")] = "store",
+    name: Annotated[str, typer.Option(help="test name (store folder); default: sim-<workload>")] = "",
+    recovery_wait: Annotated[float, typer.Option(help="virtual seconds to let the cluster recover after "
+                                                      "healing")] = 10.0,
+) -> None:
+    """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
+    simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
+    (test.json says "simulated"). Prints the run dir last."""
+    if os.environ.get("PYTHONHASHSEED") != SIM_HASH_SEED:
+        # the order of sets of strings must be the same in every run of a seed: this process again, fixed
+        env = {**os.environ, "PYTHONHASHSEED": SIM_HASH_SEED}
+        os.execve(sys.executable, [sys.executable, "-c", "import sys; from kafkaesque_harness.harness.cli import "
+                                   "main; sys.argv[0] = 'kafkaesque'; main()", *sys.argv[1:]], env)
+    from kafkaesque_harness.harness.simulate import sim_problems, simulate
+    from kafkaesque_harness.harness.spec import TestSpec
+    from kafkaesque_harness.results.store import StoreError
+
+    workload_options, workload_problems = parse_workload_options(workload_option or [])
+    if workload_problems:
+        fail_all(workload_problems)
+    spec = TestSpec.make(name=name or f"sim-{workload}", workload=workload,
+                         nemesis=[n.strip() for n in nemesis.split(",") if n.strip()],
+                         nemesis_interval=nemesis_interval, nemesis_schedule="sequential", time_limit=time_limit,
+                         concurrency=concurrency, rate=rate, brokers=brokers, controllers=controllers,
+                         replication_factor=replication_factor, min_isr=min_isr, partitions=partitions, acks=acks,
+                         flush_policy=flush_policy, broker_variant=broker_variant, seed=seed,
+                         store=store, recovery_wait=recovery_wait, workload_options=workload_options)
+    # the settings a simulated run shares with a real one are checked as for run; the cluster and the faults
+    # are the simulator's own (sim_problems)
+    shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
+    problems = sim_problems(spec) + spec.problems("flag", only=shared)
+    if problems:
+        fail_all(problems)
+    try:
+        code, run_dir = simulate(spec, log=lambda m: err.print(m))
+    except StoreError as e:
         fail(str(e))
     _print_verdict(run_dir)
     print(run_dir)
@@ -712,8 +776,11 @@ def detect(
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, clusters/mutants.py)")] = None,
-    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership or small-fetches "
-                                                        "(repeatable; default protocol and random)")] = None,
+    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership, "
+                                                        "small-fetches, txn, txn-random, groups or groups-random "
+                                                        "(repeatable; default: each mutant's own, protocol and random "
+                                                        "but txn/txn-random or groups/groups-random for the "
+                                                        "coordinators')")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
     seed: Annotated[int, typer.Option(help="the first seed")] = 22000,
     minutes: Annotated[float, typer.Option(help="minutes per run")] = 5.0,
@@ -748,7 +815,6 @@ def mutate(
     from kafkaesque_harness.clusters.mutants import MUTANTS
     from kafkaesque_harness.harness.mutate import measure, unit_test_mutant
     from kafkaesque_harness.studies.mutation import (
-        DEFAULT_PLANS,
         PLANS,
         catalogue_problems,
         mutant_copy,
@@ -778,8 +844,8 @@ def mutate(
                              "replacement in clusters/mutants.py.")
         err.print(f"mutate: all {len(chosen)} mutants apply exactly once and compile")
         return
-    plans = plan or list(DEFAULT_PLANS)
-    bad = [p for p in plans if p not in PLANS]
+    plans = plan or None  # none named: each mutant's own (default_plans: the coordinators' run their workloads)
+    bad = [p for p in plans or () if p not in PLANS]
     if bad:
         fail(f"unknown plan {', '.join(bad)}; valid: {', '.join(PLANS)}.")
     if cluster not in ("local", "docker"):

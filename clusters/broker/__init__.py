@@ -31,6 +31,14 @@ _FACE = {
     "controller_state": "membership",
     "unregister": "membership",
     "wait_reassignments": "membership",
+    # the deterministic simulator (clusters/sim/): the node programs, their flags, and the node's host seam
+    "build_parser": "__main__",
+    "Broker": "server",
+    "ControllerServer": "controller_server",
+    "QuorumControllerServer": "controller_quorum",
+    "NODE_HOST": "hostenv",
+    "RealHost": "hostenv",
+    "CONTROLLER_ID": "local_cluster",
 }
 __all__ = sorted(_FACE)
 

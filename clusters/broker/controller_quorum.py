@@ -41,12 +41,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-import random
-import time
 from collections.abc import Coroutine
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import hostenv, rpc
 from kafkaesque_harness.clusters.broker.controller import Controller
 from kafkaesque_harness.clusters.broker.controller_server import (
     ControllerServer,
@@ -135,7 +133,7 @@ class QuorumControllerServer(ControllerServer):
                                  heartbeat_interval=HEARTBEAT_MS, election_timeout_min=ELECTION_TIMEOUT_MS[0],
                                  election_timeout_max=ELECTION_TIMEOUT_MS[1])
         self.store = FileRaftStore(os.path.join(args.data_dir, "raft.log"))
-        self.raft = RaftNode(raft_config, self.store, random.Random(), now=now_ms(), logger=self.log)
+        self.raft = RaftNode(raft_config, self.store, hostenv.rng(), now=now_ms(), logger=self.log)
         # The metadata log after the last snapshot: committed records in order; a record's
         # offset is base_offset + its index here.
         self.records: list[dict[str, Any]] = []
@@ -341,7 +339,7 @@ class QuorumControllerServer(ControllerServer):
                          "voters": sorted(self.voters)}
         if include_log:
             state["metadata_log"] = list(self.records)
-        state["time_ms"] = int(time.time() * 1000)
+        state["time_ms"] = int(hostenv.wall_s() * 1000)
         return state
 
     async def dispatch(self, api: str, body: dict[str, Any]) -> dict[str, Any]:

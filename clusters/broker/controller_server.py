@@ -12,11 +12,10 @@ import asyncio
 import json
 import os
 import sys
-import time
 from collections.abc import Coroutine
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import hostenv, rpc
 from kafkaesque_harness.clusters.broker.controller import Controller, ControllerConfig
 from kafkaesque_harness.clusters.broker.listener import Limits, Listener, start_serving
 from kafkaesque_harness.clusters.broker.metadata import MetadataImage, MetadataLogFile
@@ -35,7 +34,7 @@ class JsonLog:
     def __call__(self, event: dict[str, Any]) -> None:
         # ts is the node's wall clock (a clock fault shifts it); mono is the host's monotonic clock, which
         # no fault touches and which the harness shares on one host: it places the line on the run's timeline.
-        line = {"ts": round(time.time(), 6), "mono": round(time.monotonic(), 6), "node": self.node,
+        line = {"ts": round(hostenv.wall_s(), 6), "mono": round(hostenv.monotonic_s(), 6), "node": self.node,
                 "role": self.role, **event}
         self._fh.write(json.dumps(line, default=str) + "\n")
         self._fh.flush()
@@ -43,7 +42,7 @@ class JsonLog:
 
 def now_ms() -> int:
     # Monotonic: session timeouts must not jump with a skewed wall clock (the clock nemesis).
-    return time.monotonic_ns() // 1_000_000
+    return hostenv.monotonic_ms()
 
 
 def controller_events(args: Any, log: JsonLog) -> EventSink:
@@ -151,7 +150,7 @@ class ControllerServer:
             return await self.fetch_metadata(body)
         if api == "dump_state":
             state = self.controller.dump()
-            state["time_ms"] = int(time.time() * 1000)
+            state["time_ms"] = int(hostenv.wall_s() * 1000)
             return {"error": rpc.NONE, "state": state}
         response = self.controller.handle(api, body, now_ms())
         self.persist()

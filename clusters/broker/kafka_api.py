@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import struct
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -84,7 +83,7 @@ from kafka.protocol.producer.transaction import (
     TxnOffsetCommitResponse,
 )
 
-from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import hostenv, rpc
 from kafkaesque_harness.clusters.broker.group_coordinator import (
     MAX_METADATA_CHARS,
     OFFSETS_TOPIC,
@@ -342,14 +341,14 @@ async def fetch(broker: Broker, req: Any, version: int) -> Any:
     # v12+: the epoch of the last record the consumer read (KIP-320), checked like a follower's (-1: none)
     wanted = [(t.topic, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1), p.partition_max_bytes,
                getattr(p, "last_fetched_epoch", -1)) for t in req.topics for p in t.partitions]
-    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    deadline = hostenv.monotonic_s() + max(req.max_wait_ms, 0) / 1000
     read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     while True:
         waiters = [broker.change_event(t, p) for t, p, *_ in wanted]
         parts = [broker.consumer_read(t, p, off, cle, max_bytes, read_committed, lfe)
                  for t, p, off, cle, max_bytes, lfe in wanted]
         total = sum(len(x["records"]) for x in parts)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - hostenv.monotonic_s()
         if (total >= max(req.min_bytes, 1) or remaining <= 0 or not wanted
                 or any(x["error"] or x.get("diverging") for x in parts)):
             break
@@ -655,7 +654,7 @@ def _fetch_group_offsets(broker: Broker, group_id: str, topics: Any,
 
 
 def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000  # the shell's clock (server.now_ms): session timers must not jump
+    return hostenv.monotonic_ms()  # the shell's clock (server.now_ms): session timers must not jump
 
 
 HANDLERS = {0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch,

@@ -33,12 +33,11 @@ import asyncio
 import signal
 import struct
 import sys
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import hostenv, rpc
 from kafkaesque_harness.clusters.broker.code_digest import ROOT as CODE_ROOT
 from kafkaesque_harness.clusters.broker.code_digest import node_code_digest
 
@@ -132,7 +131,7 @@ class Listener:
         self._sweeper: asyncio.Task | None = None
 
     async def start(self, host: str, port: int) -> asyncio.Server:
-        server = await asyncio.start_server(self.serve, host, port, reuse_address=True)
+        server = await hostenv.start_server(self.serve, host, port, reuse_address=True)
         self._sweeper = asyncio.create_task(self._sweep(server))
         return server
 
@@ -141,7 +140,7 @@ class Listener:
         interval = min(1.0, self.limits.read_timeout_s / 4, self.limits.connections_max_idle_ms / 4000)
         while server.is_serving():
             await asyncio.sleep(interval)
-            now = time.monotonic()
+            now = hostenv.monotonic_s()
             for conn in list(self.open):
                 conn.expire(now)
 
@@ -166,7 +165,7 @@ class Listener:
     def _refuse_connection(self, writer: asyncio.StreamWriter) -> None:
         writer.close()
         self._refused += 1
-        now = time.monotonic()
+        now = hostenv.monotonic_s()
         if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL_S:
             self.log({"event": "connections_refused", "count": self._refused, "open": self.connections,
                       "limit": self.limits.max_connections, "flag": "--max-connections"})
@@ -192,7 +191,7 @@ class Connection:
         self._reading: asyncio.Task | None = None
         self._writing: asyncio.Task | None = None
         self._shut = False
-        self.last_active = time.monotonic()  # a request read or an answer written
+        self.last_active = hostenv.monotonic_s()  # a request read or an answer written
         self.body: tuple[float, int] | None = None  # (since, length) of the body being read
         self.body_received = 0
 
@@ -207,11 +206,11 @@ class Connection:
                 raise  # the server is shutting down, not a refusal
             return
         # EOF after the last request (a client that half-closes): answers being computed still go out.
-        deadline = time.monotonic() + DRAIN_ON_EOF_S
-        while self.in_flight and not self.closed and time.monotonic() < deadline:
+        deadline = hostenv.monotonic_s() + DRAIN_ON_EOF_S
+        while self.in_flight and not self.closed and hostenv.monotonic_s() < deadline:
             self._progress.clear()
             try:
-                await asyncio.wait_for(self._progress.wait(), deadline - time.monotonic())
+                await asyncio.wait_for(self._progress.wait(), deadline - hostenv.monotonic_s())
             except TimeoutError:
                 break
 
@@ -294,7 +293,7 @@ class Connection:
         """The body. A large one is read into one buffer of exactly its size as it arrives: no growing
         buffer to copy (StreamReader.readexactly would hold it twice at the end, and leave the heap
         fragmented); a small one (most requests) is taken whole from the stream's buffer."""
-        self.body, self.body_received = (time.monotonic(), n), 0
+        self.body, self.body_received = (hostenv.monotonic_s(), n), 0
         if n <= READ_CHUNK:
             try:
                 return await self.reader.readexactly(n)
@@ -305,7 +304,7 @@ class Connection:
                 return None  # a reset: the peer is gone, nothing to answer
             finally:
                 self.body = None
-                self.last_active = time.monotonic()
+                self.last_active = hostenv.monotonic_s()
         body = bytearray(n)
         try:
             while self.body_received < n:
@@ -319,7 +318,7 @@ class Connection:
             return None  # a reset: the peer is gone, nothing to answer
         finally:
             self.body = None
-        self.last_active = time.monotonic()
+        self.last_active = hostenv.monotonic_s()
         return body
 
     def _start(self, body: bytes | bytearray, n: int) -> bool:
@@ -382,7 +381,7 @@ class Connection:
             async with self._write_lock:
                 self.writer.write(frame)
                 await self.writer.drain()
-            self.last_active = time.monotonic()
+            self.last_active = hostenv.monotonic_s()
         except (ConnectionError, OSError):
             pass  # the peer went away (a killed or partitioned broker): nobody to answer
 
@@ -403,7 +402,7 @@ class Connection:
                     async with self._write_lock:
                         self.writer.write(data)
                         await self.writer.drain()
-                    self.last_active = time.monotonic()
+                    self.last_active = hostenv.monotonic_s()
             except (ConnectionError, OSError):
                 return  # the client went away
             finally:

@@ -29,6 +29,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kafkaesque_harness.clusters.broker import hostenv
 from kafkaesque_harness.clusters.broker.log.checkpoints import atomic_write, fsync_dir
 
 NO_LEADER = -1
@@ -231,7 +232,7 @@ class MetadataLogFile:
         self._fh.write(("\n".join(lines) + "\n").encode())
         self._fh.flush()
         if fsync:
-            os.fsync(self._fh.fileno())
+            hostenv.fsync(self._fh.fileno())
         self.records.extend(records)
         return first
 

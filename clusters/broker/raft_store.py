@@ -36,6 +36,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kafkaesque_harness.clusters.broker import hostenv
 from kafkaesque_harness.clusters.broker.log.checkpoints import atomic_write
 
 
@@ -193,7 +194,7 @@ class FileRaftStore:
                 with open(self.path, "r+b") as fh:
                     fh.truncate(good)
                     fh.flush()
-                    os.fsync(fh.fileno())
+                    hostenv.fsync(fh.fileno())
         self._open_for_append()
         return state
 
@@ -225,7 +226,7 @@ class FileRaftStore:
             self._open_for_append()
         self._fh.write(b"".join(encode_frame(f) for f in frames))
         self._fh.flush()
-        os.fsync(self._fh.fileno())
+        hostenv.fsync(self._fh.fileno())
 
     def save_term_vote(self, term: int, voted_for: int | None) -> None:
         self._write([{"k": "vote", "term": term, "vote": voted_for}])

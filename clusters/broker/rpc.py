@@ -43,6 +43,8 @@ import struct
 import sys
 from typing import Any
 
+from kafkaesque_harness.clusters.broker import hostenv
+
 # --- the message catalogue ---------------------------------------------------------------
 API: dict[str, str] = {
     # broker -> controller (002 1.2.2, PROTOCOL.md 5)
@@ -324,7 +326,7 @@ class RpcClient:
                 return
             try:
                 self._reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout
+                    hostenv.open_connection(self.host, self.port), self.connect_timeout
                 )
             except (TimeoutError, OSError) as e:
                 raise RpcError(f"cannot connect to {self.host}:{self.port}: {e}") from None

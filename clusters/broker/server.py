@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-import uuid
 from collections import deque
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import kafka_api, rpc
+from kafkaesque_harness.clusters.broker import hostenv, kafka_api, rpc
 from kafkaesque_harness.clusters.broker.controller_server import JsonLog
 from kafkaesque_harness.clusters.broker.group_coordinator import (
     OFFSETS_TOPIC,
@@ -60,7 +58,7 @@ READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"  # a con
 
 def now_ms() -> int:
     # Monotonic: lag and session timers must not jump when the clock nemesis skews the wall clock.
-    return time.monotonic_ns() // 1_000_000
+    return hostenv.monotonic_ms()
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -68,6 +66,24 @@ def _hostport(s: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise ValueError(f"address {s!r} is not HOST:PORT; give it as e.g. 127.0.0.1:9092")
     return host, int(port)
+
+
+# Where the node's lossy file system reports its power cuts (clusters/lossyfs.py --status-file), when the broker
+# writes through one; the backend sets it (clusters/docker.py).
+LOSSYFS_STATUS_ENV = "KAFKAESQUE_LOSSYFS_STATUS"
+
+
+def lossy_drops_seen(status_file: str | None) -> int | None:
+    """How many times the lossy file system has dropped its unsynced bytes (its "dropped" reports), or None
+    when the broker writes through none (or its report cannot be read): the trace's fact that a lossy crash
+    happened between two starts."""
+    if not status_file:
+        return None
+    try:
+        with open(status_file) as f:
+            return sum(1 for line in f if '"dropped"' in line)
+    except OSError:
+        return None
 
 
 METADATA_COPY_MAX = 5000  # records in a broker's metadata copy beyond its snapshot before it folds them in
@@ -97,7 +113,7 @@ class ControllerClient:
                 resp = await self.clients[addr].call(api, body, timeout=timeout)
             except rpc.RpcError:
                 # Dead or cut off: the next call tries the next controller.
-                self.unreachable_at[addr] = time.monotonic()
+                self.unreachable_at[addr] = hostenv.monotonic_s()
                 self._move_to((self.current + 1) % len(self.addrs), f"{api}: {addr[0]}:{addr[1]} unreachable")
                 raise
             if resp.get("error") != rpc.NOT_CONTROLLER:
@@ -106,7 +122,7 @@ class ControllerClient:
             hinted = _hostport(hint) if hint else None
             # Followers name the old leader until their election timeout ends; one that just
             # failed us is not worth a round trip (it would only bounce us back here).
-            recently_failed = hinted is not None and time.monotonic() - self.unreachable_at.get(hinted, -9.0) < 1.0
+            recently_failed = hinted is not None and hostenv.monotonic_s() - self.unreachable_at.get(hinted, -9.0) < 1.0
             if hinted in self.clients and hinted != addr and not recently_failed:
                 self._move_to(self.addrs.index(hinted), f"{api}: redirected by {addr[0]}:{addr[1]}")
                 continue
@@ -172,12 +188,20 @@ class Broker:
                       "partitions": sorted({c.get("partition") for c in self.recovery_cuts})})
             self.previous_broker_epoch = -1
         self.checkpointed_hwm = self.logs.read_hwm_checkpoint()
+        # What this start found on disk, for the trace's log-shorter-after-restart: each log's end beside the HWM
+        # checkpoint it read, whether the last shutdown was clean, and how many power cuts the lossy file system
+        # has made so far (a count that grew since the previous start explains a log shorter than its checkpoint).
+        self.events({"event": "logs_loaded", "clean": self.previous_broker_epoch >= 0,
+                     "recovery_cuts": sorted({str(c.get("partition")) for c in self.recovery_cuts}),
+                     "lossy_drops": lossy_drops_seen(os.environ.get(LOSSYFS_STATUS_ENV)),
+                     "replicas": [[t, p, log.log_end_offset, self.checkpointed_hwm.get((t, p), -1)]
+                                  for (t, p), log in sorted(self.logs.logs().items())]})
         self.metadata_file = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
         self.image = self.metadata_file.image()
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.replica_config = ReplicaConfig(replica_lag_time_max_ms=args.replica_lag_time_max_ms,
                                             variants=self.variants)
-        self.incarnation_id = uuid.uuid4().hex
+        self.incarnation_id = hostenv.new_uuid().hex
         self.broker_epoch = -1
         self.fenced = True
         self.caught_up = False
@@ -193,10 +217,10 @@ class Broker:
         self.appended: dict[tuple[str, int], asyncio.Event] = {}
         self.fetchers: dict[tuple[str, int], asyncio.Task] = {}
         self.alter_tasks: dict[tuple[str, int], asyncio.Task] = {}
-        self._producer_ids = int(time.time() * 1000) % (1 << 40)
+        self._producer_ids = int(hostenv.wall_s() * 1000) % (1 << 40)
         self.groups = GroupCoordinator(CoordinatorConfig(
             initial_rebalance_delay_ms=getattr(args, "group_initial_rebalance_delay_ms", 3000),
-            min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)))
+            min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)), event_log=self.events)
         self.offsets_topic_min_isr = getattr(args, "offsets_topic_min_isr", 2)
         self.group_loads: dict[tuple[str, int], asyncio.Task] = {}
         self.txn = TxnShell(self)
@@ -340,14 +364,14 @@ class Broker:
             if offset < out["lso"]:
                 out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=out["lso"])
                 if raw:
-                    self._trace_consumer_fetch(r, offset, raw, READ_COMMITTED, bound)
+                    self._trace_consumer_fetch(r, offset, raw, READ_COMMITTED, bound, out["lso"])
                     end = max(h.next_offset for _, h in iter_batch_headers(raw, check_crc=False))
                     out["aborted"] = r.producers.aborted_between(offset, end)
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
             out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
             if raw:
-                self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm")
+                self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm", r.hwm)
         return out
 
     def answered(self, event: dict[str, Any]) -> None:
@@ -389,17 +413,21 @@ class Broker:
         reads, G1a; the class Jepsen found in Redpanda 2022 and Bufstream 2024)."""
         return ("hwm", r.hwm) if "read-committed-to-hwm" in self.variants else ("lso", r.last_stable_offset())
 
-    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes, isolation: str, bound: str) -> None:
+    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes, isolation: str, bound: str,
+                              bound_offset: int) -> None:
         first = last = -1
         for _, h in iter_batch_headers(raw, check_crc=False):
             if first < 0:
                 first = h.base_offset
             last = h.last_offset
         # The LSO is the partition's own (producer state), whatever bound the read used: the trace's
-        # read-committed-above-lso compares what was served with it.
+        # read-committed-above-lso compares what was served with it; bound_offset is the offset the read was
+        # cut at (the bound reported is the bound used), and the trace's read-committed-open-txn checks the LSO
+        # itself against the transactions' batches and markers.
         self.events({"event": "consumer_fetch", "topic": r.topic, "partition": r.partition,
                      "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
-                     "isolation": isolation, "bound": bound, "hwm": r.hwm, "lso": r.last_stable_offset()})
+                     "isolation": isolation, "bound": bound, "bound_offset": bound_offset, "hwm": r.hwm,
+                     "leo": r.leo, "lso": r.last_stable_offset()})
 
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
                     read_committed: bool = False) -> tuple[int, int, int]:
@@ -443,8 +471,8 @@ class Broker:
         if resp.get("error") != rpc.NONE:
             return resp["error"], resp.get("message")
         # Answer once this broker's metadata shows every partition with a leader.
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = hostenv.monotonic_s() + timeout_s
+        while hostenv.monotonic_s() < deadline:
             parts = self.image.partitions_of(topic)
             if len(parts) == partitions and all(p.leader != NO_LEADER for p in parts):
                 return rpc.NONE, None
@@ -563,6 +591,7 @@ class Broker:
             # the HWM as the commit is answered, which must have passed them (002 2.5).
             self.events({"event": "offset_commit_acked", "topic": OFFSETS_TOPIC, "partition": partition,
                          "leader_epoch": r.leader_epoch if r else -1, "group": group_id, "generation": generation_id,
+                         "member": member_id, "offsets": [[t, p, o] for t, p, o, _, _ in offsets],
                          "first": base, "last": base + len(records) - 1, "hwm": r.hwm if r else None, "acks": acks})
             if self.groups.status(group_id) == rpc.NONE:
                 for i, (k, v) in enumerate(records):
@@ -859,8 +888,8 @@ class Broker:
             self.txn.tick()
             self.logs.maybe_flush_all(now_ms())
             self.events.flush()
-            if time.monotonic() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
-                last_checkpoint = time.monotonic()
+            if hostenv.monotonic_s() - last_checkpoint >= self.args.hwm_checkpoint_interval_ms / 1000:
+                last_checkpoint = hostenv.monotonic_s()
                 self.write_hwm_checkpoint()
 
     def write_hwm_checkpoint(self) -> None:
@@ -890,7 +919,7 @@ class Broker:
 
     def dump(self, include_log: bool) -> dict[str, Any]:
         return {"node_id": self.node_id, "role": "broker", "broker_epoch": self.broker_epoch, "fenced": self.fenced,
-                "metadata_offset": self.image.offset, "time_ms": int(time.time() * 1000),
+                "metadata_offset": self.image.offset, "time_ms": int(hostenv.wall_s() * 1000),
                 "variants": sorted(self.variants), "flush_policy": self.args.flush_policy,
                 "partitions": [r.dump(include_log) for _, r in sorted(self.replicas.items())],
                 "group_coordinator": self.groups.dump(), "txn_coordinator": self.txn.dump()}

@@ -16,10 +16,9 @@ if the producer's coordinator lists the partition in its ongoing transaction).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
-from kafkaesque_harness.clusters.broker import rpc
+from kafkaesque_harness.clusters.broker import hostenv, rpc
 from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
 from kafkaesque_harness.clusters.broker.log import BatchHeader, build_batch, validate_batches
 from kafkaesque_harness.clusters.broker.log.batch import build_control_batch
@@ -38,7 +37,7 @@ MARKER_RETRY_S = 0.2
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return int(hostenv.wall_s() * 1000)
 
 
 class TxnShell:

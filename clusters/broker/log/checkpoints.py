@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+from kafkaesque_harness.clusters.broker import hostenv
+
 HWM_CHECKPOINT_NAME = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_NAME = "clean-shutdown"
 TMP_SUFFIX = ".tmp"
@@ -29,7 +31,7 @@ def fsync_dir(path: str) -> None:
     """fsync a directory so a create, rename or unlink inside it is durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        hostenv.fsync(fd)
     finally:
         os.close(fd)
 
@@ -43,7 +45,7 @@ def atomic_write(path: str, data: bytes) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        hostenv.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

@@ -24,6 +24,7 @@ from array import array
 from collections.abc import Callable
 from typing import NamedTuple
 
+from kafkaesque_harness.clusters.broker import hostenv
 from kafkaesque_harness.clusters.broker.log.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -505,7 +506,7 @@ class PartitionLog:
     def _fsync_segment(self, seg: _Segment, force: bool = False) -> None:
         if not force and seg.synced_size == seg.size:
             return
-        os.fsync(seg.fd)
+        hostenv.fsync(seg.fd)
         seg.synced_size = seg.size
         self._flush_log.record(seg.path, seg.size, seg.next_offset)
 
@@ -609,7 +610,7 @@ class PartitionLog:
             return False
         self._log_recovery(seg.path, expected, pos, reason)
         os.ftruncate(seg.fd, pos)
-        os.fsync(seg.fd)
+        hostenv.fsync(seg.fd)
         return True
 
     def _rebuild_epoch_cache(self) -> None:

@@ -1,0 +1,103 @@
+"""The node's one door to its host: clocks, randomness, its process id, fsync and the network's two calls.
+
+Every module of the broker asks this module, never `time`, `uuid`, `random`, `os.fsync` or
+`asyncio.open_connection` / `asyncio.start_server` directly. On a real node the answers are the host's
+own (RealHost). The deterministic simulator (clusters/sim/) runs every node of a cluster in one
+process on one event loop with virtual time; it gives each node its own Host in the context variable
+below, set in the node's root context, which every task and callback of the node inherits (asyncio
+copies the context into each Task and Handle). So one line of the broker serves both worlds, and the
+protocol code a real run tests is the code the simulator tests.
+
+What a Host must answer is the Host protocol; a simulated one reads the simulator's virtual clock
+(plus the node's skew), draws from the run's seed, fsyncs into its page-cache model and connects
+through the in-memory network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+
+class Host(Protocol):
+    def wall_s(self) -> float: ...  # the node's wall clock (a clock fault moves it)
+
+    def monotonic_s(self) -> float: ...  # never jumps; timers and timeouts
+
+    def new_uuid(self) -> uuid.UUID: ...
+
+    def rng(self) -> random.Random: ...  # a generator of its own (Raft's election timeouts)
+
+    def pid(self) -> int: ...
+
+    def fsync(self, fd: int) -> None: ...
+
+    def open_connection(self, host: str, port: int, **kw: Any
+                        ) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]: ...
+
+    def start_server(self, client_connected_cb: Callable[..., Any], host: str, port: int, **kw: Any
+                     ) -> Awaitable[asyncio.AbstractServer]: ...
+
+
+class RealHost:
+    """The host the process runs on."""
+
+    wall_s = staticmethod(time.time)
+    monotonic_s = staticmethod(time.monotonic)
+    new_uuid = staticmethod(uuid.uuid4)
+    pid = staticmethod(os.getpid)
+    fsync = staticmethod(os.fsync)
+    open_connection = staticmethod(asyncio.open_connection)
+    start_server = staticmethod(asyncio.start_server)
+
+    @staticmethod
+    def rng() -> random.Random:
+        return random.Random()
+
+
+REAL_HOST = RealHost()
+# The node's Host; unset (a real node, or the harness): the real one.
+NODE_HOST: contextvars.ContextVar[Host] = contextvars.ContextVar("kafkaesque_node_host")
+
+
+def wall_s() -> float:
+    return NODE_HOST.get(REAL_HOST).wall_s()
+
+
+def monotonic_s() -> float:
+    return NODE_HOST.get(REAL_HOST).monotonic_s()
+
+
+def monotonic_ms() -> int:
+    return int(NODE_HOST.get(REAL_HOST).monotonic_s() * 1000)
+
+
+def new_uuid() -> uuid.UUID:
+    return NODE_HOST.get(REAL_HOST).new_uuid()
+
+
+def rng() -> random.Random:
+    return NODE_HOST.get(REAL_HOST).rng()
+
+
+def pid() -> int:
+    return NODE_HOST.get(REAL_HOST).pid()
+
+
+def fsync(fd: int) -> None:
+    NODE_HOST.get(REAL_HOST).fsync(fd)
+
+
+def open_connection(host: str, port: int, **kw: Any) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    return NODE_HOST.get(REAL_HOST).open_connection(host, port, **kw)
+
+
+def start_server(client_connected_cb: Callable[..., Any], host: str, port: int, **kw: Any
+                 ) -> Awaitable[asyncio.AbstractServer]:
+    return NODE_HOST.get(REAL_HOST).start_server(client_connected_cb, host, port, **kw)
