@@ -6,13 +6,18 @@ As in Elle (Kingsbury & Alvaro), kept in separate steps:
    consecutive appends, wr from an element's appender to each read ending at it, rw from a
    reader to the appender of the first element it did not see; plus process and realtime
    edges (realtime through a frontier, never all pairs).
-2. graph: transactions are ints and edges parallel lists of ints; real-time edges are kept as
+   The inference reads the transactions once, in invocation order (a history in memory, or a
+   file's rows as a stream: ListAppendCheck, so `kafkaesque check` never holds the history), and
+   keeps no read's list: a read that agrees with its key's longest read is a prefix of it, so
+   four ints say it (issue 44: a million transactions from a file in well under 1 GB).
+2. graph: transactions are ints and edges numpy arrays of them; real-time edges are kept as
    each transaction's run of frontier completions, not listed (issue 26: linear time and
-   memory, a million transactions in seconds). No cycle when the completion order is a
-   topological order (one pass at C speed); otherwise strongly connected components (an
-   iterative Tarjan) only where backward edges overlap; in each, with networkx, the shortest
-   cycle of each class: G0 (ww), G1c (ww+wr), G-single (exactly one rw), G2-item (two or more
-   rw), and their -process / -realtime variants when the cycle needs those edges.
+   memory, a million transactions in seconds). No cycle when the completion order, or else the
+   invocation order, is a topological order (an array comparison each); otherwise strongly
+   connected components (an iterative Tarjan) only where backward edges overlap; in each, with
+   networkx, the shortest cycle of each class: G0 (ww), G1c (ww+wr), G-single (exactly one rw),
+   G2-item (two or more rw), and their -process / -realtime variants when the cycle needs those
+   edges.
 3. explanation: each cycle step by step in words, with the transactions' ops.
 Non-cyclic anomalies: G1a (aborted read), G1b (intermediate read), internal inconsistency,
 incompatible-order, duplicate-elements. A cycle-search budget ends the search with
