@@ -50,6 +50,23 @@ def probe_tcp(cluster, src: str, dst: str) -> str:
     return words[0] if words else f"error (exit {r.exit}: {r.err.strip()[-120:]})"
 
 
+def probe_from_harness(cluster, dst: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """From the harness itself (where the workload's clients run), a TCP connect to `dst`'s address: open,
+    refused, timeout, or error ...; what a cut between the clients and one broker must make time out."""
+    import socket
+
+    host, port = cluster.address(dst)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return "open"
+    except TimeoutError:
+        return "timeout"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return f"error {e.errno}"
+
+
 def probe_pairs(cluster, pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     """Every (src, dst) probe at once; "src->dst" -> result."""
     pairs = list(dict.fromkeys(pairs))

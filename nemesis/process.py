@@ -19,7 +19,7 @@ from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
 from kafkaesque_harness.nemesis.targets import choose, running_brokers
 
 
-class _ProcessFault(NemesisBase):
+class ProcessFault(NemesisBase):
     """Each target hit by `act` at the start (one of FaultActions' process faults); `undo` heals it at the stop."""
 
     name = ""
@@ -82,14 +82,14 @@ class _ProcessFault(NemesisBase):
         if self.faults is not None:
             self._heal_all()
 
-class KillNemesis(_ProcessFault):
+class KillNemesis(ProcessFault):
     """SIGKILL the targets; `stop-kill` restarts them (kill -9, as a crash)."""
 
     name, start_f, stop_f = "kill", "start-kill", "stop-kill"
     act, undo = staticmethod(FaultActions.kill), staticmethod(FaultActions.start)
 
 
-class PauseNemesis(_ProcessFault):
+class PauseNemesis(ProcessFault):
     """SIGSTOP the targets; `stop-pause` resumes them (a GC pause or a frozen VM)."""
 
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"

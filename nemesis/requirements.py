@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkaesque_harness.clusters.base import (
+    ClientLinks,
     ClockControl,
     ControllerAdmin,
     HasRemotes,
@@ -34,10 +35,12 @@ from kafkaesque_harness.clusters.base import (
     LossyControllers,
     LossyDisk,
     NetDevice,
+    ObjectStore,
     PageCacheDrop,
     Pausable,
     SegmentFiles,
     SharedIds,
+    SpreadClients,
     StateDumps,
 )
 from kafkaesque_harness.clusters.capabilities import Capability
@@ -74,8 +77,8 @@ def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     k = kind(fault)
     return (k.capabilities, k.on) if k else ((), "all")
 
-__all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk", "NetDevice",
-           "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
+__all__ = ["ClientLinks", "ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk",
+           "NetDevice", "ObjectStore", "PageCacheDrop", "Pausable", "SegmentFiles", "SpreadClients", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
            "why_not"]
 
 
@@ -96,6 +99,8 @@ _UNDECLARED: dict[type, str] = {
     ControllerAdmin: "the {name} cluster does not have one",
     StateDumps: "the {name} cluster gives no state dumps",
     PageCacheDrop: "the {name} cluster does not say whether its nodes may write /proc/sys/vm/drop_caches",
+    ObjectStore: "the {name} cluster has no object store of its own (no node of role storage)",
+    ClientLinks: "the {name} cluster does not say where the harness's clients reach its brokers from",
 }
 # Why not, for a subject that declares the ability: its own answer of the moment (None: it can).
 _ANSWER: dict[type, Callable[[Any], str | None]] = {
@@ -105,6 +110,9 @@ _ANSWER: dict[type, Callable[[Any], str | None]] = {
     LossyControllers: lambda c: c.lossy_controllers_unavailable(),
     StateDumps: lambda c: c.state_dumps_unavailable(),
     PageCacheDrop: lambda c: c.page_cache_unavailable(),
+    # A cluster file without a storage node declares the ability but has no store to fault.
+    ObjectStore: lambda c: None if c.storage_nodes() else "the cluster file names no node of role storage",
+    ClientLinks: lambda c: c.client_link_unavailable(),
 }
 
 
