@@ -67,7 +67,7 @@ from kafkaesque_harness.nemesis.plan import PlanStep, drive
 from kafkaesque_harness.nemesis.requirements import SpreadClients, StateDumps, can
 from kafkaesque_harness.nemesis.schedule import NemesisSchedule
 from kafkaesque_harness.results.store import STORE_FORMAT, create_run_dir, write_json
-from kafkaesque_harness.workloads.base import StallableProducers
+from kafkaesque_harness.workloads.base import PreflightCheck, StallableProducers
 
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
 FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
@@ -408,6 +408,9 @@ class Run:
                     write_json(run_dir / "test.json", test)
                     for topic, parts in workload.topics(test):
                         cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)
+                    refusal = workload.preflight(spread) if can(workload, PreflightCheck) else None
+                    if refusal:
+                        raise HarnessError(refusal)
                     nemesis.setup(cluster, faults)
                     schedule = self._nemesis_schedule(nemesis)
                     if panel:
