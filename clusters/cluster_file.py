@@ -43,7 +43,10 @@ marker still names the run. The foreign brokers are not restarted or stopped by 
 probed per node (clusters/capabilities.py). Partitions and net need every node on an
 address of its own with iptables; lossy-crash, disk and the clock faults need hooks into
 the broker's storage and clock that a system we did not build does not give, so they are
-refused by name. Examples: clusters/examples/.
+refused by name. A node of role `storage` is an object store the brokers keep their data in (a diskless
+design: clusters/examples/tansu-s3.toml): started first, its `ready` command asked before the brokers start,
+reached at its storage_port, and the target of the storage faults (nemesis/storage.py). Examples:
+clusters/examples/.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ exit status of the command that made the fault:
 - process_state_within: the process is gone, stopped (state T) or running, per /proc on the node
 - probe_tcp: can `src` open a TCP connection to `dst`'s port? "open", "refused" (nothing listens,
   but packets flow) or "timeout" (the packets are dropped: the cut holds)
+- probe_from_harness: the same from the harness itself, where the workload's clients run (client-partition)
 - node_clock_reading: the node's own wall clock (its state dump's time_ms) against
   ours, with the reading's error bound (half the dump's round trip)
 - cached_kib: the page cache size from the node's /proc/meminfo (drop-caches)
