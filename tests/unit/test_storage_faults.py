@@ -341,3 +341,50 @@ def test_the_final_heal_undoes_every_storage_fault_left_active(harness_probe):
     assert faults.heal_everything() == []
     assert faults.ledger.active() == [] and all(r.healed for r in faults.ledger.records())
     assert cluster.qdisc == {} and not any(cluster.net.drops.values())
+
+
+# --- the txn workload asks InitProducerId before the main phase ----------------------------------------------
+class FakeTxnProducer:
+    """kafka-python's KafkaProducer as far as the preflight uses it; `answer` is what init_transactions raises."""
+
+    answer: Exception | None = None
+    asked: list[list[str]] = []
+
+    def __init__(self, bootstrap_servers, **kw):
+        FakeTxnProducer.asked.append(bootstrap_servers)
+        self.transactional_id = kw["transactional_id"]
+
+    def init_transactions(self):
+        if FakeTxnProducer.answer is not None:
+            raise FakeTxnProducer.answer
+
+    def close(self, timeout=None):
+        pass
+
+
+@pytest.fixture
+def txn_producer(monkeypatch):
+    import kafka
+
+    FakeTxnProducer.answer, FakeTxnProducer.asked = None, []
+    monkeypatch.setattr(kafka, "KafkaProducer", FakeTxnProducer)
+    return FakeTxnProducer
+
+
+def test_the_txn_workload_is_refused_with_the_clusters_answer_where_initproducerid_fails(txn_producer):
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+
+    from kafkaesque_harness.workloads.txn import TxnWorkload
+
+    txn_producer.answer = TransactionalIdAuthorizationFailedError()
+    said = TxnWorkload({}).preflight(["10.9.0.2:9092", "10.9.0.3:9092"])
+    assert said.startswith("the txn workload needs transactions, and the cluster did not answer InitProducerId "
+                           "for a transactional id through 10.9.0.2:9092 (TransactionalIdAuthorizationFailedError")
+    assert said.endswith("run the queue workload on it instead")
+
+
+def test_the_txn_workload_asks_each_distinct_bootstrap_once_and_runs_where_every_broker_answers(txn_producer):
+    from kafkaesque_harness.workloads.txn import TxnWorkload
+
+    assert TxnWorkload({}).preflight(["a:1", "b:1", "a:1"]) is None
+    assert txn_producer.asked == [["a:1"], ["b:1"]]
