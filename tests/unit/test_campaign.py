@@ -129,7 +129,7 @@ BAD_FILES = [
      "key 'repetitions' must be an integer, not a string ('3'); write e.g. repetitions = 3."),
     ("[campaign]\nname = 'x'\nrate = true\n", "key 'rate' must be a number, not a boolean"),
     ("[campaign]\nname = 'x'\nnemeses = ['kill,meteor']\n",
-     "unknown nemesis 'meteor' in 'nemeses' entry 'kill,meteor'; valid: clock, clock-jump"),
+     "unknown nemesis 'meteor' in 'nemeses' entry 'kill,meteor'; valid: client-partition, clock, clock-jump"),
     ("[campaign]\nname = 'x'\nbroker_variants = ['no-fsync']\n",
      "unknown broker variant 'no-fsync' in 'broker_variants'; valid: default, truncate-to-hw"),
     ("[campaign]\nname = 'x'\nworkloads = ['bank']\n", "unknown workload 'bank' in 'workloads'; valid: queue, txn."),
