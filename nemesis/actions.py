@@ -17,7 +17,7 @@ step goes through the run's FaultLedger (nemesis/ledger.py):
   reading the qdisc and rules back.
 - slow_link, restore_links: a tbf bandwidth limit alone on a node's egress (a slow object store:
   every answer it sends is held to the rate); observed by reading the qdisc back.
-- cut_clients, heal_client_cuts: iptables DROP on one broker of every packet from the address the
+- cut_client_link, heal_client_cuts: iptables DROP on one broker of every packet from the address the
   harness's clients reach it from (ClientLinks); observed by a TCP connect from the harness itself,
   which must time out, and after the heal must not.
 - set_clock, reset_clock: the node's clock control file (clusters/clock_preload.py); observed
@@ -348,7 +348,7 @@ class FaultActions:
                                f"the node still shows qdisc {state['qdisc']!r}")
         return owed
 
-    def cut_clients(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+    def cut_client_link(self, node: str, by: str, detail: Any = None) -> FaultRecord:
         """The broker drops every packet from the address the harness's clients reach it from: no client of
         the workload (nor the harness's own Metadata lookups) reaches it, while it still reaches the store."""
         address = self.cluster.client_address(node)

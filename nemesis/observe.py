@@ -46,26 +46,6 @@ def probe_script(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> li
 CLIENTS = "clients"  # in a grudge: the harness's own clients (ClientCuts: the address they reach the nodes from)
 
 
-def probe_from_harness(cluster, dst: str) -> str:
-    """From this process, where the clients run, a TCP connect to `dst`'s Kafka port: open, refused, timeout,
-    or error ...."""
-    import socket
-
-    s = socket.socket()
-    s.settimeout(PROBE_TIMEOUT_S)
-    try:
-        s.connect(cluster.address(dst))
-        return "open"
-    except TimeoutError:
-        return "timeout"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError as e:
-        return f"error {e.errno}"
-    finally:
-        s.close()
-
-
 def probe_tcp(cluster, src: str, dst: str) -> str:
     """From node `src` (or from the harness, CLIENTS), a TCP connect to `dst`'s Kafka port: open, refused,
     timeout, or error ...."""

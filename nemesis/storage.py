@@ -154,7 +154,7 @@ class ClientPartitionNemesis(NemesisBase):
         if op.f == self.start_f:
             self.faults.heal_client_cuts(by=self.name)  # one broker at a time
             node = self.rng.choice(sorted(cluster.broker_nodes()))
-            rec = self.faults.cut_clients(node, by=self.name)
+            rec = self.faults.cut_client_link(node, by=self.name)
             return Op(INFO, op.f, op.process, {"client-partition": [node], "clients": rec.detail.get("clients")})
         if op.f == self.stop_f:
             healed = self.faults.heal_client_cuts(by=self.name)
