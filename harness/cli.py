@@ -218,7 +218,7 @@ def run(
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
     cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local, "
                                              "FILE.toml (a cluster file: any Kafka-protocol cluster, format in "
-                                             "clusters/cluster_file.py), or ssh:FILE.toml (our broker over SSH, "
+                                             "README's Cluster file reference), or ssh:FILE.toml (our broker over SSH, "
                                              "clusters/ssh.py)")] = "auto",
     flush_policy: FlushPolicyOption = "never",
     broker_variant: BrokerVariantOption = "default",
