@@ -225,3 +225,17 @@ def test_a_run_checked_again_after_a_checker_fix_counts_with_its_new_verdict_and
     same = run(tmp_path, 1, "default", "kill", "valid")
     (cdir / "campaign.json").write_text(json.dumps(campaign(tmp_path, [same])))
     assert "reanalysed" not in load_campaign_docs([cdir])[0]["runs"][0]
+
+
+def test_claim_1_leaves_unknown_runs_out_and_claim_2_is_not_met_by_no_cells(tmp_path, monkeypatch):
+    import kafkaesque_harness.studies.detection as det
+    monkeypatch.setattr(det, "scenario_targets", lambda: {"scenario:x": ("no-elr",)})
+    runs = [run(tmp_path, 0, "default", "kill", "valid"), run(tmp_path, 1, "default", "kill", "unknown")]
+    md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect")
+    assert "Met within what 1 runs can say: 0 of 1 runs" in md
+    assert "Not counted: 1 run(s) whose verdict was unknown (`kill`: 1)." in md
+    # a section (which judges only the scenarios it ran) with no scenario targeting a variant: claim 2 says so
+    # instead of a vacuous "Met"
+    md = render_markdown([campaign(tmp_path, runs)], "kafkaesque detect", level=2)
+    assert "No scenario that targets a flaw variant ran in these campaigns." in md
+    assert "Met: every targeted cell" not in md
