@@ -25,6 +25,11 @@ kafka-python's sender (kafka/producer/sender.py):
   send-error event); any other error makes a transaction abortable and an idempotent producer fatal.
 - `flush` waits for the sends and, as kafka-python's, raises none of their failures (each send's own result
   carries it).
+- The transaction coordinator's requests (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) are
+  retried until answered, as kafka-python's TransactionManager re-enqueues them (the workload bounds each call);
+  a partition's first record waits for its AddPartitionsToTxn and expires if that outlasts its delivery timeout,
+  and a commit waits for every add still under way before its EndTxn. A transaction that added nothing ends
+  without a request (kafka-python completes it locally).
 """
 
 from __future__ import annotations
