@@ -48,7 +48,7 @@ from kafka.protocol.producer.transaction import (
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkaesque_harness.workloads.sim.client import RETRY_BACKOFF_S, STALE_METADATA_ERRORS, ClusterClient
-from kafkaesque_harness.workloads.sim.wire import error_for
+from kafkaesque_harness.workloads.sim.wire import CONNECTION_ERRORS, error_for
 
 DELIVERY_TIMEOUT_S = 4.0  # delivery_timeout_ms=4000 of the real queue producer
 TXN_KEY_TYPE = 1
@@ -145,8 +145,7 @@ class Producer:
         return self.coordinator
 
     def _coordinator_error(self, e: BaseException) -> None:
-        if isinstance(e, (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError,
-                          Errors.KafkaConnectionError)):
+        if isinstance(e, (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError, *CONNECTION_ERRORS)):
             self.coordinator = None
 
     # --- sending -------------------------------------------------------------------------------------------
@@ -234,7 +233,7 @@ class Producer:
             try:
                 leader, _ = await self.cluster.leader_for(*tp)
                 return leader
-            except (Errors.LeaderNotAvailableError, Errors.KafkaConnectionError):
+            except (Errors.LeaderNotAvailableError, *CONNECTION_ERRORS):
                 if loop.time() >= deadline:
                     raise self._expired(tp, deadline) from None
                 await asyncio.sleep(RETRY_BACKOFF_S)
