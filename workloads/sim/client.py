@@ -20,7 +20,12 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from kafkaesque_harness.workloads.sim.wire import BrokerConnection, OpenConnection, error_for
+from kafkaesque_harness.workloads.sim.wire import (
+    CONNECTION_ERRORS,
+    BrokerConnection,
+    OpenConnection,
+    error_for,
+)
 
 REQUEST_TIMEOUT_S = 3.0      # request_timeout_ms=3000 of the real workloads' clients
 METADATA_MAX_AGE_S = 2.0     # metadata_max_age_ms=2000
@@ -30,7 +35,7 @@ RETRY_BACKOFF_S = 0.1        # retry_backoff_ms (kafka-python's default 100 ms)
 # Answers after which kafka-python asks for fresh metadata (errors.InvalidMetadataError and its kin).
 STALE_METADATA_ERRORS = (Errors.NotLeaderForPartitionError, Errors.UnknownTopicOrPartitionError,
                          Errors.LeaderNotAvailableError, Errors.FencedLeaderEpochError,
-                         Errors.UnknownLeaderEpochError, Errors.KafkaConnectionError)
+                         Errors.UnknownLeaderEpochError, *CONNECTION_ERRORS)
 
 
 def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
@@ -99,7 +104,7 @@ class ClusterClient:
             conn = await self.connection(node)
             return await conn.request(request_class, timeout_s if timeout_s is not None else self.request_timeout_s,
                                       **fields)
-        except Errors.KafkaConnectionError:
+        except CONNECTION_ERRORS:
             self.request_update()
             raise
 

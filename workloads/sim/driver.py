@@ -107,12 +107,16 @@ class SimWorkloadRun:
         self._next_start = 0.0
         op_mix = self.workload.op_mix(self.test, clock=loop.time)
         workers = [self.spawn(f"client-{w}", self._worker(w, op_mix)) for w in range(self.concurrency)]
-        done, pending = await asyncio.wait(workers, timeout=self.time_limit_s + MAIN_PHASE_GRACE_S)
-        for task in pending:
+        await asyncio.wait(workers, timeout=self.time_limit_s + MAIN_PHASE_GRACE_S)
+        # in worker order, never a set's: the order of the cancellations is the order of what follows them, and a
+        # set of tasks iterates by their addresses, which differ from one process to the next
+        still_running = [task for task in workers if not task.done()]
+        for task in still_running:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for task in done:
-            task.result()  # a bug in the driver itself is not hidden
+        await asyncio.gather(*still_running, return_exceptions=True)
+        for task in workers:
+            if not task.cancelled():
+                task.result()  # a bug in the driver itself is not hidden
         for _, op in sorted(self._in_flight.items()):
             self.history.append(Op(INFO, op.f, op.process, None, error=ABANDONED, extra=op.extra))
         self._in_flight.clear()

@@ -38,7 +38,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.sim.client import ClusterClient
 from kafkaesque_harness.workloads.sim.consumer import READ_COMMITTED, Consumer, Position
-from kafkaesque_harness.workloads.sim.wire import error_for
+from kafkaesque_harness.workloads.sim.wire import CONNECTION_ERRORS, error_for
 
 GROUP_KEY_TYPE = 0
 SESSION_TIMEOUT_MS = 6000   # session_timeout_ms=6000 of the real workloads' consumers
@@ -46,7 +46,7 @@ HEARTBEAT_S = 1.0           # heartbeat_interval_ms=1000
 REBALANCE_TIMEOUT_MS = 300000  # max_poll_interval_ms (kafka-python's default), its rebalance timeout
 PROTOCOL = "range"
 
-COORDINATOR_ERRORS = (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError, Errors.KafkaConnectionError,
+COORDINATOR_ERRORS = (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError, *CONNECTION_ERRORS,
                       Errors.CoordinatorLoadInProgressError)
 LOST_MEMBERSHIP_ERRORS = (Errors.IllegalGenerationError, Errors.UnknownMemberIdError, Errors.FencedInstanceIdError)
 

@@ -25,6 +25,11 @@ kafka-python's sender (kafka/producer/sender.py):
   send-error event); any other error makes a transaction abortable and an idempotent producer fatal.
 - `flush` waits for the sends and, as kafka-python's, raises none of their failures (each send's own result
   carries it).
+- The transaction coordinator's requests (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) are
+  retried until answered, as kafka-python's TransactionManager re-enqueues them (the workload bounds each call);
+  a partition's first record waits for its AddPartitionsToTxn and expires if that outlasts its delivery timeout,
+  and a commit waits for every add still under way before its EndTxn. A transaction that added nothing ends
+  without a request (kafka-python completes it locally).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from kafka.protocol.producer.transaction import (
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafkaesque_harness.workloads.sim.client import RETRY_BACKOFF_S, STALE_METADATA_ERRORS, ClusterClient
-from kafkaesque_harness.workloads.sim.wire import error_for
+from kafkaesque_harness.workloads.sim.wire import CONNECTION_ERRORS, error_for
 
 DELIVERY_TIMEOUT_S = 4.0  # delivery_timeout_ms=4000 of the real queue producer
 TXN_KEY_TYPE = 1
@@ -140,8 +145,7 @@ class Producer:
         return self.coordinator
 
     def _coordinator_error(self, e: BaseException) -> None:
-        if isinstance(e, (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError,
-                          Errors.KafkaConnectionError)):
+        if isinstance(e, (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError, *CONNECTION_ERRORS)):
             self.coordinator = None
 
     # --- sending -------------------------------------------------------------------------------------------
@@ -229,7 +233,7 @@ class Producer:
             try:
                 leader, _ = await self.cluster.leader_for(*tp)
                 return leader
-            except (Errors.LeaderNotAvailableError, Errors.KafkaConnectionError):
+            except (Errors.LeaderNotAvailableError, *CONNECTION_ERRORS):
                 if loop.time() >= deadline:
                     raise self._expired(tp, deadline) from None
                 await asyncio.sleep(RETRY_BACKOFF_S)

@@ -5,9 +5,10 @@ kafka-python's generated protocol classes (the classes the reference broker's ka
 nothing here reads a clock but the running loop's, so the same code runs on loopback and in virtual time.
 A connection negotiates its API versions with ApiVersions first (the highest both sides have, as kafka-python
 does), then pipelines requests: each carries a correlation id, one reader task hands each response to the
-request that waits for it. A request that gets no answer in its timeout closes the connection (kafka-python:
-a timed-out request marks the connection dead, `BrokerConnection._check_timeout`), and every request still
-waiting on it fails with KafkaConnectionError: whether the broker acted on it is unknown.
+request that waits for it. A request that gets no answer in its timeout closes the connection, and every request still waiting on it
+fails with RequestTimedOutError ("Request timed out after N ms", kafka-python's connection `_request_timed_out`);
+a connection that fails fails them with KafkaConnectionError. Either way whether the broker acted on them is
+unknown (CONNECTION_ERRORS).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import kafka.errors as Errors
 from kafka.protocol.metadata import ApiVersionsRequest
 
 OpenConnection = Callable[[str, int], Awaitable[tuple[Any, Any]]]  # asyncio.open_connection's shape
+CONNECTION_ERRORS = (Errors.KafkaConnectionError, Errors.RequestTimedOutError)  # a request lost with its connection
 CLIENT_SOFTWARE = ("kafkaesque-sim", "1")
 
 
@@ -62,7 +64,8 @@ class BrokerConnection:
 
     async def request(self, request_class: Any, timeout_s: float, **fields: Any) -> Any:
         """Send one request at the negotiated version and wait for its response (decoded). Raises
-        KafkaConnectionError if the connection fails or the answer does not come in `timeout_s`;
+        KafkaConnectionError if the connection fails, RequestTimedOutError if the answer does not come in
+        `timeout_s` (the connection is then closed);
         UnsupportedVersionError if the broker does not serve the api."""
         if self.closed:
             raise Errors.KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
@@ -88,10 +91,9 @@ class BrokerConnection:
         try:
             return await asyncio.wait_for(asyncio.shield(answer), timeout_s)
         except TimeoutError:
-            self.close(f"request timed out after {timeout_s:g} s")
-            raise Errors.KafkaConnectionError(
-                f"RequestTimedOut: no answer from {self.host}:{self.port} to api {request_class.API_KEY} in "
-                f"{timeout_s:g} s") from None
+            error = Errors.RequestTimedOutError(f"Request timed out after {int(timeout_s * 1000)} ms")
+            self.close("request timed out", error)
+            raise error from None
 
     async def _read_loop(self) -> None:
         try:
@@ -114,14 +116,16 @@ class BrokerConnection:
             self.close("cancelled")
             raise
 
-    def close(self, why: str = "closed") -> None:
-        """Close the stream; every request still waiting fails with KafkaConnectionError."""
+    def close(self, why: str = "closed", error: Errors.KafkaError | None = None) -> None:
+        """Close the stream; every request still waiting fails with `error` (a KafkaConnectionError naming
+        `why` when none is given)."""
         if self.closed and not self._pending:
             return
         self.closed = True
         for _, answer in self._pending.values():
             if not answer.done():
-                answer.set_exception(Errors.KafkaConnectionError(f"connection to {self.host}:{self.port}: {why}"))
+                answer.set_exception(error if error is not None else
+                                     Errors.KafkaConnectionError(f"connection to {self.host}:{self.port}: {why}"))
                 answer.exception()  # retrieved here: a waiter that already gave up must not warn
         self._pending.clear()
         if self._writer is not None:
