@@ -257,12 +257,16 @@ class _Inference:
     def add_columns(self, inv_refs: list, comp_refs: list, types: list[str], processes: list, inv_times: list,
                     comp_times: list, mops: list[list]) -> None:
         txns = self.txns
-        txns.inv_refs += inv_refs
-        txns.comp_refs += comp_refs
-        txns.types += types
-        txns.processes += processes
-        txns.inv_times += inv_times
-        txns.comp_times += comp_times
+        if txns.types:  # more after a first part: extend
+            txns.inv_refs += inv_refs
+            txns.comp_refs += comp_refs
+            txns.types += types
+            txns.processes += processes
+            txns.inv_times += inv_times
+            txns.comp_times += comp_times
+        else:  # the columns themselves: no copy of a million entries each
+            txns.inv_refs, txns.comp_refs, txns.types = inv_refs, comp_refs, types
+            txns.processes, txns.inv_times, txns.comp_times = processes, inv_times, comp_times
         self._absorb(zip(types, mops, strict=True))
 
     def add(self, record: tuple) -> None:
@@ -395,8 +399,10 @@ class _Inference:
             end += len(part)
         if not self.with_process:
             self.segments.append((PROCESS, end, end))
-        self.src = np.concatenate([np.asarray(s, dtype=np.int64) for s, _ in parts])
-        self.dst = np.concatenate([np.asarray(d, dtype=np.int64) for _, d in parts])
+        # 4 bytes an id while they fit (ids run to n, "nobody"): the edges are the check's largest arrays
+        ids = np.int32 if txns.n < np.iinfo(np.int32).max else np.int64
+        self.src = np.concatenate([np.asarray(s, dtype=ids) for s, _ in parts])
+        self.dst = np.concatenate([np.asarray(d, dtype=ids) for _, d in parts])
 
     def _process_edges(self) -> tuple[np.ndarray, np.ndarray]:
         """Each committed (ok or info) transaction's edge from the one its process ran before, in the
@@ -783,7 +789,7 @@ class _DependencyGraph:
             lo[committed], hi[committed] = los, his
         # arrays, not lists: three lists of a million ints were a tenth of a streamed check's memory
         self.completion_rank, self.frontier_lo, self.frontier_hi = rank, lo, hi
-        self.by_completion = by_completion_np.tolist()
+        self.by_completion = by_completion_np  # a list only if the cycle search needs one
         self.realtime_count = int((hi - lo).sum())
 
     def _realtime_frontiers_merged(self, by_completion: list[int]) -> None:
@@ -842,6 +848,8 @@ class _DependencyGraph:
         rank, hi = self.completion_rank, self.frontier_hi
         ok = np.fromiter(map(eq, types, repeat(OK)), dtype=bool, count=n)
         pos = np.where(ok, 4 * np.asarray(rank, dtype=np.int64) + 4, 4 * np.asarray(hi, dtype=np.int64) + 2)
+        if 4 * n + 8 < np.iinfo(np.int32).max:
+            pos = pos.astype(np.int32)  # pos[src] and pos[dst] are as long as the edges
         pos_src, pos_dst = pos[src], pos[dst]
         backward = pos_src >= pos_dst
         if not backward.any():
@@ -866,6 +874,8 @@ class _DependencyGraph:
         runs = list(zip(spans[first, 0].tolist(), np.maximum.reduceat(spans[:, 1], first).tolist(), strict=True))
         pos = pos.tolist()
         by_completion = self.by_completion
+        if isinstance(by_completion, np.ndarray):
+            by_completion = by_completion.tolist()
         m = len(by_completion) if self.realtime else 0  # chain nodes n .. n + m - 1
         info_at: dict[int, list[int]] = defaultdict(list)  # position -> the other transactions there
         for t in compress(range(n), map(ne, types, repeat(OK))):
