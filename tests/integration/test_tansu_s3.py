@@ -27,7 +27,10 @@ def test_a_broker_kill_and_a_store_pause_on_three_tansu_brokers_over_one_bucket(
     r = subprocess.run([sys.executable, "-m", "kafkaesque_harness.harness.cli", "run", "--cluster", str(TANSU_S3),
                         "--no-panel", "--store", str(tmp_path / "store"), "--recovery-wait", "2", "--seed", "7",
                         "--nemesis", "kill,storage-pause", "--nemesis-schedule", "sequential",
-                        "--nemesis-interval", "4", "--time-limit", "16", "--name", "tansu-s3"],
+                        # a kill over 3-6 s and a store pause over 9-12 s, both healed before the 14 s limit; two
+                        # partitions at 30 ops/s, since each final read fetches one object per record from the store
+                        "--nemesis-interval", "3", "--time-limit", "14", "--partitions", "2", "--rate", "30",
+                        "--name", "tansu-s3"],
                        capture_output=True, text=True, timeout=240, cwd=PROJECT)
     run_dir = Path(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else tmp_path
     assert r.returncode in (0, 1, 2), r.stderr[-3000:]  # a verdict, never a harness error
