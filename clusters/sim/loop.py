@@ -200,7 +200,9 @@ class SimLoop(asyncio.BaseEventLoop):
             heapq.heappop(scheduled)[2]._scheduled = False
 
     def _run_once(self) -> None:
-        self._sweep_cancelled_timers()
+        scheduled = self._scheduled
+        if scheduled and (scheduled[0][2]._cancelled or self._timer_cancelled_count > _MIN_TIMERS_FOR_SWEEP):
+            self._sweep_cancelled_timers()
         scheduled, ready = self._scheduled, self._ready
         if not ready:
             if not scheduled:
