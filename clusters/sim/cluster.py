@@ -175,12 +175,19 @@ class SimCluster:
         self.loop.start_process(proc, self._node_main(node, node.server))
 
     async def _node_main(self, node: SimNode, server: Any) -> None:
+        """The node's process: its server's run() until it returns (a stop) or raises (kept as a finding).
+        Then the process is over, as a real one exits: nothing of it runs again, the OS closes its sockets."""
+        proc = node.proc
         try:
             node.exits.append(await server.run())
         except Exception as e:  # noqa: BLE001 - a node that dies of an exception is a finding, kept
             node.exits.append(e)
-            self.loop.kill(node.proc)  # type: ignore[arg-type]
-            self.net.close_process(node.proc)  # type: ignore[arg-type]
+        self.loop.call_soon(self._exited, proc)  # after this task's own end, which the loop must still run
+
+    def _exited(self, proc: Process) -> None:
+        if not proc.dead:
+            self.loop.kill(proc)
+            self.net.close_process(proc)
 
     def start_all(self) -> None:
         for name in self.names:
