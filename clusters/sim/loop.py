@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import heapq
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +66,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self._running_process: Process | None = None
         self._processes: list[Process] = []
         self._timer_seq = 0
+        self._discarding = False
         self.callbacks_run = 0
         self.unhandled: list[dict[str, Any]] = []  # loop exceptions no process's handler took
 
@@ -133,6 +135,9 @@ class SimLoop(asyncio.BaseEventLoop):
         """At the end of a simulation: close every dead process's coroutines while the loop is open, so
         that their `finally` blocks (run now, into dropped callbacks and /dev/null) do not run later, at
         collection, against a closed loop."""
+        # From here on, what the closed coroutines leave (an RPC client's finally failing its pending calls,
+        # futures nobody will read) is the simulation's teardown, not the run's: not reported.
+        self._discarding = True
         for proc in self._processes:
             if not proc.dead:
                 self.kill(proc)
@@ -143,6 +148,7 @@ class SimLoop(asyncio.BaseEventLoop):
                     task.get_coro().close()
                 except RuntimeError:
                     pass  # a coroutine that awaits in its finally: nothing more of it runs anyway
+        gc.collect()  # the futures they failed, collected now, while that is known
 
     def add_signal_handler(self, sig: int, callback: Callable[..., Any], *args: Any) -> None:
         proc = NODE.get()
@@ -171,6 +177,8 @@ class SimLoop(asyncio.BaseEventLoop):
             proc.exception_handler = handler
 
     def call_exception_handler(self, context: dict[str, Any]) -> None:
+        if self._discarding:
+            return
         proc = self._running_process or NODE.get()
         if proc is not None and proc.exception_handler is not None:
             try:
