@@ -67,7 +67,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self._processes: list[Process] = []
         self._timer_seq = 0
         self._discarding = False
-        self.callbacks_run = 0
+        self.iterations = 0  # of _run_once: how many distinct moments the run had
         self.unhandled: list[dict[str, Any]] = []  # loop exceptions no process's handler took
 
     # --- time -----------------------------------------------------------------------------------------
@@ -109,11 +109,6 @@ class SimLoop(asyncio.BaseEventLoop):
         if proc not in self._processes:
             self._processes.append(proc)
         return self.create_task(coro, name=f"{proc.name}#{proc.incarnation}", context=proc.context.copy())
-
-    def call_in(self, proc: Process, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
-        """`callback(*args)` after `delay` virtual seconds, as `proc` (held while it is paused, dropped once
-        it is dead): how the network delivers bytes to a node."""
-        return self.call_at(self._now + delay, callback, *args, context=proc.context)
 
     def pause(self, proc: Process) -> None:
         proc.paused = True
@@ -238,4 +233,4 @@ class SimLoop(asyncio.BaseEventLoop):
             self._running_process = proc
             handle._run()
         self._running_process = None
-        self.callbacks_run += 1
+        self.iterations += 1
