@@ -24,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py (this script's directory is on sys.path)
+
 from kafkaesque_harness.clusters.sim.drive import drive  # noqa: E402
 
 GOAL_RATIO = 150.0  # 5 virtual minutes in 2 CPU seconds
@@ -79,6 +81,7 @@ def main() -> int:
     ap.add_argument("--store", type=Path, default=Path("store"), help="where to look for a real run otherwise")
     ap.add_argument("--no-queue-run", action="store_true", help="skip the kafkaesque sim queue run")
     args = ap.parse_args()
+    bracket()  # the machine's speed before and after: figures compare through it
     kinds = [("idle", dict(interval_s=1e9, faults=False)), ("producing", dict(interval_s=0.01, faults=False)),
              ("producing + faults", dict(interval_s=0.01, faults=True))]
     print(f"simulated runs of {args.virtual_s:.0f} virtual s (+10 s recovery), 1 controller + 3 brokers:")
