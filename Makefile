@@ -31,7 +31,7 @@ demo: setup
 test: setup
 	$(PY) scripts/import_graph.py --check
 	$(PY) -m kafkaesque_harness.clusters.image
-	$(VENV)/bin/pytest -q -m "not nightly" tests
+	$(VENV)/bin/pytest -q -m "not nightly" --durations=30 tests
 
 test-unit: setup
 	$(VENV)/bin/pytest -q tests/unit

@@ -94,6 +94,49 @@ Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and 
   at the partition; KIP-890: a late produce of an aborted transaction). Offsets, not times, order them:
   a marker is traced once acknowledged (committed), so every leader of a later clean epoch has it below
   what it appends; from an unclean election after the marker on, a produce is not judged.
+- txn-marker-not-as-decided (issue 40): a transaction marker written at the other result than the coordinator's
+  last decision for its producer and partition at that epoch; one transaction (transactional id, producer id,
+  epoch, and when its first partition was added, `txn_started_ms`) decided both ways (a decision lost in a
+  fail-over and made again otherwise: half committed); a transaction completed (`txn_completed`: every marker
+  written) with no marker at one of its partitions at its epoch and result since the decision (KIP-98's two
+  phases: WriteTxnMarkers to every partition of the transaction). A completion is judged only if no broker process
+  ended between the decision and the completion (its unflushed tail may hold the marker); a partition where a
+  marker of a higher epoch came first is not judged (Kafka's coordinator drops a marker the partition refuses as
+  older).
+- read-committed-open-txn (issue 40): a read_committed consumer was served a transactional batch whose
+  transaction had no marker in the leader's log then. The LSO is not taken from the line (the leader's own
+  computation is what is checked): per partition and producer, a batch acknowledged with acks=all at offset f is
+  open until the producer's first marker after f; if that marker's offset is at or above the LEO the leader
+  reported with the fetch, it was not yet appended when the leader served, and a served batch at or above the
+  marker before it was open. By offsets, not times: committed offsets do not move. Not judged: a batch whose
+  ending marker the trace lacks, and partitions with an unclean election. A marker appended but not yet below the
+  HWM decides the transaction for this broker (its LSO passes it then; Kafka waits for the marker's replication).
+- offset-commit-stale-generation (issue 40): the group coordinator accepted an offset commit
+  (`offset_commit_accepted`, written when it checks the commit, before the write) naming a generation other than
+  the group's last on that coordinator (`group_generation`), or a member not in it; a group without members (Empty)
+  takes generation -1 only, and a coordinator that has not completed a generation of the group since it (re)loaded
+  the group's partition (`groups_loading`) knows no member (Kafka's handleCommitOffsets: ILLEGAL_GENERATION,
+  UNKNOWN_MEMBER_ID). A member removed since its generation began is not known to the trace: not judged.
+- group-generation-reused (issue 40): a coordinator completed a generation of a group not above its previous one
+  (since its process started and the partition was last loaded): a member of the older generation passes as
+  current (Kafka's GroupMetadata.initNextGeneration).
+- offset-fetch-not-committed (issue 40): an OffsetFetch answered (`offset_fetch_answered`, with each offset's
+  record in __consumer_offsets) a partition's offset from a record older than the last commit acknowledged to the
+  group before it (`offset_commit_acked`, which names the offsets and where their records are), the same record
+  with another offset, or no offset at all (002 2.5: an acknowledged write survives a fail-over; the newest record
+  of a key wins). A newer record than the acknowledged one passes (a commit answered with an error may still
+  have committed, a transactional commit may have come after). Not judged after an unclean election of the
+  group's partition.
+- producer-epoch-regressed (issue 40): a transactional id's producer id was answered (`txn_init_producer_id`),
+  decided (`txn_end_started`) or completed (`txn_completed`) at an epoch below one the coordinators had used for it
+  before: a coordinator whose state went back (a stale load) gives out an epoch a fenced producer still holds
+  (KIP-98: epochs only grow).
+- log-shorter-after-restart (issue 40): a broker's start (`logs_loaded`: each log's end) found a log ending below
+  the HWM its previous process last checkpointed for it (`hwm_checkpointed`). Explained, and not judged: a power
+  cut since the previous start (the node's lossy file system's count of drops, which the broker reads at
+  start-up, grew, or cannot be compared), start-up recovery cutting that log (damage), or a truncation of it by
+  the previous process after the checkpoint (an unclean election's). A cut of a segment on a batch boundary by
+  the disk faults leaves no recovery cut: under `disk` and `file-corruption` such a restart would be named too.
 
 The ELR rules and the last-member exception of fenced-in-isr follow the controller's `no-elr` variant
 (its trace_started line), under which there is no ELR and the last ISR member stays.
@@ -185,6 +228,27 @@ RULES: dict[str, str] = {
                                   "passed the commit (002 2.5; Kafka's offsets.commit.required.acks=-1)",
     "produce-after-fence": "a partition leader accepted a produce of a producer at an epoch below that of a marker "
                            "it already had for the producer (KIP-98 producer fencing; KIP-890)",
+    "txn-marker-not-as-decided": "a transaction marker carried another result than its transaction's decision, one "
+                                 "transaction was decided both ways, or a transaction was completed without its "
+                                 "marker at one of its partitions (KIP-98 two-phase commit: WriteTxnMarkers to every "
+                                 "partition at the decided result and epoch)",
+    "read-committed-open-txn": "a read_committed consumer was served a transactional batch whose marker was not yet in "
+                               "the leader's log: the LSO the leader used was above an open transaction (KIP-98; 002 "
+                               "2.2.2)",
+    "offset-commit-stale-generation": "an offset commit was accepted from a generation or member other than the "
+                                      "group's current one (Kafka's classic group protocol: ILLEGAL_GENERATION, "
+                                      "UNKNOWN_MEMBER_ID; an Empty group takes generation -1 only)",
+    "group-generation-reused": "a rebalance completed a generation not above the group's previous one on the same "
+                               "coordinator (Kafka's GroupMetadata.initNextGeneration: generations only grow)",
+    "offset-fetch-not-committed": "an OffsetFetch answered an offset older than a commit already acknowledged to the "
+                                  "group, or none at all (002 2.5: an acknowledged write survives; the newest commit "
+                                  "of a partition wins)",
+    "producer-epoch-regressed": "a transactional id's producer was answered, decided or completed at an epoch below "
+                                "one the coordinators had already used for it (KIP-98: epochs only grow, a bump fences "
+                                "the older ones)",
+    "log-shorter-after-restart": "a broker restarted with a log ending below the HWM it had checkpointed for it, with no "
+                                 "power cut, recovery cut or truncation to explain it (002 2.7: the HWM is committed; "
+                                 "001 5.1: only a lossy unclean shutdown loses synced-as-committed data)",
     "sequence-reused": "the client sent other records under a (producer id, epoch, sequence) the partition already "
                        "held, so the leader answered them as a retry with the earlier batch's offsets and never "
                        "wrote them: the client broke the idempotent producer's contract (KIP-98: a sequence number "
@@ -756,6 +820,284 @@ def _produces_after_fence(lines: list[tuple[str, dict[str, Any]]], found: _Found
                 break
 
 
+# --- the coordinators' decisions (issue 40) --------------------------------------------------------------------
+def _broker_spans(lines: list[tuple[str, dict[str, Any]]]) -> dict[Any, list[tuple[float, float]]]:
+    """Each broker's processes as (mono of their first line, mono of their last line), by broker id: a line of a
+    process after time t proves every line it wrote before t reached its trace (the file keeps their order)."""
+    spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for _, e in lines:
+        if e.get("role") == "broker" and isinstance(e.get("mono"), (int, float)):
+            runs = spans[e.get("node")]
+            if e.get("event") == "trace_started" or not runs:
+                runs.append((e["mono"], e["mono"]))
+            else:
+                runs[-1] = (runs[-1][0], e["mono"])
+    return spans
+
+
+def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> int:
+    """A decided transaction's markers against its decision: each marker carries the result and epoch the
+    coordinator decided last for its producer and partition; one transaction (transactional id, producer id,
+    epoch, start) is never decided both ways; a completed transaction has a marker at every partition. Returns
+    how many completions were judged (one whose markers a dead broker's unflushed tail may hold is not)."""
+    decisions: dict[Any, list[tuple[float, str, dict[str, Any]]]] = defaultdict(list)  # producer id -> decisions
+    by_txn: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+    markers: dict[tuple[Any, Any, Any], list[tuple[float, str, dict[str, Any]]]] = defaultdict(list)
+    for node, e in lines:
+        ev, mono = e.get("event"), e.get("mono") or 0
+        if ev == "txn_end_started":
+            decisions[e.get("producer_id")].append((mono, node, e))
+            txn = (e.get("transactional_id"), e.get("producer_id"), e.get("txn_epoch"), e.get("txn_started_ms"))
+            first = by_txn.setdefault(txn, (node, e))
+            if isinstance(e.get("txn_started_ms"), int) and first[1].get("result") != e.get("result"):
+                found.add("txn-marker-not-as-decided",
+                          f"{node} decided transaction {txn[0]!r} (producer {txn[1]}, epoch {txn[2]}, begun at "
+                          f"{txn[3]} ms) {e.get('result')} ({e.get('started_by')}) after {first[0]} had decided it "
+                          f"{first[1].get('result')}: one transaction, two outcomes",
+                          _cite(first[0], first[1], "transactional_id", "producer_id", "txn_epoch", "txn_started_ms",
+                                "result", "started_by", "partitions", "coordinator_epoch"),
+                          _cite(node, e, "transactional_id", "producer_id", "txn_epoch", "txn_started_ms", "result",
+                                "started_by", "partitions", "coordinator_epoch"))
+        elif ev == "txn_marker_written":
+            markers[(e.get("topic"), e.get("partition"), e.get("producer_id"))].append((mono, node, e))
+            later = [d for d in decisions[e.get("producer_id")] if d[0] <= mono
+                     and [e.get("topic"), e.get("partition")] in (d[2].get("partitions") or [])]
+            if not later:
+                continue  # its decision is not in the trace (a coordinator's lost tail): not judged
+            _, dnode, d = later[-1]
+            if d.get("marker_epoch") == e.get("producer_epoch") and d.get("result") != e.get("result"):
+                found.add("txn-marker-not-as-decided",
+                          f"{node} wrote a {e.get('result')} marker for producer {e.get('producer_id')} (epoch "
+                          f"{e.get('producer_epoch')}) at {_where(e)} offset {e.get('offset')}, but {dnode} had "
+                          f"decided its transaction {d.get('transactional_id')!r}: {d.get('result')}",
+                          _cite(dnode, d, "transactional_id", "producer_id", "marker_epoch", "result", "partitions"),
+                          _cite(node, e, "producer_id", "producer_epoch", "coordinator_epoch", "result", "offset"))
+    spans = _broker_spans(lines)
+    judged = 0
+    for node, c in lines:
+        if c.get("event") != "txn_completed":
+            continue
+        mono = c.get("mono") or 0
+        ds = [d for d in decisions[c.get("producer_id")] if d[0] <= mono and d[2].get("marker_epoch") == c.get(
+            "producer_epoch") and d[2].get("transactional_id") == c.get("transactional_id")]
+        if not ds:
+            continue
+        dmono, dnode, d = ds[-1]
+        if any(dmono <= end < mono for runs in spans.values() for _, end in runs):
+            continue  # a broker's process ended between the decision and the completion: its last lines are lost
+        judged += 1
+        for topic, partition in c.get("partitions") or []:
+            before = [m for m in markers[(topic, partition, c.get("producer_id"))] if m[0] <= mono]
+            ms = [m for m in before if m[0] >= dmono]
+            # a marker of a higher epoch there (whenever written): the partition refuses this one as older, and
+            # the coordinator counts it done (txn_shell.py write_marker)
+            fenced = any(m[2].get("producer_epoch", -1) > c.get("producer_epoch", -1) for m in before)
+            if fenced or any(m[2].get("producer_epoch") == c.get("producer_epoch")
+                             and m[2].get("result") == c.get("result") for m in ms):
+                continue
+            found.add("txn-marker-not-as-decided",
+                      f"{node} completed transaction {c.get('transactional_id')!r} (producer {c.get('producer_id')}, "
+                      f"{c.get('result')} at epoch {c.get('producer_epoch')}) with no such marker written at "
+                      f"{topic}-{partition} since {dnode} decided it"
+                      + (f" (markers there: {[(m[2].get('result'), m[2].get('producer_epoch')) for m in ms]})" if ms
+                         else ""),
+                      _cite(dnode, d, "transactional_id", "producer_id", "marker_epoch", "result", "partitions"),
+                      _cite(node, c, "transactional_id", "producer_id", "producer_epoch", "result", "partitions"))
+            break  # one finding per transaction
+    return judged
+
+
+def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    """Each read_committed fetch against the transactions of its partition, from their batches and markers (not the
+    LSO the leader reported): a transactional batch served whose transaction's marker was not yet in the leader's
+    log (its first marker after the batch at or above the leader's LEO when it served, by offsets: committed
+    offsets do not move) was served from an open transaction. Not judged: a batch whose marker the trace lacks,
+    and partitions with an unclean election (they may lose committed offsets by design)."""
+    unclean = _unclean_epochs(lines)
+    batches: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
+    marks: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for _, e in lines:
+        ev = e.get("event")
+        key = (e.get("topic"), e.get("partition"))
+        if (ev == "produce_acked" and e.get("transactional") and not e.get("control") and e.get("acks") == -1
+                and isinstance(e.get("first"), int)):
+            batches[key][e.get("producer_id")].append(e["first"])
+        elif ev == "txn_marker_written" and isinstance(e.get("offset"), int):
+            marks[key][e.get("producer_id")].append(e["offset"])
+        elif ev == "produce_acked" and e.get("control") and isinstance(e.get("first"), int):
+            marks[key][e.get("producer_id")].append(e["first"])
+    for per in (batches, marks):
+        for by_pid in per.values():
+            for pid, offsets in by_pid.items():
+                by_pid[pid] = sorted(set(offsets))
+    for node, e in lines:
+        if e.get("event") != "consumer_fetch" or e.get("isolation") != "read_committed":
+            continue
+        key, first, last, leo = (e.get("topic"), e.get("partition")), e.get("first"), e.get("last"), e.get("leo")
+        if key in unclean or not all(isinstance(x, int) for x in (first, last, leo)) or last < first:
+            continue
+        for pid, starts in batches.get(key, {}).items():
+            ms = marks[key].get(pid, [])
+            above = bisect_left(ms, leo)  # the first marker not yet in the log when the leader served
+            if above == len(ms):
+                continue  # no marker at or above the LEO in the trace: not judged
+            since = ms[above - 1] + 1 if above else 0  # batches after the last marker in the log were open
+            i = bisect_left(starts, max(first, since))
+            if i < len(starts) and starts[i] <= last:
+                found.add("read-committed-open-txn",
+                          f"{node} served a read_committed consumer offsets {first}..{last} of {_where(e)}, with "
+                          f"producer {pid}'s transactional batch at offset {starts[i]} open: its marker is at offset "
+                          f"{ms[above]}, at or above the LEO {leo} then (reported LSO {e.get('lso')}, bound "
+                          f"{e.get('bound')} {e.get('bound_offset')})",
+                          _cite(node, e, "offset", "first", "last", "isolation", "bound", "bound_offset", "lso", "hwm",
+                                "leo"))
+                break
+
+
+def _group_commits(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> int:
+    """Each accepted offset commit against the group's generation on that coordinator (its last group_generation
+    line since the coordinator (re)loaded the group's partition), each generation against the one before, and each
+    OffsetFetch answer against the commits acknowledged before it. Returns how many fetched offsets were judged."""
+    generation: dict[tuple[str, Any], tuple[str, dict[str, Any]]] = {}  # (trace node, group) -> its last line
+    for node, e in lines:
+        ev = e.get("event")
+        if ev == "trace_started":
+            for k in [k for k in generation if k[0] == node]:
+                del generation[k]
+        elif ev == "groups_loading":
+            for k in [k for k, (_, g) in generation.items()
+                      if k[0] == node and g.get("coordinator_partition") == e.get("coordinator_partition")]:
+                del generation[k]
+        elif ev == "group_generation":
+            prev = generation.get((node, e.get("group")))
+            if prev is not None and isinstance(e.get("generation"), int) and \
+                    e["generation"] <= prev[1].get("generation", -1):
+                found.add("group-generation-reused",
+                          f"{node} completed generation {e['generation']} of group {e.get('group')!r} after "
+                          f"generation {prev[1].get('generation')}: a member of the older one passes as current",
+                          _cite(node, prev[1], "group", "generation", "members"),
+                          _cite(node, e, "group", "generation", "members"))
+            generation[(node, e.get("group"))] = (node, e)
+        elif ev == "offset_commit_accepted":
+            g = generation.get((node, e.get("group")))
+            members = (g[1].get("members") or []) if g else []
+            gen, member = e.get("generation"), e.get("member")
+            if not isinstance(gen, int):
+                continue
+            if not members:
+                why = None if gen < 0 else (f"the group had no members (generation {g[1].get('generation')})"
+                                            if g else "the group had no generation on this coordinator")
+            elif gen != g[1].get("generation") or member not in members:
+                why = f"the group was in generation {g[1].get('generation')} with members {members}"
+            else:
+                why = None
+            if why:
+                found.add("offset-commit-stale-generation",
+                          f"{node} accepted an offset commit of group {e.get('group')!r} from member {member!r} "
+                          f"with generation {gen}; {why}",
+                          *([_cite(node, g[1], "group", "generation", "members")] if g else []),
+                          _cite(node, e, "group", "generation", "member", "state", "group_generation"))
+    unclean = _unclean_epochs(lines)
+    acked: dict[tuple[Any, Any, Any], tuple[int, int, str, dict[str, Any]]] = {}
+    judged = 0
+    for node, e in lines:
+        ev = e.get("event")
+        if ev == "offset_commit_acked" and isinstance(e.get("first"), int) and isinstance(e.get("offsets"), list):
+            for i, (t, p, o) in enumerate(e["offsets"]):
+                acked[(e.get("group"), t, p)] = (e["first"] + i, o, node, e)
+        elif ev == "offset_fetch_answered":
+            if unclean.get(("__consumer_offsets", e.get("coordinator_partition"))):
+                continue  # an unclean election of the group's partition may lose commits by design
+            answered = {(t, p): (o, r) for t, p, o, r in e.get("offsets") or []}
+            for t, p in [*answered, *((t, p) for t, p in e.get("none") or [])]:
+                a = acked.get((e.get("group"), t, p))
+                if a is None:
+                    continue
+                judged += 1
+                o, r = answered.get((t, p), (None, None))
+                if r is None or r < a[0] or (r == a[0] and o != a[1]):
+                    what = "no committed offset" if r is None else f"offset {o} (from record {r})"
+                    found.add("offset-fetch-not-committed",
+                              f"{node} answered group {e.get('group')!r}'s OffsetFetch of {t}-{p} with {what}, after "
+                              f"{a[2]} had acknowledged its commit of offset {a[1]} (record {a[0]} of "
+                              f"__consumer_offsets-{a[3].get('partition')})",
+                              _cite(a[2], a[3], "group", "generation", "member", "offsets", "first", "last", "hwm"),
+                              _cite(node, e, "group", "offsets", "none", "coordinator_partition"))
+    return judged
+
+
+def _producer_epochs(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> None:
+    """A transactional id's producer: its epoch, as the coordinators answered, decided and completed with it, only
+    grows (KIP-98: a bumped epoch fences every older one; a coordinator whose state went back gives an old epoch
+    again)."""
+    highest: dict[tuple[Any, Any], tuple[int, str, dict[str, Any]]] = {}
+    # A decision's own epoch is the one its markers carry: the epoch the transaction ran under may be below an
+    # epoch just given (an InitProducerId that aborts the open transaction reports the fencing epoch first).
+    facts = {"txn_init_producer_id": ("producer_epoch", "epoch_before"), "txn_end_started": ("marker_epoch",),
+             "txn_completed": ("producer_epoch",)}
+    for node, e in lines:
+        keys = facts.get(e.get("event"))
+        if keys is None:
+            continue
+        tid, pid = e.get("transactional_id"), e.get("producer_id")
+        epochs = [e.get(k) for k in keys if isinstance(e.get(k), int) and e.get(k) >= 0]
+        if e.get("event") == "txn_init_producer_id" and e.get("producer_id_before") != pid:
+            epochs = epochs[:1]  # epoch_before is another producer id's
+        if not epochs:
+            continue
+        top = highest.get((tid, pid))
+        if top is not None and min(epochs) < top[0]:
+            found.add("producer-epoch-regressed",
+                      f"{node} {e.get('event')} of {tid!r} used producer {pid} at epoch {min(epochs)}, after "
+                      f"{top[1]} had used epoch {top[0]} for it",
+                      _cite(top[1], top[2], "transactional_id", "producer_id", *facts[top[2]["event"]]),
+                      _cite(node, e, "transactional_id", "producer_id", *keys, "coordinator_epoch"))
+        if top is None or max(epochs) > top[0]:
+            highest[(tid, pid)] = (max(epochs), node, e)
+
+
+def _restarts(lines: list[tuple[str, dict[str, Any]]], found: _Found) -> int:
+    """Each broker start against the last HWM checkpoint of the process before it: every log it loaded reaches that
+    HWM, unless its lossy file system reported a power cut since the previous start, its start-up recovery cut that
+    log (damage), or the previous process truncated it after the checkpoint. Returns how many restarts were judged."""
+    state: dict[str, dict[str, Any]] = defaultdict(dict)
+    judged = 0
+    for node, e in lines:
+        if e.get("role") != "broker":
+            continue
+        ev, s = e.get("event"), state[node]
+        if ev == "trace_started":  # a new process: what the last one left is what this one must find
+            state[node] = {"before": {k: s.get(k) for k in ("checkpoint", "truncated", "drops")}}
+        elif ev == "hwm_checkpointed":
+            s["checkpoint"], s["truncated"] = e, set()
+        elif ev in TRUNCATIONS:
+            s.setdefault("truncated", set()).add((e.get("topic"), e.get("partition")))
+        elif ev == "logs_loaded":
+            before, drops = s.get("before") or {}, e.get("lossy_drops")
+            s["drops"] = drops
+            checkpoint = before.get("checkpoint")
+            if checkpoint is None:
+                continue  # a first start, or the previous process's checkpoints are not in the trace
+            earlier = before.get("drops")
+            if isinstance(drops, int) and (not isinstance(earlier, int) or drops > earlier):
+                continue  # a power cut since the previous start (or one not known not to be): lossy by design
+            judged += 1
+            loaded = {(t, p): end for t, p, end, *_ in e.get("replicas") or []}
+            cut = set(e.get("recovery_cuts") or [])
+            for t, p, role, hwm_, _leo in checkpoint.get("replicas") or []:
+                end = loaded.get((t, p))
+                if (not isinstance(end, int) or not isinstance(hwm_, int) or end >= hwm_ or f"{t}-{p}" in cut
+                        or (t, p) in (before.get("truncated") or set())):
+                    continue
+                found.add("log-shorter-after-restart",
+                          f"{node} restarted ({'clean' if e.get('clean') else 'unclean'} shutdown) with the log of "
+                          f"{t}-{p} ending at {end}, below the HWM {hwm_} it checkpointed as {role} before; no power "
+                          f"cut explains it (lossy file system drops: {earlier} before, {drops} now)",
+                          _cite(node, checkpoint) | {"replica": [t, p, role, hwm_, _leo]},
+                          _cite(node, e, "clean", "recovery_cuts", "lossy_drops") | {"loaded": [t, p, end]})
+    return judged
+
+
 def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     """`traces`: node name -> its trace lines, in file order, each with its "line" number."""
     found = _Found()
@@ -787,11 +1129,18 @@ def check_traces(traces: dict[str, list[dict[str, Any]]]) -> Result:
     _registrations(ordered, found)
     _inits(ordered, found)
     _produces_after_fence(ordered, found)
+    completions = _markers_as_decided(ordered, found)
+    _read_committed_open_txns(ordered, found)
+    fetches = _group_commits(ordered, found)
+    _producer_epochs(ordered, found)
+    restarts = _restarts(ordered, found)
     anomalies = found.anomalies()
     stats: dict[str, Any] = {"nodes": len(traces), "lines": sum(len(ls) for ls in traces.values()),
                              "events": dict(sorted(counts.items(), key=lambda kv: str(kv[0]))),
                              "leaders_judged_complete": judged, "alter_partitions_judged": alters,
                              "unclean_elections": len(unclean), "repairs_after_recovery_cut": len(repairs),
+                             "txn_completions_judged": completions, "offset_fetches_judged": fetches,
+                             "restarts_judged": restarts,
                              "violations": sum(a.count for a in anomalies)}
     if variants:
         stats["variants"] = sorted(variants)

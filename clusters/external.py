@@ -302,14 +302,19 @@ class ExternalCluster(ClaimedNodes):
         return (f"p=''; for c in $({self.pid_command(node)}); do case \"$c\" in ''|*[!0-9]*) continue;; esac; "
                 "[ \"$c\" != \"$$\" ] && [ \"$c\" != \"$PPID\" ] && kill -0 \"$c\" 2>/dev/null && { p=$c; break; }; done")
 
-    def _sh(self, node: str, script: str, timeout: float = 30.0, check: bool = False):
+    def _sh(self, node: str, script: str, timeout: float = 30.0, check: bool = False, *, what: str,
+            yours: str | None = None):
         """Run `script` on the node through `sh -c`; each command, its exit status and the end of its output
-        go to the run dir's commands.jsonl, so a cluster file's author sees what the harness ran."""
+        go to the run dir's commands.jsonl, so a cluster file's author sees what the harness ran: `what` says
+        why it ran (start, stop, pid for a signal, ...) and `yours` is the cluster file's own command as
+        rendered, where the harness wrapped it in a script of its own (the pid command inside the loop that
+        skips the asking shell), so the author finds the line they wrote."""
         t0 = time.monotonic()
         r = self.remote(node).run(["sh", "-c", script], timeout=timeout, check=False)
         try:
             with open(self.run_dir / COMMANDS_LOG, "a") as f:
-                f.write(json.dumps({"node": node, "command": script, "exit": r.exit, "seconds": round(time.monotonic() - t0, 3),
+                f.write(json.dumps({"node": node, "what": what, **({"yours": yours} if yours is not None else {}),
+                                    "command": script, "exit": r.exit, "seconds": round(time.monotonic() - t0, 3),
                                     "out": r.out[-500:], "err": r.err[-500:]}) + "\n")
         except OSError:
             pass  # the log is for the reader; a run dir that cannot take it changes nothing the run does
@@ -324,13 +329,15 @@ class ExternalCluster(ClaimedNodes):
         if node in self._claimed and sig in ("STOP", "CONT"):
             d = self.node_dir(node)
             script += f" && {record_pause_script(d) if sig == 'STOP' else forget_pause_script(d)}"
-        return self._sh(node, script, timeout=15).ok
+        return self._sh(node, script, timeout=15, what=f"signal {sig} to the pid command's process",
+                        yours=self.pid_command(node)).ok
 
     def process_state(self, node: str) -> str:
         """"running", "paused" or "down", asked of the node."""
         script = (f"{self._pid_script(node)}; "
                   "test -n \"$p\" && kill -0 \"$p\" 2>/dev/null && grep '^State:' /proc/$p/status")
-        r = self._sh(node, script, timeout=15)
+        r = self._sh(node, script, timeout=15, what="process state of the pid command's process",
+                     yours=self.pid_command(node))
         state = r.out.split()[1:2] if r.ok else []
         return {"T": "paused", "t": "paused", "Z": "down", "X": "down"}.get(state[0], "running") if state else "down"
 
@@ -348,7 +355,7 @@ class ExternalCluster(ClaimedNodes):
         live within STARTED_WITHIN_S, or fail at once with what its log says."""
         if self.is_running(node):
             return
-        r = self._sh(node, self.rendered(node)["commands"]["start"], timeout=COMMAND_TIMEOUT_S)
+        r = self._sh(node, self.rendered(node)["commands"]["start"], timeout=COMMAND_TIMEOUT_S, what="start")
         if not r.ok:
             raise ClusterError(f"the start command of {node} exited {r.exit} "
                                f"({(r.err.strip() or r.out.strip() or 'no output').splitlines()[-1]}); "
@@ -377,7 +384,7 @@ class ExternalCluster(ClaimedNodes):
 
     def stop(self, node: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
         self._signal(node, "CONT")  # a paused process cannot shut down cleanly
-        self._sh(node, self.rendered(node)["commands"]["stop"], timeout=COMMAND_TIMEOUT_S)
+        self._sh(node, self.rendered(node)["commands"]["stop"], timeout=COMMAND_TIMEOUT_S, what="stop")
         if not self._wait_down(node, timeout_s):
             self.kill(node)
 
@@ -461,7 +468,7 @@ class ExternalCluster(ClaimedNodes):
         if "config" in rd:
             r.put(rd["config_path"], rd["config"].encode())
         for cmd in rd["install_commands"]:
-            res = self._sh(node, cmd, timeout=COMMAND_TIMEOUT_S)
+            res = self._sh(node, cmd, timeout=COMMAND_TIMEOUT_S, what="install")
             if not res.ok:
                 last = (res.err.strip() or res.out.strip() or "no output").splitlines()[-1]
                 raise ClusterError(f"the install command `{cmd}` failed on {node} (exit {res.exit}: {last}); fix it "
@@ -504,7 +511,7 @@ class ExternalCluster(ClaimedNodes):
                 marker = read_node_marker(self.remote(node), d)
                 if marker is None or marker.get("run") != self.owner:
                     return None
-                self._sh(node, resume_paused_script(d), timeout=30)
+                self._sh(node, resume_paused_script(d), timeout=30, what="resume what the run left paused")
                 for argv in netrules.remove_chain():
                     self.remote(node).run(argv, timeout=20)
                 remove_added_qdisc(self.remote(node), marker)
@@ -645,7 +652,7 @@ class ExternalCluster(ClaimedNodes):
             out: dict[str, Any] = {}
             version = self.rendered(node)["commands"].get("version")
             if version:
-                r = self._sh(node, version, timeout=30)
+                r = self._sh(node, version, timeout=30, what="version")
                 out["command"] = (r.out.strip() or r.err.strip()).splitlines()[0] if r.ok and (r.out + r.err).strip() \
                     else f"exit {r.exit}"
             if "broker" in self.by_name[node].roles:

@@ -26,6 +26,9 @@ EPOCHS = "clusters/broker/log/epoch_cache.py"
 PRODUCERS = "clusters/broker/producer_state.py"
 LOG = "clusters/broker/log/partition_log.py"
 CONTROLLER_SERVER = "clusters/broker/controller_server.py"
+TXN = "clusters/broker/txn_coordinator.py"
+TXN_SHELL = "clusters/broker/txn_shell.py"
+GROUPS = "clusters/broker/group_coordinator.py"
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,154 @@ MUTANTS: tuple[Mutant, ...] = (
        "a registration is clean only with the clean-shutdown file's epoch; else the broker leaves every ELR",
        "PROTOCOL.md 5.1-5.2, 6 (Unclean Exclusion); 001 5.2",
        "history after a lossy crash of an ELR member that is then elected (lost-write); rare in 5 minutes"),
+    # --- the transaction coordinator (KIP-98; txn_coordinator.py's docstring) ----------------------------
+    _m("txn-init-no-epoch-bump", TXN,
+       "new = TxnState(s.producer_id, s.producer_epoch + 1, timeout_ms)",
+       "new = TxnState(s.producer_id, s.producer_epoch, timeout_ms)",
+       "InitProducerId of a transactional id that has a producer bumps its epoch, fencing the previous "
+       "producer of the id (a zombie)",
+       "KIP-98 (zombie fencing), KIP-360; txn_coordinator.py docstring; the seeds leave transactions out",
+       "trace: init-not-fenced on the first re-initialisation of a transactional id (the txn workload "
+       "re-initialises after a fenced or failed commit); history only if a zombie's commit then lands"),
+    _m("txn-abort-not-fenced", TXN,
+       "return _fence(epoch)",
+       "return epoch",
+       "an abort the coordinator starts itself (a timeout, or InitProducerId finding the transaction open) "
+       "writes its markers at a bumped epoch, so the producer is fenced",
+       "KIP-98; KIP-890 (hanging transactions); Kafka's TransactionCoordinator abortTimedOutTransactions",
+       "trace: txn-abort-not-fenced under stall-producer-past-txn-timeout (the protocol nemesis); history: "
+       "a late produce of the aborted transaction joins the next one (aborted read)"),
+    _m("txn-stale-epoch-accepted", TXN,
+       "if s.producer_epoch != producer_epoch:\n            return rpc.PRODUCER_FENCED, None",
+       "if s.producer_epoch < producer_epoch:\n            return rpc.PRODUCER_FENCED, None",
+       "a request of a producer at an epoch other than the id's current one is refused (PRODUCER_FENCED): a "
+       "fenced producer cannot add partitions or end a transaction",
+       "KIP-98 (fencing), KIP-588 (PRODUCER_FENCED); Kafka's TransactionCoordinator handleEndTransaction",
+       "trace: txn-marker-not-as-decided or producer-epoch-regressed when a fenced producer's EndTxn is taken "
+       "for the new producer's transaction; history: a zombie's commit (aborted or duplicated reads); rare, "
+       "a zombie needs a stall or a re-initialisation to exist"),
+    _m("txn-load-first-record-wins", TXN,
+       "self.txns[txn_id] = s",
+       "self.txns.setdefault(txn_id, s)",
+       "a new coordinator rebuilds each transactional id from its LAST record in __transaction_state",
+       "txn_coordinator.py load(); KIP-98 (the transaction log is the coordinator's state); 002 2.8 (a "
+       "fail-over is a leader change and the new leader rebuilds from its log)",
+       "trace: producer-epoch-regressed and init-not-fenced after kill-txn-coordinator (the new coordinator "
+       "answers an epoch it had given before); history: zombie commits"),
+    _m("txn-load-skips-prepared-abort", TXN,
+       "if self.partition_for(t) == partition and s.state in (PREPARE_COMMIT, PREPARE_ABORT)]",
+       "if self.partition_for(t) == partition and s.state == PREPARE_COMMIT]",
+       "a new coordinator finishes every transaction it loads prepared, aborts as well as commits",
+       "KIP-98 (two-phase end: a decided outcome survives a fail-over); txn_coordinator.py load()",
+       "trace: txn-marker-not-as-decided is not judged (nothing completes); history: the LSO of the "
+       "transaction's partitions stays stuck (read_committed reads stall: unknown, not invalid) after "
+       "txn-coordinator-killed-mid-commit hits an abort; likely survives in 180 s"),
+    _m("txn-add-to-decided", TXN,
+       "if s.state in (PREPARE_COMMIT, PREPARE_ABORT):\n            return rpc.CONCURRENT_TRANSACTIONS, None\n"
+       "        wanted = frozenset(partitions)",
+       "wanted = frozenset(partitions)",
+       "no partition joins a transaction whose end is decided (PrepareCommit/PrepareAbort): the request waits "
+       "(CONCURRENT_TRANSACTIONS)",
+       "KIP-98 (transaction states); Kafka's TransactionCoordinator handleAddPartitionsToTransaction",
+       "trace: txn-marker-not-as-decided (the decided transaction turns Ongoing, its Complete is never "
+       "written and its markers outlive it); history: a record of the next transaction committed with the "
+       "previous one, or stuck; needs a producer to add a partition while its commit's markers are in flight"),
+    _m("txn-verify-any-partition", TXN,
+       "return rpc.NONE if s.state == ONGOING and partition in s.partitions else rpc.INVALID_TXN_STATE",
+       "return rpc.NONE if s.state == ONGOING else rpc.INVALID_TXN_STATE",
+       "KIP-890 part 1: a transactional batch may open a transaction at a partition only if the producer's "
+       "ongoing transaction lists that partition",
+       "KIP-890 part 1 (AddPartitionsToTxn v4 verify_only); txn_shell.py verify_produce",
+       "trace: produce-after-fence or read-committed-open-txn when a late produce opens a hanging transaction; "
+       "probably nothing: the workload adds every partition before it sends"),
+    # --- the transaction shell: markers and the state log (txn_shell.py) ----------------------------------
+    _m("txn-markers-first-partition-only", TXN_SHELL,
+       "left = set(job.partitions)",
+       "left = set(sorted(job.partitions)[:1])",
+       "every partition of a decided transaction gets its marker before the transaction is complete",
+       "KIP-98 (WriteTxnMarkers to every partition); txn_shell.py _complete; issue 40",
+       "trace: txn-marker-not-as-decided (a completed transaction without a marker at one of its "
+       "partitions); history: records of a committed transaction never readable (read_committed stalls), "
+       "an aborted read when a later marker of the producer ends them"),
+    _m("txn-marker-acks-1", TXN_SHELL,
+       "err, offset, _ = await self.b.produce(key[0], key[1], raw, validate_batches(raw), -1, WRITE_TIMEOUT_S)",
+       "err, offset, _ = await self.b.produce(key[0], key[1], raw, validate_batches(raw), 1, WRITE_TIMEOUT_S)",
+       "a partition leader writes a transaction marker with acks=all, so a leader change cannot lose it",
+       "002 2.5 (acks=all); KIP-98 (markers are replicated like data); txn_shell.py write_marker",
+       "trace: ack-above-hwm on the marker's produce_acked; history when the leader dies before followers "
+       "copy the marker (the transaction's records never become readable, or an aborted read)"),
+    _m("txn-state-acks-1", TXN_SHELL,
+       "raw,\n                                         validate_batches(raw), -1, WRITE_TIMEOUT_S)",
+       "raw,\n                                         validate_batches(raw), 1, WRITE_TIMEOUT_S)",
+       "the coordinator applies a transaction state record (PrepareCommit above all) only once acks=all "
+       "committed it, so a fail-over keeps every decided outcome",
+       "002 2.5, 2.8; KIP-98 (the transaction log); txn_shell.py _write_record",
+       "trace: ack-above-hwm on __transaction_state; txn-marker-not-as-decided when a new coordinator that "
+       "lost the PrepareCommit aborts a transaction some of whose partitions got commit markers; history: "
+       "a transaction half committed (kill-txn-coordinator)"),
+    # --- the group coordinator (Kafka's classic protocol; group_coordinator.py's docstring) -----------------
+    _m("group-commit-stale-generation", GROUPS,
+       "m = g.members.get(member_id)\n        if m is None:\n            return rpc.UNKNOWN_MEMBER_ID\n"
+       "        if generation_id != g.generation_id:",
+       "m = g.members.get(member_id)\n        if m is None:\n            return rpc.UNKNOWN_MEMBER_ID\n"
+       "        if generation_id > g.generation_id:",
+       "an offset commit is accepted only from the group's current generation (ILLEGAL_GENERATION otherwise)",
+       "Kafka's GroupCoordinator.handleCommitOffsets; KIP-98/KIP-447 (fencing zombie members)",
+       "trace: offset-commit-stale-generation once a rebalance leaves a member committing with the generation "
+       "before (a member paused past its session, or leaving and joining); history: records consumed twice "
+       "or skipped in subscribe mode"),
+    _m("group-commit-to-empty-group", GROUPS,
+       "if g is None or (generation_id < 0 and g.state == EMPTY):\n            if generation_id >= 0:",
+       "if g is None or g.state == EMPTY:\n            if generation_id >= 0 and g is None:",
+       "a group without members takes commits only from consumers that assign partitions themselves "
+       "(generation -1); a member of a generation that ended is refused",
+       "Kafka's GroupCoordinator.handleCommitOffsets (Empty group: generation -1 only)",
+       "trace: offset-commit-stale-generation when a member whose session expired commits after the group "
+       "emptied (members paused past the session timeout); history: a rewound offset"),
+    _m("group-oldest-commit-wins", GROUPS,
+       "old = g.offsets.get(tp)\n        if old is None or record_offset > old.record_offset:",
+       "old = g.offsets.get(tp)\n        if old is None:",
+       "a group's committed offset of a partition is its newest commit (the last record in __consumer_offsets)",
+       "Kafka's GroupMetadataManager (the offsets log is compacted: the last record of a key wins)",
+       "trace: offset-fetch-not-committed (the group fetches an offset older than one accepted); history: "
+       "records consumed again after every rebalance in subscribe mode"),
+    _m("group-generation-not-bumped", GROUPS,
+       "g.generation_id += 1",
+       "g.generation_id += 0",
+       "every completed rebalance starts a new generation (generation ids only grow)",
+       "Kafka's GroupMetadata.initNextGeneration; the classic protocol's fencing of old members",
+       "trace: group-generation-reused on the second rebalance of a group; history only if a member of an "
+       "older generation then commits over the new owner's offsets"),
+    # --- producer state: sequences, fencing, the LSO (producer_state.py) ------------------------------------
+    _m("lso-ignores-open-txn", PRODUCERS,
+       "return min([hwm, *self.ongoing.values()])",
+       "return hwm",
+       "the LSO is min(HWM, the first offset of every open transaction): read_committed reads stop below it",
+       "KIP-98; 002 2.2.2 and 2.7 (the LSO); producer_state.py last_stable_offset",
+       "trace: read-committed-open-txn (a read_committed fetch served records of a transaction whose marker "
+       "was not yet below the HWM); history: aborted reads (G1a) with the txn workload"),
+    _m("producer-stale-epoch-accepted", PRODUCERS,
+       "if h.producer_epoch < e.epoch:\n            return rpc.INVALID_PRODUCER_EPOCH, None",
+       "if h.producer_epoch < e.epoch:\n            pass  # an older epoch: its sequence decides",
+       "a partition leader refuses a produce at a producer epoch below the one it holds for that producer",
+       "KIP-98 (producer fencing); producer_state.py check",
+       "trace: produce-after-fence after a fencing marker (stall-producer-past-txn-timeout); history: a "
+       "zombie's records in a later transaction (aborted or phantom reads)"),
+    _m("sequence-gap-accepted", PRODUCERS,
+       "if h.base_sequence != (e.last_sequence + 1) % (2**31):",
+       "if h.base_sequence <= e.last_sequence:",
+       "a batch whose sequence does not follow the producer's last one is refused "
+       "(OUT_OF_ORDER_SEQUENCE_NUMBER)",
+       "KIP-98 (idempotent producer); PROTOCOL.md 10",
+       "history: a reordered or lost batch of an idempotent producer (the txn workload's producers retry); "
+       "probably nothing: a gap needs a lost batch before a retry"),
+    _m("abort-index-lists-commits", PRODUCERS,
+       "if first is not None and not commit:",
+       "if first is not None and commit:",
+       "the aborted-transaction index that read_committed fetches return lists the aborted transactions only",
+       "KIP-98 (aborted transaction index); producer_state.py _record_marker",
+       "history: committed records dropped by read_committed consumers (lost writes) and aborted ones read "
+       "(G1a) with the txn workload"),
 )
 
 

@@ -103,6 +103,12 @@ class NetnsCluster(LocalCluster):
     def isolation_unavailable(self) -> str | None:
         return None  # own network stack per node: partition, net and lossy-crash faults work
 
+    def client_address(self) -> str:
+        return f"{self.subnet}.1"  # the bridge's address: the harness's clients reach the nodes from it
+
+    def client_cut_unavailable(self) -> str | None:
+        return None if self.subnet else "its network is not up (no bridge address yet)"
+
     def lossy_unavailable(self) -> str | None:
         """Every broker's data dir is a lossyfs mount, when the lossy extra (pyfuse3, trio) is installed."""
         return extra_missing("lossy", "the lossy file system")
@@ -126,6 +132,9 @@ class NetnsCluster(LocalCluster):
 
     def data_dir(self, node: str) -> str:
         return f"{self.node_dir(node)}/data"
+
+    def lossy_status_file(self, node: str) -> str | None:
+        return self.lossyfs_files(node)[1] if self.lossy_unavailable() is None else None
 
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         """(pid file, status file) of the node's lossy file system daemon."""

@@ -91,7 +91,18 @@ class ReferenceCluster:
         raise NotImplementedError
 
     def node_env(self, node: str) -> dict[str, str]:
-        return {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
+        env = {OWNER_ENV: self.owner, "PYTHONUNBUFFERED": "1"}
+        status = self.lossy_status_file(node)
+        if status:
+            # The broker reads the lossy file system's reports at start-up (server.py lossy_drops_seen), so its
+            # trace says whether a lossy crash came between two starts (the trace's log-shorter-after-restart).
+            env["KAFKAESQUE_LOSSYFS_STATUS"] = status
+        return env
+
+    def lossy_status_file(self, node: str) -> str | None:
+        """Where the node's lossy file system reports its power cuts, when its broker writes through one (the
+        backends that mount one say so); None: it writes to a plain disk."""
+        return None
 
     # --- abilities (clusters/base.py): the answers every backend of our broker shares ---------------
     def pid_command(self, node: str) -> str:

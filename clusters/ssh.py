@@ -235,6 +235,9 @@ class SshCluster(ClaimedNodes, ReferenceCluster):
     def lossy_unavailable(self) -> str | None:
         return None if self.lossy else "this cluster was started without it"
 
+    def lossy_status_file(self, node: str) -> str | None:
+        return self.lossyfs_files(node)[1] if self.lossy_unavailable() is None else None
+
     def lossyfs_files(self, node: str) -> tuple[str, str]:
         return f"{self.node_dir(node)}/lossyfs.pid", f"{self.node_dir(node)}/lossyfs.status"
 

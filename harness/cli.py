@@ -790,8 +790,11 @@ def detect(
 def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, clusters/mutants.py)")] = None,
-    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership or small-fetches "
-                                                        "(repeatable; default protocol and random)")] = None,
+    plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership, "
+                                                        "small-fetches, txn, txn-random, groups or groups-random "
+                                                        "(repeatable; default: each mutant's own, protocol and random "
+                                                        "but txn/txn-random or groups/groups-random for the "
+                                                        "coordinators')")] = None,
     seeds: Annotated[int, typer.Option(help="runs per mutant and plan (seeds 0..N-1 above --seed)")] = 1,
     seed: Annotated[int, typer.Option(help="the first seed")] = 22000,
     minutes: Annotated[float, typer.Option(help="minutes per run")] = 5.0,
@@ -826,7 +829,6 @@ def mutate(
     from kafkaesque_harness.clusters.mutants import MUTANTS
     from kafkaesque_harness.harness.mutate import measure, unit_test_mutant
     from kafkaesque_harness.studies.mutation import (
-        DEFAULT_PLANS,
         PLANS,
         catalogue_problems,
         mutant_copy,
@@ -856,8 +858,8 @@ def mutate(
                              "replacement in clusters/mutants.py.")
         err.print(f"mutate: all {len(chosen)} mutants apply exactly once and compile")
         return
-    plans = plan or list(DEFAULT_PLANS)
-    bad = [p for p in plans if p not in PLANS]
+    plans = plan or None  # none named: each mutant's own (default_plans: the coordinators' run their workloads)
+    bad = [p for p in plans or () if p not in PLANS]
     if bad:
         fail(f"unknown plan {', '.join(bad)}; valid: {', '.join(PLANS)}.")
     if cluster not in ("local", "docker"):

@@ -42,6 +42,7 @@ from kafkaesque_harness.history import FaultRecord
 from kafkaesque_harness.nemesis.grudge import Grudge, describe
 from kafkaesque_harness.nemesis.ledger import FaultLedger
 from kafkaesque_harness.nemesis.observe import (
+    CLIENTS,
     net_state,
     node_clock_reading,
     probe_pairs,
@@ -237,6 +238,18 @@ class FaultActions:
                                  f"{k} {v}" for k, v in seen.items() if v != "timeout"))
         return rec
 
+    def cut_clients(self, node: str, by: str) -> FaultRecord:
+        """Cut `node` off from the harness's own clients (not from the other nodes): its rules drop what comes
+        from the address they reach it from (ClientCuts). A coordinator so cut stays up, leads and hears its
+        peers, while its group's members' heartbeats and commits are lost (issue 40). Healed by heal_cuts, as
+        any cut; probed from this process (the clients' side)."""
+        from kafkaesque_harness.nemesis.requirements import ClientCuts, why_not
+
+        why = why_not(self.cluster, ClientCuts)
+        if why:
+            raise RuntimeError(f"{node} cannot be cut off from the clients: {why}")
+        return self.cut({node: {CLIENTS}}, by, nodes=[node], detail={"clients": self.cluster.client_address()})
+
     def heal_cuts(self, node: str | None = None, by: str | None = None) -> list[FaultRecord]:
         """Undo the active cuts (those naming `node`, or asked for by `by`; all when neither is given),
         then probe back across each: the packets must flow again."""
@@ -311,6 +324,10 @@ class FaultActions:
         except Exception:  # noqa: BLE001 - the caller raises the first error; the final heal removes the chain
             pass
 
+    def _address(self, node: str) -> str:
+        """A grudge peer's address as the nodes see it: a node's own, or the clients' (CLIENTS)."""
+        return self.cluster.client_address() if node == CLIENTS else self.cluster.address(node)[0]
+
     def _apply_rules(self) -> None:
         """Every node's chain becomes exactly the union of the active cuts and loss rules, all nodes at once
         (one exec per node: flush, then add)."""
@@ -321,8 +338,7 @@ class FaultActions:
         commands = {}
         for node in self.cluster.nodes():
             rules = [shell_join(flush)]
-            rules += [shell_join(a) for a in netrules.drop_from(self.cluster.address(n)[0]
-                                                                 for n in union.get(node, ()))]
+            rules += [shell_join(a) for a in netrules.drop_from(self._address(n) for n in union.get(node, ()))]
             for owner, peers, p in self._loss.values():
                 if owner == node:
                     rules += [shell_join(a) for a in netrules.random_loss_from(peers, p)]

@@ -42,8 +42,34 @@ def probe_script(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> li
             "{ [ $? -eq 124 ] && echo timeout || echo refused; }; fi"]
 
 
+CLIENTS = "clients"  # in a grudge: the harness's own clients (ClientCuts: the address they reach the nodes from)
+
+
+def probe_from_harness(cluster, dst: str) -> str:
+    """From this process, where the clients run, a TCP connect to `dst`'s Kafka port: open, refused, timeout,
+    or error ...."""
+    import socket
+
+    s = socket.socket()
+    s.settimeout(PROBE_TIMEOUT_S)
+    try:
+        s.connect(cluster.address(dst))
+        return "open"
+    except TimeoutError:
+        return "timeout"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return f"error {e.errno}"
+    finally:
+        s.close()
+
+
 def probe_tcp(cluster, src: str, dst: str) -> str:
-    """From node `src`, a TCP connect to `dst`'s Kafka port: open, refused, timeout, or error ...."""
+    """From node `src` (or from the harness, CLIENTS), a TCP connect to `dst`'s Kafka port: open, refused,
+    timeout, or error ...."""
+    if src == CLIENTS:
+        return probe_from_harness(cluster, dst)
     host, port = cluster.address(dst)
     r = cluster.remote(src).run(probe_script(host, port), timeout=PROBE_TIMEOUT_S + 10)
     words = r.out.strip().splitlines()[-1:] if r.out.strip() else []

@@ -1,4 +1,5 @@
-"""Process faults: kill (SIGKILL, later restart) and pause (SIGSTOP, later SIGCONT) of the nodes' processes,
+"""Process faults: kill (SIGKILL, later restart), stop (SIGTERM, a controlled shutdown, later restart) and pause
+(SIGSTOP, later SIGCONT) of the nodes' processes,
 and stall-producer, the same pause for one of the workload's own client processes (inside the harness: a
 transactional producer stops mid-transaction past its timeout, workloads/stalls.py).
 
@@ -87,6 +88,16 @@ class KillNemesis(_ProcessFault):
 
     name, start_f, stop_f = "kill", "start-kill", "stop-kill"
     act, undo = staticmethod(FaultActions.kill), staticmethod(FaultActions.start)
+
+
+class StopNemesis(_ProcessFault):
+    """SIGTERM the targets (a controlled shutdown: the controller moves their leaderships, a coordinator's too,
+    before they exit, and they register clean when they come back); `stop-stop` restarts them. Random plans
+    draw it like kill: the shutdown path (clean-shutdown file, leadership moved with the broker still up) is
+    one a kill never takes."""
+
+    name, start_f, stop_f = "stop", "start-stop", "stop-stop"
+    act, undo = staticmethod(FaultActions.stop), staticmethod(FaultActions.start)
 
 
 class PauseNemesis(_ProcessFault):

@@ -45,11 +45,25 @@ partition of the test topic:
                             coordinator aborts the transaction on its timeout and must fence the
                             producer (a bumped epoch), so what it sends after resuming is refused
   kill-group-coordinator    SIGKILL the coordinator of the workload's consumer group
+  cut-group-coordinator-from-clients
+                            cut the group's coordinator off from the harness's clients only, for 10 s
+                            (past the members' 6 s session): it expires every member while it stays up
+                            and leads; healed, the members commit with the generation that ended and
+                            join again
+  move-group-coordinator-mid-commit
+                            SIGTERM the group's coordinator (a controlled shutdown moves its
+                            __consumer_offsets leadership while the consumers commit after every poll),
+                            restart it 3 s later
+  move-txn-coordinator-mid-transaction
+                            the same for the transaction coordinator of the workload's transactional ids,
+                            with transactions open
   heal                      reconnect, resume and restart everything
   sequence:<scenario>       one of the flaw sequences of nemesis/scenario.py (004's unclean
                             election and HW truncation, 002's last replica standing, 001's
                             ELR recovery, the zombie leader, KAFKA-6880's zombie
-                            follower, KAFKA-6361's fast failover), on a random partition, from a
+                            follower, KAFKA-6361's fast failover, and stop-follower-then-elect: SIGTERM an
+                            in-sync follower, then SIGKILL the leader so the partition elects without
+                            it, the follower restarting once a new leader is in), on a random partition, from a
                             healed cluster only: two thirds of the moves drawn after a heal
                             are one, dealt from a shuffled deck so that every sequence runs
                             once before any runs again; with a workload of transactions or
@@ -59,7 +73,8 @@ partition of the test topic:
                             group-coordinator-fails-over
 The coordinator moves and sequences are there only when the workload has transactional ids or a
 consumer group (the runner passes them), and the stall only when its clients can stall (the txn
-workload); a queue run in assign mode draws exactly what it drew before.
+workload); a queue run in assign mode draws no coordinator move (since issue 40 its deck holds one more
+sequence, stop-follower-then-elect).
 
 Faults accumulate between heals (a follower stays cut off while the leader is killed),
 which is what turns single faults into the sequences of 004 and 001. A move whose role
@@ -75,6 +90,7 @@ from typing import Any
 from kafkaesque_harness.nemesis.base import NemesisRefused
 from kafkaesque_harness.nemesis.plan import Plan, Stalled, pause
 from kafkaesque_harness.nemesis.requirements import (
+    ClientCuts,
     IsolatedNodes,
     LossyControllers,
     can,
@@ -94,6 +110,8 @@ from kafkaesque_harness.nemesis.scenario_steps import (
     wait,
 )
 from kafkaesque_harness.nemesis.scenarios import SCENARIOS
+
+MEMBERS_GONE_S = 10  # past the workloads' consumer session timeout (6 s) and the coordinator's next tick
 
 MOVES: dict[str, tuple[Step, ...]] = {
     "kill-leader": (bind("L", "leader"), act("kill", "L")),
@@ -116,6 +134,20 @@ MOVES: dict[str, tuple[Step, ...]] = {
     # any process holding an open transaction, as a GC pause would stop it; drawn like every single move
     "stall-producer-past-txn-timeout": (stall_producer(), act("resume-producer")),
     "kill-group-coordinator": (bind("G", "group-coordinator"), act("kill", "G")),
+    # Issue 40: the coordinators moved by a controlled shutdown (SIGTERM): the controller moves the leadership of
+    # their internal partitions while the broker still runs, so requests in flight (the consumers' synchronous
+    # commits after every poll, the producers' open transactions) meet a coordinator that hands over rather
+    # than one that vanishes; the broker comes back 3 s later (a clean restart, its epoch kept).
+    "move-group-coordinator-mid-commit": (bind("G", "group-coordinator"), act("stop", "G"), sleep(3),
+                                          act("start", "G")),
+    "move-txn-coordinator-mid-transaction": (bind("C", "txn-coordinator"), act("stop", "C"), sleep(3),
+                                             act("start", "C")),
+    # A rebalance while the coordinator stays up: the group's coordinator is cut off from the harness's clients
+    # (not from its peers: it keeps leading) past the members' session timeout (6 s, both client libraries), so
+    # it expires every member and the group empties; healed, the members' next commits carry the generation
+    # that ended, and they join again (a new generation).
+    "cut-group-coordinator-from-clients": (bind("G", "group-coordinator"), act("cut-clients", "G"),
+                                           sleep(MEMBERS_GONE_S), act("heal", "G")),
     "heal": (act("heal"), act("start-all"), act("resume-all")),
 }
 # The single moves find shallow bugs; the deep ones of 004, 001 and 002 take a fault timed
@@ -144,12 +176,20 @@ MOVES[SEQUENCE_PREFIX + FAST_FAILOVER] = (
     wait("leader-is", "A"), sleep(2),
     act("isolate", "A"), wait("leader-is", "C"),
     act("heal"), act("start", "L"), wait("in-isr", "A", timeout=60))
+# Issue 40: a controlled shutdown (SIGTERM) of an in-sync follower, then an election without it (the leader
+# killed): its clean shutdown keeps it eligible (ELR) while it is down, and it comes back registered clean
+# (PROTOCOL.md 5.1-5.2, 6). A sequence, from a healed cluster only: it has two brokers down at its peak.
+STOP_THEN_ELECT = "stop-follower-then-elect"
+MOVES[SEQUENCE_PREFIX + STOP_THEN_ELECT] = (
+    bind("L", "leader"), bind("F", "in-sync-follower"), act("stop", "F"), act("kill", "L"),
+    wait("leader-is-not", "L", timeout=15), act("start", "F"))
 NEEDS_ISOLATED_NODES = {"isolate-follower", "lossy-crash-last-isr", "cut-leader-from-controllers",
                         "cut-follower-from-controllers", "power-cut-controller", "isolate-txn-coordinator",
-                        "cut-txn-coordinator-from-leader", SEQUENCE_PREFIX + FAST_FAILOVER} | {
+                        "cut-txn-coordinator-from-leader", "cut-group-coordinator-from-clients",
+                        SEQUENCE_PREFIX + FAST_FAILOVER} | {
     SEQUENCE_PREFIX + name for name in SCENARIO_SEQUENCES + COORDINATOR_SEQUENCES
     if SCENARIOS[name].needs_isolated_nodes}
-SEQUENCES = (*SCENARIO_SEQUENCES, FAST_FAILOVER)
+SEQUENCES = (*SCENARIO_SEQUENCES, FAST_FAILOVER, STOP_THEN_ELECT)
 MAX_DOWN = 2  # brokers down at once before a heal is forced (a quorum of 3 can still elect)
 # After a heal, the share of moves that are a flaw sequence. The single moves find shallow bugs
 # on their own and pile up between heals; the sequences are what reaches the deep flaws, and a
@@ -179,6 +219,10 @@ class ProtocolNemesis(ScenarioNemesis):
         else:  # a loopback cluster: the moves that need a node's own network or disk are left out
             for m in NEEDS_ISOLATED_NODES:
                 self.moves.pop(m, None)
+        why = why_not(cluster, ClientCuts)
+        for m in [m for m, steps in self.moves.items() if any(s.do == "cut-clients" for s in steps)] if why else []:
+            self.left_out[m] = f"move {m} cannot run: {why}"
+            del self.moves[m]
         why = why_not(cluster, LossyControllers)
         if why and "power-cut-controller" in self.moves:  # brokers alone on the lossy file system (docker, SSH)
             self.left_out["power-cut-controller"] = f"move power-cut-controller cannot run: {why}"

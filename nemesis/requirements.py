@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkaesque_harness.clusters.base import (
+    ClientCuts,
     ClockControl,
     ControllerAdmin,
     HasRemotes,
@@ -74,7 +75,7 @@ def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     k = kind(fault)
     return (k.capabilities, k.on) if k else ((), "all")
 
-__all__ = ["ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk", "NetDevice",
+__all__ = ["ClientCuts", "ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk", "NetDevice",
            "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
            "why_not"]
 
@@ -96,6 +97,7 @@ _UNDECLARED: dict[type, str] = {
     ControllerAdmin: "the {name} cluster does not have one",
     StateDumps: "the {name} cluster gives no state dumps",
     PageCacheDrop: "the {name} cluster does not say whether its nodes may write /proc/sys/vm/drop_caches",
+    ClientCuts: "the {name} cluster does not say from which address the harness's clients reach its nodes",
 }
 # Why not, for a subject that declares the ability: its own answer of the moment (None: it can).
 _ANSWER: dict[type, Callable[[Any], str | None]] = {
@@ -105,6 +107,7 @@ _ANSWER: dict[type, Callable[[Any], str | None]] = {
     LossyControllers: lambda c: c.lossy_controllers_unavailable(),
     StateDumps: lambda c: c.state_dumps_unavailable(),
     PageCacheDrop: lambda c: c.page_cache_unavailable(),
+    ClientCuts: lambda c: c.client_cut_unavailable(),
 }
 
 
@@ -124,7 +127,8 @@ def can(subject: Any, ability: type) -> bool:
 
 # A scenario step's action -> the fault whose needs it shares (bind, wait and sleep need nothing).
 STEP_FAULTS = {"kill": "kill", "stop": "kill", "start": "kill", "pause": "pause", "resume": "pause",
-               "lossy-crash": "lossy-crash", "isolate": "partition", "cut": "partition", "heal": "partition"}
+               "lossy-crash": "lossy-crash", "isolate": "partition", "cut": "partition", "heal": "partition",
+               "cut-clients": "partition"}
 
 FIXES = {
     "iptables": "install iptables there and run the node's commands as root (sudo = true, or NET_ADMIN for a container)",

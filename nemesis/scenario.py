@@ -23,7 +23,8 @@ partition or a broker: isr-is, in-isr, not-in-isr, leader-is, leader-is-not, no-
 has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached each
 named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
 isolate (cut one node off from every other), cut (one node from one other, or from the
-controllers, both ways), heal (one node's cuts, or all), sleep; and two steps on the workload's
+controllers, both ways), cut-clients (one node from the harness's own clients only, where the cluster
+says where they are: ClientCuts), heal (one node's cuts, or all), sleep; and two steps on the workload's
 own clients rather than a node: stall-producer (a client process stops inside an open transaction
 for the transaction timeout plus `seconds`; with a node, a process whose transactional id that
 broker coordinates: nemesis/actions.py stall_producer, workloads/stalls.py) and resume-producer (wait
@@ -239,6 +240,9 @@ class ScenarioNemesis(NemesisBase):
             self.faults.start(node)
         elif step.do == "isolate":
             self.faults.cut(grudge.isolate(cluster.nodes(), node), self.by, nodes=[node])
+        elif step.do == "cut-clients":
+            rec = self.faults.cut_clients(node, self.by)
+            return {"cut": node, "from": "clients", "address": rec.detail.get("clients")}
         elif step.do == "cut":
             peers = [p for p in (cluster.controller_nodes() if step.peer == CONTROLLERS else [self.node(step.peer)])
                      if p != node]

@@ -69,7 +69,7 @@ def stall_producer(of: str = "", past_timeout_s: float = STALL_PAST_TIMEOUT_S) -
 
 CONTROLLERS = "controllers"
 ACTIONS = ("kill", "lossy-crash", "pause", "resume", "stop", "start", "isolate", "cut", "heal", "stall-producer",
-           "resume-producer")
+           "resume-producer", "cut-clients")
 CLIENT_ACTIONS = ("stall-producer", "resume-producer")  # on the workload's clients, not on a node
 CONDITIONS = ("isr-is", "in-isr", "not-in-isr", "leader-is", "leader-is-not", "no-leader", "has-leader",
               "fenced", "unfenced", "log-reaches")
@@ -128,7 +128,7 @@ def load_scenario_file(path: str | Path) -> Scenario:
     if bad:
         raise ScenarioFileError(f"targets in {p} names {bad[0]!r}; valid: {', '.join(FLAW_VARIANTS)}.")
     return Scenario(str(doc.get("name") or p.stem), str(doc.get("doc") or f"scenario file {p}"), tuple(steps),
-                    needs_isolated_nodes=any(st.do in ("isolate", "cut", "lossy-crash") for st in steps),
+                    needs_isolated_nodes=any(st.do in ("isolate", "cut", "lossy-crash", "cut-clients") for st in steps),
                     targets=tuple(targets))
 
 

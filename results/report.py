@@ -392,8 +392,12 @@ def system_under_test(test: dict[str, Any]) -> tuple[str, str]:
                        and v.get("api_versions")})
         name = ", ".join(said) or "a Kafka-protocol system"
         file = Path(str(test.get("cluster") or "cluster file")).name
+        # A system we did not build writes no protocol trace and no state dumps: its verdict rests on what the
+        # clients saw, and the reader of a valid run should know that much was not looked at.
         return name, (f"{name} ({len(versions)} node(s), described by {file}"
-                      + (f"; its brokers answer the Kafka API of {', '.join(apis)}" if apis else "") + ")")
+                      + (f"; its brokers answer the Kafka API of {', '.join(apis)}" if apis else "") + "); judged by "
+                      "the client-side checkers only: the trace and replica checkers need the reference broker's "
+                      "protocol trace and state dumps")
     variant = test.get("broker_variant") or "default"
     name = "the reference broker" + (f" ({variant})" if variant != "default" else "")
     harness = (test.get("versions") or {}).get("kafkaesque-harness", "")
@@ -421,8 +425,11 @@ def fault_plan_in_words(test: dict[str, Any]) -> str:
         schedule = ("one at a time" if test.get("nemesis_schedule") == "sequential" else
                     "overlapping")
         target = str(test.get("nemesis_target") or "mixed")
+        # On a one-broker system every target is that broker: "a minority, a majority or every broker" of one
+        # node reads as nonsense.
+        on_whom = "each on the only broker" if test.get("brokers") == 1 else TARGET_WORDS.get(target, f"on {target}")
         parts.append(f"{', '.join(random_faults)} at random ({schedule}), a start or a stop about every "
-                     f"{float(test.get('nemesis_interval') or 10):g} s, {TARGET_WORDS.get(target, f'on {target}')}")
+                     f"{float(test.get('nemesis_interval') or 10):g} s, {on_whom}")
     return "; with ".join(parts) if driven and random_faults else "; ".join(parts)
 
 

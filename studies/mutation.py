@@ -65,7 +65,39 @@ PLANS: dict[str, dict[str, Any]] = {
     "small-fetches": {"nemesis": ["kill", "pause", "partition"], "nemesis_target": "random-node",
                       "replica_fetch_max_bytes": 1024, "hwm_checkpoint_interval_ms": 100},
 }
+# The coordinators' mutants (issue 40) need clients that reach their code: transactional producers and
+# read_committed consumers (the txn workload; producer_state.py's sequences and the LSO too), or a consumer
+# group (the queue workload in subscribe mode). Their plans are the protocol nemesis (its coordinator moves and
+# sequences aim at the workload's transactional ids and group) and random faults with `stop` (a controlled
+# shutdown moves a coordinator as a kill does not).
+# Subscribe mode, with each process's clients crashed about every 20 s (a crash ends the process; a fresh one
+# joins): members leave (kafka-python's close sends LeaveGroup; a dropped librdkafka member is expired at its
+# session timeout) and join while the coordinator stays up, so the group goes through generations the
+# coordinator's faults alone never give it (a 180 s protocol run once committed every offset in generation 1,
+# issue 40), and a member's commits race each rebalance.
+GROUP_WORKLOAD = {"queue_mode": "subscribe", "crash_clients_interval_s": 20}
+PLANS.update({
+    "txn": {"workload": "txn", "nemesis": ["protocol"]},
+    "txn-random": {"workload": "txn", "nemesis": ["kill", "pause", "partition", "stop"],
+                   "nemesis_target": "random-node"},
+    "groups": {"workload_options": GROUP_WORKLOAD, "nemesis": ["protocol"]},
+    "groups-random": {"workload_options": GROUP_WORKLOAD, "nemesis": ["kill", "pause", "stop"],
+                      "nemesis_target": "random-node"},
+})
 DEFAULT_PLANS = ("protocol", "random")
+TXN_PLANS, GROUP_PLANS = ("txn", "txn-random"), ("groups", "groups-random")
+TXN_FILES = ("clusters/broker/txn_coordinator.py", "clusters/broker/txn_shell.py", "clusters/broker/producer_state.py")
+GROUP_FILES = ("clusters/broker/group_coordinator.py",)
+
+
+def default_plans(m: Mutant) -> tuple[str, ...]:
+    """The plans a mutant runs under when none is named: its workload's for the coordinators' files, else
+    DEFAULT_PLANS (whose queue workload in assign mode never reaches a coordinator)."""
+    if any(f in TXN_FILES for f in m.files):
+        return TXN_PLANS
+    if any(f in GROUP_FILES for f in m.files):
+        return GROUP_PLANS
+    return DEFAULT_PLANS
 COMMON = {"nemesis_interval": 6.0, "recovery_wait": 5.0, "min_isr": 2, "acks": "all", "flush_policy": "never"}
 SOURCES = {"trace": "trace", "replicas": "state"}  # any other checker: "history"
 NOT_FINDINGS = ("faults", "progress")  # evidence checkers: they make a run unknown, never invalid

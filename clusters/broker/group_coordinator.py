@@ -30,7 +30,7 @@ is up and returns the Replies that completes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,8 +161,13 @@ def offset_record(group_id: str, topic: str, partition: int, committed: tuple[in
 
 
 class GroupCoordinator:
-    def __init__(self, config: CoordinatorConfig | None = None):
+    def __init__(self, config: CoordinatorConfig | None = None,
+                 event_log: Callable[[dict[str, Any]], None] = lambda event: None):
         self.config = config or CoordinatorConfig()
+        # What it decided, with the facts (the protocol trace, trace.py): each generation a rebalance completes,
+        # each offset commit it accepts (before the write: the generation it was judged against), each
+        # OffsetFetch it answers, and each (re)load of a partition, which forgets that partition's groups.
+        self.event_log = event_log
         self.partitions: dict[int, str] = {}  # the __consumer_offsets partitions this broker leads -> LOADING/LOADED
         self.groups: dict[str, Group] = {}
         # Offsets committed in transactions not yet ended (TxnOffsetCommit, KIP-98): producer id ->
@@ -189,6 +194,7 @@ class GroupCoordinator:
         leadership of ours knew: the log is the only truth."""
         replies = self.unload(partition)
         self.partitions[partition] = LOADING
+        self.event_log({"event": "groups_loading", "coordinator_partition": partition})
         return replies
 
     def load(self, partition: int, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
@@ -358,10 +364,12 @@ class GroupCoordinator:
         g.generation_id += 1
         if not g.members:
             g.state, g.protocol_type, g.protocol_name, g.leader = EMPTY, None, None, None
+            self._report_generation(g)
             return []
         g.protocol_name = _select_protocol(g)
         if g.leader not in g.members:
             g.leader = next(iter(g.members))  # Kafka: the first member to have joined
+        self._report_generation(g)
         g.state = COMPLETING_REBALANCE
         g.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in g.members.values())
         replies: list[Reply] = []
@@ -491,7 +499,10 @@ class GroupCoordinator:
             return err
         g = self.groups.get(group_id)
         if g is None or (generation_id < 0 and g.state == EMPTY):
-            return rpc.NONE if generation_id < 0 else rpc.ILLEGAL_GENERATION
+            if generation_id >= 0:
+                return rpc.ILLEGAL_GENERATION
+            self._report_commit(group_id, generation_id, member_id)
+            return rpc.NONE
         if g.state == COMPLETING_REBALANCE:
             return rpc.REBALANCE_IN_PROGRESS
         m = g.members.get(member_id)
@@ -500,6 +511,7 @@ class GroupCoordinator:
         if generation_id != g.generation_id:
             return rpc.ILLEGAL_GENERATION
         m.session_deadline_ms = now_ms + m.session_timeout_ms
+        self._report_commit(group_id, generation_id, member_id)
         return rpc.NONE
 
     def committed_offsets(self, group_id: str,
@@ -510,9 +522,26 @@ class GroupCoordinator:
             return err, {}
         g = self.groups.get(group_id)
         offsets = g.offsets if g is not None else {}
-        if partitions is None:
-            return rpc.NONE, dict(offsets)
-        return rpc.NONE, {tp: offsets[tp] for tp in partitions if tp in offsets}
+        answer = dict(offsets) if partitions is None else {tp: offsets[tp] for tp in partitions if tp in offsets}
+        self.event_log({"event": "offset_fetch_answered", "group": group_id,
+                        "coordinator_partition": self.partition_for(group_id),
+                        "offsets": [[t, p, c.offset, c.record_offset] for (t, p), c in sorted(answer.items())],
+                        "none": sorted([t, p] for t, p in partitions or () if (t, p) not in answer)})
+        return rpc.NONE, answer
+
+    def _report_generation(self, g: Group) -> None:
+        self.event_log({"event": "group_generation", "group": g.group_id,
+                        "coordinator_partition": self.partition_for(g.group_id), "generation": g.generation_id,
+                        "members": list(g.members), "leader": g.leader, "protocol": g.protocol_name})
+
+    def _report_commit(self, group_id: str, generation_id: int, member_id: str) -> None:
+        """The commit is accepted (its records are written next): judged against the group as it is now, so
+        the trace's rule sees the generation it was accepted in, not one a rebalance began during the write."""
+        g = self.groups.get(group_id)
+        self.event_log({"event": "offset_commit_accepted", "group": group_id,
+                        "coordinator_partition": self.partition_for(group_id), "generation": generation_id,
+                        "member": member_id, "state": g.state if g is not None else None,
+                        "group_generation": g.generation_id if g is not None else None})
 
     def dump(self) -> dict[str, Any]:
         return {"partitions": {str(p): s for p, s in sorted(self.partitions.items())},

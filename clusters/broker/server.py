@@ -68,6 +68,24 @@ def _hostport(s: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# Where the node's lossy file system reports its power cuts (clusters/lossyfs.py --status-file), when the broker
+# writes through one; the backend sets it (clusters/docker.py).
+LOSSYFS_STATUS_ENV = "KAFKAESQUE_LOSSYFS_STATUS"
+
+
+def lossy_drops_seen(status_file: str | None) -> int | None:
+    """How many times the lossy file system has dropped its unsynced bytes (its "dropped" reports), or None
+    when the broker writes through none (or its report cannot be read): the trace's fact that a lossy crash
+    happened between two starts."""
+    if not status_file:
+        return None
+    try:
+        with open(status_file) as f:
+            return sum(1 for line in f if '"dropped"' in line)
+    except OSError:
+        return None
+
+
 METADATA_COPY_MAX = 5000  # records in a broker's metadata copy beyond its snapshot before it folds them in
 
 class ControllerClient:
@@ -170,6 +188,14 @@ class Broker:
                       "partitions": sorted({c.get("partition") for c in self.recovery_cuts})})
             self.previous_broker_epoch = -1
         self.checkpointed_hwm = self.logs.read_hwm_checkpoint()
+        # What this start found on disk, for the trace's log-shorter-after-restart: each log's end beside the HWM
+        # checkpoint it read, whether the last shutdown was clean, and how many power cuts the lossy file system
+        # has made so far (a count that grew since the previous start explains a log shorter than its checkpoint).
+        self.events({"event": "logs_loaded", "clean": self.previous_broker_epoch >= 0,
+                     "recovery_cuts": sorted({str(c.get("partition")) for c in self.recovery_cuts}),
+                     "lossy_drops": lossy_drops_seen(os.environ.get(LOSSYFS_STATUS_ENV)),
+                     "replicas": [[t, p, log.log_end_offset, self.checkpointed_hwm.get((t, p), -1)]
+                                  for (t, p), log in sorted(self.logs.logs().items())]})
         self.metadata_file = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))
         self.image = self.metadata_file.image()
         self.replicas: dict[tuple[str, int], Replica] = {}
@@ -194,7 +220,7 @@ class Broker:
         self._producer_ids = int(hostenv.wall_s() * 1000) % (1 << 40)
         self.groups = GroupCoordinator(CoordinatorConfig(
             initial_rebalance_delay_ms=getattr(args, "group_initial_rebalance_delay_ms", 3000),
-            min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)))
+            min_session_timeout_ms=getattr(args, "group_min_session_timeout_ms", 6000)), event_log=self.events)
         self.offsets_topic_min_isr = getattr(args, "offsets_topic_min_isr", 2)
         self.group_loads: dict[tuple[str, int], asyncio.Task] = {}
         self.txn = TxnShell(self)
@@ -338,14 +364,14 @@ class Broker:
             if offset < out["lso"]:
                 out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=out["lso"])
                 if raw:
-                    self._trace_consumer_fetch(r, offset, raw, READ_COMMITTED, bound)
+                    self._trace_consumer_fetch(r, offset, raw, READ_COMMITTED, bound, out["lso"])
                     end = max(h.next_offset for _, h in iter_batch_headers(raw, check_crc=False))
                     out["aborted"] = r.producers.aborted_between(offset, end)
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
             out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
             if raw:
-                self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm")
+                self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm", r.hwm)
         return out
 
     def answered(self, event: dict[str, Any]) -> None:
@@ -387,17 +413,21 @@ class Broker:
         reads, G1a; the class Jepsen found in Redpanda 2022 and Bufstream 2024)."""
         return ("hwm", r.hwm) if "read-committed-to-hwm" in self.variants else ("lso", r.last_stable_offset())
 
-    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes, isolation: str, bound: str) -> None:
+    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes, isolation: str, bound: str,
+                              bound_offset: int) -> None:
         first = last = -1
         for _, h in iter_batch_headers(raw, check_crc=False):
             if first < 0:
                 first = h.base_offset
             last = h.last_offset
         # The LSO is the partition's own (producer state), whatever bound the read used: the trace's
-        # read-committed-above-lso compares what was served with it.
+        # read-committed-above-lso compares what was served with it; bound_offset is the offset the read was
+        # cut at (the bound reported is the bound used), and the trace's read-committed-open-txn checks the LSO
+        # itself against the transactions' batches and markers.
         self.events({"event": "consumer_fetch", "topic": r.topic, "partition": r.partition,
                      "leader_epoch": r.leader_epoch, "offset": offset, "first": first, "last": last,
-                     "isolation": isolation, "bound": bound, "hwm": r.hwm, "lso": r.last_stable_offset()})
+                     "isolation": isolation, "bound": bound, "bound_offset": bound_offset, "hwm": r.hwm,
+                     "leo": r.leo, "lso": r.last_stable_offset()})
 
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
                     read_committed: bool = False) -> tuple[int, int, int]:
@@ -561,6 +591,7 @@ class Broker:
             # the HWM as the commit is answered, which must have passed them (002 2.5).
             self.events({"event": "offset_commit_acked", "topic": OFFSETS_TOPIC, "partition": partition,
                          "leader_epoch": r.leader_epoch if r else -1, "group": group_id, "generation": generation_id,
+                         "member": member_id, "offsets": [[t, p, o] for t, p, o, _, _ in offsets],
                          "first": base, "last": base + len(records) - 1, "hwm": r.hwm if r else None, "acks": acks})
             if self.groups.status(group_id) == rpc.NONE:
                 for i, (k, v) in enumerate(records):

@@ -3,8 +3,8 @@
 The state machines (replica.py, controller.py, txn_coordinator.py) stay sans-IO: each says what it decided
 through its one event callback, as it already did for the state-change log (000 point 7a). `EventSink` is
 that callback in the servers: every event goes to the state-change log (`--log-file`) except the hot-path
-ones (HOT: an HWM advance, a produce acknowledgement, a consumer fetch, an OffsetCommit's answer, a
-transaction's end and its markers, a client's Metadata, ListOffsets and OffsetForLeaderEpoch answers and its
+ones (HOT: an HWM advance, a produce acknowledgement, a consumer fetch, an OffsetCommit's acceptance and
+answer, an OffsetFetch's answer, a transaction's end, its markers and its completion, a client's Metadata, ListOffsets and OffsetForLeaderEpoch answers and its
 refused fetches, one per request), and every event named in TRACED also goes to the
 trace, `TraceWriter`, a JSON-lines file beside the log (`--trace-file`, default `<the log's
 directory>/trace.jsonl`). The trace is buffered: it is flushed
@@ -49,8 +49,9 @@ Events and their facts (a broker's unless marked controller):
                        with same_batch: whether its CRC is that batch's (false: other records under a used
                        sequence, which the leader answers as a retry, as Kafka does, and never writes)
   consumer_fetch       offset (asked), first, last (offsets served), isolation ("read_committed" |
-                       "read_uncommitted"), bound (what the read was cut at: "lso" | "hwm"), hwm, lso (the
-                       partition's last stable offset, KIP-98: min(HWM, first offset of any open transaction))
+                       "read_uncommitted"), bound (what the read was cut at: "lso" | "hwm"), bound_offset (the
+                       offset it was cut at: the bound reported is the bound used), hwm, leo, lso (the partition's last
+                       stable offset, KIP-98: min(HWM, first offset of any open transaction))
   consumer_fetch_refused  a consumer's Fetch answered with an error or a diverging epoch and no records:
                        offset, current_leader_epoch, last_fetched_epoch (what the request carried, -1: none),
                        error, diverging_epoch ({"epoch", "end_offset"} or null); role, leader_epoch, leo, hwm,
@@ -66,8 +67,23 @@ Events and their facts (a broker's unless marked controller):
                        The four lines above name the client by its request header's client id ("client").
   txn_marker_written   a partition leader wrote a transaction marker, acknowledged (acks=all): producer_id,
                        producer_epoch (the marker's), coordinator_epoch, result ("commit" | "abort"), offset
-  offset_commit_acked  an OffsetCommit answered: group, generation, topic/partition (its __consumer_offsets
-                       partition), first, last (the commit records' offsets), hwm (as answered), acks
+  offset_commit_acked  an OffsetCommit answered: group, generation, member, offsets ([[topic, partition, offset],
+                       ...] committed), topic/partition (its __consumer_offsets partition), first, last (the commit
+                       records' offsets, in the order of `offsets`), hwm (as answered), acks
+  offset_commit_accepted  the group coordinator accepted a commit (before its records are written): group,
+                       generation, member (as the request named them), state, group_generation (the group's),
+                       coordinator_partition
+  offset_fetch_answered   the group coordinator answered an OffsetFetch: group, offsets ([[topic, partition, offset,
+                       record_offset], ...]: each committed offset and the __consumer_offsets record it came from),
+                       none ([[topic, partition], ...] asked with no committed offset), coordinator_partition
+  group_generation     a rebalance completed a generation: group, generation, members (ids; [] when the group
+                       is left Empty), leader, protocol, coordinator_partition
+  groups_loading       the broker began (re)loading a __consumer_offsets partition: coordinator_partition (the
+                       groups of that partition are forgotten and rebuilt from the log)
+  logs_loaded          the broker started and loaded its logs: replicas ([[topic, partition, log end offset,
+                       checkpointed HWM (-1: none)], ...]), clean (the last shutdown was controlled), recovery_cuts
+                       (the partitions start-up recovery cut, "topic-p"), lossy_drops (how many power cuts the
+                       node's lossy file system has reported so far; null: no lossy file system)
   txn_init_producer_id the transaction coordinator answered an InitProducerId (its record written):
                        transactional_id, producer_id_before, epoch_before (-1: the id had no producer),
                        producer_id, producer_epoch (the answer), asked_producer_id, asked_epoch (KIP-360: what
@@ -76,7 +92,11 @@ Events and their facts (a broker's unless marked controller):
   txn_end_started      the coordinator decided a transaction's outcome (PrepareCommit/PrepareAbort written):
                        transactional_id, producer_id, txn_epoch (the producer epoch it ran under),
                        marker_epoch (the epoch its markers carry), result, started_by ("client": EndTxn |
-                       "timeout" | "re-init": an InitProducerId found it open), partitions,
+                       "timeout" | "re-init": an InitProducerId found it open), partitions, txn_started_ms (when
+                       its first partition was added, the coordinator's clock: with the producer id and txn_epoch
+                       it names the transaction), coordinator_partition, coordinator_epoch
+  txn_completed        every marker of a decided transaction was written (CompleteCommit/CompleteAbort written):
+                       transactional_id, producer_id, producer_epoch (the markers'), result, partitions,
                        coordinator_partition, coordinator_epoch
   controller: broker_registered (broker, broker_epoch, clean, previous_broker_epoch), broker_unregistered
   (broker, broker_epoch: a decommissioned broker forgotten),
@@ -102,7 +122,8 @@ FORMAT = "kafkaesque-trace/1"
 TRACE_FILE = "trace.jsonl"
 HOT = frozenset({"hwm_advanced", "produce_acked", "consumer_fetch", "hwm_checkpointed", "offset_commit_acked",
                  "txn_end_started", "txn_marker_written", "consumer_fetch_refused", "list_offsets_answered",
-                 "offset_for_leader_epoch_answered", "metadata_answered"})
+                 "offset_for_leader_epoch_answered", "metadata_answered", "txn_completed", "offset_commit_accepted",
+                 "offset_fetch_answered"})
 TRACED = HOT | frozenset({
     "trace_started", "registered", "fenced", "unfenced", "become_leader", "become_follower", "follower_epoch_appended",
     "alter_partition_sent", "isr_committed", "isr_updated", "alter_partition_failed",
@@ -110,6 +131,7 @@ TRACED = HOT | frozenset({
     "broker_registered", "broker_unregistered", "broker_fenced", "broker_unfenced", "partition_change",
     "leader_elected",
     "unclean_recovery", "controller_activated", "controller_deactivated", "txn_init_producer_id",
+    "group_generation", "groups_loading", "logs_loaded",
 })
 BUFFER_LINES = 512
 

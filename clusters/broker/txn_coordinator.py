@@ -27,8 +27,8 @@ timeout. Transactional-id expiration (transactional.id.expiration.ms) is not imp
 
 What it decided it says through its one `event_log` callback, as replica.py does (the protocol trace,
 trace.py): once a transition's record is written, the answer to an InitProducerId
-(`txn_init_producer_id`) and the start of a transaction's end (`txn_end_started`), each with the state it
-was decided on and the coordinator epoch.
+(`txn_init_producer_id`), the start of a transaction's end (`txn_end_started`) and its completion once every
+marker is written (`txn_completed`), each with the state it was decided on and the coordinator epoch.
 
 Historic flaws as variants (TxnConfig.variants, off by default): `txn-markers-no-epoch-bump` writes the
 markers of an abort the coordinator begins (a timeout, or InitProducerId finding the transaction
@@ -358,8 +358,18 @@ class TransactionCoordinator:
             self.event_log({"event": "txn_end_started", **common, "producer_id": t.new.producer_id,
                             "txn_epoch": old.producer_epoch, "marker_epoch": t.new.producer_epoch,
                             "result": "commit" if t.new.state == PREPARE_COMMIT else "abort",
+                            # names the transaction among those of one producer epoch: when its first partition
+                            # was added (the coordinator's clock, kept in its record)
+                            "txn_started_ms": old.start_ms,
                             "started_by": {END: "client", TIMEOUT: "timeout", REINIT_ABORT: "re-init"}[t.cause],
                             "partitions": sorted([tp, p] for tp, p in t.new.partitions)})
+        if t.cause == COMPLETE and old is not None:
+            # Every marker of the decision was written (markers_done): the trace's txn-marker-not-as-decided
+            # looks for one at each of these partitions, at this epoch and result.
+            self.event_log({"event": "txn_completed", **common, "producer_id": t.new.producer_id,
+                            "producer_epoch": t.new.producer_epoch,
+                            "result": "commit" if t.new.state == COMPLETE_COMMIT else "abort",
+                            "partitions": sorted([tp, p] for tp, p in old.partitions)})
 
     def _marker_job(self, txn_id: str, s: TxnState) -> MarkerJob:
         return MarkerJob(txn_id, s.producer_id, s.producer_epoch, s.state == PREPARE_COMMIT, s.partitions,

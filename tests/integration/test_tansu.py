@@ -140,7 +140,11 @@ def test_a_start_whose_binary_does_not_exist_fails_within_seconds_with_its_log_k
     assert "no-such-tansu" in kept.read_text()
     # and what the harness ran there, as rendered for the node, with its exit status
     ran = [json.loads(line) for line in (kept.parents[2] / "commands.jsonl").read_text().splitlines()]
-    assert any("no-such-tansu" in c["command"] and c["node"] == "tansu-1" and c["exit"] == 0 for c in ran), ran
+    assert any("no-such-tansu" in c["command"] and c["node"] == "tansu-1" and c["exit"] == 0 and c["what"] == "start"
+               for c in ran), ran
+    # the pid command runs wrapped in the harness's own loop; the line also names it as the file wrote it
+    wrapped = [c for c in ran if "yours" in c]
+    assert wrapped and all(c["yours"] in c["command"] and c["yours"] != c["command"] for c in wrapped), wrapped
 
 
 def test_ctrl_c_during_an_external_clusters_set_up_ends_within_5_s_and_leaves_no_container(tmp_path):

@@ -109,12 +109,15 @@ def test_queue_subscribe_mode_consumers_resume_from_the_group_offsets_under_kill
     assert crashes and all(op["type"] == "info" for op in crashes)
     polls = completions(history, "poll", "ok")
     assert sum(1 for op in polls if op.get("committed")) > 20
-    # a consumer of a process that began after a crash resumed mid-partition: from the group's committed
-    # offset, not from the start
+    # a consumer of a process that began after a crash or an indeterminate op (a fresh consumer that joined the
+    # group) resumed mid-partition: from the group's committed offset, not from the start. Any later process
+    # counts, not only a crashed one's direct successor: which fresh consumer is handed a partition with commits
+    # depends on the rebalances' timing (CI once saw every direct successor read nothing at all)
     first_read: dict[tuple[int, str], int] = {}
     for op in polls:
         for key, recs in op["value"].items():
             if recs:
                 first_read.setdefault((op["process"], key), recs[0][0])
-    successors = {op["process"] + 4 for op in crashes}  # a worker's next process: + concurrency
-    assert any(off > 0 for (p, _), off in first_read.items() if p in successors)
+    later_processes = {p for p, _ in first_read if p >= 4}  # the first four processes began with the run
+    assert later_processes, first_read
+    assert any(off > 0 for (p, _), off in first_read.items() if p in later_processes), first_read

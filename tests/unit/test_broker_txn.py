@@ -267,3 +267,45 @@ def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
         assert await b.txn.end_txn(txn_id, pid, epoch, False) == rpc.NONE
 
     on_a_broker(tmp_path, scenario)
+
+
+def test_a_commit_writes_its_records_and_a_marker_at_every_partition_with_acks_all(tmp_path):
+    """Issue 40's shell rules: every transaction state record and every marker is written acks=all (a leader
+    change cannot lose a decision or a marker), and the markers reach every partition of the transaction
+    before its Complete record (each partition's LSO passes the transaction)."""
+    async def scenario(b: Broker) -> None:
+        txn_id, coord = "tx", b.txn.coord
+        for partition in (0, 1):
+            lead(b, "t", 2, partition)
+        lead(b, TXN_STATE_TOPIC, coord.config.txn_partitions, coord.partition_for(txn_id))
+        for _ in range(50):
+            if coord.status(txn_id) == rpc.NONE:
+                break
+            await asyncio.sleep(0.02)
+        err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
+        assert err == rpc.NONE
+        assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0), ("t", 1)]) == rpc.NONE
+        for partition in (0, 1):
+            raw = build_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+            assert (await b.produce("t", partition, raw, validate_batches(raw), -1, 1.0))[0] == rpc.NONE
+        real_produce, writes = b.produce, []
+
+        async def recorded(topic, partition, raw, headers, acks, timeout_s):
+            writes.append((topic, "marker" if headers[0].is_control else "record", acks))
+            return await real_produce(topic, partition, raw, headers, acks, timeout_s)
+
+        b.produce = recorded
+        assert await b.txn.end_txn(txn_id, pid, epoch, True) == rpc.NONE
+        for _ in range(100):
+            if coord.txns[txn_id].state == COMPLETE_COMMIT:
+                break
+            await asyncio.sleep(0.02)
+        assert coord.txns[txn_id].state == COMPLETE_COMMIT
+        assert sorted(set(writes)) == [(TXN_STATE_TOPIC, "record", -1), ("t", "marker", -1)]
+        assert [w for w in writes if w[1] == "marker"] == [("t", "marker", -1)] * 2
+        for partition in (0, 1):
+            r = b.replicas[("t", partition)]
+            assert r.last_stable_offset() == r.hwm == 2  # the commit marker ended the transaction here
+        b.produce = real_produce
+
+    on_a_broker(tmp_path, scenario)

@@ -160,7 +160,8 @@ def test_the_protocol_nemesis_has_coordinator_moves_only_with_a_workload_of_tran
     txn = ProtocolNemesis({"seed": 1, "topic": "queue", "transactional_ids": TXN_IDS})
     c = CoordinatorCluster()
     txn.setup(c, FaultActions(c, FaultLedger(), "queue", TxnWorkload({}).producer_stalls()))
-    assert coordinator_moves - set(txn.moves) == {"kill-group-coordinator",
+    assert coordinator_moves - set(txn.moves) == {"kill-group-coordinator", "move-group-coordinator-mid-commit",
+                                                  "cut-group-coordinator-from-clients",
                                                   SEQUENCE_PREFIX + "group-coordinator-fails-over"}
     assert "pause-leader-past-txn-timeout" in txn.moves
 

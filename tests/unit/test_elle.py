@@ -351,15 +351,23 @@ def _random_concurrent_history(seed: int, n: int = 60, keys: int = 4) -> list[Op
     return ops
 
 
-def test_real_time_order_kept_as_frontier_runs_finds_the_same_cycles_as_listing_every_edge():
-    from collections import defaultdict
+def _inferred(h):
+    """Step 1 of the check on a history in memory, finished."""
+    from kafkaesque_harness.checkers.elle import _Found, _Inference, _memory_columns
 
-    from kafkaesque_harness.checkers.elle import FORBIDDEN, _DependencyGraph, _Inference
+    inference = _Inference(lambda op: op, _Found(), with_process=True)
+    inference.add_columns(*_memory_columns(h))
+    inference.finish()
+    return inference
+
+
+def test_real_time_order_kept_as_frontier_runs_finds_the_same_cycles_as_listing_every_edge():
+    from kafkaesque_harness.checkers.elle import FORBIDDEN, _DependencyGraph
 
     cyclic = 0
     for seed in range(120):
         h = _random_concurrent_history(seed)
-        inference = _Inference(h, defaultdict(list), with_process=True)
+        inference = _inferred(h)
         graph = _DependencyGraph(inference, FORBIDDEN["strict-serializable"])
         assert graph.well_formed
         fast = sorted(sorted(c) for c in graph.cyclic_components())
@@ -370,13 +378,11 @@ def test_real_time_order_kept_as_frontier_runs_finds_the_same_cycles_as_listing_
 
 
 def test_the_explaining_pass_gives_the_edges_the_graph_holds():
-    from collections import defaultdict
-
-    from kafkaesque_harness.checkers.elle import FORBIDDEN, _DependencyGraph, _frontier_edges, _Inference
+    from kafkaesque_harness.checkers.elle import FORBIDDEN, _DependencyGraph, _frontier_edges
 
     for seed in range(60):
         h = _random_concurrent_history(seed)
-        inference = _Inference(h, defaultdict(list), with_process=True)
+        inference = _inferred(h)
         graph = _DependencyGraph(inference, FORBIDDEN["strict-serializable"])
         told: set[tuple[int, int]] = set()
 

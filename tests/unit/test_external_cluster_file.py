@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -432,3 +433,30 @@ def test_the_pgrep_idiom_finds_the_system_and_not_the_shell_that_asks(tmp_path):
         system.wait()
     asked = subprocess.run(["sh", "-c", c._pid_script("k1") + '; echo "p=$p"'], capture_output=True, text=True)
     assert asked.stdout.strip() == "p=", asked  # gone: nothing found, not the shell that asked
+
+
+def test_the_readmes_cluster_file_reference_names_every_key_the_loader_accepts_and_no_other():
+    """README's "Cluster file reference" is where an author learns the format: each table's keys there are
+    exactly the ones load_cluster_file accepts (an added key must be documented; a documented key must work)."""
+    import tomllib
+
+    from kafkaesque_harness.clusters import cluster_file as cfm
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("**Cluster file reference.**"):]
+    block = section[section.index("```toml") + len("```toml"):section.index("```", section.index("```toml") + 7)]
+    ref = tomllib.loads(block)
+    assert set(ref) == set(cfm.TOP_KEYS), set(ref) ^ set(cfm.TOP_KEYS)
+    assert set(ref["paths"]) == set(cfm.PATH_KEYS)
+    assert set(ref["install"]) == set(cfm.INSTALL_KEYS)
+    assert set(ref["docker"]) == set(cfm.DOCKER_KEYS)
+    assert set(ref["commands"]) == set(cfm.COMMANDS) | set(cfm.OPTIONAL_COMMANDS)
+    node = ref["nodes"][0]
+    assert set(node) == set(cfm.NODE_KEYS) - set(cfm.SSH_KEYS), set(node) ^ (set(cfm.NODE_KEYS) - set(cfm.SSH_KEYS))
+    # the [ssh] keys are named in its comment line, every one of them
+    ssh_lines = block[block.index("[ssh]"):block.index("[docker]")]
+    assert all(k in ssh_lines for k in cfm.SSH_KEYS), ssh_lines
+    # and the template names it lists are the ones rendering offers
+    names = set(re.findall(r"`\{\{ (\w+) \}\}`", section[:section.index("**Writing a cluster file")]))
+    assert names == {"name", "id", "host", "kafka_port", "controller_port", "roles", "dir", "data_dir", "bootstrap",
+                     "controller", "voters"}

@@ -392,3 +392,13 @@ def test_a_partition_is_unstable_while_a_transaction_holds_an_offset_for_it():
     assert c.txn_pending(G, ("t", 0)) and not c.txn_pending(G, ("t", 1)) and not c.txn_pending("other", ("t", 0))
     c.end_txn(0, 7, True)
     assert not c.txn_pending(G, ("t", 0))
+
+
+def test_a_group_emptied_takes_commits_of_generation_minus_one_only():
+    # Issue 40: the members of the last generation left; a zombie of it commits with its old generation and id.
+    c = loaded()
+    a, b = stable_group_of_two(c)
+    assert c.leave(G, [a, b], 0)[0] == rpc.NONE
+    assert c.groups[G].state == EMPTY
+    assert c.check_commit(G, 2, a, 0) == rpc.UNKNOWN_MEMBER_ID
+    assert c.check_commit(G, -1, "", 0) == rpc.NONE  # a consumer assigning partitions itself

@@ -263,6 +263,12 @@ def test_the_first_screen_names_the_system_the_fault_plan_and_availability(tmp_p
     assert plan == ("the scenario zombie-leader; with kill at random (overlapping), a start or a stop about every "
                     "5 s, each on a random node")
     assert fault_plan_in_words({"nemesis": []}).startswith("none")
+    # a one-broker system: every target is that broker, said so
+    assert fault_plan_in_words({"nemesis": ["kill"], "brokers": 1}).endswith("each on the only broker")
+    assert fault_plan_in_words({"nemesis": ["kill"], "brokers": 3}).endswith("a majority or every broker")
+    # a foreign system's verdict rests on the client-side checkers, and its first screen says so
+    assert "client-side checkers only" in system_under_test(foreign)[1]
+    assert "client-side" not in system_under_test({"cluster": "local"})[1]
     assert readable({"process": "down", "probes": {"broker-2": "timeout"}}) == "process: down; probes: broker-2: timeout"
     run = _make_run(tmp_path)
     html = render_report(run).read_text()
