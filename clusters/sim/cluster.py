@@ -59,7 +59,8 @@ class SimHost:
         self.sim, self.name = sim, name
         self.loop = sim.loop
         self._rng = random.Random(f"{sim.seed}/{name}/{incarnation}")
-        self._pid = 100 + 10 * sim.names.index(name) + incarnation if name in sim.names else 99
+        # a process id of its own per incarnation (the trace's trace_started says it), the same in every run
+        self._pid = 1000 * (sim.names.index(name) + 1) + incarnation if name in sim.names else 99
         self.open_connection = sim.net.open_connection
         self.start_server = sim.net.start_server
 
@@ -93,6 +94,8 @@ class SimNode:
 
 
 class SimCluster:
+    """A cluster of the reference broker's nodes in this process, and the faults on them (module docstring)."""
+
     def __init__(self, seed: int, n_brokers: int = 3, n_controllers: int = 1, flush_policy: str = "never",
                  variants: Iterable[str] = (), broker_config: dict[str, Any] | None = None,
                  run_dir: str | None = None, net: NetConfig | None = None):
