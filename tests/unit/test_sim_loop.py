@@ -179,3 +179,19 @@ def test_a_lossy_link_resets_the_connection_a_write_is_lost_on(loop):
     assert loop.run_until_complete(loop.start_process(client, talk())) == "reset"
     net.heal()
     assert _round_trip(loop, net, client) < 0.005
+
+
+def test_a_doomed_connection_resets_even_when_its_sender_is_paused(loop):
+    net, server, client = _echo_pair(loop, NetConfig(reset_after_drop_s=2.0))
+    got = {}
+
+    async def talk():
+        reader, writer = await net.open_connection("10.0.0.1", 9000)
+        net.block("client", "server")
+        writer.write(b"lost")
+        got["server_end"] = next(e for e in net.open.values() if e.proc is server)
+
+    loop.run_until_complete(loop.start_process(client, talk()))
+    loop.pause(client)
+    loop.run_until_complete(asyncio.sleep(3))
+    assert got["server_end"].lost  # reset on the server's side, the paused client notwithstanding
