@@ -235,10 +235,15 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
         finally:
             writer.close()
             sim.close()
+    # exceptions no node's own handler took (the nodes log theirs): a client task's, the simulator's
+    warnings = [f"{u.get('process')}: {u.get('message', '')} {u.get('exception', '')}".strip()[:300]
+                for u in sim.loop.unhandled]
     facts = {"thread_failures": {}, "cluster": "sim", **outcome}
     results = check_run(run_dir, test, facts, run.workload if run is not None else None)
     results.update(outcome)
     results["simulated"] = True
+    if warnings:
+        results["harness_warnings"] = warnings[:50]
     history = read_run_history(run_dir)[0]
     results["availability"] = availability(history, float(spec.time_limit), [])
     write_json(run_dir / "results.json", results)

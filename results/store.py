@@ -187,6 +187,7 @@ def list_runs(store: str | os.PathLike) -> list[RunSummary]:
                     for c in (checkers.values() if isinstance(checkers, dict) else ()):
                         kinds = c.get("anomaly_types") if isinstance(c, dict) else None
                         anomalies += [str(k) for k in kinds] if isinstance(kinds, list) else []
+            workload = str(test.get("workload", "?")) + (" (simulated)" if test.get("simulated") else "")
             runs.append(RunSummary(run, test_dir.name, run.name, valid, sorted(set(anomalies)),
-                                   test.get("workload", "?"), ",".join(test.get("nemesis") or []) or "none"))
+                                   workload, ",".join(test.get("nemesis") or []) or "none"))
     return sorted(runs, key=lambda r: (r.started, r.test), reverse=True)

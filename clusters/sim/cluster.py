@@ -59,7 +59,8 @@ class SimHost:
         self.sim, self.name = sim, name
         self.loop = sim.loop
         self._rng = random.Random(f"{sim.seed}/{name}/{incarnation}")
-        self._pid = 100 + 10 * sim.names.index(name) + incarnation if name in sim.names else 99
+        # a process id of its own per incarnation (the trace's trace_started says it), the same in every run
+        self._pid = 1000 * (sim.names.index(name) + 1) + incarnation if name in sim.names else 99
         self.open_connection = sim.net.open_connection
         self.start_server = sim.net.start_server
 
@@ -93,6 +94,8 @@ class SimNode:
 
 
 class SimCluster:
+    """A cluster of the reference broker's nodes in this process, and the faults on them (module docstring)."""
+
     def __init__(self, seed: int, n_brokers: int = 3, n_controllers: int = 1, flush_policy: str = "never",
                  variants: Iterable[str] = (), broker_config: dict[str, Any] | None = None,
                  run_dir: str | None = None, net: NetConfig | None = None):
@@ -175,12 +178,19 @@ class SimCluster:
         self.loop.start_process(proc, self._node_main(node, node.server))
 
     async def _node_main(self, node: SimNode, server: Any) -> None:
+        """The node's process: its server's run() until it returns (a stop) or raises (kept as a finding).
+        Then the process is over, as a real one exits: nothing of it runs again, the OS closes its sockets."""
+        proc = node.proc
         try:
             node.exits.append(await server.run())
         except Exception as e:  # noqa: BLE001 - a node that dies of an exception is a finding, kept
             node.exits.append(e)
-            self.loop.kill(node.proc)  # type: ignore[arg-type]
-            self.net.close_process(node.proc)  # type: ignore[arg-type]
+        self.loop.call_soon(self._exited, proc)  # after this task's own end, which the loop must still run
+
+    def _exited(self, proc: Process) -> None:
+        if not proc.dead:
+            self.loop.kill(proc)
+            self.net.close_process(proc)
 
     def start_all(self) -> None:
         for name in self.names:

@@ -48,7 +48,7 @@ class DriveResult:
     sends: int = 0
     acked: int = 0
     faults: list[dict[str, Any]] = field(default_factory=list)
-    loop_callbacks: int = 0
+    loop_iterations: int = 0
     network_writes: int = 0
 
 
@@ -156,7 +156,7 @@ def drive(seed: int, run_dir: str, time_limit_s: float = 60.0, faults: bool = Tr
                 sim.start(name)
         sim.run_for(recovery_s)
         result.virtual_s = round(sim.now(), 6)
-        result.loop_callbacks = sim.loop.callbacks_run
+        result.loop_iterations = sim.loop.iterations
         result.network_writes = sim.net.writes
     finally:
         sim.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import heapq
 from collections.abc import Callable
 from typing import Any
@@ -65,7 +66,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._running_process: Process | None = None
         self._processes: list[Process] = []
         self._timer_seq = 0
-        self.callbacks_run = 0
+        self._discarding = False
+        self.iterations = 0  # of _run_once: how many distinct moments the run had
         self.unhandled: list[dict[str, Any]] = []  # loop exceptions no process's handler took
 
     # --- time -----------------------------------------------------------------------------------------
@@ -108,11 +110,6 @@ class SimLoop(asyncio.BaseEventLoop):
             self._processes.append(proc)
         return self.create_task(coro, name=f"{proc.name}#{proc.incarnation}", context=proc.context.copy())
 
-    def call_in(self, proc: Process, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
-        """`callback(*args)` after `delay` virtual seconds, as `proc` (held while it is paused, dropped once
-        it is dead): how the network delivers bytes to a node."""
-        return self.call_at(self._now + delay, callback, *args, context=proc.context)
-
     def pause(self, proc: Process) -> None:
         proc.paused = True
 
@@ -133,6 +130,9 @@ class SimLoop(asyncio.BaseEventLoop):
         """At the end of a simulation: close every dead process's coroutines while the loop is open, so
         that their `finally` blocks (run now, into dropped callbacks and /dev/null) do not run later, at
         collection, against a closed loop."""
+        # From here on, what the closed coroutines leave (an RPC client's finally failing its pending calls,
+        # futures nobody will read) is the simulation's teardown, not the run's: not reported.
+        self._discarding = True
         for proc in self._processes:
             if not proc.dead:
                 self.kill(proc)
@@ -143,6 +143,7 @@ class SimLoop(asyncio.BaseEventLoop):
                     task.get_coro().close()
                 except RuntimeError:
                     pass  # a coroutine that awaits in its finally: nothing more of it runs anyway
+        gc.collect()  # the futures they failed, collected now, while that is known
 
     def add_signal_handler(self, sig: int, callback: Callable[..., Any], *args: Any) -> None:
         proc = NODE.get()
@@ -171,6 +172,8 @@ class SimLoop(asyncio.BaseEventLoop):
             proc.exception_handler = handler
 
     def call_exception_handler(self, context: dict[str, Any]) -> None:
+        if self._discarding:
+            return
         proc = self._running_process or NODE.get()
         if proc is not None and proc.exception_handler is not None:
             try:
@@ -200,7 +203,9 @@ class SimLoop(asyncio.BaseEventLoop):
             heapq.heappop(scheduled)[2]._scheduled = False
 
     def _run_once(self) -> None:
-        self._sweep_cancelled_timers()
+        scheduled = self._scheduled
+        if scheduled and (scheduled[0][2]._cancelled or self._timer_cancelled_count > _MIN_TIMERS_FOR_SWEEP):
+            self._sweep_cancelled_timers()
         scheduled, ready = self._scheduled, self._ready
         if not ready:
             if not scheduled:
@@ -228,4 +233,4 @@ class SimLoop(asyncio.BaseEventLoop):
             self._running_process = proc
             handle._run()
         self._running_process = None
-        self.callbacks_run += 1
+        self.iterations += 1

@@ -24,6 +24,7 @@ Faults, by node name (they outlive restarts):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import random
 from collections.abc import Callable, Iterable
@@ -33,6 +34,7 @@ from typing import Any
 from kafkaesque_harness.clusters.sim.loop import NODE, Process, SimLoop
 
 EOF = None  # in a half-connection's stream: the peer's FIN
+NETWORK_CONTEXT = contextvars.Context()  # the network's own timers run in it: no process (loop.py NODE unset)
 
 
 @dataclass(frozen=True)
@@ -299,7 +301,9 @@ class SimNetwork:
         if end.doomed:
             return
         end.doomed = True
-        self.loop.call_at(self.loop.time() + self.config.reset_after_drop_s, self.reset_connection, end)
+        # as the network, in no process's context: the sender being paused or dead by then must not hold it
+        self.loop.call_at(self.loop.time() + self.config.reset_after_drop_s, self.reset_connection, end,
+                          context=NETWORK_CONTEXT)
 
     def reset_connection(self, end: SimTransport) -> None:
         """Both ends of `end`'s connection fail with a reset, each as its own process."""

@@ -174,7 +174,12 @@ def test_a_stopped_broker_shuts_down_cleanly(sim, tmp_path):
     sim.run_for(12)
     assert log_events(tmp_path, "broker-3", "controlled_shutdown_done")
     assert sim.nodes["broker-3"].exits == [0]
+    assert not sim.running("broker-3")  # its process exited
     assert os.path.exists(Path(sim.node_dir("broker-3")) / "data" / "logs" / "clean-shutdown")
+    sim.start("broker-3")
+    assert sim.run_until(lambda: len(log_events(tmp_path, "controller-0", "broker_registered")) == 4, timeout_s=15)
+    again = log_events(tmp_path, "controller-0", "broker_registered")[-1]
+    assert again["broker"] == 3 and again["clean"] is True  # the marker vouched for its log
 
 
 def test_killing_the_active_controller_of_a_quorum_activates_another(tmp_path):

@@ -141,3 +141,57 @@ def test_a_partitioned_connect_hangs_until_the_callers_timeout(loop):
     with pytest.raises(TimeoutError):
         loop.run_until_complete(loop.start_process(client, connect()))
     assert loop.time() == pytest.approx(1.0)
+
+
+def _round_trip(loop, net, client) -> float:
+    async def talk():
+        reader, writer = await net.open_connection("10.0.0.1", 9000)
+        t0 = loop.time()
+        writer.write(b"ping")
+        await reader.readexactly(4)
+        writer.close()
+        return loop.time() - t0
+
+    return loop.run_until_complete(loop.start_process(client, talk()))
+
+
+def test_a_slow_link_adds_its_latency_one_way(loop):
+    net, _, client = _echo_pair(loop)
+    fast = _round_trip(loop, net, client)
+    net.slow("client", "server", 0.25)
+    slow = _round_trip(loop, net, client)
+    assert fast < 0.005 and 0.25 < slow < 0.26
+
+
+def test_a_lossy_link_resets_the_connection_a_write_is_lost_on(loop):
+    net, _, client = _echo_pair(loop)
+    net.loss("client", "server", 1.0)
+
+    async def talk():
+        reader, writer = await net.open_connection("10.0.0.1", 9000)
+        writer.write(b"ping")
+        try:
+            await reader.read(100)
+        except ConnectionResetError:
+            return "reset"
+        return "answered"
+
+    assert loop.run_until_complete(loop.start_process(client, talk())) == "reset"
+    net.heal()
+    assert _round_trip(loop, net, client) < 0.005
+
+
+def test_a_doomed_connection_resets_even_when_its_sender_is_paused(loop):
+    net, server, client = _echo_pair(loop, NetConfig(reset_after_drop_s=2.0))
+    got = {}
+
+    async def talk():
+        reader, writer = await net.open_connection("10.0.0.1", 9000)
+        net.block("client", "server")
+        writer.write(b"lost")
+        got["server_end"] = next(e for e in net.open.values() if e.proc is server)
+
+    loop.run_until_complete(loop.start_process(client, talk()))
+    loop.pause(client)
+    loop.run_until_complete(asyncio.sleep(3))
+    assert got["server_end"].lost  # reset on the server's side, the paused client notwithstanding

@@ -27,6 +27,14 @@ def test_ls_lists_newest_first_with_verdicts(tmp_path):
     assert listed[1].anomalies == ["lost-write"]
 
 
+def test_ls_says_which_runs_were_simulated(tmp_path):
+    real, simulated = create_run_dir(tmp_path, "queue"), create_run_dir(tmp_path, "sim-queue")
+    (real / "test.json").write_text(json.dumps({"workload": "queue", "nemesis": []}))
+    (simulated / "test.json").write_text(json.dumps({"workload": "queue", "nemesis": [], "simulated": True}))
+    workloads = {r.path: r.workload for r in list_runs(tmp_path)}
+    assert workloads == {real: "queue", simulated: "queue (simulated)"}
+
+
 def test_unwritable_store_is_one_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
