@@ -315,6 +315,11 @@ def sim(
     name: Annotated[str, typer.Option(help="test name (store folder); default: sim-<workload>")] = "",
     recovery_wait: Annotated[float, typer.Option(help="virtual seconds to let the cluster recover after "
                                                       "healing")] = 10.0,
+    schedule: Annotated[str, typer.Option(help="a fault schedule to apply instead of drawing one (a run dir's "
+                                               "fault-schedule.json); its faults replace --nemesis")] = "",
+    shrink: Annotated[bool, typer.Option(help="when the run is invalid, look for a smaller schedule and settings "
+                                              "that fail the same way; write it and its scenario file")] = False,
+    shrink_budget: Annotated[int, typer.Option(help="at most this many candidate runs for --shrink")] = 30,
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -341,14 +346,25 @@ def sim(
     # the settings a simulated run shares with a real one are checked as for run; the cluster and the faults
     # are the simulator's own (sim_problems)
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
+    given = None
+    if schedule:
+        from kafkaesque_harness.harness.sim_shrink import read_given_schedule
+
+        spec, given, schedule_problems = read_given_schedule(spec, schedule)
+        if schedule_problems:
+            fail_all(schedule_problems)
     problems = sim_problems(spec) + spec.problems("flag", only=shared)
     if problems:
         fail_all(problems)
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m))
+        code, run_dir = simulate(spec, log=lambda m: err.print(m), schedule=given)
     except StoreError as e:
         fail(str(e))
     _print_verdict(run_dir)
+    if shrink:
+        from kafkaesque_harness.harness.sim_shrink import shrink_run
+
+        shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False))
     print(run_dir)
     raise typer.Exit(code)
 

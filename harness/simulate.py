@@ -16,7 +16,10 @@ The times in the history are virtual nanoseconds since the run began.
 Faults (sequential: one at a time, a start and its stop `nemesis_interval` apart on average, on a node drawn
 from every node, controllers included): kill (SIGKILL, restarted at the stop), pause (SIGSTOP/SIGCONT),
 partition (the node isolated both ways), lossy-crash (SIGKILL and its unsynced writes lost, restarted),
-clock (its wall clock jumped by up to 2 minutes, set back at the stop).
+clock (its wall clock jumped by up to 2 minutes, set back at the stop). The schedule a run applied is written
+to its run dir (fault-schedule.json) and test.json ("fault_schedule"); given one (`--schedule FILE`), the run
+applies it instead of drawing one (nemesis/sim_schedule.py), and `--shrink` makes a failing one smaller
+(harness/sim_shrink.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from kafkaesque_harness.harness.runner import EXIT_HARNESS, check_run, exit_code
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.history import INFO, INVOKE, NEMESIS, HistoryWriter, Op
 from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.sim_schedule import SCHEDULE_FILE, FaultSchedule, ScheduleRecorder
 from kafkaesque_harness.results.store import create_run_dir, write_json
 from kafkaesque_harness.workloads.sim.driver import WORKLOADS, SimWorkloadRun
 
@@ -46,9 +50,19 @@ class SimNemesis:
     (history/faults.py's records in the nemesis ops' completions, as harness/runner.py writes them)."""
 
     def __init__(self, sim: SimCluster, writer: HistoryWriter, faults: list[str], rng: random.Random,
-                 interval_s: float):
+                 interval_s: float, schedule: FaultSchedule | None = None):
         self.sim, self.writer, self.faults, self.rng, self.interval_s = sim, writer, faults, rng, interval_s
         self.ledger = FaultLedger(writer.now)
+        self.given = schedule  # applied instead of drawing one
+        self.recorder = ScheduleRecorder(sim.now, sim.now())  # built as the main phase begins
+
+    async def play(self, until_s: float) -> FaultSchedule:
+        """The given schedule, or one drawn (run()); the schedule applied."""
+        if self.given is not None:
+            await self.given.play(self, self.recorder.t0, self.sim.now)
+        else:
+            await self.run(until_s)
+        return self.recorder.finished()
 
     def _op(self, f: str, value: Any) -> None:
         self.writer.append(Op(INVOKE, f, NEMESIS, value))
@@ -68,13 +82,16 @@ class SimNemesis:
             await asyncio.sleep(self.rng.expovariate(1 / self.interval_s))
             self.stop(kind, node, undo)
 
-    def start(self, kind: str, node: str) -> Any:
-        """Apply one fault and record it (requested, applied, observed); what its stop needs."""
+    def start(self, kind: str, node: str, delta_s: float | None = None) -> Any:
+        """Apply one fault and record it (requested, applied, observed); what its stop needs. `delta_s`: a clock
+        jump's, given (a replayed schedule's) rather than drawn."""
         sim, f = self.sim, f"start-{kind}"
         self._op(f, {"node": node})
         detail: dict[str, Any] = {}
         if kind == "clock":
-            detail["delta_s"] = round(self.rng.choice([-1, 1]) * self.rng.uniform(1, 120), 3)
+            detail["delta_s"] = delta_s if delta_s is not None else round(
+                self.rng.choice([-1, 1]) * self.rng.uniform(1, 120), 3)
+        self.recorder.started(kind, node, detail.get("delta_s", 0.0))
         rec = self.ledger.request(kind, [node], by=kind, detail=detail or None)
         evidence: dict[str, Any]
         if kind == "kill":
@@ -101,6 +118,7 @@ class SimNemesis:
     def stop(self, kind: str, node: str, rec: Any) -> None:
         sim, f = self.sim, f"stop-{kind}"
         self._op(f, {"node": node})
+        self.recorder.stopped(kind, node)
         if kind in ("kill", "lossy-crash"):
             if not sim.running(node):
                 sim.start(node)
@@ -148,8 +166,9 @@ def sim_problems(spec: TestSpec) -> list[str]:
     return out
 
 
-def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
-    """Run, store and check one simulated run; (exit status, run dir)."""
+def simulate(spec: TestSpec, log: Any = print, schedule: FaultSchedule | None = None) -> tuple[int, Path]:
+    """Run, store and check one simulated run; (exit status, run dir). `schedule`: the faults to apply, instead
+    of a schedule drawn from the seed."""
     run_dir = create_run_dir(spec.store, spec.name)
     variant = spec.broker.broker_variant
     sim = SimCluster(spec.seed, n_brokers=spec.brokers, n_controllers=spec.broker.controllers,
@@ -163,7 +182,7 @@ def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
         f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} virtual s")
     writer = HistoryWriter(run_dir / "history.jsonl", start_ns=0, clock_ns=lambda: int(round(sim.now() * 1e9)))
     outcome: dict[str, Any] = {}
-    run = None
+    run = applied = None
     try:
         sim.start_all()
         if not sim.wait_ready(READY_TIMEOUT_S):
@@ -179,10 +198,10 @@ def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
         start = sim.now()
         writer.start_ns = int(round(start * 1e9))  # history times from the main phase's start, as a real run's
         nemesis = SimNemesis(sim, writer, list(spec.nemesis), random.Random(f"{spec.seed}/nemesis"),
-                             spec.nemesis_interval)
+                             spec.nemesis_interval, schedule)
         main = sim.spawn(clients, run.main_phase())
-        faults = sim.loop.create_task(nemesis.run(start + spec.time_limit))
-        sim.loop.run_until_complete(asyncio.gather(main, faults))
+        faults = sim.loop.create_task(nemesis.play(start + spec.time_limit))
+        applied = sim.loop.run_until_complete(asyncio.gather(main, faults))[1]
         nemesis.final_heal()
         sim.run_for(spec.recovery_wait)
         sim.run_as(clients, run.final_reads())
@@ -194,6 +213,10 @@ def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
         finally:
             writer.close()
             sim.close()
+    if applied is not None:
+        applied.write(run_dir / SCHEDULE_FILE)
+        test["fault_schedule"] = applied.to_dict()
+        write_json(run_dir / "test.json", test)
     facts = {"thread_failures": {}, "cluster": "sim", **outcome}
     results = check_run(run_dir, test, facts, run.workload if run is not None else None)
     results.update(outcome)

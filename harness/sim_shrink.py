@@ -1,0 +1,263 @@
+"""`kafkaesque sim --shrink`: a failing simulated run made smaller, and written as a scenario a real run replays.
+
+Delta debugging over what a simulated run's settings allow: the fault schedule's steps (ddmin: drop halves,
+then quarters, ... of the steps), the time limit (toward the last fault's stop), each fault's duration
+(halved), and the client processes (halved, the rate with them, so each process keeps its pace). Every
+candidate is a whole simulated run with the same seed (harness/simulate.py, its schedule given), and it is
+kept when it still fails with every anomaly kind the original showed (checker and kind, e.g.
+trace:log-shorter-after-restart); a candidate that passes, or fails otherwise, is dropped. At most `budget`
+candidates run. The smallest failing candidate's run dir is kept, the others are removed (each holds a whole
+cluster's logs).
+
+The result: its schedule (shrunk-schedule.json: `kafkaesque sim --seed N --schedule FILE` with the settings
+printed replays it) and the same faults as a scenario file in the vocabulary of nemesis/scenario.py
+(shrunk-scenario.toml: `kafkaesque run --nemesis scenario:FILE.toml`), both in the original run's dir. A
+fault the scenario vocabulary cannot express is named as dropped (nemesis/sim_schedule.py to_scenario()).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
+from kafkaesque_harness.harness.simulate import simulate
+from kafkaesque_harness.harness.spec import TestSpec
+from kafkaesque_harness.nemesis.sim_schedule import (
+    SCENARIO_START_S,
+    SCHEDULE_FILE,
+    FaultSchedule,
+    ScheduleError,
+    to_scenario,
+)
+
+SHRUNK_SCHEDULE = "shrunk-schedule.json"
+SHRUNK_SCENARIO = "shrunk-scenario.toml"
+DEFAULT_BUDGET = 30
+MIN_DURATION_S = 0.5   # a fault held shorter than this is not tried: a real one takes longer to act
+MIN_TIME_LIMIT_S = 5.0
+
+
+def anomaly_kinds(results: dict[str, Any]) -> set[str]:
+    """Every anomaly kind a run's checkers found, as checker:kind."""
+    kinds = set()
+    for name, c in (results.get("checkers") or {}).items():
+        for kind in (c.get("anomaly_types") or []) if isinstance(c, dict) else []:
+            kinds.add(f"{name}:{kind}")
+    return kinds
+
+
+def spec_for_schedule(spec: TestSpec, schedule: FaultSchedule) -> TestSpec:
+    """The spec a run of `schedule` has: its faults are the schedule's kinds (no fault "planned but never
+    applied" for the faults checker to hold against it)."""
+    return spec.with_settings(nemesis=schedule.kinds())
+
+
+def read_given_schedule(spec: TestSpec, path: str) -> tuple[TestSpec, FaultSchedule | None, list[str]]:
+    """`--schedule FILE`: the spec with the schedule's faults, the schedule, and one sentence per problem (a file
+    that cannot be read, a node this cluster has not)."""
+    try:
+        schedule = FaultSchedule.read(path)
+    except ScheduleError as e:
+        return spec, None, [str(e)]
+    names = {f"controller-{j}" for j in range(spec.broker.controllers)} | {
+        f"broker-{i}" for i in range(1, spec.brokers + 1)}
+    missing = [n for n in schedule.nodes() if n not in names]
+    if missing:
+        return spec, None, [f"the schedule {path} has faults on {', '.join(missing)}, which this cluster of "
+                            f"{spec.brokers} brokers and {spec.broker.controllers} controller(s) has not; give "
+                            "--brokers/--controllers as the run it came from had"]
+    return spec_for_schedule(spec, schedule), schedule, []
+
+
+@dataclass(frozen=True)
+class Candidate:
+    schedule: FaultSchedule
+    time_limit: float
+    concurrency: int
+    rate: float
+
+    def describe(self) -> str:
+        return (f"{len(self.schedule.steps)} fault(s), {self.time_limit:g} virtual s, {self.concurrency} client "
+                f"process(es) at {self.rate:g} ops/s")
+
+
+class BudgetSpent(Exception):
+    pass
+
+
+@dataclass
+class ShrinkResult:
+    original: Candidate
+    smallest: Candidate
+    target: set[str]
+    runs: int
+    run_dir: Path | None            # the smallest failing candidate's run (None: the original is the smallest)
+    trail: list[str] = field(default_factory=list)  # one line per candidate run
+
+
+RunSim = Callable[..., tuple[int, Path]]
+
+
+class Shrinker:
+    def __init__(self, spec: TestSpec, target: set[str], budget: int, log: Callable[[str], None],
+                 run_sim: RunSim = simulate):
+        self.spec, self.target, self.budget, self.log, self.run_sim = spec, target, budget, log, run_sim
+        self.runs = 0
+        self.best_dir: Path | None = None
+        self.trail: list[str] = []
+
+    def reproduces(self, cand: Candidate) -> bool:
+        """Run the candidate; True when it fails with every target kind (its run dir then kept as the best)."""
+        if self.runs >= self.budget:
+            raise BudgetSpent
+        self.runs += 1
+        spec = spec_for_schedule(self.spec, cand.schedule).with_settings(
+            name=f"{self.spec.name}-shrink", time_limit=cand.time_limit, concurrency=cand.concurrency, rate=cand.rate)
+        _, run_dir = self.run_sim(spec, log=lambda _m: None, schedule=cand.schedule)
+        try:
+            results = json.loads((run_dir / "results.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            results = {}
+        kinds = anomaly_kinds(results)
+        ok = results.get("valid") is False and self.target <= kinds
+        verdict = ("fails the same way: kept" if ok else "passes" if results.get("valid") is True else
+                   f"fails otherwise ({', '.join(sorted(kinds)) or results.get('valid', 'no verdict')}): dropped")
+        line = f"candidate {self.runs}/{self.budget}: {cand.describe()}: {verdict}"
+        self.trail.append(line)
+        self.log(line)
+        if ok:
+            if self.best_dir is not None:
+                shutil.rmtree(self.best_dir, ignore_errors=True)
+            self.best_dir = run_dir
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return ok
+
+    # --- the passes: each returns the smallest candidate it reached ------------------------------------------
+    def drop_steps(self, cur: Candidate) -> Candidate:
+        """ddmin over the steps: drop one of n chunks; on success go on from there, else n doubles."""
+        n = 2
+        while cur.schedule.steps:
+            size = len(cur.schedule.steps)
+            chunk = math.ceil(size / min(n, size))
+            for begin in range(0, size, chunk):
+                cand = replace(cur, schedule=cur.schedule.without(set(range(begin, min(begin + chunk, size)))))
+                if self.reproduces(cand):
+                    cur, n = cand, max(n - 1, 2)
+                    break
+            else:
+                if chunk == 1:
+                    return cur
+                n = min(2 * n, size)
+        return cur
+
+    def shorten_time(self, cur: Candidate) -> Candidate:
+        """The time limit halved, but never before the last fault has stopped (plus a second to see it)."""
+        floor = max(MIN_TIME_LIMIT_S, math.ceil(max((s.end_s for s in cur.schedule.steps), default=0.0)) + 1.0)
+        while cur.time_limit > floor:
+            limit = max(floor, math.floor(cur.time_limit / 2))
+            cand = replace(cur, time_limit=limit, schedule=cur.schedule.cut_at(limit))
+            if not self.reproduces(cand):
+                return cur
+            cur = cand
+        return cur
+
+    def shorten_durations(self, cur: Candidate) -> Candidate:
+        for i, step in enumerate(cur.schedule.steps):
+            half = round(step.duration_s / 2, 3)
+            if half < MIN_DURATION_S:
+                continue
+            cand = replace(cur, schedule=cur.schedule.with_step(i, replace(step, duration_s=half)))
+            if self.reproduces(cand):
+                cur = cand
+        return cur
+
+    def fewer_clients(self, cur: Candidate) -> Candidate:
+        while cur.concurrency > 1:
+            fewer = cur.concurrency // 2
+            cand = replace(cur, concurrency=fewer, rate=round(cur.rate * fewer / cur.concurrency, 3))
+            if not self.reproduces(cand):
+                return cur
+            cur = cand
+        return cur
+
+    def shrink(self, original: Candidate) -> Candidate:
+        cur = original
+        try:
+            while True:
+                before = cur
+                for shrink_pass in (self.drop_steps, self.shorten_time, self.shorten_durations, self.fewer_clients):
+                    cur = shrink_pass(cur)
+                if cur == before:
+                    return cur
+        except BudgetSpent:
+            self.log(f"budget of {self.budget} candidate runs spent; the smallest so far is kept")
+            return cur
+
+
+def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log: Callable[[str], None] = print,
+               run_sim: RunSim = simulate) -> ShrinkResult | None:
+    """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said)."""
+    results = json.loads((run_dir / "results.json").read_text())
+    if results.get("valid") is not False:
+        log(f"the run is {'valid' if results.get('valid') is True else 'not decided (valid: unknown)'}: "
+            "nothing to shrink")
+        return None
+    target = anomaly_kinds(results)
+    if not target:
+        log("the run is invalid with no anomaly kind to keep (a harness error?): nothing to shrink")
+        return None
+    schedule = FaultSchedule.read(run_dir / SCHEDULE_FILE)
+    original = Candidate(schedule, spec.time_limit, spec.concurrency, spec.rate)
+    log(f"shrinking seed {spec.seed}: keeping {', '.join(sorted(target))}; at most {budget} candidate runs")
+    shrinker = Shrinker(spec, target, budget, log, run_sim)
+    smallest = shrinker.shrink(original)
+    result = ShrinkResult(original, smallest, target, shrinker.runs, shrinker.best_dir, shrinker.trail)
+    write_shrunk(spec, run_dir, result, log)
+    return result
+
+
+def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path) -> str:
+    variant = spec.broker.broker_variant
+    return (f"kafkaesque sim --seed {spec.seed} --workload {spec.workload} --schedule {schedule_path} "
+            f"--time-limit {cand.time_limit:g} --concurrency {cand.concurrency} --rate {cand.rate:g} "
+            f"--recovery-wait {spec.recovery_wait:g}" + (f" --broker-variant {variant}" if variant != "default" else ""))
+
+
+def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None]) -> None:
+    """Print the steps before and after; write the smallest schedule and its scenario next to the original run."""
+    log(f"before: {result.original.describe()}")
+    for line in result.original.schedule.describe():
+        log(f"  {line}")
+    log(f"after {result.runs} candidate run(s): {result.smallest.describe()}")
+    for line in result.smallest.schedule.describe():
+        log(f"  {line}")
+    schedule_path = run_dir / SHRUNK_SCHEDULE
+    result.smallest.schedule.write(schedule_path)
+    log(f"schedule: {schedule_path}")
+    log(f"replay: {replay_command(spec, result.smallest, schedule_path)}")
+    if result.run_dir is not None:
+        log(f"its run: {result.run_dir}")
+    variant = spec.broker.broker_variant
+    doc = (f"shrunk by kafkaesque sim --shrink from seed {spec.seed} ({spec.workload}, broker variant {variant}); "
+           f"failed in the simulator with {', '.join(sorted(result.target))}; the faults start "
+           f"{SCENARIO_START_S:g} s into the main phase (scenario_delay)")
+    try:
+        text = to_scenario(result.smallest.schedule, f"shrunk-seed-{spec.seed}", doc,
+                           targets=(variant,) if variant in FLAW_VARIANTS else ())
+    except ScheduleError as e:
+        log(f"no scenario file: {e}")
+        return
+    for line in text.dropped:
+        log(f"dropped from the scenario: {line}")
+    scenario_path = run_dir / SHRUNK_SCENARIO
+    scenario_path.write_text(text.toml)
+    log(f"scenario: {scenario_path} ({len(text.scenario.steps)} steps over {text.span_s:g} s; run it with "
+        f"kafkaesque run --nemesis scenario:{scenario_path} --time-limit "
+        f"{math.ceil(SCENARIO_START_S + text.span_s + 10):d} or more)")
