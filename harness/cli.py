@@ -320,6 +320,8 @@ def sim(
     shrink: Annotated[bool, typer.Option(help="when the run is invalid, look for a smaller schedule and settings "
                                               "that fail the same way; write it and its scenario file")] = False,
     shrink_budget: Annotated[int, typer.Option(help="at most this many candidate runs for --shrink")] = 30,
+    shrink_keep: Annotated[str, typer.Option(help="--shrink keeps a candidate failing with any of the run's "
+                                                  "anomaly kinds, or with all of them")] = "any",
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -346,6 +348,8 @@ def sim(
     # the settings a simulated run shares with a real one are checked as for run; the cluster and the faults
     # are the simulator's own (sim_problems)
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
+    if shrink_keep not in ("any", "all"):
+        fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all")
     given = None
     if schedule:
         from kafkaesque_harness.harness.sim_shrink import read_given_schedule
@@ -364,7 +368,8 @@ def sim(
     if shrink:
         from kafkaesque_harness.harness.sim_shrink import shrink_run
 
-        shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False))
+        shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
+                   keep=shrink_keep)
     print(run_dir)
     raise typer.Exit(code)
 

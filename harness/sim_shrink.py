@@ -4,8 +4,10 @@ Delta debugging over what a simulated run's settings allow: the fault schedule's
 then quarters, ... of the steps), the time limit (toward the last fault's stop), each fault's duration
 (halved), and the client processes (halved, the rate with them, so each process keeps its pace). Every
 candidate is a whole simulated run with the same seed (harness/simulate.py, its schedule given), and it is
-kept when it still fails with every anomaly kind the original showed (checker and kind, e.g.
-trace:log-shorter-after-restart); a candidate that passes, or fails otherwise, is dropped. At most `budget`
+kept when it still fails with an anomaly of the kinds the original showed (checker and kind, e.g.
+queue:lost-write): keep "any" (the default) asks for one of them, and the kinds kept narrow to those the
+kept candidate showed, so a shrink never drifts to a kind the original did not have; keep "all" asks for
+every one (a run with several kinds shrinks less). A candidate that passes, or fails otherwise, is dropped. At most `budget`
 candidates run. The smallest failing candidate's run dir is kept, the others are removed (each holds a whole
 cluster's logs).
 
@@ -39,6 +41,7 @@ from kafkaesque_harness.nemesis.sim_schedule import (
 SHRUNK_SCHEDULE = "shrunk-schedule.json"
 SHRUNK_SCENARIO = "shrunk-scenario.toml"
 DEFAULT_BUDGET = 30
+KEEP_MODES = ("any", "all")
 MIN_DURATION_S = 0.5   # a fault held shorter than this is not tried: a real one takes longer to act
 MIN_TIME_LIMIT_S = 5.0
 
@@ -106,14 +109,22 @@ RunSim = Callable[..., tuple[int, Path]]
 
 class Shrinker:
     def __init__(self, spec: TestSpec, target: set[str], budget: int, log: Callable[[str], None],
-                 run_sim: RunSim = simulate):
-        self.spec, self.target, self.budget, self.log, self.run_sim = spec, target, budget, log, run_sim
+                 run_sim: RunSim = simulate, keep: str = "any"):
+        self.spec, self.target, self.budget, self.log, self.run_sim = spec, set(target), budget, log, run_sim
+        self.keep = keep
+        # Candidates that did not fail the same way: the target only narrows, so they never would (not run again)
+        self.rejected: set[str] = set()
         self.runs = 0
         self.best_dir: Path | None = None
+        self.best: Candidate | None = None  # the smallest candidate that failed the same way
         self.trail: list[str] = []
 
     def reproduces(self, cand: Candidate) -> bool:
-        """Run the candidate; True when it fails with every target kind (its run dir then kept as the best)."""
+        """Run the candidate; True when it fails with the target kinds (keep "any": one of them, and the target
+        narrows to those it showed; "all": every one); its run dir is then kept as the best."""
+        key = json.dumps([cand.schedule.to_dict(), cand.time_limit, cand.concurrency, cand.rate])
+        if key in self.rejected:
+            return False
         if self.runs >= self.budget:
             raise BudgetSpent
         self.runs += 1
@@ -125,17 +136,20 @@ class Shrinker:
         except (OSError, json.JSONDecodeError):
             results = {}
         kinds = anomaly_kinds(results)
-        ok = results.get("valid") is False and self.target <= kinds
+        shared = self.target & kinds
+        ok = results.get("valid") is False and (shared == self.target if self.keep == "all" else bool(shared))
         verdict = ("fails the same way: kept" if ok else "passes" if results.get("valid") is True else
                    f"fails otherwise ({', '.join(sorted(kinds)) or results.get('valid', 'no verdict')}): dropped")
         line = f"candidate {self.runs}/{self.budget}: {cand.describe()}: {verdict}"
         self.trail.append(line)
         self.log(line)
         if ok:
+            self.target, self.best = shared, cand
             if self.best_dir is not None:
                 shutil.rmtree(self.best_dir, ignore_errors=True)
             self.best_dir = run_dir
         else:
+            self.rejected.add(key)
             shutil.rmtree(run_dir, ignore_errors=True)
         return ok
 
@@ -198,11 +212,11 @@ class Shrinker:
                     return cur
         except BudgetSpent:
             self.log(f"budget of {self.budget} candidate runs spent; the smallest so far is kept")
-            return cur
+            return self.best or original
 
 
 def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log: Callable[[str], None] = print,
-               run_sim: RunSim = simulate) -> ShrinkResult | None:
+               run_sim: RunSim = simulate, keep: str = "any") -> ShrinkResult | None:
     """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said)."""
     results = json.loads((run_dir / "results.json").read_text())
     if results.get("valid") is not False:
@@ -215,10 +229,11 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
         return None
     schedule = FaultSchedule.read(run_dir / SCHEDULE_FILE)
     original = Candidate(schedule, spec.time_limit, spec.concurrency, spec.rate)
-    log(f"shrinking seed {spec.seed}: keeping {', '.join(sorted(target))}; at most {budget} candidate runs")
-    shrinker = Shrinker(spec, target, budget, log, run_sim)
+    log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}; at most {budget} candidate "
+        "runs")
+    shrinker = Shrinker(spec, target, budget, log, run_sim, keep)
     smallest = shrinker.shrink(original)
-    result = ShrinkResult(original, smallest, target, shrinker.runs, shrinker.best_dir, shrinker.trail)
+    result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail)
     write_shrunk(spec, run_dir, result, log)
     return result
 
@@ -235,7 +250,8 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     log(f"before: {result.original.describe()}")
     for line in result.original.schedule.describe():
         log(f"  {line}")
-    log(f"after {result.runs} candidate run(s): {result.smallest.describe()}")
+    log(f"after {result.runs} candidate run(s): {result.smallest.describe()}, failing with "
+        f"{', '.join(sorted(result.target))}")
     for line in result.smallest.schedule.describe():
         log(f"  {line}")
     schedule_path = run_dir / SHRUNK_SCHEDULE
