@@ -31,7 +31,6 @@ from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
 from kafkaesque_harness.harness.simulate import simulate
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.nemesis.sim_schedule import (
-    SCENARIO_START_S,
     SCHEDULE_FILE,
     FaultSchedule,
     ScheduleError,
@@ -261,11 +260,9 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     if result.run_dir is not None:
         log(f"its run: {result.run_dir}")
     variant = spec.broker.broker_variant
-    doc = (f"shrunk by kafkaesque sim --shrink from seed {spec.seed} ({spec.workload}, broker variant {variant}); "
-           f"failed in the simulator with {', '.join(sorted(result.target))}; the faults start "
-           f"{SCENARIO_START_S:g} s into the main phase (scenario_delay)")
+    smallest = result.smallest
     try:
-        text = to_scenario(result.smallest.schedule, f"shrunk-seed-{spec.seed}", doc,
+        text = to_scenario(smallest.schedule, f"shrunk-seed-{spec.seed}", "",
                            targets=(variant,) if variant in FLAW_VARIANTS else ())
     except ScheduleError as e:
         log(f"no scenario file: {e}")
@@ -273,7 +270,22 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     for line in text.dropped:
         log(f"dropped from the scenario: {line}")
     scenario_path = run_dir / SHRUNK_SCENARIO
+    command = real_run_command(spec, smallest, scenario_path, text.start_s)
+    doc = (f"shrunk by kafkaesque sim --shrink from seed {spec.seed} ({spec.workload}, broker variant {variant}, "
+           f"{smallest.describe()}); failed in the simulator with {', '.join(sorted(result.target))}. The first "
+           f"fault belongs {text.start_s:g} s into the main phase: run it as {command}")
+    text = to_scenario(smallest.schedule, f"shrunk-seed-{spec.seed}", doc, text.scenario.targets, text.start_s)
     scenario_path.write_text(text.toml)
-    log(f"scenario: {scenario_path} ({len(text.scenario.steps)} steps over {text.span_s:g} s; run it with "
-        f"kafkaesque run --nemesis scenario:{scenario_path} --time-limit "
-        f"{math.ceil(SCENARIO_START_S + text.span_s + 10):d} or more)")
+    log(f"scenario: {scenario_path} ({len(text.scenario.steps)} steps over {text.span_s:g} s)")
+    log(f"real run: {command}")
+
+
+def real_run_command(spec: TestSpec, cand: Candidate, scenario_path: Path, start_s: float) -> str:
+    """`kafkaesque run` of the scenario with the simulated run's settings; its delay (the first fault's time)
+    through --nemesis-interval, which the runner passes to the scenario nemesis as its delay."""
+    variant = spec.broker.broker_variant
+    return (f"kafkaesque run --cluster local --workload {spec.workload} --nemesis scenario:{scenario_path} "
+            f"--nemesis-interval {max(start_s, 0.001):g} --time-limit {math.ceil(cand.time_limit):d} --concurrency "
+            f"{cand.concurrency} --rate {cand.rate:g} --recovery-wait {spec.recovery_wait:g}"
+            + (f" --controllers {spec.broker.controllers}" if spec.broker.controllers != 1 else "")
+            + (f" --broker-variant {variant}" if variant != "default" else ""))

@@ -35,7 +35,6 @@ SCHEDULE_FAULTS = ("kill", "pause", "partition", "lossy-crash", "clock")
 # table has no scenario step and is reported as dropped (to_scenario()).
 SCENARIO_STEPS = {"kill": ("kill", "start"), "lossy-crash": ("lossy-crash", "start"), "pause": ("pause", "resume"),
                   "partition": ("isolate", "heal")}
-SCENARIO_START_S = 10.0  # nemesis/scenario.py's scenario_delay default: its first step runs this far in
 
 
 class ScheduleError(ValueError):
@@ -194,14 +193,19 @@ class ScenarioText:
     toml: str
     dropped: list[str]   # one line per fault left out, naming it and why
     span_s: float        # seconds from the scenario's first step to its last
+    start_s: float       # where in the main phase its first step belongs: the scenario's delay to run it with
 
 
 def to_scenario(schedule: FaultSchedule, name: str, doc: str, targets: tuple[str, ...] = (),
-                start_s: float = SCENARIO_START_S) -> ScenarioText:
-    """The schedule as a scenario of fixed node names and timed sleeps, starting `start_s` into the main phase
-    (the scenario nemesis's delay): a fault the simulator started before that starts at once instead."""
+                start_s: float | None = None) -> ScenarioText:
+    """The schedule as a scenario of fixed node names and timed sleeps. It starts `start_s` into the main phase
+    (nemesis/scenario.py's delay, which `kafkaesque run` takes from --nemesis-interval; default: when the
+    schedule's first fault it can express starts), each fault at its own time after that, a fault the schedule
+    starts before `start_s` at once."""
     steps: list[Step] = []
     dropped: list[str] = []
+    if start_s is None:
+        start_s = round(next((s.at_s for s in schedule.steps if s.fault in SCENARIO_STEPS), 0.0), 3)
     clock = start_s
     for s in schedule.steps:
         if s.fault not in SCENARIO_STEPS:
@@ -220,7 +224,7 @@ def to_scenario(schedule: FaultSchedule, name: str, doc: str, targets: tuple[str
         raise ScheduleError("no fault of the schedule has a scenario step (" + "; ".join(dropped) + ")")
     return ScenarioText(Scenario(name, doc, tuple(steps), needs_isolated_nodes=any(
         st.do in ("isolate", "lossy-crash") for st in steps), targets=targets), _toml(name, doc, targets, steps),
-        dropped, round(clock - start_s, 3))
+        dropped, round(clock - start_s, 3), start_s)
 
 
 def _toml(name: str, doc: str, targets: tuple[str, ...], steps: list[Step]) -> str:
