@@ -273,7 +273,8 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     command = real_run_command(spec, smallest, scenario_path, text.start_s)
     doc = (f"shrunk by kafkaesque sim --shrink from seed {spec.seed} ({spec.workload}, broker variant {variant}, "
            f"{smallest.describe()}); failed in the simulator with {', '.join(sorted(result.target))}. The first "
-           f"fault belongs {text.start_s:g} s into the main phase: run it as {command}")
+           f"fault belongs {text.start_s:g} s into the main phase: run it as "
+           f"{real_run_command(spec, smallest, Path('THIS-FILE.toml'), text.start_s)}")
     text = to_scenario(smallest.schedule, f"shrunk-seed-{spec.seed}", doc, text.scenario.targets, text.start_s)
     scenario_path.write_text(text.toml)
     log(f"scenario: {scenario_path} ({len(text.scenario.steps)} steps over {text.span_s:g} s)")
