@@ -15,7 +15,9 @@ As a file (JSON, the run dir's fault-schedule.json, `kafkaesque sim --schedule F
 to_scenario() writes the same faults in the step vocabulary of nemesis/scenario_steps.py with fixed node
 names (a node name is a valid target of every act: `{do = "kill", node = "broker-2"}`) and timed `sleep`
 steps between them, for `kafkaesque run --nemesis scenario:FILE.toml`. Faults that vocabulary cannot
-express (a clock jump) are left out and named in what to_scenario() returns, never dropped silently.
+express (a clock jump) are left out and named in what to_scenario() returns, never dropped silently. One
+fault differs in kind: the simulator's partition cuts the node off from the clients too, the scenario's
+`isolate` from the other nodes only (nemesis/grudge.py isolate).
 """
 
 from __future__ import annotations
