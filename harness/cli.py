@@ -322,6 +322,8 @@ def sim(
     shrink_budget: Annotated[int, typer.Option(help="at most this many candidate runs for --shrink")] = 30,
     shrink_keep: Annotated[str, typer.Option(help="--shrink keeps a candidate failing with any of the run's "
                                                   "anomaly kinds, or with all of them")] = "any",
+    shrink_jitter: Annotated[float, typer.Option(help="--shrink keeps a candidate only when its faults shifted this "
+                                                      "many virtual s later and earlier fail so too")] = 0.0,
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -369,7 +371,7 @@ def sim(
         from kafkaesque_harness.harness.sim_shrink import shrink_run
 
         shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
-                   keep=shrink_keep)
+                   keep=shrink_keep, jitter_s=shrink_jitter)
     print(run_dir)
     raise typer.Exit(code)
 

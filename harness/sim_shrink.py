@@ -7,7 +7,9 @@ candidate is a whole simulated run with the same seed (harness/simulate.py, its 
 kept when it still fails with an anomaly of the kinds the original showed (checker and kind, e.g.
 queue:lost-write): keep "any" (the default) asks for one of them, and the kinds kept narrow to those the
 kept candidate showed, so a shrink never drifts to a kind the original did not have; keep "all" asks for
-every one (a run with several kinds shrinks less). A candidate that passes, or fails otherwise, is dropped. At most `budget`
+every one (a run with several kinds shrinks less). A candidate that passes, or fails otherwise, is dropped.
+With a jitter (`--shrink-jitter S`), a candidate is kept only when its schedule shifted S seconds later and
+earlier fails so too (three runs a candidate): the simulator's timings are exact, a real run's are not. At most `budget`
 candidates run. The smallest failing candidate's run dir is kept, the others are removed (each holds a whole
 cluster's logs).
 
@@ -108,9 +110,9 @@ RunSim = Callable[..., tuple[int, Path]]
 
 class Shrinker:
     def __init__(self, spec: TestSpec, target: set[str], budget: int, log: Callable[[str], None],
-                 run_sim: RunSim = simulate, keep: str = "any"):
+                 run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0):
         self.spec, self.target, self.budget, self.log, self.run_sim = spec, set(target), budget, log, run_sim
-        self.keep = keep
+        self.keep, self.jitter_s = keep, jitter_s
         # Candidates that did not fail the same way: the target only narrows, so they never would (not run again)
         self.rejected: set[str] = set()
         self.runs = 0
@@ -120,37 +122,58 @@ class Shrinker:
 
     def reproduces(self, cand: Candidate) -> bool:
         """Run the candidate; True when it fails with the target kinds (keep "any": one of them, and the target
-        narrows to those it showed; "all": every one); its run dir is then kept as the best."""
+        narrows to those it showed; "all": every one); its run dir is then kept as the best. With `jitter_s`,
+        its schedule shifted that much later and earlier must fail so too (a schedule that fails only at the
+        simulator's exact times is a poor one to replay on real processes, whose timings drift)."""
         key = json.dumps([cand.schedule.to_dict(), cand.time_limit, cand.concurrency, cand.rate])
         if key in self.rejected:
             return False
-        if self.runs >= self.budget:
-            raise BudgetSpent
-        self.runs += 1
-        spec = spec_for_schedule(self.spec, cand.schedule).with_settings(
-            name=f"{self.spec.name}-shrink", time_limit=cand.time_limit, concurrency=cand.concurrency, rate=cand.rate)
-        _, run_dir = self.run_sim(spec, log=lambda _m: None, schedule=cand.schedule)
-        try:
-            results = json.loads((run_dir / "results.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            results = {}
-        kinds = anomaly_kinds(results)
-        shared = self.target & kinds
-        ok = results.get("valid") is False and (shared == self.target if self.keep == "all" else bool(shared))
-        verdict = ("fails the same way: kept" if ok else "passes" if results.get("valid") is True else
-                   f"fails otherwise ({', '.join(sorted(kinds)) or results.get('valid', 'no verdict')}): dropped")
-        line = f"candidate {self.runs}/{self.budget}: {cand.describe()}: {verdict}"
+        shifts = [0.0, self.jitter_s, -self.jitter_s] if self.jitter_s > 0 else [0.0]
+        shared, kept_dir, verdict = set(self.target), None, ""
+        for shift in shifts:
+            if self.runs >= self.budget:
+                if kept_dir is not None:
+                    shutil.rmtree(kept_dir, ignore_errors=True)
+                raise BudgetSpent
+            self.runs += 1
+            run_dir, results = self._run(cand, cand.schedule.shifted(shift))
+            kinds = anomaly_kinds(results)
+            shared &= kinds
+            ok = results.get("valid") is False and (shared == self.target if self.keep == "all" else bool(shared))
+            if shift == 0.0:
+                kept_dir = run_dir
+            else:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            if not ok:
+                verdict = ("passes" if results.get("valid") is True else "fails otherwise "
+                           f"({', '.join(sorted(kinds)) or results.get('valid', 'no verdict')})")
+                verdict = (f"shifted {shift:+g} s: " if shift else "") + verdict + ": dropped"
+                break
+        else:
+            verdict = "fails the same way" + (f" (also shifted by ±{self.jitter_s:g} s)" if shifts[1:] else "") + \
+                ": kept"
+        line = f"candidate run {self.runs}/{self.budget}: {cand.describe()}: {verdict}"
         self.trail.append(line)
         self.log(line)
-        if ok:
+        if verdict.endswith("kept"):
             self.target, self.best = shared, cand
             if self.best_dir is not None:
                 shutil.rmtree(self.best_dir, ignore_errors=True)
-            self.best_dir = run_dir
-        else:
-            self.rejected.add(key)
-            shutil.rmtree(run_dir, ignore_errors=True)
-        return ok
+            self.best_dir = kept_dir
+            return True
+        self.rejected.add(key)
+        if kept_dir is not None:
+            shutil.rmtree(kept_dir, ignore_errors=True)
+        return False
+
+    def _run(self, cand: Candidate, schedule: FaultSchedule) -> tuple[Path, dict[str, Any]]:
+        spec = spec_for_schedule(self.spec, schedule).with_settings(
+            name=f"{self.spec.name}-shrink", time_limit=cand.time_limit, concurrency=cand.concurrency, rate=cand.rate)
+        _, run_dir = self.run_sim(spec, log=lambda _m: None, schedule=schedule)
+        try:
+            return run_dir, json.loads((run_dir / "results.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return run_dir, {}
 
     # --- the passes: each returns the smallest candidate it reached ------------------------------------------
     def drop_steps(self, cur: Candidate) -> Candidate:
@@ -215,7 +238,7 @@ class Shrinker:
 
 
 def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log: Callable[[str], None] = print,
-               run_sim: RunSim = simulate, keep: str = "any") -> ShrinkResult | None:
+               run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0) -> ShrinkResult | None:
     """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said)."""
     results = json.loads((run_dir / "results.json").read_text())
     if results.get("valid") is not False:
@@ -228,9 +251,10 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
         return None
     schedule = FaultSchedule.read(run_dir / SCHEDULE_FILE)
     original = Candidate(schedule, spec.time_limit, spec.concurrency, spec.rate)
-    log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}; at most {budget} candidate "
-        "runs")
-    shrinker = Shrinker(spec, target, budget, log, run_sim, keep)
+    log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}"
+        + (f", also with the faults shifted ±{jitter_s:g} s" if jitter_s > 0 else "")
+        + f"; at most {budget} candidate runs")
+    shrinker = Shrinker(spec, target, budget, log, run_sim, keep, jitter_s)
     smallest = shrinker.shrink(original)
     result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail)
     write_shrunk(spec, run_dir, result, log)

@@ -120,6 +120,13 @@ class FaultSchedule:
     def with_step(self, i: int, step: FaultStep) -> FaultSchedule:
         return FaultSchedule([step if j == i else s for j, s in enumerate(self.steps)], self.end_s)
 
+    def shifted(self, by_s: float) -> FaultSchedule:
+        """Every fault `by_s` later (earlier when negative, but none before the main phase begins)."""
+        by_s = max(by_s, -min((s.at_s for s in self.steps), default=0.0))
+        if by_s == 0.0:
+            return self
+        return FaultSchedule([replace(s, at_s=s.at_s + by_s) for s in self.steps], max(0.0, self.end_s + by_s))
+
     def cut_at(self, time_limit_s: float) -> FaultSchedule:
         """The steps that start before `time_limit_s`, ending when the last of them stops (or at the limit)."""
         kept = [s for s in self.steps if s.at_s < time_limit_s]

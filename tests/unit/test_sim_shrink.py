@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,32 @@ def test_a_flaw_variants_failing_run_shrinks_to_fewer_faults_and_a_scenario_file
     assert len(kept) == 1
     original = anomaly_kinds(json.loads((run_dir / "results.json").read_text()))
     assert anomaly_kinds(json.loads((kept[0] / "results.json").read_text())) & original
+
+
+def test_with_a_jitter_a_candidate_is_kept_only_when_its_shifted_schedules_fail_too(tmp_path):
+    exact, _ = stand_in(SCHEDULE.steps[1])  # fails only with the kill at its exact time: no shift fails
+
+    def anywhen(spec, log, schedule):  # fails while broker-2 is killed at any time
+        return exact(spec, log, FaultSchedule([replace(s, at_s=1.5) if s.node == "broker-2" else s
+                                               for s in schedule.steps], schedule.end_s))
+    lines: list[str] = []
+    original = Candidate(SCHEDULE, 60.0, 8, 80.0)
+    strict = Shrinker(TestSpec.make(store=str(tmp_path / "a")), {"queue:lost-write"}, 30, lines.append, exact,
+                      jitter_s=0.5)
+    assert strict.shrink(original) == original and strict.best is None
+    assert "shifted +0.5 s: passes: dropped" in lines[1]  # the first kept-looking candidate failed shifted
+    tolerant = Shrinker(TestSpec.make(store=str(tmp_path / "b")), {"queue:lost-write"}, 30, lambda _m: None,
+                        anywhen, jitter_s=0.5)
+    assert [s.node for s in tolerant.shrink(original).schedule.steps] == ["broker-2"]
+    kept = [line for line in tolerant.trail if line.endswith("kept")]
+    assert kept and all("also shifted by ±0.5 s" in line for line in kept)
+    assert tolerant.best_dir is not None and [p.name for p in (tmp_path / "b").rglob("run-*")] == [
+        tolerant.best_dir.name]  # the shifted runs' dirs are removed
+
+
+def test_a_shifted_schedule_keeps_its_gaps_and_starts_no_fault_before_the_main_phase():
+    later = SCHEDULE.shifted(2.0)
+    assert [s.at_s for s in later.steps] == [2.5, 3.5, 11.25, 14.0, 16.0] and later.end_s == 18.5
+    earlier = SCHEDULE.shifted(-3.0)  # the first fault is at 0.5 s: shifted 0.5 s only
+    assert [s.at_s for s in earlier.steps] == [0.0, 1.0, 8.75, 11.5, 13.5]
+    assert [s.duration_s for s in earlier.steps] == [s.duration_s for s in SCHEDULE.steps]
