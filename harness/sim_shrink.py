@@ -261,11 +261,23 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
     return result
 
 
+# The settings a simulated run shares with a real one, besides those a candidate changes: written as flags when
+# they differ from the default, so the printed commands run the same cluster and workload.
+SHARED_FLAGS = ("brokers", "controllers", "replication_factor", "min_isr", "partitions", "acks", "flush_policy",
+                "broker_variant")
+
+
+def shared_flags(spec: TestSpec) -> str:
+    mine, default = spec.settings(), TestSpec().settings()
+    flags = [f"--{name.replace('_', '-')} {mine[name]}" for name in SHARED_FLAGS if mine[name] != default[name]]
+    flags += [f"--workload-option {k}={v}" for k, v in sorted(spec.workload_options.items())]
+    return "".join(f" {f}" for f in flags)
+
+
 def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path) -> str:
-    variant = spec.broker.broker_variant
     return (f"kafkaesque sim --seed {spec.seed} --workload {spec.workload} --schedule {schedule_path} "
             f"--time-limit {cand.time_limit:g} --concurrency {cand.concurrency} --rate {cand.rate:g} "
-            f"--recovery-wait {spec.recovery_wait:g}" + (f" --broker-variant {variant}" if variant != "default" else ""))
+            f"--recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}")
 
 
 def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None]) -> None:
@@ -273,8 +285,11 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     log(f"before: {result.original.describe()}")
     for line in result.original.schedule.describe():
         log(f"  {line}")
-    log(f"after {result.runs} candidate run(s): {result.smallest.describe()}, failing with "
-        f"{', '.join(sorted(result.target))}")
+    if result.run_dir is None:
+        log(f"after {result.runs} candidate run(s): no smaller candidate failed the same way; the original is kept")
+    else:
+        log(f"after {result.runs} candidate run(s): {result.smallest.describe()}, failing with "
+            f"{', '.join(sorted(result.target))}")
     for line in result.smallest.schedule.describe():
         log(f"  {line}")
     schedule_path = run_dir / SHRUNK_SCHEDULE
@@ -308,9 +323,6 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
 def real_run_command(spec: TestSpec, cand: Candidate, scenario_path: Path, start_s: float) -> str:
     """`kafkaesque run` of the scenario with the simulated run's settings; its delay (the first fault's time)
     through --nemesis-interval, which the runner passes to the scenario nemesis as its delay."""
-    variant = spec.broker.broker_variant
     return (f"kafkaesque run --cluster local --workload {spec.workload} --nemesis scenario:{scenario_path} "
             f"--nemesis-interval {max(start_s, 0.001):g} --time-limit {math.ceil(cand.time_limit):d} --concurrency "
-            f"{cand.concurrency} --rate {cand.rate:g} --recovery-wait {spec.recovery_wait:g}"
-            + (f" --controllers {spec.broker.controllers}" if spec.broker.controllers != 1 else "")
-            + (f" --broker-variant {variant}" if variant != "default" else ""))
+            f"{cand.concurrency} --rate {cand.rate:g} --recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}")

@@ -247,3 +247,17 @@ def test_a_shifted_schedule_keeps_its_gaps_and_starts_no_fault_before_the_main_p
     earlier = SCHEDULE.shifted(-3.0)  # the first fault is at 0.5 s: shifted 0.5 s only
     assert [s.at_s for s in earlier.steps] == [0.0, 1.0, 8.75, 11.5, 13.5]
     assert [s.duration_s for s in earlier.steps] == [s.duration_s for s in SCHEDULE.steps]
+
+
+def test_the_printed_commands_carry_every_setting_that_differs_from_the_default():
+    from kafkaesque_harness.harness.sim_shrink import real_run_command, replay_command
+
+    spec = TestSpec.make(seed=9, brokers=5, min_isr=3, broker_variant="no-elr", workload_options={"topic": "t"})
+    cand = Candidate(SCHEDULE, 20.0, 2, 25.0)
+    sim_cmd = replay_command(spec, cand, Path("s.json"))
+    assert sim_cmd.startswith("kafkaesque sim --seed 9 --workload queue --schedule s.json --time-limit 20 "
+                              "--concurrency 2 --rate 25 ")
+    for flag in ("--brokers 5", "--min-isr 3", "--broker-variant no-elr", "--workload-option topic=t"):
+        assert flag in sim_cmd and flag in real_run_command(spec, cand, Path("x.toml"), 1.5)
+    assert "--partitions" not in sim_cmd and "--acks" not in sim_cmd  # defaults are left out
+    assert "--nemesis scenario:x.toml --nemesis-interval 1.5" in real_run_command(spec, cand, Path("x.toml"), 1.5)
