@@ -317,6 +317,15 @@ def sim(
                                                       "healing")] = 10.0,
     mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
                                              "mutate --list`)")] = "",
+    schedule: Annotated[str, typer.Option(help="a fault schedule to apply instead of drawing one (a run dir's "
+                                               "fault-schedule.json); its faults replace --nemesis")] = "",
+    shrink: Annotated[bool, typer.Option(help="when the run is invalid, look for a smaller schedule and settings "
+                                              "that fail the same way; write it and its scenario file")] = False,
+    shrink_budget: Annotated[int, typer.Option(help="at most this many candidate runs for --shrink")] = 30,
+    shrink_keep: Annotated[str, typer.Option(help="--shrink keeps a candidate failing with any of the run's "
+                                                  "anomaly kinds, or with all of them")] = "any",
+    shrink_jitter: Annotated[float, typer.Option(help="--shrink keeps a candidate only when its faults shifted this "
+                                                      "many virtual s later and earlier fail so too")] = 0.0,
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -351,18 +360,35 @@ def sim(
     # the settings a simulated run shares with a real one are checked as for run; the cluster and the faults
     # are the simulator's own (sim_problems)
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
+    if shrink_keep not in ("any", "all"):
+        fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all")
+    given = None
+    if schedule:
+        from kafkaesque_harness.harness.sim_shrink import read_given_schedule
+
+        spec, given, schedule_problems = read_given_schedule(spec, schedule)
+        if schedule_problems:
+            fail_all(schedule_problems)
     problems = sim_problems(spec) + spec.problems("flag", only=shared)
     if problems:
         fail_all(problems)
+    mutant_fact = {"mutant": mutant, "digest": copy.digest} if copy is not None else None
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m),
-                                 mutant={"mutant": mutant, "digest": copy.digest} if copy is not None else None)
+        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_fact, schedule=given)
+        _print_verdict(run_dir)
+        if shrink:  # while the mutant's code is loaded: every candidate runs the same broker
+            import functools
+
+            from kafkaesque_harness.harness.sim_shrink import shrink_run
+
+            shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
+                       run_sim=functools.partial(simulate, mutant=mutant_fact), keep=shrink_keep,
+                       jitter_s=shrink_jitter)
     except StoreError as e:
         fail(str(e))
     finally:
         if copy is not None:
             copy.close()
-    _print_verdict(run_dir)
     print(run_dir)
     raise typer.Exit(code)
 

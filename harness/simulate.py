@@ -18,7 +18,10 @@ from every node, controllers included): kill (SIGKILL, restarted at the stop), p
 partition (the node isolated both ways), lossy-crash (SIGKILL and its unsynced writes lost, restarted; on a
 broker only within the fault budget of nemesis/faults.py: at most min ISR - 1 brokers power-cut and not yet
 back in every ISR),
-clock (its wall clock jumped by up to 2 minutes, set back at the stop).
+clock (its wall clock jumped by up to 2 minutes, set back at the stop). The schedule a run applied is written
+to its run dir (fault-schedule.json) and test.json ("fault_schedule"); given one (`--schedule FILE`), the run
+applies it instead of drawing one (nemesis/sim_schedule.py), and `--shrink` makes a failing one smaller
+(harness/sim_shrink.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from kafkaesque_harness.harness.runner import EXIT_HARNESS, check_run, exit_code
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.history import INFO, INVOKE, NEMESIS, HistoryWriter, Op
 from kafkaesque_harness.nemesis.ledger import FaultLedger
+from kafkaesque_harness.nemesis.sim_schedule import SCHEDULE_FILE, FaultSchedule, ScheduleRecorder
 from kafkaesque_harness.results.store import create_run_dir, write_json
 from kafkaesque_harness.workloads.sim.driver import WORKLOADS, SimWorkloadRun
 
@@ -47,13 +51,23 @@ class SimNemesis:
     (history/faults.py's records in the nemesis ops' completions, as harness/runner.py writes them)."""
 
     def __init__(self, sim: SimCluster, writer: HistoryWriter, faults: list[str], rng: random.Random,
-                 interval_s: float, min_isr: int = 2):
+                 interval_s: float, min_isr: int = 2, schedule: FaultSchedule | None = None):
         self.sim, self.writer, self.faults, self.rng, self.interval_s = sim, writer, faults, rng, interval_s
         self.ledger = FaultLedger(writer.now)
         # The lossy crash's fault budget, as nemesis/faults.py's: at most min ISR - 1 brokers power-cut and not
         # yet back in every ISR of the partitions they hold (001 5); beyond it a correct broker may lose data.
         self.budget = max(min_isr - 1, 0)
         self.recovering: dict[str, int] = {}  # power-cut broker -> its broker epoch before the cut
+        self.given = schedule  # applied instead of drawing one
+        self.recorder = ScheduleRecorder(sim.now, sim.now())  # built as the main phase begins
+
+    async def play(self, until_s: float) -> FaultSchedule:
+        """The given schedule, or one drawn (run()); the schedule applied."""
+        if self.given is not None:
+            await self.given.play(self, self.recorder.t0, self.sim.now)
+        else:
+            await self.run(until_s)
+        return self.recorder.finished()
 
     def _op(self, f: str, value: Any) -> None:
         self.writer.append(Op(INVOKE, f, NEMESIS, value))
@@ -106,13 +120,16 @@ class SimNemesis:
             return False
         return all(bid in p["isr"] for p in state.get("partitions", []) if bid in p["replicas"])
 
-    def start(self, kind: str, node: str) -> Any:
-        """Apply one fault and record it (requested, applied, observed); what its stop needs."""
+    def start(self, kind: str, node: str, delta_s: float | None = None) -> Any:
+        """Apply one fault and record it (requested, applied, observed); what its stop needs. `delta_s`: a clock
+        jump's, given (a replayed schedule's) rather than drawn."""
         sim, f = self.sim, f"start-{kind}"
         self._op(f, {"node": node})
         detail: dict[str, Any] = {}
         if kind == "clock":
-            detail["delta_s"] = round(self.rng.choice([-1, 1]) * self.rng.uniform(1, 120), 3)
+            detail["delta_s"] = delta_s if delta_s is not None else round(
+                self.rng.choice([-1, 1]) * self.rng.uniform(1, 120), 3)
+        self.recorder.started(kind, node, detail.get("delta_s", 0.0))
         rec = self.ledger.request(kind, [node], by=kind, detail=detail or None)
         evidence: dict[str, Any]
         if kind == "lossy-crash" and node in sim.brokers:
@@ -141,6 +158,7 @@ class SimNemesis:
     def stop(self, kind: str, node: str, rec: Any) -> None:
         sim, f = self.sim, f"stop-{kind}"
         self._op(f, {"node": node})
+        self.recorder.stopped(kind, node)
         if kind in ("kill", "lossy-crash"):
             if not sim.running(node):
                 sim.start(node)
@@ -189,9 +207,11 @@ def sim_problems(spec: TestSpec) -> list[str]:
     return out
 
 
-def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = None) -> tuple[int, Path]:
+def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = None,
+             schedule: FaultSchedule | None = None) -> tuple[int, Path]:
     """Run, store and check one simulated run; (exit status, run dir). `mutant`: the broker loaded is a
-    mutant's copy (clusters/sim/mutant.py), {"mutant": its name, "digest": its code's}, kept in test.json."""
+    mutant's copy (clusters/sim/mutant.py), {"mutant": its name, "digest": its code's}, kept in test.json.
+    `schedule`: the faults to apply, instead of a schedule drawn from the seed."""
     run_dir = create_run_dir(spec.store, spec.name)
     variant = spec.broker.broker_variant
     sim = SimCluster(spec.seed, n_brokers=spec.brokers, n_controllers=spec.broker.controllers,
@@ -205,7 +225,7 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
         f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} virtual s")
     writer = HistoryWriter(run_dir / "history.jsonl", start_ns=0, clock_ns=lambda: int(round(sim.now() * 1e9)))
     outcome: dict[str, Any] = {}
-    run = None
+    run = applied = None
     try:
         sim.start_all()
         if not sim.wait_ready(READY_TIMEOUT_S):
@@ -220,10 +240,10 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
         start = sim.now()
         writer.start_ns = int(round(start * 1e9))  # history times from the main phase's start, as a real run's
         nemesis = SimNemesis(sim, writer, list(spec.nemesis), random.Random(f"{spec.seed}/nemesis"),
-                             spec.nemesis_interval, spec.min_isr)
+                             spec.nemesis_interval, spec.min_isr, schedule)
         main = sim.spawn(clients, run.main_phase())
-        faults = sim.loop.create_task(nemesis.run(start + spec.time_limit))
-        sim.loop.run_until_complete(asyncio.gather(main, faults))
+        faults = sim.loop.create_task(nemesis.play(start + spec.time_limit))
+        applied = sim.loop.run_until_complete(asyncio.gather(main, faults))[1]
         nemesis.final_heal()
         sim.run_for(spec.recovery_wait)
         sim.run_as(clients, run.final_reads())
@@ -238,6 +258,10 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
     # exceptions no node's own handler took (the nodes log theirs): a client task's, the simulator's
     warnings = [f"{u.get('process')}: {u.get('message', '')} {u.get('exception', '')}".strip()[:300]
                 for u in sim.loop.unhandled]
+    if applied is not None:
+        applied.write(run_dir / SCHEDULE_FILE)
+        test["fault_schedule"] = applied.to_dict()
+        write_json(run_dir / "test.json", test)
     facts = {"thread_failures": {}, "cluster": "sim", **outcome}
     results = check_run(run_dir, test, facts, run.workload if run is not None else None)
     results.update(outcome)
