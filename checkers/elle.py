@@ -232,10 +232,10 @@ class _Inference:
     transaction is kept but its type, process and times, and of a read four ints (reader, lineage,
     length, the length others appended): a read is always a prefix of its key's longest read that
     agrees with it (its "lineage": one per key unless reads disagree), so the list itself need not be
-    kept. The data and process edges come out as parallel lists of transaction ids (`src`, `dst`),
+    kept. The data and process edges come out as two numpy arrays of transaction ids (`src`, `dst`),
     each kind one run (`segments`), with `nobody` (= the number of transactions) for an element no
-    transaction appended. Whatever can be done a list at a time is (map, compress, at C speed): a
-    Python statement per transaction costs about a second per million."""
+    transaction appended. Whatever can be done a list or an array at a time is: a Python statement
+    per transaction costs about a second per million."""
 
     def __init__(self, fetch: Callable[[Any], Op], found: _Found, with_process: bool,
                  columns: Callable[[], Any] = list):
