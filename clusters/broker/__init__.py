@@ -39,6 +39,7 @@ _FACE = {
     "NODE_HOST": "hostenv",
     "RealHost": "hostenv",
     "CONTROLLER_ID": "local_cluster",
+    "LOSSYFS_STATUS_ENV": "server",
 }
 __all__ = sorted(_FACE)
 

@@ -1,6 +1,7 @@
-"""The node's one door to its host: clocks, randomness, its process id, fsync and the network's two calls.
+"""The node's one door to its host: clocks, randomness, its process id and environment, fsync and the network's
+two calls.
 
-Every module of the broker asks this module, never `time`, `uuid`, `random`, `os.fsync` or
+Every module of the broker asks this module, never `time`, `uuid`, `random`, `os.fsync`, `os.environ` or
 `asyncio.open_connection` / `asyncio.start_server` directly. On a real node the answers are the host's
 own (RealHost). The deterministic simulator (clusters/sim/) runs every node of a cluster in one
 process on one event loop with virtual time; it gives each node its own Host in the context variable
@@ -36,6 +37,8 @@ class Host(Protocol):
 
     def pid(self) -> int: ...
 
+    def getenv(self, name: str) -> str | None: ...  # the node's environment (a backend sets some for it)
+
     def fsync(self, fd: int) -> None: ...
 
     def open_connection(self, host: str, port: int, **kw: Any
@@ -52,6 +55,7 @@ class RealHost:
     monotonic_s = staticmethod(time.monotonic)
     new_uuid = staticmethod(uuid.uuid4)
     pid = staticmethod(os.getpid)
+    getenv = staticmethod(os.environ.get)
     fsync = staticmethod(os.fsync)
     open_connection = staticmethod(asyncio.open_connection)
     start_server = staticmethod(asyncio.start_server)
@@ -88,6 +92,10 @@ def rng() -> random.Random:
 
 def pid() -> int:
     return NODE_HOST.get(REAL_HOST).pid()
+
+
+def getenv(name: str) -> str | None:
+    return NODE_HOST.get(REAL_HOST).getenv(name)
 
 
 def fsync(fd: int) -> None:

@@ -193,7 +193,7 @@ class Broker:
         # has made so far (a count that grew since the previous start explains a log shorter than its checkpoint).
         self.events({"event": "logs_loaded", "clean": self.previous_broker_epoch >= 0,
                      "recovery_cuts": sorted({str(c.get("partition")) for c in self.recovery_cuts}),
-                     "lossy_drops": lossy_drops_seen(os.environ.get(LOSSYFS_STATUS_ENV)),
+                     "lossy_drops": lossy_drops_seen(hostenv.getenv(LOSSYFS_STATUS_ENV)),
                      "replicas": [[t, p, log.log_end_offset, self.checkpointed_hwm.get((t, p), -1)]
                                   for (t, p), log in sorted(self.logs.logs().items())]})
         self.metadata_file = MetadataLogFile(os.path.join(args.data_dir, "metadata.log"))

@@ -34,6 +34,7 @@ from typing import Any
 
 from kafkaesque_harness.clusters.broker import (
     CONTROLLER_ID,
+    LOSSYFS_STATUS_ENV,
     NODE_HOST,
     Broker,
     ControllerServer,
@@ -82,6 +83,10 @@ class SimHost:
     def fsync(self, fd: int) -> None:
         self.sim.disk.fsync(fd)
 
+    def getenv(self, name: str) -> str | None:
+        # what a backend with the lossy file system sets for a node: where its power cuts are reported
+        return self.sim.lossy_status_file(self.name) if name == LOSSYFS_STATUS_ENV else None
+
 
 @dataclass
 class SimNode:
@@ -112,6 +117,7 @@ class SimCluster:
         self.brokers = [f"broker-{i}" for i in range(1, n_brokers + 1)]
         self.names = self.controllers + self.brokers
         self.clock_offset_s: dict[str, float] = {}
+        self.power_cuts: dict[str, int] = {}
         self.nodes = {name: SimNode(name, self.node_argv(name)) for name in self.names}
         self.clients: dict[str, Process] = {}
         asyncio.set_event_loop(self.loop)
@@ -168,6 +174,7 @@ class SimCluster:
             raise RuntimeError(f"{name} is already running")
         node.incarnations += 1
         os.makedirs(self.node_dir(name), exist_ok=True)
+        open(self.lossy_status_file(name), "a").close()  # as a mounted lossy file system's: no drop yet
         proc = node.proc = self._new_process(name, node.incarnations)
         args = build_parser().parse_args(node.argv)
         if name in self.controllers:
@@ -283,12 +290,21 @@ class SimCluster:
 
     def power_cut(self, name: str, torn: bool = False) -> PowerCutReport:
         """SIGKILL, then every byte the node wrote and did not fsync is lost (or torn), as the lossy file
-        system's drop does in real runs."""
+        system's drop does in real runs; reported as it reports its drops (the broker counts them at start)."""
         self.kill(name)
         # Only the data dir: the lossy file system of real runs is mounted there, not under the node's log
         # and trace, which the harness collects after the run (clusters/docker.py).
         data_dir = os.path.join(self.node_dir(name), "data")
-        return self.disk.power_cut(data_dir, random.Random(self.rng.getrandbits(64)), torn=torn)
+        report = self.disk.power_cut(data_dir, random.Random(self.rng.getrandbits(64)), torn=torn)
+        self.power_cuts[name] = self.power_cuts.get(name, 0) + 1
+        with open(self.lossy_status_file(name), "a") as fh:  # clusters/lossyfs.py's status line
+            fh.write(json.dumps({"event": "dropped", "files": report.files, "bytes": report.bytes_lost,
+                                 "seq": self.power_cuts[name]}) + "\n")
+        return report
+
+    def lossy_status_file(self, name: str) -> str:
+        """Where the node's power cuts are reported, beside its data dir (clusters/docker.py's status file)."""
+        return os.path.join(self.node_dir(name), "lossyfs.status")
 
     def restart(self, name: str) -> None:
         self.kill(name)

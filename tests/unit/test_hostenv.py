@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import random
 import time
 import uuid
@@ -41,6 +42,7 @@ def test_without_a_node_host_the_answers_are_the_real_hosts():
     assert before - 1 <= hostenv.wall_s() <= time.time() + 1
     assert hostenv.new_uuid() != hostenv.new_uuid()
     assert hostenv.monotonic_ms() >= int(time.monotonic() * 1000) - 1000
+    assert hostenv.getenv("PATH") == os.environ.get("PATH")
 
 
 def test_a_context_with_a_host_answers_from_it():
