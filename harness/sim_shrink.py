@@ -103,6 +103,7 @@ class ShrinkResult:
     runs: int
     run_dir: Path | None            # the smallest failing candidate's run (None: the original is the smallest)
     trail: list[str] = field(default_factory=list)  # one line per candidate run
+    jitter_s: float = 0.0           # each kept candidate also failed with its faults shifted this much
 
 
 RunSim = Callable[..., tuple[int, Path]]
@@ -256,7 +257,8 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
         + f"; at most {budget} candidate runs")
     shrinker = Shrinker(spec, target, budget, log, run_sim, keep, jitter_s)
     smallest = shrinker.shrink(original)
-    result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail)
+    result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail,
+                          jitter_s)
     write_shrunk(spec, run_dir, result, log)
     return result
 
@@ -311,7 +313,9 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     scenario_path = run_dir / SHRUNK_SCENARIO
     command = real_run_command(spec, smallest, scenario_path, text.start_s)
     doc = (f"shrunk by kafkaesque sim --shrink from seed {spec.seed} ({spec.workload}, broker variant {variant}, "
-           f"{smallest.describe()}); failed in the simulator with {', '.join(sorted(result.target))}. The first "
+           f"{smallest.describe()}); failed in the simulator with {', '.join(sorted(result.target))}"
+           + (f" (also with its faults shifted ±{result.jitter_s:g} s)" if result.jitter_s > 0 and result.run_dir else "")
+           + f". The first "
            f"fault belongs {text.start_s:g} s into the main phase: run it as "
            f"{real_run_command(spec, smallest, Path('THIS-FILE.toml'), text.start_s)}")
     text = to_scenario(smallest.schedule, f"shrunk-seed-{spec.seed}", doc, text.scenario.targets, text.start_s)
