@@ -218,7 +218,7 @@ def run(
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
     cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local, "
                                              "FILE.toml (a cluster file: any Kafka-protocol cluster, format in "
-                                             "clusters/cluster_file.py), or ssh:FILE.toml (our broker over SSH, "
+                                             "README's Cluster file reference), or ssh:FILE.toml (our broker over SSH, "
                                              "clusters/ssh.py)")] = "auto",
     flush_policy: FlushPolicyOption = "never",
     broker_variant: BrokerVariantOption = "default",
@@ -324,6 +324,8 @@ def sim(
                                                   "anomaly kinds, or with all of them")] = "any",
     shrink_jitter: Annotated[float, typer.Option(help="--shrink keeps a candidate only when its faults shifted this "
                                                       "many virtual s later and earlier fail so too")] = 0.0,
+    mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
+                                             "mutate --list`)")] = "",
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -333,6 +335,14 @@ def sim(
         env = {**os.environ, "PYTHONHASHSEED": SIM_HASH_SEED}
         os.execve(sys.executable, [sys.executable, "-c", "import sys; from kafkaesque_harness.harness.cli import "
                                    "main; sys.argv[0] = 'kafkaesque'; main()", *sys.argv[1:]], env)
+    copy = None
+    if mutant:  # before the simulator is imported: the broker it loads is then the mutant's copy
+        from kafkaesque_harness.clusters.sim.mutant import mutant_code
+
+        try:
+            copy = mutant_code(mutant)
+        except ValueError as e:
+            fail(f"{e}.")
     from kafkaesque_harness.harness.simulate import sim_problems, simulate
     from kafkaesque_harness.harness.spec import TestSpec
     from kafkaesque_harness.results.store import StoreError
@@ -362,16 +372,20 @@ def sim(
     problems = sim_problems(spec) + spec.problems("flag", only=shared)
     if problems:
         fail_all(problems)
+    mutant_info = {"mutant": mutant, "digest": copy.digest} if copy is not None else None
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m), schedule=given)
+        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_info, schedule=given)
+        _print_verdict(run_dir)
+        if shrink:  # while the mutant's copy is loaded: every candidate runs it
+            from kafkaesque_harness.harness.sim_shrink import shrink_run
+
+            shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
+                       keep=shrink_keep, jitter_s=shrink_jitter, mutant=mutant_info)
     except StoreError as e:
         fail(str(e))
-    _print_verdict(run_dir)
-    if shrink:
-        from kafkaesque_harness.harness.sim_shrink import shrink_run
-
-        shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
-                   keep=shrink_keep, jitter_s=shrink_jitter)
+    finally:
+        if copy is not None:
+            copy.close()
     print(run_dir)
     raise typer.Exit(code)
 

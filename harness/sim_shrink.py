@@ -239,8 +239,10 @@ class Shrinker:
 
 
 def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log: Callable[[str], None] = print,
-               run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0) -> ShrinkResult | None:
-    """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said)."""
+               run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0,
+               mutant: dict[str, str] | None = None) -> ShrinkResult | None:
+    """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said).
+    `mutant`: the run's broker was a mutant's copy (simulate()'s), and so is every candidate's."""
     results = json.loads((run_dir / "results.json").read_text())
     if results.get("valid") is not False:
         log(f"the run is {'valid' if results.get('valid') is True else 'not decided (valid: unknown)'}: "
@@ -255,11 +257,16 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
     log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}"
         + (f", also with the faults shifted ±{jitter_s:g} s" if jitter_s > 0 else "")
         + f"; at most {budget} candidate runs")
+    if mutant:
+        plain_run_sim = run_sim
+
+        def run_sim(*args: Any, **kwargs: Any) -> tuple[int, Path]:
+            return plain_run_sim(*args, mutant=mutant, **kwargs)
     shrinker = Shrinker(spec, target, budget, log, run_sim, keep, jitter_s)
     smallest = shrinker.shrink(original)
     result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail,
                           jitter_s)
-    write_shrunk(spec, run_dir, result, log)
+    write_shrunk(spec, run_dir, result, log, mutant["mutant"] if mutant else "")
     return result
 
 
@@ -276,13 +283,14 @@ def shared_flags(spec: TestSpec) -> str:
     return "".join(f" {f}" for f in flags)
 
 
-def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path) -> str:
+def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path, mutant: str = "") -> str:
     return (f"kafkaesque sim --seed {spec.seed} --workload {spec.workload} --schedule {schedule_path} "
             f"--time-limit {cand.time_limit:g} --concurrency {cand.concurrency} --rate {cand.rate:g} "
-            f"--recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}")
+            f"--recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}" + (f" --mutant {mutant}" if mutant else ""))
 
 
-def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None]) -> None:
+def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None],
+                 mutant: str = "") -> None:
     """Print the steps before and after; write the smallest schedule and its scenario next to the original run."""
     log(f"before: {result.original.describe()}")
     for line in result.original.schedule.describe():
@@ -297,7 +305,7 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     schedule_path = run_dir / SHRUNK_SCHEDULE
     result.smallest.schedule.write(schedule_path)
     log(f"schedule: {schedule_path}")
-    log(f"replay: {replay_command(spec, result.smallest, schedule_path)}")
+    log(f"replay: {replay_command(spec, result.smallest, schedule_path, mutant)}")
     if result.run_dir is not None:
         log(f"its run: {result.run_dir}")
     variant = spec.broker.broker_variant
@@ -321,7 +329,8 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     text = to_scenario(smallest.schedule, f"shrunk-seed-{spec.seed}", doc, text.scenario.targets, text.start_s)
     scenario_path.write_text(text.toml)
     log(f"scenario: {scenario_path} ({len(text.scenario.steps)} steps over {text.span_s:g} s)")
-    log(f"real run: {command}")
+    log(f"real run: {command}" + (f" (with the mutant {mutant}'s node code: --node-code, as kafkaesque mutate "
+                                   "runs it)" if mutant else ""))
 
 
 def real_run_command(spec: TestSpec, cand: Candidate, scenario_path: Path, start_s: float) -> str:
