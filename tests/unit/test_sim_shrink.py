@@ -19,6 +19,7 @@ from kafkaesque_harness.harness.sim_shrink import (
     Shrinker,
     anomaly_kinds,
     read_given_schedule,
+    shrink_run,
 )
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
@@ -261,3 +262,33 @@ def test_the_printed_commands_carry_every_setting_that_differs_from_the_default(
         assert flag in sim_cmd and flag in real_run_command(spec, cand, Path("x.toml"), 1.5)
     assert "--partitions" not in sim_cmd and "--acks" not in sim_cmd  # defaults are left out
     assert "--nemesis scenario:x.toml --nemesis-interval 1.5" in real_run_command(spec, cand, Path("x.toml"), 1.5)
+
+
+def test_a_bad_schedule_file_or_keep_mode_is_refused_before_any_run(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"steps": [{"at_s": 1, "fault": "disk", "node": "broker-1",
+                                                              "duration_s": 1}]}))
+    code, _, err = sim(tmp_path, "bad", "--schedule", str(tmp_path / "bad.json"))
+    assert code == 3 and "has fault 'disk'" in err
+    code, _, err = sim(tmp_path, "bad", "--shrink", "--shrink-keep", "most")
+    assert code == 3 and "--shrink-keep is 'most'; valid: any, all" in err
+    assert not (tmp_path / "bad").exists()  # refused before a run dir was made
+
+
+def test_a_mutants_run_is_shrunk_with_the_mutant_in_every_candidate(tmp_path):
+    run_sim, runs = stand_in(SCHEDULE.steps[1])
+    seen: list[object] = []
+
+    def with_mutant(spec, log, schedule, mutant=None):
+        seen.append(mutant)
+        return run_sim(spec, log, schedule)
+    original_dir = tmp_path / "original"
+    original_dir.mkdir()
+    SCHEDULE.write(original_dir / SCHEDULE_FILE)
+    (original_dir / "results.json").write_text(json.dumps(
+        {"valid": False, "checkers": {"queue": {"anomaly_types": ["lost-write"]}}}))
+    lines: list[str] = []
+    mutant = {"mutant": "a-mutant", "digest": "abc"}
+    result = shrink_run(TestSpec.make(store=str(tmp_path), seed=3), original_dir, budget=3, log=lines.append,
+                        run_sim=with_mutant, mutant=mutant)
+    assert result is not None and seen == [mutant] * 3
+    assert any(line.startswith("replay: ") and line.endswith("--mutant a-mutant") for line in lines)
