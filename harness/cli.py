@@ -321,7 +321,7 @@ def sim(
                                               "that fail the same way; write it and its scenario file")] = False,
     shrink_budget: Annotated[int, typer.Option(help="at most this many candidate runs for --shrink")] = 30,
     shrink_keep: Annotated[str, typer.Option(help="--shrink keeps a candidate failing with any of the run's "
-                                                  "anomaly kinds, or with all of them")] = "any",
+                                                  "anomaly kinds, all of them, or the checker:kind,... named")] = "any",
     shrink_jitter: Annotated[float, typer.Option(help="--shrink keeps a candidate only when its faults shifted this "
                                                       "many virtual s later and earlier fail so too")] = 0.0,
     mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
@@ -360,8 +360,8 @@ def sim(
     # the settings a simulated run shares with a real one are checked as for run; the cluster and the faults
     # are the simulator's own (sim_problems)
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
-    if shrink_keep not in ("any", "all"):
-        fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all")
+    if shrink_keep not in ("any", "all") and ":" not in shrink_keep:
+        fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all, or anomaly kinds as checker:kind,...")
     given = None
     if schedule:
         from kafkaesque_harness.harness.sim_shrink import read_given_schedule

@@ -7,7 +7,8 @@ candidate is a whole simulated run with the same seed (harness/simulate.py, its 
 kept when it still fails with an anomaly of the kinds the original showed (checker and kind, e.g.
 queue:lost-write): keep "any" (the default) asks for one of them, and the kinds kept narrow to those the
 kept candidate showed, so a shrink never drifts to a kind the original did not have; keep "all" asks for
-every one (a run with several kinds shrinks less). A candidate that passes, or fails otherwise, is dropped.
+every one (a run with several kinds shrinks less); keep KIND,... (checker:kind) asks for every one of those
+named, which the run must have shown (to follow the anomaly that matters, not a side effect). A candidate that passes, or fails otherwise, is dropped.
 With a jitter (`--shrink-jitter S`), a candidate is kept only when its schedule shifted S seconds later and
 earlier fails so too (three runs a candidate): the simulator's timings are exact, a real run's are not. At most `budget`
 candidates run. The smallest failing candidate's run dir is kept, the others are removed (each holds a whole
@@ -252,6 +253,13 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
     if not target:
         log("the run is invalid with no anomaly kind to keep (a harness error?): nothing to shrink")
         return None
+    if keep not in KEEP_MODES:
+        named = {k.strip() for k in keep.split(",") if k.strip()}
+        if not named or not named <= target:
+            log(f"--shrink-keep {keep}: the run showed {', '.join(sorted(target))}, not "
+                f"{', '.join(sorted(named - target)) or 'a kind'}; name kinds it showed, or any, or all: nothing shrunk")
+            return None
+        target, keep = named, "all"
     schedule = FaultSchedule.read(run_dir / SCHEDULE_FILE)
     original = Candidate(schedule, spec.time_limit, spec.concurrency, spec.rate)
     log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}"

@@ -272,7 +272,7 @@ def test_a_bad_schedule_file_or_keep_mode_is_refused_before_any_run(tmp_path):
     code, _, err = sim(tmp_path, "bad", "--schedule", str(tmp_path / "bad.json"))
     assert code == 3 and "has fault 'disk'" in err
     code, _, err = sim(tmp_path, "bad", "--shrink", "--shrink-keep", "most")
-    assert code == 3 and "--shrink-keep is 'most'; valid: any, all" in err
+    assert code == 3 and "--shrink-keep is 'most'; valid: any, all, or anomaly kinds as checker:kind" in err
     assert not (tmp_path / "bad").exists()  # refused before a run dir was made
 
 
@@ -294,3 +294,20 @@ def test_a_mutants_run_is_shrunk_with_the_mutant_in_every_candidate(tmp_path):
                         run_sim=with_mutant, mutant=mutant)
     assert result is not None and seen == [mutant] * 3
     assert any(line.startswith("replay: ") and line.endswith("--mutant a-mutant") for line in lines)
+
+
+def test_shrink_keep_may_name_the_kinds_to_follow_and_only_kinds_the_run_showed(tmp_path):
+    original_dir = tmp_path / "original"
+    original_dir.mkdir()
+    SCHEDULE.write(original_dir / SCHEDULE_FILE)
+    (original_dir / "results.json").write_text(json.dumps({"valid": False, "checkers": {
+        "queue": {"anomaly_types": ["lost-write"]}, "trace": {"anomaly_types": ["log-shorter-after-restart"]}}}))
+    run_sim, runs = stand_in(SCHEDULE.steps[1])  # its runs show queue:lost-write alone
+    lines: list[str] = []
+    spec = TestSpec.make(store=str(tmp_path))
+    assert shrink_run(spec, original_dir, 5, lines.append, run_sim, keep="queue:stale-read") is None
+    assert "not queue:stale-read" in lines[-1] and not runs
+    result = shrink_run(spec, original_dir, 5, lines.append, run_sim, keep="queue:lost-write")
+    assert result is not None and result.target == {"queue:lost-write"} and result.run_dir is not None
+    # "all" would keep none of them: the candidates never show the trace kind
+    assert shrink_run(spec, original_dir, 5, lines.append, run_sim, keep="all").run_dir is None
