@@ -97,7 +97,7 @@ def test_the_recorder_keeps_each_fault_with_its_start_and_how_long_it_held():
 
 # --- as a scenario ----------------------------------------------------------------------------------------------
 def test_the_schedule_becomes_a_scenario_of_fixed_nodes_and_sleeps_and_a_clock_jump_is_dropped_by_name(tmp_path):
-    text = to_scenario(SCHEDULE, "shrunk", "a test", targets=("truncate-to-hw",), start_s=1.0)
+    text = to_scenario(SCHEDULE, "shrunk", 'a "test", shifted ±0.25 s', targets=("truncate-to-hw",), start_s=1.0)
     assert [line.split(":")[0] for line in text.dropped] == ["clock on broker-1 at 0.50 s"]
     assert [(s.do, s.node, s.seconds) for s in text.scenario.steps if s.do != "sleep"] == [
         ("kill", "broker-2", 30.0), ("start", "broker-2", 30.0), ("pause", "controller-0", 30.0),
@@ -108,6 +108,7 @@ def test_the_schedule_becomes_a_scenario_of_fixed_nodes_and_sleeps_and_a_clock_j
     (tmp_path / "shrunk.toml").write_text(text.toml)
     parsed = load_scenario_file(tmp_path / "shrunk.toml")
     assert parsed.steps == text.scenario.steps and parsed.targets == ("truncate-to-hw",)
+    assert parsed.doc == 'a "test", shifted ±0.25 s' and "±" in text.toml  # written as UTF-8, not escaped
     assert parsed.needs_isolated_nodes
     # the scenario nemesis takes it: a node name needs no bind (ScenarioNemesis.node())
     nemesis = ScenarioNemesis(str(tmp_path / "shrunk.toml"), {})
