@@ -315,17 +315,17 @@ def sim(
     name: Annotated[str, typer.Option(help="test name (store folder); default: sim-<workload>")] = "",
     recovery_wait: Annotated[float, typer.Option(help="virtual seconds to let the cluster recover after "
                                                       "healing")] = 10.0,
-    mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
-                                             "mutate --list`)")] = "",
     schedule: Annotated[str, typer.Option(help="a fault schedule to apply instead of drawing one (a run dir's "
                                                "fault-schedule.json); its faults replace --nemesis")] = "",
     shrink: Annotated[bool, typer.Option(help="when the run is invalid, look for a smaller schedule and settings "
                                               "that fail the same way; write it and its scenario file")] = False,
     shrink_budget: Annotated[int, typer.Option(help="at most this many candidate runs for --shrink")] = 30,
     shrink_keep: Annotated[str, typer.Option(help="--shrink keeps a candidate failing with any of the run's "
-                                                  "anomaly kinds, or with all of them")] = "any",
+                                                  "anomaly kinds, all of them, or the checker:kind,... named")] = "any",
     shrink_jitter: Annotated[float, typer.Option(help="--shrink keeps a candidate only when its faults shifted this "
                                                       "many virtual s later and earlier fail so too")] = 0.0,
+    mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
+                                             "mutate --list`)")] = "",
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -360,8 +360,8 @@ def sim(
     # the settings a simulated run shares with a real one are checked as for run; the cluster and the faults
     # are the simulator's own (sim_problems)
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
-    if shrink_keep not in ("any", "all"):
-        fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all")
+    if shrink_keep not in ("any", "all") and ":" not in shrink_keep:
+        fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all, or anomaly kinds as checker:kind,...")
     given = None
     if schedule:
         from kafkaesque_harness.harness.sim_shrink import read_given_schedule
@@ -372,18 +372,15 @@ def sim(
     problems = sim_problems(spec) + spec.problems("flag", only=shared)
     if problems:
         fail_all(problems)
-    mutant_fact = {"mutant": mutant, "digest": copy.digest} if copy is not None else None
+    mutant_info = {"mutant": mutant, "digest": copy.digest} if copy is not None else None
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_fact, schedule=given)
+        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_info, schedule=given)
         _print_verdict(run_dir)
-        if shrink:  # while the mutant's code is loaded: every candidate runs the same broker
-            import functools
-
+        if shrink:  # while the mutant's copy is loaded: every candidate runs it
             from kafkaesque_harness.harness.sim_shrink import shrink_run
 
             shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
-                       run_sim=functools.partial(simulate, mutant=mutant_fact), keep=shrink_keep,
-                       jitter_s=shrink_jitter)
+                       keep=shrink_keep, jitter_s=shrink_jitter, mutant=mutant_info)
     except StoreError as e:
         fail(str(e))
     finally:

@@ -7,7 +7,8 @@ candidate is a whole simulated run with the same seed (harness/simulate.py, its 
 kept when it still fails with an anomaly of the kinds the original showed (checker and kind, e.g.
 queue:lost-write): keep "any" (the default) asks for one of them, and the kinds kept narrow to those the
 kept candidate showed, so a shrink never drifts to a kind the original did not have; keep "all" asks for
-every one (a run with several kinds shrinks less). A candidate that passes, or fails otherwise, is dropped.
+every one (a run with several kinds shrinks less); keep KIND,... (checker:kind) asks for every one of those
+named, which the run must have shown (to follow the anomaly that matters, not a side effect). A candidate that passes, or fails otherwise, is dropped.
 With a jitter (`--shrink-jitter S`), a candidate is kept only when its schedule shifted S seconds later and
 earlier fails so too (three runs a candidate): the simulator's timings are exact, a real run's are not. At most `budget`
 candidates run. The smallest failing candidate's run dir is kept, the others are removed (each holds a whole
@@ -103,6 +104,7 @@ class ShrinkResult:
     runs: int
     run_dir: Path | None            # the smallest failing candidate's run (None: the original is the smallest)
     trail: list[str] = field(default_factory=list)  # one line per candidate run
+    jitter_s: float = 0.0           # each kept candidate also failed with its faults shifted this much
 
 
 RunSim = Callable[..., tuple[int, Path]]
@@ -238,8 +240,10 @@ class Shrinker:
 
 
 def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log: Callable[[str], None] = print,
-               run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0) -> ShrinkResult | None:
-    """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said)."""
+               run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0,
+               mutant: dict[str, str] | None = None) -> ShrinkResult | None:
+    """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said).
+    `mutant`: the run's broker was a mutant's copy (simulate()'s), and so is every candidate's."""
     results = json.loads((run_dir / "results.json").read_text())
     if results.get("valid") is not False:
         log(f"the run is {'valid' if results.get('valid') is True else 'not decided (valid: unknown)'}: "
@@ -249,15 +253,28 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
     if not target:
         log("the run is invalid with no anomaly kind to keep (a harness error?): nothing to shrink")
         return None
+    if keep not in KEEP_MODES:
+        named = {k.strip() for k in keep.split(",") if k.strip()}
+        if not named or not named <= target:
+            log(f"--shrink-keep {keep}: the run showed {', '.join(sorted(target))}, not "
+                f"{', '.join(sorted(named - target)) or 'a kind'}; name kinds it showed, or any, or all: nothing shrunk")
+            return None
+        target, keep = named, "all"
     schedule = FaultSchedule.read(run_dir / SCHEDULE_FILE)
     original = Candidate(schedule, spec.time_limit, spec.concurrency, spec.rate)
     log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}"
         + (f", also with the faults shifted ±{jitter_s:g} s" if jitter_s > 0 else "")
         + f"; at most {budget} candidate runs")
+    if mutant:
+        plain_run_sim = run_sim
+
+        def run_sim(*args: Any, **kwargs: Any) -> tuple[int, Path]:
+            return plain_run_sim(*args, mutant=mutant, **kwargs)
     shrinker = Shrinker(spec, target, budget, log, run_sim, keep, jitter_s)
     smallest = shrinker.shrink(original)
-    result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail)
-    write_shrunk(spec, run_dir, result, log)
+    result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail,
+                          jitter_s)
+    write_shrunk(spec, run_dir, result, log, mutant["mutant"] if mutant else "")
     return result
 
 
@@ -274,13 +291,14 @@ def shared_flags(spec: TestSpec) -> str:
     return "".join(f" {f}" for f in flags)
 
 
-def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path) -> str:
+def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path, mutant: str = "") -> str:
     return (f"kafkaesque sim --seed {spec.seed} --workload {spec.workload} --schedule {schedule_path} "
             f"--time-limit {cand.time_limit:g} --concurrency {cand.concurrency} --rate {cand.rate:g} "
-            f"--recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}")
+            f"--recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}" + (f" --mutant {mutant}" if mutant else ""))
 
 
-def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None]) -> None:
+def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None],
+                 mutant: str = "") -> None:
     """Print the steps before and after; write the smallest schedule and its scenario next to the original run."""
     log(f"before: {result.original.describe()}")
     for line in result.original.schedule.describe():
@@ -295,7 +313,7 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     schedule_path = run_dir / SHRUNK_SCHEDULE
     result.smallest.schedule.write(schedule_path)
     log(f"schedule: {schedule_path}")
-    log(f"replay: {replay_command(spec, result.smallest, schedule_path)}")
+    log(f"replay: {replay_command(spec, result.smallest, schedule_path, mutant)}")
     if result.run_dir is not None:
         log(f"its run: {result.run_dir}")
     variant = spec.broker.broker_variant
@@ -311,13 +329,16 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     scenario_path = run_dir / SHRUNK_SCENARIO
     command = real_run_command(spec, smallest, scenario_path, text.start_s)
     doc = (f"shrunk by kafkaesque sim --shrink from seed {spec.seed} ({spec.workload}, broker variant {variant}, "
-           f"{smallest.describe()}); failed in the simulator with {', '.join(sorted(result.target))}. The first "
+           f"{smallest.describe()}); failed in the simulator with {', '.join(sorted(result.target))}"
+           + (f" (also with its faults shifted ±{result.jitter_s:g} s)" if result.jitter_s > 0 and result.run_dir else "")
+           + f". The first "
            f"fault belongs {text.start_s:g} s into the main phase: run it as "
            f"{real_run_command(spec, smallest, Path('THIS-FILE.toml'), text.start_s)}")
     text = to_scenario(smallest.schedule, f"shrunk-seed-{spec.seed}", doc, text.scenario.targets, text.start_s)
     scenario_path.write_text(text.toml)
     log(f"scenario: {scenario_path} ({len(text.scenario.steps)} steps over {text.span_s:g} s)")
-    log(f"real run: {command}")
+    log(f"real run: {command}" + (f" (with the mutant {mutant}'s node code: --node-code, as kafkaesque mutate "
+                                   "runs it)" if mutant else ""))
 
 
 def real_run_command(spec: TestSpec, cand: Candidate, scenario_path: Path, start_s: float) -> str:

@@ -54,12 +54,12 @@ class SimNemesis:
                  interval_s: float, min_isr: int = 2, schedule: FaultSchedule | None = None):
         self.sim, self.writer, self.faults, self.rng, self.interval_s = sim, writer, faults, rng, interval_s
         self.ledger = FaultLedger(writer.now)
+        self.given = schedule  # applied instead of drawing one
+        self.recorder = ScheduleRecorder(sim.now, sim.now())  # built as the main phase begins
         # The lossy crash's fault budget, as nemesis/faults.py's: at most min ISR - 1 brokers power-cut and not
         # yet back in every ISR of the partitions they hold (001 5); beyond it a correct broker may lose data.
         self.budget = max(min_isr - 1, 0)
         self.recovering: dict[str, int] = {}  # power-cut broker -> its broker epoch before the cut
-        self.given = schedule  # applied instead of drawing one
-        self.recorder = ScheduleRecorder(sim.now, sim.now())  # built as the main phase begins
 
     async def play(self, until_s: float) -> FaultSchedule:
         """The given schedule, or one drawn (run()); the schedule applied."""
@@ -255,13 +255,13 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
         finally:
             writer.close()
             sim.close()
-    # exceptions no node's own handler took (the nodes log theirs): a client task's, the simulator's
-    warnings = [f"{u.get('process')}: {u.get('message', '')} {u.get('exception', '')}".strip()[:300]
-                for u in sim.loop.unhandled]
     if applied is not None:
         applied.write(run_dir / SCHEDULE_FILE)
         test["fault_schedule"] = applied.to_dict()
         write_json(run_dir / "test.json", test)
+    # exceptions no node's own handler took (the nodes log theirs): a client task's, the simulator's
+    warnings = [f"{u.get('process')}: {u.get('message', '')} {u.get('exception', '')}".strip()[:300]
+                for u in sim.loop.unhandled]
     facts = {"thread_failures": {}, "cluster": "sim", **outcome}
     results = check_run(run_dir, test, facts, run.workload if run is not None else None)
     results.update(outcome)

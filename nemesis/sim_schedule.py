@@ -237,7 +237,7 @@ def to_scenario(schedule: FaultSchedule, name: str, doc: str, targets: tuple[str
 
 
 def _toml(name: str, doc: str, targets: tuple[str, ...], steps: list[Step]) -> str:
-    lines = [f"name = {json.dumps(name)}", f"doc = {json.dumps(doc)}"]
+    lines = [f"name = {json.dumps(name, ensure_ascii=False)}", f"doc = {json.dumps(doc, ensure_ascii=False)}"]
     if targets:
         lines.append("targets = [" + ", ".join(json.dumps(t) for t in targets) + "]")
     lines.append("steps = [")

@@ -19,6 +19,7 @@ from kafkaesque_harness.harness.sim_shrink import (
     Shrinker,
     anomaly_kinds,
     read_given_schedule,
+    shrink_run,
 )
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.nemesis.scenario import ScenarioNemesis
@@ -96,7 +97,7 @@ def test_the_recorder_keeps_each_fault_with_its_start_and_how_long_it_held():
 
 # --- as a scenario ----------------------------------------------------------------------------------------------
 def test_the_schedule_becomes_a_scenario_of_fixed_nodes_and_sleeps_and_a_clock_jump_is_dropped_by_name(tmp_path):
-    text = to_scenario(SCHEDULE, "shrunk", "a test", targets=("truncate-to-hw",), start_s=1.0)
+    text = to_scenario(SCHEDULE, "shrunk", 'a "test", shifted ±0.25 s', targets=("truncate-to-hw",), start_s=1.0)
     assert [line.split(":")[0] for line in text.dropped] == ["clock on broker-1 at 0.50 s"]
     assert [(s.do, s.node, s.seconds) for s in text.scenario.steps if s.do != "sleep"] == [
         ("kill", "broker-2", 30.0), ("start", "broker-2", 30.0), ("pause", "controller-0", 30.0),
@@ -107,6 +108,7 @@ def test_the_schedule_becomes_a_scenario_of_fixed_nodes_and_sleeps_and_a_clock_j
     (tmp_path / "shrunk.toml").write_text(text.toml)
     parsed = load_scenario_file(tmp_path / "shrunk.toml")
     assert parsed.steps == text.scenario.steps and parsed.targets == ("truncate-to-hw",)
+    assert parsed.doc == 'a "test", shifted ±0.25 s' and "±" in text.toml  # written as UTF-8, not escaped
     assert parsed.needs_isolated_nodes
     # the scenario nemesis takes it: a node name needs no bind (ScenarioNemesis.node())
     nemesis = ScenarioNemesis(str(tmp_path / "shrunk.toml"), {})
@@ -205,7 +207,9 @@ FLAW_RUN = ("--seed", "4", "--time-limit", "15", "--nemesis", "kill", "--nemesis
 
 def test_a_flaw_variants_failing_run_shrinks_to_fewer_faults_and_a_scenario_file(tmp_path):
     code, run_dir, err = sim(tmp_path, "flaw", *FLAW_RUN, "--shrink", "--shrink-budget", "4")
-    assert code == 1 and run_dir is not None, err
+    assert run_dir is not None, err
+    assert code == 1, ("seed 4 of truncate-to-hw no longer fails in the simulator: the simulator or the broker "
+                       "changed; pick another failing seed (docs/SIMULATION.md, Shrink and replay)\n" + err)
     before = FaultSchedule.read(run_dir / SCHEDULE_FILE)
     after = FaultSchedule.read(run_dir / SHRUNK_SCHEDULE)
     assert 0 < len(after.steps) < len(before.steps), err
@@ -261,3 +265,50 @@ def test_the_printed_commands_carry_every_setting_that_differs_from_the_default(
         assert flag in sim_cmd and flag in real_run_command(spec, cand, Path("x.toml"), 1.5)
     assert "--partitions" not in sim_cmd and "--acks" not in sim_cmd  # defaults are left out
     assert "--nemesis scenario:x.toml --nemesis-interval 1.5" in real_run_command(spec, cand, Path("x.toml"), 1.5)
+
+
+def test_a_bad_schedule_file_or_keep_mode_is_refused_before_any_run(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"steps": [{"at_s": 1, "fault": "disk", "node": "broker-1",
+                                                              "duration_s": 1}]}))
+    code, _, err = sim(tmp_path, "bad", "--schedule", str(tmp_path / "bad.json"))
+    assert code == 3 and "has fault 'disk'" in err
+    code, _, err = sim(tmp_path, "bad", "--shrink", "--shrink-keep", "most")
+    assert code == 3 and "--shrink-keep is 'most'; valid: any, all, or anomaly kinds as checker:kind" in err
+    assert not (tmp_path / "bad").exists()  # refused before a run dir was made
+
+
+def test_a_mutants_run_is_shrunk_with_the_mutant_in_every_candidate(tmp_path):
+    run_sim, runs = stand_in(SCHEDULE.steps[1])
+    seen: list[object] = []
+
+    def with_mutant(spec, log, schedule, mutant=None):
+        seen.append(mutant)
+        return run_sim(spec, log, schedule)
+    original_dir = tmp_path / "original"
+    original_dir.mkdir()
+    SCHEDULE.write(original_dir / SCHEDULE_FILE)
+    (original_dir / "results.json").write_text(json.dumps(
+        {"valid": False, "checkers": {"queue": {"anomaly_types": ["lost-write"]}}}))
+    lines: list[str] = []
+    mutant = {"mutant": "a-mutant", "digest": "abc"}
+    result = shrink_run(TestSpec.make(store=str(tmp_path), seed=3), original_dir, budget=3, log=lines.append,
+                        run_sim=with_mutant, mutant=mutant)
+    assert result is not None and seen == [mutant] * 3
+    assert any(line.startswith("replay: ") and line.endswith("--mutant a-mutant") for line in lines)
+
+
+def test_shrink_keep_may_name_the_kinds_to_follow_and_only_kinds_the_run_showed(tmp_path):
+    original_dir = tmp_path / "original"
+    original_dir.mkdir()
+    SCHEDULE.write(original_dir / SCHEDULE_FILE)
+    (original_dir / "results.json").write_text(json.dumps({"valid": False, "checkers": {
+        "queue": {"anomaly_types": ["lost-write"]}, "trace": {"anomaly_types": ["log-shorter-after-restart"]}}}))
+    run_sim, runs = stand_in(SCHEDULE.steps[1])  # its runs show queue:lost-write alone
+    lines: list[str] = []
+    spec = TestSpec.make(store=str(tmp_path))
+    assert shrink_run(spec, original_dir, 5, lines.append, run_sim, keep="queue:stale-read") is None
+    assert "not queue:stale-read" in lines[-1] and not runs
+    result = shrink_run(spec, original_dir, 5, lines.append, run_sim, keep="queue:lost-write")
+    assert result is not None and result.target == {"queue:lost-write"} and result.run_dir is not None
+    # "all" would keep none of them: the candidates never show the trace kind
+    assert shrink_run(spec, original_dir, 5, lines.append, run_sim, keep="all").run_dir is None
