@@ -341,23 +341,34 @@ def _variant_section(summaries: list[RowSummary], real: dict[str, dict[str, list
              "up to and including the first that caught it, the share of seeds that caught it with its 95% interval, "
              "which checkers caught them (seeds per source: `history` the client history's checkers, `state` the "
              "end-of-run replica dumps, `trace` the brokers' protocol trace), and the anomaly kinds (seeds that showed "
-             "each). Beside them, docs/DETECTION.md's real runs at acks=all, min ISR 2: found/runs of the "
+             "each), and of those the kinds the default broker never showed under the same workload and faults "
+             "(`beyond default`: the flaw's own; empty when the default's row has no seeds). Beside them, "
+             "docs/DETECTION.md's real runs at acks=all, min ISR 2: found/runs of the "
              "protocol-aware nemesis and of random kill and partition faults, over every row of that plan. A row "
              "stops at its first few failing seeds, so its share is the rate over the seeds it ran, an honest "
              "estimate only with that stopping rule in mind: it leans high when the first catches come early.", "",
-             "| variant | workload | seeds run | seeds to first catch | caught (95%) | caught by | anomalies | unknown "
-             f"| within {ISSUE_SEEDS:,} seeds | real: `protocol` | real: `kill,partition` |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| variant | workload | seeds run | seeds to first catch | caught (95%) | caught by | anomalies | beyond "
+             f"default | unknown | within {ISSUE_SEEDS:,} seeds | real: `protocol` | real: `kill,partition` |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         if s.row.variant == DEFAULT:
             continue
         plans = real.get(s.row.variant, {})
         reals = [cell_text(*plans[p]) if p in plans else "not run" for p in REAL_PLANS]
+        twin = default_twin(s, summaries)
+        beyond = "" if twin is None or not twin.seeds else ", ".join(sorted(set(s.anomalies) - set(twin.anomalies))) or "-"
         lines.append(f"| {s.row.variant} | {s.row.workload_label()} | {s.seeds} | "
                      f"{s.seeds_to_first if s.seeds_to_first is not None else '-'} | {cell_text(s.caught, s.seeds)} | "
-                     f"{_sources_text(s)} | {_anomalies_text(s.anomalies)} | {s.unknown} | {_within(s)} | "
+                     f"{_sources_text(s)} | {_anomalies_text(s.anomalies)} | {beyond} | {s.unknown} | {_within(s)} | "
                      f"{reals[0]} | {reals[1]} |")
     return lines + [""]
+
+
+def default_twin(s: RowSummary, summaries: list[RowSummary]) -> RowSummary | None:
+    """The default broker's row with the same settings as a variant's row but the broker (its workload, options
+    and faults): what the variant shows beyond it is the flaw's."""
+    want = {**s.row.settings(), "broker_variant": DEFAULT}
+    return next((d for d in summaries if d.row.variant == DEFAULT and d.row.settings() == want), None)
 
 
 def _failing_seeds(summaries: list[RowSummary]) -> list[str]:

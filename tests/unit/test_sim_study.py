@@ -112,12 +112,17 @@ def test_the_page_gives_a_caught_variant_its_first_seed_share_interval_checkers_
                     run=f"sim-truncate-to-hw-s{s}/x" if s in (4, 9) else None) for s in range(1, 11)]
     row = next(line for line in _page(records).splitlines() if line.startswith("| truncate-to-hw |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # variant, workload, seeds run, seeds to first catch, caught (95%), caught by, anomalies, unknown, within 1,000,
-    # real protocol (acks=all, min ISR >= 2 only), real kill,partition
+    # variant, workload, seeds run, seeds to first catch, caught (95%), caught by, anomalies, beyond default, unknown,
+    # within 1,000, real protocol (acks=all, min ISR >= 2 only), real kill,partition
     assert cells[:5] == ["truncate-to-hw", "queue", "10", "4", "2/10 (2.5%-56%)"]
     assert cells[5] == "history 1, state 1, trace 1"
-    assert cells[8] == "yes, at seed 4"
-    assert cells[9:] == ["5/5 (48%-100%)", "not run"]
+    assert cells[7] == ""  # no seed of the default's twin row: nothing to set the kinds beside
+    assert cells[9] == "yes, at seed 4"
+    assert cells[10:] == ["5/5 (48%-100%)", "not run"]
+    # with the default's row run and showing log-divergence once, the flaw's own kinds are the others
+    records += [_rec("default", 1, False, {"state": ["log-divergence"]}), _rec("default", 2, True)]
+    row = next(line for line in _page(records).splitlines() if line.startswith("| truncate-to-hw |"))
+    assert [c.strip() for c in row.strip("|").split("|")][7] == "log-shorter-after-restart, lost-write"
 
 
 def test_the_page_says_a_variant_never_caught_was_not_found_within_its_budget():
@@ -125,9 +130,9 @@ def test_the_page_says_a_variant_never_caught_was_not_found_within_its_budget():
     row = next(line for line in _page(records).splitlines() if line.startswith("| no-elr |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2:5] == ["20", "-", "0/20 (<14%)"]
-    assert cells[7] == "10"  # unknown seeds, counted apart
-    assert cells[8] == "**not found in 20 seeds** (the budget)"
-    assert cells[9:] == ["not run", "0/5 (<45%)"]
+    assert cells[8] == "10"  # unknown seeds, counted apart
+    assert cells[9] == "**not found in 20 seeds** (the budget)"
+    assert cells[10:] == ["not run", "0/5 (<45%)"]
 
 
 def test_detection_rates_count_only_the_contract_rows_of_the_real_page():
