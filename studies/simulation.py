@@ -374,21 +374,19 @@ def default_twin(s: RowSummary, summaries: list[RowSummary]) -> RowSummary | Non
 def _failing_seeds(summaries: list[RowSummary]) -> list[str]:
     lines = ["## The failing seeds", "",
              "Each failing seed of a flaw variant, its anomalies and checkers, its run dir (kept in the store the sweep "
-             "wrote: runs of seeds that passed are not kept); `kafkaesque sim` with the row's settings (above) and the "
-             "seed replays it byte for byte.", "",
-             "| variant | seed | anomalies | caught by | first proof (virtual s) | run |", "|---|---|---|---|---|---|"]
+             "wrote: runs of seeds that passed are not kept); `kafkaesque sim` with the row's settings (the last "
+             "section) and the seed replays it byte for byte on the code that ran it.", "",
+             "| variant | seed | anomalies | caught by | run |", "|---|---|---|---|---|"]
     any_row = False
     for s in summaries:
         if s.row.variant == DEFAULT:
             continue
         for r in s.failing:
             any_row = True
-            firsts = [t for t in (r.get("first_s") or {}).values() if isinstance(t, (int, float))]
             lines.append(f"| {s.row.variant} | {r['seed']} | {', '.join(r.get('anomalies') or []) or '-'} | "
-                         f"{', '.join(sorted(r.get('by') or {})) or '-'} | "
-                         f"{f'{min(firsts):.1f}' if firsts else '-'} | `{r.get('run') or 'not kept'}` |")
+                         f"{', '.join(sorted(r.get('by') or {})) or '-'} | `{r.get('run') or 'not kept'}` |")
     if not any_row:
-        lines.append("| - | - | no failing seed | | | |")
+        lines.append("| - | - | no failing seed | | |")
     return lines + [""]
 
 
