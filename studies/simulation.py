@@ -305,8 +305,10 @@ def _default_section(summaries: list[RowSummary]) -> list[str]:
             lines.append(f"- {label}: not run.")
             continue
         if not s.caught:
-            lines.append(f"- {label}: {rate_text(0, s.seeds, unit='seeds')}"
-                         + (f"; {s.unknown} of them unknown (evidence missing: {_unknown_reasons(s)})"
+            # an unknown seed is no evidence of a clean run: the bound counts the seeds judged valid
+            judged = s.seeds - s.unknown
+            lines.append(f"- {label}: {rate_text(0, judged, unit='seeds judged valid')}"
+                         + (f"; {s.unknown} more seeds unknown, not counted (evidence missing: {_unknown_reasons(s)})"
                             if s.unknown else "") + ".")
             continue
         lines.append(f"- {label}: **{rate_text(s.caught, s.seeds, unit='seeds')} found an anomaly**, each a finding "

@@ -94,7 +94,12 @@ def test_the_page_says_a_clean_default_as_none_of_n_seeds_with_its_bound_and_tha
     records = [_rec("default", s, True) for s in range(1, 51)]
     page = _page(records)
     assert "**Every figure on this page was simulated**" in page
-    assert "- `default` (queue): 0 of 50 seeds: rate below 5.8% (95%)." in page
+    assert "- `default` (queue): 0 of 50 seeds judged valid: rate below 5.8% (95%)." in page
+    # unknown seeds are no evidence of a clean run: left out of the bound, and said
+    records += [{**_rec("default", 51, "unknown"), "unknown_why": ["faults: the clock fault was planned but never "
+                                                                   "applied (no attempt was made)"]}]
+    assert ("0 of 50 seeds judged valid: rate below 5.8% (95%); 1 more seeds unknown, not counted (evidence "
+            "missing: faults: the clock fault was planned but never applied (1))") in _page(records)
 
 
 def test_the_page_lists_each_anomaly_of_the_default_broker_with_its_seed_and_replay():
