@@ -6,13 +6,18 @@ As in Elle (Kingsbury & Alvaro), kept in separate steps:
    consecutive appends, wr from an element's appender to each read ending at it, rw from a
    reader to the appender of the first element it did not see; plus process and realtime
    edges (realtime through a frontier, never all pairs).
-2. graph: transactions are ints and edges parallel lists of ints; real-time edges are kept as
+   The inference reads the transactions once, in invocation order (a history in memory, or a
+   file's rows as a stream: ListAppendCheck, so `kafkaesque check` never holds the history), and
+   keeps no read's list: a read that agrees with its key's longest read is a prefix of it, so
+   four ints say it (issue 44: a million transactions from a file in well under 1 GB).
+2. graph: transactions are ints and edges numpy arrays of them; real-time edges are kept as
    each transaction's run of frontier completions, not listed (issue 26: linear time and
-   memory, a million transactions in seconds). No cycle when the completion order is a
-   topological order (one pass at C speed); otherwise strongly connected components (an
-   iterative Tarjan) only where backward edges overlap; in each, with networkx, the shortest
-   cycle of each class: G0 (ww), G1c (ww+wr), G-single (exactly one rw), G2-item (two or more
-   rw), and their -process / -realtime variants when the cycle needs those edges.
+   memory, a million transactions in seconds). No cycle when the completion order, or else the
+   invocation order, is a topological order (an array comparison each); otherwise strongly
+   connected components (an iterative Tarjan) only where backward edges overlap; in each, with
+   networkx, the shortest cycle of each class: G0 (ww), G1c (ww+wr), G-single (exactly one rw),
+   G2-item (two or more rw), and their -process / -realtime variants when the cycle needs those
+   edges.
 3. explanation: each cycle step by step in words, with the transactions' ops.
 Non-cyclic anomalies: G1a (aborted read), G1b (intermediate read), internal inconsistency,
 incompatible-order, duplicate-elements. A cycle-search budget ends the search with
@@ -99,18 +104,22 @@ class Txn:
 
 
 class _Txns:
-    """The transactions of a history as parallel lists indexed by id (invocation order): type,
+    """The transactions of a history as parallel columns indexed by id (invocation order): type,
     process and times, and where each one's ops are (`refs`: the Ops themselves for a history in
-    memory, their positions for a file, read back through `fetch` only for the few an anomaly's
-    words name). Their micro-ops are not kept: the inference keeps what it needs of them."""
+    memory, their positions in a file for a stream, read back through `fetch` only for the few an
+    anomaly's words name). Their micro-ops are not kept: the inference keeps what it needs of them.
+    A stream's positions and times are int64 arrays (a list of a million fresh ints is 36 MB) until
+    a time that is no int64 turns that column into a list; `no_comp` is what stands for a missing
+    completion's position (a missing completion's time is never read: only ok ones' are)."""
 
-    def __init__(self, fetch: Callable[[Any], Op]) -> None:
-        self.inv_refs: list[Any] = []
-        self.comp_refs: list[Any] = []  # None: never completed
+    def __init__(self, fetch: Callable[[Any], Op], columns: Callable[[], Any] = list) -> None:
+        self.inv_refs: Any = columns()
+        self.comp_refs: Any = columns()
+        self.no_comp = None if columns is list else -1
         self.types: list[str] = []
         self.processes: list[Any] = []
-        self.inv_times: list[Any] = []
-        self.comp_times: list[Any] = []  # None: never completed
+        self.inv_times: Any = columns()
+        self.comp_times: Any = columns()
         self.ids: list[int] = []
         self.n = 0
         self.fetch = fetch
@@ -120,7 +129,9 @@ class _Txns:
 
     def comp(self, t: int) -> Op | None:
         ref = self.comp_refs[t]
-        return None if ref is None else self.fetch(ref)
+        if self.no_comp is None:
+            return None if ref is None else self.fetch(ref)
+        return None if ref == self.no_comp else self.fetch(ref)
 
     def txn(self, t: int) -> Txn:
         return Txn(t, self.inv(t), self.comp(t))
@@ -132,7 +143,7 @@ class _Txns:
         return self.txn(t).describe()
 
     def timed(self, t: int) -> _Timed:
-        return _Timed(t, self.types[t], self.inv_times[t], self.comp_times[t])
+        return _Timed(t, self.types[t], self.inv_times[t], self.comp_times[t] if self.types[t] == OK else None)
 
 
 class _Time:
@@ -191,9 +202,12 @@ def _row_record(inv: Row, comp: Row | None) -> tuple | None:
         return None
     if comp is None:
         return inv[POS], None, INFO, inv[PROCESS_FIELD], inv[TIME], None, inv[VALUE] or []
-    type_ = comp[TYPE]
+    type_ = _TYPES.get(comp[TYPE], comp[TYPE])  # the module's own strings: a parsed one per op costs 50 bytes
     return (inv[POS], comp[POS], type_, inv[PROCESS_FIELD], inv[TIME], comp[TIME],
             (comp[VALUE] if type_ == OK else inv[VALUE]) or [])
+
+
+_TYPES = {t: t for t in (OK, FAIL, INFO)}
 
 
 class _Found:
@@ -223,8 +237,9 @@ class _Inference:
     transaction appended. Whatever can be done a list at a time is (map, compress, at C speed): a
     Python statement per transaction costs about a second per million."""
 
-    def __init__(self, fetch: Callable[[Any], Op], found: _Found, with_process: bool):
-        self.txns = _Txns(fetch)
+    def __init__(self, fetch: Callable[[Any], Op], found: _Found, with_process: bool,
+                 columns: Callable[[], Any] = list):
+        self.txns = _Txns(fetch, columns)
         self.found = found
         self.with_process = with_process
         self.appender: dict[Any, dict[Any, int]] = {}  # key -> value -> the last append of it (see POSITION_BITS)
@@ -251,14 +266,19 @@ class _Inference:
         self._absorb(zip(types, mops, strict=True))
 
     def add(self, record: tuple) -> None:
+        """One transaction of a stream (_row_record's columns)."""
         inv_ref, comp_ref, type_, process, invoked, completed, mops = record
         txns = self.txns
         txns.inv_refs.append(inv_ref)
-        txns.comp_refs.append(comp_ref)
+        txns.comp_refs.append(txns.no_comp if comp_ref is None else comp_ref)
         txns.types.append(type_)
         txns.processes.append(process)
-        txns.inv_times.append(invoked)
-        txns.comp_times.append(completed)
+        for name, value in (("inv_times", invoked), ("comp_times", 0 if completed is None else completed)):
+            column = getattr(txns, name)
+            try:
+                column.append(value)
+            except (TypeError, OverflowError):  # no int64: this column becomes a list
+                setattr(txns, name, [*column, value])
         self._pending.append((type_, mops))
         if len(self._pending) >= BATCH:
             self._absorb(self._pending)
@@ -584,7 +604,7 @@ class ListAppendCheck:
     position in a file)."""
 
     def __init__(self, consistency_models: Sequence[str] | None, cycle_budget_s: float,
-                 fetch: Callable[[Any], Op]):
+                 fetch: Callable[[Any], Op], columns: Callable[[], Any] = list):
         self.models = list(consistency_models or ["strict-serializable"])
         for m in self.models:
             if m not in FORBIDDEN:
@@ -595,7 +615,7 @@ class ListAppendCheck:
         # Process and real-time order only matter to the models that forbid their cycles (as in
         # Elle): without them, cycles through them are no anomaly and would only cost search time.
         self.inference = _Inference(fetch, self.found,
-                                    with_process=any(a.endswith("-process") for a in self.forbidden))
+                                    with_process=any(a.endswith("-process") for a in self.forbidden), columns=columns)
 
     def feed(self, inv: Row, comp: Row | None) -> None:
         record = _row_record(inv, comp)
@@ -761,7 +781,8 @@ class _DependencyGraph:
             los = np.minimum(his, np.searchsorted(times, latest[np.maximum(his - 1, 0)], side="left"))
             los[his == 0] = 0
             lo[committed], hi[committed] = los, his
-        self.completion_rank, self.frontier_lo, self.frontier_hi = rank.tolist(), lo.tolist(), hi.tolist()
+        # arrays, not lists: three lists of a million ints were a tenth of a streamed check's memory
+        self.completion_rank, self.frontier_lo, self.frontier_hi = rank, lo, hi
         self.by_completion = by_completion_np.tolist()
         self.realtime_count = int((hi - lo).sum())
 
@@ -1080,7 +1101,7 @@ class ElleListAppendChecker:
 
     def stream(self, test: dict[str, Any], cutoff: int | None, ops: OpSource) -> ListAppendCheck:
         """The check of a history file in one pass, never holding it (checkers/core.py run_checkers)."""
-        return ListAppendCheck(self.models, self.budget, ops.op)
+        return ListAppendCheck(self.models, self.budget, ops.op, columns=partial(array, "q"))
 
 
 __all__ = ["ElleListAppendChecker", "FORBIDDEN", "UNKNOWN", "check_list_append"]

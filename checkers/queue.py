@@ -329,8 +329,13 @@ class _CommitBounds:
         self.unknown_lowest = list(itertools.accumulate(unknown, lambda a, b: b if b[2] < a[2] else a))
 
     def lowest_candidate(self, a: Any) -> tuple[Any, Any, int, int, Any] | None:
-        """The lowest-offset commit the coordinator could hold as its latest at time `a`, or None."""
+        """The lowest-offset commit the coordinator could hold as its latest at time `a`, or None when it may
+        hold none at all: with no commit acknowledged before `a`, every commit so far (failed without a
+        definite answer, or acknowledged after `a`) may not have been applied yet, so the member may rightly
+        start where the reset policy puts it."""
         before = bisect.bisect_left(self.acked_at, a)  # acknowledged before a: [0, before)
+        if not before:
+            return None
         followed_until = self.latest_begin[before - 1] if before else None
         lo = bisect.bisect_left(self.acked_at, followed_until) if followed_until is not None else 0
         hi = bisect.bisect_left(self.acked_at, a + self.longest + 1)  # begun before a: acknowledged by then

@@ -273,6 +273,43 @@ class SharedIds(Protocol):
         """None when every node has an id of its own; else why an id may name several nodes, one clause."""
 
 
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A cluster whose brokers keep their data in an object store of its own nodes (role `storage`:
+    clusters/examples/tansu-s3.toml), the target of the storage faults (nemesis/storage.py)."""
+
+    def storage_nodes(self) -> list[str]:
+        """The store's nodes (none: the cluster has no store of its own)."""
+
+    def store_kill_unavailable(self) -> str | None:
+        """None when the store keeps its objects across a kill and restart; else why not, one clause."""
+
+    def brokers_share_nothing_reason(self) -> str | None:
+        """None when brokers talk to each other; else why they share only the store (a partition between
+        brokers then cuts nothing the system uses), one clause."""
+
+
+@runtime_checkable
+class SpreadClients(Protocol):
+    """A cluster that says which broker each of the workload's workers should bootstrap to (brokers that
+    each advertise themselves alone: tansu), so clients go through several brokers at once."""
+
+    def worker_bootstrap(self, worker: int) -> str:
+        """The bootstrap servers of worker `worker` (host:port, comma-separated)."""
+
+
+@runtime_checkable
+class ClientLinks(Protocol):
+    """The address a node sees the harness's clients come from, so a cut can stand between the clients and
+    one broker (client-partition)."""
+
+    def client_address(self, node: str) -> str | None:
+        """That address, or None when it is not known."""
+
+    def client_link_unavailable(self) -> str | None:
+        """None when client_address answers for every broker; else why not, one clause."""
+
+
 def proc_sys_refusal(cluster, why_denied: str) -> str | None:
     """PageCacheDrop's answer for a backend whose nodes reach their kernel's /proc/sys: ask the first broker's
     node whether it may write drop_caches. `test -w` asks access(2), which answers EROFS for a read-only

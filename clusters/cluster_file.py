@@ -43,7 +43,10 @@ marker still names the run. The foreign brokers are not restarted or stopped by 
 probed per node (clusters/capabilities.py). Partitions and net need every node on an
 address of its own with iptables; lossy-crash, disk and the clock faults need hooks into
 the broker's storage and clock that a system we did not build does not give, so they are
-refused by name. Examples: clusters/examples/.
+refused by name. A node of role `storage` is an object store the brokers keep their data in (a diskless
+design: clusters/examples/tansu-s3.toml): started first, its `ready` command asked before the brokers start,
+reached at its storage_port, and the target of the storage faults (nemesis/storage.py). Examples:
+clusters/examples/.
 """
 
 from __future__ import annotations
@@ -68,15 +71,22 @@ from kafkaesque_harness.history.extras import PACKAGE_EXTRAS, install_hint
 KIND_EXTERNAL, KIND_REFERENCE_SSH = "external", "reference-ssh"
 KINDS = (KIND_EXTERNAL, KIND_REFERENCE_SSH)
 TRANSPORTS = ("ssh", "docker")
-ROLES = ("broker", "controller")
+ROLES = ("broker", "controller", "storage")
+# A node of role `storage` is the object store the brokers keep their data in (tansu over S3,
+# clusters/examples/tansu-s3.toml): no Kafka listener, a port of its own (storage_port), and the one
+# thing the brokers share, so partitions between brokers are refused (nemesis/storage.py).
+STORAGE_ONLY_KEYS = ("storage_port", "durable")
 COMMANDS = ("start", "stop", "pid")
-OPTIONAL_COMMANDS = ("version",)  # prints the system's version; kept in test.json (node_versions)
+# version prints the system's version, kept in test.json (node_versions); ready exits 0 once the node
+# serves (a store: its bucket exists), asked after its start and before any node that needs it starts.
+OPTIONAL_COMMANDS = ("version", "ready")
 SSH_KEYS: dict[str, tuple[type, Any]] = {
     "user": (str, "root"), "key": (str, ""), "port": (int, 22), "sudo": (bool, False),
     "known_hosts": (str, "~/.ssh/known_hosts"), "host_key_policy": (str, "strict"),
 }
 TOP_KEYS = ("kind", "transport", "bootstrap", "ssh", "docker", "vars", "commands", "paths", "install", "nodes")
-NODE_KEYS = ("name", "id", "roles", "host", "container", "kafka_port", "controller_port", "commands", *SSH_KEYS)
+NODE_KEYS = ("name", "id", "roles", "host", "container", "kafka_port", "controller_port", *STORAGE_ONLY_KEYS,
+             "commands", *SSH_KEYS)
 PATH_KEYS = ("dir", "data_dir", "logs")
 INSTALL_KEYS = ("tarball", "unpack_to", "config_template", "config_path", "copy", "commands")
 DOCKER_KEYS = ("base_url", "image")
@@ -101,6 +111,12 @@ class ExternalNode:
     commands: dict[str, str]       # unrendered templates
     ssh: dict[str, Any] = field(default_factory=dict)
     managed: bool = False          # docker: no container named, so the harness creates (and removes) one
+    storage_port: int = 9000       # a storage node: the port its object store serves on
+    durable: bool = False          # a storage node: whether its objects survive a kill (moto's do not)
+
+    @property
+    def is_storage(self) -> bool:
+        return "storage" in self.roles
 
 
 @dataclass
@@ -284,7 +300,16 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     roles = _want(path, where, "roles", raw.get("roles", ["broker"]), list)
     if not roles or set(roles) - set(ROLES):
         raise ClusterFileError(f"{where} of the cluster file {path} has roles = {roles!r}; use one or both of "
-                               "\"broker\", \"controller\".")
+                               "\"broker\", \"controller\", or \"storage\" alone.")
+    if "storage" in roles and len(set(roles)) > 1:
+        raise ClusterFileError(f"{where} of the cluster file {path} has roles = {roles!r}; a storage node is the "
+                               "object store alone (its faults are the store's): give it roles = [\"storage\"].")
+    misplaced = [k for k in STORAGE_ONLY_KEYS if k in raw and "storage" not in roles]
+    if misplaced:
+        raise ClusterFileError(f"{where} of the cluster file {path} has {', '.join(misplaced)}, which only a node of "
+                               "role storage takes; drop it or add roles = [\"storage\"].")
+    storage_port = _want(path, where, "storage_port", raw.get("storage_port", 9000), int)
+    durable = _want(path, where, "durable", raw.get("durable", False), bool)
     host = _want(path, where, "host", raw.get("host", ""), str)
     container = _want(path, where, "container", raw.get("container", ""), str)
     if transport == "ssh" and not host:
@@ -322,7 +347,7 @@ def _node(path: str, i: int, raw: dict[str, Any], transport: str, commands: dict
     elif any(k in raw for k in SSH_KEYS):
         raise ClusterFileError(f"{where} of the cluster file {path} has SSH keys, but transport is docker; drop them.")
     return ExternalNode(name, node_id, roles, host, container, kafka_port, controller_port, merged, node_ssh,
-                        managed=transport == "docker" and not container)
+                        managed=transport == "docker" and not container, storage_port=storage_port, durable=durable)
 
 
 def _check_nodes(path: str, nodes: list[ExternalNode]) -> None:
@@ -345,12 +370,15 @@ def template_vars(cf: ClusterFile, node: ExternalNode, as_written: dict[str, str
     """The node's placeholder values; `as_written` receives dir and data_dir before they were normalised."""
     controllers = [n for n in cf.nodes if "controller" in n.roles]
     brokers = [n for n in cf.nodes if "broker" in n.roles]
+    stores = [n for n in cf.nodes if n.is_storage]
     values: dict[str, Any] = {
         **cf.vars, "name": node.name, **({} if node.id is None else {"id": node.id}), "host": node.host, "kafka_port": node.kafka_port,
         "controller_port": node.controller_port, "roles": ",".join(node.roles),
         "bootstrap": ",".join(cf.bootstrap or [f"{n.host}:{n.kafka_port}" for n in brokers]),
         "controller": f"{controllers[0].host}:{controllers[0].controller_port}" if controllers else "",
         "voters": ",".join(f"{n.id}@{n.host}:{n.controller_port}" for n in controllers if n.id is not None),
+        "storage": f"{stores[0].host}:{stores[0].storage_port}" if stores else "",
+        "storage_port": node.storage_port,
     }
     for key in ("dir", "data_dir"):
         if key not in cf.paths:  # no data_dir (memory storage): {{ data_dir }} is then an unknown placeholder
@@ -375,7 +403,7 @@ def render_all(cf: ClusterFile, node: ExternalNode) -> dict[str, Any]:
     """The node's commands, paths and install steps with its placeholders filled in."""
     as_written: dict[str, str] = {}
     values = template_vars(cf, node, as_written)
-    for key in ("name", "host", "dir", "data_dir", "bootstrap", "controller", "voters"):
+    for key in ("name", "host", "dir", "data_dir", "bootstrap", "controller", "voters", "storage"):
         v = str(values.get(key, ""))
         if v and not SAFE_VALUE.match(v):
             raise ClusterFileError(f"{node.name} in the cluster file {cf.path}: {key} = {v!r} has characters a shell "

@@ -48,6 +48,7 @@ from kafkaesque_harness.clusters.waiting import WaitTimeout, wait_until
 STOP_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 120.0
 STARTED_WITHIN_S = 10.0  # after `start` returns, its process must be found live by then
+READY_WITHIN_S = 60.0    # after that, its `ready` command (when the file gives one) must exit 0 by then
 COMMANDS_LOG = "commands.jsonl"  # in the run dir: every command run on the nodes (_sh)
 
 
@@ -84,6 +85,55 @@ class ExternalCluster(ClaimedNodes):
 
     def controller_nodes(self) -> list[str]:
         return [n.name for n in self.cf.nodes if "controller" in n.roles]
+
+    # --- the object store (nodes of role storage; clusters/examples/tansu-s3.toml) -------------------------
+    def storage_nodes(self) -> list[str]:
+        """ObjectStore (clusters/base.py): the nodes that hold the brokers' data, started before them."""
+        return [n.name for n in self.cf.nodes if n.is_storage]
+
+    def store_kill_unavailable(self) -> str | None:
+        """Why killing and restarting the store would not be a fault the system could survive, or None: a
+        store that keeps its objects only in memory (durable = false, moto's server) comes back empty, so a
+        kill is the loss of every record by construction, not a finding."""
+        lost = [n.name for n in self.cf.nodes if n.is_storage and not n.durable]
+        if lost:
+            return (f"{', '.join(lost)} keeps its objects only in memory (durable = false in the cluster file "
+                    f"{self.cf.path}), so a restart would come back empty and lose every record by construction")
+        return None
+
+    def brokers_share_nothing_reason(self) -> str | None:
+        """SharedStore (clusters/base.py): why the brokers coordinate only through the store, or None."""
+        stores = self.storage_nodes()
+        if not stores:
+            return None
+        return (f"the brokers of the cluster file {self.cf.path} share nothing but the object store "
+                f"({', '.join(stores)}): they never talk to each other")
+
+    def worker_bootstrap(self, worker: int) -> str:
+        """SpreadClients (clusters/base.py): the bootstrap of the workload's `worker`. Where the brokers share
+        ids (tansu: 111 on every broker, each advertising itself alone), a client stays on the broker it
+        bootstraps to, so worker w is given broker w mod n: producers write one partition through different
+        brokers and consumers read through others, by design rather than by the client library's draw."""
+        brokers = self.broker_nodes()
+        if not self.shared_ids or len(brokers) < 2:
+            return self.bootstrap()
+        host, port = self.address(brokers[worker % len(brokers)])
+        return f"{host}:{port}"
+
+    def client_address(self, node: str) -> str | None:
+        """ClientLinks (clusters/base.py): the address the node sees the harness's clients come from (docker:
+        its network's gateway, through which the host reaches it); None where it is not known (ssh)."""
+        if self.cf.transport != "docker":
+            return None
+        remote = self.remote(node)
+        nets = remote.container.attrs.get("NetworkSettings", {}).get("Networks", {})
+        return next((v.get("Gateway") for v in nets.values() if v.get("Gateway")), None)
+
+    def client_link_unavailable(self) -> str | None:
+        if self.cf.transport != "docker":
+            return (f"the cluster file {self.cf.path} reaches its nodes over SSH, where the address the harness's "
+                    "clients come from is not known")
+        return None
 
     def node_id(self, node: str) -> int:
         """The file's id, else the id Metadata lists at the node's address (-1 while it lists none)."""
@@ -227,9 +277,11 @@ class ExternalCluster(ClaimedNodes):
         return self._rendered[node]
 
     def address(self, node: str) -> tuple[str, int]:
+        """Where the node serves: a broker's Kafka listener, a storage node's object store (what a cut's
+        probe connects to)."""
         self.remote(node)
         n = self.by_name[node]
-        return n.host, n.kafka_port
+        return n.host, n.storage_port if n.is_storage else n.kafka_port
 
     def bootstrap(self) -> str:
         return self.rendered(self.nodes()[0])["vars"]["bootstrap"]
@@ -366,6 +418,26 @@ class ExternalCluster(ClaimedNodes):
             raise ClusterError(f"{node}'s start command returned but the pid command finds no live process "
                                f"{STARTED_WITHIN_S:g} s later; {self.log_tail(node)}") from None
 
+    def wait_node_ready(self, node: str, timeout_s: float = READY_WITHIN_S) -> None:
+        """Until the node's `ready` command exits 0 (a store: its bucket exists), when the file gives one;
+        else a ClusterError with what the command said last and the end of the node's log."""
+        ready = self.rendered(node)["commands"].get("ready")
+        if not ready:
+            return
+        last = None
+
+        def answered() -> bool:
+            nonlocal last
+            last = self._sh(node, ready, timeout=30, what="ready")
+            return last.ok
+
+        try:
+            wait_until(answered, timeout_s, 0.5, f"{node}'s ready command")
+        except WaitTimeout:
+            said = (last.err.strip() or last.out.strip() or "no output").splitlines()[-1] if last else "never ran"
+            raise ClusterError(f"{node}'s ready command did not exit 0 within {timeout_s:g} s (last: {said[-200:]}); "
+                               f"{self.log_tail(node)}") from None
+
     def log_tail(self, node: str, lines: int = 5) -> str:
         """The last lines of the node's first log file, as one clause (what a failed start says)."""
         for path in self.log_paths(node):
@@ -404,9 +476,11 @@ class ExternalCluster(ClaimedNodes):
             self._mark_leftover()
             self._each(self._claim)  # every node's dir checked before anything is stopped or written
             self._each(self._install)
-            controllers_first = self.controller_nodes() + [n for n in self.nodes() if n not in self.controller_nodes()]
-            for node in controllers_first:
+            # The store first (the brokers keep their data in it), then controllers, then brokers.
+            first = self.storage_nodes() + self.controller_nodes()
+            for node in first + [n for n in self.nodes() if n not in first]:
                 self.start(node)
+                self.wait_node_ready(node)
             self.wait_ready(self.broker_nodes(), timeout_s=120)
             from kafkaesque_harness.clusters.capabilities import probe_cluster
 
@@ -531,10 +605,10 @@ class ExternalCluster(ClaimedNodes):
                 r.close()
 
     # --- roles, through the Kafka protocol only ----------------------------------------------------------
-    def _admin(self):
+    def _admin(self, bootstrap: list[str] | None = None):
         from kafka import KafkaAdminClient
 
-        return KafkaAdminClient(bootstrap_servers=self.bootstrap().split(","), request_timeout_ms=5000,
+        return KafkaAdminClient(bootstrap_servers=bootstrap or self.bootstrap().split(","), request_timeout_ms=5000,
                                 bootstrap_timeout_ms=ADMIN_BOOTSTRAP_MS, client_id="kafkaesque-roles")
 
     def partitions(self, topic: str) -> list[PartitionView]:
@@ -580,11 +654,29 @@ class ExternalCluster(ClaimedNodes):
         return {b_id for b_id, _, _ in self.broker_listing()}
 
     def broker_listing(self) -> list[tuple[int, str, int]]:
-        """(id, host, port) of every broker Metadata lists now; kept for node_name."""
-        admin = self._admin()
+        """(id, host, port) of every broker Metadata lists now; kept for node_name. Where the brokers share ids
+        (tansu), each advertises itself alone, so each is asked at its own address and the answers joined:
+        a broker that does not answer is then missing from the listing, as a fenced one would be."""
+        if not self.shared_ids or len(self.broker_nodes()) < 2:
+            listed = self._described_brokers()
+        else:
+            listed = set()
+            for node in self.broker_nodes():
+                try:
+                    host, port = self.address(node)
+                    listed |= self._described_brokers([f"{host}:{port}"])
+                except Exception:  # noqa: BLE001 - down, paused or cut off: not listed
+                    continue
+            if not listed:
+                raise ClusterError("no broker of the cluster file answered Metadata")
+        self._listed = sorted(listed)
+        return self._listed
+
+    def _described_brokers(self, bootstrap: list[str] | None = None) -> set[tuple[int, str, int]]:
+        """What DescribeCluster lists, asked through `bootstrap` (default: every broker)."""
+        admin = self._admin(bootstrap) if bootstrap else self._admin()
         try:
-            self._listed = sorted((b["broker_id"], b["host"], b["port"]) for b in admin.describe_cluster()["brokers"])
-            return self._listed
+            return {(b["broker_id"], b["host"], b["port"]) for b in admin.describe_cluster()["brokers"]}
         finally:
             admin.close()
 

@@ -51,8 +51,13 @@ BASE_PACKAGES = (
     "util-linux",
     "kmod",
 )
-# Python packages the broker imports (kafka-python's protocol classes and record codec).
-NODE_REQUIREMENTS = ("kafka-python==3.0.12", "crc32c>=2.9,<3", "pyfuse3==3.5.0", "uvloop==0.23.0")
+# Python packages the broker imports (kafka-python's protocol classes and record codec), and the object
+# store a node of role `storage` runs (clusters/examples/tansu-s3.toml): moto's S3 server, chosen for its
+# conditional writes (If-None-Match: * and If-Match on PUT answer 412 when the condition fails, a GET with
+# If-None-Match 304; a 4-thread compare-and-set race on one object kept every update, measured 2026-11-27)
+# and because it installs from PyPI like the rest; it keeps objects in memory only (docs/analyses/tansu-0.6.0.md).
+NODE_REQUIREMENTS = ("kafka-python==3.0.12", "crc32c>=2.9,<3", "pyfuse3==3.5.0", "uvloop==0.23.0",
+                     "moto[s3,server]==5.2.5")
 # Native helpers built on the host at image time and installed under /opt/kafkaesque/lib.
 NODE_NATIVE = ("clusters/native/clock_offset.c",)
 NODE_LIB_DIR = "/opt/kafkaesque/lib"

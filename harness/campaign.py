@@ -193,6 +193,9 @@ def _read_results(run_dir: Path, record: RunRecord) -> dict[str, Any]:
             record.anomalies.append({
                 "checker": checker, "name": a.get("name"), "count": a.get("count"),
                 "explanation": a.get("explanation", ""),
+                # whose its instances are (checkers/clients.py: client, broker, harness; the rest unattributed),
+                # so a table can tell a client library's anomaly from the system's
+                **({"whose": a["whose"]} if isinstance(a.get("whose"), dict) else {}),
                 "examples": [ex.get("summary") or ex.get("explanation") or json.dumps(ex, default=str)[:300]
                              for ex in a.get("examples", [])[:MAX_EXAMPLES_PER_ANOMALY]],
             })

@@ -218,7 +218,7 @@ def run(
     client: Annotated[str, typer.Option(help="kafka-python or confluent-kafka")] = "kafka-python",
     cluster: Annotated[str, typer.Option(help="auto (docker when an engine answers, else local), docker, local, "
                                              "FILE.toml (a cluster file: any Kafka-protocol cluster, format in "
-                                             "clusters/cluster_file.py), or ssh:FILE.toml (our broker over SSH, "
+                                             "README's Cluster file reference), or ssh:FILE.toml (our broker over SSH, "
                                              "clusters/ssh.py)")] = "auto",
     flush_policy: FlushPolicyOption = "never",
     broker_variant: BrokerVariantOption = "default",
@@ -315,6 +315,8 @@ def sim(
     name: Annotated[str, typer.Option(help="test name (store folder); default: sim-<workload>")] = "",
     recovery_wait: Annotated[float, typer.Option(help="virtual seconds to let the cluster recover after "
                                                       "healing")] = 10.0,
+    mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
+                                             "mutate --list`)")] = "",
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -324,6 +326,14 @@ def sim(
         env = {**os.environ, "PYTHONHASHSEED": SIM_HASH_SEED}
         os.execve(sys.executable, [sys.executable, "-c", "import sys; from kafkaesque_harness.harness.cli import "
                                    "main; sys.argv[0] = 'kafkaesque'; main()", *sys.argv[1:]], env)
+    copy = None
+    if mutant:  # before the simulator is imported: the broker it loads is then the mutant's copy
+        from kafkaesque_harness.clusters.sim.mutant import mutant_code
+
+        try:
+            copy = mutant_code(mutant)
+        except ValueError as e:
+            fail(f"{e}.")
     from kafkaesque_harness.harness.simulate import sim_problems, simulate
     from kafkaesque_harness.harness.spec import TestSpec
     from kafkaesque_harness.results.store import StoreError
@@ -345,9 +355,13 @@ def sim(
     if problems:
         fail_all(problems)
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m))
+        code, run_dir = simulate(spec, log=lambda m: err.print(m),
+                                 mutant={"mutant": mutant, "digest": copy.digest} if copy is not None else None)
     except StoreError as e:
         fail(str(e))
+    finally:
+        if copy is not None:
+            copy.close()
     _print_verdict(run_dir)
     print(run_dir)
     raise typer.Exit(code)

@@ -64,10 +64,10 @@ from kafkaesque_harness.nemesis.actions import FaultActions
 from kafkaesque_harness.nemesis.base import NemesisRefused
 from kafkaesque_harness.nemesis.ledger import FaultLedger
 from kafkaesque_harness.nemesis.plan import PlanStep, drive
-from kafkaesque_harness.nemesis.requirements import StateDumps, can
+from kafkaesque_harness.nemesis.requirements import SpreadClients, StateDumps, can
 from kafkaesque_harness.nemesis.schedule import NemesisSchedule
 from kafkaesque_harness.results.store import STORE_FORMAT, create_run_dir, write_json
-from kafkaesque_harness.workloads.base import StallableProducers
+from kafkaesque_harness.workloads.base import PreflightCheck, StallableProducers
 
 FINAL_READ_CONNECT_S = 60.0  # how long the final reads keep trying to reach a healed cluster
 FINAL_READ_RETRY_S = 60.0  # how long one final read that timed out is tried again
@@ -125,6 +125,15 @@ def make_cluster(spec: TestSpec, run_dir: Path):
         except NodeFileError as e:
             raise HarnessError(str(e)) from None
     raise HarnessError(f"unknown cluster {spec.cluster!r}; valid: {', '.join(CLUSTER_NAMES)}")
+
+
+def worker_bootstraps(cluster, workers: int, bootstrap: str) -> list[str]:
+    """The bootstrap each worker opens its clients with: the cluster's choice where it makes one
+    (SpreadClients: brokers that each advertise themselves alone, so a client stays on the one it
+    bootstraps to), else `bootstrap` for every worker."""
+    if not can(cluster, SpreadClients):
+        return [bootstrap] * workers
+    return [cluster.worker_bootstrap(w) for w in range(workers)]
 
 
 def _cluster_file_facts(spec: TestSpec, cluster, run_dir: Path) -> dict[str, Any]:
@@ -393,9 +402,15 @@ class Run:
 
                     test["capabilities"] = report_capabilities(cluster, self.log)
                     test.update(_cluster_file_facts(spec, cluster, run_dir))
+                    spread = worker_bootstraps(cluster, spec.concurrency, bootstrap)
+                    if set(spread) != {bootstrap}:
+                        test["client_bootstraps"] = spread  # worker w's clients bootstrap to spread[w]
                     write_json(run_dir / "test.json", test)
                     for topic, parts in workload.topics(test):
                         cluster.create_topic(topic, parts, spec.replication_factor, spec.min_isr)
+                    refusal = workload.preflight(spread) if can(workload, PreflightCheck) else None
+                    if refusal:
+                        raise HarnessError(refusal)
                     nemesis.setup(cluster, faults)
                     schedule = self._nemesis_schedule(nemesis)
                     if panel:
@@ -490,7 +505,8 @@ class Run:
         self.facts["clock"] = {"monotonic_start_ns": writer.start_ns, "wall_start_s": time.time()}
         schedule = ClientSchedule(workload.op_mix(test), spec.rate, spec.time_limit, spec.seed)
         processes = ProcessTable(spec.concurrency)
-        threads = [self._thread(f"worker-{w}", self._worker, w, workload, test, bootstrap, schedule, processes,
+        spread = test.get("client_bootstraps") or [bootstrap] * spec.concurrency
+        threads = [self._thread(f"worker-{w}", self._worker, w, workload, test, spread[w], schedule, processes,
                                 writer) for w in range(spec.concurrency)]
         threads.append(self._thread("nemesis", self._nemesis_loop, nemesis, cluster, writer, nem_sched))
         threads.append(self._thread("leaders", self._leader_poller, cluster, spec.workload_opts()["topic"], writer))

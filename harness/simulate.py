@@ -15,7 +15,9 @@ The times in the history are virtual nanoseconds since the run began.
 
 Faults (sequential: one at a time, a start and its stop `nemesis_interval` apart on average, on a node drawn
 from every node, controllers included): kill (SIGKILL, restarted at the stop), pause (SIGSTOP/SIGCONT),
-partition (the node isolated both ways), lossy-crash (SIGKILL and its unsynced writes lost, restarted),
+partition (the node isolated both ways), lossy-crash (SIGKILL and its unsynced writes lost, restarted; on a
+broker only within the fault budget of nemesis/faults.py: at most min ISR - 1 brokers power-cut and not yet
+back in every ISR),
 clock (its wall clock jumped by up to 2 minutes, set back at the stop).
 """
 
@@ -29,7 +31,6 @@ from typing import Any
 from kafkaesque_harness.checkers.availability import availability
 from kafkaesque_harness.clusters.reference import FLAW_VARIANTS
 from kafkaesque_harness.clusters.sim.cluster import SimCluster
-from kafkaesque_harness.clusters.sim.probe import create_topic
 from kafkaesque_harness.harness.runner import EXIT_HARNESS, check_run, exit_code, read_run_history
 from kafkaesque_harness.harness.spec import TestSpec
 from kafkaesque_harness.history import INFO, INVOKE, NEMESIS, HistoryWriter, Op
@@ -46,9 +47,13 @@ class SimNemesis:
     (history/faults.py's records in the nemesis ops' completions, as harness/runner.py writes them)."""
 
     def __init__(self, sim: SimCluster, writer: HistoryWriter, faults: list[str], rng: random.Random,
-                 interval_s: float):
+                 interval_s: float, min_isr: int = 2):
         self.sim, self.writer, self.faults, self.rng, self.interval_s = sim, writer, faults, rng, interval_s
         self.ledger = FaultLedger(writer.now)
+        # The lossy crash's fault budget, as nemesis/faults.py's: at most min ISR - 1 brokers power-cut and not
+        # yet back in every ISR of the partitions they hold (001 5); beyond it a correct broker may lose data.
+        self.budget = max(min_isr - 1, 0)
+        self.recovering: dict[str, int] = {}  # power-cut broker -> its broker epoch before the cut
 
     def _op(self, f: str, value: Any) -> None:
         self.writer.append(Op(INVOKE, f, NEMESIS, value))
@@ -63,10 +68,43 @@ class SimNemesis:
             await asyncio.sleep(self.rng.expovariate(1 / self.interval_s))
             if self.sim.now() >= until_s:
                 return
-            kind, node = self.rng.choice(self.faults), self.rng.choice(self.sim.names)
+            kind = self.rng.choice(self.faults)
+            targets = self._lossy_crash_targets() if kind == "lossy-crash" else list(self.sim.names)
+            node = self.rng.choice(targets)
             undo = self.start(kind, node)
             await asyncio.sleep(self.rng.expovariate(1 / self.interval_s))
             self.stop(kind, node, undo)
+
+    def _lossy_crash_targets(self) -> list[str]:
+        """The controllers (their metadata is fsynced before it is acted on: a correct one loses nothing), and
+        the brokers while the budget allows: not one still unclean, and fewer unclean than the budget."""
+        sim = self.sim
+        self.recovering = {n: e for n, e in self.recovering.items() if not self._back_in_sync(n, e)}
+        unclean = set(self.recovering) | {n for r in self.ledger.active(("lossy-crash",)) for n in r.nodes}
+        brokers = [b for b in sim.brokers if b not in unclean] if len(unclean & set(sim.brokers)) < self.budget else []
+        return sim.controllers + brokers
+
+    def _broker_epoch(self, broker: str) -> int | None:
+        active = self.sim.active_controller()
+        if active is None:
+            return None
+        bid = self.sim.node_id(broker)
+        return next((b["broker_epoch"] for b in self.sim.dump(active).get("brokers", []) if b["broker_id"] == bid),
+                    None)
+
+    def _back_in_sync(self, broker: str, epoch_before: int | None) -> bool:
+        """Registered again since the cut (a new broker epoch: until then the controller's ISR may still list it
+        from before, when it held the data it lost) and in the ISR of every partition that lists it as a
+        replica, by the active controller. Unknown is no."""
+        active = self.sim.active_controller()
+        if not self.sim.running(broker) or active is None:
+            return False
+        state = self.sim.dump(active)
+        bid = self.sim.node_id(broker)
+        me = next((b for b in state.get("brokers", []) if b["broker_id"] == bid), None)
+        if me is None or me["fenced"] or me["broker_epoch"] == epoch_before:
+            return False
+        return all(bid in p["isr"] for p in state.get("partitions", []) if bid in p["replicas"])
 
     def start(self, kind: str, node: str) -> Any:
         """Apply one fault and record it (requested, applied, observed); what its stop needs."""
@@ -77,6 +115,8 @@ class SimNemesis:
             detail["delta_s"] = round(self.rng.choice([-1, 1]) * self.rng.uniform(1, 120), 3)
         rec = self.ledger.request(kind, [node], by=kind, detail=detail or None)
         evidence: dict[str, Any]
+        if kind == "lossy-crash" and node in sim.brokers:
+            self.recovering[node] = self._broker_epoch(node)  # unclean from now until back in sync
         if kind == "kill":
             sim.kill(node)
             evidence = {"process": "gone"} if not sim.running(node) else {}
@@ -104,6 +144,7 @@ class SimNemesis:
         if kind in ("kill", "lossy-crash"):
             if not sim.running(node):
                 sim.start(node)
+
             evidence = {"restarted": sim.nodes[node].incarnations}
         elif kind == "pause":
             sim.resume(node)
@@ -148,8 +189,9 @@ def sim_problems(spec: TestSpec) -> list[str]:
     return out
 
 
-def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
-    """Run, store and check one simulated run; (exit status, run dir)."""
+def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = None) -> tuple[int, Path]:
+    """Run, store and check one simulated run; (exit status, run dir). `mutant`: the broker loaded is a
+    mutant's copy (clusters/sim/mutant.py), {"mutant": its name, "digest": its code's}, kept in test.json."""
     run_dir = create_run_dir(spec.store, spec.name)
     variant = spec.broker.broker_variant
     sim = SimCluster(spec.seed, n_brokers=spec.brokers, n_controllers=spec.broker.controllers,
@@ -157,7 +199,7 @@ def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
                      broker_config=spec.broker.cluster_spec_fields()["broker_config"], run_dir=str(run_dir))
     test = spec.to_dict()
     test.update(cluster="sim", simulated=True, run_dir=str(run_dir), nodes=list(sim.names), state_dumps=True,
-                protocol_trace=True)
+                protocol_trace=True, **(mutant or {}))
     write_json(run_dir / "test.json", test)
     log(f"simulated run {run_dir} · seed {spec.seed} · workload {spec.workload} · nemesis "
         f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} virtual s")
@@ -173,13 +215,12 @@ def simulate(spec: TestSpec, log: Any = print) -> tuple[int, Path]:
         clients = sim.add_client("clients")
         run = SimWorkloadRun(spec.workload, options, sim.net.open_connection, random.Random(f"{spec.seed}/clients"),
                              bootstrap, writer, spec.concurrency, spec.time_limit, spec.rate)
-        admin = sim.add_client("admin")
         for topic, partitions in run.workload.topics(run.test):
-            sim.run_as(admin, create_topic(sim, topic, partitions, spec.replication_factor, spec.min_isr))
+            sim.create_topic(topic, partitions, spec.replication_factor, spec.min_isr)
         start = sim.now()
         writer.start_ns = int(round(start * 1e9))  # history times from the main phase's start, as a real run's
         nemesis = SimNemesis(sim, writer, list(spec.nemesis), random.Random(f"{spec.seed}/nemesis"),
-                             spec.nemesis_interval)
+                             spec.nemesis_interval, spec.min_isr)
         main = sim.spawn(clients, run.main_phase())
         faults = sim.loop.create_task(nemesis.run(start + spec.time_limit))
         sim.loop.run_until_complete(asyncio.gather(main, faults))

@@ -15,6 +15,11 @@ step goes through the run's FaultLedger (nemesis/ledger.py):
   the heal, back (it must not).
 - degrade, restore_net: a tbf bandwidth limit and random loss (the net fault); observed by
   reading the qdisc and rules back.
+- slow_link, restore_links: a tbf bandwidth limit alone on a node's egress (a slow object store:
+  every answer it sends is held to the rate); observed by reading the qdisc back.
+- cut_client_link, heal_client_cuts: iptables DROP on one broker of every packet from the address the
+  harness's clients reach it from (ClientLinks); observed by a TCP connect from the harness itself,
+  which must time out, and after the heal must not.
 - set_clock, reset_clock: the node's clock control file (clusters/clock_preload.py); observed
   by the node's own clock, read from its state dump.
 - stall_producer, resume_producers: a client fault, not a node's: one of the workload's own client
@@ -45,6 +50,7 @@ from kafkaesque_harness.nemesis.observe import (
     CLIENTS,
     net_state,
     node_clock_reading,
+    probe_from_harness,
     probe_pairs,
     process_state_within,
 )
@@ -93,6 +99,8 @@ class FaultActions:
         self._held: dict[int, Any] = {}                               # record id -> the Stall a client holds
         self._cuts: dict[int, Grudge] = {}                            # record id -> who drops whom
         self._loss: dict[int, tuple[str, list[str], float]] = {}       # record id -> (node, peers, probability)
+        self._slow: dict[int, str] = {}                               # record id -> the node whose egress is slowed
+        self._client_cuts: dict[int, tuple[str, str]] = {}             # record id -> (broker, clients' address)
         self._network_ready = False
         self._lock = threading.RLock()  # the nemesis thread and the final heal may overlap at the end
 
@@ -299,7 +307,7 @@ class FaultActions:
                 self._loss.pop(rec.id)
             if owed:
                 self._apply_rules()
-            degraded = {n for n, _, _ in self._loss.values()}
+            degraded = {n for n, _, _ in self._loss.values()} | set(self._slow.values())
         for rec in owed:
             node = rec.nodes[0]
             device = self.cluster.net_device(node)
@@ -309,6 +317,79 @@ class FaultActions:
             ok = node in degraded or ("tbf" not in state["qdisc"] and state["loss_rules"] == 0)
             self.ledger.healed(rec, ok, state, f"the node still shows qdisc {state['qdisc']!r} and "
                                                f"{state['loss_rules']} loss rule(s)")
+        return owed
+
+    def slow_link(self, node: str, rate: str, by: str, detail: Any = None) -> FaultRecord:
+        """A tbf bandwidth limit on the node's egress and nothing else (no loss): for a store, every answer
+        it sends is held to `rate`."""
+        device = self.cluster.net_device(node)
+        with self.ledger.applying("slow-link", [node], by, {"rate": rate, **(detail or {})}) as rec, self._lock:
+            self.cluster.remote(node).run(netrules.bandwidth_limit(device, rate), check=True)
+            self._slow[rec.id] = node
+        state = net_state(self.cluster, node, device)
+        self.ledger.observed(rec, "tbf" in state["qdisc"], state, f"the node shows qdisc {state['qdisc']!r}, not tbf")
+        return rec
+
+    def restore_links(self, by: str | None = None) -> list[FaultRecord]:
+        """Undo the active slow links (of `by`; all when None); a node another fault still shapes keeps its
+        qdisc. Healed when the qdisc read back is no tbf."""
+        with self._lock:
+            owed = [r for r in self.ledger.active(("slow-link",), by=by) if r.id in self._slow]
+            for rec in owed:
+                self._slow.pop(rec.id)
+            shaped = set(self._slow.values()) | {n for n, _, _ in self._loss.values()}
+        for rec in owed:
+            node = rec.nodes[0]
+            device = self.cluster.net_device(node)
+            if node not in shaped:
+                self.cluster.remote(node).run(netrules.clear_qdisc(device))
+            state = net_state(self.cluster, node, device)
+            self.ledger.healed(rec, node in shaped or "tbf" not in state["qdisc"], state,
+                               f"the node still shows qdisc {state['qdisc']!r}")
+        return owed
+
+    def cut_client_link(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+        """The broker drops every packet from the address the harness's clients reach it from: no client of
+        the workload (nor the harness's own Metadata lookups) reaches it, while it still reaches the store."""
+        address = self.cluster.client_address(node)
+        rec = self.ledger.request("client-partition", [node], by, {"clients": address, **(detail or {})})
+        if not address:
+            self.ledger.applied(rec, False, f"the address the clients reach {node} from is not known")
+            return rec
+        with self._lock:
+            self._client_cuts[rec.id] = (node, address)
+            try:
+                self._apply_rules()
+            except BaseException as e:
+                self.ledger.applied(rec, False, _error(e))
+                self._client_cuts.pop(rec.id)
+                self._reapply_quietly()
+                raise
+            self.ledger.applied(rec)
+        seen = probe_from_harness(self.cluster, node)
+        self.ledger.observed(rec, seen == "timeout", {"probes": {f"clients->{node}": seen}},
+                             f"the harness still reaches {node}: {seen}")
+        return rec
+
+    def heal_client_cuts(self, by: str | None = None) -> list[FaultRecord]:
+        """Undo the active client cuts (of `by`; all when None), then connect from the harness again."""
+        with self._lock:
+            owed = [r for r in self.ledger.active(("client-partition",), by=by) if r.id in self._client_cuts]
+            if not owed:
+                return []
+            removed = {r.id: self._client_cuts.pop(r.id) for r in owed}
+            try:
+                self._apply_rules()
+            except BaseException as e:
+                for rec in owed:
+                    self.ledger.healed(rec, False, error=f"the rules could not be removed: {_error(e)}")
+                raise
+            still = {n for n, _ in self._client_cuts.values()}
+        for rec in owed:
+            node = removed[rec.id][0]
+            seen = "still cut by another fault" if node in still else probe_from_harness(self.cluster, node)
+            self.ledger.healed(rec, node in still or seen in ("open", "refused"), {"probes": {f"clients->{node}": seen}},
+                               f"the harness does not reach {node} after the heal: {seen}")
         return owed
 
     def _union(self) -> Grudge:
@@ -342,6 +423,8 @@ class FaultActions:
             for owner, peers, p in self._loss.values():
                 if owner == node:
                     rules += [shell_join(a) for a in netrules.random_loss_from(peers, p)]
+            rules += [shell_join(a) for a in netrules.drop_from(address for broker, address in
+                                                                 self._client_cuts.values() if broker == node)]
             commands[node] = ["sh", "-c", " && ".join(rules)]
         on_nodes(self.cluster, commands, check=True)
 
@@ -497,7 +580,9 @@ class FaultActions:
                            for n in r.nodes})
 
         attempt("reconnect the network", lambda: self.heal_cuts(by=by))
+        attempt("reconnect the clients", lambda: self.heal_client_cuts(by=by))
         attempt("restore the network's rate and loss", lambda: self.restore_net(by=by))
+        attempt("restore the slowed links", lambda: self.restore_links(by=by))
         for node in nodes_of(("pause",)):
             attempt(f"resume {node}", lambda node=node: self.resume(node))
         controllers = set(self.cluster.controller_nodes())

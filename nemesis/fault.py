@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kafkaesque_harness.clusters.base import (
+    ClientLinks,
     ClockControl,
     ControllerAdmin,
     IsolatedNodes,
     LossyDisk,
+    ObjectStore,
     PageCacheDrop,
     Pausable,
     SegmentFiles,
@@ -48,6 +50,9 @@ PAUSABLE = Need(Pausable, "needs a cluster that can pause processes")
 DATA_DIRS = Need(SegmentFiles, "needs the brokers' data dirs and logs")
 CONTROLLER_ADMIN = Need(ControllerAdmin, "changes replica sets through the reference broker's controller")
 PAGE_CACHE_DROP = Need(PageCacheDrop, "needs the nodes' page-cache control")
+OBJECT_STORE = Need(ObjectStore, "acts on the object store the brokers keep their data in (a node of role storage "
+                                 "in a cluster file: clusters/examples/tansu-s3.toml)")
+CLIENT_LINKS = Need(ClientLinks, "needs the address the harness's clients reach each broker from")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from kafkaesque_harness.nemesis import grudge
 from kafkaesque_harness.nemesis.actions import CLOCK_FAULTS
 from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
 from kafkaesque_harness.nemesis.observe import cached_kib
+from kafkaesque_harness.nemesis.requirements import ObjectStore, can
 from kafkaesque_harness.nemesis.targets import running_brokers
 
 __all__ = ["DROP_CACHES", "PARTITION_TARGETS", "beyond_fault_budget"]
@@ -98,6 +99,11 @@ class PartitionNemesis(_Fault):
         if self.target == "controller" and not cluster.controller_nodes():
             raise NemesisRefused(f"the partition fault targets the controller, and the {cluster.name} cluster names "
                                  "no controller node; pick another --nemesis-target")
+        shared_store = cluster.brokers_share_nothing_reason() if can(cluster, ObjectStore) else None
+        if shared_store:
+            raise NemesisRefused(f"the partition fault cuts brokers apart, and {shared_store}, so a cut between "
+                                 "them cuts nothing the system uses; use storage-partition (brokers from the store) "
+                                 "or client-partition (the clients from one broker) instead")
         faults.prepare_network()
 
     def grudge(self, cluster) -> grudge.Grudge:

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 Grudge = dict[str, set[str]]
 
 PARTITION_SHAPES = ("isolate-one", "halves", "majorities-ring", "bridge", "isolate-node", "one-way")
+# Cuts between brokers and the object store they share (nemesis/storage.py); mixed draws one of the two.
+STORAGE_PARTITION_TARGETS = ("one-broker", "all-brokers", "mixed")
 
 
 def complete_grudge(components: Iterable[Iterable[str]]) -> Grudge:
@@ -73,6 +75,15 @@ def one_way(nodes: Sequence[str], node: str) -> Grudge:
     if node not in nodes:
         raise ValueError(f"cannot isolate {node!r}: not one of {', '.join(nodes)}")
     return {node: {n for n in nodes if n != node}}
+
+
+def storage_grudge(brokers: Sequence[str], store: str, shape: str, rng: random.Random) -> tuple[Grudge, list[str]]:
+    """(who drops whom, the brokers cut off) for a cut between the store and one broker (`one-broker`,
+    drawn at random) or every broker (`all-brokers`); the brokers still hear each other and the clients."""
+    cut = [rng.choice(sorted(brokers))] if shape == "one-broker" else sorted(brokers)
+    g: Grudge = {b: {store} for b in cut}
+    g[store] = set(cut)
+    return g, cut
 
 
 def describe(grudge: Grudge) -> str:

@@ -6,6 +6,7 @@ exit status of the command that made the fault:
 - process_state_within: the process is gone, stopped (state T) or running, per /proc on the node
 - probe_tcp: can `src` open a TCP connection to `dst`'s port? "open", "refused" (nothing listens,
   but packets flow) or "timeout" (the packets are dropped: the cut holds)
+- probe_from_harness: the same from the harness itself, where the workload's clients run (client-partition)
 - node_clock_reading: the node's own wall clock (its state dump's time_ms) against
   ours, with the reading's error bound (half the dump's round trip)
 - cached_kib: the page cache size from the node's /proc/meminfo (drop-caches)
@@ -45,26 +46,6 @@ def probe_script(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> li
 CLIENTS = "clients"  # in a grudge: the harness's own clients (ClientCuts: the address they reach the nodes from)
 
 
-def probe_from_harness(cluster, dst: str) -> str:
-    """From this process, where the clients run, a TCP connect to `dst`'s Kafka port: open, refused, timeout,
-    or error ...."""
-    import socket
-
-    s = socket.socket()
-    s.settimeout(PROBE_TIMEOUT_S)
-    try:
-        s.connect(cluster.address(dst))
-        return "open"
-    except TimeoutError:
-        return "timeout"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError as e:
-        return f"error {e.errno}"
-    finally:
-        s.close()
-
-
 def probe_tcp(cluster, src: str, dst: str) -> str:
     """From node `src` (or from the harness, CLIENTS), a TCP connect to `dst`'s Kafka port: open, refused,
     timeout, or error ...."""
@@ -74,6 +55,23 @@ def probe_tcp(cluster, src: str, dst: str) -> str:
     r = cluster.remote(src).run(probe_script(host, port), timeout=PROBE_TIMEOUT_S + 10)
     words = r.out.strip().splitlines()[-1:] if r.out.strip() else []
     return words[0] if words else f"error (exit {r.exit}: {r.err.strip()[-120:]})"
+
+
+def probe_from_harness(cluster, dst: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """From the harness itself (where the workload's clients run), a TCP connect to `dst`'s address: open,
+    refused, timeout, or error ...; what a cut between the clients and one broker must make time out."""
+    import socket
+
+    host, port = cluster.address(dst)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return "open"
+    except TimeoutError:
+        return "timeout"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return f"error {e.errno}"
 
 
 def probe_pairs(cluster, pairs: Iterable[tuple[str, str]]) -> dict[str, str]:

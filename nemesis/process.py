@@ -20,7 +20,7 @@ from kafkaesque_harness.nemesis.base import NemesisBase, NemesisRefused
 from kafkaesque_harness.nemesis.targets import choose, running_brokers
 
 
-class _ProcessFault(NemesisBase):
+class ProcessFault(NemesisBase):
     """Each target hit by `act` at the start (one of FaultActions' process faults); `undo` heals it at the stop."""
 
     name = ""
@@ -83,14 +83,14 @@ class _ProcessFault(NemesisBase):
         if self.faults is not None:
             self._heal_all()
 
-class KillNemesis(_ProcessFault):
+class KillNemesis(ProcessFault):
     """SIGKILL the targets; `stop-kill` restarts them (kill -9, as a crash)."""
 
     name, start_f, stop_f = "kill", "start-kill", "stop-kill"
     act, undo = staticmethod(FaultActions.kill), staticmethod(FaultActions.start)
 
 
-class StopNemesis(_ProcessFault):
+class StopNemesis(ProcessFault):
     """SIGTERM the targets (a controlled shutdown: the controller moves their leaderships, a coordinator's too,
     before they exit, and they register clean when they come back); `stop-stop` restarts them. Random plans
     draw it like kill: the shutdown path (clean-shutdown file, leadership moved with the broker still up) is
@@ -100,7 +100,7 @@ class StopNemesis(_ProcessFault):
     act, undo = staticmethod(FaultActions.stop), staticmethod(FaultActions.start)
 
 
-class PauseNemesis(_ProcessFault):
+class PauseNemesis(ProcessFault):
     """SIGSTOP the targets; `stop-pause` resumes them (a GC pause or a frozen VM)."""
 
     name, start_f, stop_f = "pause", "start-pause", "stop-pause"

@@ -28,6 +28,7 @@ from typing import Any
 
 from kafkaesque_harness.clusters.base import (
     ClientCuts,
+    ClientLinks,
     ClockControl,
     ControllerAdmin,
     HasRemotes,
@@ -35,10 +36,12 @@ from kafkaesque_harness.clusters.base import (
     LossyControllers,
     LossyDisk,
     NetDevice,
+    ObjectStore,
     PageCacheDrop,
     Pausable,
     SegmentFiles,
     SharedIds,
+    SpreadClients,
     StateDumps,
 )
 from kafkaesque_harness.clusters.capabilities import Capability
@@ -75,8 +78,8 @@ def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     k = kind(fault)
     return (k.capabilities, k.on) if k else ((), "all")
 
-__all__ = ["ClientCuts", "ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk", "NetDevice",
-           "PageCacheDrop", "Pausable", "SegmentFiles", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
+__all__ = ["ClientCuts", "ClientLinks", "ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk",
+           "NetDevice", "ObjectStore", "PageCacheDrop", "Pausable", "SegmentFiles", "SpreadClients", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
            "why_not"]
 
 
@@ -98,6 +101,8 @@ _UNDECLARED: dict[type, str] = {
     StateDumps: "the {name} cluster gives no state dumps",
     PageCacheDrop: "the {name} cluster does not say whether its nodes may write /proc/sys/vm/drop_caches",
     ClientCuts: "the {name} cluster does not say from which address the harness's clients reach its nodes",
+    ObjectStore: "the {name} cluster has no object store of its own (no node of role storage)",
+    ClientLinks: "the {name} cluster does not say where the harness's clients reach its brokers from",
 }
 # Why not, for a subject that declares the ability: its own answer of the moment (None: it can).
 _ANSWER: dict[type, Callable[[Any], str | None]] = {
@@ -108,6 +113,9 @@ _ANSWER: dict[type, Callable[[Any], str | None]] = {
     StateDumps: lambda c: c.state_dumps_unavailable(),
     PageCacheDrop: lambda c: c.page_cache_unavailable(),
     ClientCuts: lambda c: c.client_cut_unavailable(),
+    # A cluster file without a storage node declares the ability but has no store to fault.
+    ObjectStore: lambda c: None if c.storage_nodes() else "the cluster file names no node of role storage",
+    ClientLinks: lambda c: c.client_link_unavailable(),
 }
 
 

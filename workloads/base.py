@@ -78,6 +78,16 @@ class Workload(Protocol):
 
 
 @runtime_checkable
+class PreflightCheck(Protocol):
+    """An ability of a workload: a question it asks the cluster after set-up and before the main phase, through
+    each bootstrap its clients will use, where a wrong answer would fail every op of the run (the txn workload:
+    InitProducerId for a transactional id). The runner refuses the run with its sentence (exit 3)."""
+
+    def preflight(self, bootstraps: list[str]) -> str | None:
+        """None when the cluster answers as the workload needs; else one sentence with the cluster's answer."""
+
+
+@runtime_checkable
 class StallableProducers(Protocol):
     """An ability of a workload: its clients hold transactional producers that stop mid-transaction when
     asked (the stall-producer fault, workloads/stalls.py). The runner asks for it with

@@ -68,6 +68,8 @@ from kafkaesque_harness.workloads.kafka_python import KafkaPythonTxnLibrary
 from kafkaesque_harness.workloads.stalls import ProducerStallControl
 from kafkaesque_harness.workloads.txn_client import OffsetTracker, TxnClient, transactional_id
 
+PREFLIGHT_TIMEOUT_MS = 20_000  # a transactional producer's init through one bootstrap, at most
+
 TXN_OPTIONS = {
     "txn_abort_p": "probability that the workload aborts a transaction instead of committing it (default 0.1)",
     "subscribe_p": "probability that a (re)assignment op subscribes to the topic through the group rather than "
@@ -227,6 +229,26 @@ class TxnWorkload:
                    else KafkaPythonTxnLibrary)
         return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker,
                          self.stalls)
+
+    def preflight(self, bootstraps: list[str]) -> str | None:
+        """PreflightCheck (workloads/base.py): a transactional producer's init through each bootstrap the clients
+        use (InitProducerId, and FindCoordinator before it); the broker's answer where it fails. A system that
+        does not do transactions is refused by name rather than run into a history of failed txns."""
+        from kafka import KafkaProducer
+
+        for bootstrap in dict.fromkeys(bootstraps):
+            try:
+                producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), transactional_id="kafkaesque-preflight",
+                                         max_block_ms=PREFLIGHT_TIMEOUT_MS, client_id="kafkaesque-preflight")
+                try:
+                    producer.init_transactions()
+                finally:
+                    producer.close(timeout=5)
+            except Exception as e:  # noqa: BLE001 - the broker's answer (an error code's name), or no answer
+                return (f"the txn workload needs transactions, and the cluster did not answer InitProducerId for a "
+                        f"transactional id through {bootstrap} ({type(e).__name__}: {str(e)[:200]}); run the queue "
+                        "workload on it instead")
+        return None
 
     def producer_stalls(self) -> ProducerStallControl:
         """Its clients' stall control (workloads/base.py StallableProducers; the stall-producer fault)."""

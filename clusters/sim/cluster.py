@@ -44,6 +44,7 @@ from kafkaesque_harness.clusters.replica_dumps import collect_replicas
 from kafkaesque_harness.clusters.sim.disk import PageCache, PowerCutReport, discard_process_buffers, run_root
 from kafkaesque_harness.clusters.sim.loop import Process, SimLoop
 from kafkaesque_harness.clusters.sim.network import NetConfig, SimNetwork
+from kafkaesque_harness.clusters.sim.probe import create_topic
 
 EPOCH_S = 1_767_225_600.0  # the wall clock of virtual time 0 (2026-01-01T00:00:00Z): the same in every run
 SECRET = "5" * 64  # the cluster's secret (rpc.py): internal requests carry its tag, here as in real runs
@@ -189,6 +190,12 @@ class SimCluster:
         """A client process (clients are nodes too: partitions and pauses reach them)."""
         proc = self.clients[name] = self._new_process(name, 1)
         return proc
+
+    def create_topic(self, topic: str, partitions: int = 1, rf: int = 3, min_isr: int = 2) -> str:
+        """Create a topic through a broker's Kafka listener (CreateTopics, as an admin client does) and wait for
+        its partition 0's leader; that leader's node name."""
+        admin = self.clients.get("admin") or self.add_client("admin")
+        return f"broker-{self.run_as(admin, create_topic(self, topic, partitions, rf, min_isr))}"
 
     def spawn(self, proc: Process, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         return self.loop.start_process(proc, coro)

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kafkaesque_harness.clusters.sim.cluster import SimCluster
+from kafkaesque_harness.clusters.sim.mutant import mutant_code
 from kafkaesque_harness.clusters.sim.probe import (
     connect_to,
     create_topic,
@@ -55,7 +55,7 @@ class DriveResult:
 NETWORK_ERRORS = (TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError)
 
 
-async def _find_leader(sim: SimCluster) -> str | None:
+async def _find_leader(sim: Any) -> str | None:
     """Ask the brokers in turn for the topic's metadata, as a client's metadata refresh does."""
     for broker in sim.brokers:
         try:
@@ -73,7 +73,7 @@ async def _find_leader(sim: SimCluster) -> str | None:
     return None
 
 
-async def _producer(sim: SimCluster, result: DriveResult, until_s: float, interval_s: float) -> None:
+async def _producer(sim: Any, result: DriveResult, until_s: float, interval_s: float) -> None:
     """acks=all sends of one record each to the leader, over one connection kept until an error."""
     conn, n = None, 0
     while sim.now() < until_s:
@@ -102,7 +102,7 @@ async def _producer(sim: SimCluster, result: DriveResult, until_s: float, interv
         await asyncio.sleep(interval_s)
 
 
-def _inject(sim: SimCluster, rng: random.Random, result: DriveResult) -> list[Any]:
+def _inject(sim: Any, rng: random.Random, result: DriveResult) -> list[Any]:
     """One fault, drawn; the healing actions to run when it ends."""
     kind = rng.choice(FAULTS)
     node = rng.choice(sim.names)
@@ -127,6 +127,9 @@ def _inject(sim: SimCluster, rng: random.Random, result: DriveResult) -> list[An
 
 def drive(seed: int, run_dir: str, time_limit_s: float = 60.0, faults: bool = True, interval_s: float = 0.01,
           recovery_s: float = 10.0) -> DriveResult:
+    # Imported here, not at the top: with --mutant the broker must be switched to the copy first (mutant.py).
+    from kafkaesque_harness.clusters.sim.cluster import SimCluster
+
     cpu0 = time.process_time()
     result = DriveResult(seed)
     sim = SimCluster(seed, run_dir=run_dir)
@@ -175,9 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=60.0, help="virtual seconds of producing and faults")
     ap.add_argument("--no-faults", action="store_true")
     ap.add_argument("--interval", type=float, default=0.01, help="virtual seconds between two sends")
+    ap.add_argument("--mutant", default=None, help="run a mutant of the broker (clusters/mutants.py)")
     args = ap.parse_args(argv)
     os.makedirs(args.run_dir, exist_ok=True)
-    result = drive(args.seed, args.run_dir, args.time_limit, faults=not args.no_faults, interval_s=args.interval)
+    copy = mutant_code(args.mutant) if args.mutant else None
+    try:
+        result = drive(args.seed, args.run_dir, args.time_limit, faults=not args.no_faults, interval_s=args.interval)
+    finally:
+        if copy is not None:
+            copy.close()
     summary = {k: v for k, v in asdict(result).items() if k != "cpu_s"}  # CPU time is not part of the run
     with open(os.path.join(args.run_dir, "sim.json"), "w") as fh:
         json.dump(summary, fh, indent=1, sort_keys=True)

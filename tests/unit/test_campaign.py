@@ -64,7 +64,7 @@ class FakeRunTest:
         run_dir = create_run_dir(spec.store, spec.name)
         write_json(run_dir / "test.json", spec.to_dict())
         anomalies = [] if valid is not False else [
-            {"name": self.anomaly_name, "count": 2, "explanation": "acknowledged but never read",
+            {"name": self.anomaly_name, "count": 2, "explanation": "acknowledged but never read", "whose": {"client": 1},
              "examples": [{"summary": "send of 7 to partition 0 was acknowledged at offset 3; the final read "
                                       "ends at offset 2"}]}]
         write_json(run_dir / "results.json", {"valid": valid, "checkers": {"queue": {
@@ -129,7 +129,7 @@ BAD_FILES = [
      "key 'repetitions' must be an integer, not a string ('3'); write e.g. repetitions = 3."),
     ("[campaign]\nname = 'x'\nrate = true\n", "key 'rate' must be a number, not a boolean"),
     ("[campaign]\nname = 'x'\nnemeses = ['kill,meteor']\n",
-     "unknown nemesis 'meteor' in 'nemeses' entry 'kill,meteor'; valid: clock, clock-jump"),
+     "unknown nemesis 'meteor' in 'nemeses' entry 'kill,meteor'; valid: client-partition, clock, clock-jump"),
     ("[campaign]\nname = 'x'\nbroker_variants = ['no-fsync']\n",
      "unknown broker variant 'no-fsync' in 'broker_variants'; valid: default, truncate-to-hw"),
     ("[campaign]\nname = 'x'\nworkloads = ['bank']\n", "unknown workload 'bank' in 'workloads'; valid: queue, txn."),
@@ -254,6 +254,7 @@ def test_campaign_json_records_matrix_spec_verdict_run_dir_duration_and_anomalie
     assert bad["spec"]["broker_variant"] == "unclean-election" and bad["spec"]["seed"] == 101
     assert bad["valid"] is False and bad["status"] == "invalid"
     assert bad["anomalies"][0]["name"] == "lost-write" and bad["anomalies"][0]["count"] == 2
+    assert bad["anomalies"][0]["whose"] == {"client": 1}  # whose it is travels with it (the detection table's claim 1)
     assert Path(bad["run_dir"]).parent == tmp_path / "store" / "ci"
     assert bad["duration_s"] >= 0
     assert doc["counts"] == {"valid": 4, "invalid": 4, "unknown": 0, "skipped": 0, "pending": 0}

@@ -17,7 +17,7 @@ def test_unknown_workload_lists_the_valid_ones():
 
 def test_unknown_nemesis_lists_the_valid_ones():
     r = runner.invoke(app, ["run", "--nemesis", "kill,meteor"])
-    assert r.exit_code == 3 and "unknown nemesis 'meteor'; valid: clock, clock-jump" in r.output
+    assert r.exit_code == 3 and "unknown nemesis 'meteor'; valid: client-partition, clock, clock-jump" in r.output
 
 
 def test_unknown_broker_variant_lists_the_historic_flaws():

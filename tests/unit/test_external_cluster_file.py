@@ -295,7 +295,7 @@ def test_a_single_listed_controller_is_the_answer_when_the_protocol_has_none(tmp
 
 def test_fenced_brokers_are_the_listed_brokers_metadata_leaves_out(tmp_path):
     c = ExternalCluster.from_file(write(tmp_path, KRAFT_THREE), None, str(tmp_path))
-    c._admin = lambda: StubAdmin(brokers=(2,))  # KRaft's Metadata lists unfenced brokers only
+    c._admin = lambda *bootstrap: StubAdmin(brokers=(2,))  # KRaft's Metadata lists unfenced brokers only
     assert c.broker_nodes() == ["k2", "k3"] and c.fenced_brokers() == {3}
 
 
@@ -323,9 +323,9 @@ SHARED = GOOD.replace("id = 1\n", "id = 111\n").replace("id = 2\n", "id = 111\n"
 def test_a_shared_id_names_the_node_at_the_address_metadata_gives_for_it(tmp_path):
     c = ExternalCluster.from_file(write(tmp_path, SHARED), None, str(tmp_path))
     assert c.shared_ids
-    c._admin = lambda: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.2", "port": 19092},))
+    c._admin = lambda *bootstrap: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.2", "port": 19092},))
     assert c.node_name(111) == "k2" and c.node_name(5) == "id-5"
-    c._admin = lambda: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.1", "port": 9092},))
+    c._admin = lambda *bootstrap: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.1", "port": 9092},))
     c._listed = []
     assert c.node_name(111) == "k1"
 
@@ -333,7 +333,7 @@ def test_a_shared_id_names_the_node_at_the_address_metadata_gives_for_it(tmp_pat
 def test_a_node_without_an_id_takes_the_one_metadata_lists_at_its_address(tmp_path):
     c = ExternalCluster.from_file(write(tmp_path, GOOD.replace("id = 2\n", "").replace("--id {{ id }} ", "")), None,
                                  str(tmp_path))
-    c._admin = lambda: StubAdmin(brokers=(1, {"broker_id": 42, "host": "10.0.0.2", "port": 19092}))
+    c._admin = lambda *bootstrap: StubAdmin(brokers=(1, {"broker_id": 42, "host": "10.0.0.2", "port": 19092}))
     c.wait_ready(c.broker_nodes(), 5)
     assert (c.node_id("k2"), c.node_name(42), c.node_name(1)) == (42, "k2", "k1")
 
@@ -342,7 +342,7 @@ def test_metadata_listing_other_ids_fails_at_once_naming_what_it_listed(tmp_path
     import time
 
     c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
-    c._admin = lambda: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.1", "port": 9092},))
+    c._admin = lambda *bootstrap: StubAdmin(brokers=({"broker_id": 111, "host": "10.0.0.1", "port": 9092},))
     t0 = time.monotonic()
     with pytest.raises(ClusterError, match=r"Metadata lists broker\(s\) 111 at 10.0.0.1:9092 .* does not have "
                                            r"\(k1: id 1 at 10.0.0.1:9092, k2: id 2 at 10.0.0.2:19092\)"):
@@ -352,7 +352,7 @@ def test_metadata_listing_other_ids_fails_at_once_naming_what_it_listed(tmp_path
 
 def test_metadata_lacking_a_broker_waits_and_then_says_what_it_listed(tmp_path):
     c = ExternalCluster.from_file(write(tmp_path, GOOD), None, str(tmp_path))
-    c._admin = lambda: StubAdmin(brokers=(1,))
+    c._admin = lambda *bootstrap: StubAdmin(brokers=(1,))
     with pytest.raises(ClusterError, match=r"Metadata did not list k2 within 1 s \(it listed 1 at 10.0.0.1:9092\)"):
         c.wait_ready(c.broker_nodes(), 1)
 
@@ -459,4 +459,4 @@ def test_the_readmes_cluster_file_reference_names_every_key_the_loader_accepts_a
     # and the template names it lists are the ones rendering offers
     names = set(re.findall(r"`\{\{ (\w+) \}\}`", section[:section.index("**Writing a cluster file")]))
     assert names == {"name", "id", "host", "kafka_port", "controller_port", "roles", "dir", "data_dir", "bootstrap",
-                     "controller", "voters"}
+                     "controller", "voters", "storage", "storage_port"}

@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,11 @@ def test_a_spark_daemon_recorded_here_is_stopped(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "org.apache.spark.deploy.master.Master"],
                          start_new_session=True)
     try:
+        # recorded once its command line shows the class, as `start` records a daemon that is up (right after
+        # the fork the stand-in could still be found without it: this test failed 2 runs in 4 on a loaded machine)
+        deadline = time.monotonic() + 10
+        while b"org.apache.spark.deploy." not in Path(f"/proc/{p.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.02)
         write_state(tmp_path, {"master": {"pid": p.pid, "start": process_start_time(p.pid)}})
         assert stop(tmp_path, wait_s=10) == ["master"]
         assert p.wait(10) is not None

@@ -512,3 +512,20 @@ def test_a_log_whose_offsets_start_at_2_to_the_33_checks_at_once_and_names_the_g
     # the same log from offset 0 has no gap: the count is of offsets, not of the dict's size
     h = H().send(0, 0, 10, 0).send(0, 0, 11, 1).poll(1, {0: [[0, 10], [1, 11]]})
     assert check_log_order(h.final(9, 0, 2, [[0, 10], [1, 11]]).ops).valid is True
+
+
+def test_a_group_with_no_commit_acknowledged_yet_may_hold_none_and_a_member_may_start_at_the_reset_offset():
+    # The false lost-commit of campaign claim1-queue-subscribe-kafka-python (run 20261127T234312, kill): the
+    # partition's first commit ever (process 29's, of 337) timed out; process 24, assigned the partition after,
+    # started at offset 0 where auto.offset.reset=earliest puts a partition without a committed offset. An
+    # indefinite commit may not have been applied, and nothing had been acknowledged: the group may have held
+    # no offset at all.
+    def history(first_commit_acked: bool):
+        h = group_poll(four_records(), 1, {0: [[0, 10], [1, 11], [2, 12]]}, assigned=[0],
+                       **({"committed": {0: 3}} if first_commit_acked else
+                          {"commit_error": "KafkaTimeoutError: KafkaTimeoutError: None", "commit_offsets": {0: 3}}))
+        return group_poll(h, 6, {0: [[0, 10], [1, 11], [2, 12], [3, 13]]}, assigned=[0]).final(9, 0, 4, FINAL)
+    r = check_queue(history(first_commit_acked=False).ops, subscribe=True)
+    assert r.valid is True and not r.anomalies
+    # had that commit been acknowledged before the assignment, starting at 0 loses it
+    assert names(check_queue(history(first_commit_acked=True).ops, subscribe=True)) == {"lost-commit"}

@@ -40,6 +40,7 @@ class CannedCluster:
         self.bootstrap = [("b1", 9092)]
         self.topics: set[str] = set()
         self.partitions = {TOPIC: [0, 1, 2, 3]}
+        self.closed = False
 
     async def send(self, node: Any, request_class: Any, timeout_s: float | None = None, **fields: Any) -> Any:
         name = request_class.__name__
@@ -126,6 +127,30 @@ def test_idempotent_producer_retries_the_same_sequence_and_counts_it_once():
     assert producer.sequences == {(TOPIC, 0): 2}
 
 
+def test_a_record_that_failed_once_sent_leaves_its_sequence_used():
+    nes = Errors.NotEnoughReplicasError.errno
+    cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)],
+                             "ProduceRequest": [produce_answer(nes), produce_answer(nes), produce_answer(0, 9)]})
+    producer = Producer(cluster, retries=1, idempotent=True)
+    with pytest.raises(Errors.NotEnoughReplicasError):
+        run(producer.send(TOPIC, 0, b"1"))  # sent twice with sequence 0, then given up
+    assert run(producer.send(TOPIC, 0, b"2")) == 9
+    sequences = [_batch_sequence(fields) for name, fields in cluster.sent if name == "ProduceRequest"]
+    assert sequences == [0, 0, 1]  # never 0 again: the broker may hold the first record under it
+
+
+def test_a_record_that_expired_before_it_was_sent_takes_no_sequence():
+    cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)], "ProduceRequest": [produce_answer(0, 4)]},
+                            leaderless_for=10**6)
+    producer = Producer(cluster, retries=5, idempotent=True, delivery_timeout_s=0.3)
+    with pytest.raises(Errors.KafkaTimeoutError):
+        run(producer.send(TOPIC, 0, b"1"))
+    cluster.leaderless_for = 0
+    assert run(producer.send(TOPIC, 0, b"2")) == 4
+    sequences = [_batch_sequence(fields) for name, fields in cluster.sent if name == "ProduceRequest"]
+    assert sequences == [0]
+
+
 def test_duplicate_sequence_answer_is_a_success_other_sequence_errors_reset_the_producer_id():
     cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)],
                              "ProduceRequest": [produce_answer(Errors.DuplicateSequenceNumberError.errno, 4),
@@ -150,11 +175,103 @@ def test_a_record_that_never_finds_a_leader_expires_at_its_delivery_timeout_unse
     assert cluster.sent == []
 
 
-def test_failure_class_fatal_for_a_transactional_producer_abortable_for_other_errors():
+def test_failure_class_follows_kafka_pythons_classify_batch_error():
     assert failure_class(Errors.ProducerFencedError(), transactional=True) == "fatal"
     assert failure_class(Errors.OutOfOrderSequenceNumberError(), transactional=True) == "abortable"
     assert failure_class(Errors.OutOfOrderSequenceNumberError(), transactional=False) == "reset-producer-id"
+    assert failure_class(Errors.MessageSizeTooLargeError(), transactional=True) == "abortable"
+    assert failure_class(Errors.MessageSizeTooLargeError(), transactional=False) == "fatal"
+    # a retriable error that ran out changes nothing (docs/FINDINGS.md kafka-python 2)
+    assert failure_class(Errors.KafkaTimeoutError(), transactional=True) == "none"
     assert failure_class(Errors.NotEnoughReplicasError(), transactional=False) == "none"
+
+
+def _transactional(cluster: CannedCluster) -> Producer:
+    cluster.answers.setdefault("InitProducerIdRequest", []).append(_init_answer(5, 0))
+    cluster.answers.setdefault("AddPartitionsToTxnRequest", []).append(_added_answer())
+    cluster.answers.setdefault("EndTxnRequest", []).append(_end_answer())
+    return Producer(cluster, retries=5, transactional_id="t", delivery_timeout_s=0.3)
+
+
+def test_a_transaction_whose_send_expired_still_commits_as_kafka_python_3_does():
+    cluster = CannedCluster({}, leaderless_for=10**6)  # the send's partition never finds a leader
+    producer = _transactional(cluster)
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        sent = producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+        return sent
+
+    sent = run(txn())
+    assert isinstance(sent.exception(), Errors.KafkaTimeoutError)
+    ends = [fields for name, fields in cluster.sent if name == "EndTxnRequest"]
+    assert len(ends) == 1 and ends[0]["committed"] is True
+
+
+def test_a_transaction_whose_send_was_fenced_cannot_commit():
+    cluster = CannedCluster({"ProduceRequest": [produce_answer(Errors.ProducerFencedError.errno)]})
+    producer = _transactional(cluster)
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+
+    with pytest.raises(Errors.ProducerFencedError):
+        run(txn())
+    assert producer.state == FATAL
+    assert not [name for name, _ in cluster.sent if name == "EndTxnRequest"]
+
+
+def test_a_partition_the_coordinator_keeps_busy_expires_the_record_and_the_commit_waits_for_the_add():
+    busy = _added_answer(Errors.ConcurrentTransactionsError.errno)
+    cluster = CannedCluster({"AddPartitionsToTxnRequest": [busy] * 5})
+    producer = _transactional(cluster)  # its add succeeds after five CONCURRENT_TRANSACTIONS answers
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        sent = producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+        return sent
+
+    sent = run(txn())
+    assert isinstance(sent.exception(), Errors.KafkaTimeoutError)  # expired at 0.3 s, before the add went through
+    names = [name for name, _ in cluster.sent]
+    assert names.count("AddPartitionsToTxnRequest") == 6 and names[-1] == "EndTxnRequest"
+    assert "ProduceRequest" not in names
+
+
+def test_a_fenced_add_makes_the_commit_fail_without_ending_the_transaction():
+    cluster = CannedCluster({"AddPartitionsToTxnRequest": [_added_answer(Errors.ProducerFencedError.errno)]})
+    producer = _transactional(cluster)
+
+    async def txn():
+        await producer.init_producer_id()
+        await producer.begin()
+        producer.send_soon(TOPIC, 0, b"1")
+        await producer.end(commit=True)
+
+    with pytest.raises(Errors.ProducerFencedError):
+        run(txn())
+    assert "EndTxnRequest" not in [name for name, _ in cluster.sent]
+
+
+def _added_answer(error: int = 0) -> Any:
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse as R
+
+    T = R.AddPartitionsToTxnTopicResult
+    return R(version=3, throttle_time_ms=0, results_by_topic_v3_and_below=[T(name=TOPIC, results_by_partition=[
+        T.AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=error)])])
+
+
+def _end_answer() -> Any:
+    from kafka.protocol.producer.transaction import EndTxnResponse
+
+    return EndTxnResponse(version=3, throttle_time_ms=0, error_code=0)
 
 
 def _init_answer(pid: int, epoch: int, error: int = 0) -> Any:
@@ -217,6 +334,45 @@ def test_out_of_range_answer_resets_to_earliest_and_says_so_in_a_reset_event():
     (reset,) = [e for e in events.take() if e["type"] == "reset"]
     assert (reset["from"], reset["to"], reset["policy"], reset["error"]) == (10, 2, "earliest", "OFFSET_OUT_OF_RANGE")
     assert (reset["broker"], reset["leader_epoch"], reset["answered_by"]) == (1, 3, 1)
+
+
+def test_validation_moves_back_only_when_the_positions_epoch_ends_below_it():
+    from kafkaesque_harness.workloads.sim.consumer import after_validation
+
+    assert after_validation(Position(10, 1), end_offset=7, end_epoch=1) == "truncate"
+    assert after_validation(Position(10, 1), end_offset=12, end_epoch=1) == "valid"
+    assert after_validation(Position(10, 1), end_offset=-1, end_epoch=-1) == "reset"
+
+
+def test_a_newer_leader_epoch_holds_the_fetch_until_validation_moves_the_position_back():
+    from kafka.protocol.consumer import OffsetForLeaderEpochResponse as R
+
+    answer = R(version=4, throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(topic=TOPIC, partitions=[
+        R.OffsetForLeaderTopicResult.EpochEndOffset(error_code=0, partition=0, leader_epoch=1, end_offset=7)])])
+    cluster = CannedCluster({"OffsetForLeaderEpochRequest": [answer], "FetchRequest": [fetch_answer(0, hwm=7)]})
+    consumer, events = _consumer(cluster)  # the leader is at epoch 3
+    consumer.positions[0] = Position(10, 1)  # read up to 10 in epoch 1
+    run(consumer.poll(0.01))
+    assert [n for n, _ in cluster.sent][:2] == ["OffsetForLeaderEpochRequest", "FetchRequest"]
+    assert cluster.sent[1][1]["topics"][0].partitions[0].fetch_offset == 7
+    (reset,) = [e for e in events.take() if e["type"] == "reset"]
+    assert (reset["from"], reset["to"], reset["policy"]) == (10, 7, "truncation")
+
+
+def test_a_position_fetched_in_the_current_epoch_is_not_validated():
+    cluster = CannedCluster({"FetchRequest": [fetch_answer(0, hwm=10)]})
+    consumer, _ = _consumer(cluster)
+    consumer.positions[0] = Position(10, 3)  # its records were read in the leader's own epoch
+    run(consumer.poll(0.01))
+    assert [n for n, _ in cluster.sent] == ["FetchRequest"]
+
+
+def test_an_empty_fetch_forgets_the_positions_epoch_as_kafka_python_does():
+    cluster = CannedCluster({"FetchRequest": [fetch_answer(0, hwm=10)]})
+    consumer, _ = _consumer(cluster)
+    consumer.positions[0] = Position(10, 3)
+    run(consumer.poll(0.01))
+    assert consumer.positions[0] == Position(10, -1)
 
 
 def test_not_leader_answer_keeps_the_position_and_asks_for_metadata():
@@ -345,3 +501,57 @@ def test_a_fatal_producer_refuses_a_new_transaction():
     producer.state, producer.last_error = FATAL, Errors.ProducerFencedError()
     with pytest.raises(Errors.ProducerFencedError):
         run(producer.begin())
+
+
+# --- group join: committed offset or reset policy ------------------------------------------------------------
+def _join_answers(committed: dict[int, int]) -> dict[str, list[Any]]:
+    from kafka.protocol.consumer.group import JoinGroupResponse, OffsetFetchResponse, SyncGroupResponse
+    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+
+    J = JoinGroupResponse
+    subscription = ConsumerProtocolSubscription(topics=[TOPIC], user_data=b"").encode(version=0)
+    join = [J(version=9, throttle_time_ms=0, error_code=Errors.MemberIdRequiredError.errno, generation_id=-1,
+              protocol_type="consumer", protocol_name="", leader="", skip_assignment=False, member_id="m-1",
+              members=[]),
+            J(version=9, throttle_time_ms=0, error_code=0, generation_id=1, protocol_type="consumer",
+              protocol_name="range", leader="m-1", skip_assignment=False, member_id="m-1",
+              members=[J.JoinGroupResponseMember(member_id="m-1", group_instance_id=None, metadata=subscription)])]
+    assignment = ConsumerProtocolAssignment(assigned_partitions=[(TOPIC, [0, 1, 2, 3])], user_data=b"").encode(version=0)
+    sync = [SyncGroupResponse(version=5, throttle_time_ms=0, error_code=0, protocol_type="consumer",
+                              protocol_name="range", assignment=assignment)]
+    G = OffsetFetchResponse.OffsetFetchResponseGroup
+    T = G.OffsetFetchResponseTopics
+    fetched = [OffsetFetchResponse(version=8, throttle_time_ms=0, groups=[G(group_id="g", error_code=0, topics=[
+        T(name=TOPIC, partitions=[T.OffsetFetchResponsePartitions(
+            partition_index=p, committed_offset=committed.get(p, -1), committed_leader_epoch=-1, metadata="",
+            error_code=0) for p in range(4)])])])]
+    return {"JoinGroupRequest": join, "SyncGroupRequest": sync, "OffsetFetchRequest": fetched}
+
+
+class VersionedCannedCluster(CannedCluster):
+    async def connection(self, node: Any) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(versions={9: 8})
+
+
+def test_joining_the_group_places_committed_partitions_and_leaves_the_others_to_the_reset_policy():
+    cluster = VersionedCannedCluster(_join_answers({1: 40, 3: 7}))
+    journal: list[tuple[str, list[int]]] = []
+    consumer = Consumer(cluster, TOPIC, ClientEventLog("sim-kafka-python", lambda: 0.0))
+    member = GroupMember(cluster, "g", TOPIC, consumer, consumer.events, lambda kind, ps: journal.append((kind, ps)),
+                         heartbeat_s=3600)
+
+    async def join():
+        active = await member.ensure_active(1.0)
+        member.stop()
+        return active
+
+    assert run(join()) is True
+    joins = [fields for name, fields in cluster.sent if name == "JoinGroupRequest"]
+    assert [j["member_id"] for j in joins] == ["", "m-1"]  # KIP-394: joined again with the id it was given
+    assert journal == [("revoked", []), ("assigned", [0, 1, 2, 3])]  # eager: revoked (nothing) before the join
+    assert consumer.position(1) == 40 and consumer.position(3) == 7
+    assert consumer.position(0) is None and consumer.position(2) is None  # the reset policy places them at a poll
+    seeks = [(e["key"], e["to"], e["why"]) for e in consumer.events.take() if e["type"] == "seek"]
+    assert seeks == [(1, 40, "committed"), (3, 7, "committed")]

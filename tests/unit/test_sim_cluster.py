@@ -53,6 +53,13 @@ def test_a_record_produced_with_acks_all_is_fetched_back_through_the_kafka_liste
         assert part["leo"] == 2, (b, part)
 
 
+def test_create_topic_gives_the_leader_the_controller_names(sim):
+    leader = sim.create_topic("u", partitions=2, rf=3, min_isr=2)
+    assert leader == sim.leader("u", 0)
+    state = sim.partition_state("u", 1)
+    assert state is not None and sorted(state["isr"]) == [1, 2, 3]
+
+
 def test_each_node_writes_its_log_and_trace_where_a_local_run_does(sim, tmp_path):
     sim.run_for(2)
     sim.close()

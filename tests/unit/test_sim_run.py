@@ -46,3 +46,16 @@ def test_a_fault_or_workload_the_simulator_lacks_is_refused_with_a_sentence(tmp_
     assert code == 3 and "the simulator has no fault disk" in err
     code, _, err = sim(tmp_path, "d", "--workload", "register")
     assert code == 3 and "the simulator has clients for the queue and txn workloads" in err
+
+
+def test_a_mutant_the_simulator_runs_is_found_by_the_real_checkers(tmp_path):
+    # controller-metadata-not-fsynced (clusters/mutants.py): a power-cut controller forgets metadata it acted on
+    # and gives broker epochs again; the trace checker names it (by hand: seeds 1-3 of this schedule all find it).
+    code, run_dir, err = sim(tmp_path, "mutant", "--seed", "1", "--time-limit", "25", "--nemesis", "lossy-crash",
+                             "--nemesis-interval", "2", "--concurrency", "4", "--rate", "50", "--recovery-wait", "5",
+                             "--mutant", "controller-metadata-not-fsynced")
+    assert run_dir is not None, err
+    results = json.loads((run_dir / "results.json").read_text())
+    assert code == 1 and results["valid"] is False
+    assert {"epoch-reuse", "registration-clean"} <= set(results["checkers"]["trace"]["anomaly_types"])
+    assert json.loads((run_dir / "test.json").read_text())["mutant"] == "controller-metadata-not-fsynced"

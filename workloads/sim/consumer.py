@@ -17,8 +17,16 @@ with a short timeout returns what has come back; the broker may hold a fetch up 
   places it (from, to, policy, error, the broker taken for the leader and its epoch, answered_by).
 - a diverging epoch (KIP-320, Fetch v12's last_fetched_epoch): the position moves back to the end offset the
   leader gave (a `reset` with policy "truncation", error "LOG_TRUNCATION").
-- NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a fenced or unknown leader epoch, a failed connection:
-  fresh metadata is asked for; the position stays.
+- NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a failed connection: fresh metadata is asked for; the
+  position stays. FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: the same, and the position is validated.
+- A fetch that returns no record forgets the position's epoch (kafka-python's Fetcher._append; docs/FINDINGS.md
+  kafka-python 3): its next Fetch says last_fetched_epoch -1.
+
+Validation (KIP-320, SubscriptionState.maybe_validate_position and Fetcher._validate_offsets): when the leader
+epoch in the metadata passes the epoch the position was reconciled with, a position that knows its record's
+epoch is not fetched until an OffsetForLeaderEpoch answer from the leader validates it: an end offset below
+the position moves it there (a `reset`, policy "truncation"); no end offset asks for a reset by the policy (a
+`reset` with error "LOG_TRUNCATION" once placed); otherwise the position is kept with the epoch answered.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as Errors
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.record.memory_records import MemoryRecords
 
 from kafkaesque_harness.workloads.base import ClientEventLog
@@ -57,6 +65,17 @@ def should_reset_after(error: BaseException, fetched_offset: int, position: Posi
     return "reset" if policy in POLICIES else "raise"
 
 
+def after_validation(position: Position, end_offset: int, end_epoch: int) -> str:
+    """What an OffsetForLeaderEpoch answer does to a position being validated (Fetcher's
+    _handle_offset_for_leader_epoch_response): "reset" (no end offset or epoch: the reset policy), "truncate"
+    (the epoch ends below the position: move back to its end), or "valid" (kept, with the epoch answered)."""
+    if end_offset < 0 or end_epoch < 0:
+        return "reset"
+    if end_offset < position.offset:
+        return "truncate"
+    return "valid"
+
+
 class Consumer:
     """Manual assignment of partitions of one topic; `poll` returns {partition: [(offset, value bytes)]}."""
 
@@ -71,6 +90,8 @@ class Consumer:
         self._resets: dict[int, dict[str, Any]] = {}  # partition -> the reset asked for, not yet placed
         self._fetches: dict[int, asyncio.Task] = {}   # leader -> its fetch in flight
         self._leaders_seen: dict[int, tuple[int, int]] = {}
+        self._reconciled: dict[int, int] = {}  # partition -> the leader epoch its position was reconciled with
+        self._validating: set[int] = set()     # partitions whose position awaits an OffsetForLeaderEpoch answer
         cluster.listeners.append(self._leader_changed)
 
     # --- positions -----------------------------------------------------------------------------------------
@@ -79,6 +100,7 @@ class Consumer:
         self.assignment = sorted(set(partitions))
         self.positions = {p: self.positions.get(p) for p in self.assignment}
         self._resets = {p: r for p, r in self._resets.items() if p in self.positions}
+        self._validating &= set(self.positions)
         self._drop_fetches()
 
     def seek_to_beginning(self, partitions: list[int] | None = None) -> None:
@@ -89,6 +111,7 @@ class Consumer:
     def seek(self, partition: int, offset: int, why: str = "workload") -> None:
         self.positions[partition] = Position(offset)
         self._resets.pop(partition, None)
+        self._validating.discard(partition)
         self.events.add("seek", topic=self.topic, key=partition, to=offset, why=why)
         self._drop_fetches()
 
@@ -127,6 +150,12 @@ class Consumer:
         for p in self.assignment:
             if self.positions.get(p) is None and p not in self._resets:
                 self._resets[p] = {"why": "no-position", "policy": self.policy}
+        self._mark_for_validation()
+        if self._validating:
+            try:
+                await asyncio.wait_for(self._validate(), max(0.0, deadline - loop.time()) + 0.5)
+            except (TimeoutError, Errors.KafkaError):
+                pass
         if self._resets:
             try:
                 await asyncio.wait_for(self._resolve_resets(), max(0.0, deadline - loop.time()) + 0.5)
@@ -157,7 +186,7 @@ class Consumer:
         for p in self.assignment:
             pos = self.positions.get(p)
             found = self.cluster.leader(self.topic, p)
-            if pos is None or p in self._resets or found is None:
+            if pos is None or p in self._resets or p in self._validating or found is None:
                 continue
             by_leader.setdefault(found[0], []).append((p, Position(pos.offset, pos.epoch), found[1]))
         for leader, parts in sorted(by_leader.items()):
@@ -202,6 +231,8 @@ class Consumer:
                 if len(records) > room:  # the rest is fetched again (kafka-python keeps it buffered)
                     records = records[:max(room, 0)]
                     next_pos = Position(records[-1][0] + 1, next_pos.epoch) if records else pos
+                if not records:  # kafka-python's Fetcher._append: an empty fetch forgets the position's epoch
+                    next_pos = Position(next_pos.offset, -1)
                 self.positions[p] = next_pos
                 if records:
                     out.setdefault(p, []).extend((o, v) for o, v, _ in records)
@@ -223,14 +254,80 @@ class Consumer:
         # NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, fenced/unknown leader epoch, storage errors and
         # any other retriable answer: the metadata is refreshed and the same position fetched again
         self.cluster.request_update()
+        if error in (Errors.FencedLeaderEpochError, Errors.UnknownLeaderEpochError):
+            # KIP-320: the broker's view of the epoch differs; the position is validated before the next fetch
+            pos_now = self.positions.get(p)
+            if pos_now is not None and pos_now.epoch >= 0:
+                self._validating.add(p)
 
-    def _truncated(self, p: int, pos: Position, end_offset: int, leader: int, epoch: int) -> None:
+    def _truncated(self, p: int, pos: Position, end_offset: int, leader: int, epoch: int,
+                   end_epoch: int = -1) -> None:
         to = min(pos.offset, end_offset)
-        self.positions[p] = Position(to, -1)
+        self.positions[p] = Position(to, end_epoch)
         self.events.add("reset", topic=self.topic, key=p, **{"from": pos.offset}, from_epoch=pos.epoch, to=to,
                         policy="truncation", error="LOG_TRUNCATION",
                         detail=f"Truncation detected at position {pos.offset}: seeking to the first diverging "
                                f"offset {to}", broker=leader, leader_epoch=epoch)
+
+    def _mark_for_validation(self) -> None:
+        """SubscriptionState.maybe_validate_position: a leader epoch past the one the position was reconciled
+        with (or its record's epoch) marks a position that knows its epoch for validation."""
+        for p in self.assignment:
+            pos, found = self.positions.get(p), self.cluster.leader(self.topic, p)
+            if pos is None or p in self._resets or found is None or found[1] < 0:
+                continue
+            if found[1] <= max(self._reconciled.get(p, -1), pos.epoch):
+                continue
+            self._reconciled[p] = found[1]
+            if pos.epoch >= 0:
+                self._validating.add(p)
+
+    async def _validate(self) -> None:
+        """OffsetForLeaderEpoch for each position awaiting validation, at its leader (Fetcher._validate_offsets)."""
+        by_leader: dict[int, list[int]] = {}
+        for p in sorted(self._validating):
+            found = self.cluster.leader(self.topic, p)
+            if found is None:
+                self.cluster.request_update()
+                continue
+            by_leader.setdefault(found[0], []).append(p)
+        await asyncio.gather(*(self._validate_at(leader, ps) for leader, ps in sorted(by_leader.items())),
+                             return_exceptions=True)
+
+    async def _validate_at(self, leader: int, partitions: list[int]) -> None:
+        R = OffsetForLeaderEpochRequest
+        asked = {p: self.positions[p] for p in partitions if self.positions.get(p) is not None}
+        epochs = {p: (self.cluster.leader(self.topic, p) or (-1, -1))[1] for p in asked}
+        try:
+            answer = await self.cluster.send(leader, R, replica_id=-1, topics=[R.OffsetForLeaderTopic(
+                topic=self.topic, partitions=[R.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                    partition=p, current_leader_epoch=epochs[p], leader_epoch=pos.epoch)
+                    for p, pos in sorted(asked.items())])])
+        except Errors.KafkaError:
+            self.cluster.request_update()
+            return
+        for t in answer.topics:
+            for r in t.partitions:
+                p = r.partition
+                pos = asked.get(p)
+                if pos is None or self.positions.get(p) != pos or p not in self._validating:
+                    continue  # the position moved since the request was sent
+                if r.error_code != 0:
+                    self.cluster.request_update()  # validated again on a later poll
+                    continue
+                self._validating.discard(p)
+                decision = after_validation(pos, r.end_offset, r.leader_epoch)
+                if decision == "reset":
+                    self.positions[p] = None
+                    self._resets[p] = {"from": pos.offset, "from_epoch": pos.epoch, "policy": self.policy,
+                                       "error": "LOG_TRUNCATION",
+                                       "detail": "Truncation detected: OffsetForLeaderEpoch answered no end offset "
+                                                 "for the position's epoch",
+                                       "broker": leader, "leader_epoch": epochs[p]}
+                elif decision == "truncate":
+                    self._truncated(p, pos, r.end_offset, leader, epochs[p], r.leader_epoch)
+                else:
+                    self.positions[p] = Position(pos.offset, r.leader_epoch)
 
     async def _resolve_resets(self) -> None:
         """ListOffsets for each partition awaiting a reset, at its leader; places the positions."""

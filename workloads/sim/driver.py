@@ -5,16 +5,26 @@ Entry point (what `kafkaesque sim` calls, on the simulator's loop):
 
     run = SimWorkloadRun(workload="queue" | "txn", options={...workload options...}, open_connection=...,
                          rng=random.Random(seed), bootstrap="host:port,...", history=HistoryWriter(path,
-                         clock_ns=virtual_clock_ns()), concurrency=5, time_limit_s=60.0, rate=100.0)
+                         clock_ns=virtual_clock_ns()), concurrency=10, time_limit_s=60.0, rate=100.0,
+                         spawn=None)
     await run.main_phase()      # the processes until the virtual time limit (then the ops in flight end)
     ...                         # the caller heals the cluster and waits for recovery
     await run.final_reads()     # each partition drained to its HWM on a fresh process
     run.workload                # the real workload object: .checkers(run.test) judge the history
+    run.test                    # the test fields the clients used (concurrency, acks, time_limit, workload,
+                                # workload_options, partitions); the caller adds the run's own (nemesis,
+                                # run_dir, state_dumps, protocol_trace) before checking, as test.json has them
 
 or `await run_workload(...)` with the same arguments, which does both (with an optional `between` coroutine
 function run between them). Options are the workloads' own (workloads/queue.py QUEUE_OPTIONS, workloads/txn.py
 TXN_OPTIONS, plus "topic", "partitions"; "acks" for the queue); the op mixes and final reads are the real
 workloads' (QueueWorkload.op_mix/final_ops, TxnWorkload's TxnOpMix), timed by the loop's clock.
+
+`open_connection` is asyncio's (a real cluster on loopback) or the simulator's network's
+(`SimCluster.net.open_connection`). `spawn(name, coroutine) -> task` starts each worker's coroutine (name
+"client-<worker>") and the final reads ("client-final") where the caller wants them: on the simulator, as a
+client node of its own (`sim.spawn(sim.add_client(name), coroutine)`), so that partitions and pauses reach
+each client; by default a task of the calling context.
 
 The rules of the real runner: worker w starts as process w; an op that ends info retires its process (Jepsen:
 it may still be in flight) and the worker goes on as process + concurrency with a new client; a client error
@@ -29,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from kafkaesque_harness.history import INFO, INVOKE, OK, HistoryWriter, Op
@@ -45,6 +55,7 @@ ABANDONED = ("no completion by the end of the main phase: the client call never 
              "was abandoned")  # harness/runner.py's words
 WORKLOADS = ("queue", "txn")
 ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
+Spawn = Callable[[str, Coroutine[Any, Any, Any]], "asyncio.Future[Any]"]  # (client node name, coroutine) -> task
 
 
 def virtual_clock_ns() -> Callable[[], int]:
@@ -57,15 +68,17 @@ class SimWorkloadRun:
     """One run's clients (module docstring)."""
 
     def __init__(self, workload: str, options: dict[str, Any], open_connection: OpenConnection, rng: random.Random,
-                 bootstrap: str, history: HistoryWriter, concurrency: int = 5, time_limit_s: float = 60.0,
-                 rate: float = 100.0):
+                 bootstrap: str, history: HistoryWriter, concurrency: int = 10, time_limit_s: float = 60.0,
+                 rate: float = 100.0, spawn: Spawn | None = None):
         if workload not in WORKLOADS:
             raise ValueError(f"workload {workload!r} has no simulated client; valid: {', '.join(WORKLOADS)}")
         self.kind, self.options = workload, dict(options)
         self.open_connection, self.rng, self.bootstrap, self.history = open_connection, rng, bootstrap, history
         self.concurrency, self.time_limit_s, self.rate = max(1, concurrency), time_limit_s, rate
+        self.spawn: Spawn = spawn if spawn is not None else (lambda name, coro: asyncio.ensure_future(coro))
         self.test = {"concurrency": self.concurrency, "acks": str(self.options.get("acks", "all")),
-                     "time_limit": time_limit_s, "workload": workload, "workload_options": self.options}
+                     "time_limit": time_limit_s, "workload": workload, "workload_options": self.options,
+                     "partitions": int(self.options.get("partitions", 4))}
         self.workload = _make_workload(workload, self.options)
         self.processes = list(range(self.concurrency))  # worker -> its current process
         self._mix_rng = random.Random(rng.getrandbits(64))
@@ -93,7 +106,7 @@ class SimWorkloadRun:
         self._started_at = loop.time()
         self._next_start = 0.0
         op_mix = self.workload.op_mix(self.test, clock=loop.time)
-        workers = [asyncio.ensure_future(self._worker(w, op_mix)) for w in range(self.concurrency)]
+        workers = [self.spawn(f"client-{w}", self._worker(w, op_mix)) for w in range(self.concurrency)]
         done, pending = await asyncio.wait(workers, timeout=self.time_limit_s + MAIN_PHASE_GRACE_S)
         for task in pending:
             task.cancel()
@@ -148,21 +161,28 @@ class SimWorkloadRun:
             f, value, extra = final[0], final[1], final[2] if len(final) > 2 else None
             deadline = loop.time() + FINAL_READ_RETRY_S
             while True:
-                client = self._client(process)
-                op = self.history.append(Op(INVOKE, f, process, value, extra=extra))
-                done = self.history.append(await _invoke(client, op))
-                await _close_quietly(client)
+                done = await self.spawn("client-final", self._final_read(process, f, value, extra))
                 process += 1
                 if done.type == OK or loop.time() >= deadline:
                     break
                 await asyncio.sleep(1.0)
 
 
+    async def _final_read(self, process: int, f: str, value: Any, extra: dict | None) -> Op:
+        client = self._client(process)
+        op = self.history.append(Op(INVOKE, f, process, value, extra=extra))
+        done = self.history.append(await _invoke(client, op))
+        await _close_quietly(client)
+        return done
+
+
 async def run_workload(workload: str, options: dict[str, Any], open_connection: OpenConnection, rng: random.Random,
-                       bootstrap: str, history: HistoryWriter, concurrency: int = 5, time_limit_s: float = 60.0,
-                       rate: float = 100.0, between: Callable[[], Awaitable[None]] | None = None) -> SimWorkloadRun:
+                       bootstrap: str, history: HistoryWriter, concurrency: int = 10, time_limit_s: float = 60.0,
+                       rate: float = 100.0, between: Callable[[], Awaitable[None]] | None = None,
+                       spawn: Spawn | None = None) -> SimWorkloadRun:
     """The main phase, then `between` (the caller's heal and recovery wait), then the final reads."""
-    run = SimWorkloadRun(workload, options, open_connection, rng, bootstrap, history, concurrency, time_limit_s, rate)
+    run = SimWorkloadRun(workload, options, open_connection, rng, bootstrap, history, concurrency, time_limit_s, rate,
+                         spawn)
     await run.main_phase()
     if between is not None:
         await between()

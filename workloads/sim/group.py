@@ -37,7 +37,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 
 from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.sim.client import ClusterClient
-from kafkaesque_harness.workloads.sim.consumer import Consumer, Position
+from kafkaesque_harness.workloads.sim.consumer import READ_COMMITTED, Consumer, Position
 from kafkaesque_harness.workloads.sim.wire import error_for
 
 GROUP_KEY_TYPE = 0
@@ -201,12 +201,12 @@ class GroupMember:
         if conn.versions.get(R.API_KEY, 0) >= 8:
             answer = await self.cluster.send(node, R, groups=[R.OffsetFetchRequestGroup(
                 group_id=self.group, topics=[R.OffsetFetchRequestGroup.OffsetFetchRequestTopics(
-                    name=self.topic, partition_indexes=partitions)])], require_stable=True)
+                    name=self.topic, partition_indexes=partitions)])], require_stable=self._require_stable)
             group = answer.groups[0]
             error, topics = group.error_code, group.topics
         else:
             answer = await self.cluster.send(node, R, group_id=self.group, topics=[R.OffsetFetchRequestTopic(
-                name=self.topic, partition_indexes=partitions)], require_stable=True)
+                name=self.topic, partition_indexes=partitions)], require_stable=self._require_stable)
             error, topics = answer.error_code, answer.topics
         if error != 0:
             raise error_for(error, "OffsetFetch")
@@ -218,6 +218,12 @@ class GroupMember:
                     self.consumer.positions[p.partition_index] = Position(p.committed_offset)
                     self.events.add("seek", topic=self.topic, key=p.partition_index, to=p.committed_offset,
                                     why="committed")
+
+    @property
+    def _require_stable(self) -> bool:
+        """KIP-447: a read_committed consumer asks for stable offsets (an offset of a transaction still open is
+        answered UNSTABLE_OFFSET_COMMIT, asked again later), as the Java client and kafka-python do."""
+        return self.consumer.isolation == READ_COMMITTED
 
     async def commit(self, offsets: dict[int, int]) -> None:
         """A synchronous OffsetCommit of {partition: next offset}; CommitFailedError after a rebalance."""

@@ -8,14 +8,23 @@ kafka-python's sender (kafka/producer/sender.py):
 
 - A partition with no known leader gets no request: the record waits for one (the metadata refreshed) and
   expires at the delivery timeout (KafkaTimeoutError, an outcome the queue workload takes as info).
+- Sequences (idempotent): a record takes its partition's next sequence when it is first sent (not when it
+  waits for a leader) and keeps it through its retries; a record that failed leaves its sequence used.
 - `can_retry`: a failed attempt is sent again only if its error is retriable, the attempts so far are fewer
   than `retries`, the delivery timeout has not passed, and (idempotent) the producer id and epoch are the ones
   the batch was built with (a retry under another id would break idempotence).
 - DUPLICATE_SEQUENCE_NUMBER is a success (the broker has the batch from an earlier attempt).
-- A batch that fails for good: OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID resets the idempotent
-  producer's id (its next send inits a new one; pre-KIP-360 fallback), a transactional producer's becomes an
-  abortable error; PRODUCER_FENCED, INVALID_PRODUCER_EPOCH and the other fatal errors make a transactional
-  producer fatal (`failure_class`).
+- A batch that fails for good (`failure_class`, kafka-python's TransactionManager.classify_batch_error):
+  PRODUCER_FENCED, INVALID_TXN_STATE and the authorization errors make the producer fatal; a sequence or epoch
+  error (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH) gives the idempotent producer
+  a new id and epoch, its sequences from 0 (kafka-python bumps the epoch, KIP-360: here a new InitProducerId),
+  and makes a transaction abortable (kafka-python bumps its epoch too; the simulator aborts, as the Java
+  client does); a retriable error that ran out of retries or time changes nothing: the send fails and the
+  transaction goes on, and its commit commits without the record (docs/FINDINGS.md kafka-python 2: the library's
+  own departure from the Java client's contract, which the txn checker then attributes to the client's
+  send-error event); any other error makes a transaction abortable and an idempotent producer fatal.
+- `flush` waits for the sends and, as kafka-python's, raises none of their failures (each send's own result
+  carries it).
 """
 
 from __future__ import annotations
@@ -43,9 +52,14 @@ NO_PRODUCER = (-1, -1)
 # The producer's states (kafka-python's TransactionManager, reduced to what the workloads reach)
 READY, IN_TRANSACTION, ABORTABLE, FATAL = "ready", "in-transaction", "abortable-error", "fatal-error"
 
+# A transaction coordinator's answers that end the producer (workloads/kafka_python.py FATAL_KAFKA_PYTHON_ERRORS)
 FATAL_ERRORS = (Errors.ProducerFencedError, Errors.InvalidProducerEpochError, Errors.TransactionalIdAuthorizationFailedError,
                 Errors.UnsupportedVersionError, Errors.InvalidTxnStateError, Errors.InvalidProducerIdMappingError)
-SEQUENCE_ERRORS = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
+# A failed batch's errors that end the producer, and those that bump its epoch (classify_batch_error's sets)
+BATCH_FATAL_ERRORS = (Errors.ClusterAuthorizationFailedError, Errors.TransactionalIdAuthorizationFailedError,
+                      Errors.ProducerFencedError, Errors.InvalidTxnStateError)
+SEQUENCE_ERRORS = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError,
+                   Errors.InvalidProducerEpochError)
 
 
 def can_retry(error: BaseException, attempts: int, retries: int, delivery_expired: bool,
@@ -59,13 +73,15 @@ def can_retry(error: BaseException, attempts: int, retries: int, delivery_expire
 
 
 def failure_class(error: BaseException, transactional: bool) -> str:
-    """What a batch that failed for good does to the producer: "reset-producer-id" (idempotent: a new id
-    next time), "abortable" (the transaction must abort), "fatal" (the producer is unusable), or "none"."""
-    if isinstance(error, FATAL_ERRORS):
-        return "fatal" if transactional else "reset-producer-id"
+    """What a batch that failed for good does to the producer (module docstring): "fatal" (unusable),
+    "reset-producer-id" (a new id and epoch next time), "abortable" (the transaction must abort), or "none"."""
+    if isinstance(error, BATCH_FATAL_ERRORS):
+        return "fatal"
     if isinstance(error, SEQUENCE_ERRORS):
         return "abortable" if transactional else "reset-producer-id"
-    return "abortable" if transactional else "none"
+    if getattr(error, "retriable", False):
+        return "none"
+    return "abortable" if transactional else "fatal"
 
 
 class Producer:
@@ -87,6 +103,7 @@ class Producer:
         self.offsets_added = False  # the transaction holds the group's offsets (AddOffsetsToTxn answered)
         self.coordinator: int | None = None
         self._partition_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._adding: dict[tuple[str, int], asyncio.Task] = {}  # AddPartitionsToTxn under way, by partition
         self._in_flight: list[asyncio.Task] = []
 
     # --- producer id ---------------------------------------------------------------------------------------
@@ -137,11 +154,31 @@ class Producer:
         if self.idempotent and self.producer_id < 0:
             await self.init_producer_id()
         tp = (topic, partition)
+        deadline = asyncio.get_running_loop().time() + self.delivery_timeout_s  # the batch is created now
         lock = self._partition_locks.setdefault(tp, asyncio.Lock())
         async with lock:
             if self.transactional_id is not None and tp not in self.txn_partitions:
-                await self.add_partitions([tp])
-            return await self._send_batch(tp, value)
+                await self._partition_added(tp, deadline)
+            return await self._send_batch(tp, value, deadline)
+
+    async def _partition_added(self, tp: tuple[str, int], deadline: float) -> None:
+        """The partition in the transaction before its first record goes out (kafka-python sends no batch of a
+        partition still pending in AddPartitionsToTxn). The add goes on past this record's delivery timeout,
+        which expires the record; the commit waits for the add (`end`)."""
+        task = self._adding.get(tp)
+        if task is None:
+            task = self._adding[tp] = asyncio.ensure_future(self.add_partitions([tp]))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - asyncio.get_running_loop().time()))
+        except TimeoutError:
+            raise self._expired(tp, deadline) from None
+
+    def _expired(self, tp: tuple[str, int], deadline: float) -> Errors.KafkaTimeoutError:
+        """kafka-python's answer to a batch whose delivery timeout passed before it could be sent."""
+        waited_ms = int((asyncio.get_running_loop().time() - deadline + self.delivery_timeout_s) * 1000)
+        return Errors.KafkaTimeoutError(f"Expiring 1 record(s) for {tp[0]}-{tp[1]}: {waited_ms} ms has passed since "
+                                        "batch creation")
 
     def send_soon(self, topic: str, partition: int, value: bytes) -> asyncio.Task:
         """send() as a task (the transaction's sends, awaited by flush); in order per partition."""
@@ -151,21 +188,24 @@ class Producer:
         return task
 
     async def flush(self) -> None:
-        """Wait for every send_soon(); raises the first failure."""
+        """Wait for every send_soon(); their failures are theirs (kafka-python's flush raises none of them)."""
         tasks, self._in_flight = self._in_flight, []
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _send_batch(self, tp: tuple[str, int], value: bytes) -> int:
+    async def _send_batch(self, tp: tuple[str, int], value: bytes, deadline: float) -> int:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.delivery_timeout_s
         pid, epoch = self.producer_id, self.producer_epoch
-        sequence = self.sequences.get(tp, 0) if self.idempotent else -1
+        sequence = -1
         attempts = 0
         while True:
             leader = await self._await_leader(tp, deadline)
+            if self.idempotent and sequence < 0:
+                # kafka-python's RecordAccumulator.drain: the batch takes its sequence when first sent and keeps it
+                # through its retries; the partition's next batch takes the next one, whatever this one comes to
+                # (a failed batch leaves a gap the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER to, never a reuse
+                # that it would take for a duplicate of a batch it may have appended)
+                sequence = self.sequences.get(tp, 0)
+                self.sequences[tp] = sequence + 1
             attempts += 1
             try:
                 offset = await self._produce_once(tp, leader, value, pid, epoch, sequence, deadline)
@@ -178,8 +218,6 @@ class Producer:
                     continue
                 self._failed_for_good(e)
                 raise
-            if self.idempotent:
-                self.sequences[tp] = sequence + 1
             return offset
 
     async def _await_leader(self, tp: tuple[str, int], deadline: float) -> int:
@@ -187,16 +225,13 @@ class Producer:
         waits in its accumulator while the metadata is refreshed, and expires at its delivery timeout
         (KafkaTimeoutError "Expiring 1 record(s) ..."), an attempt it never made."""
         loop = asyncio.get_running_loop()
-        created = deadline - self.delivery_timeout_s
         while True:
             try:
                 leader, _ = await self.cluster.leader_for(*tp)
                 return leader
             except (Errors.LeaderNotAvailableError, Errors.KafkaConnectionError):
                 if loop.time() >= deadline:
-                    raise Errors.KafkaTimeoutError(
-                        f"Expiring 1 record(s) for {tp[0]}-{tp[1]}: {int((loop.time() - created) * 1000)} ms has "
-                        "passed since batch creation") from None
+                    raise self._expired(tp, deadline) from None
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def _produce_once(self, tp: tuple[str, int], leader: int, value: bytes, pid: int, epoch: int,
@@ -243,15 +278,23 @@ class Producer:
         if self.state != READY:
             raise Errors.IllegalStateError(f"begin_transaction in state {self.state}")
         self.state = IN_TRANSACTION
+        self._forget_adds()
         self.txn_partitions = set()
         self.offsets_added = False
 
+    def _forget_adds(self) -> None:
+        for task in self._adding.values():
+            task.cancel()
+        self._adding = {}
+
     async def _txn_request(self, request_class: Any, check: Any, **fields: Any) -> None:
         """A request to the transaction coordinator, retried on retriable errors (a moved coordinator is found
-        again) until the delivery timeout; a fatal answer makes the producer fatal."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.delivery_timeout_s
+        again) until it is answered or the caller gives up: kafka-python's TransactionManager re-enqueues such
+        requests with no deadline of its own (the workload bounds each call). A fatal answer makes the producer
+        fatal."""
         while True:
+            if self.cluster.closed:
+                raise Errors.KafkaConnectionError("the producer was closed")
             try:
                 node = await self._coordinator()
                 answer = await self.cluster.send(node, request_class, **fields)
@@ -264,7 +307,7 @@ class Producer:
                 if isinstance(e, FATAL_ERRORS):
                     self.state, self.last_error = FATAL, e
                     raise
-                if not e.retriable or loop.time() >= deadline:
+                if not e.retriable:
                     raise
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
@@ -273,11 +316,16 @@ class Producer:
         for t, p in partitions:
             by_topic.setdefault(t, []).append(p)
         R = AddPartitionsToTxnRequest
-        await self._txn_request(R, _first_partition_error, v3_and_below_transactional_id=self.transactional_id,
-                                v3_and_below_producer_id=self.producer_id,
-                                v3_and_below_producer_epoch=self.producer_epoch,
-                                v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps)
-                                                     for t, ps in sorted(by_topic.items())])
+        try:
+            await self._txn_request(R, _first_partition_error, v3_and_below_transactional_id=self.transactional_id,
+                                    v3_and_below_producer_id=self.producer_id,
+                                    v3_and_below_producer_epoch=self.producer_epoch,
+                                    v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                                                         for t, ps in sorted(by_topic.items())])
+        except Errors.KafkaError as e:
+            if not isinstance(e, FATAL_ERRORS) and self.state == IN_TRANSACTION:
+                self.state, self.last_error = ABORTABLE, e  # AddPartitionsToTxnHandler's abortable_error
+            raise
         self.txn_partitions |= set(partitions)
 
     async def send_offsets(self, group_id: str, offsets: dict[tuple[str, int], int], generation_id: int,
@@ -286,14 +334,14 @@ class Producer:
         await self._txn_request(AddOffsetsToTxnRequest, lambda a: a.error_code, transactional_id=self.transactional_id,
                                 producer_id=self.producer_id, producer_epoch=self.producer_epoch, group_id=group_id)
         self.offsets_added = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.delivery_timeout_s
         R = TxnOffsetCommitRequest
         by_topic: dict[str, list] = {}
         for (t, p), o in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(R.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
                 partition_index=p, committed_offset=o, committed_metadata=""))
-        while True:
+        while True:  # retried as the coordinator requests are (_txn_request), at the group's coordinator
+            if self.cluster.closed:
+                raise Errors.KafkaConnectionError("the producer was closed")
             try:
                 node = await self.cluster.find_coordinator(group_id, 0)
                 answer = await self.cluster.send(node, R, transactional_id=self.transactional_id, group_id=group_id,
@@ -309,7 +357,7 @@ class Producer:
                 if isinstance(e, FATAL_ERRORS):
                     self.state, self.last_error = FATAL, e
                     raise
-                if not e.retriable or loop.time() >= deadline:
+                if not e.retriable:
                     if self.state == IN_TRANSACTION:
                         self.state, self.last_error = ABORTABLE, e
                     raise
@@ -322,16 +370,21 @@ class Producer:
             raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
         if commit and self.state == ABORTABLE:
             raise Errors.IllegalStateError(f"cannot commit: the transaction must abort ({self.last_error!r})")
-        try:
-            await self.flush()
-        except Errors.KafkaError:
-            if commit:
-                raise
+        await self.flush()
+        # EndTxn goes after the transaction's AddPartitionsToTxn still being retried (kafka-python's request
+        # priorities): a commit waits for them, however long the coordinator keeps answering
+        # CONCURRENT_TRANSACTIONS (the workload bounds the wait)
+        await asyncio.gather(*self._adding.values(), return_exceptions=True)
+        if self.state == FATAL:  # a send of the transaction was fenced meanwhile
+            raise self.last_error or Errors.IllegalStateError("the producer failed fatally")
+        if commit and self.state == ABORTABLE:
+            raise Errors.IllegalStateError(f"cannot commit: the transaction must abort ({self.last_error!r})")
         if self.txn_partitions or self.offsets_added:
             await self._txn_request(EndTxnRequest, lambda a: a.error_code, transactional_id=self.transactional_id,
                                     producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                     committed=commit)
         self.state = READY
+        self._forget_adds()
         self.txn_partitions = set()
         self.offsets_added = False
 

@@ -15,8 +15,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import kafka.errors as Errors
+
 from kafkaesque_harness.history import CLIENT_EVENTS, FAIL, INFO, OK, Op, client_id
 from kafkaesque_harness.workloads.base import ClientEventLog
+from kafkaesque_harness.workloads.kafka_python import _error_text as kafka_python_error_text
 from kafkaesque_harness.workloads.sim.client import ClusterClient
 from kafkaesque_harness.workloads.sim.consumer import Consumer
 from kafkaesque_harness.workloads.sim.group import GroupMember
@@ -82,7 +85,8 @@ class SimTxnLibrary:
 
         def failed(t: asyncio.Task) -> None:  # the library's own answer to a send it gave up on
             if not t.cancelled() and t.exception() is not None:
-                self.events.add("send-error", topic=self.topic, key=key, value=value, error=_error_text(t.exception()))
+                self.events.add("send-error", topic=self.topic, key=key, value=value,
+                                error=kafka_python_error_text(t.exception()))
         task.add_done_callback(failed)
         return lambda: task.result() if task.done() and not task.cancelled() and task.exception() is None else None
 
@@ -127,7 +131,11 @@ class SimTxnLibrary:
             # offset before the reset policy (Fetcher._update_fetch_positions)
             unplaced = [p for p in consumer.assignment if consumer.position(p) is None]
             if unplaced:
-                await self.member.place_committed(unplaced)
+                try:
+                    await self.member.place_committed(unplaced)
+                except Errors.KafkaError as e:
+                    self.member.handle_error(e)
+                    return {}  # not placed yet: nothing is fetched (nor reset by the policy) until they are
         out: dict[str, list] = {}
         for p, records in sorted((await consumer.poll(POLL_TIMEOUT_S)).items()):
             out.setdefault(str(p), []).extend([o, int(v)] for o, v in records)
