@@ -5,7 +5,8 @@ harness/mutate.py runs mutants for studies/mutation.py).
 
 A row's seeds are handed out in order from its start seed, at most `workers` at a time; the row stops once it has
 `failures` failing seeds, `seeds` seeds, or its wall budget is spent, and the seeds in flight then finish and are
-recorded too. Seeds the ledger already holds for the row's settings and code are not run again (a sweep resumes).
+recorded too. Seeds the ledger already holds for the row's settings and code (the broker's and the simulator's,
+sweep_code_digest) are not run again (a sweep resumes).
 A seed's run dir is kept only when it failed or the harness failed it (the disk holds thousands of passing runs
 badly); its ledger line says where, relative to the store.
 
@@ -15,6 +16,7 @@ Workers are spawned processes with PYTHONHASHSEED fixed as `kafkaesque sim` fixe
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import shutil
@@ -41,6 +43,16 @@ from kafkaesque_harness.studies.simulation import (
 SIM_HASH_SEED = "0"     # harness/cli.py's for `kafkaesque sim`: the order of sets of strings, fixed
 MAX_WORKERS = 2         # the machine's cores
 SEEDS_PER_WORKER = 25   # a worker process is replaced after this many seeds (bounds what a long sweep leaks)
+
+
+def sweep_code_digest() -> str:
+    """What a seed's run depends on besides its settings: the broker's code (studies/mutation.py current_digest)
+    and the simulator's (its cluster, clients and run), so a sweep after either changed runs its seeds again."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(current_digest().encode())
+    for path in sorted([*root.glob("clusters/sim/*.py"), *root.glob("workloads/sim/*.py"), root / "harness/simulate.py"]):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def seed_spec(row: SweepRow, seed: int, store: str) -> Any:
@@ -101,7 +113,7 @@ def sweep_row(row: SweepRow, start_seed: int, seeds: int, failures: int, store: 
               after_each: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run a row's seeds (module docstring); returns the row's ledger records for its settings, old and new."""
     workers = max(1, min(workers, MAX_WORKERS))
-    digest = current_digest()
+    digest = sweep_code_digest()
     # a seed whose worker died left no run: it is run again, as is a seed of other code
     done = {r["seed"]: r for r in row_records(read_ledger(ledger), row)
             if r.get("digest") == digest and not (r.get("exit") == EXIT_HARNESS and r.get("run") is None)}

@@ -157,3 +157,20 @@ def test_the_ledger_skips_torn_and_foreign_lines(tmp_path):
     path = tmp_path / "runs.jsonl"
     path.write_text(json.dumps(_rec("default", 1, True)) + "\n{torn\n" + json.dumps({"other": 1}) + "\n")
     assert [r["seed"] for r in read_ledger(path)] == [1]
+
+
+def test_the_sweep_digest_covers_the_simulator_as_well_as_the_broker(monkeypatch, tmp_path):
+    """A sweep after the simulator changed runs its seeds again: its digest reads the simulator's files too."""
+    import kafkaesque_harness.harness.sim_sweep as sweep
+
+    before = sweep.sweep_code_digest()
+    assert before == sweep.sweep_code_digest()
+    fake = tmp_path / "harness" / "sim_sweep.py"  # a tree whose simulator differs in one byte
+    for rel in ("clusters/sim/cluster.py", "workloads/sim/driver.py", "harness/simulate.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    fake.write_text("")
+    monkeypatch.setattr(sweep, "__file__", str(fake))
+    one = sweep.sweep_code_digest()
+    (tmp_path / "clusters/sim/cluster.py").write_text("y")
+    assert sweep.sweep_code_digest() != one != before
