@@ -934,6 +934,71 @@ def mutate(
     print(out)
 
 
+@app.command("sim-sweep")
+def sim_sweep(
+    row: Annotated[list[str] | None, typer.Option(help="a sweep row: the default broker or a flaw variant with the "
+                                                       "workload that reaches it (repeatable; default: every row of "
+                                                       "studies/simulation.py; --list names them)")] = None,
+    seeds: Annotated[int, typer.Option(help="at most this many seeds per row")] = 1000,
+    start_seed: Annotated[int, typer.Option(help="the row's first seed")] = 1,
+    failures: Annotated[int, typer.Option(help="stop a row at this many failing seeds")] = 3,
+    budget: Annotated[float, typer.Option(help="wall seconds per row (0: none); the seeds in flight finish")] = 0.0,
+    workers: Annotated[int, typer.Option(help="worker processes (1 or 2)")] = 1,
+    store: Annotated[str, typer.Option(help="where failing seeds' runs are kept (passing seeds' are removed)")
+                     ] = "store",
+    out: Annotated[Path, typer.Option(help="where the page goes")] = Path("docs/SIMULATION.md"),
+    ledger: Annotated[Path | None, typer.Option(help="the record of every seed (default: beside --out, "
+                                                     "docs/SIMULATION-runs.jsonl); the page is rendered from it "
+                                                     "and a sweep resumes from it")] = None,
+    detection: Annotated[Path, typer.Option(help="the real runs' page the variants are set beside")
+                         ] = Path("docs/DETECTION.md"),
+    notes: Annotated[Path | None, typer.Option(help="a Markdown file appended to the page")] = None,
+    render_only: Annotated[bool, typer.Option(help="only rewrite the page from the ledger")] = False,
+    list_rows: Annotated[bool, typer.Option("--list", help="list the rows and exit")] = False,
+) -> None:
+    """Sweep seeds of the simulator per broker variant and write docs/SIMULATION.md (every figure simulated).
+
+    Each seed is a whole `kafkaesque sim` run with the row's settings, in worker processes; each seed's verdict,
+    anomalies, checkers and costs go into the ledger as it finishes, and the page is rendered from the ledger.
+    """
+    from kafkaesque_harness.harness.sim_sweep import MAX_WORKERS, row_problems, sweep_row
+    from kafkaesque_harness.results.store import command_as_shown
+    from kafkaesque_harness.studies.simulation import ROWS, select_rows, write_simulation_doc
+
+    if list_rows:
+        for r in ROWS.values():
+            print(f"{r.name}\t{r.variant}\t{r.workload_label()}\t{','.join(r.nemesis)}")
+        return
+    try:
+        chosen = select_rows(row)
+    except ValueError as e:
+        fail(str(e))
+    if seeds < 1 or failures < 1 or not 1 <= workers <= MAX_WORKERS or budget < 0:
+        fail(f"--seeds and --failures must be at least 1, --workers 1 to {MAX_WORKERS}, --budget 0 or more.")
+    note_text = ""
+    if notes is not None:
+        if not notes.is_file():
+            fail(f"notes file {notes} does not exist; give a Markdown file, or leave --notes out.")
+        note_text = notes.read_text()
+    ledger = ledger or out.with_name(f"{out.stem}-runs.jsonl")
+    command = command_as_shown(["kafkaesque", "sim-sweep", *sys.argv[2:]])
+
+    def render() -> None:
+        write_simulation_doc(ledger, out, command, detection, note_text)
+
+    if not render_only:
+        problems = [p for r in chosen for p in row_problems(r)]
+        if problems:
+            fail_all(problems)
+        for r in chosen:
+            sweep_row(r, start_seed, seeds, failures, store, ledger, workers=workers, budget_s=budget,
+                      log=lambda m: err.print(m))
+            render()
+    render()
+    err.print(f"wrote {out}")
+    print(out)
+
+
 def _print_campaign_plan(plan) -> None:
     t = Table("#", "run", "workload", "nemesis", "variant", "acks", "flush", "rep", "seed",
               title=f"campaign {plan.name}: {len(plan.runs)} runs of {plan.runs[0].spec.time_limit:g} s, "

@@ -61,14 +61,15 @@ def _pct(x: float) -> str:
     return f"{pct:.{max(1, 1 - math.floor(math.log10(pct)))}f}%"
 
 
-def rate_text(k: int, n: int) -> str:
-    """"k of n runs (r%, 95% CI a-b%)", or for none "0 of n runs: rate below x% (95%)"."""
+def rate_text(k: int, n: int, unit: str = "runs") -> str:
+    """"k of n runs (r%, 95% CI a-b%)", or for none "0 of n runs: rate below x% (95%)"; `unit` names what was
+    counted (a simulator counts seeds)."""
     if n <= 0:
-        return "no runs"
+        return f"no {unit}"
     if k == 0:
-        return f"0 of {n} runs: rate below {_pct(upper_bound_of_none(n))} (95%)"
+        return f"0 of {n} {unit}: rate below {_pct(upper_bound_of_none(n))} (95%)"
     low, high = interval(k, n)
-    return f"{k} of {n} runs ({_pct(k / n)}, 95% CI {_pct(low)}-{_pct(high)})"
+    return f"{k} of {n} {unit} ({_pct(k / n)}, 95% CI {_pct(low)}-{_pct(high)})"
 
 
 def cell_text(k: int, n: int) -> str:

@@ -27,6 +27,12 @@ def test_a_clean_claim_is_a_bound_that_grows_tighter_with_runs():
     assert cell_text(0, 60) == "0/60 (<4.9%)" and cell_text(3, 10) == "3/10 (6.7%-65%)" and cell_text(0, 0) == "-"
 
 
+def test_a_rate_names_what_it_counted():
+    assert rate_text(0, 60, unit="seeds") == "0 of 60 seeds: rate below 4.9% (95%)"
+    assert rate_text(5, 6, unit="seeds") == "5 of 6 seeds (83%, 95% CI 36%-100%)"
+    assert rate_text(0, 0, unit="seeds") == "no seeds"
+
+
 def test_the_committed_documents_state_no_rate_without_its_interval():
     """A rate written k/n (r%) with no interval beside it (the form the tables used before) is gone from the
     documents that state the project's rates."""
@@ -35,6 +41,6 @@ def test_the_committed_documents_state_no_rate_without_its_interval():
 
     root = Path(__file__).resolve().parents[2]
     bare = re.compile(r"\b\d+/\d+ \(\d+%\)")
-    for doc in ("README.md", "docs/DETECTION.md", "docs/MUTATION.md", "docs/FINDINGS.md"):
+    for doc in ("README.md", "docs/DETECTION.md", "docs/MUTATION.md", "docs/FINDINGS.md", "docs/SIMULATION.md"):
         found = bare.findall((root / doc).read_text())
         assert not found, (doc, found[:5])

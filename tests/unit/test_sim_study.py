@@ -1,0 +1,176 @@
+"""The simulator's power study: `kafkaesque sim-sweep`'s seeds recorded in the ledger (harness/sim_sweep.py), and
+docs/SIMULATION.md's sentences rendered from a ledger (studies/simulation.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kafkaesque_harness.harness.sim_sweep import row_problems, sweep_row
+from kafkaesque_harness.studies.simulation import (
+    ROWS,
+    SweepRow,
+    detection_rates,
+    failed,
+    read_ledger,
+    render_markdown,
+    select_rows,
+)
+
+# A short row of a flaw variant, so the sweep test costs seconds: kill faults only, 8 virtual seconds.
+SHORT = SweepRow("test-truncate", "truncate-to-hw", nemesis=("kill",),
+                 overrides={"time_limit": 8.0, "nemesis_interval": 2.0, "concurrency": 3, "rate": 20.0,
+                            "recovery_wait": 5.0})
+
+
+def test_the_sweep_records_each_seed_in_the_ledger_and_keeps_only_failing_runs(tmp_path):
+    ledger, store = tmp_path / "runs.jsonl", tmp_path / "store"
+    assert row_problems(SHORT) == []
+    records = sweep_row(SHORT, 3, 3, failures=1, store=str(store), ledger=ledger, log=lambda _m: None)
+    lines = read_ledger(ledger)
+    assert [r["seed"] for r in lines] == [r["seed"] for r in records]
+    seeds = [r["seed"] for r in lines]
+    assert seeds == list(range(3, 3 + len(seeds))) and 1 <= len(seeds) <= 3
+    for r in lines:
+        assert r["row"] == "test-truncate" and r["variant"] == "truncate-to-hw"
+        assert r["settings"]["time_limit"] == 8.0 and r["settings"]["nemesis"] == ["kill"]
+        assert r["valid"] in (True, False, "unknown") and r["error"] is None, r
+        assert r["cpu_s"] > 0 and r["virtual_s"] > 8.0
+        if failed(r):  # kept, with what caught it
+            assert r["run"] and (store / r["run"] / "results.json").is_file()
+            assert r["anomalies"] and set(r["by"]) <= {"history", "state", "trace"}
+        else:  # removed: a sweep keeps failing runs only
+            assert r["run"] is None and not (store / f"sim-test-truncate-s{r['seed']}").exists()
+    caught = [r["seed"] for r in lines if failed(r)]
+    # the row stops at its first failing seed (failures=1): no seed after it was run
+    assert not caught or seeds[-1] == caught[0]
+    # a second sweep over the same seeds resumes: nothing is run again
+    sweep_row(SHORT, 3, 3, failures=1, store=str(store), ledger=ledger, log=lambda _m: None)
+    assert len(read_ledger(ledger)) == len(lines)
+
+
+def test_every_row_of_the_study_is_one_the_simulator_can_run():
+    assert {r.variant for r in ROWS.values()} >= {"default", "truncate-to-hw", "no-elr", "unclean-election",
+                                                "no-epoch-fencing", "txn-markers-no-epoch-bump",
+                                                "read-committed-to-hwm", "offsets-commit-acks-1", "zombie-not-fenced"}
+    for row in ROWS.values():
+        assert row_problems(row) == [], row.name
+
+
+def test_an_unknown_row_is_refused_with_the_valid_names():
+    try:
+        select_rows(["no-such-row"])
+    except ValueError as e:
+        assert "unknown sweep row no-such-row" in str(e) and "truncate-to-hw" in str(e)
+    else:
+        raise AssertionError("an unknown row was accepted")
+
+
+# --- the page, from a hand-written ledger ------------------------------------------------------------------------
+
+def _rec(row: str, seed: int, valid, by=None, run=None) -> dict:
+    by = by or {}
+    return {"row": row, "variant": ROWS[row].variant, "seed": seed, "settings": ROWS[row].settings(), "digest": "d",
+            "valid": valid, "exit": 1 if valid is False else 0, "by": by, "first_s": {s: 4.5 for s in by},
+            "anomalies": sorted({k for v in by.values() for k in v}), "unknown_why": [], "error": None,
+            "cpu_s": 2.0, "virtual_s": 50.0, "run": run}
+
+
+DETECTION_PAGE = """
+| variant | acks | flush | min ISR | fault plan | run | runs | found (95%) | anomalies |
+|---|---|---|---|---|---|---|---|---|
+| truncate-to-hw | all | never | 2 | `protocol` | 300 s | 5 | 5/5 (48%-100%) | lost-write |
+| truncate-to-hw | all | never | 1 | `protocol` | 300 s | 3 | 3/3 (29%-100%) | lost-write |
+| no-elr | all | never | 2 | `kill,partition` | 300 s | 5 | 0/5 (<45%) | - |
+"""
+
+
+def _page(records: list[dict]) -> str:
+    return render_markdown(records, "kafkaesque sim-sweep --render-only", DETECTION_PAGE,
+                           rows=[ROWS["default"], ROWS["truncate-to-hw"], ROWS["no-elr"]])
+
+
+def test_the_page_says_a_clean_default_as_none_of_n_seeds_with_its_bound_and_that_it_was_simulated():
+    records = [_rec("default", s, True) for s in range(1, 51)]
+    page = _page(records)
+    assert "**Every figure on this page was simulated**" in page
+    assert "- `default` (queue): 0 of 50 seeds judged valid: rate below 5.8% (95%)." in page
+    # unknown seeds are no evidence of a clean run: left out of the bound, and said
+    records += [{**_rec("default", 51, "unknown"), "unknown_why": ["faults: the clock fault was planned but never "
+                                                                   "applied (no attempt was made)"]}]
+    assert ("0 of 50 seeds judged valid: rate below 5.8% (95%); 1 more seeds unknown, not counted (evidence "
+            "missing: faults: the clock fault was planned but never applied (1))") in _page(records)
+
+
+def test_the_page_lists_each_anomaly_of_the_default_broker_with_its_seed_and_replay():
+    records = [_rec("default", s, True) for s in range(1, 10)]
+    records.append(_rec("default", 10, False, {"trace": ["log-divergence"]}, run="sim-default-s10/20261128T000000"))
+    page = _page(records)
+    assert "1 of 10 seeds (10%, 95% CI 0.25%-45%) found an anomaly" in page
+    assert "seed 10: log-divergence, caught by trace; run `sim-default-s10/20261128T000000`" in page
+    assert "replay: `kafkaesque sim --seed 10 --broker-variant default" in page
+
+
+def test_the_page_gives_a_caught_variant_its_first_seed_share_interval_checkers_and_the_real_rate():
+    records = [_rec("truncate-to-hw", s, s not in (4, 9), {"trace": ["log-shorter-after-restart"]} if s == 4 else
+                    {"history": ["lost-write"], "state": ["log-divergence"]} if s == 9 else None,
+                    run=f"sim-truncate-to-hw-s{s}/x" if s in (4, 9) else None) for s in range(1, 11)]
+    row = next(line for line in _page(records).splitlines() if line.startswith("| truncate-to-hw |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # variant, workload, seeds run, seeds to first catch, caught (95%), caught by, anomalies, beyond default, unknown,
+    # within 1,000, real protocol (acks=all, min ISR >= 2 only), real kill,partition
+    assert cells[:5] == ["truncate-to-hw", "queue", "10", "4", "2/10 (2.5%-56%)"]
+    assert cells[5] == "history 1, state 1, trace 1"
+    assert cells[7] == ""  # no seed of the default's twin row: nothing to set the kinds beside
+    assert cells[9] == "yes, at seed 4"
+    assert cells[10:] == ["5/5 (48%-100%)", "not run"]
+    # with the default's row run and showing log-divergence once, the flaw's own kinds are the others
+    records += [_rec("default", 1, False, {"state": ["log-divergence"]}), _rec("default", 2, True)]
+    row = next(line for line in _page(records).splitlines() if line.startswith("| truncate-to-hw |"))
+    assert [c.strip() for c in row.strip("|").split("|")][7] == "log-shorter-after-restart, lost-write"
+
+
+def test_the_page_says_a_variant_never_caught_was_not_found_within_its_budget():
+    records = [_rec("no-elr", s, True if s % 2 else "unknown") for s in range(1, 21)]
+    row = next(line for line in _page(records).splitlines() if line.startswith("| no-elr |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:5] == ["20", "-", "0/20 (<14%)"]
+    assert cells[8] == "10"  # unknown seeds, counted apart
+    assert cells[9] == "**not found in 20 seeds** (the budget)"
+    assert cells[10:] == ["not run", "0/5 (<45%)"]
+
+
+def test_detection_rates_count_only_the_contract_rows_of_the_real_page():
+    rates = detection_rates(DETECTION_PAGE)
+    assert rates["truncate-to-hw"] == {"protocol": [5, 5]}  # the min ISR 1 row is left out
+    assert rates["no-elr"] == {"kill,partition": [0, 5]}
+    real = detection_rates(Path("docs/DETECTION.md").read_text())
+    assert real["no-epoch-fencing"]["protocol"] == [5, 5] and real["zombie-not-fenced"]["protocol"] == [5, 5]
+
+
+def test_a_seed_counts_as_caught_only_when_its_run_was_judged_invalid():
+    assert failed({"valid": False})
+    assert not failed({"valid": True}) and not failed({"valid": "unknown"}) and not failed({})
+
+
+def test_the_ledger_skips_torn_and_foreign_lines(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(_rec("default", 1, True)) + "\n{torn\n" + json.dumps({"other": 1}) + "\n")
+    assert [r["seed"] for r in read_ledger(path)] == [1]
+
+
+def test_the_sweep_digest_covers_the_simulator_as_well_as_the_broker(monkeypatch, tmp_path):
+    """A sweep after the simulator changed runs its seeds again: its digest reads the simulator's files too."""
+    import kafkaesque_harness.harness.sim_sweep as sweep
+
+    before = sweep.sweep_code_digest()
+    assert before == sweep.sweep_code_digest()
+    fake = tmp_path / "harness" / "sim_sweep.py"  # a tree whose simulator differs in one byte
+    for rel in ("clusters/sim/cluster.py", "workloads/sim/driver.py", "harness/simulate.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    fake.write_text("")
+    monkeypatch.setattr(sweep, "__file__", str(fake))
+    one = sweep.sweep_code_digest()
+    (tmp_path / "clusters/sim/cluster.py").write_text("y")
+    assert sweep.sweep_code_digest() != one != before
