@@ -843,6 +843,13 @@ def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) 
     decisions: dict[Any, list[tuple[float, str, dict[str, Any]]]] = defaultdict(list)  # producer id -> decisions
     by_txn: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
     markers: dict[tuple[Any, Any, Any], list[tuple[float, str, dict[str, Any]]]] = defaultdict(list)
+    spans = _broker_spans(lines)
+
+    def a_process_ended(since: float, until: float) -> bool:
+        """A broker's process ended in [since, until): its unflushed last lines are lost, a later decision among
+        them perhaps (a coordinator killed just after deciding, whose markers still went out)."""
+        return any(since <= end < until for runs in spans.values() for _, end in runs)
+
     for node, e in lines:
         ev, mono = e.get("event"), e.get("mono") or 0
         if ev == "txn_end_started":
@@ -864,7 +871,9 @@ def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) 
                      and [e.get("topic"), e.get("partition")] in (d[2].get("partitions") or [])]
             if not later:
                 continue  # its decision is not in the trace (a coordinator's lost tail): not judged
-            _, dnode, d = later[-1]
+            dmono, dnode, d = later[-1]
+            if a_process_ended(dmono, mono):
+                continue  # the decision this marker follows may be in a dead broker's lost tail: not judged
             if d.get("marker_epoch") == e.get("producer_epoch") and d.get("result") != e.get("result"):
                 found.add("txn-marker-not-as-decided",
                           f"{node} wrote a {e.get('result')} marker for producer {e.get('producer_id')} (epoch "
@@ -872,7 +881,6 @@ def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) 
                           f"decided its transaction {d.get('transactional_id')!r}: {d.get('result')}",
                           _cite(dnode, d, "transactional_id", "producer_id", "marker_epoch", "result", "partitions"),
                           _cite(node, e, "producer_id", "producer_epoch", "coordinator_epoch", "result", "offset"))
-    spans = _broker_spans(lines)
     judged = 0
     for node, c in lines:
         if c.get("event") != "txn_completed":
@@ -883,7 +891,7 @@ def _markers_as_decided(lines: list[tuple[str, dict[str, Any]]], found: _Found) 
         if not ds:
             continue
         dmono, dnode, d = ds[-1]
-        if any(dmono <= end < mono for runs in spans.values() for _, end in runs):
+        if a_process_ended(dmono, mono):
             continue  # a broker's process ended between the decision and the completion: its last lines are lost
         judged += 1
         for topic, partition in c.get("partitions") or []:

@@ -100,10 +100,24 @@ def test_a_missing_marker_is_not_judged_when_a_broker_died_between_decision_and_
 
 
 def test_a_marker_of_the_other_result_is_caught():
-    result = found(decided(1), marker_at("broker-2", 2, Q0, result="abort"), marker_at("broker-3", 3, Q1))
+    result = found(decided(1), marker_at("broker-2", 2, Q0, result="abort"), marker_at("broker-3", 3, Q1),
+                   *alive(6, "broker-1", "broker-2", "broker-3"))
     assert result == {"txn-marker-not-as-decided": [
         "broker-2 wrote a abort marker for producer 77 (epoch 3) at queue-0 offset 10, but broker-1 had decided its "
         "transaction 'txn-0': commit"]}
+
+
+def test_a_marker_after_its_coordinator_died_is_not_judged_against_an_older_decision():
+    # The false finding of `kafkaesque sim --seed 7 --workload txn --nemesis kill,pause,partition`: the coordinator
+    # decided an abort, then a commit of the producer's next transaction, and was killed before its trace buffer
+    # reached the file: the commit decision is lost, its marker is not, and it looked like a marker against the abort
+    dead = [("broker-1", at("broker-1", 0.5, "trace_started")), ("broker-1", at("broker-1", 1.5, "hwm_checkpointed")),
+            ("broker-1", at("broker-1", 5, "trace_started"))]
+    assert found(decided(1, result="abort"), marker_at("broker-2", 2, Q0), *dead,
+                 *alive(6, "broker-1", "broker-2")) == {}
+    # with the coordinator alive throughout, the same marker is caught
+    assert list(found(decided(1, result="abort"), marker_at("broker-2", 2, Q0),
+                      *alive(6, "broker-1", "broker-2"))) == ["txn-marker-not-as-decided"]
 
 
 def test_one_transaction_decided_both_ways_is_caught_and_the_next_transaction_is_not():
