@@ -161,6 +161,16 @@ def test_a_read_committed_fetch_of_decided_transactions_passes():
     assert found(txn_produce(5), rc_fetch(0, 7, leo=8, hwm_=8, lso=8)) == {}
 
 
+def test_an_open_looking_transaction_is_not_judged_when_a_broker_died_after_its_batch():
+    # The false finding of `kafkaesque sim --seed 7 --workload txn --nemesis kill,pause,partition`: the leader that
+    # appended the batch then wrote its commit marker and was killed before that line reached its trace; the new
+    # leader's log held the marker (its LSO was right), the trace showed only the producer's next one
+    dead = [("broker-2", at("broker-2", 0.5, "trace_started")), ("broker-2", at("broker-2", 1.5, "hwm_checkpointed")),
+            ("broker-2", at("broker-2", 5, "trace_started"))]
+    assert found(txn_produce(5), rc_fetch(0, 7, leo=8, hwm_=8, lso=8), marker_at("broker-1", 3, Q0, offset=9),
+                 *dead) == {}
+
+
 # --- offset commits and fetches ----------------------------------------------------------------------------------
 def generation(mono: float, number: int, members: list[str], node: str = "broker-1") -> tuple[str, dict]:
     return node, at(node, mono, "group_generation", group="g", coordinator_partition=3, generation=number,
