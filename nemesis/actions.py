@@ -258,6 +258,19 @@ class FaultActions:
             raise RuntimeError(f"{node} cannot be cut off from the clients: {why}")
         return self.cut({node: {CLIENTS}}, by, nodes=[node], detail={"clients": self.cluster.client_address()})
 
+    def _remove_rules(self, owed: list[FaultRecord], active: dict[int, Any]) -> dict[int, Any]:
+        """Drop the owed records' entries from `active` (a table of the rules in force) and apply what is left
+        (the caller holds the lock); the entries removed, by record id. If the rules cannot be applied, each owed
+        record is healed as failed and the error raised."""
+        removed = {r.id: active.pop(r.id) for r in owed}
+        try:
+            self._apply_rules()
+        except BaseException as e:
+            for rec in owed:
+                self.ledger.healed(rec, False, error=f"the rules could not be removed: {_error(e)}")
+            raise
+        return removed
+
     def heal_cuts(self, node: str | None = None, by: str | None = None) -> list[FaultRecord]:
         """Undo the active cuts (those naming `node`, or asked for by `by`; all when neither is given),
         then probe back across each: the packets must flow again."""
@@ -265,13 +278,7 @@ class FaultActions:
             owed = [r for r in self.ledger.active(("partition",), node, by) if r.id in self._cuts]
             if not owed:
                 return []
-            removed = {r.id: self._cuts.pop(r.id) for r in owed}
-            try:
-                self._apply_rules()
-            except BaseException as e:
-                for rec in owed:
-                    self.ledger.healed(rec, False, error=f"the rules could not be removed: {_error(e)}")
-                raise
+            removed = self._remove_rules(owed, self._cuts)
             still = self._union()
         for rec in owed:
             pairs = [(s, d) for s, d in _cut_pairs(removed[rec.id]) if s not in still.get(d, set())]
@@ -377,13 +384,7 @@ class FaultActions:
             owed = [r for r in self.ledger.active(("client-partition",), by=by) if r.id in self._client_cuts]
             if not owed:
                 return []
-            removed = {r.id: self._client_cuts.pop(r.id) for r in owed}
-            try:
-                self._apply_rules()
-            except BaseException as e:
-                for rec in owed:
-                    self.ledger.healed(rec, False, error=f"the rules could not be removed: {_error(e)}")
-                raise
+            removed = self._remove_rules(owed, self._client_cuts)
             still = {n for n, _ in self._client_cuts.values()}
         for rec in owed:
             node = removed[rec.id][0]
