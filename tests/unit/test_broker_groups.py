@@ -65,6 +65,18 @@ def follower_fetches_up_to(b: Broker, partition: int, offset: int) -> None:
     b._hwm_may_have_moved(r)
 
 
+async def commit_replicated(b: Broker) -> None:
+    """Group g commits offset 42 of t-0 (no generation, no member) on a leader of its offsets partition whose one
+    follower fetches the commit: answered once replicated."""
+    p = b.groups.partition_for("g")
+    lead_offsets_partition(b, p, leader_epoch=0, isr=[1, 2])
+    await asyncio.sleep(0.05)
+    commit = asyncio.create_task(b.commit_offsets("g", -1, "", [("t", 0, 42, 3, "")], 5.0))
+    await asyncio.sleep(0.05)
+    follower_fetches_up_to(b, p, 1)
+    assert await asyncio.wait_for(commit, 1.0) == rpc.NONE
+
+
 def test_a_new_leader_loads_the_groups_only_once_its_hwm_reaches_the_leso(tmp_path):
     async def scenario(b: Broker) -> None:
         group = "g"

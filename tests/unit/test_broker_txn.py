@@ -60,6 +60,22 @@ def marker(commit: bool, epoch: int = 0, coordinator_epoch: int = 0) -> dict:
             "coordinator_epoch": coordinator_epoch}
 
 
+async def eventually(condition, tries: int = 100) -> None:
+    """Wait (up to tries x 20 ms) until condition() holds; the caller asserts it after."""
+    for _ in range(tries):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+
+
+async def loaded_and_initialized(b, txn_id: str) -> tuple[int, int]:
+    """Wait for the coordinator to have loaded txn_id's partition, then init its producer: (pid, epoch)."""
+    await eventually(lambda: b.txn.coord.status(txn_id) == rpc.NONE, tries=50)
+    err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
+    assert err == rpc.NONE
+    return pid, epoch
+
+
 def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transaction(tmp_path):
     async def scenario(b: Broker) -> None:
         lead(b, "t", 1, 0)
@@ -234,12 +250,7 @@ def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
         coord = b.txn.coord
         lead(b, "t", 1, 0)
         lead(b, TXN_STATE_TOPIC, coord.config.txn_partitions, coord.partition_for(txn_id))
-        for _ in range(50):
-            if coord.status(txn_id) == rpc.NONE:
-                break
-            await asyncio.sleep(0.02)
-        err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
-        assert err == rpc.NONE
+        pid, epoch = await loaded_and_initialized(b, txn_id)
         assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0)]) == rpc.NONE
         assert await produce(b, build_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
                                             transactional=True)) == rpc.NONE
@@ -254,10 +265,7 @@ def test_a_complete_record_whose_write_failed_is_written_again(tmp_path):
 
         b.produce = complete_times_out_once
         assert await b.txn.end_txn(txn_id, pid, epoch, True) == rpc.NONE
-        for _ in range(100):
-            if coord.txns[txn_id].state == COMPLETE_COMMIT:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: coord.txns[txn_id].state == COMPLETE_COMMIT)
         assert refused == [[COMPLETE_COMMIT]]
         assert coord.txns[txn_id].state == COMPLETE_COMMIT
         r = b.replicas[("t", 0)]
@@ -278,12 +286,7 @@ def test_a_commit_writes_its_records_and_a_marker_at_every_partition_with_acks_a
         for partition in (0, 1):
             lead(b, "t", 2, partition)
         lead(b, TXN_STATE_TOPIC, coord.config.txn_partitions, coord.partition_for(txn_id))
-        for _ in range(50):
-            if coord.status(txn_id) == rpc.NONE:
-                break
-            await asyncio.sleep(0.02)
-        err, pid, epoch = await b.txn.init_producer_id(txn_id, 60_000, -1, -1)
-        assert err == rpc.NONE
+        pid, epoch = await loaded_and_initialized(b, txn_id)
         assert await b.txn.add_partitions(txn_id, pid, epoch, [("t", 0), ("t", 1)]) == rpc.NONE
         for partition in (0, 1):
             raw = build_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
@@ -296,10 +299,7 @@ def test_a_commit_writes_its_records_and_a_marker_at_every_partition_with_acks_a
 
         b.produce = recorded
         assert await b.txn.end_txn(txn_id, pid, epoch, True) == rpc.NONE
-        for _ in range(100):
-            if coord.txns[txn_id].state == COMPLETE_COMMIT:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: coord.txns[txn_id].state == COMPLETE_COMMIT)
         assert coord.txns[txn_id].state == COMPLETE_COMMIT
         assert sorted(set(writes)) == [(TXN_STATE_TOPIC, "record", -1), ("t", "marker", -1)]
         assert [w for w in writes if w[1] == "marker"] == [("t", "marker", -1)] * 2

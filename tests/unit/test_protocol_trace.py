@@ -16,7 +16,10 @@ from kafkaesque_harness.clusters.broker.replica import Replica, ReplicaConfig
 from kafkaesque_harness.clusters.broker.trace import EventSink, TraceWriter, default_trace_path, open_sink
 from kafkaesque_harness.clusters.broker.txn_coordinator import TransactionCoordinator
 from kafkaesque_harness.clusters.trace_files import read_trace
-from tests.unit.test_broker_groups import follower_fetches_up_to, lead_offsets_partition, make_broker
+from tests.unit.test_broker_groups import (
+    commit_replicated,
+    make_broker,
+)
 from tests.unit.test_broker_txn import PID, lead, marker, produce, txn_batch
 from tests.unit.test_txn_coordinator import TIMEOUT, TP1, T, write
 from tests.unit.test_txn_group_variants import coordinator, init
@@ -211,13 +214,7 @@ def test_a_batch_acknowledged_as_a_retry_is_traced_as_a_duplicate_with_its_seque
 def test_an_offset_commit_is_traced_with_the_hwm_it_was_answered_at(tmp_path):
     async def scenario(*variants: str) -> list[dict]:
         b = make_broker(tmp_path / (variants[0] if variants else "default"), variants)
-        p = b.groups.partition_for("g")
-        lead_offsets_partition(b, p, leader_epoch=0, isr=[1, 2])
-        await asyncio.sleep(0.05)
-        commit = asyncio.create_task(b.commit_offsets("g", -1, "", [("t", 0, 42, 3, "")], 5.0))
-        await asyncio.sleep(0.05)
-        follower_fetches_up_to(b, p, 1)
-        assert await asyncio.wait_for(commit, 1.0) == rpc.NONE
+        await commit_replicated(b)
         return node_trace(b)
 
     [answered] = [e for e in asyncio.run(scenario()) if e["event"] == "offset_commit_acked"]

@@ -193,18 +193,20 @@ def _transactional(cluster: CannedCluster) -> Producer:
     return Producer(cluster, retries=5, transactional_id="t", delivery_timeout_s=0.3)
 
 
+async def one_send_committed(producer: Producer) -> Any:
+    """A transaction of one send, committed: the future of the send."""
+    await producer.init_producer_id()
+    await producer.begin()
+    sent = producer.send_soon(TOPIC, 0, b"1")
+    await producer.end(commit=True)
+    return sent
+
+
 def test_a_transaction_whose_send_expired_still_commits_as_kafka_python_3_does():
     cluster = CannedCluster({}, leaderless_for=10**6)  # the send's partition never finds a leader
     producer = _transactional(cluster)
 
-    async def txn():
-        await producer.init_producer_id()
-        await producer.begin()
-        sent = producer.send_soon(TOPIC, 0, b"1")
-        await producer.end(commit=True)
-        return sent
-
-    sent = run(txn())
+    sent = run(one_send_committed(producer))
     assert isinstance(sent.exception(), Errors.KafkaTimeoutError)
     ends = [fields for name, fields in cluster.sent if name == "EndTxnRequest"]
     assert len(ends) == 1 and ends[0]["committed"] is True
@@ -214,14 +216,8 @@ def test_a_transaction_whose_send_was_fenced_cannot_commit():
     cluster = CannedCluster({"ProduceRequest": [produce_answer(Errors.ProducerFencedError.errno)]})
     producer = _transactional(cluster)
 
-    async def txn():
-        await producer.init_producer_id()
-        await producer.begin()
-        producer.send_soon(TOPIC, 0, b"1")
-        await producer.end(commit=True)
-
     with pytest.raises(Errors.ProducerFencedError):
-        run(txn())
+        run(one_send_committed(producer))
     assert producer.state == FATAL
     assert not [name for name, _ in cluster.sent if name == "EndTxnRequest"]
 
@@ -231,14 +227,7 @@ def test_a_partition_the_coordinator_keeps_busy_expires_the_record_and_the_commi
     cluster = CannedCluster({"AddPartitionsToTxnRequest": [busy] * 5})
     producer = _transactional(cluster)  # its add succeeds after five CONCURRENT_TRANSACTIONS answers
 
-    async def txn():
-        await producer.init_producer_id()
-        await producer.begin()
-        sent = producer.send_soon(TOPIC, 0, b"1")
-        await producer.end(commit=True)
-        return sent
-
-    sent = run(txn())
+    sent = run(one_send_committed(producer))
     assert isinstance(sent.exception(), Errors.KafkaTimeoutError)  # expired at 0.3 s, before the add went through
     names = [name for name, _ in cluster.sent]
     assert names.count("AddPartitionsToTxnRequest") == 6 and names[-1] == "EndTxnRequest"
@@ -249,14 +238,8 @@ def test_a_fenced_add_makes_the_commit_fail_without_ending_the_transaction():
     cluster = CannedCluster({"AddPartitionsToTxnRequest": [_added_answer(Errors.ProducerFencedError.errno)]})
     producer = _transactional(cluster)
 
-    async def txn():
-        await producer.init_producer_id()
-        await producer.begin()
-        producer.send_soon(TOPIC, 0, b"1")
-        await producer.end(commit=True)
-
     with pytest.raises(Errors.ProducerFencedError):
-        run(txn())
+        run(one_send_committed(producer))
     assert "EndTxnRequest" not in [name for name, _ in cluster.sent]
 
 

@@ -15,7 +15,10 @@ from kafkaesque_harness.clusters.broker.group_coordinator import CoordinatorConf
 from kafkaesque_harness.clusters.broker.log import build_batch
 from kafkaesque_harness.clusters.broker.trace import default_trace_path
 from kafkaesque_harness.clusters.trace_files import read_trace
-from tests.unit.test_broker_groups import follower_fetches_up_to, lead_offsets_partition, make_broker
+from tests.unit.test_broker_groups import (
+    commit_replicated,
+    make_broker,
+)
 from tests.unit.test_broker_txn import lead, produce, txn_batch
 from tests.unit.test_coordinator_mutants import group_coordinator_of, joined, mutated, synced
 from tests.unit.test_txn_coordinator import TIMEOUT, TP1, TP2, T, write
@@ -370,13 +373,7 @@ def node_trace(b) -> list[dict]:
 def test_the_broker_traces_a_commit_with_its_member_and_offsets_and_the_fetch_that_reads_it(tmp_path):
     async def scenario() -> list[dict]:
         b = make_broker(tmp_path)
-        p = b.groups.partition_for("g")
-        lead_offsets_partition(b, p, leader_epoch=0, isr=[1, 2])
-        await asyncio.sleep(0.05)
-        commit = asyncio.create_task(b.commit_offsets("g", -1, "", [("t", 0, 42, 3, "")], 5.0))
-        await asyncio.sleep(0.05)
-        follower_fetches_up_to(b, p, 1)
-        assert await asyncio.wait_for(commit, 1.0) == rpc.NONE
+        await commit_replicated(b)
         assert b.groups.committed_offsets("g", [("t", 0), ("t", 1)])[0] == rpc.NONE
         return node_trace(b)
 
