@@ -47,6 +47,15 @@ class SilentAfterVersions:
         return None
 
 
+async def connected_with_a_request_waiting(broker: SilentAfterVersions) -> tuple[BrokerConnection, asyncio.Future]:
+    """A connection to broker, versions negotiated, with one Metadata request sent (5 s timeout) and waiting."""
+    conn = BrokerConnection(broker.open_connection, "b", 1, "kafkaesque-p0")
+    await conn.connect(1.0)
+    waiting = asyncio.ensure_future(conn.request(MetadataRequest, 5.0, topics=[], allow_auto_topic_creation=False))
+    await asyncio.sleep(0)
+    return conn, waiting
+
+
 def test_versions_are_the_highest_both_sides_have_and_unknown_apis_are_left_out():
     assert negotiated_versions({3: (0, 12), 0: (3, 10), 999: (0, 1)}) == {3: 12, 0: 10}
     assert negotiated_versions({3: (0, 99)})[3] == MetadataRequest.max_version  # kafka-python's classes cap it
@@ -68,10 +77,7 @@ def test_an_unanswered_request_times_out_closes_the_connection_and_fails_the_oth
     broker = SilentAfterVersions(answer_metadata=False)
 
     async def ask():
-        conn = BrokerConnection(broker.open_connection, "b", 1, "kafkaesque-p0")
-        await conn.connect(1.0)
-        other = asyncio.ensure_future(conn.request(MetadataRequest, 5.0, topics=[], allow_auto_topic_creation=False))
-        await asyncio.sleep(0)
+        conn, other = await connected_with_a_request_waiting(broker)
         with pytest.raises(Errors.RequestTimedOutError, match="Request timed out after 50 ms"):
             await conn.request(MetadataRequest, 0.05, topics=[], allow_auto_topic_creation=False)
         with pytest.raises(Errors.RequestTimedOutError):
@@ -87,10 +93,7 @@ def test_a_stream_the_broker_closes_fails_the_request_waiting_on_it():
     broker = SilentAfterVersions(answer_metadata=False)
 
     async def ask():
-        conn = BrokerConnection(broker.open_connection, "b", 1, "kafkaesque-p0")
-        await conn.connect(1.0)
-        waiting = asyncio.ensure_future(conn.request(MetadataRequest, 5.0, topics=[], allow_auto_topic_creation=False))
-        await asyncio.sleep(0)
+        conn, waiting = await connected_with_a_request_waiting(broker)
         broker.reader.feed_eof()
         with pytest.raises(Errors.KafkaConnectionError):
             await waiting
