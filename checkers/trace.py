@@ -687,14 +687,7 @@ def _alter_partition_accepted(lines: list[tuple[str, dict[str, Any]]], found: _F
     process wrote a line after the change (a SIGKILL loses the unflushed tail, which may hold the request
     answered, and an earlier proposal of the same ISR must not stand in for it); returns how many were judged."""
     judged = 0
-    last_mono: dict[Any, list[tuple[float, float]]] = defaultdict(list)  # node id -> per process (start, last)
-    for _, e in lines:
-        if e.get("role") == "broker" and isinstance(e.get("mono"), (int, float)):
-            runs = last_mono[e.get("node")]
-            if e.get("event") == "trace_started" or not runs:
-                runs.append((e["mono"], e["mono"]))
-            else:
-                runs[-1] = (runs[-1][0], e["mono"])
+    last_mono = _broker_spans(lines)  # node id -> per process (start, last)
     sent: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any]]] = {}
     registered: dict[Any, int] = {}
     for node, e in lines:
