@@ -467,6 +467,14 @@ def _requested_offsets(req: Any) -> tuple[list[tuple[str, int, int, int, str]], 
     return offsets, too_large
 
 
+def _commit_answers(req: Any, too_large: set[tuple[str, int]], err: int, topic_class: Any, partition_class: Any) -> list[Any]:
+    """An offset commit's (or TxnOffsetCommit's) answer per requested partition: _commit_error of each."""
+    return [topic_class(name=t.name, partitions=[
+        partition_class(partition_index=p.partition_index,
+                        error_code=_commit_error(t.name, p.partition_index, too_large, err))
+        for p in t.partitions]) for t in req.topics]
+
+
 def _commit_error(topic: str, partition: int, too_large: set[tuple[str, int]], err: int) -> int:
     return rpc.OFFSET_METADATA_TOO_LARGE if (topic, partition) in too_large else err
 
@@ -477,11 +485,9 @@ async def txn_offset_commit(broker: Broker, req: Any, version: int) -> Any:
     err = await broker.txn_commit_offsets(req.group_id, req.producer_id, req.producer_epoch, generation_id,
                                           member_id, offsets, COMMIT_TIMEOUT_S)
     err = _fenced(err, version, 3)
-    R = TxnOffsetCommitResponse
-    return R(version=version, throttle_time_ms=0, topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-        R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
-            partition_index=p.partition_index, error_code=_commit_error(t.name, p.partition_index, too_large, err))
-        for p in t.partitions]) for t in req.topics])
+    Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    return TxnOffsetCommitResponse(version=version, throttle_time_ms=0, topics=_commit_answers(
+        req, too_large, err, Topic, Topic.TxnOffsetCommitResponsePartition))
 
 
 async def end_txn(broker: Broker, req: Any, version: int) -> Any:
@@ -608,11 +614,9 @@ async def offset_commit(broker: Broker, req: Any, version: int) -> Any:
     offsets, too_large = _requested_offsets(req)
     err = await broker.commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id, offsets,
                                       COMMIT_TIMEOUT_S)
-    R = OffsetCommitResponse
-    return R(version=version, throttle_time_ms=0, topics=[R.OffsetCommitResponseTopic(name=t.name, partitions=[
-        R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-            partition_index=p.partition_index, error_code=_commit_error(t.name, p.partition_index, too_large, err))
-        for p in t.partitions]) for t in req.topics])
+    Topic = OffsetCommitResponse.OffsetCommitResponseTopic
+    return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=_commit_answers(
+        req, too_large, err, Topic, Topic.OffsetCommitResponsePartition))
 
 
 async def offset_fetch(broker: Broker, req: Any, version: int) -> Any:
