@@ -4,7 +4,6 @@ is a stub that applies a commit at once; the real one is exercised by tests/inte
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,6 +34,7 @@ from kafkaesque_harness.clusters.broker.group_coordinator import (
     GroupCoordinator,
     offset_record,
 )
+from kafkaesque_harness.clusters.broker.server import Broker
 from tests.unit.test_kafka_api import roundtrip
 
 G = "grp"
@@ -55,13 +55,7 @@ class GroupStubBroker:
             if not waiter.done():
                 waiter.set_result(result)
 
-    async def group_wait(self, call, timeout_s):
-        waiter = asyncio.get_running_loop().create_future()
-        self.deliver(call(waiter))
-        try:
-            return await asyncio.wait_for(waiter, timeout_s)
-        except TimeoutError:
-            return None
+    group_wait = Broker.group_wait  # the shell's own: a join or sync answered by a later event
 
     async def find_coordinator(self, group_id):
         return rpc.NONE, SimpleNamespace(broker_id=3, host="h3", port=9093)
