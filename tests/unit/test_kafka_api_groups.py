@@ -7,20 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from kafka.protocol.consumer.group import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
+from kafka.protocol.consumer import group as group_api
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -70,11 +57,11 @@ class GroupStubBroker:
 
 
 def join(b: GroupStubBroker, member_id: str = "", version: int = 7) -> Any:
-    req = JoinGroupRequest(version=version, group_id=G, session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+    req = group_api.JoinGroupRequest(version=version, group_id=G, session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
                            member_id=member_id, group_instance_id=None, protocol_type="consumer",
-                           protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"meta")],
+                           protocols=[group_api.JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"meta")],
                            reason=None)
-    return roundtrip(b, req, JoinGroupResponse, version)
+    return roundtrip(b, req, group_api.JoinGroupResponse, version)
 
 
 def joined_leader(b: GroupStubBroker) -> Any:
@@ -106,22 +93,22 @@ def test_join_sync_heartbeat_leave_on_the_wire():
     r = joined_leader(b)
     assert (r.generation_id, r.leader, r.protocol_name) == (1, r.member_id, "range")
     assert [(m.member_id, bytes(m.metadata)) for m in r.members] == [(r.member_id, b"meta")]
-    S = SyncGroupRequest
+    S = group_api.SyncGroupRequest
     sync = roundtrip(b, S(version=5, group_id=G, generation_id=1, member_id=r.member_id, group_instance_id=None,
                           protocol_type="consumer", protocol_name="range",
                           assignments=[S.SyncGroupRequestAssignment(member_id=r.member_id, assignment=b"parts")]),
-                     SyncGroupResponse, 5)
+                     group_api.SyncGroupResponse, 5)
     assert (sync.error_code, bytes(sync.assignment), sync.protocol_name) == (0, b"parts", "range")
-    hb = roundtrip(b, HeartbeatRequest(version=4, group_id=G, generation_id=1, member_id=r.member_id,
-                                       group_instance_id=None), HeartbeatResponse, 4)
+    hb = roundtrip(b, group_api.HeartbeatRequest(version=4, group_id=G, generation_id=1, member_id=r.member_id,
+                                       group_instance_id=None), group_api.HeartbeatResponse, 4)
     assert hb.error_code == rpc.NONE
-    stale = roundtrip(b, HeartbeatRequest(version=4, group_id=G, generation_id=0, member_id=r.member_id,
-                                          group_instance_id=None), HeartbeatResponse, 4)
+    stale = roundtrip(b, group_api.HeartbeatRequest(version=4, group_id=G, generation_id=0, member_id=r.member_id,
+                                          group_instance_id=None), group_api.HeartbeatResponse, 4)
     assert stale.error_code == rpc.ILLEGAL_GENERATION
-    L = LeaveGroupRequest
+    L = group_api.LeaveGroupRequest
     leave = roundtrip(b, L(version=5, group_id=G, members=[
         L.MemberIdentity(member_id=r.member_id, group_instance_id=None, reason=None),
-        L.MemberIdentity(member_id="ghost", group_instance_id=None, reason=None)]), LeaveGroupResponse, 5)
+        L.MemberIdentity(member_id="ghost", group_instance_id=None, reason=None)]), group_api.LeaveGroupResponse, 5)
     assert leave.error_code == 0 and [m.error_code for m in leave.members] == [0, rpc.UNKNOWN_MEMBER_ID]
 
 
@@ -131,7 +118,7 @@ def test_join_v0_takes_a_member_without_the_member_id_dance():
 
 
 def test_leave_v0_reports_an_unknown_member():
-    r = roundtrip(GroupStubBroker(), LeaveGroupRequest(version=0, group_id=G, member_id="ghost"), LeaveGroupResponse, 0)
+    r = roundtrip(GroupStubBroker(), group_api.LeaveGroupRequest(version=0, group_id=G, member_id="ghost"), group_api.LeaveGroupResponse, 0)
     assert r.error_code == rpc.UNKNOWN_MEMBER_ID
 
 
@@ -139,13 +126,13 @@ def test_group_requests_while_loading_say_so():
     b = GroupStubBroker(loaded=False)
     b.groups.begin_loading(0)
     assert join(b).error_code == rpc.COORDINATOR_LOAD_IN_PROGRESS
-    r = roundtrip(b, OffsetFetchRequest(version=7, group_id=G, topics=None, require_stable=False),
-                  OffsetFetchResponse, 7)
+    r = roundtrip(b, group_api.OffsetFetchRequest(version=7, group_id=G, topics=None, require_stable=False),
+                  group_api.OffsetFetchResponse, 7)
     assert r.error_code == rpc.COORDINATOR_LOAD_IN_PROGRESS
 
 
 def commit_request(member_id: str, generation: int, offsets: dict[int, int], metadata: str = "") -> Any:
-    R = OffsetCommitRequest
+    R = group_api.OffsetCommitRequest
     return R(version=8, group_id=G, generation_id_or_member_epoch=generation, member_id=member_id,
              group_instance_id=None, topics=[R.OffsetCommitRequestTopic(name="t", partitions=[
                  R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
@@ -155,32 +142,32 @@ def commit_request(member_id: str, generation: int, offsets: dict[int, int], met
 
 def stable_leader(b: GroupStubBroker) -> Any:
     r = joined_leader(b)
-    S = SyncGroupRequest
+    S = group_api.SyncGroupRequest
     roundtrip(b, S(version=3, group_id=G, generation_id=1, member_id=r.member_id, group_instance_id=None,
-                   assignments=[]), SyncGroupResponse, 3)
+                   assignments=[]), group_api.SyncGroupResponse, 3)
     return r
 
 
 def test_offset_commit_while_the_group_awaits_its_assignment_is_refused():
     b = GroupStubBroker()
     r = joined_leader(b)
-    resp = roundtrip(b, commit_request(r.member_id, 1, {0: 5}), OffsetCommitResponse, 8)
+    resp = roundtrip(b, commit_request(r.member_id, 1, {0: 5}), group_api.OffsetCommitResponse, 8)
     assert resp.topics[0].partitions[0].error_code == rpc.REBALANCE_IN_PROGRESS
 
 
 def test_offset_commit_then_fetch_v7_and_v8():
     b = GroupStubBroker()
     r = stable_leader(b)
-    resp = roundtrip(b, commit_request(r.member_id, 1, {0: 5, 1: 9}), OffsetCommitResponse, 8)
+    resp = roundtrip(b, commit_request(r.member_id, 1, {0: 5, 1: 9}), group_api.OffsetCommitResponse, 8)
     assert [p.error_code for p in resp.topics[0].partitions] == [0, 0]
     assert b.commits[0][3] == [("t", 0, 5, 4, ""), ("t", 1, 9, 4, "")]
-    F = OffsetFetchRequest
+    F = group_api.OffsetFetchRequest
     v7 = roundtrip(b, F(version=7, group_id=G, topics=[F.OffsetFetchRequestTopic(name="t", partition_indexes=[0, 2])],
-                        require_stable=False), OffsetFetchResponse, 7)
+                        require_stable=False), group_api.OffsetFetchResponse, 7)
     assert v7.error_code == 0
     assert [(p.partition_index, p.committed_offset) for p in v7.topics[0].partitions] == [(0, 5), (2, -1)]
     v8 = roundtrip(b, F(version=8, groups=[F.OffsetFetchRequestGroup(group_id=G, topics=None)], require_stable=False),
-                   OffsetFetchResponse, 8)
+                   group_api.OffsetFetchResponse, 8)
     g = v8.groups[0]
     assert g.error_code == 0 and [(p.partition_index, p.committed_offset, p.committed_leader_epoch)
                                   for p in g.topics[0].partitions] == [(0, 5, 4), (1, 9, 4)]
@@ -189,13 +176,13 @@ def test_offset_commit_then_fetch_v7_and_v8():
 def test_offset_commit_of_a_stale_generation_is_refused_for_every_partition():
     b = GroupStubBroker()
     r = stable_leader(b)
-    resp = roundtrip(b, commit_request(r.member_id, 7, {0: 5, 1: 9}), OffsetCommitResponse, 8)
+    resp = roundtrip(b, commit_request(r.member_id, 7, {0: 5, 1: 9}), group_api.OffsetCommitResponse, 8)
     assert [p.error_code for p in resp.topics[0].partitions] == [rpc.ILLEGAL_GENERATION] * 2
     assert b.groups.committed_offsets(G, None)[1] == {}
 
 
 def test_offset_commit_with_too_large_metadata_is_refused():
     b = GroupStubBroker()
-    resp = roundtrip(b, commit_request("", -1, {0: 5}, metadata="x" * 5000), OffsetCommitResponse, 8)
+    resp = roundtrip(b, commit_request("", -1, {0: 5}, metadata="x" * 5000), group_api.OffsetCommitResponse, 8)
     assert resp.topics[0].partitions[0].error_code == rpc.OFFSET_METADATA_TOO_LARGE
     assert b.commits == [(G, -1, "", [])]

@@ -13,14 +13,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
-from kafka.protocol.producer.transaction import (
-    AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    EndTxnRequest,
-    EndTxnResponse,
-)
+from kafka.protocol.producer import transaction as txn_api
 
 from kafkaesque_harness.clusters.broker import kafka_api, rpc
 from kafkaesque_harness.clusters.broker.group_coordinator import (
@@ -96,7 +89,7 @@ def init_req(version: int = 4, pid: int = -1, epoch: int = -1) -> Any:
 
 
 def add_req(pid: int, epoch: int, version: int = 3) -> Any:
-    R = AddPartitionsToTxnRequest
+    R = txn_api.AddPartitionsToTxnRequest
     return R(version=version, v3_and_below_transactional_id=T, v3_and_below_producer_id=pid,
              v3_and_below_producer_epoch=epoch, v3_and_below_topics=[R.AddPartitionsToTxnTopic(name="t", partitions=[0, 1])])
 
@@ -114,15 +107,15 @@ def test_a_whole_transaction_on_the_wire():
     async def go():
         r = await call(b, init_req(), InitProducerIdResponse, 4)
         assert (r.error_code, r.producer_id, r.producer_epoch) == (rpc.NONE, 500, 0)
-        a = await call(b, add_req(500, 0), AddPartitionsToTxnResponse, 3)
+        a = await call(b, add_req(500, 0), txn_api.AddPartitionsToTxnResponse, 3)
         [topic] = a.results_by_topic_v3_and_below
         assert [(x.partition_index, x.partition_error_code) for x in topic.results_by_partition] == [(0, 0), (1, 0)]
-        o = await call(b, AddOffsetsToTxnRequest(version=3, transactional_id=T, producer_id=500, producer_epoch=0,
-                                                  group_id="g"), AddOffsetsToTxnResponse, 3)
+        o = await call(b, txn_api.AddOffsetsToTxnRequest(version=3, transactional_id=T, producer_id=500, producer_epoch=0,
+                                                  group_id="g"), txn_api.AddOffsetsToTxnResponse, 3)
         assert o.error_code == rpc.NONE
         assert (OFFSETS_TOPIC, b.groups.partition_for("g")) in b.txn.coord.txns[T].partitions
-        e = await call(b, EndTxnRequest(version=3, transactional_id=T, producer_id=500, producer_epoch=0,
-                                        committed=True), EndTxnResponse, 3)
+        e = await call(b, txn_api.EndTxnRequest(version=3, transactional_id=T, producer_id=500, producer_epoch=0,
+                                        committed=True), txn_api.EndTxnResponse, 3)
         # answered once PrepareCommit is written; the markers' job (to partitions this stub does not know,
         # so done at once) may already have written Complete by the time this coroutine resumes
         assert e.error_code == rpc.NONE and b.txn.coord.txns[T].state in (PREPARE_COMMIT, COMPLETE_COMMIT)
@@ -139,10 +132,10 @@ def test_a_fenced_producer_is_told_producer_fenced_or_for_old_versions_invalid_p
     async def go():
         await call(b, init_req(), InitProducerIdResponse, 4)
         await call(b, init_req(), InitProducerIdResponse, 4)  # a second producer: epoch 1
-        new = await call(b, add_req(500, 0, version=3), AddPartitionsToTxnResponse, 3)
-        old = await call(b, add_req(500, 0, version=1), AddPartitionsToTxnResponse, 1)
-        end = await call(b, EndTxnRequest(version=1, transactional_id=T, producer_id=500, producer_epoch=0,
-                                          committed=True), EndTxnResponse, 1)
+        new = await call(b, add_req(500, 0, version=3), txn_api.AddPartitionsToTxnResponse, 3)
+        old = await call(b, add_req(500, 0, version=1), txn_api.AddPartitionsToTxnResponse, 1)
+        end = await call(b, txn_api.EndTxnRequest(version=1, transactional_id=T, producer_id=500, producer_epoch=0,
+                                          committed=True), txn_api.EndTxnResponse, 1)
         return new, old, end
     new, old, end = asyncio.run(go())
     assert new.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == rpc.PRODUCER_FENCED

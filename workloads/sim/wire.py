@@ -156,62 +156,20 @@ def _response_class(request_class: Any) -> Any:
 
 
 def _classes() -> tuple[dict[int, Any], dict[int, Any]]:
-    from kafka.protocol.consumer import (
-        FetchRequest,
-        FetchResponse,
-        ListOffsetsRequest,
-        ListOffsetsResponse,
-        OffsetForLeaderEpochRequest,
-        OffsetForLeaderEpochResponse,
-    )
-    from kafka.protocol.consumer.group import (
-        HeartbeatRequest,
-        HeartbeatResponse,
-        JoinGroupRequest,
-        JoinGroupResponse,
-        LeaveGroupRequest,
-        LeaveGroupResponse,
-        OffsetCommitRequest,
-        OffsetCommitResponse,
-        OffsetFetchRequest,
-        OffsetFetchResponse,
-        SyncGroupRequest,
-        SyncGroupResponse,
-    )
-    from kafka.protocol.metadata import (
-        ApiVersionsResponse,
-        FindCoordinatorRequest,
-        FindCoordinatorResponse,
-        MetadataRequest,
-        MetadataResponse,
-    )
-    from kafka.protocol.producer import (
-        InitProducerIdRequest,
-        InitProducerIdResponse,
-        ProduceRequest,
-        ProduceResponse,
-    )
-    from kafka.protocol.producer.transaction import (
-        AddOffsetsToTxnRequest,
-        AddOffsetsToTxnResponse,
-        AddPartitionsToTxnRequest,
-        AddPartitionsToTxnResponse,
-        EndTxnRequest,
-        EndTxnResponse,
-        TxnOffsetCommitRequest,
-        TxnOffsetCommitResponse,
-    )
+    """The APIs the simulated clients speak: api key -> kafka-python's request class, and its response class."""
+    from kafka.protocol import consumer, metadata, producer
+    from kafka.protocol.consumer import group
+    from kafka.protocol.producer import transaction
 
-    pairs = [(ApiVersionsRequest, ApiVersionsResponse), (MetadataRequest, MetadataResponse),
-             (ProduceRequest, ProduceResponse), (FetchRequest, FetchResponse), (ListOffsetsRequest, ListOffsetsResponse),
-             (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
-             (FindCoordinatorRequest, FindCoordinatorResponse), (JoinGroupRequest, JoinGroupResponse),
-             (SyncGroupRequest, SyncGroupResponse), (HeartbeatRequest, HeartbeatResponse),
-             (LeaveGroupRequest, LeaveGroupResponse), (OffsetCommitRequest, OffsetCommitResponse),
-             (OffsetFetchRequest, OffsetFetchResponse), (InitProducerIdRequest, InitProducerIdResponse),
-             (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse), (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
-             (EndTxnRequest, EndTxnResponse), (TxnOffsetCommitRequest, TxnOffsetCommitResponse)]
-    return {q.API_KEY: q for q, _ in pairs}, {q.API_KEY: r for q, r in pairs}
+    apis = [(metadata, "ApiVersions"), (metadata, "Metadata"), (producer, "Produce"), (consumer, "Fetch"),
+            (consumer, "ListOffsets"), (consumer, "OffsetForLeaderEpoch"), (metadata, "FindCoordinator"),
+            (group, "JoinGroup"), (group, "SyncGroup"), (group, "Heartbeat"), (group, "LeaveGroup"),
+            (group, "OffsetCommit"), (group, "OffsetFetch"), (producer, "InitProducerId"),
+            (transaction, "AddPartitionsToTxn"), (transaction, "AddOffsetsToTxn"), (transaction, "EndTxn"),
+            (transaction, "TxnOffsetCommit")]
+    requests = {getattr(m, f"{api}Request").API_KEY: getattr(m, f"{api}Request") for m, api in apis}
+    responses = {getattr(m, f"{api}Request").API_KEY: getattr(m, f"{api}Response") for m, api in apis}
+    return requests, responses
 
 
 _REQUEST_CLASSES, _RESPONSE_CLASSES = _classes()
