@@ -9,6 +9,7 @@ import random
 import pytest
 
 from kafkaesque_harness.history import FAIL, INFO, INVOKE, OK, Op
+from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.registry import parse_workload_options, workload_options_problems
 from kafkaesque_harness.workloads.txn import TxnOpMix, TxnWorkload, txn_options
 from kafkaesque_harness.workloads.txn_client import (
@@ -423,3 +424,56 @@ def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_proces
         assert member.calls == ["unsubscribe", ("assign", [0, 1, 2])]
     finally:
         del base.PARKED_CONSUMERS[before:]
+
+
+class EventfulLibrary(ScriptedLibrary):
+    """A library that did things on its own in a poll: a reset, a leader change stamped before it (a library's
+    own thread can report an event late), and a rebalance."""
+
+    def __init__(self):
+        super().__init__()
+        self.clock = iter([3.0, 1.0, 4.0])
+        self.events = ClientEventLog("scripted", lambda: next(self.clock))
+
+    def poll(self):
+        self.events.add("reset", topic="t", partition=0)
+        self.events.add("leader", topic="t", partition=0)
+        self.on_rebalance("revoked", [0, 1])
+        return {}
+
+
+class AwaitedLibrary(EventfulLibrary):
+    """The same library with the simulator's awaited calls (workloads/sim/txn.py SimTxnLibrary)."""
+
+    async def ensure_producer(self): super().ensure_producer()
+    async def begin(self): super().begin()
+    async def flush(self): super().flush()
+    async def send_offsets(self): return super().send_offsets()
+    async def commit(self): super().commit()
+    async def abort(self): super().abort()
+    async def poll(self): return EventfulLibrary.poll(self)
+
+
+def crash_completion(simulated: bool) -> Op:
+    """A txn whose poll went through a rebalance under crash_on_rebalance, on the blocking or the simulated client."""
+    import asyncio
+
+    from kafkaesque_harness.workloads.sim.txn import SimTxnClient
+
+    if not simulated:
+        return client_with(EventfulLibrary(), crash_on_rebalance=True).invoke(txn([["poll"]]))
+    client = SimTxnClient(None, "", random.Random(0), "t", 4, 1, txn_options({"crash_on_rebalance": True}),
+                          OffsetTracker())
+    client.lib = lib = AwaitedLibrary()
+    lib.on_rebalance = client._journal
+    return asyncio.run(client.invoke(txn([["poll"]])))
+
+
+@pytest.mark.parametrize("simulated", [False, True], ids=["blocking", "simulated"])
+def test_a_crashed_librarys_rebalances_and_events_go_on_its_ops_completion_in_the_order_they_happened(simulated):
+    comp = crash_completion(simulated)
+    assert comp.type == INFO and comp.error == CRASHED_ON_REBALANCE
+    assert comp.extra["rebalance_log"] == [{"keys": [0, 1], "type": "revoked"}]
+    # the crashed library's events (it is gone when the completion is made), by mono: the leader change first
+    assert [(e["type"], e["mono"]) for e in comp.extra["client_events"]] == [("leader", 1.0), ("reset", 3.0),
+                                                                              ("rebalance", 4.0)]
