@@ -43,6 +43,7 @@ from kafkaesque_harness.harness.console import (
     fail_all,
     silence_stdout,
 )
+from kafkaesque_harness.harness.exits import INTERRUPTED
 from kafkaesque_harness.history.extras import MissingExtra, dist_version
 from kafkaesque_harness.nemesis.registry import nemesis_help, parse_nemesis_options
 from kafkaesque_harness.results.pipeline.cli import pipeline_app
@@ -83,7 +84,7 @@ class _GuardedGroup(TyperGroup):
             err.print(f"[red]error:[/] {escape(_one_line(e.format_message()))}")
             code = EXIT_HARNESS
         except (typer.Abort, KeyboardInterrupt):
-            err.print("[red]error:[/] interrupted before the command finished; nothing more was done.")
+            err.print(f"[red]error:[/] {INTERRUPTED}")
             code = EXIT_INTERRUPTED
         except (OutputClosed, BrokenPipeError):
             code = _output_closed()
@@ -1014,7 +1015,8 @@ def _print_campaign_plan(plan) -> None:
 
 
 def main() -> None:
-    """The console script: the guarded app, and a guard around it for what fails before a command runs."""
+    """The guarded app, and a guard around it for what fails before a command runs (the console script,
+    harness/entry.py, imports this module and calls it)."""
     from kafkaesque_harness.workloads.base import exit_without_finalizers
 
     try:
