@@ -8,7 +8,9 @@ p50/p99 latency of sends, and where the machine's CPU went over the main phase, 
 process (the harness, the brokers, their FUSE daemons, a foreign broker, the rest): on 2
 cores that says what bounds the figure. Only this benchmark's own process tree counts: the run it
 starts and everything that run starts, daemons included (this process is their subreaper, so a
-double-forked broker stays in the tree); other runs' harnesses and brokers on the machine do not.
+double-forked broker stays in the tree), and the processes of the run's containers (--cluster docker:
+they descend from docker's shim, not from the run, and carry the run's KAFKAESQUE_OWNER, which the run's
+registration names); other runs' harnesses and brokers on the machine do not.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_broker import cpu_seconds  # noqa: E402  # (this script's directory is on sys.path)
 from yardstick import bracket  # noqa: E402  # benchmarks/yardstick.py
 
+from kafkaesque_harness.clusters.ownership import registered_runs  # noqa: E402
+from kafkaesque_harness.clusters.reference import OWNER_ENV  # noqa: E402
 from kafkaesque_harness.history import NEMESIS, pair_ops, read_history  # noqa: E402
 
 # A process's kind by its command line, first match: what bench_harness splits the machine's CPU by
@@ -68,16 +72,42 @@ def descendants(root: int, parents: dict[int, int]) -> set[int]:
     return tree
 
 
+def own_processes(root: int, parents: dict[int, int], owners: dict[int, str], runs: dict[int, str]) -> set[int]:
+    """The processes the benchmark's run accounts for: root and its descendants, and every process that
+    carries (`owners`: pid -> its KAFKAESQUE_OWNER) the owner id of a run that a process of that tree
+    registered (`runs`: the registering pid -> the owner id), with its descendants: a docker cluster's
+    brokers, which descend from the container runtime. Another run's processes carry another owner id."""
+    tree = descendants(root, parents)
+    ours = {owner for pid, owner in runs.items() if pid in tree}
+    for pid, owner in owners.items():
+        if owner in ours and pid not in tree:
+            tree |= descendants(pid, parents)
+    return tree
+
+
+def owner_of(pid: int) -> str | None:
+    """The run id in the process's KAFKAESQUE_OWNER (clusters/reference.py), or None."""
+    marker = f"{OWNER_ENV}=".encode()
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return next((kv[len(marker):].decode(errors="replace") for kv in f.read().split(b"\0")
+                     if kv.startswith(marker)), None)
+
+
 def cpu_by_process(root: int) -> dict[int, tuple[float, str]]:
-    """CPU seconds so far (user + system) and the command line of root and each of its descendants, from /proc."""
-    parents = {}
+    """CPU seconds so far (user + system) and the command line of each process of root's run (own_processes),
+    from /proc."""
+    parents, owners = {}, {}
     for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
         try:
             parents[pid] = parent_of(pid)
+            owner = owner_of(pid)
         except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+            continue  # gone meanwhile, or not ours to read
+        if owner:
+            owners[pid] = owner
+    runs = {r.harness.pid: r.owner for r in registered_runs() if r.harness.state() == "live"}
     out = {}
-    for pid in descendants(root, parents):
+    for pid in own_processes(root, parents, owners, runs):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")

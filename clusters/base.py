@@ -169,15 +169,16 @@ class IsolatedNodes(Protocol):
 
 @runtime_checkable
 class ClientCuts(Protocol):
-    """Cut a node off from the harness's own clients, not from the other nodes (issue 40: the group's
-    coordinator stays up and leads while its members' heartbeats are lost): the address the clients reach the
-    nodes from, as the nodes see it, which a node's iptables rules can drop."""
+    """Cut one node off from the harness's own clients, not from the other nodes: the address each node sees
+    the clients' packets come from, which its iptables rules can drop. Two faults use it: the protocol move
+    cut-group-coordinator-from-clients (issue 40: the coordinator stays up and leads while its members'
+    heartbeats are lost) and client-partition (issue 43: one diskless broker the clients cannot reach)."""
 
-    def client_address(self) -> str:
-        """The address the harness's clients' packets come from, at the nodes."""
+    def client_address(self, node: str) -> str | None:
+        """The address `node` sees the harness's clients' packets come from; None when it is not known."""
 
     def client_cut_unavailable(self) -> str | None:
-        """None when client_address is known and the nodes can drop it; else why not, one clause."""
+        """None when client_address answers for every node and the nodes can drop it; else why not, one clause."""
 
 
 @runtime_checkable
@@ -296,18 +297,6 @@ class SpreadClients(Protocol):
 
     def worker_bootstrap(self, worker: int) -> str:
         """The bootstrap servers of worker `worker` (host:port, comma-separated)."""
-
-
-@runtime_checkable
-class ClientLinks(Protocol):
-    """The address a node sees the harness's clients come from, so a cut can stand between the clients and
-    one broker (client-partition)."""
-
-    def client_address(self, node: str) -> str | None:
-        """That address, or None when it is not known."""
-
-    def client_link_unavailable(self) -> str | None:
-        """None when client_address answers for every broker; else why not, one clause."""
 
 
 def proc_sys_refusal(cluster, why_denied: str) -> str | None:

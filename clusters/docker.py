@@ -103,8 +103,9 @@ class DockerCluster(ReferenceCluster):
     def clock_unavailable(self) -> str | None:
         return None  # the node image has the preload, and every node's processes start under it
 
-    def client_address(self) -> str:
-        return self.gateway
+    def client_address(self, node: str) -> str | None:
+        """ClientCuts: every node sees the harness's clients come from its network's gateway."""
+        return self.gateway or None
 
     def client_cut_unavailable(self) -> str | None:
         return None if self.gateway else "its network's gateway is not known (the cluster is not up)"

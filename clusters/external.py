@@ -121,7 +121,7 @@ class ExternalCluster(ClaimedNodes):
         return f"{host}:{port}"
 
     def client_address(self, node: str) -> str | None:
-        """ClientLinks (clusters/base.py): the address the node sees the harness's clients come from (docker:
+        """ClientCuts (clusters/base.py): the address the node sees the harness's clients come from (docker:
         its network's gateway, through which the host reaches it); None where it is not known (ssh)."""
         if self.cf.transport != "docker":
             return None
@@ -129,7 +129,7 @@ class ExternalCluster(ClaimedNodes):
         nets = remote.container.attrs.get("NetworkSettings", {}).get("Networks", {})
         return next((v.get("Gateway") for v in nets.values() if v.get("Gateway")), None)
 
-    def client_link_unavailable(self) -> str | None:
+    def client_cut_unavailable(self) -> str | None:
         if self.cf.transport != "docker":
             return (f"the cluster file {self.cf.path} reaches its nodes over SSH, where the address the harness's "
                     "clients come from is not known")

@@ -103,8 +103,9 @@ class NetnsCluster(LocalCluster):
     def isolation_unavailable(self) -> str | None:
         return None  # own network stack per node: partition, net and lossy-crash faults work
 
-    def client_address(self) -> str:
-        return f"{self.subnet}.1"  # the bridge's address: the harness's clients reach the nodes from it
+    def client_address(self, node: str) -> str | None:
+        """ClientCuts: every node sees the harness's clients come from the bridge's address."""
+        return f"{self.subnet}.1" if self.subnet else None
 
     def client_cut_unavailable(self) -> str | None:
         return None if self.subnet else "its network is not up (no bridge address yet)"

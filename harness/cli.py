@@ -43,6 +43,7 @@ from kafkaesque_harness.harness.console import (
     fail_all,
     silence_stdout,
 )
+from kafkaesque_harness.harness.exits import INTERRUPTED
 from kafkaesque_harness.history.extras import MissingExtra, dist_version
 from kafkaesque_harness.nemesis.registry import nemesis_help, parse_nemesis_options
 from kafkaesque_harness.results.pipeline.cli import pipeline_app
@@ -83,7 +84,7 @@ class _GuardedGroup(TyperGroup):
             err.print(f"[red]error:[/] {escape(_one_line(e.format_message()))}")
             code = EXIT_HARNESS
         except (typer.Abort, KeyboardInterrupt):
-            err.print("[red]error:[/] interrupted before the command finished; nothing more was done.")
+            err.print(f"[red]error:[/] {INTERRUPTED}")
             code = EXIT_INTERRUPTED
         except (OutputClosed, BrokenPipeError):
             code = _output_closed()
@@ -1014,20 +1015,13 @@ def _print_campaign_plan(plan) -> None:
 
 
 def main() -> None:
-    """The console script: the guarded app, and a guard around it for what fails before a command runs."""
-    from kafkaesque_harness.workloads.base import exit_without_finalizers
-
+    """The guarded app, and a guard around it for what fails before a command runs (the console script,
+    harness/entry.py, imports this module and calls it)."""
     try:
         app()
-    except SystemExit as e:
-        # parked group members (workloads/base.py close_confluent_consumer) must not be destroyed by the
-        # interpreter's finalizers, which could freeze the process after its run was stored
-        exit_without_finalizers(e.code if isinstance(e.code, int) else EXIT_HARNESS if e.code else 0)
-        raise
     except Exception as e:  # noqa: BLE001 - e.g. building the commands; the group's guard covers the rest
         err.print(f"[red]error:[/] {escape(harness_failure(e))}")
         sys.exit(EXIT_HARNESS)
-    exit_without_finalizers(0)
 
 
 if __name__ == "__main__":

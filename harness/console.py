@@ -14,10 +14,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Every command's exit status (README, --help's epilog): a verdict's, the harness's own failure or bad input,
-# or a run a signal cut short (Ctrl-C, SIGTERM, SIGHUP: healed, stored, its verdict unknown), 128 + SIGINT as
-# a shell, docker and kubectl end on Ctrl-C, whichever signal it was and whenever it came.
-EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# Every command's exit status (harness/exits.py says which is which), re-exported for the commands.
+from kafkaesque_harness.harness.exits import (  # noqa: F401
+    EXIT_HARNESS,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_UNKNOWN,
+    EXIT_VALID,
+)
 
 
 class OutputClosed(Exception):

@@ -17,9 +17,9 @@ step goes through the run's FaultLedger (nemesis/ledger.py):
   reading the qdisc and rules back.
 - slow_link, restore_links: a tbf bandwidth limit alone on a node's egress (a slow object store:
   every answer it sends is held to the rate); observed by reading the qdisc back.
-- cut_client_link, heal_client_cuts: iptables DROP on one broker of every packet from the address the
-  harness's clients reach it from (ClientLinks); observed by a TCP connect from the harness itself,
-  which must time out, and after the heal must not.
+- cut_clients, heal_client_cuts: iptables DROP on one node of every packet from the address the
+  harness's clients reach it from (ClientCuts), in the same chain as the cuts; observed by a TCP connect
+  from the harness itself, which must time out, and after the heal must not.
 - set_clock, reset_clock: the node's clock control file (clusters/clock_preload.py); observed
   by the node's own clock, read from its state dump.
 - stall_producer, resume_producers: a client fault, not a node's: one of the workload's own client
@@ -47,7 +47,6 @@ from kafkaesque_harness.history import FaultRecord
 from kafkaesque_harness.nemesis.grudge import Grudge, describe
 from kafkaesque_harness.nemesis.ledger import FaultLedger
 from kafkaesque_harness.nemesis.observe import (
-    CLIENTS,
     net_state,
     node_clock_reading,
     probe_from_harness,
@@ -246,18 +245,6 @@ class FaultActions:
                                  f"{k} {v}" for k, v in seen.items() if v != "timeout"))
         return rec
 
-    def cut_clients(self, node: str, by: str) -> FaultRecord:
-        """Cut `node` off from the harness's own clients (not from the other nodes): its rules drop what comes
-        from the address they reach it from (ClientCuts). A coordinator so cut stays up, leads and hears its
-        peers, while its group's members' heartbeats and commits are lost (issue 40). Healed by heal_cuts, as
-        any cut; probed from this process (the clients' side)."""
-        from kafkaesque_harness.nemesis.requirements import ClientCuts, why_not
-
-        why = why_not(self.cluster, ClientCuts)
-        if why:
-            raise RuntimeError(f"{node} cannot be cut off from the clients: {why}")
-        return self.cut({node: {CLIENTS}}, by, nodes=[node], detail={"clients": self.cluster.client_address()})
-
     def _remove_rules(self, owed: list[FaultRecord], active: dict[int, Any]) -> dict[int, Any]:
         """Drop the owed records' entries from `active` (a table of the rules in force) and apply what is left
         (the caller holds the lock); the entries removed, by record id. If the rules cannot be applied, each owed
@@ -355,13 +342,21 @@ class FaultActions:
                                f"the node still shows qdisc {state['qdisc']!r}")
         return owed
 
-    def cut_client_link(self, node: str, by: str, detail: Any = None) -> FaultRecord:
-        """The broker drops every packet from the address the harness's clients reach it from: no client of
-        the workload (nor the harness's own Metadata lookups) reaches it, while it still reaches the store."""
-        address = self.cluster.client_address(node)
+    def cut_clients(self, node: str, by: str, detail: Any = None) -> FaultRecord:
+        """Cut `node` off from the harness's own clients, not from the other nodes: its rules drop every packet
+        from the address the clients reach it from (ClientCuts). No client of the workload (nor the harness's
+        own Metadata lookups) reaches it, while it still hears its peers and the store: a group coordinator so
+        cut stays up and leads while its members' heartbeats and commits are lost (issue 40), a diskless broker
+        goes on writing to the store (issue 43's client-partition). Probed from this process, the clients'
+        side; heal_client_cuts undoes it."""
+        from kafkaesque_harness.nemesis.requirements import ClientCuts, why_not
+
+        why = why_not(self.cluster, ClientCuts)
+        address = None if why else self.cluster.client_address(node)
         rec = self.ledger.request("client-partition", [node], by, {"clients": address, **(detail or {})})
         if not address:
-            self.ledger.applied(rec, False, f"the address the clients reach {node} from is not known")
+            self.ledger.applied(rec, False, f"{node} cannot be cut off from the clients: "
+                                            f"{why or 'the address the clients reach it from is not known'}")
             return rec
         with self._lock:
             self._client_cuts[rec.id] = (node, address)
@@ -378,19 +373,20 @@ class FaultActions:
                              f"the harness still reaches {node}: {seen}")
         return rec
 
-    def heal_client_cuts(self, by: str | None = None) -> list[FaultRecord]:
-        """Undo the active client cuts (of `by`; all when None), then connect from the harness again."""
+    def heal_client_cuts(self, node: str | None = None, by: str | None = None) -> list[FaultRecord]:
+        """Undo the active client cuts (of `node`, of `by`; all when neither is given), then connect from the
+        harness again: it must reach each node, unless another client cut still holds it."""
         with self._lock:
-            owed = [r for r in self.ledger.active(("client-partition",), by=by) if r.id in self._client_cuts]
+            owed = [r for r in self.ledger.active(("client-partition",), node, by) if r.id in self._client_cuts]
             if not owed:
                 return []
             removed = self._remove_rules(owed, self._client_cuts)
             still = {n for n, _ in self._client_cuts.values()}
         for rec in owed:
-            node = removed[rec.id][0]
-            seen = "still cut by another fault" if node in still else probe_from_harness(self.cluster, node)
-            self.ledger.healed(rec, node in still or seen in ("open", "refused"), {"probes": {f"clients->{node}": seen}},
-                               f"the harness does not reach {node} after the heal: {seen}")
+            cut = removed[rec.id][0]
+            seen = "still cut by another fault" if cut in still else probe_from_harness(self.cluster, cut)
+            self.ledger.healed(rec, cut in still or seen in ("open", "refused"), {"probes": {f"clients->{cut}": seen}},
+                               f"the harness does not reach {cut} after the heal: {seen}")
         return owed
 
     def _union(self) -> Grudge:
@@ -406,10 +402,6 @@ class FaultActions:
         except Exception:  # noqa: BLE001 - the caller raises the first error; the final heal removes the chain
             pass
 
-    def _address(self, node: str) -> str:
-        """A grudge peer's address as the nodes see it: a node's own, or the clients' (CLIENTS)."""
-        return self.cluster.client_address() if node == CLIENTS else self.cluster.address(node)[0]
-
     def _apply_rules(self) -> None:
         """Every node's chain becomes exactly the union of the active cuts and loss rules, all nodes at once
         (one exec per node: flush, then add)."""
@@ -420,7 +412,7 @@ class FaultActions:
         commands = {}
         for node in self.cluster.nodes():
             rules = [shell_join(flush)]
-            rules += [shell_join(a) for a in netrules.drop_from(self._address(n) for n in union.get(node, ()))]
+            rules += [shell_join(a) for a in netrules.drop_from(self.cluster.address(n)[0] for n in union.get(node, ()))]
             for owner, peers, p in self._loss.values():
                 if owner == node:
                     rules += [shell_join(a) for a in netrules.random_loss_from(peers, p)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kafkaesque_harness.clusters.base import (
-    ClientLinks,
+    ClientCuts,
     ClockControl,
     ControllerAdmin,
     IsolatedNodes,
@@ -52,7 +52,7 @@ CONTROLLER_ADMIN = Need(ControllerAdmin, "changes replica sets through the refer
 PAGE_CACHE_DROP = Need(PageCacheDrop, "needs the nodes' page-cache control")
 OBJECT_STORE = Need(ObjectStore, "acts on the object store the brokers keep their data in (a node of role storage "
                                  "in a cluster file: clusters/examples/tansu-s3.toml)")
-CLIENT_LINKS = Need(ClientLinks, "needs the address the harness's clients reach each broker from")
+CLIENT_CUTS = Need(ClientCuts, "needs the address the harness's clients reach each broker from")
 
 
 @dataclass(frozen=True)

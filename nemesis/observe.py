@@ -43,14 +43,8 @@ def probe_script(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> li
             "{ [ $? -eq 124 ] && echo timeout || echo refused; }; fi"]
 
 
-CLIENTS = "clients"  # in a grudge: the harness's own clients (ClientCuts: the address they reach the nodes from)
-
-
 def probe_tcp(cluster, src: str, dst: str) -> str:
-    """From node `src` (or from the harness, CLIENTS), a TCP connect to `dst`'s Kafka port: open, refused,
-    timeout, or error ...."""
-    if src == CLIENTS:
-        return probe_from_harness(cluster, dst)
+    """From node `src`, a TCP connect to `dst`'s Kafka port: open, refused, timeout, or error ...."""
     host, port = cluster.address(dst)
     r = cluster.remote(src).run(probe_script(host, port), timeout=PROBE_TIMEOUT_S + 10)
     words = r.out.strip().splitlines()[-1:] if r.out.strip() else []

@@ -28,7 +28,6 @@ from typing import Any
 
 from kafkaesque_harness.clusters.base import (
     ClientCuts,
-    ClientLinks,
     ClockControl,
     ControllerAdmin,
     HasRemotes,
@@ -78,7 +77,7 @@ def fault_needs(fault: str) -> tuple[tuple[str, ...], str]:
     k = kind(fault)
     return (k.capabilities, k.on) if k else ((), "all")
 
-__all__ = ["ClientCuts", "ClientLinks", "ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk",
+__all__ = ["ClientCuts", "ClockControl", "ControllerAdmin", "HasRemotes", "IsolatedNodes", "LossyControllers", "LossyDisk",
            "NetDevice", "ObjectStore", "PageCacheDrop", "Pausable", "SegmentFiles", "SpreadClients", "StateDumps", "ability_refusal", "can", "capability_refusal", "steps_refusal",
            "why_not"]
 
@@ -102,7 +101,6 @@ _UNDECLARED: dict[type, str] = {
     PageCacheDrop: "the {name} cluster does not say whether its nodes may write /proc/sys/vm/drop_caches",
     ClientCuts: "the {name} cluster does not say from which address the harness's clients reach its nodes",
     ObjectStore: "the {name} cluster has no object store of its own (no node of role storage)",
-    ClientLinks: "the {name} cluster does not say where the harness's clients reach its brokers from",
 }
 # Why not, for a subject that declares the ability: its own answer of the moment (None: it can).
 _ANSWER: dict[type, Callable[[Any], str | None]] = {
@@ -115,7 +113,6 @@ _ANSWER: dict[type, Callable[[Any], str | None]] = {
     ClientCuts: lambda c: c.client_cut_unavailable(),
     # A cluster file without a storage node declares the ability but has no store to fault.
     ObjectStore: lambda c: None if c.storage_nodes() else "the cluster file names no node of role storage",
-    ClientLinks: lambda c: c.client_link_unavailable(),
 }
 
 

@@ -24,11 +24,12 @@ has-leader, fenced, unfenced, log-reaches: the node's log end offset has reached
 named node's), kill, lossy-crash, pause, resume, stop (controlled shutdown), start,
 isolate (cut one node off from every other), cut (one node from one other, or from the
 controllers, both ways), cut-clients (one node from the harness's own clients only, where the cluster
-says where they are: ClientCuts), heal (one node's cuts, or all), sleep; and two steps on the workload's
-own clients rather than a node: stall-producer (a client process stops inside an open transaction
-for the transaction timeout plus `seconds`; with a node, a process whose transactional id that
-broker coordinates: nemesis/actions.py stall_producer, workloads/stalls.py) and resume-producer (wait
-until it goes on, and record what its transaction came to). A wait that times out, or a stall no
+says where they are: ClientCuts), heal (one node's cuts, from its peers and from the clients, or all),
+sleep; and two steps on the workload's own clients rather than a node: stall-producer (a client
+process stops inside an open transaction for the transaction timeout plus `seconds`; with a node, a
+process whose transactional id that broker coordinates: nemesis/actions.py stall_producer,
+workloads/stalls.py) and resume-producer (wait until it goes on, and record what its transaction came
+to). A wait that times out, or a stall no
 process could take, ends the scenario there (recorded, not an error of the run): the protocol did not go
 where the scenario needed it, which the detection table counts separately from "no
 anomaly".
@@ -252,6 +253,7 @@ class ScenarioNemesis(NemesisBase):
         elif step.do == "heal":
             # One node: its isolation and every cut it is part of; no node: everything the scenario cut.
             healed = self.faults.heal_cuts(node=node or None, by=self.by)
+            healed += self.faults.heal_client_cuts(node=node or None, by=self.by)
             return {"healed": ([node] if healed else []) if node else sorted({n for r in healed for n in r.nodes})}
         else:
             raise ValueError(f"unknown scenario step {step.do!r}; valid: bind, wait, sleep, {', '.join(ACTIONS)}")

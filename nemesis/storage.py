@@ -9,7 +9,7 @@ role `storage`, clusters/examples/tansu-s3.toml), the links to it, and the clien
   reconnects them. `storage_partition_target`: one-broker, all-brokers, or mixed (each fault draws one).
 - storage-slow: a tbf bandwidth limit on the store's egress (its answers to every broker held to
   `storage_rate`); the stop removes it.
-- client-partition: one broker drops every packet from the harness's clients (ClientLinks), while it still
+- client-partition: one broker drops every packet from the harness's clients (ClientCuts), while it still
   reaches the store; the stop reconnects them.
 
 Kill and pause of brokers are the kill and pause faults (nemesis/process.py), which target the brokers
@@ -154,7 +154,7 @@ class ClientPartitionNemesis(NemesisBase):
         if op.f == self.start_f:
             self.faults.heal_client_cuts(by=self.name)  # one broker at a time
             node = self.rng.choice(sorted(cluster.broker_nodes()))
-            rec = self.faults.cut_client_link(node, by=self.name)
+            rec = self.faults.cut_clients(node, by=self.name)
             return Op(INFO, op.f, op.process, {"client-partition": [node], "clients": rec.detail.get("clients")})
         if op.f == self.stop_f:
             healed = self.faults.heal_client_cuts(by=self.name)

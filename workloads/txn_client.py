@@ -107,23 +107,76 @@ def transactional_id(slot: int) -> str:
     return f"kafkaesque-txn-{slot}"
 
 
+# --- what a process's library did on its own, put on the op's completion ----------------------------------
+class LibraryJournal:
+    """The part of a txn process that TxnClient and the simulator's SimTxnClient (workloads/sim/txn.py) share
+    whatever their library's calls block or await: the rebalances the library's consumer went through and its
+    client events, which go on the completion of the op they happened in, also when the op crashed the
+    library. A subclass has `lib` (the library or None), `topic` and `o` (the workload's options)."""
+
+    lib: Any
+    topic: str
+    o: dict[str, Any]
+
+    def __init__(self) -> None:
+        self._rebalances: list[dict[str, Any]] = []
+        self._rebalanced_during_op = False
+        self._dropped_events: list[dict[str, Any]] = []  # a crashed library's, for the op that crashed it
+        self._lock = threading.Lock()  # a real library's consumer calls _journal from its own thread
+
+    def _journal(self, kind: str, keys: list[int]) -> None:
+        """The library's rebalance callback: the keys gained or lost (`kind`), journalled and a client event."""
+        with self._lock:
+            self._rebalances.append({"keys": list(keys), "type": kind})
+            self._rebalanced_during_op = True
+        lib = self.lib
+        if lib is not None and lib.events is not None:
+            lib.events.add("rebalance", topic=self.topic, how=kind, keys=list(keys))
+
+    def _begin_op(self) -> None:
+        with self._lock:
+            self._rebalanced_during_op = False
+
+    def _crash_if_rebalanced(self) -> None:
+        if self.o["crash_on_rebalance"] and self._rebalanced_during_op:
+            raise CrashedOnRebalance(CRASHED_ON_REBALANCE)
+
+    def _drop_library(self) -> None:
+        """Crash the library (no clean shutdown); what it did on its own goes on this op's completion."""
+        if self.lib is not None:
+            self._dropped_events += self.lib.take_events()
+            self.lib.crash()
+        self.lib = None
+
+    def _finish_op(self, comp: Op) -> Op:
+        """The completion with the op's rebalance log and its client events (the live library's and a crashed
+        one's) in the order they happened."""
+        with self._lock:
+            if self._rebalances:
+                comp.extra = {**(comp.extra or {}), "rebalance_log": self._rebalances}
+                self._rebalances = []
+        events = self.lib.take_events() if self.lib is not None else []
+        events += self._dropped_events
+        self._dropped_events = []
+        if events:
+            comp.extra = {**(comp.extra or {}), CLIENT_EVENTS: sorted(events, key=lambda e: e.get("mono", 0))}
+        return comp
+
+
 # --- the client: outcome rules ----------------------------------------------------------------------------
-class TxnClient:
+class TxnClient(LibraryJournal):
     """One logical process: runs txn, assign, subscribe, crash and final poll ops on a TxnLibrary and
     decides each outcome (module docstring)."""
 
     def __init__(self, make_library: Callable[..., TxnLibrary], topic: str, partitions: int, concurrency: int,
                  options: dict[str, Any], tracker: OffsetTracker, stalls: ProducerStallControl | None = None):
+        super().__init__()
         self.make_library, self.topic, self.partitions = make_library, topic, partitions
         self.concurrency, self.o, self.tracker = max(1, concurrency), options, tracker
         self.stalls = stalls  # the run's producer stalls (workloads/stalls.py); None: never stalls
         self._stall: Stall | None = None  # the stall the current op went through
         self.lib: TxnLibrary | None = None
         self.bootstrap = ""
-        self._rebalances: list[dict[str, Any]] = []
-        self._rebalanced_during_op = False
-        self._dropped_events: list[dict[str, Any]] = []  # a crashed library's, for the op that crashed it
-        self._lock = threading.Lock()
 
     def open(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
@@ -135,14 +188,6 @@ class TxnClient:
                                          transactional_id(process % self.concurrency), self.o, self._journal,
                                          process=process)
         return self.lib
-
-    def _journal(self, kind: str, keys: list[int]) -> None:
-        with self._lock:
-            self._rebalances.append({"keys": keys, "type": kind})
-            self._rebalanced_during_op = True
-        lib = self.lib
-        if lib is not None and lib.events is not None:
-            lib.events.add("rebalance", topic=self.topic, how=kind, keys=list(keys))
 
     def invoke(self, op: Op) -> Op:
         try:
@@ -163,8 +208,7 @@ class TxnClient:
         return stall
 
     def _invoke(self, op: Op) -> Op:
-        with self._lock:
-            self._rebalanced_during_op = False
+        self._begin_op()
         if op.f == "txn":
             comp = self._txn(op)
         elif op.f in ("assign", "subscribe"):
@@ -176,27 +220,7 @@ class TxnClient:
             comp = self._final_poll(op)
         else:
             raise ValueError(f"unknown txn workload op {op.f!r}")
-        with self._lock:
-            if self._rebalances:
-                comp.extra = {**(comp.extra or {}), "rebalance_log": self._rebalances}
-                self._rebalances = []
-        events = self.lib.take_events() if self.lib is not None else []
-        events += self._dropped_events
-        self._dropped_events = []
-        if events:
-            comp.extra = {**(comp.extra or {}), CLIENT_EVENTS: sorted(events, key=lambda e: e.get("mono", 0))}
-        return comp
-
-    def _drop_library(self) -> None:
-        """Crash the library (no clean shutdown); what it did on its own goes on this op's completion."""
-        if self.lib is not None:
-            self._dropped_events += self.lib.take_events()
-            self.lib.crash()
-        self.lib = None
-
-    def _crash_if_rebalanced(self) -> None:
-        if self.o["crash_on_rebalance"] and self._rebalanced_during_op:
-            raise CrashedOnRebalance(CRASHED_ON_REBALANCE)
+        return self._finish_op(comp)
 
     def _txn(self, op: Op) -> Op:
         micro = op.value

@@ -64,6 +64,31 @@ def test_partition_cuts_tcp_between_namespaces_and_heal_restores_it(cluster):
     assert netrules.CHAIN not in subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
 
 
+def test_a_broker_cut_off_from_the_harness_alone_still_hears_its_peers_and_the_heal_reconnects(cluster):
+    """client-partition (and the cut-clients step, through the same FaultActions.cut_clients): the broker's
+    rules drop the bridge address the harness's connects come from, and nothing else."""
+    from kafkaesque_harness.nemesis.observe import probe_from_harness
+    from kafkaesque_harness.nemesis.storage import ClientPartitionNemesis
+
+    cluster.wait_ready(cluster.broker_nodes(), 30)  # the isolated broker of the partition test is back
+    nem = ClientPartitionNemesis({"seed": 4})
+    faults = set_up_nemesis(nem, cluster)
+    done = nem.invoke(cluster, Op(INVOKE, "start-client-partition", "nemesis", None))
+    (node,) = done.value["client-partition"]
+    assert done.value["clients"] == f"{cluster.subnet}.1"
+    assert probe_from_harness(cluster, node) == "timeout"
+    assert all(probe_from_harness(cluster, b) == "open" for b in cluster.broker_nodes() if b != node)
+    peer = next(n for n in cluster.nodes() if n != node)
+    assert tcp_ok(cluster, node, peer) and tcp_ok(cluster, peer, node)
+    nem.invoke(cluster, Op(INVOKE, "stop-client-partition", "nemesis", None))
+    assert probe_from_harness(cluster, node) == "open"
+    (rec,) = faults.ledger.records()
+    assert (rec.fault, rec.observed, rec.healed) == ("client-partition", True, True)
+    assert rec.evidence["probes"] == {f"clients->{node}": "timeout"}
+    nem.teardown(cluster)
+    assert faults.heal_everything() == []
+
+
 def test_net_fault_shapes_the_nodes_own_veth_and_the_probe_sees_tc_there(cluster):
     from kafkaesque_harness.clusters.capabilities import probe_node
     from kafkaesque_harness.nemesis.faults import NetNemesis

@@ -36,3 +36,26 @@ def test_the_split_counts_a_child_and_not_an_unrelated_process():
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_containers_processes_count_when_they_carry_the_owner_id_the_run_registered():
+    # 1: init; 10: the benchmark's run (registered run-a), 11: its child; 50: docker's shim, 51: run-a's
+    # container broker below it, 52: that broker's child; 60: another run's container broker (run-b), 61: its child
+    parents = {1: 0, 10: 1, 11: 10, 50: 1, 51: 50, 52: 51, 60: 50, 61: 60}
+    owners = {51: "run-a", 60: "run-b"}
+    runs = {10: "run-a", 99: "run-b"}  # run-b registered by a harness outside the benchmark's tree
+    assert bench_harness.own_processes(10, parents, owners, runs) == {10, 11, 51, 52}
+    # a run the tree did not register: its containers stay out, whoever carries its id
+    assert bench_harness.own_processes(11, parents, owners, runs) == {11}
+
+
+def test_the_owner_id_is_read_from_a_processs_environment():
+    env = {**os.environ, "KAFKAESQUE_OWNER": "run-x"}
+    p = subprocess.Popen(["sleep", "30"], env=env)
+    bare = subprocess.Popen(["sleep", "30"], env={k: v for k, v in os.environ.items() if k != "KAFKAESQUE_OWNER"})
+    try:
+        assert bench_harness.owner_of(p.pid) == "run-x" and bench_harness.owner_of(bare.pid) is None
+    finally:
+        for q in (p, bare):
+            q.kill()
+            q.wait()

@@ -146,10 +146,10 @@ def test_help_says_what_every_exit_status_means():
 def test_the_console_script_is_the_guarded_main(monkeypatch):
     import tomllib
 
-    from kafkaesque_harness.harness.cli import main
+    from kafkaesque_harness.harness.entry import main
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["kafkaesque"] == "kafkaesque_harness.harness.cli:main"
+    assert pyproject["project"]["scripts"]["kafkaesque"] == "kafkaesque_harness.harness.entry:main"
     monkeypatch.setattr("sys.argv", ["kafkaesque", "run", "--no-such-option"])
     with pytest.raises(SystemExit) as e:
         main()

@@ -104,13 +104,15 @@ def test_the_idempotent_option_reaches_the_real_producers_configuration():
 class BrokerThread:
     """The reference broker's Kafka listener on a free localhost port, leading one partition of `queue` alone
     (min ISR 1, so each append commits at once), its loop in a thread. `answers` replaces the answers to the
-    first produce requests: each request is appended as usual, then answered with the next code in the list."""
+    first produce requests: each request is appended as usual, then answered with the next code in the list.
+    `groups`: it also leads every partition of __consumer_offsets, so it coordinates every group."""
 
-    def __init__(self, tmp_path, answers: list[int]):
+    def __init__(self, tmp_path, answers: list[int], groups: bool = False):
         import asyncio
         import socket
         import threading
 
+        from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
         from tests.unit.test_broker_groups import NODE, make_broker
 
         with socket.socket() as s:
@@ -130,7 +132,16 @@ class BrokerThread:
                       {"type": "partition", "topic": "queue", "partition": 0, "replicas": [NODE], "isr": [NODE],
                        "leader": NODE, "leader_epoch": 0, "partition_epoch": 0}]:
                 b.image.apply(b.image.offset + 1, r)
-            b.apply_metadata({("queue", 0)})
+            led = {("queue", 0)}
+            if groups:
+                offsets = b.groups.config.offsets_partitions
+                b.image.apply(b.image.offset + 1, {"type": "topic", "topic": OFFSETS_TOPIC, "partitions": offsets,
+                                                   "replication_factor": 1, "configs": {"min.insync.replicas": "1"}})
+                for p in range(offsets):
+                    b.image.apply(b.image.offset + 1, {"type": "partition", "topic": OFFSETS_TOPIC, "partition": p,
+                                                       "replicas": [NODE], "isr": [NODE], "leader": NODE,
+                                                       "leader_epoch": 0, "partition_epoch": 0})
+                    led.add((OFFSETS_TOPIC, p))
             produce = b.produce
 
             async def answered(*args, **kwargs):
@@ -141,6 +152,7 @@ class BrokerThread:
             b.produce = answered
 
             async def serve() -> None:
+                b.apply_metadata(led)  # in the loop: a new leader of __consumer_offsets loads its groups in a task
                 self.server = await b.listener().start("127.0.0.1", self.port)
                 ready.set()
                 await self.server.serve_forever()
@@ -215,17 +227,6 @@ def test_a_send_in_one_request_carries_no_resent(tmp_path):
     assert (done.type, done.value, done.extra) == ("ok", [0, [0, 7463]], None)
 
 
-def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
-    """close() would run the rebalance callback itself, and its rd_kafka_assign() can wait forever holding the
-    GIL (librdkafka issue 4041): the whole harness froze. A member still assigned after the drain is dropped
-    unclosed, as a crash drops it."""
-    from kafkaesque_harness.workloads.confluent import close_confluent_consumer
-
-    member = FakeGroupMember(assigned=[0])  # the coordinator never answers: the revocation never comes
-    close_confluent_consumer(member, subscribed=True, drain_s=0.05)
-    assert member.calls == ["unsubscribe"]
-
-
 def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_committed():
     """confluent-kafka's synchronous commit() raises for the request; a partition's own error comes back in
     its TopicPartition. Such a partition was not committed, so the op must not claim it was."""
@@ -297,57 +298,57 @@ def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
     assert client.invoke(Op(type="invoke", f="poll", process=1, value=None)).extra is None
 
 
-def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_next_process():
-    """A confluent-kafka member cannot be closed safely, and parking one per retired process filled a broker's
-    connection limit in five minutes: the next process takes the member over and joins again as its own."""
-    from kafkaesque_harness.history import Op
-    from kafkaesque_harness.workloads import base
-    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient, SpareMembers
+def test_a_closed_subscribe_mode_clients_member_is_retired_and_the_next_process_joins_with_its_own(monkeypatch):
+    """No member is closed, unsubscribed or handed on (both calls can hold the GIL for good: librdkafka issue
+    4041, docs/FINDINGS.md librdkafka 3): each process's consumer is its own member, retired at its close."""
+    from kafkaesque_harness.workloads import confluent
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
 
-    class Member:
-        def __init__(self):
-            self.calls = []
-            self.on_assign = None
-            self.assigned = [0, 1]  # until the revocation is served
-
-        def unsubscribe(self):
-            self.calls.append("unsubscribe")
-
-        def assignment(self):
-            return self.assigned
-
-        def subscribe(self, topics, on_assign, on_revoke):
-            self.calls.append("subscribe")
-            self.on_assign = on_assign
-
-        def consume(self, num_messages, timeout):
-            if self.on_assign is None:  # left the group: consume() serves the revocation
-                self.calls.append("revoked")
-                self.assigned = []
-            else:
-                self.on_assign(self, [])  # the rebalance goes to whoever subscribed last
-            return []
-
-    members = SpareMembers()
-    first = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
-    member = first.consumer = Member()
+    retired = []
+    monkeypatch.setattr(confluent, "retire_group_member", lambda c, group, bootstrap: retired.append((c, group)))
+    first = ConfluentQueueClient("queue", 4, -1, group="g")
+    first.bootstrap = "b:9092"
+    member = first.consumer = FakeGroupMember()
     first.close()
-    # it left the group and its revocation was served before it was handed on
-    assert member.calls == ["unsubscribe", "revoked"] and any(c is member for c in base.PARKED_CONSUMERS)
-    second = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
-    done = second.invoke(Op(type="invoke", f="poll", process=9, value=None))
-    assert second.consumer is member and member.calls == ["unsubscribe", "revoked", "subscribe"]
-    assert done.extra["rebalance_log"] == [{"keys": [], "type": "assigned"}]  # journaled by the new process
-    assert members.take() is None  # one handle, one process at a time
+    assert retired == [(member, "g")] and member.calls == [] and first.consumer is None
+    manual = ConfluentQueueClient("queue", 4, -1)  # assign mode: a consumer that never joined is closed
+    plain = manual.consumer = FakeGroupMember()
+    manual.close()
+    assert plain.calls == ["close"] and len(retired) == 1
 
-    class Gone(Member):
-        def unsubscribe(self):
-            raise RuntimeError("broker gone")
 
-    gone = Gone()
-    members.put(gone)  # a member that cannot even leave is parked, never handed on
-    assert members.take() is None and any(c is gone for c in base.PARKED_CONSUMERS)
-    base.PARKED_CONSUMERS[:] = [c for c in base.PARKED_CONSUMERS if c is not member and c is not gone]
+def test_a_retired_librdkafka_member_leaves_the_reference_brokers_group_at_once(tmp_path):
+    """End to end without a cluster: a real confluent-kafka member of a group the reference broker coordinates
+    (its listener in this process) is retired at its client's close; its handle is destroyed and kafka-python's
+    admin client takes its member id out of the group, which is empty long before the 6 s session timeout."""
+    import time
+
+    pytest.importorskip("confluent_kafka")
+    from kafkaesque_harness.history import Op
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
+
+    broker = BrokerThread(tmp_path, [], groups=True)
+    try:
+        client = ConfluentQueueClient("queue", 1, -1, group="g-retire", process=4)
+        client.open(f"127.0.0.1:{broker.port}")
+        deadline, assigned = time.monotonic() + 30, False
+        while not assigned and time.monotonic() < deadline:  # until the member is assigned its partition
+            done = client.invoke(Op("invoke", "poll", 4, None))
+            assigned = any(e["type"] == "assigned" for e in (done.extra or {}).get("rebalance_log", []))
+        assert assigned, "the member was never assigned a partition"
+
+        def members() -> list[str]:
+            group = broker.broker.groups.groups.get("g-retire")
+            return sorted(group.members) if group is not None else []
+
+        (member_id,) = members()
+        client.close()
+        t0 = time.monotonic()
+        while members() and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert members() == [], f"{member_id} still a member {time.monotonic() - t0:.1f} s after its retirement"
+    finally:
+        broker.stop()
 
 
 def test_both_libraries_rebalance_callbacks_journal_the_partitions_in_order():

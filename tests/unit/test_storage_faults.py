@@ -56,7 +56,7 @@ class FakeRemote:
 
 class StoreCluster(ProcessStates):
     """A store (s3) and three brokers that share nothing else, as clusters/examples/tansu-s3.toml describes
-    them: the abilities ObjectStore, ClientLinks, IsolatedNodes and Pausable."""
+    them: the abilities ObjectStore, ClientCuts, IsolatedNodes and Pausable."""
 
     name = "external"
     capabilities = None
@@ -89,7 +89,7 @@ class StoreCluster(ProcessStates):
     def client_address(self, node):
         return CLIENTS
 
-    def client_link_unavailable(self):
+    def client_cut_unavailable(self):
         return None
 
     def isolation_unavailable(self):
@@ -327,6 +327,42 @@ def test_the_clients_cut_off_from_one_broker_are_observed_from_the_harness_and_h
     assert (rec.fault, rec.nodes, rec.observed, rec.healed) == ("client-partition", [node], True, True)
     assert rec.evidence["probes"] == {f"clients->{node}": "timeout"}
     assert not clients_cut_from(cluster, node)
+
+
+def test_a_client_cut_and_a_store_cut_on_one_broker_are_healed_apart(harness_probe):
+    cluster = StoreCluster()
+    faults = fault_actions(cluster)
+    faults.cut({"tansu-1": {"s3"}, "s3": {"tansu-1"}}, by="storage-partition", nodes=["tansu-1"])
+    clients = faults.cut_clients("tansu-1", by="client-partition")
+    store_address = cluster.address("s3")[0]
+    assert cluster.net.drops["tansu-1"] == {store_address, CLIENTS}  # one chain holds both
+    assert faults.heal_client_cuts(node="tansu-1") == [clients]
+    assert cluster.net.drops["tansu-1"] == {store_address}  # the store stays cut off
+    assert clients.healed and clients.heal_evidence["probes"] == {"clients->tansu-1": "open"}
+    faults.heal_cuts(node="tansu-1")
+    assert not cluster.net.drops["tansu-1"] and not faults.ledger.active()
+
+
+def test_the_clients_are_not_cut_where_the_cluster_does_not_say_where_they_come_from(harness_probe):
+    unknown = StoreCluster()
+    unknown.client_address = lambda node: None  # a docker network without a gateway, say
+    rec = fault_actions(unknown).cut_clients("tansu-2", by="client-partition")
+    assert rec.applied is False and "the address the clients reach it from is not known" in rec.apply_error
+    assert not any(unknown.net.drops.values())
+    undeclared = FakeCluster()  # no ClientCuts at all: the requirement's own sentence
+    rec = fault_actions(undeclared).cut_clients("broker-1", by="protocol")
+    assert rec.applied is False and "does not say from which address the harness's clients" in rec.apply_error
+
+
+@pytest.mark.parametrize("backend", ["docker:DockerCluster", "netns:NetnsCluster", "external:ExternalCluster"])
+def test_every_backend_that_cuts_clients_says_where_they_come_from_per_node(backend):
+    import importlib
+    import inspect
+
+    module, name = backend.split(":")
+    cls = getattr(importlib.import_module(f"kafkaesque_harness.clusters.{module}"), name)
+    assert list(inspect.signature(cls.client_address).parameters) == ["self", "node"]
+    assert callable(cls.client_cut_unavailable)
 
 
 def test_the_final_heal_undoes_every_storage_fault_left_active(harness_probe):

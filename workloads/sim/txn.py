@@ -17,7 +17,7 @@ from typing import Any
 
 import kafka.errors as Errors
 
-from kafkaesque_harness.history import CLIENT_EVENTS, FAIL, INFO, OK, Op, client_id
+from kafkaesque_harness.history import FAIL, INFO, OK, Op, client_id
 from kafkaesque_harness.workloads.base import ClientEventLog
 from kafkaesque_harness.workloads.kafka_python import _error_text as kafka_python_error_text
 from kafkaesque_harness.workloads.sim.client import ClusterClient
@@ -33,6 +33,7 @@ from kafkaesque_harness.workloads.txn_client import (
     POLL_TIMEOUT_S,
     WORKLOAD_ABORT,
     CrashedOnRebalance,
+    LibraryJournal,
     OffsetTracker,
     _completion,
     _error_text,
@@ -211,19 +212,17 @@ class SimTxnLibrary:
         self.crash()
 
 
-class SimTxnClient:
+class SimTxnClient(LibraryJournal):
     """One logical process of the txn workload: TxnClient's rules (workloads/txn_client.py) on SimTxnLibrary."""
 
     def __init__(self, open_connection: OpenConnection, bootstrap: str, rng: random.Random, topic: str,
                  partitions: int, concurrency: int, options: dict[str, Any], tracker: OffsetTracker,
                  process: int | None = None):
+        super().__init__()
         self.open_connection, self.bootstrap, self.rng = open_connection, bootstrap, rng
         self.topic, self.partitions, self.concurrency = topic, partitions, max(1, concurrency)
         self.o, self.tracker = options, tracker
         self.lib: SimTxnLibrary | None = None
-        self._rebalances: list[dict[str, Any]] = []
-        self._rebalanced_during_op = False
-        self._dropped_events: list[dict[str, Any]] = []
 
     def _library(self, process: int) -> SimTxnLibrary:
         if self.lib is None:
@@ -232,14 +231,8 @@ class SimTxnClient:
                                      transactional_id(process % self.concurrency), self.o, self._journal, process)
         return self.lib
 
-    def _journal(self, kind: str, keys: list[int]) -> None:
-        self._rebalances.append({"keys": list(keys), "type": kind})
-        self._rebalanced_during_op = True
-        if self.lib is not None:
-            self.lib.events.add("rebalance", topic=self.topic, how=kind, keys=list(keys))
-
     async def invoke(self, op: Op) -> Op:
-        self._rebalanced_during_op = False
+        self._begin_op()
         if op.f == "txn":
             comp = await self._txn(op)
         elif op.f in ("assign", "subscribe"):
@@ -251,20 +244,7 @@ class SimTxnClient:
             comp = await self._final_poll(op)
         else:
             raise ValueError(f"unknown txn workload op {op.f!r}")
-        if self._rebalances:
-            comp.extra = {**(comp.extra or {}), "rebalance_log": self._rebalances}
-            self._rebalances = []
-        events = (self.lib.take_events() if self.lib is not None else []) + self._dropped_events
-        self._dropped_events = []
-        if events:
-            comp.extra = {**(comp.extra or {}), CLIENT_EVENTS: sorted(events, key=lambda e: e.get("mono", 0))}
-        return comp
-
-    def _drop_library(self) -> None:
-        if self.lib is not None:
-            self._dropped_events += self.lib.take_events()
-            self.lib.crash()
-        self.lib = None
+        return self._finish_op(comp)
 
     async def _txn(self, op: Op) -> Op:
         micro = op.value
@@ -285,8 +265,7 @@ class SimTxnClient:
                 else:
                     done[i] = ["poll", await lib.poll()]
                     polled = True
-                    if self.o["crash_on_rebalance"] and self._rebalanced_during_op:
-                        raise CrashedOnRebalance(CRASHED_ON_REBALANCE)
+                    self._crash_if_rebalanced()
             if polled and await lib.send_offsets():
                 sent = True
             await lib.flush()
