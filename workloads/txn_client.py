@@ -164,6 +164,22 @@ class LibraryJournal:
 
 
 # --- the client: outcome rules ----------------------------------------------------------------------------
+
+
+def final_poll_completion(op: Op, got: tuple[int, Any] | None, error: Exception | None = None) -> Op:
+    """A final read's completion from what the library's final_read gave (end offset, records), None (it did not
+    reach the end in time) or the error it raised: info unless it read its key to the end offset."""
+    key = int(op.extra["key"])
+    extra = {"final": True, "key": key}
+    if error is not None:
+        return _completion(op, INFO, None, error=_error_text(error), extra=extra)
+    if got is None:
+        return _completion(op, INFO, None, error=f"final read of key {key} did not reach its end offset in "
+                                                 f"{FINAL_READ_TIMEOUT_S:g} s", extra=extra)
+    end, records = got
+    return _completion(op, OK, [["poll", {str(key): records}]], extra={**extra, "end_offset": end})
+
+
 class TxnClient(LibraryJournal):
     """One logical process: runs txn, assign, subscribe, crash and final poll ops on a TxnLibrary and
     decides each outcome (module docstring)."""
@@ -337,17 +353,11 @@ class TxnClient(LibraryJournal):
         return _completion(op, OK, op.value)
 
     def _final_poll(self, op: Op) -> Op:
-        key = int(op.extra["key"])
-        extra = {"final": True, "key": key}
         try:
-            got = self._library(op.process).final_read(key, FINAL_READ_TIMEOUT_S)
+            got = self._library(op.process).final_read(int(op.extra["key"]), FINAL_READ_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - a read changes nothing, but an unfinished one proves nothing
-            return _completion(op, INFO, None, error=_error_text(e), extra=extra)
-        if got is None:
-            return _completion(op, INFO, None, error=f"final read of key {key} did not reach its end offset in "
-                                                     f"{FINAL_READ_TIMEOUT_S:g} s", extra=extra)
-        end, records = got
-        return _completion(op, OK, [["poll", {str(key): records}]], extra={**extra, "end_offset": end})
+            return final_poll_completion(op, None, e)
+        return final_poll_completion(op, got)
 
     def close(self) -> None:
         if self.lib is not None:

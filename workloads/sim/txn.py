@@ -38,6 +38,7 @@ from kafkaesque_harness.workloads.txn_client import (
     _completion,
     _error_text,
     _fill_offsets,
+    final_poll_completion,
     transactional_id,
 )
 
@@ -321,17 +322,11 @@ class SimTxnClient(LibraryJournal):
         return _completion(op, OK, op.value)
 
     async def _final_poll(self, op: Op) -> Op:
-        key = int(op.extra["key"])
-        extra = {"final": True, "key": key}
         try:
-            got = await self._library(op.process).final_read(key, FINAL_READ_TIMEOUT_S)
+            got = await self._library(op.process).final_read(int(op.extra["key"]), FINAL_READ_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - a read changes nothing, but an unfinished one proves nothing
-            return _completion(op, INFO, None, error=_error_text(e), extra=extra)
-        if got is None:
-            return _completion(op, INFO, None, error=f"final read of key {key} did not reach its end offset in "
-                                                     f"{FINAL_READ_TIMEOUT_S:g} s", extra=extra)
-        end, records = got
-        return _completion(op, OK, [["poll", {str(key): records}]], extra={**extra, "end_offset": end})
+            return final_poll_completion(op, None, e)
+        return final_poll_completion(op, got)
 
     def crash(self) -> None:
         self._drop_library()
