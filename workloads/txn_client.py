@@ -166,6 +166,18 @@ class LibraryJournal:
 # --- the client: outcome rules ----------------------------------------------------------------------------
 
 
+def committed_completion(tracker: OffsetTracker, op: Op, done: list[list]) -> Op:
+    """A committed transaction's completion, ok; its sends and polls move the tracker. Only a committed
+    transaction's count (Jepsen's poll-unseen updates on :ok alone): records an aborted transaction polled are
+    unread, and an assign that seeks past them would make sure no committed read ever returns them."""
+    for m in done:
+        if m[0] == "send" and isinstance(m[2], list):
+            tracker.sent(m[1], m[2][0])
+        elif m[0] == "poll" and len(m) > 1:
+            tracker.polled(m[1])
+    return _completion(op, OK, done)
+
+
 def final_poll_completion(op: Op, got: tuple[int, Any] | None, error: Exception | None = None) -> Op:
     """A final read's completion from what the library's final_read gave (end offset, records), None (it did not
     reach the end in time) or the error it raised: info unless it read its key to the end offset."""
@@ -279,15 +291,7 @@ class TxnClient(LibraryJournal):
             _fill_offsets(done, offsets)
             return self._after_error(op, done, sent and committing, e)
         _fill_offsets(done, offsets)
-        # Only a committed transaction's sends and polls count (Jepsen's poll-unseen updates on :ok alone):
-        # records an aborted transaction polled are unread, and an assign that seeks past them would make
-        # sure no committed read ever returns them.
-        for m in done:
-            if m[0] == "send" and isinstance(m[2], list):
-                self.tracker.sent(m[1], m[2][0])
-            elif m[0] == "poll" and len(m) > 1:
-                self.tracker.polled(m[1])
-        return _completion(op, OK, done)
+        return committed_completion(self.tracker, op, done)
 
     def _stall_point(self, op: Op, lib: TxnLibrary, done: list[list],
                      offsets: list[tuple[int, int, int, Callable[[], int | None]]]) -> None:

@@ -38,6 +38,7 @@ from kafkaesque_harness.workloads.txn_client import (
     _completion,
     _error_text,
     _fill_offsets,
+    committed_completion,
     final_poll_completion,
     transactional_id,
 )
@@ -284,12 +285,7 @@ class SimTxnClient(LibraryJournal):
             _fill_offsets(done, offsets)
             return await self._after_error(op, done, sent and committing, e)
         _fill_offsets(done, offsets)
-        for m in done:  # only a committed transaction's sends and polls count (TxnClient._txn)
-            if m[0] == "send" and isinstance(m[2], list):
-                self.tracker.sent(m[1], m[2][0])
-            elif m[0] == "poll" and len(m) > 1:
-                self.tracker.polled(m[1])
-        return _completion(op, OK, done)
+        return committed_completion(self.tracker, op, done)
 
     async def _after_error(self, op: Op, done: list[list], open_: bool, e: Exception) -> Op:
         """TxnClient._after_error's rule: info when the outcome is open (sends, then the commit called) unless
