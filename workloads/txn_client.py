@@ -148,6 +148,11 @@ class LibraryJournal:
             self.lib.crash()
         self.lib = None
 
+    def _crashed_on_rebalance(self, op: Op, done: list[list]) -> Op:
+        """The library crashed as a rebalance came during the op (crash_on_rebalance): info, what it did kept."""
+        self._drop_library()
+        return _completion(op, INFO, done, error=CRASHED_ON_REBALANCE)
+
     def _finish_op(self, comp: Op) -> Op:
         """The completion with the op's rebalance log and its client events (the live library's and a crashed
         one's) in the order they happened."""
@@ -285,8 +290,7 @@ class TxnClient(LibraryJournal):
             _commit(lib)
         except CrashedOnRebalance:
             _fill_offsets(done, offsets)
-            self._drop_library()
-            return _completion(op, INFO, done, error=CRASHED_ON_REBALANCE)
+            return self._crashed_on_rebalance(op, done)
         except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
             _fill_offsets(done, offsets)
             return self._after_error(op, done, sent and committing, e)

@@ -27,7 +27,6 @@ from kafkaesque_harness.workloads.sim.producer import FATAL, FATAL_ERRORS, Produ
 from kafkaesque_harness.workloads.sim.queue import LIBRARY
 from kafkaesque_harness.workloads.sim.wire import OpenConnection
 from kafkaesque_harness.workloads.txn_client import (
-    CRASHED_ON_REBALANCE,
     FINAL_READ_TIMEOUT_S,
     OP_TIMEOUT_S,
     POLL_TIMEOUT_S,
@@ -279,8 +278,7 @@ class SimTxnClient(LibraryJournal):
             await lib.commit()
         except CrashedOnRebalance:
             _fill_offsets(done, offsets)
-            self._drop_library()
-            return _completion(op, INFO, done, error=CRASHED_ON_REBALANCE)
+            return self._crashed_on_rebalance(op, done)
         except Exception as e:  # noqa: BLE001 - every client error maps to fail or info
             _fill_offsets(done, offsets)
             return await self._after_error(op, done, sent and committing, e)
