@@ -304,14 +304,18 @@ class FaultActions:
             degraded = {n for n, _, _ in self._loss.values()} | set(self._slow.values())
         for rec in owed:
             node = rec.nodes[0]
-            device = self.cluster.net_device(node)
-            if node not in degraded:
-                self.cluster.remote(node).run(netrules.clear_qdisc(device))
-            state = net_state(self.cluster, node, device)
+            state = self._unshaped(node, degraded)
             ok = node in degraded or ("tbf" not in state["qdisc"] and state["loss_rules"] == 0)
             self.ledger.healed(rec, ok, state, f"the node still shows qdisc {state['qdisc']!r} and "
                                                f"{state['loss_rules']} loss rule(s)")
         return owed
+
+    def _unshaped(self, node: str, still_shaped: set[str]) -> dict[str, Any]:
+        """Clear the node's qdisc unless another fault still shapes it; the node's traffic state read back."""
+        device = self.cluster.net_device(node)
+        if node not in still_shaped:
+            self.cluster.remote(node).run(netrules.clear_qdisc(device))
+        return net_state(self.cluster, node, device)
 
     def slow_link(self, node: str, rate: str, by: str, detail: Any = None) -> FaultRecord:
         """A tbf bandwidth limit on the node's egress and nothing else (no loss): for a store, every answer
@@ -334,10 +338,7 @@ class FaultActions:
             shaped = set(self._slow.values()) | {n for n, _, _ in self._loss.values()}
         for rec in owed:
             node = rec.nodes[0]
-            device = self.cluster.net_device(node)
-            if node not in shaped:
-                self.cluster.remote(node).run(netrules.clear_qdisc(device))
-            state = net_state(self.cluster, node, device)
+            state = self._unshaped(node, shaped)
             self.ledger.healed(rec, node in shaped or "tbf" not in state["qdisc"], state,
                                f"the node still shows qdisc {state['qdisc']!r}")
         return owed
