@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""docs/analyses/tansu-0.6.0.md finding 4.4, outside the harness's workload: does a consumer group form on
-three tansu brokers over one bucket? Brings up clusters/examples/tansu-s3.toml (containers of the node
+"""docs/analyses/tansu-0.6.0.md section 3 (subscribe mode), outside the harness's workload: does a consumer
+group form on three tansu brokers over one bucket? Brings up clusters/examples/tansu-s3.toml (containers of the node
 image), writes 20 records to each of two partitions, then runs two groups of three kafka-python consumers
 (subscribe, auto_offset_reset earliest), each consumer polling in a thread of its own for 30 s:
 
