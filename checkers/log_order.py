@@ -172,7 +172,8 @@ class LogOrderCheck:
                         off = int(at[0])  # written's common case: [key, [offset, value]]
                     else:
                         off = int(written(comp[F], cv)[1])
-                    p.send(value, inv[POS], ret, off, ret, again)
+                    # acknowledged without an offset (negative: queue.ACK_WITHOUT_OFFSET): it places nothing
+                    p.send(value, inv[POS], ret, off if off >= 0 else None, ret, again)
                 else:
                     p.send(value, inv[POS], ret, None, inv[POS], again)  # may or may not have happened
         elif t == OK and (f == "poll" or f == "final-poll"):

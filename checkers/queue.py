@@ -8,6 +8,8 @@ History schema (workloads/queue.py writes it):
 One definition of each anomaly (DESIGN.md: "one definition of each anomaly"):
   lost-write            an acknowledged send whose value is missing from the final reads of its
                         key, or that sits below the final HWM but no read ever saw at its offset
+                        (a send acknowledged without an offset, a negative one, by its value alone:
+                        ACK_WITHOUT_OFFSET says when a client does that)
   unexpected            a value read that no send ever carried
   duplicate             one value at two offsets of a key (copies of a value whose send the client
                         re-sent, up to the number of requests it sent, are counted apart: below)
@@ -79,6 +81,12 @@ from kafkaesque_harness.checkers.stream import (
     widened,
 )
 from kafkaesque_harness.history import CLIENT_EVENTS, INFO, NEMESIS, OK, Op, beyond_budget_time
+
+# A send the client reported successful with offset -1: kafka-python 3.0.12 (producer/sender.py) takes a
+# DUPLICATE_SEQUENCE_NUMBER answer for success with the answer's base offset, which a broker gives as -1
+# (tansu 0.6.0 does, docs/analyses/tansu-0.6.0.md); an acks=0 send has no offset either. Such a send places its
+# value at no offset: it survived when its value is in the final reads, and proves no offset exists.
+ACK_WITHOUT_OFFSET = -1
 
 ANOMALY_TYPES = ("lost-write", "unexpected", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip",
                  "group-skip", "lost-commit")
@@ -669,7 +677,7 @@ class QueueCheck:
         for off, comp, era in zip(acked.offsets, acked.completions, acked.eras, strict=True):
             if era < 0:
                 raise TypeError("an acknowledged send has no time, so its side of the fault beyond the budget is unknown")
-            if era == e:
+            if era == e and off >= 0:  # a send acknowledged without an offset proves none (ACK_WITHOUT_OFFSET)
                 yield off, comp
 
     def _proof(self, key: int, e: int) -> tuple[list[int], Callable[[int], Op]]:
@@ -823,9 +831,9 @@ class QueueCheck:
                 if (type(val) is int and 0 <= val < nbits and bits[val >> 3] >> (val & 7) & 1
                         and (off >= hwm or (0 <= off < len(seqs) and seqs[off] >= 0 and vals[off] == val))):
                     pass  # survived: what the rule below says of it
-                elif val not in final or (off < hwm and not any(s is not None and val in s.values_at(off)
-                                                                for s in seen)):
-                    lost.append((inv, comp, key, off, val, era))
+                elif val not in final or (0 <= off < hwm and not any(s is not None and val in s.values_at(off)
+                                                                     for s in seen)):
+                    lost.append((inv, comp, key, off, val, era))  # off < 0: by its value alone (ACK_WITHOUT_OFFSET)
                 if off >= hwm:
                     self.stats["acked-beyond-final-hwm"] += 1
         beyond_budget: list[dict[str, Any]] = []

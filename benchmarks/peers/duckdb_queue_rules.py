@@ -94,7 +94,7 @@ ACKED = """WITH hwm AS (SELECT key, max(hwm) AS hwm FROM finals WHERE hwm IS NOT
     in_final AS (SELECT DISTINCT key, val FROM records WHERE kind = 'final-poll'),
     at_offset AS (SELECT DISTINCT key, off, val FROM seen)
     SELECT count(*) FILTER (WHERE h.hwm IS NOT NULL AND NOT a.excused
-                            AND (f.key IS NULL OR (a.off < h.hwm AND o.key IS NULL))),
+                            AND (f.key IS NULL OR (a.off >= 0 AND a.off < h.hwm AND o.key IS NULL))),
            count(*) FILTER (WHERE h.hwm IS NULL), count(*)
     FROM acked a LEFT JOIN hwm h USING (key) LEFT JOIN in_final f ON f.key = a.key AND f.val = a.val
          LEFT JOIN at_offset o ON o.key = a.key AND o.off = a.off AND o.val = a.val"""

@@ -11,8 +11,9 @@ and the differential test (tests/integration/test_pipeline.py) holds the two equ
               check's largest job.
   reads       records of ok poll / final-poll pairs (a record's kind must match the invoke's f)
   lost-write  an ok send (key, offset, value from its completion) whose key has a final read,
-              and whose value is in no final read of the key, or whose offset is below the
-              key's highest final HWM and no read saw the value at that offset
+              and whose value is in no final read of the key, or whose offset (when not negative:
+              acknowledged without one, queue.ACK_WITHOUT_OFFSET) is below the key's highest final
+              HWM and no read saw the value at that offset
   unexpected  a (key, value) read but never sent (any send invoke, whatever its outcome)
   duplicate   a (key, value) read at two or more offsets
   inconsistent-offsets  per (key, offset), distinct values read minus one
@@ -163,7 +164,8 @@ def queue_anomaly_counts(runs, ops, reads):
               .join(in_final, [*RUN, "key", "value"], "left")
               .join(seen_flag, [*RUN, "key", "offset", "value"], "left"))
     lost_cond = F.col("hwm").isNotNull() & ~F.col("excused") & (
-        F.col("in_final").isNull() | ((F.col("offset") < F.col("hwm")) & F.col("seen_at_offset").isNull()))
+        F.col("in_final").isNull() | ((F.col("offset") >= 0) & (F.col("offset") < F.col("hwm"))
+                                      & F.col("seen_at_offset").isNull()))
     acked_counts = judged.groupBy(*RUN).agg(
         F.sum(F.when(lost_cond, 1).otherwise(0)).cast("long").alias("lost_write"),
         F.sum(F.when(F.col("hwm").isNull(), 1).otherwise(0)).cast("long").alias("uncovered"),

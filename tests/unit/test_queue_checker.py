@@ -529,3 +529,27 @@ def test_a_group_with_no_commit_acknowledged_yet_may_hold_none_and_a_member_may_
     assert r.valid is True and not r.anomalies
     # had that commit been acknowledged before the assignment, starting at 0 loses it
     assert names(check_queue(history(first_commit_acked=True).ops, subscribe=True)) == {"lost-commit"}
+
+
+def test_a_send_acknowledged_without_an_offset_is_judged_by_its_value():
+    """kafka-python takes a DUPLICATE_SEQUENCE_NUMBER answer for success with offset -1 (tansu gives -1): the
+    value survived if a final read holds it at any offset, and is lost if none does; it proves no offset."""
+    from kafkaesque_harness.checkers.log_order import check_log_order
+    from kafkaesque_harness.checkers.queue import ACK_WITHOUT_OFFSET as NONE
+
+    # two values acknowledged without an offset, both read at offsets of their own
+    kept = (H().send(0, 0, 10, 0).send(1, 0, 11, NONE).send(2, 0, 12, NONE)
+            .final(3, 0, 3, [[0, 10], [1, 11], [2, 12]]))
+    for check in (check_queue, check_log_order):
+        r = check(kept.ops)
+        assert r.valid is True and not r.anomalies, (check, r.anomalies)
+    # the same, but the record of 11 was never written: a lost write, named at the offset the client was given
+    lost = H().send(0, 0, 10, 0).send(1, 0, 11, NONE).final(3, 0, 1, [[0, 10]])
+    r = check_queue(lost.ops)
+    assert r.valid is False and names(r) == {"lost-write"}
+    assert r.anomalies[0].examples[0]["value"] == 11 and r.anomalies[0].examples[0]["offset"] == NONE
+    assert r.stats.get("acked-beyond-final-hwm", 0) == 0
+    # an offset acknowledged nowhere else proves nothing: a consumer's jump over offset 1 is a gap, not a skip
+    gap = H().send(0, 0, 10, 0).send(1, 0, 11, NONE).poll(2, {0: [[0, 10], [2, 11]]}).final(3, 0, 3, [[0, 10], [2, 11]])
+    r = check_queue(gap.ops)
+    assert r.valid is True and r.stats["poll-gap-count"] == 2  # the poll and the final read
