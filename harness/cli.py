@@ -297,7 +297,11 @@ def sim(
     workload_option: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="a workload's own setting "
                                                                    "(repeatable; as for run)")] = None,
     nemesis: Annotated[str, typer.Option(help="faults, comma-separated: kill, pause, partition, lossy-crash, "
-                                              "clock (one at a time, on a node drawn from the seed)")] = "",
+                                              "clock (on a node drawn from the seed), protocol (the protocol "
+                                              "nemesis's moves and sequences, aimed at roles)")] = "",
+    nemesis_schedule: Annotated[str, typer.Option(help="sequential: one fault at a time; mix: faults overlap (a "
+                                                       "random fault toggled each interval, as in real runs)")
+                                ] = "sequential",
     nemesis_interval: Annotated[float, typer.Option(help="mean virtual seconds between a fault's start and "
                                                          "stop, and between faults")] = 10.0,
     time_limit: Annotated[float, typer.Option(help="virtual seconds of the main phase")] = 60.0,
@@ -352,8 +356,8 @@ def sim(
         fail_all(workload_problems)
     spec = TestSpec.make(name=name or f"sim-{workload}", workload=workload,
                          nemesis=[n.strip() for n in nemesis.split(",") if n.strip()],
-                         nemesis_interval=nemesis_interval, nemesis_schedule="sequential", time_limit=time_limit,
-                         concurrency=concurrency, rate=rate, brokers=brokers, controllers=controllers,
+                         nemesis_interval=nemesis_interval, nemesis_schedule=nemesis_schedule,
+                         time_limit=time_limit, concurrency=concurrency, rate=rate, brokers=brokers, controllers=controllers,
                          replication_factor=replication_factor, min_isr=min_isr, partitions=partitions, acks=acks,
                          flush_policy=flush_policy, broker_variant=broker_variant, seed=seed,
                          store=store, recovery_wait=recovery_wait, workload_options=workload_options)

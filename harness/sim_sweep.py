@@ -61,7 +61,8 @@ def seed_spec(row: SweepRow, seed: int, store: str) -> Any:
 
     s = row.settings()
     return TestSpec.make(name=f"sim-{row.name}-s{seed}", workload=s["workload"], nemesis=list(s["nemesis"]),
-                         nemesis_interval=s["nemesis_interval"], nemesis_schedule="sequential",
+                         nemesis_interval=s["nemesis_interval"],
+                         nemesis_schedule=s.get("nemesis_schedule", "sequential"),
                          time_limit=s["time_limit"], concurrency=s["concurrency"], rate=s["rate"],
                          brokers=s["brokers"], controllers=s["controllers"],
                          replication_factor=s["replication_factor"], min_isr=s["min_isr"],

@@ -339,6 +339,13 @@ class SimCluster:
     def heal(self) -> None:
         self.net.heal()
 
+    def set_cuts(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """The network blocks exactly these (src, dst) pairs from now on: the cuts of every fault that holds now
+        (overlapping cuts end one by one, so the pairs an ending cut shares with another that holds stay)."""
+        self.net.blocked.clear()
+        for src, dst in sorted(pairs):
+            self.net.block(src, dst)
+
     def skew_clock(self, name: str, offset_s: float) -> None:
         """The node's wall clock runs offset_s ahead (negative: behind) of true time from now on."""
         self.clock_offset_s[name] = offset_s
