@@ -330,6 +330,9 @@ def sim(
                                                       "many virtual s later and earlier fail so too")] = 0.0,
     mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
                                              "mutate --list`)")] = "",
+    swarm: Annotated[bool, typer.Option(help="the seed draws its own fault mix, cluster, flush policy, clients and "
+                                             "BUGGIFY points (harness/sim_swarm.py), replacing those options")
+                     ] = False,
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -366,6 +369,11 @@ def sim(
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
     if shrink_keep not in ("any", "all") and ":" not in shrink_keep:
         fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all, or anomaly kinds as checker:kind,...")
+    drawn = None
+    if swarm:
+        from kafkaesque_harness.harness.sim_swarm import swarm_spec
+
+        spec, drawn = swarm_spec(spec)
     given = None
     if schedule:
         from kafkaesque_harness.harness.sim_shrink import read_given_schedule
@@ -378,7 +386,7 @@ def sim(
         fail_all(problems)
     mutant_info = {"mutant": mutant, "digest": copy.digest} if copy is not None else None
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_info, schedule=given)
+        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_info, schedule=given, swarm=drawn)
         _print_verdict(run_dir)
         if shrink:  # while the mutant's copy is loaded: every candidate runs it
             from kafkaesque_harness.harness.sim_shrink import shrink_run

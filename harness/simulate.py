@@ -413,21 +413,29 @@ def sim_problems(spec: TestSpec) -> list[str]:
 
 
 def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = None,
-             schedule: FaultSchedule | None = None) -> tuple[int, Path]:
+             schedule: FaultSchedule | None = None, swarm: dict[str, Any] | None = None) -> tuple[int, Path]:
     """Run, store and check one simulated run; (exit status, run dir). `mutant`: the broker loaded is a
     mutant's copy (clusters/sim/mutant.py), {"mutant": its name, "digest": its code's}, kept in test.json.
-    `schedule`: the faults to apply, instead of a schedule drawn from the seed."""
+    `schedule`: the faults to apply, instead of a schedule drawn from the seed. `swarm`: what the seed drew
+    under --swarm (harness/sim_swarm.py; its settings already in `spec`), kept in test.json; its BUGGIFY points
+    are switched on in the cluster."""
     run_dir = create_run_dir(spec.store, spec.name)
     variant = spec.broker.broker_variant
     sim = SimCluster(spec.seed, n_brokers=spec.brokers, n_controllers=spec.broker.controllers,
                      flush_policy=spec.broker.flush_policy, variants=[variant] if variant in FLAW_VARIANTS else [],
-                     broker_config=spec.broker.cluster_spec_fields()["broker_config"], run_dir=str(run_dir))
+                     broker_config=spec.broker.cluster_spec_fields()["broker_config"], run_dir=str(run_dir),
+                     buggify=(swarm or {}).get("buggify"))
     test = spec.to_dict()
     test.update(cluster="sim", simulated=True, run_dir=str(run_dir), nodes=list(sim.names), state_dumps=True,
-                protocol_trace=True, **(mutant or {}))
+                protocol_trace=True, **(mutant or {}), **({"swarm": swarm} if swarm is not None else {}))
     write_json(run_dir / "test.json", test)
     log(f"simulated run {run_dir} · seed {spec.seed} · workload {spec.workload} · nemesis "
         f"{','.join(spec.nemesis) or 'none'} · {spec.time_limit:.0f} virtual s")
+    if swarm is not None:
+        log(f"swarm: {spec.brokers} brokers, {spec.broker.controllers} controller(s), {spec.partitions} partition(s), "
+            f"RF {spec.replication_factor}, min ISR {spec.min_isr}, flush {spec.broker.flush_policy}, "
+            f"{spec.nemesis_schedule} faults every {spec.nemesis_interval:g} s, clients {swarm['workload_options']}, "
+            f"BUGGIFY {swarm['buggify'] or 'none'}")
     writer = HistoryWriter(run_dir / "history.jsonl", start_ns=0, clock_ns=lambda: int(round(sim.now() * 1e9)))
     outcome: dict[str, Any] = {}
     run = applied = None
@@ -472,6 +480,8 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
     results = check_run(run_dir, test, facts, run.workload if run is not None else None)
     results.update(outcome)
     results["simulated"] = True
+    if swarm is not None:
+        results["buggify_fired"] = dict(sorted(sim.buggify_fired.items()))  # each point switched on: times it fired
     if warnings:
         results["harness_warnings"] = warnings[:50]
     history = read_run_history(run_dir)[0]

@@ -44,6 +44,9 @@ POWER_CUT_MIX = ("kill", "pause", "partition", "lossy-crash", "clock")
 # aimed at a partition's roles; what reaches unclean-election and no-epoch-fencing, which single faults do not.
 PROTOCOL_MIX = ("protocol",)
 OVERLAPPING = {"nemesis_schedule": "mix"}
+# Each seed draws its own faults, cluster, flush policy, clients and BUGGIFY points (harness/sim_swarm.py): the
+# row's fault mix, schedule and cluster settings are the seed's, not these.
+SWARM = {"swarm": True}
 # What every row's seeds share (kafkaesque sim's options). Short runs with faults every few virtual seconds: a
 # seed's CPU cost grows with its ops, and the sweep's power with its seeds (measured: docs/SIMULATION.md's costs).
 SWEEP_SETTINGS: dict[str, Any] = {
@@ -90,6 +93,8 @@ class SweepRow:
             value = s[key]
             parts.append(f"--{key.replace('_', '-')} {value:g}" if isinstance(value, float) else
                          f"--{key.replace('_', '-')} {value}")
+        if s.get("swarm"):
+            parts.append("--swarm")
         return " ".join(parts)
 
 
@@ -110,6 +115,7 @@ ROWS: dict[str, SweepRow] = {r.name: r for r in (
     SweepRow("zombie-not-fenced", "zombie-not-fenced", "txn"),
     SweepRow("offsets-commit-acks-1", "offsets-commit-acks-1", "queue", GROUP_OPTIONS),
     SweepRow("default-protocol", DEFAULT, nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
+    SweepRow("default-swarm", DEFAULT, overrides=SWARM),
     SweepRow("unclean-election-protocol", "unclean-election", nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
     SweepRow("no-epoch-fencing-protocol", "no-epoch-fencing", nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
 )}
