@@ -967,15 +967,20 @@ def sim_sweep(
     notes: Annotated[Path | None, typer.Option(help="a Markdown file appended to the page")] = None,
     render_only: Annotated[bool, typer.Option(help="only rewrite the page from the ledger")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="list the rows and exit")] = False,
+    fail_on_anomaly: Annotated[bool, typer.Option(help="exit 1 when a seed of this sweep (its rows, its seed range) "
+                                                       "failed or the harness failed it, printing each one's replay "
+                                                       "command (the nightly sweep of the default broker)")
+                               ] = False,
 ) -> None:
     """Sweep seeds of the simulator per broker variant and write docs/SIMULATION.md (every figure simulated).
 
     Each seed is a whole `kafkaesque sim` run with the row's settings, in worker processes; each seed's verdict,
     anomalies, checkers and costs go into the ledger as it finishes, and the page is rendered from the ledger.
     """
+    from kafkaesque_harness.harness.runner import EXIT_HARNESS
     from kafkaesque_harness.harness.sim_sweep import MAX_WORKERS, row_problems, sweep_row
     from kafkaesque_harness.results.store import command_as_shown
-    from kafkaesque_harness.studies.simulation import ROWS, select_rows, write_simulation_doc
+    from kafkaesque_harness.studies.simulation import ROWS, failed, select_rows, write_simulation_doc
 
     if list_rows:
         for r in ROWS.values():
@@ -1002,13 +1007,23 @@ def sim_sweep(
         problems = [p for r in chosen for p in row_problems(r)]
         if problems:
             fail_all(problems)
+    bad: list[str] = []
+    if not render_only:
         for r in chosen:
-            sweep_row(r, start_seed, seeds, failures, store, ledger, workers=workers, budget_s=budget,
-                      log=lambda m: err.print(m))
+            records = sweep_row(r, start_seed, seeds, failures, store, ledger, workers=workers, budget_s=budget,
+                                log=lambda m: err.print(m))
+            bad += [f"{r.name} seed {rec['seed']}: {'harness error' if rec.get('exit') == EXIT_HARNESS else 'anomaly'} "
+                    f"{', '.join(rec.get('anomalies') or []) or rec.get('error') or ''}; replay: "
+                    f"{r.replay_command(rec['seed'])}" for rec in records
+                    if start_seed <= rec["seed"] < start_seed + seeds and (failed(rec) or rec.get("exit") == EXIT_HARNESS)]
             render()
     render()
     err.print(f"wrote {out}")
     print(out)
+    if fail_on_anomaly and bad:
+        for line in bad:
+            err.print(line, markup=False, highlight=False)
+        raise typer.Exit(1)
 
 
 def _print_campaign_plan(plan) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from kafkaesque_harness.clusters.broker.hostenv import BUGGIFY_POINTS
+from kafkaesque_harness.clusters.broker import BUGGIFY_POINTS
 from kafkaesque_harness.harness.spec import TestSpec
 
 SWARM_FAULTS = ("kill", "pause", "partition", "cut", "clock", "protocol")

@@ -258,13 +258,15 @@ class SimNemesis:
         jump's, given (a replayed schedule's) rather than drawn; `peer`: a cut's; `by`: the nemesis that drew it
         when not the fault's own (a protocol move)."""
         sim, f = self.sim, f"start-{kind}"
+        if kind == "cut":
+            peer = peer or CONTROLLERS  # drawn: the node cut off from the controllers
         self._op(f, {"node": node, "peer": peer} if peer else {"node": node})
         detail: dict[str, Any] = {}
         if kind == "clock":
             detail["delta_s"] = delta_s if delta_s is not None else round(
                 self.rng.choice([-1, 1]) * self.rng.uniform(1, 120), 3)
         if kind == "cut":
-            detail["peer"] = peer = peer or CONTROLLERS  # drawn: the node cut off from the controllers
+            detail["peer"] = peer
         self.recorder.started(kind, node, detail.get("delta_s", 0.0), peer, by)
         # a cut is a partition of one node from some, as the real nemesis records its cuts
         rec = self.ledger.request("partition" if kind == "cut" else kind, [node], by=by or kind, detail=detail or None)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kafkaesque_harness.clusters.broker import hostenv
 from kafkaesque_harness.clusters.sim.cluster import SimCluster, SimHost
-from kafkaesque_harness.harness.simulate import SIM_FAULTS
 from kafkaesque_harness.harness.sim_swarm import draw_swarm, swarm_spec
+from kafkaesque_harness.harness.simulate import SIM_FAULTS
 from kafkaesque_harness.harness.spec import TestSpec
 
 SEEDS = range(1, 301)
