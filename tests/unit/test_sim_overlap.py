@@ -98,6 +98,7 @@ def test_mix_holds_faults_together_within_the_bounds_and_replays_byte_for_byte(t
     most, most_down = _held_at_once(schedule)
     assert most >= 2 and most_down <= MAX_DOWN, schedule.describe()
     kinds = [s.fault for s in schedule.steps]
+    assert set(kinds) == {"kill", "pause", "partition", "cut"}  # every planned fault had its turn
     for kind in set(kinds):  # one fault of a kind at a time, as nemesis/schedule.py's mix toggles them
         assert _held_at_once(FaultSchedule([s for s in schedule.steps if s.fault == kind]))[0] == 1
     replayed, err = sim(tmp_path, "replayed", *RUN, "--nemesis-schedule", "mix", "--schedule",
