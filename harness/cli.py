@@ -392,7 +392,7 @@ def sim(
             from kafkaesque_harness.harness.sim_shrink import shrink_run
 
             shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
-                       keep=shrink_keep, jitter_s=shrink_jitter, mutant=mutant_info)
+                       keep=shrink_keep, jitter_s=shrink_jitter, mutant=mutant_info, swarm=drawn)
     except StoreError as e:
         fail(str(e))
     finally:

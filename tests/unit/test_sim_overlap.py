@@ -124,3 +124,32 @@ def test_the_protocol_moves_find_the_unclean_election_and_the_default_broker_sta
     default, err = sim(tmp_path, "default", *flags)
     assert default is not None, err
     assert json.loads((default / "results.json").read_text())["valid"] is True
+
+
+def test_a_swarm_runs_shrink_keeps_its_draw_and_buggify_points_in_every_candidate(tmp_path):
+    from kafkaesque_harness.harness.sim_shrink import shrink_run
+    from kafkaesque_harness.harness.sim_swarm import swarm_spec
+    from kafkaesque_harness.harness.spec import TestSpec
+
+    spec, drawn = swarm_spec(TestSpec.make(store=str(tmp_path), seed=9, workload="queue"))
+    culprit = FaultStep(4.0, "kill", "broker-1", 5.0)
+    seen: list[object] = []
+
+    def run_sim(spec, log, schedule, swarm=None):  # fails while the culprit is in the schedule
+        seen.append(swarm)
+        run_dir = tmp_path / f"run-{len(seen)}"
+        run_dir.mkdir()
+        fails = culprit in schedule.steps
+        (run_dir / "results.json").write_text(json.dumps({"valid": not fails, "checkers": {
+            "queue": {"valid": not fails, "anomaly_types": ["lost-write"] if fails else []}}}))
+        return (1 if fails else 0), run_dir
+    original = tmp_path / "original"
+    original.mkdir()
+    FaultSchedule([FaultStep(1.0, "partition", "broker-3", 6.0), culprit], 12.0).write(original / SCHEDULE_FILE)
+    (original / "results.json").write_text(json.dumps({"valid": False, "checkers": {"queue": {"anomaly_types":
+                                                                                             ["lost-write"]}}}))
+    lines: list[str] = []
+    assert shrink_run(spec, original, budget=3, log=lines.append, run_sim=run_sim, swarm=drawn) is not None
+    assert seen and all(s == drawn for s in seen)
+    replay = next(line for line in lines if line.startswith("replay: "))
+    assert replay.endswith("--swarm") and "--brokers" not in replay  # the seed redraws its cluster itself
