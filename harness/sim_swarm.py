@@ -3,8 +3,9 @@ VOPR), from the seed alone, so `kafkaesque sim --seed N --swarm` replays the sam
 
 What a seed draws (draw_swarm), from random.Random(f"{seed}/swarm"), a generator of its own (the cluster's,
 network's, clients' and nemesis's draws are the same as without --swarm for the settings they get):
-- the fault mix: a non-empty subset of SWARM_FAULTS, the schedule (sequential or overlapping mix) and the mean
-  interval between faults;
+- the fault mix: a non-empty subset of SWARM_FAULTS, the schedule (sequential or overlapping mix; either way
+  every drawn fault is started once before any repeats) and the mean interval between faults (at most a third
+  of the time limit's share per fault, so each gets its turn);
 - the cluster: brokers, controllers (1 or a quorum of 3), partitions, replication factor, min ISR;
 - the broker's flush policy;
 - the clients (queue workload): idempotent producers or not; assign or subscribe mode, and in subscribe mode
@@ -74,6 +75,10 @@ def swarm_spec(spec: TestSpec) -> tuple[TestSpec, dict[str, Any]]:
     """The spec with the settings its seed draws (the workload's options on top of the spec's own), and the
     draw as test.json "swarm" records it."""
     drawn = draw_swarm(spec.seed, spec.workload)
+    # every drawn fault must get its turn within the run (checkers/evidence.py: a planned fault never applied
+    # leaves the run unknown): an interval at most a third of the time limit's share per fault
+    fair_s = max(1.0, round(spec.time_limit / (3 * len(drawn["nemesis"])), 2))
+    drawn["nemesis_interval"] = min(drawn["nemesis_interval"], fair_s)
     settings = {k: v for k, v in drawn.items() if k not in ("buggify", "workload_options")}
     options = {**spec.workload_options, **drawn["workload_options"]}
     return spec.with_settings(**settings, workload_options=options), drawn

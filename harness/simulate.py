@@ -75,9 +75,13 @@ class SimNemesis:
 
     def __init__(self, sim: SimCluster, writer: HistoryWriter, faults: list[str], rng: random.Random,
                  interval_s: float, min_isr: int = 2, schedule: FaultSchedule | None = None,
-                 mode: str = "sequential", partitions: list[tuple[str, int]] | None = None):
+                 mode: str = "sequential", partitions: list[tuple[str, int]] | None = None,
+                 every_fault_first: bool = False):
         self.sim, self.writer, self.faults, self.rng, self.interval_s = sim, writer, faults, rng, interval_s
         self.mode = mode
+        # a sequential schedule drawn as run_mix draws (every planned fault started once before any repeats)
+        # rather than as run() does: a swarm seed's (run() stays as it was, so the seeds swept before replay)
+        self.every_fault_first = every_fault_first
         self.partitions = partitions or []  # (topic, partition) the protocol moves aim at
         self.ledger = FaultLedger(writer.now)
         self.cuts: dict[int, set[tuple[str, str]]] = {}  # fault record id -> the (src, dst) pairs it blocks
@@ -95,7 +99,7 @@ class SimNemesis:
         """The given schedule, or one drawn (run()); the schedule applied."""
         if self.given is not None:
             await self.given.play(self, self.recorder.t0, self.sim.now)
-        elif self.mode == "mix" or "protocol" in self.faults:
+        elif self.mode == "mix" or "protocol" in self.faults or self.every_fault_first:
             await self.run_mix(until_s)
         else:
             await self.run(until_s)
@@ -133,8 +137,11 @@ class SimNemesis:
             # show each planned fault took effect (checkers/evidence.py), and luck must not decide whether it can
             kind = self.rng.choice([k for k in self.faults if k not in started] or self.faults)
             if kind == "protocol":
-                started.add(kind)
-                await self._protocol_move()
+                if await self._protocol_move():
+                    started.add(kind)
+                elif on:  # every role it could aim at is taken by the plain faults: the oldest one heals
+                    held = next(iter(on))
+                    self.stop(held, *on.pop(held))
             elif kind in on or (on and self.mode != "mix"):  # sequential (beside protocol moves): one plain fault
                 held = kind if kind in on else next(iter(on))
                 node, rec = on.pop(held)
@@ -191,26 +198,26 @@ class SimNemesis:
             await asyncio.sleep(WAIT_POLL_S)
         return bool(condition())
 
-    async def _protocol_move(self) -> None:
+    async def _protocol_move(self) -> bool:
         """One move, as nemesis/protocol.py's _one_move chooses: from a cluster without faults a sequence two
-        times in three (dealt from a shuffled deck), else a single move; a move whose role is missing gives way."""
+        times in three (dealt from a shuffled deck), else a single move; a move whose role is missing gives way.
+        Whether a fault was started."""
         roles = self._roles()
         if roles is None:
-            return
+            return False
         self.moves = [t for t in self.moves if not t.done()]
         if self.moves and self.rng.random() < HEAL_SHARE:  # the real nemesis's heal move: the holds end first
             await asyncio.gather(*self.moves)
             self.moves = []
             roles = self._roles()
             if roles is None:
-                return
+                return False
         healed = not self.held and not self.moves
         if healed and self.rng.random() < SEQUENCE_SHARE:
             if not self.deck:
                 self.deck = self.rng.sample(sorted(SEQUENCES), len(SEQUENCES))
             name = self.deck.pop(0)
-            await SEQUENCES[name](self, roles)
-            return
+            return await SEQUENCES[name](self, roles)
         self.moves = [t for t in self.moves if not t.done()]
         busy = {n for _, n in self.held.values()}
         down = len(self._down_brokers()) >= MAX_DOWN
@@ -218,9 +225,11 @@ class SimNemesis:
             ("kill", roles["leader"]), ("pause", roles["leader"]), ("cut", roles["leader"]),
             *(("partition", f) for f in roles["followers"]), *(("cut", f) for f in roles["followers"]),
             *(("kill", o) for o in roles["out"])) if n not in busy and not (down and m in ("kill", "pause"))]
-        if options:
-            kind, node = options[self.rng.randrange(len(options))]
-            self.moves.append(self.sim.loop.create_task(self._hold(kind, node, self.rng.uniform(*MOVE_HOLD_S))))
+        if not options:
+            return False
+        kind, node = options[self.rng.randrange(len(options))]
+        self.moves.append(self.sim.loop.create_task(self._hold(kind, node, self.rng.uniform(*MOVE_HOLD_S))))
+        return True
 
     async def _hold(self, kind: str, node: str, seconds: float) -> None:
         peer = CONTROLLERS if kind == "cut" else ""
@@ -354,12 +363,12 @@ class SimNemesis:
 # --- the protocol nemesis's sequences, simulated -------------------------------------------------------------------
 # Each follows its scenario in nemesis/scenarios.py with the simulator's faults, its waits polling the active
 # controller's metadata (a wait that times out goes on: the sequence's faults are stopped in its order regardless).
-async def unclean_election(nem: SimNemesis, roles: dict[str, Any]) -> None:
+async def unclean_election(nem: SimNemesis, roles: dict[str, Any]) -> bool:
     """Scenario unclean-election: a follower S cut off until it leaves the ISR, then the leader and the other
     follower killed; S healed, and only then the killed ones restarted (with unclean.leader.election.enable S
     leads, and the writes acknowledged without it are gone)."""
     if len(roles["followers"]) < 2 or nem.held:
-        return
+        return False
     topic, p, leader = roles["topic"], roles["partition"], roles["leader"]
     follower, stale = nem.rng.sample(roles["followers"], 2)
     cut = nem.start("partition", stale, by="protocol")
@@ -372,15 +381,16 @@ async def unclean_election(nem: SimNemesis, roles: dict[str, Any]) -> None:
     await asyncio.sleep(nem.rng.uniform(3.0, 8.0))
     for b, rec in killed:
         nem.stop("kill", b, rec)
+    return True
 
 
-async def zombie_follower(nem: SimNemesis, roles: dict[str, Any]) -> None:
+async def zombie_follower(nem: SimNemesis, roles: dict[str, Any]) -> bool:
     """Scenario zombie-follower (KAFKA-6880): follower Z cut off from the controllers (fenced, it misses every
     leader change, yet still fetches from leader L); F cut off from L; L paused until F leads, resumed; F killed
     so L leads again and restarted; then Z's cut healed. Without epoch fencing Z splices L's new records after
     its stale ones."""
     if len(roles["followers"]) < 2 or nem.held:
-        return
+        return False
     topic, p, leader = roles["topic"], roles["partition"], roles["leader"]
     zombie, follower = nem.rng.sample(roles["followers"], 2)
     zcut = nem.start("cut", zombie, peer=CONTROLLERS, by="protocol")
@@ -397,6 +407,7 @@ async def zombie_follower(nem: SimNemesis, roles: dict[str, Any]) -> None:
     nem.stop("kill", follower, killed)
     await asyncio.sleep(nem.rng.uniform(2.0, 6.0))
     nem.stop("cut", zombie, zcut)
+    return True
 
 
 SEQUENCES = {"unclean-election": unclean_election, "zombie-follower": zombie_follower}
@@ -462,7 +473,8 @@ def simulate(spec: TestSpec, log: Any = print, mutant: dict[str, str] | None = N
         writer.start_ns = int(round(start * 1e9))  # history times from the main phase's start, as a real run's
         nemesis = SimNemesis(sim, writer, list(spec.nemesis), random.Random(f"{spec.seed}/nemesis"),
                              spec.nemesis_interval, spec.min_isr, schedule, spec.nemesis_schedule,
-                             [(topic, p) for topic, n in run.workload.topics(run.test) for p in range(n)])
+                             [(topic, p) for topic, n in run.workload.topics(run.test) for p in range(n)],
+                             every_fault_first=swarm is not None)
         main = sim.spawn(clients, run.main_phase())
         faults = sim.loop.create_task(nemesis.play(start + spec.time_limit))
         applied = sim.loop.run_until_complete(asyncio.gather(main, faults))[1]

@@ -43,6 +43,9 @@ def test_the_spec_carries_the_draw_and_keeps_the_callers_own_workload_options():
     assert spec.workload_options["send_ratio"] == 0.5
     assert all(spec.workload_options[k] == v for k, v in drawn["workload_options"].items())
     assert swarm_spec(TestSpec.make(seed=11, workload="txn"))[1]["workload_options"] == {}  # no queue options
+    for seed in SEEDS:  # every drawn fault has room for its turn in the run
+        spec, drawn = swarm_spec(TestSpec.make(seed=seed, workload="queue", time_limit=40))
+        assert spec.nemesis_interval == drawn["nemesis_interval"] <= max(1.0, 40 / (3 * len(drawn["nemesis"])) + 0.01)
 
 
 def test_a_buggify_point_never_fires_on_a_real_host_or_where_the_simulator_left_it_off():
