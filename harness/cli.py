@@ -298,7 +298,11 @@ def sim(
     workload_option: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="a workload's own setting "
                                                                    "(repeatable; as for run)")] = None,
     nemesis: Annotated[str, typer.Option(help="faults, comma-separated: kill, pause, partition, lossy-crash, "
-                                              "clock (one at a time, on a node drawn from the seed)")] = "",
+                                              "clock (on a node drawn from the seed), protocol (the protocol "
+                                              "nemesis's moves and sequences, aimed at roles)")] = "",
+    nemesis_schedule: Annotated[str, typer.Option(help="sequential: one fault at a time; mix: faults overlap (a "
+                                                       "random fault toggled each interval, as in real runs)")
+                                ] = "sequential",
     nemesis_interval: Annotated[float, typer.Option(help="mean virtual seconds between a fault's start and "
                                                          "stop, and between faults")] = 10.0,
     time_limit: Annotated[float, typer.Option(help="virtual seconds of the main phase")] = 60.0,
@@ -327,6 +331,9 @@ def sim(
                                                       "many virtual s later and earlier fail so too")] = 0.0,
     mutant: Annotated[str, typer.Option(help="run this mutant of the broker (clusters/mutants.py; `kafkaesque "
                                              "mutate --list`)")] = "",
+    swarm: Annotated[bool, typer.Option(help="the seed draws its own fault mix, cluster, flush policy, clients and "
+                                             "BUGGIFY points (harness/sim_swarm.py), replacing those options")
+                     ] = False,
 ) -> None:
     """Run one test in the deterministic simulator: the reference cluster's own nodes and the workload's
     simulated clients in this process, in virtual time, under one seed; stored and checked as a real run
@@ -353,8 +360,8 @@ def sim(
         fail_all(workload_problems)
     spec = TestSpec.make(name=name or f"sim-{workload}", workload=workload,
                          nemesis=[n.strip() for n in nemesis.split(",") if n.strip()],
-                         nemesis_interval=nemesis_interval, nemesis_schedule="sequential", time_limit=time_limit,
-                         concurrency=concurrency, rate=rate, brokers=brokers, controllers=controllers,
+                         nemesis_interval=nemesis_interval, nemesis_schedule=nemesis_schedule,
+                         time_limit=time_limit, concurrency=concurrency, rate=rate, brokers=brokers, controllers=controllers,
                          replication_factor=replication_factor, min_isr=min_isr, partitions=partitions, acks=acks,
                          flush_policy=flush_policy, broker_variant=broker_variant, seed=seed,
                          store=store, recovery_wait=recovery_wait, workload_options=workload_options)
@@ -363,6 +370,11 @@ def sim(
     shared = [n for n in TestSpec.setting_names() if n != "cluster" and not n.startswith("nemesis")]
     if shrink_keep not in ("any", "all") and ":" not in shrink_keep:
         fail(f"--shrink-keep is {shrink_keep!r}; valid: any, all, or anomaly kinds as checker:kind,...")
+    drawn = None
+    if swarm:
+        from kafkaesque_harness.harness.sim_swarm import swarm_spec
+
+        spec, drawn = swarm_spec(spec)
     given = None
     if schedule:
         from kafkaesque_harness.harness.sim_shrink import read_given_schedule
@@ -375,13 +387,13 @@ def sim(
         fail_all(problems)
     mutant_info = {"mutant": mutant, "digest": copy.digest} if copy is not None else None
     try:
-        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_info, schedule=given)
+        code, run_dir = simulate(spec, log=lambda m: err.print(m), mutant=mutant_info, schedule=given, swarm=drawn)
         _print_verdict(run_dir)
         if shrink:  # while the mutant's copy is loaded: every candidate runs it
             from kafkaesque_harness.harness.sim_shrink import shrink_run
 
             shrink_run(spec, run_dir, shrink_budget, log=lambda m: err.print(m, markup=False, highlight=False),
-                       keep=shrink_keep, jitter_s=shrink_jitter, mutant=mutant_info)
+                       keep=shrink_keep, jitter_s=shrink_jitter, mutant=mutant_info, swarm=drawn)
     except StoreError as e:
         fail(str(e))
     finally:
@@ -956,15 +968,20 @@ def sim_sweep(
     notes: Annotated[Path | None, typer.Option(help="a Markdown file appended to the page")] = None,
     render_only: Annotated[bool, typer.Option(help="only rewrite the page from the ledger")] = False,
     list_rows: Annotated[bool, typer.Option("--list", help="list the rows and exit")] = False,
+    fail_on_anomaly: Annotated[bool, typer.Option(help="exit 1 when a seed of this sweep (its rows, its seed range) "
+                                                       "failed or the harness failed it, printing each one's replay "
+                                                       "command (the nightly sweep of the default broker)")
+                               ] = False,
 ) -> None:
     """Sweep seeds of the simulator per broker variant and write docs/SIMULATION.md (every figure simulated).
 
     Each seed is a whole `kafkaesque sim` run with the row's settings, in worker processes; each seed's verdict,
     anomalies, checkers and costs go into the ledger as it finishes, and the page is rendered from the ledger.
     """
+    from kafkaesque_harness.harness.runner import EXIT_HARNESS
     from kafkaesque_harness.harness.sim_sweep import MAX_WORKERS, row_problems, sweep_row
     from kafkaesque_harness.results.store import command_as_shown
-    from kafkaesque_harness.studies.simulation import ROWS, select_rows, write_simulation_doc
+    from kafkaesque_harness.studies.simulation import ROWS, failed, select_rows, write_simulation_doc
 
     if list_rows:
         for r in ROWS.values():
@@ -991,13 +1008,23 @@ def sim_sweep(
         problems = [p for r in chosen for p in row_problems(r)]
         if problems:
             fail_all(problems)
+    bad: list[str] = []
+    if not render_only:
         for r in chosen:
-            sweep_row(r, start_seed, seeds, failures, store, ledger, workers=workers, budget_s=budget,
-                      log=lambda m: err.print(m))
+            records = sweep_row(r, start_seed, seeds, failures, store, ledger, workers=workers, budget_s=budget,
+                                log=lambda m: err.print(m))
+            bad += [f"{r.name} seed {rec['seed']}: {'harness error' if rec.get('exit') == EXIT_HARNESS else 'anomaly'} "
+                    f"{', '.join(rec.get('anomalies') or []) or rec.get('error') or ''}; replay: "
+                    f"{r.replay_command(rec['seed'])}" for rec in records
+                    if start_seed <= rec["seed"] < start_seed + seeds and (failed(rec) or rec.get("exit") == EXIT_HARNESS)]
             render()
     render()
     err.print(f"wrote {out}")
     print(out)
+    if fail_on_anomaly and bad:
+        for line in bad:
+            err.print(line, markup=False, highlight=False)
+        raise typer.Exit(1)
 
 
 def _print_campaign_plan(plan) -> None:

@@ -241,9 +241,10 @@ class Shrinker:
 
 def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log: Callable[[str], None] = print,
                run_sim: RunSim = simulate, keep: str = "any", jitter_s: float = 0.0,
-               mutant: dict[str, str] | None = None) -> ShrinkResult | None:
+               mutant: dict[str, str] | None = None, swarm: dict[str, Any] | None = None) -> ShrinkResult | None:
     """Shrink the failing simulated run in `run_dir` (of `spec`); None when there is nothing to shrink (said).
-    `mutant`: the run's broker was a mutant's copy (simulate()'s), and so is every candidate's."""
+    `mutant`: the run's broker was a mutant's copy (simulate()'s), and so is every candidate's. `swarm`: the run
+    drew its settings (`--swarm`; already in `spec`): every candidate has its BUGGIFY points too."""
     results = json.loads((run_dir / "results.json").read_text())
     if results.get("valid") is not False:
         log(f"the run is {'valid' if results.get('valid') is True else 'not decided (valid: unknown)'}: "
@@ -265,16 +266,17 @@ def shrink_run(spec: TestSpec, run_dir: Path, budget: int = DEFAULT_BUDGET, log:
     log(f"shrinking seed {spec.seed}: keeping {keep} of {', '.join(sorted(target))}"
         + (f", also with the faults shifted ±{jitter_s:g} s" if jitter_s > 0 else "")
         + f"; at most {budget} candidate runs")
-    if mutant:
+    if mutant or swarm:
         plain_run_sim = run_sim
+        same = {**({"mutant": mutant} if mutant else {}), **({"swarm": swarm} if swarm else {})}
 
         def run_sim(*args: Any, **kwargs: Any) -> tuple[int, Path]:
-            return plain_run_sim(*args, mutant=mutant, **kwargs)
+            return plain_run_sim(*args, **same, **kwargs)
     shrinker = Shrinker(spec, target, budget, log, run_sim, keep, jitter_s)
     smallest = shrinker.shrink(original)
     result = ShrinkResult(original, smallest, shrinker.target, shrinker.runs, shrinker.best_dir, shrinker.trail,
                           jitter_s)
-    write_shrunk(spec, run_dir, result, log, mutant["mutant"] if mutant else "")
+    write_shrunk(spec, run_dir, result, log, mutant["mutant"] if mutant else "", swarm is not None)
     return result
 
 
@@ -291,14 +293,16 @@ def shared_flags(spec: TestSpec) -> str:
     return "".join(f" {f}" for f in flags)
 
 
-def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path, mutant: str = "") -> str:
+def replay_command(spec: TestSpec, cand: Candidate, schedule_path: Path, mutant: str = "", swarm: bool = False) -> str:
+    """`swarm`: the seed redraws its settings (and BUGGIFY points) itself; the cluster flags would be ignored."""
     return (f"kafkaesque sim --seed {spec.seed} --workload {spec.workload} --schedule {schedule_path} "
             f"--time-limit {cand.time_limit:g} --concurrency {cand.concurrency} --rate {cand.rate:g} "
-            f"--recovery-wait {spec.recovery_wait:g}{shared_flags(spec)}" + (f" --mutant {mutant}" if mutant else ""))
+            f"--recovery-wait {spec.recovery_wait:g}" + (" --swarm" if swarm else shared_flags(spec))
+            + (f" --mutant {mutant}" if mutant else ""))
 
 
 def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Callable[[str], None],
-                 mutant: str = "") -> None:
+                 mutant: str = "", swarm: bool = False) -> None:
     """Print the steps before and after; write the smallest schedule and its scenario next to the original run."""
     log(f"before: {result.original.describe()}")
     for line in result.original.schedule.describe():
@@ -313,7 +317,7 @@ def write_shrunk(spec: TestSpec, run_dir: Path, result: ShrinkResult, log: Calla
     schedule_path = run_dir / SHRUNK_SCHEDULE
     result.smallest.schedule.write(schedule_path)
     log(f"schedule: {schedule_path}")
-    log(f"replay: {replay_command(spec, result.smallest, schedule_path, mutant)}")
+    log(f"replay: {replay_command(spec, result.smallest, schedule_path, mutant, swarm)}")
     if result.run_dir is not None:
         log(f"its run: {result.run_dir}")
     variant = spec.broker.broker_variant

@@ -61,7 +61,8 @@ def seed_spec(row: SweepRow, seed: int, store: str) -> Any:
 
     s = row.settings()
     return TestSpec.make(name=f"sim-{row.name}-s{seed}", workload=s["workload"], nemesis=list(s["nemesis"]),
-                         nemesis_interval=s["nemesis_interval"], nemesis_schedule="sequential",
+                         nemesis_interval=s["nemesis_interval"],
+                         nemesis_schedule=s.get("nemesis_schedule", "sequential"),
                          time_limit=s["time_limit"], concurrency=s["concurrency"], rate=s["rate"],
                          brokers=s["brokers"], controllers=s["controllers"],
                          replication_factor=s["replication_factor"], min_isr=s["min_isr"],
@@ -88,7 +89,12 @@ def run_seed(row: SweepRow | str, seed: int, store: str, digest: str) -> dict[st
 
     row = ROWS[row] if isinstance(row, str) else row
     cpu0 = time.process_time()
-    code, run_dir = simulate(seed_spec(row, seed, store), log=lambda _m: None)
+    spec, drawn = seed_spec(row, seed, store), None
+    if row.settings().get("swarm"):  # the seed draws its own settings, as `kafkaesque sim --swarm` does
+        from kafkaesque_harness.harness.sim_swarm import swarm_spec
+
+        spec, drawn = swarm_spec(spec)
+    code, run_dir = simulate(spec, log=lambda _m: None, swarm=drawn)
     cpu_s = time.process_time() - cpu0
     try:
         results = json.loads((run_dir / "results.json").read_text())

@@ -40,6 +40,13 @@ ISSUE_SEEDS = 1000  # issue 41 item 6: every flaw variant found within 1,000 see
 # `default-power-cut` measures the default broker under the whole mix.
 FAULT_MIX = ("kill", "pause", "partition", "clock")
 POWER_CUT_MIX = ("kill", "pause", "partition", "lossy-crash", "clock")
+# The protocol nemesis's moves and sequences, simulated (harness/simulate.py SimNemesis): faults held together,
+# aimed at a partition's roles; what reaches unclean-election and no-epoch-fencing, which single faults do not.
+PROTOCOL_MIX = ("protocol",)
+OVERLAPPING = {"nemesis_schedule": "mix"}
+# Each seed draws its own faults, cluster, flush policy, clients and BUGGIFY points (harness/sim_swarm.py): the
+# row's fault mix, schedule and cluster settings are the seed's, not these.
+SWARM = {"swarm": True}
 # What every row's seeds share (kafkaesque sim's options). Short runs with faults every few virtual seconds: a
 # seed's CPU cost grows with its ops, and the sweep's power with its seeds (measured: docs/SIMULATION.md's costs).
 SWEEP_SETTINGS: dict[str, Any] = {
@@ -80,10 +87,14 @@ class SweepRow:
                  *(f"--workload-option {k}={v}" for k, v in s["workload_options"].items()),
                  f"--nemesis {','.join(self.nemesis)}"]
         for key in ("time_limit", "rate", "concurrency", "nemesis_interval", "recovery_wait", "brokers", "controllers",
-                    "replication_factor", "min_isr", "partitions", "acks", "flush_policy"):
+                    "replication_factor", "min_isr", "partitions", "acks", "flush_policy", "nemesis_schedule"):
+            if key not in s:  # a row's own setting (the schedule: sequential unless the row says)
+                continue
             value = s[key]
             parts.append(f"--{key.replace('_', '-')} {value:g}" if isinstance(value, float) else
                          f"--{key.replace('_', '-')} {value}")
+        if s.get("swarm"):
+            parts.append("--swarm")
         return " ".join(parts)
 
 
@@ -103,6 +114,10 @@ ROWS: dict[str, SweepRow] = {r.name: r for r in (
     SweepRow("read-committed-to-hwm", "read-committed-to-hwm", "txn"),
     SweepRow("zombie-not-fenced", "zombie-not-fenced", "txn"),
     SweepRow("offsets-commit-acks-1", "offsets-commit-acks-1", "queue", GROUP_OPTIONS),
+    SweepRow("default-protocol", DEFAULT, nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
+    SweepRow("default-swarm", DEFAULT, overrides=SWARM),
+    SweepRow("unclean-election-protocol", "unclean-election", nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
+    SweepRow("no-epoch-fencing-protocol", "no-epoch-fencing", nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
 )}
 
 

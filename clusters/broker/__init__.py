@@ -38,6 +38,7 @@ _FACE = {
     "QuorumControllerServer": "controller_quorum",
     "NODE_HOST": "hostenv",
     "RealHost": "hostenv",
+    "BUGGIFY_POINTS": "hostenv",
     "CONTROLLER_ID": "local_cluster",
     "LOSSYFS_STATUS_ENV": "server",
 }

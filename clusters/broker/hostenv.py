@@ -9,6 +9,12 @@ below, set in the node's root context, which every task and callback of the node
 copies the context into each Task and Handle). So one line of the broker serves both worlds, and the
 protocol code a real run tests is the code the simulator tests.
 
+BUGGIFY points (FoundationDB's name): named places in the broker's shell where the simulator may make the code
+take a rare path (a fetch answered late, a heartbeat skipped, a purgatory timer stretched), one line each there,
+listed in BUGGIFY_POINTS. buggify(point) asks the node's host whether the point fires now; the real host never
+says yes, so a real node runs as if the points were not there. The simulator switches points on per seed
+(`kafkaesque sim --swarm`, harness/sim_swarm.py) and records which.
+
 What a Host must answer is the Host protocol; a simulated one reads the simulator's virtual clock
 (plus the node's skew), draws from the run's seed, fsyncs into its page-cache model and connects
 through the in-memory network.
@@ -41,6 +47,8 @@ class Host(Protocol):
 
     def fsync(self, fd: int) -> None: ...
 
+    def buggify(self, point: str) -> bool: ...  # does this BUGGIFY point fire now (never on a real host)
+
     def open_connection(self, host: str, port: int, **kw: Any
                         ) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]: ...
 
@@ -63,6 +71,10 @@ class RealHost:
     @staticmethod
     def rng() -> random.Random:
         return random.Random()
+
+    @staticmethod
+    def buggify(point: str) -> bool:
+        return False  # a real node takes no deliberately rare path
 
 
 REAL_HOST = RealHost()
@@ -100,6 +112,33 @@ def getenv(name: str) -> str | None:
 
 def fsync(fd: int) -> None:
     NODE_HOST.get(REAL_HOST).fsync(fd)
+
+
+# --- BUGGIFY points: name -> where it is and what it does when it fires (each one line in the shell) ---------------
+BUGGIFY_POINTS = {
+    "fetch-answered-late": "server.py replica_fetch: a follower's fetch is answered FETCH_LATE_S late",
+    "heartbeat-skipped": "server.py heartbeat_loop: a heartbeat to the controller is skipped (the next goes one "
+                         "interval late)",
+    "purgatory-timer-stretched": "server.py _await_commit: an acks=all produce waits PURGATORY_STRETCH times its "
+                                 "timeout in the purgatory (its client has given up by then)",
+}
+FETCH_LATE_S = 0.5
+PURGATORY_STRETCH = 3.0
+
+
+def buggify(point: str) -> bool:
+    return NODE_HOST.get(REAL_HOST).buggify(point)
+
+
+async def buggify_delay(point: str, seconds: float) -> None:
+    """Wait `seconds` when the point fires, else go on at once."""
+    if buggify(point):
+        await asyncio.sleep(seconds)
+
+
+def buggify_stretch(point: str, seconds: float, factor: float) -> float:
+    """`seconds` times `factor` when the point fires, else `seconds`."""
+    return seconds * factor if buggify(point) else seconds
 
 
 def open_connection(host: str, port: int, **kw: Any) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:

@@ -302,7 +302,8 @@ class Broker:
         fut = asyncio.get_running_loop().create_future()
         self.purgatory.setdefault(r.key, deque()).append(PendingProduce(first, last, fut, producer))
         try:
-            err = await asyncio.wait_for(fut, timeout_s)
+            err = await asyncio.wait_for(fut, hostenv.buggify_stretch("purgatory-timer-stretched", timeout_s,
+                                                                      hostenv.PURGATORY_STRETCH))
         except TimeoutError:
             return rpc.REQUEST_TIMED_OUT, -1, -1
         return err, (first if err == rpc.NONE else -1), r.log.log_start_offset
@@ -654,6 +655,7 @@ class Broker:
                     "want_fence": not self.caught_up, "want_shutdown": self.want_shutdown,
                     "metadata_offset": self.image.offset}
             try:
+                await hostenv.buggify_delay("heartbeat-skipped", interval)
                 resp = await self.controller.call("broker_heartbeat", body, timeout=2.0)
                 err = resp.get("error")
                 if err == rpc.STALE_BROKER_EPOCH or err == rpc.BROKER_ID_NOT_REGISTERED:
@@ -825,6 +827,7 @@ class Broker:
                 await asyncio.sleep(0.1)
 
     async def replica_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
+        await hostenv.buggify_delay("fetch-answered-late", hostenv.FETCH_LATE_S)
         key = (body["topic"], int(body["partition"]))
         r = self.replicas.get(key)
         if r is None:

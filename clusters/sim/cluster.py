@@ -60,6 +60,7 @@ class SimHost:
         self.sim, self.name = sim, name
         self.loop = sim.loop
         self._rng = random.Random(f"{sim.seed}/{name}/{incarnation}")
+        self._buggify_rng: random.Random | None = None
         # a process id of its own per incarnation (the trace's trace_started says it), the same in every run
         self._pid = 1000 * (sim.names.index(name) + 1) + incarnation if name in sim.names else 99
         self.open_connection = sim.net.open_connection
@@ -83,6 +84,19 @@ class SimHost:
     def fsync(self, fd: int) -> None:
         self.sim.disk.fsync(fd)
 
+    def buggify(self, point: str) -> bool:
+        """The BUGGIFY point fires with the probability the run switched it on with (none: never), drawn from a
+        generator of the node's own, made on the first ask, so a run without points draws as it did before."""
+        chance = self.sim.buggify.get(point)
+        if not chance:
+            return False
+        if self._buggify_rng is None:
+            self._buggify_rng = random.Random(f"{self.sim.seed}/{self.name}/{self._pid}/buggify")
+        fires = self._buggify_rng.random() < chance
+        if fires:
+            self.sim.buggify_fired[point] = self.sim.buggify_fired.get(point, 0) + 1
+        return fires
+
     def getenv(self, name: str) -> str | None:
         # what a backend with the lossy file system sets for a node: where its power cuts are reported
         return self.sim.lossy_status_file(self.name) if name == LOSSYFS_STATUS_ENV else None
@@ -103,8 +117,10 @@ class SimCluster:
 
     def __init__(self, seed: int, n_brokers: int = 3, n_controllers: int = 1, flush_policy: str = "never",
                  variants: Iterable[str] = (), broker_config: dict[str, Any] | None = None,
-                 run_dir: str | None = None, net: NetConfig | None = None):
+                 run_dir: str | None = None, net: NetConfig | None = None, buggify: dict[str, float] | None = None):
         self.seed = seed
+        self.buggify = dict(buggify or {})  # BUGGIFY point (hostenv.BUGGIFY_POINTS) -> the chance it fires per pass
+        self.buggify_fired: dict[str, int] = {}  # point -> how often it fired
         self.rng = random.Random(f"{seed}/cluster")
         self.loop = SimLoop()
         self.net = SimNetwork(self.loop, random.Random(f"{seed}/network"), net)
@@ -338,6 +354,13 @@ class SimCluster:
 
     def heal(self) -> None:
         self.net.heal()
+
+    def set_cuts(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """The network blocks exactly these (src, dst) pairs from now on: the cuts of every fault that holds now
+        (overlapping cuts end one by one, so the pairs an ending cut shares with another that holds stay)."""
+        self.net.blocked.clear()
+        for src, dst in sorted(pairs):
+            self.net.block(src, dst)
 
     def skew_clock(self, name: str, offset_s: float) -> None:
         """The node's wall clock runs offset_s ahead (negative: behind) of true time from now on."""

@@ -62,7 +62,12 @@ def test_a_schedule_round_trips_through_its_file(tmp_path):
     ({"steps": [{"at_s": 1, "fault": "kill", "node": "L", "duration_s": 1}]}, "names node 'L'"),
     ({"steps": [{"at_s": 1, "fault": "kill", "node": "broker-1", "duration_s": -1}]}, "duration_s is -1"),
     ({"steps": [{"at_s": 1, "fault": "kill", "node": "broker-1", "duration_s": 5},
-                {"at_s": 2, "fault": "pause", "node": "broker-2", "duration_s": 1}]}, "before step 1 stops"),
+                {"at_s": 2, "fault": "kill", "node": "broker-1", "duration_s": 1}]}, "holds two kill faults of broker-1"),
+    ({"steps": [{"at_s": 3, "fault": "kill", "node": "broker-1", "duration_s": 1},
+                {"at_s": 2, "fault": "pause", "node": "broker-2", "duration_s": 1}]}, "before step 1"),
+    ({"steps": [{"at_s": 1, "fault": "cut", "node": "broker-1", "duration_s": 1}]}, "has peer ''"),
+    ({"steps": [{"at_s": 1, "fault": "kill", "node": "broker-1", "duration_s": 1, "peer": "broker-2"}]},
+     "no other fault has one"),
     ({"steps": [{"at": 1}]}, "unknown key 'at'"),
     ({"faults": []}, "is not a schedule"),
 ])

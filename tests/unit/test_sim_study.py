@@ -4,6 +4,8 @@ docs/SIMULATION.md's sentences rendered from a ledger (studies/simulation.py).""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from kafkaesque_harness.harness.sim_sweep import row_problems, sweep_row
@@ -174,3 +176,38 @@ def test_the_sweep_digest_covers_the_simulator_as_well_as_the_broker(monkeypatch
     one = sweep.sweep_code_digest()
     (tmp_path / "clusters/sim/cluster.py").write_text("y")
     assert sweep.sweep_code_digest() != one != before
+
+
+def _ledger_of(tmp_path, row_name: str, outcomes: dict[int, bool]) -> Path:
+    """A ledger already holding these seeds of the row for the current code: a sweep over them runs nothing."""
+    from kafkaesque_harness.harness.sim_sweep import sweep_code_digest
+    from kafkaesque_harness.studies.simulation import ROWS, append_to_ledger, seed_record
+
+    ledger = tmp_path / "runs.jsonl"
+    digest = sweep_code_digest()
+    for seed, valid in outcomes.items():
+        results = {"valid": valid, "checkers": {"trace": {"valid": valid, "anomaly_types": [] if valid else
+                                                          ["sequence-reused"]}}}
+        append_to_ledger(ledger, seed_record(ROWS[row_name], seed, 0 if valid else 1, results, 1.0, 50.0,
+                                             None if valid else f"sim-{row_name}-s{seed}/x", digest))
+    return ledger
+
+
+def _sweep_cli(tmp_path, ledger: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "import sys; from kafkaesque_harness.harness.cli import main; "
+                           "sys.argv[0] = 'kafkaesque'; main()", "sim-sweep", "--row", "default-swarm", "--seeds", "2",
+                           "--start-seed", "7", "--ledger", str(ledger), "--out", str(tmp_path / "SIM.md"),
+                           "--store", str(tmp_path / "store"), *flags], capture_output=True, text=True, timeout=300)
+
+
+def test_fail_on_anomaly_exits_1_and_prints_each_failing_seeds_replay_command(tmp_path):
+    out = _sweep_cli(tmp_path, _ledger_of(tmp_path, "default-swarm", {7: True, 8: False}), "--fail-on-anomaly")
+    assert out.returncode == 1, out.stderr
+    text = " ".join(out.stderr.split())
+    assert "default-swarm seed 8: anomaly sequence-reused; replay: kafkaesque sim --seed 8 " in text
+    assert "--swarm" in text and "seed 7:" not in text
+
+
+def test_fail_on_anomaly_exits_0_when_every_seed_of_the_sweep_passed(tmp_path):
+    out = _sweep_cli(tmp_path, _ledger_of(tmp_path, "default-swarm", {7: True, 8: True}), "--fail-on-anomaly")
+    assert out.returncode == 0, out.stderr
