@@ -32,6 +32,7 @@ the position moves it there (a `reset`, policy "truncation"); no end offset asks
 from __future__ import annotations
 
 import asyncio
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -402,32 +403,80 @@ def read_batches(raw: Any, pos: Position, read_committed: bool,
     pending_aborts = sorted(((a.first_offset, a.producer_id) for a in aborted), reverse=True)
     aborting: set[int] = set()
     next_pos = Position(pos.offset, pos.epoch)
-    records = MemoryRecords(bytes(raw))
-    batch = records.next_batch()
-    while batch is not None:
+    for batch in split_batches(bytes(raw)):
         if batch.next_offset <= pos.offset:
-            batch = records.next_batch()
             continue
-        if read_committed and batch.has_producer_id():
+        if read_committed and batch.producer_id > NO_PRODUCER_ID:
             while pending_aborts and pending_aborts[-1][0] <= batch.last_offset:
                 aborting.add(pending_aborts.pop()[1])
-            if batch.is_control_batch:
-                if _is_abort_marker(batch):
+            if batch.is_control:
+                if batch.is_abort_marker:
                     aborting.discard(batch.producer_id)
             elif batch.is_transactional and batch.producer_id in aborting:
                 next_pos = Position(batch.next_offset, batch.leader_epoch)
-                batch = records.next_batch()
                 continue
-        if batch.is_control_batch:
+        if batch.is_control:
             next_pos = Position(batch.next_offset, batch.leader_epoch)
-            batch = records.next_batch()
             continue
-        for record in batch:
-            if record.offset >= pos.offset:
-                out.append((record.offset, record.value, batch.leader_epoch))
+        for offset, value in batch.records:
+            if offset >= pos.offset:
+                out.append((offset, value, batch.leader_epoch))
         next_pos = Position(batch.next_offset, batch.leader_epoch)
-        batch = records.next_batch()
     return out, next_pos
+
+
+NO_PRODUCER_ID = -1
+LOG_OVERHEAD = 12  # a batch's base offset (int64) and length (int32): its size is the length plus these
+DECODED_CACHE_BATCHES = 4096
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """What the fetcher reads of one record batch (kafka-python's DefaultRecordBatch), decoded once."""
+    next_offset: int
+    last_offset: int
+    leader_epoch: int
+    producer_id: int
+    is_transactional: bool
+    is_control: bool
+    is_abort_marker: bool  # a control batch's record: abort (else commit)
+    records: tuple[tuple[int, bytes], ...]  # (offset, value); none for a control batch
+
+
+# Every simulated consumer of a run reads the same batches (the queue workload's processes each read every
+# partition): each batch's bytes are decoded once, and a batch fetched again, by this consumer or another,
+# is looked up by its bytes. The answer is the decoding of exactly those bytes, so the history is the same.
+_decoded: dict[bytes, DecodedBatch] = {}
+
+
+def split_batches(raw: bytes) -> list[DecodedBatch]:
+    """The whole batches of a fetched record set, decoded (a partial batch at the end is left, as
+    kafka-python's MemoryRecords leaves it)."""
+    out = []
+    pos, size = 0, len(raw)
+    while pos + LOG_OVERHEAD <= size:
+        (length,) = struct.unpack_from(">i", raw, pos + LOG_OVERHEAD - 4)
+        end = pos + LOG_OVERHEAD + length
+        if end > size:
+            break
+        data = raw[pos:end]
+        batch = _decoded.get(data)
+        if batch is None:
+            batch = _decode_batch(data)
+            if len(_decoded) >= DECODED_CACHE_BATCHES:
+                del _decoded[next(iter(_decoded))]  # the oldest: its readers have moved on
+            _decoded[data] = batch
+        out.append(batch)
+        pos = end
+    return out
+
+
+def _decode_batch(data: bytes) -> DecodedBatch:
+    batch = MemoryRecords(data).next_batch()
+    records = tuple((r.offset, r.value) for r in batch) if not batch.is_control_batch else ()
+    return DecodedBatch(batch.next_offset, batch.last_offset, batch.leader_epoch, batch.producer_id,
+                        batch.is_transactional, batch.is_control_batch,
+                        batch.is_control_batch and _is_abort_marker(batch), records)
 
 
 def _is_abort_marker(batch: Any) -> bool:
