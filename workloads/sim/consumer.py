@@ -226,9 +226,9 @@ class Consumer:
                     continue
                 if pd.high_watermark >= 0:
                     self.highwater[p] = pd.high_watermark
-                records, next_pos = read_batches(pd.records, pos, self.isolation == READ_COMMITTED,
-                                                 pd.aborted_transactions or [])
                 room = self.max_records - sum(len(v) for v in out.values())
+                records, next_pos = read_batches(pd.records, pos, self.isolation == READ_COMMITTED,
+                                                 pd.aborted_transactions or [], limit=max(room, 0) + 1)
                 if len(records) > room:  # the rest is fetched again (kafka-python keeps it buffered)
                     records = records[:max(room, 0)]
                     next_pos = Position(records[-1][0] + 1, next_pos.epoch) if records else pos
@@ -392,18 +392,28 @@ class Consumer:
             self.cluster.listeners.remove(self._leader_changed)
 
 
-def read_batches(raw: Any, pos: Position, read_committed: bool,
-                 aborted: list[Any]) -> tuple[list[tuple[int, bytes, int]], Position]:
+def read_batches(raw: Any, pos: Position, read_committed: bool, aborted: list[Any],
+                 limit: int | None = None) -> tuple[list[tuple[int, bytes, int]], Position]:
     """(offset, value, leader epoch) of the records at or past the position, and the position after them:
     control batches skipped, and read_committed, the batches of aborted transactions (the fetcher's
-    CompletedFetch: an aborted transaction's producer is skipped from its first offset to its abort marker)."""
+    CompletedFetch: an aborted transaction's producer is skipped from its first offset to its abort marker).
+
+    With `limit`, no record past the limit-th is decoded (a poll returns at most max_poll_records; the rest is
+    fetched again): the position after them is still the one after the answer's last batch, as when every
+    record is read, and the caller cuts the list where it cuts a longer one."""
     out: list[tuple[int, bytes, int]] = []
     if not raw:
         return out, pos
+    raw = bytes(raw)
     pending_aborts = sorted(((a.first_offset, a.producer_id) for a in aborted), reverse=True)
     aborting: set[int] = set()
     next_pos = Position(pos.offset, pos.epoch)
-    for batch in split_batches(bytes(raw)):
+    start, size = 0, len(raw)
+    while (end := _batch_end(raw, start, size)) > 0:
+        if limit is not None and len(out) >= limit:
+            return out, _after_last_batch(raw, start, size)
+        batch = _decoded_batch(raw[start:end])
+        start = end
         if batch.next_offset <= pos.offset:
             continue
         if read_committed and batch.producer_id > NO_PRODUCER_ID:
@@ -449,26 +459,35 @@ class DecodedBatch:
 _decoded: dict[bytes, DecodedBatch] = {}
 
 
-def split_batches(raw: bytes) -> list[DecodedBatch]:
-    """The whole batches of a fetched record set, decoded (a partial batch at the end is left, as
-    kafka-python's MemoryRecords leaves it)."""
-    out = []
-    pos, size = 0, len(raw)
-    while pos + LOG_OVERHEAD <= size:
-        (length,) = struct.unpack_from(">i", raw, pos + LOG_OVERHEAD - 4)
-        end = pos + LOG_OVERHEAD + length
-        if end > size:
-            break
-        data = raw[pos:end]
-        batch = _decoded.get(data)
-        if batch is None:
-            batch = _decode_batch(data)
-            if len(_decoded) >= DECODED_CACHE_BATCHES:
-                del _decoded[next(iter(_decoded))]  # the oldest: its readers have moved on
-            _decoded[data] = batch
-        out.append(batch)
-        pos = end
-    return out
+def _batch_end(raw: bytes, start: int, size: int) -> int:
+    """Where the whole batch at `start` ends; 0 when none begins there (the end, or a partial batch at the
+    end, which kafka-python's MemoryRecords leaves too)."""
+    if start + LOG_OVERHEAD > size:
+        return 0
+    (length,) = struct.unpack_from(">i", raw, start + LOG_OVERHEAD - 4)
+    end = start + LOG_OVERHEAD + length
+    return end if end <= size else 0
+
+
+def _after_last_batch(raw: bytes, start: int, size: int) -> Position:
+    """The position after the answer's last whole batch (its next offset and leader epoch), from the headers
+    of the batches from `start` on: their records are not decoded."""
+    last = start
+    while (end := _batch_end(raw, start, size)) > 0:
+        last, start = start, end
+    base, epoch = struct.unpack_from(">qxxxxi", raw, last)
+    (last_offset_delta,) = struct.unpack_from(">i", raw, last + 23)
+    return Position(base + last_offset_delta + 1, epoch)
+
+
+def _decoded_batch(data: bytes) -> DecodedBatch:
+    batch = _decoded.get(data)
+    if batch is None:
+        batch = _decode_batch(data)
+        if len(_decoded) >= DECODED_CACHE_BATCHES:
+            del _decoded[next(iter(_decoded))]  # the oldest: its readers have moved on
+        _decoded[data] = batch
+    return batch
 
 
 def _decode_batch(data: bytes) -> DecodedBatch:
