@@ -22,6 +22,7 @@ from kafkaesque_harness.clusters.broker.log import (
     follower_truncation_offset,
     iter_batch_headers,
     leader_divergence,
+    validate_batches,
 )
 from kafkaesque_harness.clusters.broker.metadata import NO_LEADER, BrokerInfo, PartitionState
 from kafkaesque_harness.clusters.broker.producer_state import ProducerStateTable
@@ -438,8 +439,9 @@ class Replica:
             raw = _from_offset(raw, self.leo)
             if raw:
                 last_epoch = self.log.last_epoch
-                first, _ = self.log.append_as_follower(raw)
-                self._producers_appended([h for _, h in iter_batch_headers(raw, check_crc=False)], first, raw)
+                headers = validate_batches(raw)  # read once: for the append and for the producers' state
+                first, _ = self.log.append_as_follower(raw, headers)
+                self._producers_appended(headers, first, raw)
                 if self.log.last_epoch != last_epoch:
                     # Once per leader epoch the follower copies: where its cache starts that epoch (log matching).
                     self._event("follower_epoch_appended", leo=self.leo, epoch_cache=self.epoch_cache())

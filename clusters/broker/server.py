@@ -40,7 +40,6 @@ from kafkaesque_harness.clusters.broker.log import (
     NonContiguousAppendError,
     build_batch,
     iter_all_records,
-    iter_batch_headers,
     parse_flush_policy,
     validate_batches,
 )
@@ -363,16 +362,16 @@ class Broker:
             # what they read were aborted, so they can drop those records.
             out["aborted"] = []
             if offset < out["lso"]:
-                out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=out["lso"])
-                if raw:
-                    self._trace_consumer_fetch(r, offset, raw, READ_COMMITTED, bound, out["lso"])
-                    end = max(h.next_offset for _, h in iter_batch_headers(raw, check_crc=False))
+                out["records"], first, end = r.log.read_span(offset, min(max_bytes, MAX_FETCH_BYTES),
+                                                             max_offset=out["lso"])
+                if out["records"]:
+                    self._trace_consumer_fetch(r, offset, first, end - 1, READ_COMMITTED, bound, out["lso"])
                     out["aborted"] = r.producers.aborted_between(offset, end)
         elif offset < r.hwm:
             # 002 2.7: consumers see only records below the HWM.
-            out["records"] = raw = r.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
-            if raw:
-                self._trace_consumer_fetch(r, offset, raw, READ_UNCOMMITTED, "hwm", r.hwm)
+            out["records"], first, end = r.log.read_span(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=r.hwm)
+            if out["records"]:
+                self._trace_consumer_fetch(r, offset, first, end - 1, READ_UNCOMMITTED, "hwm", r.hwm)
         return out
 
     def answered(self, event: dict[str, Any]) -> None:
@@ -414,13 +413,10 @@ class Broker:
         reads, G1a; the class Jepsen found in Redpanda 2022 and Bufstream 2024)."""
         return ("hwm", r.hwm) if "read-committed-to-hwm" in self.variants else ("lso", r.last_stable_offset())
 
-    def _trace_consumer_fetch(self, r: Replica, offset: int, raw: bytes, isolation: str, bound: str,
+    def _trace_consumer_fetch(self, r: Replica, offset: int, first: int, last: int, isolation: str, bound: str,
                               bound_offset: int) -> None:
-        first = last = -1
-        for _, h in iter_batch_headers(raw, check_crc=False):
-            if first < 0:
-                first = h.base_offset
-            last = h.last_offset
+        """The served span (first batch's base offset, last batch's last offset) comes from the log's batch
+        index (PartitionLog.read_span): no header of what was served is parsed for this line."""
         # The LSO is the partition's own (producer state), whatever bound the read used: the trace's
         # read-committed-above-lso compares what was served with it; bound_offset is the offset the read was
         # cut at (the bound reported is the bound used), and the trace's read-committed-open-txn checks the LSO

@@ -126,6 +126,7 @@ class SimCluster:
         self.net = SimNetwork(self.loop, random.Random(f"{seed}/network"), net)
         self.disk = PageCache()
         self.run_dir = run_dir or run_root()
+        self.owns_run_dir = run_dir is None  # made here (on /dev/shm): removed by close(), nothing of it is kept
         self.variants = sorted(variants)
         self.flush_policy = flush_policy
         self.config = broker_config or {}
@@ -418,7 +419,8 @@ class SimCluster:
     # --- the end ------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop simulating. Each running node's trace is flushed first (what a real run's teardown collects
-        after stopping the nodes), then every process is killed where it stands."""
+        after stopping the nodes), then every process is killed where it stands. A run dir the cluster made
+        itself (none was given) is removed: what a caller keeps it copies out first (`collect`)."""
         if self.loop.is_closed():
             return
         for name in self.names:
@@ -432,3 +434,5 @@ class SimCluster:
         self.disk.close()
         asyncio.set_event_loop(None)
         self.loop.close()
+        if self.owns_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)

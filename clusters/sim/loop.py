@@ -24,6 +24,7 @@ import asyncio
 import contextvars
 import gc
 import heapq
+from asyncio import format_helpers
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,28 @@ class Process:
 NODE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("kafkaesque_sim_process", default=None)
 
 
+# asyncio's handles, made without asking the loop whether it is in debug mode (the loop asks once, in
+# call_soon/call_at: a debug loop makes asyncio's own). Every await that wakes a task makes one: the
+# simulation makes millions.
+class _Handle(asyncio.Handle):
+    __slots__ = ()
+
+    def __init__(self, callback: Callable[..., Any], args: tuple[Any, ...], loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context):
+        self._context, self._loop, self._callback, self._args = context, loop, callback, args
+        self._cancelled, self._repr, self._source_traceback = False, None, None
+
+
+class _TimerHandle(asyncio.TimerHandle):
+    __slots__ = ()
+
+    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...],
+                 loop: asyncio.AbstractEventLoop, context: contextvars.Context):
+        self._context, self._loop, self._callback, self._args = context, loop, callback, args
+        self._cancelled, self._repr, self._source_traceback = False, None, None
+        self._when, self._scheduled = when, False
+
+
 class SimLoop(asyncio.BaseEventLoop):
     def __init__(self, start_s: float = 0.0):
         super().__init__()
@@ -79,12 +102,33 @@ class SimLoop(asyncio.BaseEventLoop):
         # The heap holds (due, set order, timer): ties go in the order timers were set (asyncio's heap of
         # TimerHandles compares due times only and leaves equal ones in no promised order; the network's
         # in-order delivery needs this), and tuples compare in C.
-        self._check_closed()
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            timer = asyncio.TimerHandle(when, callback, args, self, context)
+        else:
+            timer = _TimerHandle(when, callback, args, self,
+                                 context if context is not None else contextvars.copy_context())
         self._timer_seq += 1
         heapq.heappush(self._scheduled, (when, self._timer_seq, timer))
         timer._scheduled = True
         return timer
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
+                   context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._now + delay, callback, *args, context=context)
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any,
+                  context: contextvars.Context | None = None) -> asyncio.Handle:
+        if self._debug:
+            return super().call_soon(callback, *args, context=context)  # with asyncio's checks of the callback
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = _Handle(callback, args, self, context if context is not None else contextvars.copy_context())
+        self._ready.append(handle)
+        return handle
 
     # --- what BaseEventLoop asks of a concrete loop: nothing to poll ------------------------------------
     def _process_events(self, event_list: Any) -> None:
@@ -203,34 +247,59 @@ class SimLoop(asyncio.BaseEventLoop):
             heapq.heappop(scheduled)[2]._scheduled = False
 
     def _run_once(self) -> None:
-        scheduled = self._scheduled
-        if scheduled and (scheduled[0][2]._cancelled or self._timer_cancelled_count > _MIN_TIMERS_FOR_SWEEP):
-            self._sweep_cancelled_timers()
+        """The moments of the run, one after another until the loop is asked to stop (each moment is one of
+        asyncio's iterations: the ready callbacks, then the timers due; run_forever's own loop, around this,
+        would only check `_stopping` between them)."""
         scheduled, ready = self._scheduled, self._ready
-        if not ready:
-            if not scheduled:
-                if self._stopping:
-                    return
-                raise SimDeadlock("no callback is ready and no timer is set: every node waits on another")
-            if scheduled[0][0] > self._now:
-                self._now = scheduled[0][0]  # nothing to do until then: jump
-        now = self._now
-        while scheduled and scheduled[0][0] <= now:
-            handle = heapq.heappop(scheduled)[2]
-            handle._scheduled = False
-            ready.append(handle)
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if handle._cancelled:
-                continue
-            proc = handle._context.get(NODE)
-            if proc is not None:
-                if proc.dead:
+        while True:
+            if scheduled and (scheduled[0][2]._cancelled or self._timer_cancelled_count > _MIN_TIMERS_FOR_SWEEP):
+                self._sweep_cancelled_timers()
+                scheduled = self._scheduled
+            if not ready:
+                if not scheduled:
+                    if self._stopping:
+                        return
+                    raise SimDeadlock("no callback is ready and no timer is set: every node waits on another")
+                if scheduled[0][0] > self._now:
+                    self._now = scheduled[0][0]  # nothing to do until then: jump
+            now = self._now
+            while scheduled and scheduled[0][0] <= now:
+                handle = heapq.heappop(scheduled)[2]
+                handle._scheduled = False
+                ready.append(handle)
+            debug = self._debug
+            for _ in range(len(ready)):
+                handle = ready.popleft()
+                if handle._cancelled:
                     continue
-                if proc.paused:
-                    proc.held.append(handle)
+                proc = handle._context.get(NODE)
+                if proc is not None:
+                    if proc.dead:
+                        continue
+                    if proc.paused:
+                        proc.held.append(handle)
+                        continue
+                self._running_process = proc
+                if debug:
+                    handle._run()
                     continue
-            self._running_process = proc
-            handle._run()
-        self._running_process = None
-        self.iterations += 1
+                # Handle._run, inline: one call less for each of the run's callbacks
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._callback_failed(handle, exc)
+            handle = None  # no cycle through a failed callback's traceback
+            self._running_process = None
+            self.iterations += 1
+            if self._stopping:
+                return
+
+    def _callback_failed(self, handle: asyncio.Handle, exc: BaseException) -> None:
+        """What Handle._run reports of a callback that raised."""
+        cb = format_helpers._format_callback_source(handle._callback, handle._args)
+        context = {"message": f"Exception in callback {cb}", "exception": exc, "handle": handle}
+        if handle._source_traceback:
+            context["source_traceback"] = handle._source_traceback
+        self.call_exception_handler(context)

@@ -395,6 +395,27 @@ def test_read_committed_skips_an_aborted_transactions_records_read_uncommitted_r
     assert [o for o, _, _ in uncommitted] == [0, 1, 2, 4, 5]
 
 
+def _epoch_batch(base: int, values: list[bytes], epoch: int) -> bytes:
+    import struct
+
+    raw = bytearray(_batch(base, values))
+    struct.pack_into(">i", raw, 12, epoch)  # the partition leader epoch (outside the CRC), as a leader stamps it
+    return bytes(raw)
+
+
+def test_a_limited_read_decodes_up_to_the_limit_and_ends_after_the_answers_last_batch_as_a_full_read():
+    raw = _epoch_batch(0, [b"0", b"1"], 1) + _epoch_batch(2, [b"2", b"3"], 1) + _epoch_batch(4, [b"4"], 2)
+    full, full_after = read_batches(raw, Position(1), False, [])
+    limited, limited_after = read_batches(raw, Position(1), False, [], limit=2)
+    assert [o for o, _, _ in full] == [1, 2, 3, 4] and full_after == Position(5, 2)
+    assert [o for o, _, _ in limited] == [1, 2, 3]  # the second batch read whole, the third not decoded
+    assert limited_after == full_after  # what the caller's cut keeps the epoch of (Consumer._take_fetch)
+    everything, after = read_batches(raw, Position(1), False, [], limit=4)
+    assert (everything, after) == (full, full_after)  # a limit the answer does not reach changes nothing
+    torn, torn_after = read_batches(raw[:-3], Position(1), False, [], limit=1)  # a partial last batch is left
+    assert [o for o, _, _ in torn] == [1] and torn_after == Position(4, 1)
+
+
 # --- groups: rejoin or lose the membership -----------------------------------------------------------------
 def test_rebalance_in_progress_rejoins_keeping_the_member_id_and_partitions_until_the_join():
     assert after_group_error(Errors.RebalanceInProgressError()) == "rejoin"

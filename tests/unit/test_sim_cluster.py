@@ -68,3 +68,19 @@ def test_each_node_writes_its_log_and_trace_where_a_local_run_does(sim, tmp_path
         first = json.loads(trace[0])
         assert first["event"] == "trace_started" and first["ts"] >= 1_767_225_600
     assert Path(tmp_path / "data" / "broker-1" / "broker.log").exists()
+
+
+def test_a_run_dir_the_cluster_made_itself_is_removed_when_it_closes_and_a_given_one_is_kept(tmp_path):
+    made = SimCluster(seed=2)  # no run dir given: one of its own, on /dev/shm when there is one
+    made.start_all()
+    made.run_for(1)
+    own = Path(made.run_dir)
+    assert (own / "data" / "broker-1").is_dir()
+    made.close()
+    assert not own.exists()
+
+    given = SimCluster(seed=2, run_dir=str(tmp_path))
+    given.start_all()
+    given.run_for(1)
+    given.close()
+    assert (tmp_path / "data" / "broker-1").is_dir()

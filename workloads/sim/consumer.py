@@ -32,6 +32,7 @@ the position moves it there (a `reset`, policy "truncation"); no end offset asks
 from __future__ import annotations
 
 import asyncio
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,9 +226,9 @@ class Consumer:
                     continue
                 if pd.high_watermark >= 0:
                     self.highwater[p] = pd.high_watermark
-                records, next_pos = read_batches(pd.records, pos, self.isolation == READ_COMMITTED,
-                                                 pd.aborted_transactions or [])
                 room = self.max_records - sum(len(v) for v in out.values())
+                records, next_pos = read_batches(pd.records, pos, self.isolation == READ_COMMITTED,
+                                                 pd.aborted_transactions or [], limit=max(room, 0) + 1)
                 if len(records) > room:  # the rest is fetched again (kafka-python keeps it buffered)
                     records = records[:max(room, 0)]
                     next_pos = Position(records[-1][0] + 1, next_pos.epoch) if records else pos
@@ -391,43 +392,110 @@ class Consumer:
             self.cluster.listeners.remove(self._leader_changed)
 
 
-def read_batches(raw: Any, pos: Position, read_committed: bool,
-                 aborted: list[Any]) -> tuple[list[tuple[int, bytes, int]], Position]:
+def read_batches(raw: Any, pos: Position, read_committed: bool, aborted: list[Any],
+                 limit: int | None = None) -> tuple[list[tuple[int, bytes, int]], Position]:
     """(offset, value, leader epoch) of the records at or past the position, and the position after them:
     control batches skipped, and read_committed, the batches of aborted transactions (the fetcher's
-    CompletedFetch: an aborted transaction's producer is skipped from its first offset to its abort marker)."""
+    CompletedFetch: an aborted transaction's producer is skipped from its first offset to its abort marker).
+
+    With `limit`, no record past the limit-th is decoded (a poll returns at most max_poll_records; the rest is
+    fetched again): the position after them is still the one after the answer's last batch, as when every
+    record is read, and the caller cuts the list where it cuts a longer one."""
     out: list[tuple[int, bytes, int]] = []
     if not raw:
         return out, pos
+    raw = bytes(raw)
     pending_aborts = sorted(((a.first_offset, a.producer_id) for a in aborted), reverse=True)
     aborting: set[int] = set()
     next_pos = Position(pos.offset, pos.epoch)
-    records = MemoryRecords(bytes(raw))
-    batch = records.next_batch()
-    while batch is not None:
+    start, size = 0, len(raw)
+    while (end := _batch_end(raw, start, size)) > 0:
+        if limit is not None and len(out) >= limit:
+            return out, _after_last_batch(raw, start, size)
+        batch = _decoded_batch(raw[start:end])
+        start = end
         if batch.next_offset <= pos.offset:
-            batch = records.next_batch()
             continue
-        if read_committed and batch.has_producer_id():
+        if read_committed and batch.producer_id > NO_PRODUCER_ID:
             while pending_aborts and pending_aborts[-1][0] <= batch.last_offset:
                 aborting.add(pending_aborts.pop()[1])
-            if batch.is_control_batch:
-                if _is_abort_marker(batch):
+            if batch.is_control:
+                if batch.is_abort_marker:
                     aborting.discard(batch.producer_id)
             elif batch.is_transactional and batch.producer_id in aborting:
                 next_pos = Position(batch.next_offset, batch.leader_epoch)
-                batch = records.next_batch()
                 continue
-        if batch.is_control_batch:
+        if batch.is_control:
             next_pos = Position(batch.next_offset, batch.leader_epoch)
-            batch = records.next_batch()
             continue
-        for record in batch:
-            if record.offset >= pos.offset:
-                out.append((record.offset, record.value, batch.leader_epoch))
+        for offset, value in batch.records:
+            if offset >= pos.offset:
+                out.append((offset, value, batch.leader_epoch))
         next_pos = Position(batch.next_offset, batch.leader_epoch)
-        batch = records.next_batch()
     return out, next_pos
+
+
+NO_PRODUCER_ID = -1
+LOG_OVERHEAD = 12  # a batch's base offset (int64) and length (int32): its size is the length plus these
+DECODED_CACHE_BATCHES = 4096
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """What the fetcher reads of one record batch (kafka-python's DefaultRecordBatch), decoded once."""
+    next_offset: int
+    last_offset: int
+    leader_epoch: int
+    producer_id: int
+    is_transactional: bool
+    is_control: bool
+    is_abort_marker: bool  # a control batch's record: abort (else commit)
+    records: tuple[tuple[int, bytes], ...]  # (offset, value); none for a control batch
+
+
+# Every simulated consumer of a run reads the same batches (the queue workload's processes each read every
+# partition): each batch's bytes are decoded once, and a batch fetched again, by this consumer or another,
+# is looked up by its bytes. The answer is the decoding of exactly those bytes, so the history is the same.
+_decoded: dict[bytes, DecodedBatch] = {}
+
+
+def _batch_end(raw: bytes, start: int, size: int) -> int:
+    """Where the whole batch at `start` ends; 0 when none begins there (the end, or a partial batch at the
+    end, which kafka-python's MemoryRecords leaves too)."""
+    if start + LOG_OVERHEAD > size:
+        return 0
+    (length,) = struct.unpack_from(">i", raw, start + LOG_OVERHEAD - 4)
+    end = start + LOG_OVERHEAD + length
+    return end if end <= size else 0
+
+
+def _after_last_batch(raw: bytes, start: int, size: int) -> Position:
+    """The position after the answer's last whole batch (its next offset and leader epoch), from the headers
+    of the batches from `start` on: their records are not decoded."""
+    last = start
+    while (end := _batch_end(raw, start, size)) > 0:
+        last, start = start, end
+    base, epoch = struct.unpack_from(">qxxxxi", raw, last)
+    (last_offset_delta,) = struct.unpack_from(">i", raw, last + 23)
+    return Position(base + last_offset_delta + 1, epoch)
+
+
+def _decoded_batch(data: bytes) -> DecodedBatch:
+    batch = _decoded.get(data)
+    if batch is None:
+        batch = _decode_batch(data)
+        if len(_decoded) >= DECODED_CACHE_BATCHES:
+            del _decoded[next(iter(_decoded))]  # the oldest: its readers have moved on
+        _decoded[data] = batch
+    return batch
+
+
+def _decode_batch(data: bytes) -> DecodedBatch:
+    batch = MemoryRecords(data).next_batch()
+    records = tuple((r.offset, r.value) for r in batch) if not batch.is_control_batch else ()
+    return DecodedBatch(batch.next_offset, batch.last_offset, batch.leader_epoch, batch.producer_id,
+                        batch.is_transactional, batch.is_control_batch,
+                        batch.is_control_batch and _is_abort_marker(batch), records)
 
 
 def _is_abort_marker(batch: Any) -> bool:

@@ -241,17 +241,20 @@ class PartitionLog:
             self._write(buf, headers, bases)
             return first, next_offset - 1
 
-    def append_as_follower(self, raw_batches: bytes | bytearray | memoryview) -> tuple[int, int]:
+    def append_as_follower(self, raw_batches: bytes | bytearray | memoryview,
+                           headers: list[BatchHeader] | None = None) -> tuple[int, int]:
         """Append batches fetched from the leader (offsets and epochs already set).
 
         They must start at the LEO and follow one another; else NonContiguousAppendError.
         CRCs are checked too (InvalidBatchError). Returns (first offset, last offset);
-        empty input returns (LEO, LEO - 1) and writes nothing.
+        empty input returns (LEO, LEO - 1) and writes nothing. Pass `headers` (from
+        validate_batches on these same bytes: the caller reads them too) to skip validating twice.
         """
         if len(raw_batches) == 0:
             with self._lock:
                 return self.log_end_offset, self.log_end_offset - 1
-        headers = validate_batches(raw_batches)
+        if headers is None:
+            headers = validate_batches(raw_batches)
         with self._lock:
             self._check_open()
             expected = first = self.log_end_offset
@@ -329,6 +332,12 @@ class PartitionLog:
         batches whose last offset < max_offset are returned. Reading at the LEO returns b"";
         outside [log_start_offset, log_end_offset] raises OffsetOutOfRangeError.
         """
+        return self.read_span(start_offset, max_bytes, max_offset)[0]
+
+    def read_span(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> tuple[bytes, int, int]:
+        """`read`'s batches, and the base offset of the first and the next offset after the last (both -1
+        when none): from the batch index, so a caller that needs the span (a consumer fetch's trace line,
+        read_committed's aborted transactions) does not parse the headers of what it serves."""
         with self._lock:
             self._check_open()
             leo = self.log_end_offset
@@ -338,9 +347,10 @@ class PartitionLog:
                 )
             cap = leo if max_offset is None else min(max_offset, leo)
             if start_offset >= cap:
-                return b""
+                return b"", -1, -1
             chunks: list[bytes] = []
             total = 0
+            first_offset = next_offset = -1
             si = bisect.bisect_right(self._segment_bases, start_offset) - 1
             bi = self._segments[si].batch_index(start_offset)
             while si < len(self._segments):
@@ -350,7 +360,9 @@ class PartitionLog:
                     nxt, bend = seg.batch_end(bi)
                     if nxt > cap or (total + (bend - first_pos) > max_bytes and (total or end_pos > first_pos)):
                         break
-                    end_pos = bend
+                    if first_offset < 0:
+                        first_offset = seg.bases[bi]
+                    end_pos, next_offset = bend, nxt
                     bi += 1
                 if end_pos > first_pos:
                     chunks.append(os.pread(seg.fd, end_pos - first_pos, first_pos))
@@ -358,7 +370,7 @@ class PartitionLog:
                 if bi < len(seg.bases) or total >= max_bytes:
                     break
                 si, bi = si + 1, 0
-            return b"".join(chunks)
+            return b"".join(chunks), first_offset, next_offset
 
     def batch_headers(self) -> list[BatchHeader]:
         """Headers of every batch in the log, oldest first (CRCs were checked at append/recovery)."""
