@@ -158,6 +158,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
+from kafkaesque_harness.checkers.clients import CLIENT
 from kafkaesque_harness.checkers.core import (
     MAX_EXAMPLES,
     UNKNOWN,
@@ -255,6 +256,9 @@ RULES: dict[str, str] = {
                        "names one batch; a producer that cannot know whether a batch landed must bump its epoch); "
                        "Kafka's broker answers the same way",
 }
+# The rules whose broken contract is the client's, though the broker's trace proves it: the broker did what Kafka's
+# does with what it was sent (checkers/clients.py: the anomaly is the client's, not the broker's).
+CLIENT_RULES = frozenset({"sequence-reused"})
 # Kafka's producer epoch is an int16: an epoch at Short.MaxValue cannot be bumped (a new producer id is given).
 MAX_PRODUCER_EPOCH = 32767
 NO_ELR = "no-elr"  # the controller variant without the ELR (3.5's rules: the last ISR member stays)
@@ -283,8 +287,15 @@ class _Found:
         self.by_rule[rule].append({"summary": summary, "trace": list(lines)})
 
     def anomalies(self) -> list[Anomaly]:
-        return [Anomaly(rule, len(found), found[:MAX_EXAMPLES], RULES[rule])
-                for rule, found in sorted(self.by_rule.items())]
+        out = []
+        for rule, found in sorted(self.by_rule.items()):
+            examples = found[:MAX_EXAMPLES]
+            whose = None  # the broker's: checkers/clients.py attribute_with_trace marks them so
+            if rule in CLIENT_RULES:
+                whose = {CLIENT: len(found)}
+                examples = [{**ex, "whose": CLIENT} for ex in examples]
+            out.append(Anomaly(rule, len(found), examples, RULES[rule], whose=whose))
+        return out
 
 
 # --- leaders' decisions, one line at a time ------------------------------------------------------------------
