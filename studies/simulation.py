@@ -162,9 +162,18 @@ def seed_record(row: SweepRow, seed: int, exit_code: int, results: dict[str, Any
         "first_s": found["first_s"], "anomalies": sorted({k for kinds in found["by"].values() for k in kinds}),
         "unknown_why": sorted(f"{n}: {str(c['unknown_reasons'][0])[:120]}" for n, c in checkers.items()
                               if isinstance(c, dict) and c.get("valid") == "unknown" and c.get("unknown_reasons")),
-        "error": results.get("error"), "cpu_s": round(cpu_s, 3),
+        "whose": whose_counts(results), "error": results.get("error"), "cpu_s": round(cpu_s, 3),
         "virtual_s": None if virtual_s is None else round(virtual_s, 3), "run": run,
     }
+
+
+OWNER_ORDER = ("broker", "client", "harness", "unattributed")  # checkers/clients.py's owners, the broker's first
+
+
+def whose_counts(results: dict[str, Any]) -> dict[str, int]:
+    """The run's attribution (checkers/clients.py attribution): owner -> anomalies it has, those with any."""
+    a = results.get("attribution") or {}
+    return {o: a[o] for o in OWNER_ORDER if isinstance(a.get(o), int) and a[o] > 0}
 
 
 def failed(rec: dict[str, Any]) -> bool:
@@ -215,10 +224,15 @@ def append_to_ledger(path: str | Path, rec: dict[str, Any]) -> None:
 
 
 def row_records(records: list[dict[str, Any]], row: SweepRow) -> list[dict[str, Any]]:
-    """A row's seeds that ran with its current settings, one per seed (the last line of a seed wins), in seed order."""
+    """A row's seeds that ran with its current settings on the code of its latest seed (the digest of the row's last
+    ledger line: a row swept again after the broker or the simulator changed counts the new sweep's seeds alone, not
+    the older code's), one per seed (the last line of a seed wins), in seed order."""
     settings = json.dumps(row.settings(), sort_keys=True)
-    by_seed = {r["seed"]: r for r in records
-               if r.get("row") == row.name and json.dumps(r.get("settings"), sort_keys=True) == settings}
+    mine = [r for r in records if r.get("row") == row.name and json.dumps(r.get("settings"), sort_keys=True) == settings]
+    if not mine:
+        return []
+    digest = mine[-1].get("digest")
+    by_seed = {r["seed"]: r for r in mine if r.get("digest") == digest}
     return [by_seed[s] for s in sorted(by_seed)]
 
 
@@ -343,12 +357,16 @@ def _default_section(summaries: list[RowSummary]) -> list[str]:
                          + (f"; {s.unknown} more seeds unknown, not counted (evidence missing: {_unknown_reasons(s)})"
                             if s.unknown else "") + ".")
             continue
+        brokers = [r for r in s.failing if (r.get("whose") or {}).get("broker") or "whose" not in r]
         lines.append(f"- {label}: **{rate_text(s.caught, s.seeds, unit='seeds')} found an anomaly**, each a finding "
-                     "(the broker is not fixed here):")
+                     f"(the broker is not fixed here); {_seed_text(len(brokers))} with an anomaly the checkers give the "
+                     "broker, or that ran before the ledger said whose (`whose`: anomalies per owner, "
+                     "checkers/clients.py):")
         for r in s.failing:
+            whose = ", ".join(f"{o} {n}" for o, n in (r.get("whose") or {}).items()) or "not recorded"
             lines.append(f"  - seed {r['seed']}: {', '.join(r.get('anomalies') or ['invalid'])}, caught by "
-                         f"{', '.join(sorted(r.get('by') or {})) or '-'}; run `{r.get('run') or 'not kept'}`; "
-                         f"replay: `{s.row.replay_command(r['seed'])}`")
+                         f"{', '.join(sorted(r.get('by') or {})) or '-'}; whose: {whose}; run "
+                         f"`{r.get('run') or 'not kept'}`; replay: `{s.row.replay_command(r['seed'])}`")
     return lines + [""]
 
 
