@@ -109,7 +109,9 @@ Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and 
   open until the producer's first marker after f; if that marker's offset is at or above the LEO the leader
   reported with the fetch, it was not yet appended when the leader served, and a served batch at or above the
   marker before it was open. By offsets, not times: committed offsets do not move. Not judged: a batch whose
-  ending marker the trace lacks, and partitions with an unclean election. A marker appended but not yet below the
+  ending marker the trace lacks, a batch whose transaction a coordinator decided between its acknowledgement and
+  the fetch (its marker may be in the log with no line: an append whose wait for the HWM failed is not traced),
+  and partitions with an unclean election. A marker appended but not yet below the
   HWM decides the transaction for this broker (its LSO passes it then; Kafka waits for the marker's replication).
 - offset-commit-stale-generation (issue 40): the group coordinator accepted an offset commit
   (`offset_commit_accepted`, written when it checks the commit, before the write) naming a generation other than
@@ -945,9 +947,20 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
     offsets do not move) was served from an open transaction. Not judged: a batch whose marker the trace lacks,
     a batch when a broker's process ended between its acknowledgement and the fetch (the marker that closed it
     may be among that process's lost lines: the simulator's seed 7 txn run showed one, its log holding the marker
-    the trace did not), and partitions with an unclean election (they may lose committed offsets by design)."""
+    the trace did not), a batch whose transaction a coordinator decided (`txn_end_started` naming the partition)
+    between its acknowledgement and the fetch (the marker may be in the leader's log unacknowledged: a
+    WriteTxnMarkers append whose wait for the HWM ended in an error, at a leader-epoch change, leaves no
+    `txn_marker_written`, and the next coordinator's marker for the same transaction comes later: the simulator's
+    default txn sweep, seed 8, queue-0's commit marker at 902 in the log, the trace's at 907), and partitions with
+    an unclean election (they may lose committed offsets by design)."""
     unclean = _unclean_epochs(lines)
     spans = _broker_spans(lines)
+    decided: dict[tuple[Any, Any, Any], list[float]] = defaultdict(list)  # (topic, partition, producer) -> monos
+    for _, e in lines:
+        if e.get("event") == "txn_end_started":
+            for where in e.get("partitions") or []:
+                if isinstance(where, (list, tuple)) and len(where) == 2:
+                    decided[(where[0], where[1], e.get("producer_id"))].append(e.get("mono") or 0)
     batches: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     marks: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     acked_at: dict[tuple[Any, Any, Any, int], float] = {}  # (topic, partition, producer, first offset) -> mono
@@ -980,8 +993,11 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
             since = ms[above - 1] + 1 if above else 0  # batches after the last marker in the log were open
             i = bisect_left(starts, max(first, since))
             if i < len(starts) and starts[i] <= last:
-                if _a_process_ended(spans, acked_at.get((*key, pid, starts[i]), 0), e.get("mono") or 0):
+                since_ack, fetched_at = acked_at.get((*key, pid, starts[i]), 0), e.get("mono") or 0
+                if _a_process_ended(spans, since_ack, fetched_at):
                     continue  # the marker that closed it may be in a dead broker's lost lines: not judged
+                if any(since_ack <= t <= fetched_at for t in decided.get((*key, pid), ())):
+                    continue  # decided before the fetch: its marker may be in the log with no line of its own
                 found.add("read-committed-open-txn",
                           f"{node} served a read_committed consumer offsets {first}..{last} of {_where(e)}, with "
                           f"producer {pid}'s transactional batch at offset {starts[i]} open: its marker is at offset "
