@@ -234,11 +234,18 @@ def test_the_page_gives_each_mutant_its_share_first_catch_checkers_and_the_real_
     # CPU s, real
     assert cells["`hwm-leader-leo`"][1:6] == ["queue", "3", "2", "2/3 (9.4%-99%)", "history 1, trace 2"]
     assert cells["`hwm-leader-leo`"][10] == "2/2 (16%-100%)"
+    assert cells["`hwm-leader-leo`"][11] == "0 (2 not known)"  # these lines say no whose
     assert cells["`isr-expand-stale-broker-epoch`"][2:6] == ["5", "-", "0/5 (<45%)", "-"]
     assert cells["`isr-expand-stale-broker-epoch`"][10] == "0/3 (<63%)"
     # the mutants are not the default broker: its section has no seed of theirs
     assert "- `default` (queue): not run." in page
     assert "| mutant hwm-leader-leo | 2 | hwm-past-member-leo | trace |" in page
+    # a seed caught by the client's own acts alone is no catch of the mutant; one with the broker's is
+    records[1]["whose"], records[2]["whose"] = {"client": 2}, {"broker": 1, "client": 1}
+    page = render_markdown(records, "kafkaesque sim-sweep --render-only", DETECTION_PAGE, mutation_real=real,
+                           rows=[ROWS["default"], ROWS["mutant-hwm-leader-leo"]])
+    row = next(line for line in page.splitlines() if line.startswith("| `hwm-leader-leo`"))
+    assert row.strip().strip("|").split("|")[11].strip() == "1"
 
 
 def test_a_row_swept_again_on_new_code_counts_the_new_sweeps_seeds_alone():
