@@ -10,7 +10,9 @@ anomaly that follows from one its owner, from the history alone, as they find it
           "harness"  it follows from the workload's own seek
           "broker"   it follows from a broker's answer the client only obeyed (the group's committed offset),
                      or it is a broken protocol rule the broker's own trace shows (the trace checker), or the
-                     brokers' own state (the replica checker)
+                     brokers' own state (the replica checker); a trace rule that proves the client's own act
+                     (checkers/trace.py CLIENT_RULES: sequence-reused, other records sent under a used sequence,
+                     which the broker answers as Kafka's does) is the client's
           absent     unattributed: nothing recorded explains it; it stays the system's, whose part not known
 
 An attributed anomaly still counts: the verdict stays invalid, since the system under test, its client

@@ -109,7 +109,9 @@ Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and 
   open until the producer's first marker after f; if that marker's offset is at or above the LEO the leader
   reported with the fetch, it was not yet appended when the leader served, and a served batch at or above the
   marker before it was open. By offsets, not times: committed offsets do not move. Not judged: a batch whose
-  ending marker the trace lacks, and partitions with an unclean election. A marker appended but not yet below the
+  ending marker the trace lacks, a batch whose transaction a coordinator decided between its acknowledgement and
+  the fetch (its marker may be in the log with no line: an append whose wait for the HWM failed is not traced),
+  and partitions with an unclean election. A marker appended but not yet below the
   HWM decides the transaction for this broker (its LSO passes it then; Kafka waits for the marker's replication).
 - offset-commit-stale-generation (issue 40): the group coordinator accepted an offset commit
   (`offset_commit_accepted`, written when it checks the commit, before the write) naming a generation other than
@@ -158,6 +160,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
+from kafkaesque_harness.checkers.clients import CLIENT
 from kafkaesque_harness.checkers.core import (
     MAX_EXAMPLES,
     UNKNOWN,
@@ -255,6 +258,9 @@ RULES: dict[str, str] = {
                        "names one batch; a producer that cannot know whether a batch landed must bump its epoch); "
                        "Kafka's broker answers the same way",
 }
+# The rules whose broken contract is the client's, though the broker's trace proves it: the broker did what Kafka's
+# does with what it was sent (checkers/clients.py: the anomaly is the client's, not the broker's).
+CLIENT_RULES = frozenset({"sequence-reused"})
 # Kafka's producer epoch is an int16: an epoch at Short.MaxValue cannot be bumped (a new producer id is given).
 MAX_PRODUCER_EPOCH = 32767
 NO_ELR = "no-elr"  # the controller variant without the ELR (3.5's rules: the last ISR member stays)
@@ -283,8 +289,15 @@ class _Found:
         self.by_rule[rule].append({"summary": summary, "trace": list(lines)})
 
     def anomalies(self) -> list[Anomaly]:
-        return [Anomaly(rule, len(found), found[:MAX_EXAMPLES], RULES[rule])
-                for rule, found in sorted(self.by_rule.items())]
+        out = []
+        for rule, found in sorted(self.by_rule.items()):
+            examples = found[:MAX_EXAMPLES]
+            whose = None  # the broker's: checkers/clients.py attribute_with_trace marks them so
+            if rule in CLIENT_RULES:
+                whose = {CLIENT: len(found)}
+                examples = [{**ex, "whose": CLIENT} for ex in examples]
+            out.append(Anomaly(rule, len(found), examples, RULES[rule], whose=whose))
+        return out
 
 
 # --- leaders' decisions, one line at a time ------------------------------------------------------------------
@@ -927,9 +940,20 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
     offsets do not move) was served from an open transaction. Not judged: a batch whose marker the trace lacks,
     a batch when a broker's process ended between its acknowledgement and the fetch (the marker that closed it
     may be among that process's lost lines: the simulator's seed 7 txn run showed one, its log holding the marker
-    the trace did not), and partitions with an unclean election (they may lose committed offsets by design)."""
+    the trace did not), a batch whose transaction a coordinator decided (`txn_end_started` naming the partition)
+    between its acknowledgement and the fetch (the marker may be in the leader's log unacknowledged: a
+    WriteTxnMarkers append whose wait for the HWM ended in an error, at a leader-epoch change, leaves no
+    `txn_marker_written`, and the next coordinator's marker for the same transaction comes later: the simulator's
+    default txn sweep, seed 8, queue-0's commit marker at 902 in the log, the trace's at 907), and partitions with
+    an unclean election (they may lose committed offsets by design)."""
     unclean = _unclean_epochs(lines)
     spans = _broker_spans(lines)
+    decided: dict[tuple[Any, Any, Any], list[float]] = defaultdict(list)  # (topic, partition, producer) -> monos
+    for _, e in lines:
+        if e.get("event") == "txn_end_started":
+            for where in e.get("partitions") or []:
+                if isinstance(where, (list, tuple)) and len(where) == 2:
+                    decided[(where[0], where[1], e.get("producer_id"))].append(e.get("mono") or 0)
     batches: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     marks: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     acked_at: dict[tuple[Any, Any, Any, int], float] = {}  # (topic, partition, producer, first offset) -> mono
@@ -962,8 +986,11 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
             since = ms[above - 1] + 1 if above else 0  # batches after the last marker in the log were open
             i = bisect_left(starts, max(first, since))
             if i < len(starts) and starts[i] <= last:
-                if _a_process_ended(spans, acked_at.get((*key, pid, starts[i]), 0), e.get("mono") or 0):
+                since_ack, fetched_at = acked_at.get((*key, pid, starts[i]), 0), e.get("mono") or 0
+                if _a_process_ended(spans, since_ack, fetched_at):
                     continue  # the marker that closed it may be in a dead broker's lost lines: not judged
+                if any(since_ack <= t <= fetched_at for t in decided.get((*key, pid), ())):
+                    continue  # decided before the fetch: its marker may be in the log with no line of its own
                 found.add("read-committed-open-txn",
                           f"{node} served a read_committed consumer offsets {first}..{last} of {_where(e)}, with "
                           f"producer {pid}'s transactional batch at offset {starts[i]} open: its marker is at offset "

@@ -11,7 +11,9 @@ A seed's run dir is kept only when it failed or the harness failed it (the disk 
 badly); its ledger line says where, relative to the store.
 
 Workers are spawned processes with PYTHONHASHSEED fixed as `kafkaesque sim` fixes it, so a seed's run is the run
-`kafkaesque sim --seed N` with the row's settings replays.
+`kafkaesque sim --seed N` with the row's settings replays. A mutant's row gets a pool of its own whose workers
+load the mutant's copy of the broker first (clusters/sim/mutant.py: before the simulator is imported, in a
+process of its own), as `kafkaesque sim --mutant` does.
 """
 
 from __future__ import annotations
@@ -43,6 +45,32 @@ from kafkaesque_harness.studies.simulation import (
 SIM_HASH_SEED = "0"     # harness/cli.py's for `kafkaesque sim`: the order of sets of strings, fixed
 MAX_WORKERS = 2         # the machine's cores
 SEEDS_PER_WORKER = 25   # a worker process is replaced after this many seeds (bounds what a long sweep leaks)
+
+
+_MUTANT_COPY: Any = None  # this worker's copy of the broker with its row's mutant (CodeCopy), when it runs one
+
+
+def row_digest(row: SweepRow) -> str:
+    """sweep_code_digest, and for a mutant's row its edits too (clusters/mutants.py may change one mutant alone)."""
+    digest = sweep_code_digest()
+    if not row.mutant:
+        return digest
+    from kafkaesque_harness.clusters.mutants import by_name
+
+    edits = by_name()[row.mutant].edits
+    return hashlib.sha256((digest + repr(edits)).encode()).hexdigest()[:16]
+
+
+def _load_mutant(name: str) -> None:
+    """A worker's initializer for a mutant's row: the broker this process loads is the mutant's copy from now on;
+    the copy is removed when the worker exits."""
+    import atexit
+
+    from kafkaesque_harness.clusters.sim.mutant import mutant_code
+
+    global _MUTANT_COPY
+    _MUTANT_COPY = mutant_code(name)
+    atexit.register(_MUTANT_COPY.close)
 
 
 def sweep_code_digest() -> str:
@@ -88,13 +116,18 @@ def run_seed(row: SweepRow | str, seed: int, store: str, digest: str) -> dict[st
     from kafkaesque_harness.harness.simulate import simulate
 
     row = ROWS[row] if isinstance(row, str) else row
+    mutant = None
+    if row.mutant:
+        if _MUTANT_COPY is None or _MUTANT_COPY.label != row.mutant:
+            raise RuntimeError(f"row {row.name} runs mutant {row.mutant}, but this worker did not load it (_pool)")
+        mutant = {"mutant": row.mutant, "digest": _MUTANT_COPY.digest}
     cpu0 = time.process_time()
     spec, drawn = seed_spec(row, seed, store), None
     if row.settings().get("swarm"):  # the seed draws its own settings, as `kafkaesque sim --swarm` does
         from kafkaesque_harness.harness.sim_swarm import swarm_spec
 
         spec, drawn = swarm_spec(spec)
-    code, run_dir = simulate(spec, log=lambda _m: None, swarm=drawn)
+    code, run_dir = simulate(spec, log=lambda _m: None, swarm=drawn, mutant=mutant)
     cpu_s = time.process_time() - cpu0
     try:
         results = json.loads((run_dir / "results.json").read_text())
@@ -108,10 +141,11 @@ def run_seed(row: SweepRow | str, seed: int, store: str, digest: str) -> dict[st
     return rec
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def _pool(workers: int, mutant: str = "") -> ProcessPoolExecutor:
     os.environ["PYTHONHASHSEED"] = SIM_HASH_SEED  # read by each spawned interpreter at its start
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               max_tasks_per_child=SEEDS_PER_WORKER)
+                               max_tasks_per_child=SEEDS_PER_WORKER,
+                               initializer=_load_mutant if mutant else None, initargs=(mutant,) if mutant else ())
 
 
 def sweep_row(row: SweepRow, start_seed: int, seeds: int, failures: int, store: str, ledger: str | Path,
@@ -119,7 +153,7 @@ def sweep_row(row: SweepRow, start_seed: int, seeds: int, failures: int, store: 
               after_each: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run a row's seeds (module docstring); returns the row's ledger records for its settings, old and new."""
     workers = max(1, min(workers, MAX_WORKERS))
-    digest = sweep_code_digest()
+    digest = row_digest(row)
     # a seed whose worker died left no run: it is run again, as is a seed of other code
     done = {r["seed"]: r for r in row_records(read_ledger(ledger), row)
             if r.get("digest") == digest and not (r.get("exit") == EXIT_HARNESS and r.get("run") is None)}
@@ -127,7 +161,7 @@ def sweep_row(row: SweepRow, start_seed: int, seeds: int, failures: int, store: 
     todo = [s for s in range(start_seed, start_seed + seeds) if s not in done]
     deadline = time.monotonic() + budget_s if budget_s > 0 else None
     in_flight: dict[Future, int] = {}
-    with _pool(workers) as pool:
+    with _pool(workers, row.mutant) as pool:
         while todo or in_flight:
             stop = caught >= failures or (deadline is not None and time.monotonic() >= deadline)
             while todo and not stop and len(in_flight) < workers:

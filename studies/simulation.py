@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafkaesque_harness.clusters.mutants import MUTANTS, Mutant
 from kafkaesque_harness.results.confidence import cell_text, rate_text
 from kafkaesque_harness.results.store import STORE_NOTE, STORE_PLACEHOLDER
-from kafkaesque_harness.studies.mutation import SOURCE_ORDER, classify
+from kafkaesque_harness.studies.mutation import GROUP_FILES, SOURCE_ORDER, TXN_FILES, classify
+from kafkaesque_harness.studies.mutation import LEDGER as MUTATION_LEDGER
+from kafkaesque_harness.studies.mutation import read_ledger as read_mutation_ledger
+from kafkaesque_harness.studies.mutation import summarize as summarize_mutants
 
 LEDGER = "docs/SIMULATION-runs.jsonl"
 DEFAULT = "default"
@@ -69,6 +73,17 @@ class SweepRow:
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis: tuple[str, ...] = FAULT_MIX
     overrides: dict[str, Any] = field(default_factory=dict)  # SWEEP_SETTINGS this row changes (a test's shorter runs)
+    mutant: str = ""  # a catalogue mutant (clusters/mutants.py) the default broker runs as, `kafkaesque sim --mutant`
+
+    @property
+    def label(self) -> str:
+        """The broker the row runs: its flaw variant's name, or `mutant NAME`."""
+        return f"mutant {self.mutant}" if self.mutant else self.variant
+
+    @property
+    def is_default(self) -> bool:
+        """The default broker as shipped (neither a flaw variant nor a mutant)."""
+        return self.variant == DEFAULT and not self.mutant
 
     def workload_label(self) -> str:
         mode = self.workload_options.get("queue_mode")
@@ -78,14 +93,16 @@ class SweepRow:
         """Everything a seed's run depends on besides the seed (a ledger line carries it, so a row's seeds are
         counted together only when they ran alike)."""
         return {**SWEEP_SETTINGS, **self.overrides, "broker_variant": self.variant, "workload": self.workload,
-                "workload_options": dict(sorted(self.workload_options.items())), "nemesis": list(self.nemesis)}
+                "workload_options": dict(sorted(self.workload_options.items())), "nemesis": list(self.nemesis),
+                # only a mutant's row names it: the ledger lines of the other rows keep their settings
+                **({"mutant": self.mutant} if self.mutant else {})}
 
     def replay_command(self, seed: int) -> str:
         """The `kafkaesque sim` line that replays one of this row's seeds."""
         s = self.settings()
         parts = ["kafkaesque sim", f"--seed {seed}", f"--broker-variant {self.variant}", f"--workload {self.workload}",
                  *(f"--workload-option {k}={v}" for k, v in s["workload_options"].items()),
-                 f"--nemesis {','.join(self.nemesis)}"]
+                 f"--nemesis {','.join(self.nemesis)}", *([f"--mutant {self.mutant}"] if self.mutant else [])]
         for key in ("time_limit", "rate", "concurrency", "nemesis_interval", "recovery_wait", "brokers", "controllers",
                     "replication_factor", "min_isr", "partitions", "acks", "flush_policy", "nemesis_schedule"):
             if key not in s:  # a row's own setting (the schedule: sequential unless the row says)
@@ -119,6 +136,21 @@ ROWS: dict[str, SweepRow] = {r.name: r for r in (
     SweepRow("unclean-election-protocol", "unclean-election", nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
     SweepRow("no-epoch-fencing-protocol", "no-epoch-fencing", nemesis=PROTOCOL_MIX, overrides=OVERLAPPING),
 )}
+MUTANT_PREFIX = "mutant-"
+
+
+def mutant_row(m: Mutant) -> SweepRow:
+    """A catalogue mutant's row: the default broker as the mutant, under the workload that reaches its code (as
+    studies/mutation.py default_plans picks its plans: the txn workload for the transaction coordinator's and the
+    producer state's files, a consumer group for the group coordinator's, the queue workload in assign mode else)."""
+    if any(f in TXN_FILES for f in m.files):
+        return SweepRow(MUTANT_PREFIX + m.name, DEFAULT, "txn", mutant=m.name)
+    if any(f in GROUP_FILES for f in m.files):
+        return SweepRow(MUTANT_PREFIX + m.name, DEFAULT, "queue", GROUP_OPTIONS, mutant=m.name)
+    return SweepRow(MUTANT_PREFIX + m.name, DEFAULT, mutant=m.name)
+
+
+ROWS.update({r.name: r for r in map(mutant_row, MUTANTS)})
 
 
 def select_rows(names: list[str] | None) -> list[SweepRow]:
@@ -145,9 +177,18 @@ def seed_record(row: SweepRow, seed: int, exit_code: int, results: dict[str, Any
         "first_s": found["first_s"], "anomalies": sorted({k for kinds in found["by"].values() for k in kinds}),
         "unknown_why": sorted(f"{n}: {str(c['unknown_reasons'][0])[:120]}" for n, c in checkers.items()
                               if isinstance(c, dict) and c.get("valid") == "unknown" and c.get("unknown_reasons")),
-        "error": results.get("error"), "cpu_s": round(cpu_s, 3),
+        "whose": whose_counts(results), "error": results.get("error"), "cpu_s": round(cpu_s, 3),
         "virtual_s": None if virtual_s is None else round(virtual_s, 3), "run": run,
     }
+
+
+OWNER_ORDER = ("broker", "client", "harness", "unattributed")  # checkers/clients.py's owners, the broker's first
+
+
+def whose_counts(results: dict[str, Any]) -> dict[str, int]:
+    """The run's attribution (checkers/clients.py attribution): owner -> anomalies it has, those with any."""
+    a = results.get("attribution") or {}
+    return {o: a[o] for o in OWNER_ORDER if isinstance(a.get(o), int) and a[o] > 0}
 
 
 def failed(rec: dict[str, Any]) -> bool:
@@ -198,10 +239,15 @@ def append_to_ledger(path: str | Path, rec: dict[str, Any]) -> None:
 
 
 def row_records(records: list[dict[str, Any]], row: SweepRow) -> list[dict[str, Any]]:
-    """A row's seeds that ran with its current settings, one per seed (the last line of a seed wins), in seed order."""
+    """A row's seeds that ran with its current settings on the code of its latest seed (the digest of the row's last
+    ledger line: a row swept again after the broker or the simulator changed counts the new sweep's seeds alone, not
+    the older code's), one per seed (the last line of a seed wins), in seed order."""
     settings = json.dumps(row.settings(), sort_keys=True)
-    by_seed = {r["seed"]: r for r in records
-               if r.get("row") == row.name and json.dumps(r.get("settings"), sort_keys=True) == settings}
+    mine = [r for r in records if r.get("row") == row.name and json.dumps(r.get("settings"), sort_keys=True) == settings]
+    if not mine:
+        return []
+    digest = mine[-1].get("digest")
+    by_seed = {r["seed"]: r for r in mine if r.get("digest") == digest}
     return [by_seed[s] for s in sorted(by_seed)]
 
 
@@ -311,7 +357,7 @@ def _settings_text() -> str:
 
 def _default_section(summaries: list[RowSummary]) -> list[str]:
     lines = ["## The default broker", ""]
-    rows = [s for s in summaries if s.row.variant == DEFAULT]
+    rows = [s for s in summaries if s.row.is_default]
     if not rows:
         return lines + ["No seed of the default broker in the ledger.", ""]
     for s in rows:
@@ -326,12 +372,16 @@ def _default_section(summaries: list[RowSummary]) -> list[str]:
                          + (f"; {s.unknown} more seeds unknown, not counted (evidence missing: {_unknown_reasons(s)})"
                             if s.unknown else "") + ".")
             continue
+        brokers = [r for r in s.failing if (r.get("whose") or {}).get("broker") or "whose" not in r]
         lines.append(f"- {label}: **{rate_text(s.caught, s.seeds, unit='seeds')} found an anomaly**, each a finding "
-                     "(the broker is not fixed here):")
+                     f"(the broker is not fixed here); {_seed_text(len(brokers))} with an anomaly the checkers give the "
+                     "broker, or that ran before the ledger said whose (`whose`: anomalies per owner, "
+                     "checkers/clients.py):")
         for r in s.failing:
+            whose = ", ".join(f"{o} {n}" for o, n in (r.get("whose") or {}).items()) or "not recorded"
             lines.append(f"  - seed {r['seed']}: {', '.join(r.get('anomalies') or ['invalid'])}, caught by "
-                         f"{', '.join(sorted(r.get('by') or {})) or '-'}; run `{r.get('run') or 'not kept'}`; "
-                         f"replay: `{s.row.replay_command(r['seed'])}`")
+                         f"{', '.join(sorted(r.get('by') or {})) or '-'}; whose: {whose}; run "
+                         f"`{r.get('run') or 'not kept'}`; replay: `{s.row.replay_command(r['seed'])}`")
     return lines + [""]
 
 
@@ -368,7 +418,7 @@ def _variant_section(summaries: list[RowSummary], real: dict[str, dict[str, list
              f"default | unknown | within {ISSUE_SEEDS:,} seeds | real: `protocol` | real: `kill,partition` |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
-        if s.row.variant == DEFAULT:
+        if s.row.variant == DEFAULT:  # the default's rows and the mutants' have sections of their own
             continue
         plans = real.get(s.row.variant, {})
         reals = [cell_text(*plans[p]) if p in plans else "not run" for p in REAL_PLANS]
@@ -381,26 +431,76 @@ def _variant_section(summaries: list[RowSummary], real: dict[str, dict[str, list
     return lines + [""]
 
 
+def mutation_rates(ledger_path: str | Path) -> dict[str, list[int]]:
+    """mutant -> [real runs that caught it, real runs] as docs/MUTATION.md counts them (studies/mutation.py's
+    ledger and summary: runs whose nodes proved they ran the mutant, the harness's failures left out)."""
+    return {r.mutant.name: [r.caught_runs, r.runs] for r in summarize_mutants(read_mutation_ledger(ledger_path))}
+
+
+def _beyond_client(s: RowSummary) -> str:
+    """The failing seeds with an anomaly not the client's alone (a seed whose ledger line has no `whose`: not known)."""
+    known = [r for r in s.failing if "whose" in r]
+    n = sum(1 for r in known if set(r["whose"]) - {"client"})
+    return str(n) + (f" ({len(s.failing) - len(known)} not known)" if len(known) < len(s.failing) else "")
+
+
+def _mutant_section(summaries: list[RowSummary], real: dict[str, list[int]]) -> list[str]:
+    rows = [s for s in summaries if s.row.mutant]
+    if not rows:
+        return []
+    lines = ["## The mutants", "",
+             "Each catalogue mutant of clusters/mutants.py (one protocol rule broken in one place) run as the default "
+             "broker with `kafkaesque sim --mutant NAME`, under the workload that reaches its code (the txn workload "
+             "for txn_coordinator.py, txn_shell.py and producer_state.py, a consumer group in subscribe mode with "
+             "client crashes for group_coordinator.py, the queue workload in assign mode else) and the faults of "
+             "every row. Per mutant: the seeds run (from seed 1 until its first failing seeds or its budget), the "
+             "seeds up to and including the first that caught it, the share that caught it with its 95% interval, "
+             "the checkers that caught them (seeds per source), the anomaly kinds (seeds that showed each), the "
+             "default broker's kinds left out when its row of the same workload has seeds (`beyond default`), the "
+             "CPU seconds a seed cost, and beside them docs/MUTATION.md's real runs (caught/runs over every plan "
+             "it ran, protocol nemesis and random faults). The stopping rule makes a caught mutant's share lean "
+             "high; a mutant no seed caught was given a small budget, not 1,000 seeds.", "",
+             "The last column counts the caught seeds with an anomaly the checkers do not give the client alone "
+             "(`whose`, checkers/clients.py): a seed caught only by the client's own acts (under the txn workload, "
+             "kafka-python's failed sends in committed transactions, as the default broker's) is no catch of the "
+             "mutant.", "",
+             "| mutant | workload | seeds run | seeds to first catch | caught (95%) | caught by | anomalies | beyond "
+             "default | unknown | CPU s per seed | real: MUTATION.md | caught not by the client alone |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in rows:
+        twin = default_twin(s, summaries)
+        beyond = "" if twin is None or not twin.seeds else ", ".join(sorted(set(s.anomalies) - set(twin.anomalies))) or "-"
+        r = real.get(s.row.mutant)
+        seeds_to = s.seeds_to_first if s.seeds_to_first is not None else ("-" if s.seeds else "not run")
+        lines.append(f"| `{s.row.mutant}` | {s.row.workload_label()} | {s.seeds} | {seeds_to} | "
+                     f"{cell_text(s.caught, s.seeds) if s.seeds else '-'} | {_sources_text(s)} | "
+                     f"{_anomalies_text(s.anomalies)} | {beyond} | {s.unknown} | {_mean(s.cpu_s)} | "
+                     f"{cell_text(*r) if r and r[1] else 'not run'} | {_beyond_client(s)} |")
+    lines += ["", "A mutant's seed replays with the `default` row's command of its workload (the last section) and "
+              "`--mutant NAME`, e.g. `" + rows[0].row.replay_command(1) + "`.", ""]
+    return lines
+
+
 def default_twin(s: RowSummary, summaries: list[RowSummary]) -> RowSummary | None:
     """The default broker's row with the same settings as a variant's row but the broker (its workload, options
     and faults): what the variant shows beyond it is the flaw's."""
-    want = {**s.row.settings(), "broker_variant": DEFAULT}
-    return next((d for d in summaries if d.row.variant == DEFAULT and d.row.settings() == want), None)
+    want = {k: v for k, v in {**s.row.settings(), "broker_variant": DEFAULT}.items() if k != "mutant"}
+    return next((d for d in summaries if d.row.is_default and d.row.settings() == want), None)
 
 
 def _failing_seeds(summaries: list[RowSummary]) -> list[str]:
     lines = ["## The failing seeds", "",
-             "Each failing seed of a flaw variant, its anomalies and checkers, its run dir (kept in the store the sweep "
+             "Each failing seed of a flaw variant or a mutant, its anomalies and checkers, its run dir (kept in the store the sweep "
              "wrote: runs of seeds that passed are not kept); `kafkaesque sim` with the row's settings (the last "
              "section) and the seed replays it byte for byte on the code that ran it.", "",
-             "| variant | seed | anomalies | caught by | run |", "|---|---|---|---|---|"]
+             "| variant or mutant | seed | anomalies | caught by | run |", "|---|---|---|---|---|"]
     any_row = False
     for s in summaries:
-        if s.row.variant == DEFAULT:
+        if s.row.is_default:
             continue
         for r in s.failing:
             any_row = True
-            lines.append(f"| {s.row.variant} | {r['seed']} | {', '.join(r.get('anomalies') or []) or '-'} | "
+            lines.append(f"| {s.row.label} | {r['seed']} | {', '.join(r.get('anomalies') or []) or '-'} | "
                          f"{', '.join(sorted(r.get('by') or {})) or '-'} | `{r.get('run') or 'not kept'}` |")
     if not any_row:
         lines.append("| - | - | no failing seed | | |")
@@ -415,6 +515,8 @@ def _rows_and_costs(summaries: list[RowSummary]) -> list[str]:
              "| row | broker | workload | faults | seeds | unknown | harness errors | CPU s per seed (mean) | "
              "virtual s per seed (mean) | replay a seed |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
+        if s.row.mutant:  # in the mutants' table, with the command that replays them
+            continue
         lines.append(f"| `{s.row.name}` | {s.row.variant} | {s.row.workload_label()} | {', '.join(s.row.nemesis)} | "
                      f"{s.seeds} | {s.unknown} | {s.errors} | {_mean(s.cpu_s)} | {_mean(s.virtual_s)} | "
                      f"`{s.row.replay_command(s.start_seed if s.start_seed is not None else 0)}` |")
@@ -422,7 +524,7 @@ def _rows_and_costs(summaries: list[RowSummary]) -> list[str]:
 
 
 def render_markdown(records: list[dict[str, Any]], command: str, detection_page: str = "", notes: str = "",
-                    rows: list[SweepRow] | None = None) -> str:
+                    rows: list[SweepRow] | None = None, mutation_real: dict[str, list[int]] | None = None) -> str:
     """docs/SIMULATION.md from the ledger's records (every row of ROWS, or `rows`)."""
     summaries = [summarize(row, records) for row in (rows or list(ROWS.values()))]
     real = detection_rates(detection_page)
@@ -438,7 +540,8 @@ def render_markdown(records: list[dict[str, Any]], command: str, detection_page:
         f"Every seed ran with these settings: {_settings_text()}. A seed is caught when the checkers judge its run "
         "invalid; a run missing evidence (a fault the schedule never applied, no progress) is unknown, never "
         "counted as clean or caught.", "",
-        *_default_section(summaries), *_variant_section(summaries, real), *_failing_seeds(summaries),
+        *_default_section(summaries), *_variant_section(summaries, real),
+        *_mutant_section(summaries, mutation_real or {}), *_failing_seeds(summaries),
         *_rows_and_costs(summaries),
     ]
     if notes.strip():
@@ -447,11 +550,13 @@ def render_markdown(records: list[dict[str, Any]], command: str, detection_page:
 
 
 def write_simulation_doc(ledger: str | Path, out: str | Path, command: str, detection: str | Path | None = None,
-                         notes: str = "") -> Path:
-    """Render the page from the ledger (and docs/DETECTION.md's real runs, when the page exists)."""
+                         notes: str = "", mutation_ledger: str | Path | None = MUTATION_LEDGER) -> Path:
+    """Render the page from the ledger (and docs/DETECTION.md's real runs, when the page exists, and
+    docs/MUTATION.md's, from its ledger)."""
     page = Path(detection).read_text() if detection is not None and Path(detection).is_file() else ""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(read_ledger(ledger), command, page, notes))
+    real = mutation_rates(mutation_ledger) if mutation_ledger is not None else {}
+    out.write_text(render_markdown(read_ledger(ledger), command, page, notes, mutation_real=real))
     return out
 

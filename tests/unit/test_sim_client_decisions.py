@@ -127,6 +127,47 @@ def test_idempotent_producer_retries_the_same_sequence_and_counts_it_once():
     assert producer.sequences == {(TOPIC, 0): 2}
 
 
+def test_a_retry_resends_the_batchs_bytes_and_the_next_record_is_another_batch():
+    # kafka-python closes a batch once and resends its buffer: the broker tells a retry from other records under
+    # a used sequence by the CRC (checkers/trace.py sequence-reused). A batch built again for each attempt (a new
+    # timestamp after the retry backoff) reads to the broker as other records under the same sequence.
+    cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)],
+                             "ProduceRequest": [produce_answer(Errors.RequestTimedOutError.errno),
+                                                produce_answer(Errors.NotLeaderForPartitionError.errno),
+                                                produce_answer(0, 7), produce_answer(0, 8)]})
+    producer = Producer(cluster, retries=5, idempotent=True)
+
+    async def two_sends():
+        return [await producer.send(TOPIC, 0, b"1"), await producer.send(TOPIC, 0, b"2")]
+
+    assert run(two_sends()) == [7, 8]
+    sent = [bytes(f["topic_data"][0].partition_data[0].records) for n, f in cluster.sent if n == "ProduceRequest"]
+    assert len(sent) == 4 and sent[0] == sent[1] == sent[2]  # three attempts, 0.1 s apart, one batch
+    assert sent[3] != sent[0] and _batch_sequence(cluster.sent[-1][1]) == 1
+
+
+def test_a_record_stamps_the_producer_id_of_its_first_attempt_with_its_sequence():
+    # The producer id was reset (a sequence error of another record) while this record waited for a leader: it
+    # goes out under the new id from sequence 0, as kafka-python's drain stamps id, epoch and sequence together;
+    # never under the old id with the sequence numbering started again (a reuse of the old id's sequence 0)
+    cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0), _init_answer(6, 0)],
+                             "ProduceRequest": [produce_answer(0, 3), produce_answer(0, 4)]})
+    producer = Producer(cluster, retries=5, idempotent=True)
+
+    async def reset_while_waiting():
+        assert await producer.send(TOPIC, 0, b"1") == 3
+        cluster.leaderless_for = 10**6
+        waiting = asyncio.ensure_future(producer.send(TOPIC, 0, b"2"))
+        await asyncio.sleep(0.25)
+        producer._failed_for_good(Errors.OutOfOrderSequenceNumberError())
+        cluster.leaderless_for = 0
+        return await waiting
+
+    assert run(reset_while_waiting()) == 4
+    batches = [_produced_batch(f) for n, f in cluster.sent if n == "ProduceRequest"]
+    assert [(b.producer_id, b.base_sequence) for b in batches] == [(5, 0), (6, 0)]
+
+
 def test_a_record_that_failed_once_sent_leaves_its_sequence_used():
     nes = Errors.NotEnoughReplicasError.errno
     cluster = CannedCluster({"InitProducerIdRequest": [_init_answer(5, 0)],
@@ -264,11 +305,14 @@ def _init_answer(pid: int, epoch: int, error: int = 0) -> Any:
                                   producer_epoch=epoch)
 
 
-def _batch_sequence(fields: dict[str, Any]) -> int:
+def _produced_batch(fields: dict[str, Any]) -> Any:
     from kafka.record.memory_records import MemoryRecords
 
-    raw = fields["topic_data"][0].partition_data[0].records
-    return MemoryRecords(bytes(raw)).next_batch().base_sequence
+    return MemoryRecords(bytes(fields["topic_data"][0].partition_data[0].records)).next_batch()
+
+
+def _batch_sequence(fields: dict[str, Any]) -> int:
+    return _produced_batch(fields).base_sequence
 
 
 # --- fetch: reset or not -----------------------------------------------------------------------------------

@@ -109,7 +109,14 @@ def test_the_page_lists_each_anomaly_of_the_default_broker_with_its_seed_and_rep
     records.append(_rec("default", 10, False, {"trace": ["log-divergence"]}, run="sim-default-s10/20261128T000000"))
     page = _page(records)
     assert "1 of 10 seeds (10%, 95% CI 0.25%-45%) found an anomaly" in page
-    assert "seed 10: log-divergence, caught by trace; run `sim-default-s10/20261128T000000`" in page
+    assert ("seed 10: log-divergence, caught by trace; whose: not recorded; run `sim-default-s10/20261128T000000`"
+            in page)
+    assert "1 seed with an anomaly the checkers give the broker, or that ran before the ledger said whose" in page
+    # a seed whose anomalies the checkers gave the client alone is not the broker's
+    records[-1]["whose"] = {"client": 3}
+    page = _page(records)
+    assert "0 seeds with an anomaly the checkers give the broker" in page
+    assert "seed 10: log-divergence, caught by trace; whose: client 3; run" in page
     assert "replay: `kafkaesque sim --seed 10 --broker-variant default" in page
 
 
@@ -211,3 +218,84 @@ def test_fail_on_anomaly_exits_1_and_prints_each_failing_seeds_replay_command(tm
 def test_fail_on_anomaly_exits_0_when_every_seed_of_the_sweep_passed(tmp_path):
     out = _sweep_cli(tmp_path, _ledger_of(tmp_path, "default-swarm", {7: True, 8: True}), "--fail-on-anomaly")
     assert out.returncode == 0, out.stderr
+# --- the mutants' rows ---------------------------------------------------------------------------------------------
+
+def test_every_catalogue_mutant_has_a_row_with_the_workload_that_reaches_its_code():
+    from kafkaesque_harness.clusters.mutants import MUTANTS
+
+    rows = {r.mutant: r for r in ROWS.values() if r.mutant}
+    assert set(rows) == {m.name for m in MUTANTS}
+    assert rows["hwm-leader-leo"].workload_label() == "queue"
+    assert rows["txn-abort-not-fenced"].workload == "txn"
+    assert rows["sequence-gap-accepted"].workload == "txn"  # producer_state.py: sequences and the LSO
+    assert rows["group-commit-stale-generation"].workload_label() == "queue (subscribe)"
+    assert all(r.variant == "default" and not r.is_default for r in rows.values())
+    assert "--mutant hwm-leader-leo" in rows["hwm-leader-leo"].replay_command(3)
+    assert "--mutant" not in ROWS["default"].replay_command(3) and "mutant" not in ROWS["default"].settings()
+
+
+def test_a_mutant_rows_seed_runs_the_mutants_broker(tmp_path):
+    # a short row of a mutant the trace checker catches at once (the HWM at the leader's LEO)
+    row = SweepRow("test-mutant", "default", nemesis=("kill",), mutant="hwm-leader-leo",
+                   overrides={"time_limit": 8.0, "nemesis_interval": 2.0, "concurrency": 3, "rate": 20.0,
+                              "recovery_wait": 5.0})
+    ledger, store = tmp_path / "runs.jsonl", tmp_path / "store"
+    [rec] = sweep_row(row, 1, 1, failures=1, store=str(store), ledger=ledger, log=lambda _m: None)
+    assert rec["settings"]["mutant"] == "hwm-leader-leo" and rec["error"] is None
+    assert failed(rec) and "hwm-past-member-leo" in rec["anomalies"], rec
+    assert json.loads((store / rec["run"] / "test.json").read_text())["mutant"] == "hwm-leader-leo"
+    # the default broker's seed 1 of the same settings is not caught: the catch is the mutant's
+    plain = SweepRow("test-plain", "default", nemesis=("kill",), overrides=row.overrides)
+    [rec] = sweep_row(plain, 1, 1, failures=1, store=str(store), ledger=ledger, log=lambda _m: None)
+    assert rec["valid"] is True, rec
+
+
+def _mutant_rec(name: str, seed: int, by=None, digest: str = "d") -> dict:
+    row = ROWS["mutant-" + name]
+    return {**_rec("default", seed, False if by else True, by), "row": row.name, "settings": row.settings(),
+            "digest": digest, "run": f"sim-{row.name}-s{seed}/x" if by else None}
+
+
+def test_the_page_gives_each_mutant_its_share_first_catch_checkers_and_the_real_rate():
+    records = [_mutant_rec("hwm-leader-leo", 1), _mutant_rec("hwm-leader-leo", 2, {"trace": ["hwm-past-member-leo"]}),
+               _mutant_rec("hwm-leader-leo", 3, {"trace": ["hwm-past-member-leo"], "history": ["lost-write"]}),
+               *[_mutant_rec("isr-expand-stale-broker-epoch", s) for s in range(1, 6)]]
+    real = {"hwm-leader-leo": [2, 2], "isr-expand-stale-broker-epoch": [0, 3]}
+    page = render_markdown(records, "kafkaesque sim-sweep --render-only", DETECTION_PAGE, mutation_real=real,
+                           rows=[ROWS["default"], ROWS["mutant-hwm-leader-leo"], ROWS["mutant-isr-expand-stale-broker-epoch"]])
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")]
+             for line in page.splitlines() if line.startswith("| `")}
+    # mutant, workload, seeds run, seeds to first catch, caught (95%), caught by, anomalies, beyond default, unknown,
+    # CPU s, real
+    assert cells["`hwm-leader-leo`"][1:6] == ["queue", "3", "2", "2/3 (9.4%-99%)", "history 1, trace 2"]
+    assert cells["`hwm-leader-leo`"][10] == "2/2 (16%-100%)"
+    assert cells["`hwm-leader-leo`"][11] == "0 (2 not known)"  # these lines say no whose
+    assert cells["`isr-expand-stale-broker-epoch`"][2:6] == ["5", "-", "0/5 (<45%)", "-"]
+    assert cells["`isr-expand-stale-broker-epoch`"][10] == "0/3 (<63%)"
+    # the mutants are not the default broker: its section has no seed of theirs
+    assert "- `default` (queue): not run." in page
+    assert "| mutant hwm-leader-leo | 2 | hwm-past-member-leo | trace |" in page
+    # a seed caught by the client's own acts alone is no catch of the mutant; one with the broker's is
+    records[1]["whose"], records[2]["whose"] = {"client": 2}, {"broker": 1, "client": 1}
+    page = render_markdown(records, "kafkaesque sim-sweep --render-only", DETECTION_PAGE, mutation_real=real,
+                           rows=[ROWS["default"], ROWS["mutant-hwm-leader-leo"]])
+    row = next(line for line in page.splitlines() if line.startswith("| `hwm-leader-leo`"))
+    assert row.strip().strip("|").split("|")[11].strip() == "1"
+
+
+def test_a_row_swept_again_on_new_code_counts_the_new_sweeps_seeds_alone():
+    old = [{**_rec("default", s, False, {"trace": ["sequence-reused"]}), "digest": "old"} for s in range(1, 6)]
+    new = [{**_rec("default", s, True), "digest": "new"} for s in range(1, 4)]
+    page = _page(old + new)
+    assert "- `default` (queue): 0 of 3 seeds judged valid" in page
+    assert "sequence-reused" not in page.split("## The flaw variants")[0]
+
+
+def test_a_seeds_ledger_line_keeps_whose_its_anomalies_are():
+    from kafkaesque_harness.studies.simulation import seed_record
+
+    results = {"valid": False, "checkers": {}, "attribution": {"anomalies": 4, "broker": 1, "client": 3, "harness": 0,
+                                                               "unattributed": 0, "libraries": [], "text": ""}}
+    assert seed_record(ROWS["default-txn"], 1, 1, results, 1.0, 50.0, None, "d")["whose"] == {"broker": 1, "client": 3}
+    valid = {"valid": True, "checkers": {}, "attribution": None}
+    assert seed_record(ROWS["default-txn"], 2, 0, valid, 1.0, 50.0, None, "d")["whose"] == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from kafkaesque_harness.checkers.clients import BROKER, CLIENT, attribute_with_trace, attribution
 from kafkaesque_harness.checkers.core import UNKNOWN
 from kafkaesque_harness.checkers.trace import check_trace_input, check_traces
 from kafkaesque_harness.clusters.trace_files import load_traces
@@ -597,3 +598,21 @@ def test_other_records_answered_as_a_retry_of_a_used_sequence_are_caught():
     result = check_traces({"broker-3": [dup(False)]})
     assert [a.name for a in result.anomalies] == ["sequence-reused"]
     assert result.anomalies[0].examples[0]["trace"][0]["same_batch"] is False
+
+
+def test_a_reused_sequence_is_the_clients_and_the_other_trace_rules_the_brokers():
+    # sequence-reused is proven by the broker's trace but breaks the client's contract (the broker answers as
+    # Kafka's does): the client's, and the attribution after the checks leaves it so; a broken broker rule in the
+    # same traces stays the broker's
+    reused = {**produced(4, 1239, 7), "base_sequence": 3, "hwm": 1275, "duplicate": True, "same_batch": False}
+    regressed = line(5, "hwm_advanced", leader_epoch=1, **{"from": 9, "to": 8}, members={}, maximal_isr=[],
+                     isr=[1, 2], min_isr=2)
+    result = check_traces({"broker-3": [reused, regressed]})
+    attribute_with_trace([result], None)
+    by_name = {a.name: a for a in result.anomalies}
+    assert set(by_name) == {"sequence-reused", "hwm-regressed"}
+    assert by_name["sequence-reused"].whose == {CLIENT: 1}
+    assert [ex["whose"] for ex in by_name["sequence-reused"].examples] == [CLIENT]
+    assert by_name["hwm-regressed"].whose == {BROKER: 1}
+    assert [ex["whose"] for ex in by_name["hwm-regressed"].examples] == [BROKER]
+    assert attribution([result])["client"] == 1 and attribution([result])["broker"] == 1

@@ -174,6 +174,25 @@ def test_an_open_looking_transaction_is_not_judged_when_a_broker_died_after_its_
                  *dead) == {}
 
 
+def test_an_open_looking_transaction_is_not_judged_when_it_was_decided_before_the_fetch():
+    # The false finding of the default txn sweep's seed 8: the coordinator decided the commit (29.2146 s), the leader
+    # appended the marker at 902 and, its epoch changed (1 to 4) before the HWM passed it, answered the marker's
+    # write with an error: no txn_marker_written. Its LSO (903) was right; the trace's first marker after the batch
+    # was the next coordinator's, for the same transaction, at 907.
+    decision = ("broker-1", at("broker-1", 1.5, "txn_end_started", transactional_id="txn-0", producer_id=77,
+                               txn_epoch=0, marker_epoch=0, result="commit", started_by="client",
+                               partitions=[["queue", 0]], txn_started_ms=1000, coordinator_partition=2,
+                               coordinator_epoch=5))
+    assert found(txn_produce(5), decision, rc_fetch(0, 7, leo=8, hwm_=8, lso=8),
+                 marker_at("broker-1", 3, Q0, offset=9)) == {}
+    # a decision after the fetch, or for another partition, does not excuse it
+    late = ("broker-1", {**decision[1], "mono": 2.5})
+    other = ("broker-1", {**decision[1], "partitions": [["queue", 1]]})
+    for d in (late, other):
+        assert set(found(txn_produce(5), d, rc_fetch(0, 7, leo=8, hwm_=8, lso=8),
+                         marker_at("broker-1", 3, Q0, offset=9))) == {"read-committed-open-txn"}
+
+
 # --- offset commits and fetches ----------------------------------------------------------------------------------
 def generation(mono: float, number: int, members: list[str], node: str = "broker-1") -> tuple[str, dict]:
     return node, at(node, mono, "group_generation", group="g", coordinator_partition=3, generation=number,

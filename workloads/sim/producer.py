@@ -158,12 +158,14 @@ class Producer:
         if self.idempotent and self.producer_id < 0:
             await self.init_producer_id()
         tp = (topic, partition)
-        deadline = asyncio.get_running_loop().time() + self.delivery_timeout_s  # the batch is created now
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.delivery_timeout_s  # the batch is created now
+        timestamp_ms = int(loop.time() * 1000)  # kafka-python's send() stamps the record as it appends it
         lock = self._partition_locks.setdefault(tp, asyncio.Lock())
         async with lock:
             if self.transactional_id is not None and tp not in self.txn_partitions:
                 await self._partition_added(tp, deadline)
-            return await self._send_batch(tp, value, deadline)
+            return await self._send_batch(tp, value, timestamp_ms, deadline)
 
     async def _partition_added(self, tp: tuple[str, int], deadline: float) -> None:
         """The partition in the transaction before its first record goes out (kafka-python sends no batch of a
@@ -196,23 +198,33 @@ class Producer:
         tasks, self._in_flight = self._in_flight, []
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _send_batch(self, tp: tuple[str, int], value: bytes, deadline: float) -> int:
+    async def _send_batch(self, tp: tuple[str, int], value: bytes, timestamp_ms: int, deadline: float) -> int:
         loop = asyncio.get_running_loop()
         pid, epoch = self.producer_id, self.producer_epoch
-        sequence = -1
+        records: bytes | None = None
         attempts = 0
         while True:
             leader = await self._await_leader(tp, deadline)
-            if self.idempotent and sequence < 0:
-                # kafka-python's RecordAccumulator.drain: the batch takes its sequence when first sent and keeps it
-                # through its retries; the partition's next batch takes the next one, whatever this one comes to
-                # (a failed batch leaves a gap the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER to, never a reuse
-                # that it would take for a duplicate of a batch it may have appended)
-                sequence = self.sequences.get(tp, 0)
-                self.sequences[tp] = sequence + 1
+            if records is None:
+                if self.idempotent and self.producer_id < 0:
+                    # reset while the record waited for a leader: kafka-python's sender drains nothing before it
+                    # has a producer id again (Sender._maybe_wait_for_producer_id)
+                    await self.init_producer_id()
+                # kafka-python's RecordAccumulator.drain: the batch is stamped with the producer id, epoch and
+                # sequence of that moment, together, and closed; it keeps all three and its bytes through its
+                # retries (a retry resends the same buffer: the broker tells a retry from other records by its
+                # CRC, checkers/trace.py sequence-reused). The partition's next batch takes the next sequence,
+                # whatever this one comes to (a failed batch leaves a gap the broker answers
+                # OUT_OF_ORDER_SEQUENCE_NUMBER to, never a reuse it would take for a duplicate).
+                pid, epoch = self.producer_id, self.producer_epoch
+                sequence = -1
+                if self.idempotent:
+                    sequence = self.sequences.get(tp, 0)
+                    self.sequences[tp] = sequence + 1
+                records = self._batch(value, timestamp_ms, pid, epoch, sequence)
             attempts += 1
             try:
-                offset = await self._produce_once(tp, leader, value, pid, epoch, sequence, deadline)
+                offset = await self._produce_once(tp, leader, records, deadline)
             except Errors.KafkaError as e:
                 if isinstance(e, STALE_METADATA_ERRORS):
                     self.cluster.request_update()
@@ -238,17 +250,19 @@ class Producer:
                     raise self._expired(tp, deadline) from None
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
-    async def _produce_once(self, tp: tuple[str, int], leader: int, value: bytes, pid: int, epoch: int,
-                            sequence: int, deadline: float) -> int:
-        loop = asyncio.get_running_loop()
+    def _batch(self, value: bytes, timestamp_ms: int, pid: int, epoch: int, sequence: int) -> bytes:
+        """One record's batch as kafka-python closes it: built once, its bytes sent by every attempt."""
         builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20,
                                        transactional=self.transactional_id is not None,
                                        producer_id=pid if self.idempotent else -1,
                                        producer_epoch=epoch if self.idempotent else -1,
                                        base_sequence=sequence if self.idempotent else -1)
-        builder.append(int(loop.time() * 1000), None, value)  # the record's timestamp: the loop's clock
+        builder.append(timestamp_ms, None, value)
         builder.close()
-        records = builder.buffer()
+        return bytes(builder.buffer())
+
+    async def _produce_once(self, tp: tuple[str, int], leader: int, records: bytes, deadline: float) -> int:
+        loop = asyncio.get_running_loop()
         timeout_s = max(0.001, min(self.cluster.request_timeout_s, deadline - loop.time()))
         answer = await self.cluster.send(leader, ProduceRequest, timeout_s=timeout_s,
                                          transactional_id=self.transactional_id, acks=self.acks,
