@@ -368,15 +368,15 @@ def _default_section(summaries: list[RowSummary]) -> list[str]:
         if not s.caught:
             # an unknown seed is no evidence of a clean run: the bound counts the seeds judged valid
             judged = s.seeds - s.unknown
-            lines.append(f"- {label}: {rate_text(0, judged, unit='seeds judged valid')}"
+            lines.append(f"- {label}: an anomaly in {rate_text(0, judged, unit='seeds judged')}"
                          + (f"; {s.unknown} more seeds unknown, not counted (evidence missing: {_unknown_reasons(s)})"
                             if s.unknown else "") + ".")
             continue
         brokers = [r for r in s.failing if (r.get("whose") or {}).get("broker") or "whose" not in r]
-        lines.append(f"- {label}: **{rate_text(s.caught, s.seeds, unit='seeds')} found an anomaly**, each a finding "
-                     f"(the broker is not fixed here); {_seed_text(len(brokers))} with an anomaly the checkers give the "
-                     "broker, or that ran before the ledger said whose (`whose`: anomalies per owner, "
-                     "checkers/clients.py):")
+        lines.append(f"- {label}: **{rate_text(s.caught, s.seeds, unit='seeds')} found an anomaly**; the broker's "
+                     f"(an anomaly the checkers give the broker, or a seed that ran before the ledger said whose): "
+                     f"**{rate_text(len(brokers), s.seeds, unit='seeds')}**; the others' anomalies are a client's alone "
+                     "(`whose`: anomalies per owner, checkers/clients.py):")
         for r in s.failing:
             whose = ", ".join(f"{o} {n}" for o, n in (r.get("whose") or {}).items()) or "not recorded"
             lines.append(f"  - seed {r['seed']}: {', '.join(r.get('anomalies') or ['invalid'])}, caught by "

@@ -96,11 +96,11 @@ def test_the_page_says_a_clean_default_as_none_of_n_seeds_with_its_bound_and_tha
     records = [_rec("default", s, True) for s in range(1, 51)]
     page = _page(records)
     assert "**Every figure on this page was simulated**" in page
-    assert "- `default` (queue): 0 of 50 seeds judged valid: rate below 5.8% (95%)." in page
+    assert "- `default` (queue): an anomaly in 0 of 50 seeds judged: rate below 5.8% (95%)." in page
     # unknown seeds are no evidence of a clean run: left out of the bound, and said
     records += [{**_rec("default", 51, "unknown"), "unknown_why": ["faults: the clock fault was planned but never "
                                                                    "applied (no attempt was made)"]}]
-    assert ("0 of 50 seeds judged valid: rate below 5.8% (95%); 1 more seeds unknown, not counted (evidence "
+    assert ("an anomaly in 0 of 50 seeds judged: rate below 5.8% (95%); 1 more seeds unknown, not counted (evidence "
             "missing: faults: the clock fault was planned but never applied (1))") in _page(records)
 
 
@@ -111,11 +111,12 @@ def test_the_page_lists_each_anomaly_of_the_default_broker_with_its_seed_and_rep
     assert "1 of 10 seeds (10%, 95% CI 0.25%-45%) found an anomaly" in page
     assert ("seed 10: log-divergence, caught by trace; whose: not recorded; run `sim-default-s10/20261128T000000`"
             in page)
-    assert "1 seed with an anomaly the checkers give the broker, or that ran before the ledger said whose" in page
+    assert "the broker's (an anomaly the checkers give the broker, or a seed that ran before the ledger said whose): " \
+           "**1 of 10 seeds (10%, 95% CI 0.25%-45%)**" in page
     # a seed whose anomalies the checkers gave the client alone is not the broker's
     records[-1]["whose"] = {"client": 3}
     page = _page(records)
-    assert "0 seeds with an anomaly the checkers give the broker" in page
+    assert "said whose): **0 of 10 seeds: rate below 26% (95%)**; the others' anomalies are a client's alone" in page
     assert "seed 10: log-divergence, caught by trace; whose: client 3; run" in page
     assert "replay: `kafkaesque sim --seed 10 --broker-variant default" in page
 
@@ -287,7 +288,7 @@ def test_a_row_swept_again_on_new_code_counts_the_new_sweeps_seeds_alone():
     old = [{**_rec("default", s, False, {"trace": ["sequence-reused"]}), "digest": "old"} for s in range(1, 6)]
     new = [{**_rec("default", s, True), "digest": "new"} for s in range(1, 4)]
     page = _page(old + new)
-    assert "- `default` (queue): 0 of 3 seeds judged valid" in page
+    assert "- `default` (queue): an anomaly in 0 of 3 seeds judged" in page
     assert "sequence-reused" not in page.split("## The flaw variants")[0]
 
 
