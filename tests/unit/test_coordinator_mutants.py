@@ -265,6 +265,8 @@ def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_c
         spec = TestSpec.make(name=f"mutant-x-{plan}", time_limit=180, cluster="local", **COMMON, **PLANS[plan])
         assert spec.problems() == [], plan
     assert TestSpec.make(**COMMON, **PLANS["txn"]).workload == "txn"
-    # a rebalance while the coordinator stays up: members crash (leave) and fresh ones join every ~20 s
-    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe", "crash_clients_interval_s": 20}
+    # a rebalance while the coordinator stays up: members crash (leave) and fresh ones join, each every ~30 s,
+    # four of them (one per partition), so the group settles between rebalances long enough to read and commit
+    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe", "crash_clients_interval_s": 30}
+    assert TestSpec.make(**COMMON, **PLANS["groups-random"]).concurrency == 4
     assert "stop" in PLANS["txn-random"]["nemesis"]  # a controlled shutdown moves a coordinator
