@@ -89,6 +89,13 @@ PLANS.update({
     "groups-random": {"workload_options": GROUP_WORKLOAD, "concurrency": GROUP_CONCURRENCY,
                       "nemesis": ["kill", "pause", "stop"], "nemesis_target": "random-node"},
 })
+# The protocol nemesis with only its moves and sequences aimed at the coordinators (nemesis/protocol.py
+# COORDINATOR_MOVES): only when named, for the mutants the full deck did not reach in a short run.
+COORDINATOR_ONLY = {"nemesis": ["protocol"], "nemesis_options": {"protocol_moves": "coordinator"}}
+PLANS.update({
+    "txn-coord": {"workload": "txn", **COORDINATOR_ONLY},
+    "groups-coord": {"workload_options": GROUP_WORKLOAD, "concurrency": GROUP_CONCURRENCY, **COORDINATOR_ONLY},
+})
 DEFAULT_PLANS = ("protocol", "random")
 TXN_PLANS, GROUP_PLANS = ("txn", "txn-random"), ("groups", "groups-random")
 TXN_FILES = ("clusters/broker/txn_coordinator.py", "clusters/broker/txn_shell.py", "clusters/broker/producer_state.py")

@@ -261,7 +261,7 @@ def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_c
     assert default_plans(by["lso-ignores-open-txn"]) == ("txn", "txn-random")
     assert default_plans(by["group-oldest-commit-wins"]) == ("groups", "groups-random")
     assert default_plans(by["hwm-leader-leo"]) == DEFAULT_PLANS
-    for plan in ("txn", "txn-random", "groups", "groups-random"):
+    for plan in ("txn", "txn-random", "txn-coord", "groups", "groups-random", "groups-coord"):
         spec = TestSpec.make(name=f"mutant-x-{plan}", time_limit=180, cluster="local", **COMMON, **PLANS[plan])
         assert spec.problems() == [], plan
     assert TestSpec.make(**COMMON, **PLANS["txn"]).workload == "txn"
@@ -270,3 +270,6 @@ def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_c
     assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe", "crash_clients_interval_s": 30}
     assert TestSpec.make(**COMMON, **PLANS["groups-random"]).concurrency == 4
     assert "stop" in PLANS["txn-random"]["nemesis"]  # a controlled shutdown moves a coordinator
+    # named only: the protocol nemesis's coordinator moves alone
+    assert TestSpec.make(**COMMON, **PLANS["groups-coord"]).nemesis_options == {"protocol_moves": "coordinator"}
+    assert "groups-coord" not in default_plans(by["group-commit-to-empty-group"])
