@@ -332,6 +332,28 @@ def _mono_time_s(results: dict[str, Any], mono_start: float | None) -> float | N
     return max(min(proven), 0.0) if proven else None
 
 
+def _client_only(anomaly: dict[str, Any]) -> bool:
+    """Every instance of the anomaly follows from a client library's own act (checkers/clients.py `whose`): e.g.
+    kafka-python failing a send itself while its commit_transaction returned. The shipped broker shows these too
+    (the txn plan's default-broker run, docs/MUTATION-notes.md), so they prove nothing against a mutant."""
+    whose = anomaly.get("whose")
+    count = anomaly.get("count")
+    return (isinstance(whose, dict) and set(whose) == {"client"} and isinstance(count, int)
+            and whose["client"] >= count)
+
+
+def _without_client_only(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A checker's entry without its client-only anomalies; None when nothing else is left to count."""
+    anomalies = entry.get("anomalies") or []
+    left = [a for a in anomalies if not (isinstance(a, dict) and _client_only(a))]
+    if len(left) == len(anomalies):
+        return entry
+    if not left:
+        return None
+    names = {a.get("name") for a in left if isinstance(a, dict)}
+    return {**entry, "anomalies": left, "anomaly_types": [k for k in entry.get("anomaly_types") or [] if k in names]}
+
+
 def classify(results: dict[str, Any], mono_start: float | None = None) -> dict[str, Any]:
     """{"by": {source: [anomaly names]}, "first_s": {source: seconds or None}, "valid": ...}. `mono_start`: the
     harness's monotonic clock at the run's start, to place node lines (trace anomalies) in the run; by default
@@ -343,6 +365,9 @@ def classify(results: dict[str, Any], mono_start: float | None = None) -> dict[s
     first: dict[str, float | None] = {}
     for name, entry in (results.get("checkers") or {}).items():
         if not isinstance(entry, dict) or name in NOT_FINDINGS or entry.get("valid") is not False:
+            continue
+        entry = _without_client_only(entry)
+        if entry is None:
             continue
         kinds = [str(k) for k in entry.get("anomaly_types") or []] or [name]
         src = source_of(name, entry)
