@@ -934,12 +934,16 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
     offsets do not move) was served from an open transaction. Not judged: a batch whose marker the trace lacks,
     a batch when a broker's process ended between its acknowledgement and the fetch (the marker that closed it
     may be among that process's lost lines: the simulator's seed 7 txn run showed one, its log holding the marker
-    the trace did not), and partitions with an unclean election (they may lose committed offsets by design)."""
+    the trace did not), a batch whose next traced marker was written in another leader epoch than the fetch's (the
+    serving leader may have appended a marker of it that a leader change cut before it was acknowledged, and only
+    acknowledged markers are traced: txn-stale-epoch-accepted's txn run, 2026-11-28, docs/MUTATION-notes.md), and
+    partitions with an unclean election (they may lose committed offsets by design)."""
     unclean = _unclean_epochs(lines)
     spans = _broker_spans(lines)
     batches: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     marks: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     acked_at: dict[tuple[Any, Any, Any, int], float] = {}  # (topic, partition, producer, first offset) -> mono
+    mark_epoch: dict[tuple[Any, Any, Any, int], Any] = {}  # (topic, partition, producer, offset) -> leader epoch
     for _, e in lines:
         ev = e.get("event")
         key = (e.get("topic"), e.get("partition"))
@@ -949,8 +953,10 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
             acked_at.setdefault((*key, e.get("producer_id"), e["first"]), e.get("mono") or 0)
         elif ev == "txn_marker_written" and isinstance(e.get("offset"), int):
             marks[key][e.get("producer_id")].append(e["offset"])
+            mark_epoch.setdefault((*key, e.get("producer_id"), e["offset"]), e.get("leader_epoch"))
         elif ev == "produce_acked" and e.get("control") and isinstance(e.get("first"), int):
             marks[key][e.get("producer_id")].append(e["first"])
+            mark_epoch.setdefault((*key, e.get("producer_id"), e["first"]), e.get("leader_epoch"))
     for per in (batches, marks):
         for by_pid in per.values():
             for pid, offsets in by_pid.items():
@@ -966,6 +972,8 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
             above = bisect_left(ms, leo)  # the first marker not yet in the log when the leader served
             if above == len(ms):
                 continue  # no marker at or above the LEO in the trace: not judged
+            if mark_epoch.get((*key, pid, ms[above])) != e.get("leader_epoch"):
+                continue  # an earlier marker, appended in the fetch's epoch and cut in a leader change: not judged
             since = ms[above - 1] + 1 if above else 0  # batches after the last marker in the log were open
             i = bisect_left(starts, max(first, since))
             if i < len(starts) and starts[i] <= last:

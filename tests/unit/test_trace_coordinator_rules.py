@@ -63,9 +63,9 @@ def decided(mono: float, result: str = "commit", started_ms: int = 1000, marker_
 
 
 def marker_at(node: str, mono: float, where: list, result: str = "commit", epoch: int = 3,
-              offset: int = 10) -> tuple[str, dict]:
+              offset: int = 10, leader_epoch: int = 1) -> tuple[str, dict]:
     return node, at(node, mono, "txn_marker_written", topic=where[0], partition=where[1], producer_id=77,
-                    producer_epoch=epoch, coordinator_epoch=5, result=result, offset=offset, leader_epoch=1)
+                    producer_epoch=epoch, coordinator_epoch=5, result=result, offset=offset, leader_epoch=leader_epoch)
 
 
 def completed(mono: float, result: str = "commit") -> tuple[str, dict]:
@@ -169,6 +169,17 @@ def test_an_open_looking_transaction_is_not_judged_when_a_broker_died_after_its_
             ("broker-2", at("broker-2", 5, "trace_started"))]
     assert found(txn_produce(5), rc_fetch(0, 7, leo=8, hwm_=8, lso=8), marker_at("broker-1", 3, Q0, offset=9),
                  *dead) == {}
+
+
+def test_an_open_looking_transaction_is_not_judged_when_its_next_traced_marker_is_of_a_later_leader_epoch():
+    # txn-stale-epoch-accepted's txn run (2026-11-28): the leader appended the commit marker at offset 9 (its LEO 10
+    # passed it, so its LSO passed the batch at 5), lost the leadership before the marker was acknowledged, and the
+    # new leader cut it; the marker was written again at 10 in leader epoch 2. Only acknowledged markers are traced.
+    rewritten = marker_at("broker-1", 3, Q0, offset=10, leader_epoch=2)
+    assert found(txn_produce(5), rc_fetch(0, 7, leo=10, hwm_=9, lso=8), rewritten) == {}
+    # the same marker written in the fetch's own leader epoch: that leader had not appended it, the batch was open
+    same_epoch = marker_at("broker-1", 3, Q0, offset=10, leader_epoch=1)
+    assert list(found(txn_produce(5), rc_fetch(0, 7, leo=10, hwm_=9, lso=8), same_epoch)) == ["read-committed-open-txn"]
 
 
 # --- offset commits and fetches ----------------------------------------------------------------------------------
