@@ -272,4 +272,5 @@ def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_c
     assert "stop" in PLANS["txn-random"]["nemesis"]  # a controlled shutdown moves a coordinator
     # named only: the protocol nemesis's coordinator moves alone
     assert TestSpec.make(**COMMON, **PLANS["groups-coord"]).nemesis_options == {"protocol_moves": "coordinator"}
+    assert TestSpec.make(**COMMON, **PLANS["txn-coord"]).workload_options == {"txn_abort_p": 0.5}  # aborts as often
     assert "groups-coord" not in default_plans(by["group-commit-to-empty-group"])
