@@ -89,6 +89,10 @@ Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and 
 - offset-commit-unreplicated: an OffsetCommit was answered while the HWM of its __consumer_offsets
   partition had not passed the commit's records, so a coordinator fail-over may lose it (002 2.5: acks=all;
   Kafka writes offsets with offsets.commit.required.acks=-1).
+- txn-write-unreplicated (issue 40): a transaction marker (a control batch) or a __transaction_state record was
+  acknowledged to the transaction coordinator before the HWM passed it, under any acks: a leader change then
+  loses a decided outcome or a marker (002 2.5: acks=all; Kafka's coordinator appends both with requiredAcks -1,
+  TransactionStateManager and WriteTxnMarkers). An acks=all write is ack-above-hwm's.
 - produce-after-fence: a partition leader accepted a produce of producer id P at an epoch below that of
   a marker for P at a lower offset of the same partition (KIP-98: a marker's epoch fences the older ones
   at the partition; KIP-890: a late produce of an aborted transaction). Offsets, not times, order them:
@@ -226,6 +230,8 @@ RULES: dict[str, str] = {
                                 "2.2.2)",
     "offset-commit-unreplicated": "an OffsetCommit was answered before the HWM of its __consumer_offsets partition "
                                   "passed the commit (002 2.5; Kafka's offsets.commit.required.acks=-1)",
+    "txn-write-unreplicated": "a transaction marker or transaction state record was acknowledged to the coordinator "
+                              "before the HWM passed it (002 2.5; KIP-98: the coordinator writes both with acks=all)",
     "produce-after-fence": "a partition leader accepted a produce of a producer at an epoch below that of a marker "
                            "it already had for the producer (KIP-98 producer fencing; KIP-890)",
     "txn-marker-not-as-decided": "a transaction marker carried another result than its transaction's decision, one "
@@ -340,9 +346,19 @@ def _reused_sequence(node: str, e: dict[str, Any], found: _Found) -> None:
                         "same_batch"))
 
 
+TXN_STATE_TOPIC = "__transaction_state"
+
+
 def _ack(node: str, e: dict[str, Any], found: _Found) -> None:
     _reused_sequence(node, e, found)
     if e.get("acks") != -1:
+        if ((e.get("control") or e.get("topic") == TXN_STATE_TOPIC)
+                and isinstance(e.get("last"), int) and isinstance(e.get("hwm"), int) and e["last"] >= e["hwm"]):
+            what = "transaction marker" if e.get("control") else "transaction state record"
+            found.add("txn-write-unreplicated",
+                      f"{node} acknowledged the {what} at offsets {e.get('first')}..{e.get('last')} of {_where(e)} "
+                      f"(acks={e.get('acks')}) with the HWM at {e.get('hwm')}",
+                      _cite(node, e, "first", "last", "hwm", "acks", "control"))
         return
     if e.get("last", 0) >= e.get("hwm", 0):
         found.add("ack-above-hwm", f"{node} acknowledged offsets {e.get('first')}..{e.get('last')} of {_where(e)} "

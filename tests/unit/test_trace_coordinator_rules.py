@@ -23,7 +23,7 @@ from tests.unit.test_txn_group_variants import coordinator, init
 
 NEW_RULES = ("txn-marker-not-as-decided", "read-committed-open-txn", "offset-commit-stale-generation",
              "group-generation-reused", "offset-fetch-not-committed", "producer-epoch-regressed",
-             "log-shorter-after-restart")
+             "log-shorter-after-restart", "txn-write-unreplicated")
 
 
 def at(node: str, mono: float, event: str, **facts) -> dict:
@@ -180,6 +180,28 @@ def test_an_open_looking_transaction_is_not_judged_when_its_next_traced_marker_i
     # the same marker written in the fetch's own leader epoch: that leader had not appended it, the batch was open
     same_epoch = marker_at("broker-1", 3, Q0, offset=10, leader_epoch=1)
     assert list(found(txn_produce(5), rc_fetch(0, 7, leo=10, hwm_=9, lso=8), same_epoch)) == ["read-committed-open-txn"]
+
+
+# --- txn-write-unreplicated ------------------------------------------------------------------------------------
+def coordinator_write(acks: int, hwm_: int, control: bool = True, topic: str = "queue") -> tuple[str, dict]:
+    return "broker-1", at("broker-1", 1, "produce_acked", topic=topic, partition=0, leader_epoch=1, first=7, last=7,
+                          acks=acks, hwm=hwm_, isr_size=2, min_isr=2, producer_id=77 if control else -1,
+                          producer_epoch=0, base_sequence=-1, transactional=control, control=control)
+
+
+def test_a_marker_or_state_record_acknowledged_before_the_hwm_passed_it_is_caught_whatever_its_acks():
+    # txn-marker-acks-1 and txn-state-acks-1: written with acks=1, acknowledged at the local append
+    assert found(coordinator_write(1, hwm_=7)) == {"txn-write-unreplicated": [
+        "broker-1 acknowledged the transaction marker at offsets 7..7 of queue-0 (acks=1) with the HWM at 7"]}
+    assert list(found(coordinator_write(1, hwm_=5, control=False, topic="__transaction_state"))) == [
+        "txn-write-unreplicated"]
+
+
+def test_a_replicated_marker_or_state_record_and_a_client_acks_1_write_pass():
+    assert found(coordinator_write(-1, hwm_=8)) == {}  # as the shipped shell writes them
+    assert found(coordinator_write(-1, hwm_=8, control=False, topic="__transaction_state")) == {}
+    assert found(coordinator_write(1, hwm_=8)) == {}  # acks=1 but replicated by then: nothing lost
+    assert found(coordinator_write(1, hwm_=7, control=False)) == {}  # a client's own acks=1 data write
 
 
 # --- offset commits and fetches ----------------------------------------------------------------------------------
