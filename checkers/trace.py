@@ -89,6 +89,10 @@ Transactions and groups (KIP-98; the seeds name the LSO, 002 2.2.2 and 2.7, and 
 - offset-commit-unreplicated: an OffsetCommit was answered while the HWM of its __consumer_offsets
   partition had not passed the commit's records, so a coordinator fail-over may lose it (002 2.5: acks=all;
   Kafka writes offsets with offsets.commit.required.acks=-1).
+- txn-write-unreplicated (issue 40): a transaction marker (a control batch) or a __transaction_state record was
+  acknowledged to the transaction coordinator before the HWM passed it, under any acks: a leader change then
+  loses a decided outcome or a marker (002 2.5: acks=all; Kafka's coordinator appends both with requiredAcks -1,
+  TransactionStateManager and WriteTxnMarkers). An acks=all write is ack-above-hwm's.
 - produce-after-fence: a partition leader accepted a produce of producer id P at an epoch below that of
   a marker for P at a lower offset of the same partition (KIP-98: a marker's epoch fences the older ones
   at the partition; KIP-890: a late produce of an aborted transaction). Offsets, not times, order them:
@@ -229,6 +233,8 @@ RULES: dict[str, str] = {
                                 "2.2.2)",
     "offset-commit-unreplicated": "an OffsetCommit was answered before the HWM of its __consumer_offsets partition "
                                   "passed the commit (002 2.5; Kafka's offsets.commit.required.acks=-1)",
+    "txn-write-unreplicated": "a transaction marker or transaction state record was acknowledged to the coordinator "
+                              "before the HWM passed it (002 2.5; KIP-98: the coordinator writes both with acks=all)",
     "produce-after-fence": "a partition leader accepted a produce of a producer at an epoch below that of a marker "
                            "it already had for the producer (KIP-98 producer fencing; KIP-890)",
     "txn-marker-not-as-decided": "a transaction marker carried another result than its transaction's decision, one "
@@ -353,9 +359,19 @@ def _reused_sequence(node: str, e: dict[str, Any], found: _Found) -> None:
                         "same_batch"))
 
 
+TXN_STATE_TOPIC = "__transaction_state"
+
+
 def _ack(node: str, e: dict[str, Any], found: _Found) -> None:
     _reused_sequence(node, e, found)
     if e.get("acks") != -1:
+        if ((e.get("control") or e.get("topic") == TXN_STATE_TOPIC)
+                and isinstance(e.get("last"), int) and isinstance(e.get("hwm"), int) and e["last"] >= e["hwm"]):
+            what = "transaction marker" if e.get("control") else "transaction state record"
+            found.add("txn-write-unreplicated",
+                      f"{node} acknowledged the {what} at offsets {e.get('first')}..{e.get('last')} of {_where(e)} "
+                      f"(acks={e.get('acks')}) with the HWM at {e.get('hwm')}",
+                      _cite(node, e, "first", "last", "hwm", "acks", "control"))
         return
     if e.get("last", 0) >= e.get("hwm", 0):
         found.add("ack-above-hwm", f"{node} acknowledged offsets {e.get('first')}..{e.get('last')} of {_where(e)} "
@@ -944,8 +960,11 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
     between its acknowledgement and the fetch (the marker may be in the leader's log unacknowledged: a
     WriteTxnMarkers append whose wait for the HWM ended in an error, at a leader-epoch change, leaves no
     `txn_marker_written`, and the next coordinator's marker for the same transaction comes later: the simulator's
-    default txn sweep, seed 8, queue-0's commit marker at 902 in the log, the trace's at 907), and partitions with
-    an unclean election (they may lose committed offsets by design)."""
+    default txn sweep, seed 8, queue-0's commit marker at 902 in the log, the trace's at 907), a batch whose next
+    traced marker was written in another leader epoch than the fetch's (the serving leader may have appended a
+    marker of it that a leader change cut before it was acknowledged, and only acknowledged markers are traced:
+    txn-stale-epoch-accepted's txn run, 2026-11-28, docs/MUTATION-notes.md), and partitions with an unclean
+    election (they may lose committed offsets by design)."""
     unclean = _unclean_epochs(lines)
     spans = _broker_spans(lines)
     decided: dict[tuple[Any, Any, Any], list[float]] = defaultdict(list)  # (topic, partition, producer) -> monos
@@ -957,6 +976,7 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
     batches: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     marks: dict[tuple[Any, Any], dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     acked_at: dict[tuple[Any, Any, Any, int], float] = {}  # (topic, partition, producer, first offset) -> mono
+    mark_epoch: dict[tuple[Any, Any, Any, int], Any] = {}  # (topic, partition, producer, offset) -> leader epoch
     for _, e in lines:
         ev = e.get("event")
         key = (e.get("topic"), e.get("partition"))
@@ -966,8 +986,10 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
             acked_at.setdefault((*key, e.get("producer_id"), e["first"]), e.get("mono") or 0)
         elif ev == "txn_marker_written" and isinstance(e.get("offset"), int):
             marks[key][e.get("producer_id")].append(e["offset"])
+            mark_epoch.setdefault((*key, e.get("producer_id"), e["offset"]), e.get("leader_epoch"))
         elif ev == "produce_acked" and e.get("control") and isinstance(e.get("first"), int):
             marks[key][e.get("producer_id")].append(e["first"])
+            mark_epoch.setdefault((*key, e.get("producer_id"), e["first"]), e.get("leader_epoch"))
     for per in (batches, marks):
         for by_pid in per.values():
             for pid, offsets in by_pid.items():
@@ -983,6 +1005,8 @@ def _read_committed_open_txns(lines: list[tuple[str, dict[str, Any]]], found: _F
             above = bisect_left(ms, leo)  # the first marker not yet in the log when the leader served
             if above == len(ms):
                 continue  # no marker at or above the LEO in the trace: not judged
+            if mark_epoch.get((*key, pid, ms[above])) != e.get("leader_epoch"):
+                continue  # an earlier marker, appended in the fetch's epoch and cut in a leader change: not judged
             since = ms[above - 1] + 1 if above else 0  # batches after the last marker in the log were open
             i = bisect_left(starts, max(first, since))
             if i < len(starts) and starts[i] <= last:

@@ -827,7 +827,8 @@ def mutate(
     mutant: Annotated[list[str] | None, typer.Option(help="a mutant to run (repeatable; default: the whole "
                                                           "catalogue, clusters/mutants.py)")] = None,
     plan: Annotated[list[str] | None, typer.Option(help="protocol, random, disk, corruption, idempotent, membership, "
-                                                        "small-fetches, txn, txn-random, groups or groups-random "
+                                                        "small-fetches, txn, txn-random, txn-coord, groups, "
+                                                        "groups-random or groups-coord "
                                                         "(repeatable; default: each mutant's own, protocol and random "
                                                         "but txn/txn-random or groups/groups-random for the "
                                                         "coordinators')")] = None,

@@ -153,3 +153,24 @@ def test_the_client_cut_is_left_out_where_the_cluster_does_not_say_where_the_cli
                for why in n.not_run)
     with_clients = set_up(ProtocolNemesis({"seed": 1, "topic": "queue", "groups": [GROUP]}), ClientCutCluster())
     assert "cut-group-coordinator-from-clients" in with_clients.moves
+
+
+def test_protocol_moves_coordinator_keeps_only_the_moves_aimed_at_the_workloads_coordinators():
+    from kafkaesque_harness.nemesis.base import NemesisRefused
+    from kafkaesque_harness.nemesis.protocol import COORDINATOR_MOVES, PAST_TXN_TIMEOUT_MOVES
+
+    opts = {"seed": 1, "topic": "queue", "groups": [GROUP], "protocol_moves": "coordinator"}
+    n = set_up(ProtocolNemesis(opts), ClientCutCluster())
+    assert set(n.moves) == {"heal", "kill-group-coordinator", "move-group-coordinator-mid-commit",
+                            "cut-group-coordinator-from-clients", SEQUENCE_PREFIX + "group-coordinator-fails-over"}
+    everything = set_up(ProtocolNemesis({**opts, "protocol_moves": "all"}), ClientCutCluster())
+    assert set(n.moves) < set(everything.moves) and "kill-leader" in everything.moves
+    txn = set_up(ProtocolNemesis({**opts, "groups": [], "transactional_ids": TXN_IDS[:1]}), ClientCutCluster())
+    assert "pause-leader-past-txn-timeout" in txn.moves and "kill-txn-coordinator" in txn.moves
+    assert set(txn.moves) - {"heal"} <= COORDINATOR_MOVES | PAST_TXN_TIMEOUT_MOVES and "kill-group-coordinator" not in txn.moves
+    try:  # a workload without coordinators leaves it no move: refused at set-up, not a run without faults
+        set_up(ProtocolNemesis({**opts, "groups": []}), ClientCutCluster())
+    except NemesisRefused as e:
+        assert "no move left" in str(e)
+    else:
+        raise AssertionError("a coordinator-only protocol nemesis without coordinators was not refused")

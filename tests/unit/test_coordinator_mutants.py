@@ -261,10 +261,16 @@ def test_the_coordinators_mutants_run_under_plans_whose_workload_reaches_their_c
     assert default_plans(by["lso-ignores-open-txn"]) == ("txn", "txn-random")
     assert default_plans(by["group-oldest-commit-wins"]) == ("groups", "groups-random")
     assert default_plans(by["hwm-leader-leo"]) == DEFAULT_PLANS
-    for plan in ("txn", "txn-random", "groups", "groups-random"):
+    for plan in ("txn", "txn-random", "txn-coord", "groups", "groups-random", "groups-coord"):
         spec = TestSpec.make(name=f"mutant-x-{plan}", time_limit=180, cluster="local", **COMMON, **PLANS[plan])
         assert spec.problems() == [], plan
     assert TestSpec.make(**COMMON, **PLANS["txn"]).workload == "txn"
-    # a rebalance while the coordinator stays up: members crash (leave) and fresh ones join every ~20 s
-    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe", "crash_clients_interval_s": 20}
+    # a rebalance while the coordinator stays up: members crash (leave) and fresh ones join, each every ~30 s,
+    # four of them (one per partition), so the group settles between rebalances long enough to read and commit
+    assert PLANS["groups"]["workload_options"] == {"queue_mode": "subscribe", "crash_clients_interval_s": 30}
+    assert TestSpec.make(**COMMON, **PLANS["groups-random"]).concurrency == 4
     assert "stop" in PLANS["txn-random"]["nemesis"]  # a controlled shutdown moves a coordinator
+    # named only: the protocol nemesis's coordinator moves alone
+    assert TestSpec.make(**COMMON, **PLANS["groups-coord"]).nemesis_options == {"protocol_moves": "coordinator"}
+    assert TestSpec.make(**COMMON, **PLANS["txn-coord"]).workload_options == {"txn_abort_p": 0.5}  # aborts as often
+    assert "groups-coord" not in default_plans(by["group-commit-to-empty-group"])

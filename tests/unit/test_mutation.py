@@ -234,6 +234,20 @@ def test_classify_names_the_source_of_each_finding_and_its_first_proof():
     assert classify(_results(queue=CLEAN))["by"] == {}
 
 
+def test_classify_leaves_out_an_anomaly_every_instance_of_which_is_the_client_librarys():
+    def unseen(whose: dict) -> dict:
+        return {"name": "unseen", "count": 3, "whose": whose, "examples": [{"ops": [_op(10)]}]}
+
+    lost = {"name": "lost-write", "count": 1, "examples": [{"poll": _op(30)}]}
+    client_only = {"valid": False, "anomaly_types": ["unseen"], "anomalies": [unseen({"client": 3})]}
+    assert classify(_results(txn=client_only))["by"] == {}  # the shipped broker's kafka-python artefact
+    partly = {"valid": False, "anomaly_types": ["unseen"], "anomalies": [unseen({"client": 2})]}
+    assert classify(_results(txn=partly))["by"] == {"history": ["unseen"]}  # one instance unexplained: counts
+    both = {"valid": False, "anomaly_types": ["lost-write", "unseen"], "anomalies": [lost, unseen({"client": 3})]}
+    found = classify(_results(txn=both))
+    assert found["by"] == {"history": ["lost-write"]} and found["first_s"] == {"history": 30.0}
+
+
 def rows_of(runs):
     return {r.mutant.name: r for r in summarize(runs)}
 

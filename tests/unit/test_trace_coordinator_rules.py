@@ -26,7 +26,7 @@ from tests.unit.test_txn_group_variants import coordinator, init
 
 NEW_RULES = ("txn-marker-not-as-decided", "read-committed-open-txn", "offset-commit-stale-generation",
              "group-generation-reused", "offset-fetch-not-committed", "producer-epoch-regressed",
-             "log-shorter-after-restart")
+             "log-shorter-after-restart", "txn-write-unreplicated")
 
 
 def at(node: str, mono: float, event: str, **facts) -> dict:
@@ -66,9 +66,9 @@ def decided(mono: float, result: str = "commit", started_ms: int = 1000, marker_
 
 
 def marker_at(node: str, mono: float, where: list, result: str = "commit", epoch: int = 3,
-              offset: int = 10) -> tuple[str, dict]:
+              offset: int = 10, leader_epoch: int = 1) -> tuple[str, dict]:
     return node, at(node, mono, "txn_marker_written", topic=where[0], partition=where[1], producer_id=77,
-                    producer_epoch=epoch, coordinator_epoch=5, result=result, offset=offset, leader_epoch=1)
+                    producer_epoch=epoch, coordinator_epoch=5, result=result, offset=offset, leader_epoch=leader_epoch)
 
 
 def completed(mono: float, result: str = "commit") -> tuple[str, dict]:
@@ -191,6 +191,39 @@ def test_an_open_looking_transaction_is_not_judged_when_it_was_decided_before_th
     for d in (late, other):
         assert set(found(txn_produce(5), d, rc_fetch(0, 7, leo=8, hwm_=8, lso=8),
                          marker_at("broker-1", 3, Q0, offset=9))) == {"read-committed-open-txn"}
+
+
+def test_an_open_looking_transaction_is_not_judged_when_its_next_traced_marker_is_of_a_later_leader_epoch():
+    # txn-stale-epoch-accepted's txn run (2026-11-28): the leader appended the commit marker at offset 9 (its LEO 10
+    # passed it, so its LSO passed the batch at 5), lost the leadership before the marker was acknowledged, and the
+    # new leader cut it; the marker was written again at 10 in leader epoch 2. Only acknowledged markers are traced.
+    rewritten = marker_at("broker-1", 3, Q0, offset=10, leader_epoch=2)
+    assert found(txn_produce(5), rc_fetch(0, 7, leo=10, hwm_=9, lso=8), rewritten) == {}
+    # the same marker written in the fetch's own leader epoch: that leader had not appended it, the batch was open
+    same_epoch = marker_at("broker-1", 3, Q0, offset=10, leader_epoch=1)
+    assert list(found(txn_produce(5), rc_fetch(0, 7, leo=10, hwm_=9, lso=8), same_epoch)) == ["read-committed-open-txn"]
+
+
+# --- txn-write-unreplicated ------------------------------------------------------------------------------------
+def coordinator_write(acks: int, hwm_: int, control: bool = True, topic: str = "queue") -> tuple[str, dict]:
+    return "broker-1", at("broker-1", 1, "produce_acked", topic=topic, partition=0, leader_epoch=1, first=7, last=7,
+                          acks=acks, hwm=hwm_, isr_size=2, min_isr=2, producer_id=77 if control else -1,
+                          producer_epoch=0, base_sequence=-1, transactional=control, control=control)
+
+
+def test_a_marker_or_state_record_acknowledged_before_the_hwm_passed_it_is_caught_whatever_its_acks():
+    # txn-marker-acks-1 and txn-state-acks-1: written with acks=1, acknowledged at the local append
+    assert found(coordinator_write(1, hwm_=7)) == {"txn-write-unreplicated": [
+        "broker-1 acknowledged the transaction marker at offsets 7..7 of queue-0 (acks=1) with the HWM at 7"]}
+    assert list(found(coordinator_write(1, hwm_=5, control=False, topic="__transaction_state"))) == [
+        "txn-write-unreplicated"]
+
+
+def test_a_replicated_marker_or_state_record_and_a_client_acks_1_write_pass():
+    assert found(coordinator_write(-1, hwm_=8)) == {}  # as the shipped shell writes them
+    assert found(coordinator_write(-1, hwm_=8, control=False, topic="__transaction_state")) == {}
+    assert found(coordinator_write(1, hwm_=8)) == {}  # acks=1 but replicated by then: nothing lost
+    assert found(coordinator_write(1, hwm_=7, control=False)) == {}  # a client's own acks=1 data write
 
 
 # --- offset commits and fetches ----------------------------------------------------------------------------------
