@@ -484,7 +484,7 @@ def render_markdown(rows: list[MutantRow], command: str, settings: str, notes: s
         "## Summary", "",
         f"- Mutants measured: {len(measured)} of {len(rows)} in the catalogue.",
         f"- Caught (any source, in at least one run): {rate_text(len(caught), len(measured)).replace('runs', 'mutants')}.",
-        f"- Caught by the client histories alone: {rate_text(len(by_history), len(measured)).replace('runs', 'mutants')}.",
+        f"- Caught by the client histories (what a history-only check finds, whatever else caught it too): {rate_text(len(by_history), len(measured)).replace('runs', 'mutants')}.",
         f"- Caught by the trace checker: {rate_text(len(by_trace), len(measured)).replace('runs', 'mutants')}"
         + ("." if any(r.traced for r in measured) else " (no run had a trace checker: checkers/trace.py was not "
                                                         "in the code these runs were made with)."),
