@@ -146,8 +146,9 @@ class _Lane:
 def drive(plans: Sequence[Plan], recorder: Recorder, stop: threading.Event, now: Callable[[], float],
           end: float = math.inf) -> None:
     """Run `plans` together until each has ended, `stop` is set, or `end` (seconds into the main phase,
-    the time limit) has come; `now()` is the main phase's clock in seconds. A step due at or after
-    `end` is not begun; a step still holding at `end` ends there, as not reached."""
+    the time limit) has come; `now()` is the main phase's clock in seconds. No step begins at or after `end`
+    (one due at or after it, or one due before it but still waiting when it came); a step still holding at `end`
+    ends there, as not reached."""
     start = now()
     lanes = [_Lane(p, start) for p in plans]
     try:
@@ -164,7 +165,8 @@ def drive(plans: Sequence[Plan], recorder: Recorder, stop: threading.Event, now:
             if not ready:
                 return
             first = min(ready, key=_Lane.due)
-            if first.due() >= end:  # the run is over for this plan: nothing of it begins after the limit
+            if first.due() >= end or t >= end:  # the run is over: nothing begins after the limit, not even a step
+                # due before it that an earlier act (a slow kill) left overdue
                 first.plan.close()
                 first.done, first.step = True, None
                 continue

@@ -85,6 +85,23 @@ def test_no_step_begins_at_or_after_the_time_limit():
     assert nemesis.ops == ["start-kill"]
 
 
+def test_a_step_due_before_the_time_limit_does_not_begin_once_an_act_ran_past_it():
+    # A tansu-s3 campaign's kills came after its 20 s limit: a start-kill that took 3.6 s and its stop-kill 8.5 s
+    # under load left the next start (due at 19 s) overdue at 31 s, and drive() began it then.
+    clock = FastClock()
+    log = StepLog(clock)
+
+    class Slow(Invoked):
+        def invoke(self, cluster, op: Op) -> Op:
+            clock.t += 8.0  # each act takes 8 s
+            return super().invoke(cluster, op)
+
+    nemesis = Slow()
+    events = [Event(5.0, "start-kill"), Event(10.0, "stop-kill"), Event(19.0, "start-pause")]
+    drive([timed(events, nemesis, None)], log, FastStop(clock), clock, end=20.0)
+    assert nemesis.ops == ["start-kill", "stop-kill"]  # the stop-kill ended at 21 s: the start-pause never began
+
+
 def test_plans_in_turn_each_get_their_own_results():
     got = []
 
