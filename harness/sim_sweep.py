@@ -75,10 +75,16 @@ def _load_mutant(name: str) -> None:
 
 def sweep_code_digest() -> str:
     """What a seed's run depends on besides its settings: the broker's code (studies/mutation.py current_digest)
-    and the simulator's (its cluster, clients and run), so a sweep after either changed runs its seeds again."""
+    and the simulator's (its cluster; the workloads, whose op mixes, outcome rules and txn completions the
+    simulated clients import; the schedule and swarm draws; the run), so a sweep after any of them changed runs
+    its seeds again. Not the checkers: a seed's run is the same under new checkers (`kafkaesque analyze` re-judges
+    it)."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(current_digest().encode())
-    for path in sorted([*root.glob("clusters/sim/*.py"), *root.glob("workloads/sim/*.py"), root / "harness/simulate.py"]):
+    for path in sorted([*root.glob("clusters/sim/*.py"), *root.glob("workloads/*.py"), *root.glob("workloads/sim/*.py"),
+                        root / "nemesis/sim_schedule.py", root / "harness/sim_swarm.py", root / "harness/simulate.py"]):
+        if not path.is_file():
+            continue
         h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 

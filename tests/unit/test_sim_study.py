@@ -183,7 +183,11 @@ def test_the_sweep_digest_covers_the_simulator_as_well_as_the_broker(monkeypatch
     monkeypatch.setattr(sweep, "__file__", str(fake))
     one = sweep.sweep_code_digest()
     (tmp_path / "clusters/sim/cluster.py").write_text("y")
-    assert sweep.sweep_code_digest() != one != before
+    two = sweep.sweep_code_digest()
+    assert two != one != before
+    # the real workloads' modules the simulated clients import (op mixes, txn completions) count too
+    (tmp_path / "workloads/txn_client.py").write_text("z")
+    assert sweep.sweep_code_digest() != two
 
 
 def _ledger_of(tmp_path, row_name: str, outcomes: dict[int, bool]) -> Path:
