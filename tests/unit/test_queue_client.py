@@ -104,15 +104,13 @@ def test_the_idempotent_option_reaches_the_real_producers_configuration():
 class BrokerThread:
     """The reference broker's Kafka listener on a free localhost port, leading one partition of `queue` alone
     (min ISR 1, so each append commits at once), its loop in a thread. `answers` replaces the answers to the
-    first produce requests: each request is appended as usual, then answered with the next code in the list.
-    `groups`: it also leads every partition of __consumer_offsets, so it coordinates every group."""
+    first produce requests: each request is appended as usual, then answered with the next code in the list."""
 
-    def __init__(self, tmp_path, answers: list[int], groups: bool = False):
+    def __init__(self, tmp_path, answers: list[int]):
         import asyncio
         import socket
         import threading
 
-        from kafkaesque_harness.clusters.broker.group_coordinator import OFFSETS_TOPIC
         from tests.unit.test_broker_groups import NODE, make_broker
 
         with socket.socket() as s:
@@ -132,16 +130,7 @@ class BrokerThread:
                       {"type": "partition", "topic": "queue", "partition": 0, "replicas": [NODE], "isr": [NODE],
                        "leader": NODE, "leader_epoch": 0, "partition_epoch": 0}]:
                 b.image.apply(b.image.offset + 1, r)
-            led = {("queue", 0)}
-            if groups:
-                offsets = b.groups.config.offsets_partitions
-                b.image.apply(b.image.offset + 1, {"type": "topic", "topic": OFFSETS_TOPIC, "partitions": offsets,
-                                                   "replication_factor": 1, "configs": {"min.insync.replicas": "1"}})
-                for p in range(offsets):
-                    b.image.apply(b.image.offset + 1, {"type": "partition", "topic": OFFSETS_TOPIC, "partition": p,
-                                                       "replicas": [NODE], "isr": [NODE], "leader": NODE,
-                                                       "leader_epoch": 0, "partition_epoch": 0})
-                    led.add((OFFSETS_TOPIC, p))
+            b.apply_metadata({("queue", 0)})
             produce = b.produce
 
             async def answered(*args, **kwargs):
@@ -152,7 +141,6 @@ class BrokerThread:
             b.produce = answered
 
             async def serve() -> None:
-                b.apply_metadata(led)  # in the loop: a new leader of __consumer_offsets loads its groups in a task
                 self.server = await b.listener().start("127.0.0.1", self.port)
                 ready.set()
                 await self.server.serve_forever()
@@ -315,40 +303,6 @@ def test_a_closed_subscribe_mode_clients_member_is_retired_and_the_next_process_
     plain = manual.consumer = FakeGroupMember()
     manual.close()
     assert plain.calls == ["close"] and len(retired) == 1
-
-
-def test_a_retired_librdkafka_member_leaves_the_reference_brokers_group_at_once(tmp_path):
-    """End to end without a cluster: a real confluent-kafka member of a group the reference broker coordinates
-    (its listener in this process) is retired at its client's close; its handle is destroyed and kafka-python's
-    admin client takes its member id out of the group, which is empty long before the 6 s session timeout."""
-    import time
-
-    pytest.importorskip("confluent_kafka")
-    from kafkaesque_harness.history import Op
-    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
-
-    broker = BrokerThread(tmp_path, [], groups=True)
-    try:
-        client = ConfluentQueueClient("queue", 1, -1, group="g-retire", process=4)
-        client.open(f"127.0.0.1:{broker.port}")
-        deadline, assigned = time.monotonic() + 30, False
-        while not assigned and time.monotonic() < deadline:  # until the member is assigned its partition
-            done = client.invoke(Op("invoke", "poll", 4, None))
-            assigned = any(e["type"] == "assigned" for e in (done.extra or {}).get("rebalance_log", []))
-        assert assigned, "the member was never assigned a partition"
-
-        def members() -> list[str]:
-            group = broker.broker.groups.groups.get("g-retire")
-            return sorted(group.members) if group is not None else []
-
-        (member_id,) = members()
-        client.close()
-        t0 = time.monotonic()
-        while members() and time.monotonic() - t0 < 5:
-            time.sleep(0.05)
-        assert members() == [], f"{member_id} still a member {time.monotonic() - t0:.1f} s after its retirement"
-    finally:
-        broker.stop()
 
 
 def test_both_libraries_rebalance_callbacks_journal_the_partitions_in_order():
