@@ -1045,11 +1045,19 @@ def _print_campaign_plan(plan) -> None:
 def main() -> None:
     """The guarded app, and a guard around it for what fails before a command runs (the console script,
     harness/entry.py, imports this module and calls it)."""
+    from kafkaesque_harness.workloads.base import exit_without_finalizers
+
     try:
         app()
+    except SystemExit as e:
+        # parked group members (workloads/base.py close_confluent_consumer) must not be destroyed by the
+        # interpreter's finalizers, which could freeze the process after its run was stored
+        exit_without_finalizers(e.code if isinstance(e.code, int) else EXIT_HARNESS if e.code else 0)
+        raise
     except Exception as e:  # noqa: BLE001 - e.g. building the commands; the group's guard covers the rest
         err.print(f"[red]error:[/] {escape(harness_failure(e))}")
         sys.exit(EXIT_HARNESS)
+    exit_without_finalizers(0)
 
 
 if __name__ == "__main__":

@@ -187,4 +187,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from kafkaesque_harness.workloads.base import exit_without_finalizers
+
+    status = main()
+    exit_without_finalizers(status)  # parked group members must not be destroyed by the finalizers
+    sys.exit(status)

@@ -141,3 +141,24 @@ class ClientEventLog:
         with self._lock:
             out, self._events = self._events, []
         return out
+
+
+# Group members this process left but never closed (close_confluent_consumer): closing or destroying one can
+# freeze the process, so they are kept until the process ends with exit_without_finalizers().
+PARKED_CONSUMERS: list[Any] = []
+
+
+def exit_without_finalizers(code: int) -> None:
+    """End the process with `code`; when group members are parked (close_confluent_consumer), without the
+    interpreter's finalizers, which would destroy them and could freeze here. Output is flushed first."""
+    if not PARKED_CONSUMERS:
+        return
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+            pass
+    os._exit(code)

@@ -1,6 +1,6 @@
 """The confluent-kafka (librdkafka) adapter: the queue workload's client (ConfluentQueueClient), the txn
-workload's library (ConfluentTxnLibrary), how a librdkafka group member is let go of without freezing the
-process (retire_group_member), how its rebalances reach the history, and how its own resets and leader
+workload's library (ConfluentTxnLibrary), how a librdkafka group member is let go of safely, the spare
+members closed processes leave, how its rebalances reach the history, and how its own resets and leader
 changes do (ConsumerLog: the client events of history/clients.py). Everything confluent-kafka-specific
 lives here.
 """
@@ -8,7 +8,6 @@ lives here.
 from __future__ import annotations
 
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -16,100 +15,80 @@ from typing import Any
 
 from kafkaesque_harness.history import FAIL, INFO, OK, Op, client_id
 from kafkaesque_harness.history.extras import need
-from kafkaesque_harness.workloads.base import ClientEventLog
+from kafkaesque_harness.workloads.base import PARKED_CONSUMERS, ClientEventLog
 from kafkaesque_harness.workloads.kafka_python import final_poll_kafka_python
 from kafkaesque_harness.workloads.queue_client import POLL_TIMEOUT_MS, SEND_TIMEOUT_S, QueueClient, completion
 from kafkaesque_harness.workloads.txn_client import OP_TIMEOUT_S, POLL_TIMEOUT_S, CommitNotSent, TxnLibrary
 
 
-def close_confluent_consumer(consumer: Any, group: str | None, bootstrap: str) -> threading.Thread | None:
-    """Let go of a confluent-kafka consumer without any librdkafka call that can wait while holding the GIL.
-    A consumer that never joined a group (`group` None: a manual assignment) is closed. A group member is
-    retired (retire_group_member): neither closed nor unsubscribed, the two calls that froze the harness.
-    close() runs the rebalance callback, which calls rd_kafka_assign() or rd_kafka_rebalance_protocol() HOLDING
-    THE GIL, and once the group has begun to terminate that call can wait forever (librdkafka issue 4041:
-    detection runs froze in about a third of runs with group members); unsubscribe() holds the GIL while
-    librdkafka's main thread serves it, and once waited forever (docs/FINDINGS.md, librdkafka 3). Errors are
-    ignored: the broker may be gone. The retiring thread, for a member; else None."""
-    if group is None:
-        try:
-            consumer.close()
-        except Exception:  # noqa: BLE001
-            pass
-        return None
-    return retire_group_member(consumer, group, bootstrap)
-
-
-def retire_group_member(consumer: Any, group: str, bootstrap: str, wait_s: float = 5.0) -> threading.Thread:
-    """Destroy a group member's handle and take it out of its group, on a thread of its own, with no call that
-    holds the GIL while librdkafka waits. The handle goes when its last reference does: confluent-kafka then
-    destroys it without the consumer close (rd_kafka_destroy_flags NO_CONSUMER_CLOSE: no rebalance callback, no
-    LeaveGroup) and releases the GIL meanwhile, so a slow destroy holds up this thread alone. Then the member
-    leaves its group as unsubscribe() made it leave: a LeaveGroup for its member id (noted at its last
-    assignment, note_member_id), sent by kafka-python's admin client, so the group rebalances at once rather
-    than a session timeout later. The caller must drop every reference it holds; one still held after `wait_s`
-    (or no member id known) leaves the member to its session timeout, as a crashed process's."""
-    log = _CONSUMER_LOGS.pop(id(consumer), None)
-    member_id = log.member_id if log is not None else None
-    held = [consumer]
-    del consumer
-    thread = threading.Thread(target=_retire, args=(held, group, bootstrap, member_id, wait_s), daemon=True,
-                              name=f"retire-{member_id or 'member'}")
-    thread.start()
-    return thread
-
-
-def _retire(held: list[Any], group: str, bootstrap: str, member_id: str | None, wait_s: float) -> None:
-    consumer = held.pop()
-    deadline = time.monotonic() + wait_s
-    while sys.getrefcount(consumer) > 2 and time.monotonic() < deadline:  # 2: ours and getrefcount's argument
-        time.sleep(0.01)  # the caller is still dropping its own reference
-    alone = sys.getrefcount(consumer) <= 2
-    del consumer  # the last reference when `alone`: the handle is destroyed here, the GIL released meanwhile
-    if alone and member_id:
-        leave_group(bootstrap, group, member_id)
-
-
-def leave_group(bootstrap: str, group: str, member_id: str, timeout_ms: int = 5000) -> bool:
-    """Send the group's coordinator a LeaveGroup for `member_id` (kafka-python's admin client); whether it
-    answered without error. A member already gone (UNKNOWN_MEMBER_ID) or a cluster that does not answer is
-    left to the session timeout."""
-    from kafka.admin import KafkaAdminClient, MemberToRemove
-
-    admin = None
+def close_confluent_consumer(consumer: Any, subscribed: bool, drain_s: float = 1.0) -> None:
+    """Let go of a confluent-kafka consumer without ever letting librdkafka run a group member's rebalance
+    callback from inside close() or destroy. There, confluent-kafka's callback calls rd_kafka_assign() or
+    rd_kafka_rebalance_protocol() HOLDING THE GIL, and once the consumer group has begun to terminate that
+    call can wait forever (librdkafka issue 4041): the whole harness froze, its heal included. Draining
+    the revocation first (unsubscribe, then consume() for a while) was not enough: detection runs still
+    froze in close() in about a third of runs with group members (the run's watchdog then killed them).
+    So a consumer that was ever a group member (`subscribed`) leaves its group (unsubscribe: LeaveGroup,
+    no more heartbeats or fetches), has its revocation served by consume() for `drain_s`, and is then
+    PARKED: referenced until the process ends, never closed or destroyed, and the process ends with
+    exit_without_finalizers(), which skips the finalizers that would destroy it. A consumer that never
+    joined a group is closed. Errors are ignored: the broker may be gone."""
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kafkaesque-retire",
-                                 request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms)
-        answers = admin.remove_group_members(group, [MemberToRemove(member_id=member_id)])
-        return all(getattr(e, "errno", 0) == 0 for e in answers.values())
-    except Exception:  # noqa: BLE001 - best effort: the session timeout ends the member anyway
-        return False
-    finally:
-        if admin is not None:
-            try:
-                admin.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-
-def note_member_id(consumer: Any) -> None:
-    """Keep the member id the group gave `consumer` (rd_kafka_memberid), for its LeaveGroup when it is retired.
-    Asked in the assignment's callback, where librdkafka's main thread serves the group's requests: the
-    callback's own rd_kafka_assign() right after waits on that thread in the same way."""
-    log = consumer_log_of(consumer)
-    if log is not None:
-        try:
-            log.member_id = consumer.memberid()
-        except Exception:  # noqa: BLE001 - no member id: the member leaves by its session timeout
-            log.member_id = None
+        if not subscribed:
+            consumer.close()
+            return
+        consumer.unsubscribe()
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline:
+            consumer.consume(num_messages=1, timeout=0.1)
+    except Exception:  # noqa: BLE001
+        pass
+    PARKED_CONSUMERS.append(consumer)
 
 
 def confluent_rebalance_callbacks(journal: Callable[[str, list[int]], None]) -> dict[str, Callable]:
     """confluent-kafka subscribe()'s on_assign and on_revoke: each tells `journal` ("assigned" or "revoked", the
     partitions in order), the rebalance log both workloads keep per op."""
-    return {"on_assign": lambda consumer, tps: (note_member_id(consumer),
-                                                journal("assigned", sorted(tp.partition for tp in tps))),
+    return {"on_assign": lambda _consumer, tps: journal("assigned", sorted(tp.partition for tp in tps)),
             "on_revoke": lambda _consumer, tps: journal("revoked", sorted(tp.partition for tp in tps))}
+
+
+class SpareMembers:
+    """Group members a workload's processes let go of, for its next processes to rejoin the group with.
+
+    A confluent-kafka group member cannot be closed safely (close_confluent_consumer), so each let go of is
+    parked for good, with its librdkafka threads and its connections to every broker. A detection run
+    retires hundreds of processes (Jepsen's rule: an info op ends its process), and the parked members
+    filled a broker's connection limit (512) within five minutes: its final reads and state dump failed.
+    A member put here leaves its group (unsubscribe: LeaveGroup, so it is no member any more, its member id
+    forgotten) and is kept, parked; the next process takes it and subscribes with its own callbacks, as a
+    new member that starts from the group's committed offsets. One librdkafka handle per worker, however
+    many processes."""
+
+    def __init__(self) -> None:
+        self._spare: list[Any] = []
+        self._lock = threading.Lock()
+
+    def put(self, consumer: Any, drain_s: float = 1.0) -> None:
+        """Leave the group and serve the revocation (consume() runs the rebalance callback) for up to
+        `drain_s`, so the member the next process takes has no rebalance pending: a manual assign() into a
+        revocation still under way is a state librdkafka is not known to survive."""
+        try:
+            consumer.unsubscribe()
+            deadline = time.monotonic() + drain_s
+            while consumer.assignment() and time.monotonic() < deadline:
+                consumer.consume(num_messages=1, timeout=0.1)
+        except Exception:  # noqa: BLE001 - the broker may be gone: it cannot be trusted again, only parked
+            close_confluent_consumer(consumer, subscribed=True, drain_s=0)
+            return
+        with self._lock:
+            if not any(c is consumer for c in PARKED_CONSUMERS):
+                PARKED_CONSUMERS.append(consumer)  # kept, and the process ends without finalizers
+            self._spare.append(consumer)
+
+    def take(self) -> Any | None:
+        with self._lock:
+            return self._spare.pop() if self._spare else None
 
 
 CONFLUENT = ("confluent_kafka", "confluent", "the confluent-kafka client (--client confluent-kafka)")
@@ -138,12 +117,11 @@ class ConsumerLog:
     reset callback; it says each reset in an OFFSET warning ("offset reset (at offset X (leader epoch E), broker
     B) to BEGINNING: ... Offset out of range"), and each metadata answer's leader for a partition with debug
     "topic" ("leader X epoch E -> leader Y epoch F"; it keeps the newer epoch, "ignoring outdated metadata
-    update" otherwise). `client` is the client id the handle sends; `member_id` the group's name for the handle
-    at its last assignment (note_member_id), which its retirement leaves the group with."""
+    update" otherwise). `events` may be pointed at another process's log when a spare group member changes
+    hands (SpareMembers); `client` is the client id the handle sends, which stays its first process's."""
 
     def __init__(self, events: ClientEventLog, topic: str, client: str):
         self.events, self.topic, self.client = events, topic, client
-        self.member_id: str | None = None
         self._leaders: dict[int, tuple[int, int]] = {}
 
     def log(self, level: int, fmt: str, fac: str = "", name: str = "", buf: str = "", *rest: Any) -> None:
@@ -189,7 +167,7 @@ class ConsumerLog:
                             to=now[0], from_epoch=before[1], leader_epoch=now[1])
 
 
-_CONSUMER_LOGS: dict[int, ConsumerLog] = {}  # id(consumer) -> its log, until the consumer is retired
+_CONSUMER_LOGS: dict[int, ConsumerLog] = {}  # id(consumer) -> its log (parked members are never freed)
 
 
 def consumer_log_of(consumer: Any) -> ConsumerLog | None:
@@ -227,10 +205,14 @@ class _ProduceRequests:
 
 
 class ConfluentQueueClient(QueueClient):
-    """The same client with confluent-kafka (librdkafka); in subscribe mode each process's consumer is a group
-    member of its own, retired when the process ends (close_confluent_consumer)."""
+    """The same client with confluent-kafka (librdkafka). `members`: in subscribe mode, where a closed client
+    leaves its group member for the next process (SpareMembers says why)."""
 
     LIBRARY = LIBRARY
+
+    def __init__(self, *args: Any, members: SpareMembers | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.members = members
 
     def open(self, bootstrap: str) -> None:
         Producer = need(*CONFLUENT).Producer
@@ -287,6 +269,14 @@ class ConfluentQueueClient(QueueClient):
         Consumer, TopicPartition = confluent.Consumer, confluent.TopicPartition
 
         try:
+            if self.consumer is None and self.group is not None and self.members is not None:
+                spare = self.members.take()  # a member an earlier process left: it joins again as ours
+                if spare is not None:
+                    self.consumer = spare
+                    log = consumer_log_of(spare)
+                    if log is not None:
+                        log.events = self.events  # its client id stays the one it was made with
+                    self._subscribe()
             if self.consumer is None:
                 self.consumer = new_consumer(Consumer, {"bootstrap.servers": self.bootstrap,
                                                         "group.id": self.group or "kafkaesque-unused",
@@ -329,7 +319,7 @@ class ConfluentQueueClient(QueueClient):
         return completion(op, OK, out, extra={"committed": committed})
 
     def _subscribe(self) -> None:
-        """Join the group with this client's rebalance journal."""
+        """Join the group with this client's rebalance journal (a spare member's earlier callbacks replaced)."""
         self.consumer.subscribe([self.topic], **confluent_rebalance_callbacks(self.journal))
 
     def _final_poll(self, op: Op) -> Op:
@@ -345,22 +335,28 @@ class ConfluentQueueClient(QueueClient):
             self.producer.flush(0.5)
         if self.consumer is not None:
             consumer, self.consumer = self.consumer, None
-            close_confluent_consumer(consumer, self.group, self.bootstrap)  # a member: retired, and it leaves
+            if self.group is not None and self.members is not None:
+                self.members.put(consumer)  # leaves the group; the worker's next process joins with it
+            else:  # dropped unclosed if its group did not revoke in time
+                close_confluent_consumer(consumer, subscribed=self.group is not None)
 
 
 class ConfluentTxnLibrary(TxnLibrary):
     """confluent-kafka (librdkafka): KafkaError.fatal() / txn_requires_abort() / retriable() classify errors."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, txn_id: str, o: dict[str, Any],
-                 on_rebalance: Callable[[str, list[int]], None], process: int | None = None):
+                 on_rebalance: Callable[[str, list[int]], None], members: SpareMembers | None = None,
+                 process: int | None = None):
         self.ck = need("confluent_kafka", "confluent", "the txn workload (--client confluent-kafka)")
         self.bootstrap, self.topic, self.partitions, self.txn_id, self.o = bootstrap, topic, partitions, txn_id, o
         self.on_rebalance = on_rebalance
         self.client_id = client_id(process)
         self.events = ClientEventLog(LIBRARY)
+        self.members = members  # where a closed library leaves its group member for the next (SpareMembers)
         self.producer = None
         self.consumer = None
-        self.subscribed = False  # the consumer is a group member (subscribe); an assign() makes a new consumer
+        self.subscribed = False
+        self.was_member = False  # ever subscribed: rebalance events may still be queued after an assign()
         self.fatal = None  # the producer's fatal error as librdkafka reported it (error_cb), before a commit
 
     def _on_producer_error(self, err) -> None:
@@ -424,6 +420,14 @@ class ConfluentTxnLibrary(TxnLibrary):
         self.producer.abort_transaction(OP_TIMEOUT_S)
 
     def _consumer(self):
+        if self.consumer is None and self.members is not None:
+            spare = self.members.take()  # a member an earlier process left: it starts over with a manual assignment
+            if spare is not None:
+                self.consumer, self.was_member = spare, True
+                log = consumer_log_of(spare)
+                if log is not None:
+                    log.events = self.events
+                self.consumer.assign([self.ck.TopicPartition(self.topic, k) for k in range(self.partitions)])
         if self.consumer is None:
             self.consumer = new_consumer(self.ck.Consumer, {
                 "bootstrap.servers": self.bootstrap, "group.id": self.o["group"], "enable.auto.commit": False,
@@ -442,9 +446,10 @@ class ConfluentTxnLibrary(TxnLibrary):
         return out
 
     def assign(self, keys: list[int], seek: dict[int, int]) -> None:
-        if self.subscribed:  # the group member is retired (no unsubscribe: close_confluent_consumer says why)
-            self._let_go_of_consumer()
         c = self._consumer()
+        if self.subscribed:
+            c.unsubscribe()
+            self.subscribed = False
         c.assign([self.ck.TopicPartition(self.topic, k, seek[k]) if k in seek else self.ck.TopicPartition(self.topic, k)
                   for k in keys])
         for k in keys:
@@ -457,7 +462,7 @@ class ConfluentTxnLibrary(TxnLibrary):
             c.unassign()
 
         c.subscribe([self.topic], **confluent_rebalance_callbacks(self.on_rebalance))
-        self.subscribed = True
+        self.subscribed = self.was_member = True
 
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:
         c = self.ck.Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kafkaesque-final-read",
@@ -510,12 +515,10 @@ class ConfluentTxnLibrary(TxnLibrary):
         self.producer = self.consumer = None
         self.subscribed = False
 
-    def _let_go_of_consumer(self) -> None:
-        consumer, self.consumer = self.consumer, None
-        if consumer is not None:
-            close_confluent_consumer(consumer, self.o["group"] if self.subscribed else None, self.bootstrap)
-        self.subscribed = False
-
     def close(self) -> None:
-        self._let_go_of_consumer()
-        self.producer = None
+        if self.consumer is not None:
+            if self.was_member and self.members is not None:
+                self.members.put(self.consumer)  # leaves the group; the worker's next process takes it over
+            else:
+                close_confluent_consumer(self.consumer, self.was_member)
+        self.producer = self.consumer = None

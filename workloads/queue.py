@@ -73,7 +73,7 @@ from typing import Any
 
 from kafkaesque_harness.checkers.queue import QUEUE_VALUES
 from kafkaesque_harness.workloads.base import CrashSchedule
-from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
+from kafkaesque_harness.workloads.confluent import ConfluentQueueClient, SpareMembers
 from kafkaesque_harness.workloads.kafka_python import KafkaPythonQueueClient
 
 QUEUE_OPTIONS = {
@@ -109,6 +109,7 @@ class QueueWorkload:
         self.crash_interval_s = float(options.get("crash_clients_interval_s", 0))
         self._values = itertools.count(1)
         self._lock = threading.Lock()
+        self.members = SpareMembers()  # subscribe mode with confluent-kafka: members closed clients left
 
     def coordinated_keys(self, concurrency: int) -> dict[str, list[str]]:
         """The keys whose coordinators a nemesis may aim at: the group, in subscribe mode."""
@@ -132,7 +133,8 @@ class QueueWorkload:
     def new_client(self, test: dict[str, Any], process: int | None = None):
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[str(test.get("acks", "all"))]
         if self.client == "confluent-kafka":
-            return ConfluentQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group, process=process)
+            return ConfluentQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group,
+                                        members=self.members, process=process)
         return KafkaPythonQueueClient(self.topic, self.partitions, acks, self.idempotent, self.group, process=process)
 
     def op_mix(self, test: dict[str, Any], clock: Callable[[], float] = time.monotonic):

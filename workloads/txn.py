@@ -54,6 +54,7 @@ Options (workload_options, `--workload-option KEY=VALUE`): see TXN_OPTIONS.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import time
@@ -62,7 +63,7 @@ from typing import Any
 
 from kafkaesque_harness.history import Op
 from kafkaesque_harness.workloads.base import CrashSchedule
-from kafkaesque_harness.workloads.confluent import ConfluentTxnLibrary
+from kafkaesque_harness.workloads.confluent import ConfluentTxnLibrary, SpareMembers
 from kafkaesque_harness.workloads.kafka_python import KafkaPythonTxnLibrary
 from kafkaesque_harness.workloads.stalls import ProducerStallControl
 from kafkaesque_harness.workloads.txn_client import OffsetTracker, TxnClient, transactional_id
@@ -211,6 +212,7 @@ class TxnWorkload:
         self.o = txn_options(options)
         self.tracker = OffsetTracker()
         self.stalls = ProducerStallControl(self.o["txn_timeout_ms"] / 1000)
+        self.members = SpareMembers()  # confluent-kafka group members closed processes left
         self._mix: TxnOpMix | None = None
 
     def topics(self, test: dict[str, Any]) -> list[tuple[str, int]]:
@@ -223,7 +225,8 @@ class TxnWorkload:
 
     def new_client(self, test: dict[str, Any], process: int | None = None) -> TxnClient:
         # the client's library is made on its first op, named by that op's process (TxnClient._library)
-        library = ConfluentTxnLibrary if self.client == "confluent-kafka" else KafkaPythonTxnLibrary
+        library = (functools.partial(ConfluentTxnLibrary, members=self.members) if self.client == "confluent-kafka"
+                   else KafkaPythonTxnLibrary)
         return TxnClient(library, self.topic, self.partitions, int(test.get("concurrency", 1)), self.o, self.tracker,
                          self.stalls)
 

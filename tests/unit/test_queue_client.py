@@ -215,6 +215,17 @@ def test_a_send_in_one_request_carries_no_resent(tmp_path):
     assert (done.type, done.value, done.extra) == ("ok", [0, [0, 7463]], None)
 
 
+def test_a_group_member_whose_revocation_never_comes_is_dropped_not_closed():
+    """close() would run the rebalance callback itself, and its rd_kafka_assign() can wait forever holding the
+    GIL (librdkafka issue 4041): the whole harness froze. A member still assigned after the drain is dropped
+    unclosed, as a crash drops it."""
+    from kafkaesque_harness.workloads.confluent import close_confluent_consumer
+
+    member = FakeGroupMember(assigned=[0])  # the coordinator never answers: the revocation never comes
+    close_confluent_consumer(member, subscribed=True, drain_s=0.05)
+    assert member.calls == ["unsubscribe"]
+
+
 def test_a_commit_whose_partitions_came_back_with_errors_is_a_commit_error_not_committed():
     """confluent-kafka's synchronous commit() raises for the request; a partition's own error comes back in
     its TopicPartition. Such a partition was not committed, so the op must not claim it was."""
@@ -286,23 +297,57 @@ def test_the_rebalances_during_a_poll_ride_on_its_completion_once():
     assert client.invoke(Op(type="invoke", f="poll", process=1, value=None)).extra is None
 
 
-def test_a_closed_subscribe_mode_clients_member_is_retired_and_the_next_process_joins_with_its_own(monkeypatch):
-    """No member is closed, unsubscribed or handed on (both calls can hold the GIL for good: librdkafka issue
-    4041, docs/FINDINGS.md librdkafka 3): each process's consumer is its own member, retired at its close."""
-    from kafkaesque_harness.workloads import confluent
-    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient
+def test_a_closed_clients_group_member_leaves_its_group_and_serves_the_workers_next_process():
+    """A confluent-kafka member cannot be closed safely, and parking one per retired process filled a broker's
+    connection limit in five minutes: the next process takes the member over and joins again as its own."""
+    from kafkaesque_harness.history import Op
+    from kafkaesque_harness.workloads import base
+    from kafkaesque_harness.workloads.confluent import ConfluentQueueClient, SpareMembers
 
-    retired = []
-    monkeypatch.setattr(confluent, "retire_group_member", lambda c, group, bootstrap: retired.append((c, group)))
-    first = ConfluentQueueClient("queue", 4, -1, group="g")
-    first.bootstrap = "b:9092"
-    member = first.consumer = FakeGroupMember()
+    class Member:
+        def __init__(self):
+            self.calls = []
+            self.on_assign = None
+            self.assigned = [0, 1]  # until the revocation is served
+
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def assignment(self):
+            return self.assigned
+
+        def subscribe(self, topics, on_assign, on_revoke):
+            self.calls.append("subscribe")
+            self.on_assign = on_assign
+
+        def consume(self, num_messages, timeout):
+            if self.on_assign is None:  # left the group: consume() serves the revocation
+                self.calls.append("revoked")
+                self.assigned = []
+            else:
+                self.on_assign(self, [])  # the rebalance goes to whoever subscribed last
+            return []
+
+    members = SpareMembers()
+    first = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
+    member = first.consumer = Member()
     first.close()
-    assert retired == [(member, "g")] and member.calls == [] and first.consumer is None
-    manual = ConfluentQueueClient("queue", 4, -1)  # assign mode: a consumer that never joined is closed
-    plain = manual.consumer = FakeGroupMember()
-    manual.close()
-    assert plain.calls == ["close"] and len(retired) == 1
+    # it left the group and its revocation was served before it was handed on
+    assert member.calls == ["unsubscribe", "revoked"] and any(c is member for c in base.PARKED_CONSUMERS)
+    second = ConfluentQueueClient("queue", 4, -1, group="g", members=members)
+    done = second.invoke(Op(type="invoke", f="poll", process=9, value=None))
+    assert second.consumer is member and member.calls == ["unsubscribe", "revoked", "subscribe"]
+    assert done.extra["rebalance_log"] == [{"keys": [], "type": "assigned"}]  # journaled by the new process
+    assert members.take() is None  # one handle, one process at a time
+
+    class Gone(Member):
+        def unsubscribe(self):
+            raise RuntimeError("broker gone")
+
+    gone = Gone()
+    members.put(gone)  # a member that cannot even leave is parked, never handed on
+    assert members.take() is None and any(c is gone for c in base.PARKED_CONSUMERS)
+    base.PARKED_CONSUMERS[:] = [c for c in base.PARKED_CONSUMERS if c is not member and c is not gone]
 
 
 def test_both_libraries_rebalance_callbacks_journal_the_partitions_in_order():

@@ -356,103 +356,75 @@ def test_the_txn_workload_judges_the_nodes_protocol_trace_too():
     assert checkers[-1].check({"protocol_trace": False}, []).stats.get("not_applicable")
 
 
-def test_a_group_member_is_retired_never_closed_nor_unsubscribed_and_a_manual_consumer_is_closed(monkeypatch):
-    """close() and unsubscribe() of a group member can wait forever holding the GIL (librdkafka issue 4041;
-    docs/FINDINGS.md librdkafka 3): a member is dropped on a thread of its own (destroyed without the consumer
-    close, the GIL released) and leaves its group by a LeaveGroup of its member id; a consumer that never
-    joined a group is closed."""
-    import threading
-
-    from kafkaesque_harness.workloads import confluent
-
-    left, gone_on = [], []
+def test_a_group_member_leaves_its_group_and_is_parked_never_closed():
+    """librdkafka issue 4041: a rebalance callback run from inside close() (or destroy) can wait forever
+    holding the GIL. close_confluent_consumer makes a member leave its group, serves its revocation in
+    consume(), and parks it (never closed); a consumer that never joined a group is simply closed."""
+    from kafkaesque_harness.workloads import base, confluent
 
     class Consumer:
         def __init__(self):
-            self.calls = []
+            self.calls, self.assigned = [], [0, 1]
 
-        def memberid(self):
-            return "rdkafka-member-1"
+        def unsubscribe(self):
+            self.calls.append("unsubscribe")
+
+        def assignment(self):
+            return self.assigned
+
+        def consume(self, num_messages, timeout):
+            self.calls.append("consume")
+            self.assigned = []
 
         def close(self):
             self.calls.append("close")
 
-        def __getattr__(self, name):  # unsubscribe, unassign, consume...: any other call is a failure here
-            raise AssertionError(f"{name} called on a consumer being let go of")
-
-        def __del__(self):
-            gone_on.append(threading.current_thread().name)
-
-    def leave(bootstrap, group, member_id):
-        left.append((bootstrap, group, member_id, list(gone_on)))  # what had been destroyed by then
-
-    monkeypatch.setattr(confluent, "leave_group", leave)
     member, plain = Consumer(), Consumer()
-    confluent._CONSUMER_LOGS[id(member)] = confluent.ConsumerLog(None, "txn", "kafkaesque-p1")
-    confluent.note_member_id(member)  # at its assignment
-    assert confluent.close_confluent_consumer(plain, None, "b:9092") is None and plain.calls == ["close"]
-    retiring = confluent.close_confluent_consumer(member, "g", "b:9092")
-    del member  # the caller's last reference
-    retiring.join(10)
-    assert not retiring.is_alive()
-    assert gone_on == [retiring.name]  # destroyed on the retiring thread, not the caller's
-    assert left == [("b:9092", "g", "rdkafka-member-1", [retiring.name])]  # and only then taken out of the group
+    before = len(base.PARKED_CONSUMERS)
+    try:
+        confluent.close_confluent_consumer(member, subscribed=True, drain_s=0.3)
+        confluent.close_confluent_consumer(plain, subscribed=False)
+        assert member.calls[0] == "unsubscribe" and set(member.calls[1:]) == {"consume"}  # never closed
+        assert base.PARKED_CONSUMERS[before:] == [member]
+        assert plain.calls == ["close"]
+    finally:
+        del base.PARKED_CONSUMERS[before:]
 
 
-def test_a_member_still_referenced_is_not_taken_out_of_its_group(monkeypatch):
-    """A LeaveGroup while the handle lives would make it rejoin as a new member: then the session timeout
-    ends it instead, as a crashed process's."""
-    from kafkaesque_harness.workloads import confluent
+def test_a_process_with_parked_members_ends_with_its_code_and_its_output_flushed():
+    import subprocess
+    import sys
 
-    left = []
-    monkeypatch.setattr(confluent, "leave_group", lambda *args: left.append(args))
-    member = FakeGroupMember()
-    confluent._CONSUMER_LOGS[id(member)] = log = confluent.ConsumerLog(None, "txn", "kafkaesque-p1")
-    log.member_id = "rdkafka-member-2"
-    confluent.retire_group_member(member, "g", "b:9092", wait_s=0.2).join(10)
-    assert left == [] and member.calls == []  # still ours: never closed, unsubscribed, nor left
-
-
-def test_a_real_librdkafka_member_is_retired_without_blocking_its_caller():
-    """confluent-kafka 2.16's own handle, subscribed to a group whose broker does not answer: letting go of
-    it returns at once and its retiring thread ends (the handle destroyed; no member id, so no LeaveGroup)."""
-    import time
-
-    ck = pytest.importorskip("confluent_kafka")
-    from kafkaesque_harness.workloads import confluent
-
-    member = confluent.new_consumer(ck.Consumer, {"bootstrap.servers": "127.0.0.1:9", "group.id": "g",
-                                                  "session.timeout.ms": 6000}, ClientEventLog("confluent-kafka"),
-                                    "txn", "kafkaesque-p3")
-    member.subscribe(["txn"], **confluent.confluent_rebalance_callbacks(lambda kind, keys: None))
-    member.consume(num_messages=1, timeout=0.2)
-    t0 = time.monotonic()
-    retiring = confluent.close_confluent_consumer(member, "g", "127.0.0.1:9")
-    del member
-    assert time.monotonic() - t0 < 0.5
-    retiring.join(30)
-    assert not retiring.is_alive()
+    code = ("from kafkaesque_harness.workloads import base\nbase.PARKED_CONSUMERS.append(object())\nprint('said', end='')\n"
+            "base.exit_without_finalizers(3)\nprint('never')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (3, "said")
+    quiet = subprocess.run([sys.executable, "-c", "from kafkaesque_harness.workloads import base\nbase.exit_without_finalizers(3)\n"
+                                                  "print('went on')"], capture_output=True, text=True, timeout=60)
+    assert (quiet.returncode, quiet.stdout.strip()) == (0, "went on")  # nothing parked: no early exit
 
 
-def test_a_library_that_leaves_subscribe_mode_retires_its_member_and_assigns_with_a_new_consumer(monkeypatch):
-    """No unsubscribe() (it can hold the GIL for good): the member is retired, and a consumer that never joined
-    the group takes the manual assignment; closed at the end, as it never joined."""
-    from kafkaesque_harness.workloads import confluent
-    from kafkaesque_harness.workloads.confluent import ConfluentTxnLibrary
+def test_a_closed_librarys_group_member_is_taken_over_by_the_workers_next_process():
+    """As the queue workload's: a member that ever joined the group is never closed (librdkafka issue 4041),
+    and parking one per retired process fills a broker's connection limit; the next library takes it over."""
+    from kafkaesque_harness.workloads import base
+    from kafkaesque_harness.workloads.confluent import ConfluentTxnLibrary, SpareMembers
 
-    retired = []
-    monkeypatch.setattr(confluent, "retire_group_member", lambda c, group, bootstrap: retired.append((c, group)))
-    made = []
-    monkeypatch.setattr(confluent, "new_consumer", lambda *args: made.append(FakeGroupMember()) or made[-1])
+    members = SpareMembers()
     opts = {"group": "g", "isolation": "read_committed"}
-    lib = ConfluentTxnLibrary("b:9092", "txn", 3, "t-0", opts, lambda kind, keys: None)
-    member = lib.consumer = FakeGroupMember()
-    lib.subscribed = True
-    lib.assign([0, 1], {})
-    assert retired == [(member, "g")] and member.calls == []  # never unsubscribed nor closed
-    assert lib.consumer is made[0] and made[0].calls == [("assign", [0, 1, 2]), ("assign", [0, 1])]
-    lib.close()
-    assert made[0].calls[-1] == "close" and len(retired) == 1 and lib.consumer is None
+    first = ConfluentTxnLibrary("b:9092", "txn", 3, "t-0", opts, lambda kind, keys: None, members=members)
+    member = first.consumer = FakeGroupMember()
+    first.was_member = True
+    before = len(base.PARKED_CONSUMERS)
+    try:
+        first.close()
+        assert member.calls == ["unsubscribe"] and first.consumer is None
+        second = ConfluentTxnLibrary("b:9092", "txn", 3, "t-0", opts, lambda kind, keys: None, members=members)
+        assert second._consumer() is member and second.was_member  # so it is handed on again, never closed
+        assert member.calls == ["unsubscribe", ("assign", [0, 1, 2])]
+    finally:
+        del base.PARKED_CONSUMERS[before:]
+
 
 class EventfulLibrary(ScriptedLibrary):
     """A library that did things on its own in a poll: a reset, a leader change stamped before it (a library's
