@@ -39,7 +39,7 @@ test-unit: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# The nightly CI: the long end-to-end tests `make test` leaves out (marked `nightly`, about 17 minutes), the
+# The nightly CI: the long end-to-end tests `make test` leaves out (marked `nightly`, about 20 minutes), the
 # simulator's sweep of fresh seeds (sim-nightly, below),
 # then the campaign campaigns/nightly.toml (the default broker and each historic flaw under kill, pause,
 # partition and lossy-crash, within a 60-minute budget). Writes junit.xml and index.html under

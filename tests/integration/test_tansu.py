@@ -62,6 +62,7 @@ def test_a_kill_of_tansu_with_memory_storage_is_invalid_with_lost_writes(tmp_pat
     assert containers_of(run_dir.name) == []  # the harness removed the container it created
 
 
+@pytest.mark.nightly  # a 20 s run without faults; make test keeps the kill run (a verdict) and tansu-s3's
 def test_tansu_without_faults_loses_no_acknowledged_write(tmp_path):
     r, run_dir = run_cli(tmp_path, "--time-limit", "20", "--name", "tansu-none")
     assert r.returncode in (0, 1), r.stderr[-3000:]  # a verdict, valid or not; never a harness error

@@ -111,7 +111,10 @@ nemeses = ["partition", ""]
 """
 
 
+# nightly: kept out of `make test` (30-minute budget): the run-level watchdog test above proves the watchdog;
+# this one adds the campaign going on past a killed run. `make nightly` runs it
 @pytest.mark.slow
+@pytest.mark.nightly
 def test_a_campaign_records_a_run_its_watchdog_killed_and_goes_on_to_the_next(tmp_path, env):  # noqa: F811
     """The first run freezes (the hook waits for a fault; the second run has none) and is killed in its child
     process; the campaign records it as a harness error with the watchdog's reason and runs the second."""
