@@ -446,10 +446,7 @@ class ConfluentTxnLibrary(TxnLibrary):
         return out
 
     def assign(self, keys: list[int], seek: dict[int, int]) -> None:
-        c = self._consumer()
-        if self.subscribed:
-            c.unsubscribe()
-            self.subscribed = False
+        c = self._consumer_out_of_the_group()
         c.assign([self.ck.TopicPartition(self.topic, k, seek[k]) if k in seek else self.ck.TopicPartition(self.topic, k)
                   for k in keys])
         for k in keys:

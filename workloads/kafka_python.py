@@ -419,10 +419,7 @@ class KafkaPythonTxnLibrary(TxnLibrary):
     def assign(self, keys: list[int], seek: dict[int, int]) -> None:
         from kafka import TopicPartition
 
-        c = self._consumer()
-        if self.subscribed:
-            c.unsubscribe()
-            self.subscribed = False
+        c = self._consumer_out_of_the_group()
         c.assign([TopicPartition(self.topic, k) for k in keys])
         for k, offset in seek.items():
             c.seek(TopicPartition(self.topic, k), offset)

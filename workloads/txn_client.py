@@ -86,6 +86,18 @@ class TxnLibrary:
     def abort(self) -> None: ...
     def poll(self) -> dict[str, list]: ...
     def assign(self, keys: list[int], seek: dict[int, int]) -> None: ...
+    def _consumer(self) -> Any: ...
+
+    subscribed: bool = False  # the consumer is a group member (subscribe)
+
+    def _consumer_out_of_the_group(self) -> Any:
+        """The consumer for a manual assignment: a group member first leaves its group (unsubscribe)."""
+        c = self._consumer()
+        if self.subscribed:
+            c.unsubscribe()
+            self.subscribed = False
+        return c
+
     def subscribe(self) -> None: ...
     def final_read(self, key: int, timeout_s: float) -> tuple[int, list] | None:
         """(end offset, records) of the key read from its start to its high watermark; None when unfinished."""
