@@ -187,9 +187,6 @@ class SimNemesis:
         state = self.sim.partition_state(topic, p)
         return [f"broker-{r}" for r in state["isr"]] if state else []
 
-    def _leader(self, topic: str, p: int) -> str | None:
-        return self.sim.leader(topic, p)
-
     async def _until(self, condition: Any, timeout_s: float = WAIT_TIMEOUT_S) -> bool:
         end = self.sim.now() + timeout_s
         while self.sim.now() < end:
@@ -218,7 +215,6 @@ class SimNemesis:
                 self.deck = self.rng.sample(sorted(SEQUENCES), len(SEQUENCES))
             name = self.deck.pop(0)
             return await SEQUENCES[name](self, roles)
-        self.moves = [t for t in self.moves if not t.done()]
         busy = {n for _, n in self.held.values()}
         down = len(self._down_brokers()) >= MAX_DOWN
         options = [(m, n) for m, n in (
@@ -398,12 +394,12 @@ async def zombie_follower(nem: SimNemesis, roles: dict[str, Any]) -> bool:
     fcut = nem.start("cut", follower, peer=leader, by="protocol")
     await asyncio.sleep(3.0)
     paused = nem.start("pause", leader, by="protocol")
-    await nem._until(lambda: nem._leader(topic, p) == follower)
+    await nem._until(lambda: nem.sim.leader(topic, p) == follower)
     nem.stop("cut", follower, fcut)
     nem.stop("pause", leader, paused)
     await nem._until(lambda: leader in nem._isr(topic, p), 30.0)
     killed = nem.start("kill", follower, by="protocol")
-    await nem._until(lambda: nem._leader(topic, p) == leader)
+    await nem._until(lambda: nem.sim.leader(topic, p) == leader)
     nem.stop("kill", follower, killed)
     await asyncio.sleep(nem.rng.uniform(2.0, 6.0))
     nem.stop("cut", zombie, zcut)
