@@ -223,7 +223,8 @@ def run_record(doc: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _ledger_lines(path: str | Path | None) -> list[dict[str, Any]]:
+def ledger_lines(path: str | Path | None) -> list[dict[str, Any]]:
+    """A JSONL ledger's records, one a line (none when there is no ledger); a torn or non-object line is skipped."""
     if path is None or not Path(path).is_file():
         return []
     out = []
@@ -239,12 +240,12 @@ def _ledger_lines(path: str | Path | None) -> list[dict[str, Any]]:
 
 def read_ledger(path: str | Path | None) -> list[dict[str, Any]]:
     """The ledger's run records (none when there is no ledger); a torn or foreign line is skipped."""
-    return [r for r in _ledger_lines(path) if "found" in r and "mutant" in r]
+    return [r for r in ledger_lines(path) if "found" in r and "mutant" in r]
 
 
 def ledger_unit_tests(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """The ledger's `--unit-tests` outcomes (lines {"unit_tests": {"mutant", "digest", "killed", "summary"}})."""
-    return {r["unit_tests"]["mutant"]: r["unit_tests"] for r in _ledger_lines(path)
+    return {r["unit_tests"]["mutant"]: r["unit_tests"] for r in ledger_lines(path)
             if isinstance(r.get("unit_tests"), dict) and "mutant" in r["unit_tests"]}
 
 

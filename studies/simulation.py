@@ -27,7 +27,7 @@ from typing import Any
 from kafkaesque_harness.clusters.mutants import MUTANTS, Mutant
 from kafkaesque_harness.results.confidence import cell_text, rate_text
 from kafkaesque_harness.results.store import STORE_NOTE, STORE_PLACEHOLDER
-from kafkaesque_harness.studies.mutation import GROUP_FILES, SOURCE_ORDER, TXN_FILES, classify
+from kafkaesque_harness.studies.mutation import GROUP_FILES, SOURCE_ORDER, TXN_FILES, classify, ledger_lines
 from kafkaesque_harness.studies.mutation import LEDGER as MUTATION_LEDGER
 from kafkaesque_harness.studies.mutation import read_ledger as read_mutation_ledger
 from kafkaesque_harness.studies.mutation import summarize as summarize_mutants
@@ -216,18 +216,7 @@ def history_virtual_s(history_path: Path) -> float | None:
 
 def read_ledger(path: str | Path) -> list[dict[str, Any]]:
     """The ledger's seed records; a torn or foreign line is skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and "row" in rec and "seed" in rec:
-            out.append(rec)
-    return out
+    return [rec for rec in ledger_lines(path) if "row" in rec and "seed" in rec]
 
 
 def append_to_ledger(path: str | Path, rec: dict[str, Any]) -> None:
